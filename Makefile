@@ -1,0 +1,38 @@
+# The two commands a newcomer needs: `make demo` (the main job) and
+# `make test` (the whole suite). Each installs what is missing, configures,
+# builds and runs. One build directory, built incrementally.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+PY ?= python3
+CMAKE = $(shell $(PY) -c 'import cmake; print(cmake.CMAKE_BIN_DIR)' 2>/dev/null)/cmake
+CTEST = $(shell $(PY) -c 'import cmake; print(cmake.CMAKE_BIN_DIR)' 2>/dev/null)/ctest
+NINJA = $(shell $(PY) -c 'import ninja, os; print(os.path.join(ninja.BIN_DIR, "ninja"))' 2>/dev/null)
+
+.PHONY: all setup configure build demo test bench clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+$(BUILD)/build.ninja: CMakeLists.txt | setup
+	@$(CMAKE) -S . -B $(BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(NINJA) \
+	  -DCMAKE_CXX_COMPILER=clang++-19 -DCMAKE_CXX_COMPILER_CLANG_SCAN_DEPS=clang-scan-deps-19 \
+	  -DCMAKE_BUILD_TYPE=Release > $(BUILD).configure.log 2>&1 || (cat $(BUILD).configure.log; exit 1)
+
+configure: $(BUILD)/build.ninja
+
+build: setup configure
+	@$(CMAKE) --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@$(BUILD)/bin/slicesched demo
+
+test: build
+	@cd $(BUILD) && $(CTEST) --output-on-failure -j $(JOBS)
+
+bench: build
+	@$(BUILD)/bin/slicesched bench simulator
+
+clean:
+	rm -rf $(BUILD) $(BUILD).configure.log

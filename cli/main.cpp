@@ -1,0 +1,33 @@
+// slicesched: the command-line front end.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"SliceScheduler: operator-level scheduling of LLM inference across a GPU cluster"};
+  app.require_subcommand(1);
+
+  auto* demo = app.add_subcommand("demo", "Simulate a small cluster and print its timeline summary");
+
+  auto* bench = app.add_subcommand("bench", "Benchmarks that print their figures");
+  bench->require_subcommand(1);
+  slicesched::cli::BenchSimulatorOptions sim_opt;
+  auto* bench_sim = bench->add_subcommand("simulator", "Simulated operators per ms, one thread, snapshot build included");
+  bench_sim->add_option("--accelerators,-n", sim_opt.accelerators, "Cluster sizes")->check(CLI::PositiveNumber);
+  bench_sim->add_option("--ops,-k", sim_opt.ops, "Unsimulated operators accumulated")->check(CLI::PositiveNumber);
+  bench_sim->add_option("--repeats", sim_opt.repeats, "Runs per point (median reported)")->check(CLI::Range(1, 100));
+  bench_sim->add_flag("--json", sim_opt.json, "Print one JSON object instead of the table");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (demo->parsed()) return slicesched::cli::demo();
+    if (bench_sim->parsed()) return slicesched::cli::bench_simulator(sim_opt);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "slicesched: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

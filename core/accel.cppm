@@ -1,0 +1,64 @@
+// The Accelerator Set: every device the scheduler may place operators on,
+// its type (the estimator key), its HBM capacity, and the class of the link
+// between every pair (the transfer estimator's prior).
+module;
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+export module slicesched.core.accel;
+export import slicesched.core.ids;
+export import slicesched.core.status;
+
+export namespace slicesched {
+
+struct AcceleratorSpec {
+  std::string name;
+  AccelTypeId type = 0;
+  std::int64_t hbm_bytes = 0;
+};
+
+struct LinkClass {
+  std::string name;
+  double bandwidth_bytes_per_s = 0;  // prior for the transfer estimator
+  double latency_s = 0;
+};
+
+// Built once, then shared read-only (GMG clones share one instance). Not
+// thread-safe for writers.
+class AcceleratorSet {
+ public:
+  // Registers a type name, returning the existing id if already known.
+  AccelTypeId add_type(std::string_view name);
+  // Adds a link class; the first one added is the default for pairs that
+  // have no explicit link.
+  Result<LinkClassId> add_link_class(std::string name, double bandwidth_bytes_per_s, double latency_s);
+  // Adds an accelerator; fails on a duplicate name or HBM <= 0.
+  Result<AccelId> add(std::string name, std::string_view type, std::int64_t hbm_bytes);
+  // Sets the link class of the unordered pair (a, b).
+  Status link(AccelId a, AccelId b, LinkClassId cls);
+
+  std::size_t size() const { return accels_.size(); }
+  bool contains(AccelId a) const { return a < accels_.size(); }
+  const AcceleratorSpec& operator[](AccelId a) const { return accels_[a]; }
+  AccelTypeId type(AccelId a) const { return accels_[a].type; }
+  std::int64_t hbm_bytes(AccelId a) const { return accels_[a].hbm_bytes; }
+  const std::string& type_name(AccelTypeId t) const { return types_[t]; }
+  std::size_t type_count() const { return types_.size(); }
+  int find(std::string_view name) const;
+
+  // Link class of the pair; the default class when none was set. Requires
+  // at least one link class.
+  LinkClassId link_class(AccelId a, AccelId b) const;
+  const LinkClass& link(LinkClassId id) const { return links_[id]; }
+  std::size_t link_class_count() const { return links_.size(); }
+
+ private:
+  std::vector<AcceleratorSpec> accels_;
+  std::vector<std::string> types_;
+  std::vector<LinkClass> links_;
+  std::vector<std::vector<LinkClassId>> pair_;  // square, symmetric; kNoLink = default
+};
+
+}  // namespace slicesched

@@ -1,0 +1,451 @@
+module;
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+module slicesched.core.gmg;
+
+namespace slicesched {
+
+namespace {
+
+std::string shape_str(const ConcreteShape& s) {
+  std::string r = "[";
+  for (int i = 0; i < s.rank; ++i) r += (i ? ", " : "") + std::to_string(s.dims[i]);
+  return r + "] " + std::string(dtype_name(s.dtype));
+}
+
+// Evaluates a tensor spec under a binding; `what` prefixes errors.
+Result<ConcreteShape> eval_tensor(const TensorSpec& t, const Binding& b, const DimTable& dims, const std::string& what) {
+  if (t.shape.size() > static_cast<std::size_t>(kMaxRank))
+    return InvalidArgument(what + ": rank " + std::to_string(t.shape.size()) + " exceeds the maximum " +
+                           std::to_string(kMaxRank));
+  ConcreteShape s;
+  s.rank = static_cast<std::uint8_t>(t.shape.size());
+  s.dtype = t.dtype;
+  for (std::size_t i = 0; i < t.shape.size(); ++i) {
+    auto v = t.shape[i].eval(b, dims);
+    if (!v.ok()) return InvalidArgument(what + ": " + v.status().message());
+    s.dims[i] = v.value();
+  }
+  return s;
+}
+
+Result<std::int64_t> bytes_of(const ConcreteShape& s, const std::string& what) {
+  std::int64_t n = dtype_bytes(s.dtype);
+  for (int i = 0; i < s.rank; ++i)
+    if (__builtin_mul_overflow(n, s.dims[i], &n)) return InvalidArgument(what + ": tensor size overflows 64 bits");
+  return n;
+}
+
+}  // namespace
+
+Gmg::Gmg(std::shared_ptr<const TemplateRegistry> templates, std::shared_ptr<const AcceleratorSet> accels)
+    : templates_(std::move(templates)), accels_(std::move(accels)) {
+  hbm_.resize(accels_->size());
+  last_done_.assign(accels_->size(), -1);
+}
+
+std::string Gmg::op_name(OpId id) const {
+  if (id >= ops_.size() || !ops_[id].live) return "op #" + std::to_string(id) + " (not live)";
+  const OpRecord& r = ops_[id];
+  const GraphTemplate& t = templates_->get(r.tmpl);
+  return t.name() + "#" + std::to_string(r.instance) + "/" + t.ops()[r.tmpl_op].name;
+}
+
+bool Gmg::weights_on(OpKindId kind, AccelId accel) const {
+  std::size_t i = static_cast<std::size_t>(kind) * accels_->size() + accel;
+  return i < weights_.size() && weights_[i];
+}
+
+Status Gmg::place_weights(TemplateId tmpl, AccelId accel) {
+  if (tmpl >= templates_->size()) return NotFound("no template with id " + std::to_string(tmpl));
+  for (const auto& op : templates_->get(tmpl).ops()) {
+    Status s = place_weights(tmpl, op.name, accel);
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+Status Gmg::place_weights(TemplateId tmpl, std::string_view op_name, AccelId accel) {
+  if (tmpl >= templates_->size()) return NotFound("no template with id " + std::to_string(tmpl));
+  const GraphTemplate& t = templates_->get(tmpl);
+  if (!accels_->contains(accel))
+    return NotFound("template '" + t.name() + "': no accelerator " + std::to_string(accel) + " (cluster has " +
+                    std::to_string(accels_->size()) + ")");
+  int idx = t.find_op(op_name);
+  if (idx < 0) return NotFound("template '" + t.name() + "' has no op '" + std::string(op_name) + "'");
+  const TemplateOp& op = t.ops()[idx];
+  weights_.resize(static_cast<std::size_t>(templates_->op_kind_count()) * accels_->size(), 0);
+  std::uint8_t& w = weights_[static_cast<std::size_t>(op.kind) * accels_->size() + accel];
+  if (!w) {
+    w = 1;
+    hbm_[accel].weights += op.weight_bytes;
+  }
+  return Status::Ok();
+}
+
+OpId Gmg::alloc_op() {
+  ++live_;
+  if (!free_ops_.empty()) {
+    OpId id = free_ops_.back();
+    free_ops_.pop_back();
+    ops_[id] = OpRecord{};
+    return id;
+  }
+  ops_.emplace_back();
+  features_.emplace_back();
+  shapes_.emplace_back();
+  return static_cast<OpId>(ops_.size() - 1);
+}
+
+std::uint32_t Gmg::add_edge(OpId src, OpId dst, std::int64_t bytes, bool retained) {
+  std::uint32_t e;
+  if (!free_edges_.empty()) {
+    e = free_edges_.back();
+    free_edges_.pop_back();
+  } else {
+    e = static_cast<std::uint32_t>(edges_.size());
+    edges_.emplace_back();
+  }
+  edges_[e] = Edge{src, dst, ops_[src].first_out, ops_[dst].first_in, bytes, retained, -1};
+  ops_[src].first_out = e;
+  ops_[dst].first_in = e;
+  return e;
+}
+
+void Gmg::frontier_add(std::vector<OpId>& f, std::uint32_t OpRecord::*pos, OpId id) {
+  if (ops_[id].*pos != kNoEdge) return;
+  ops_[id].*pos = static_cast<std::uint32_t>(f.size());
+  f.push_back(id);
+}
+
+void Gmg::frontier_remove(std::vector<OpId>& f, std::uint32_t OpRecord::*pos, OpId id) {
+  std::uint32_t p = ops_[id].*pos;
+  if (p == kNoEdge) return;
+  OpId last = f.back();
+  f[p] = last;
+  ops_[last].*pos = p;
+  f.pop_back();
+  ops_[id].*pos = kNoEdge;
+}
+
+Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
+  if (spec.tmpl >= templates_->size()) return NotFound("no template with id " + std::to_string(spec.tmpl));
+  const GraphTemplate& t = templates_->get(spec.tmpl);
+  const std::string where = "template '" + t.name() + "'";
+
+  Binding binding(t.dims().size());
+  for (const auto& [name, value] : spec.dims) {
+    int id = t.dims().find(name);
+    if (id < 0) {
+      std::string known;
+      for (std::size_t i = 0; i < t.dims().size(); ++i) known += (i ? ", " : "") + t.dims().name(static_cast<DimId>(i));
+      return InvalidArgument(where + " has no dim '" + name + "' (its dims: " + known + ")");
+    }
+    binding.set(static_cast<DimId>(id), value);
+  }
+
+  // Ports: resolve bindings to live producers before touching any state, so
+  // a failed instantiate leaves the GMG unchanged.
+  std::vector<const PortBinding*> port_of(t.ports().size(), nullptr);
+  for (const auto& pb : spec.ports) {
+    int p = t.find_port(pb.port);
+    if (p < 0) return InvalidArgument(where + " has no port '" + pb.port + "'");
+    if (port_of[p]) return InvalidArgument(where + ": port '" + pb.port + "' is bound twice");
+    if (!contains(pb.producer))
+      return NotFound(where + ": port '" + pb.port + "' is bound to " + op_name(pb.producer));
+    const OpRecord& prod = ops_[pb.producer];
+    if (pb.retained) {
+      if (prod.retained_bytes == 0 && !templates_->get(prod.tmpl).ops()[prod.tmpl_op].retained)
+        return FailedPrecondition(where + ": port '" + pb.port + "' attaches to the retained state of " +
+                                  op_name(pb.producer) + ", which retains nothing");
+      if (prod.retained_attached)
+        return FailedPrecondition(where + ": port '" + pb.port + "': the retained state of " + op_name(pb.producer) +
+                                  " is already attached by another instance");
+      if (prod.state == OpState::kDone && !prod.retained_held)
+        return FailedPrecondition(where + ": port '" + pb.port + "': the retained state of " + op_name(pb.producer) +
+                                  " was released");
+    } else if (prod.state == OpState::kDone && !prod.output_held) {
+      return FailedPrecondition(where + ": port '" + pb.port + "': the output of " + op_name(pb.producer) +
+                                " was already freed");
+    }
+    port_of[p] = &pb;
+  }
+  for (std::size_t p = 0; p < t.ports().size(); ++p) {
+    if (!port_of[p] && !t.ports()[p].optional)
+      return InvalidArgument(where + ": required port '" + t.ports()[p].name + "' is not bound");
+    if (!port_of[p]) continue;
+    const PortBinding& pb = *port_of[p];
+    auto want = eval_tensor(t.ports()[p].tensor, binding, t.dims(), where + " port '" + t.ports()[p].name + "'");
+    if (!want.ok()) return want.status();
+    const ConcreteShape& have = pb.retained ? shapes_[pb.producer].retained : shapes_[pb.producer].output;
+    if (!(want.value() == have))
+      return InvalidArgument(where + ": port '" + pb.port + "' expects " + shape_str(want.value()) + " but " +
+                             op_name(pb.producer) + (pb.retained ? " retains " : " produces ") + shape_str(have));
+  }
+
+  // Evaluate every operator before inserting anything.
+  const auto& tops = t.ops();
+  struct Eval {
+    ConcreteShape out, ret;
+    std::int64_t out_bytes = 0, ws = 0, ret_bytes = 0;
+    std::array<double, kMaxFeatures> feat{};
+  };
+  std::vector<Eval> ev(tops.size());
+  for (std::size_t i = 0; i < tops.size(); ++i) {
+    const TemplateOp& op = tops[i];
+    const std::string ow = where + " op '" + op.name + "'";
+    auto out = eval_tensor(op.output, binding, t.dims(), ow + " output");
+    if (!out.ok()) return out.status();
+    ev[i].out = out.value();
+    auto ob = bytes_of(ev[i].out, ow);
+    if (!ob.ok()) return ob.status();
+    ev[i].out_bytes = ob.value();
+    auto ws = op.workspace_bytes.eval(binding, t.dims());
+    if (!ws.ok()) return InvalidArgument(ow + " workspace: " + ws.status().message());
+    ev[i].ws = ws.value();
+    if (op.retained) {
+      auto r = eval_tensor(op.retained->tensor, binding, t.dims(), ow + " retained '" + op.retained->name + "'");
+      if (!r.ok()) return r.status();
+      ev[i].ret = r.value();
+      auto rb = bytes_of(ev[i].ret, ow);
+      if (!rb.ok()) return rb.status();
+      ev[i].ret_bytes = rb.value();
+    }
+    for (std::size_t f = 0; f < op.features.size(); ++f) {
+      auto v = op.features[f].eval(binding, t.dims());
+      if (!v.ok()) return InvalidArgument(ow + " feature " + std::to_string(f) + ": " + v.status().message());
+      ev[i].feat[f] = static_cast<double>(v.value());
+    }
+    for (const auto& in : op.inputs) {
+      if (!in.expect) continue;
+      auto want = eval_tensor(*in.expect, binding, t.dims(), ow + " input '" + in.from + "'");
+      if (!want.ok()) return want.status();
+      const ConcreteShape* have = nullptr;
+      if (!in.is_port) have = &ev[in.index].out;
+      else if (port_of[in.index]) have = port_of[in.index]->retained ? &shapes_[port_of[in.index]->producer].retained
+                                                                     : &shapes_[port_of[in.index]->producer].output;
+      if (have && !(*have == want.value()))
+        return InvalidArgument(ow + ": input '" + in.from + "' expects " + shape_str(want.value()) + " but gets " +
+                               shape_str(*have));
+    }
+  }
+
+  // Insert.
+  InstanceInfo info;
+  info.id = next_instance_++;
+  info.ops.reserve(tops.size());
+  for (std::size_t i = 0; i < tops.size(); ++i) {
+    OpId id = alloc_op();
+    OpRecord& r = ops_[id];
+    r.live = true;
+    r.instance = info.id;
+    r.tmpl = spec.tmpl;
+    r.tmpl_op = static_cast<std::uint32_t>(i);
+    r.kind = tops[i].kind;
+    r.priority = spec.priority;
+    r.tenant = spec.tenant;
+    r.feature_count = static_cast<std::uint8_t>(tops[i].features.size());
+    r.out_bytes = ev[i].out_bytes;
+    r.workspace_bytes = ev[i].ws;
+    r.retained_bytes = ev[i].ret_bytes;
+    r.weight_bytes = tops[i].weight_bytes;
+    features_[id] = ev[i].feat;
+    shapes_[id] = {ev[i].out, ev[i].ret};
+    info.ops.push_back(id);
+  }
+  for (std::size_t i = 0; i < tops.size(); ++i) {
+    OpId dst = info.ops[i];
+    for (const auto& in : tops[i].inputs) {
+      OpId src;
+      bool retained = false;
+      if (!in.is_port) {
+        src = info.ops[in.index];
+      } else {
+        if (!port_of[in.index]) continue;  // optional port fed by the host
+        src = port_of[in.index]->producer;
+        retained = port_of[in.index]->retained;
+      }
+      OpRecord& s = ops_[src];
+      add_edge(src, dst, retained ? s.retained_bytes : s.out_bytes, retained);
+      if (retained) s.retained_attached = true;
+      ++s.pending_succs;
+      ++s.unscheduled_succs;
+      if (s.state == OpState::kUnscheduled) ++ops_[dst].unscheduled_preds;
+      else frontier_add(frontier_s_, &OpRecord::frontier_s, src);
+    }
+  }
+  for (OpId id : info.ops)
+    if (ops_[id].unscheduled_preds == 0) frontier_add(frontier_u_, &OpRecord::frontier_u, id);
+  return info;
+}
+
+Status Gmg::issue(OpId id, AccelId accel, Nanos t) {
+  if (!contains(id)) return NotFound("issue: " + op_name(id));
+  OpRecord& r = ops_[id];
+  if (r.state != OpState::kUnscheduled)
+    return FailedPrecondition("issue: " + op_name(id) + " is already " +
+                              (r.state == OpState::kIssued ? "issued" : "done"));
+  if (!accels_->contains(accel))
+    return NotFound("issue: " + op_name(id) + " onto accelerator " + std::to_string(accel) + ", which does not exist (cluster has " +
+                    std::to_string(accels_->size()) + ")");
+  if (r.unscheduled_preds > 0)
+    return FailedPrecondition("issue: " + op_name(id) + " has " + std::to_string(r.unscheduled_preds) +
+                              " unscheduled predecessor(s)");
+  if (r.weight_bytes > 0 && !weights_on(r.kind, accel))
+    return FailedPrecondition("issue: the weights of " + op_name(id) + " are not resident on accelerator " +
+                              accels_->operator[](accel).name);
+  r.state = OpState::kIssued;
+  r.accel = accel;
+  r.issue_t = t;
+  r.issue_seq = ++issue_seq_;
+  ++issued_;
+  advance_clock(t);
+  // Reserve what the executor will allocate: output, workspace, retained
+  // state, and a receive buffer for every remote input.
+  hbm_[accel].transient += r.out_bytes + r.workspace_bytes;
+  r.output_held = true;
+  if (r.retained_bytes > 0) {
+    hbm_[accel].retained += r.retained_bytes;
+    r.retained_held = true;
+  }
+  frontier_remove(frontier_u_, &OpRecord::frontier_u, id);
+  if (r.unscheduled_succs > 0) frontier_add(frontier_s_, &OpRecord::frontier_s, id);
+  for (std::uint32_t e = r.first_in; e != kNoEdge; e = edges_[e].next_in) {
+    OpRecord& p = ops_[edges_[e].src];
+    if (p.accel != accel) hbm_[accel].transient += edges_[e].bytes;
+    if (--p.unscheduled_succs == 0) frontier_remove(frontier_s_, &OpRecord::frontier_s, edges_[e].src);
+  }
+  for (std::uint32_t e = r.first_out; e != kNoEdge; e = edges_[e].next_out) {
+    OpId s = edges_[e].dst;
+    if (--ops_[s].unscheduled_preds == 0) frontier_add(frontier_u_, &OpRecord::frontier_u, s);
+  }
+  return Status::Ok();
+}
+
+void Gmg::maybe_free_output(OpId id) {
+  OpRecord& r = ops_[id];
+  if (r.state == OpState::kDone && r.output_held && r.pending_succs == 0) {
+    hbm_[r.accel].transient -= r.out_bytes;
+    r.output_held = false;
+  }
+  note_retire_candidate(id);
+}
+
+void Gmg::note_retire_candidate(OpId id) {
+  const OpRecord& r = ops_[id];
+  if (r.state == OpState::kDone && !r.output_held && !r.retained_held && r.pending_succs == 0)
+    retire_candidates_.push_back(id);
+}
+
+Status Gmg::complete(OpId id, Nanos t, Nanos measured) {
+  if (!contains(id)) return NotFound("complete: " + op_name(id));
+  OpRecord& r = ops_[id];
+  if (r.state != OpState::kIssued)
+    return FailedPrecondition("complete: " + op_name(id) + " is " +
+                              (r.state == OpState::kDone ? "already done" : "not issued"));
+  if (t < r.issue_t)
+    return InvalidArgument("complete: " + op_name(id) + " done at " + std::to_string(t) + " ns, before its issue at " +
+                           std::to_string(r.issue_t) + " ns");
+  if (measured < 0 || measured > t - r.issue_t)
+    return InvalidArgument("complete: " + op_name(id) + " measured " + std::to_string(measured) +
+                           " ns, expected 0.." + std::to_string(t - r.issue_t) + " ns (issue to done)");
+  r.state = OpState::kDone;
+  r.done_t = t;
+  r.measured = measured;
+  --issued_;
+  advance_clock(t);
+  if (t > last_done_[r.accel]) last_done_[r.accel] = t;
+  hbm_[r.accel].transient -= r.workspace_bytes;
+  for (std::uint32_t e = r.first_in; e != kNoEdge; e = edges_[e].next_in) {
+    const Edge& edge = edges_[e];
+    OpRecord& p = ops_[edge.src];
+    if (p.accel != r.accel) hbm_[r.accel].transient -= edge.bytes;
+    if (edge.retained && p.retained_held) {
+      // The consumer took the state over (e.g. a KV cache grown in place).
+      hbm_[p.accel].retained -= p.retained_bytes;
+      p.retained_held = false;
+    }
+    --p.pending_succs;
+    maybe_free_output(edge.src);
+  }
+  maybe_free_output(id);
+  return Status::Ok();
+}
+
+Status Gmg::complete_transfer(OpId src, OpId dst, Nanos t) {
+  if (!contains(src) || !contains(dst)) return NotFound("complete_transfer: " + op_name(contains(src) ? dst : src));
+  for (std::uint32_t e = ops_[dst].first_in; e != kNoEdge; e = edges_[e].next_in) {
+    if (edges_[e].src != src) continue;
+    if (ops_[src].state != OpState::kDone)
+      return FailedPrecondition("complete_transfer: " + op_name(src) + " is not done");
+    if (ops_[dst].state == OpState::kUnscheduled)
+      return FailedPrecondition("complete_transfer: " + op_name(dst) + " is not issued");
+    if (ops_[src].accel == ops_[dst].accel)
+      return FailedPrecondition("complete_transfer: " + op_name(src) + " and " + op_name(dst) +
+                                " are on the same accelerator");
+    edges_[e].arrived = t;
+    advance_clock(t);
+    return Status::Ok();
+  }
+  return NotFound("complete_transfer: no edge from " + op_name(src) + " to " + op_name(dst));
+}
+
+Status Gmg::release_retained(OpId id) {
+  if (!contains(id)) return NotFound("release_retained: " + op_name(id));
+  OpRecord& r = ops_[id];
+  if (r.retained_bytes == 0) return FailedPrecondition("release_retained: " + op_name(id) + " retains nothing");
+  if (r.retained_attached)
+    return FailedPrecondition("release_retained: the retained state of " + op_name(id) +
+                              " is attached by a later instance, which frees it");
+  if (r.state != OpState::kDone) return FailedPrecondition("release_retained: " + op_name(id) + " is not done");
+  if (!r.retained_held) return FailedPrecondition("release_retained: " + op_name(id) + " was already released");
+  hbm_[r.accel].retained -= r.retained_bytes;
+  r.retained_held = false;
+  note_retire_candidate(id);
+  return Status::Ok();
+}
+
+std::size_t Gmg::retire() {
+  std::size_t n = 0;
+  for (OpId id : retire_candidates_) {
+    OpRecord& r = ops_[id];
+    // A candidate may have gained a successor or been retired already.
+    if (!r.live || r.state != OpState::kDone || r.output_held || r.retained_held || r.pending_succs != 0) continue;
+    // Unlink incoming edges from their producers' out-lists.
+    for (std::uint32_t e = r.first_in; e != kNoEdge;) {
+      std::uint32_t next = edges_[e].next_in;
+      OpRecord& p = ops_[edges_[e].src];
+      std::uint32_t* link = &p.first_out;
+      while (*link != e) link = &edges_[*link].next_out;
+      *link = edges_[e].next_out;
+      free_edges_.push_back(e);
+      e = next;
+    }
+    // Outgoing edges point at done consumers; unlink them from theirs.
+    for (std::uint32_t e = r.first_out; e != kNoEdge;) {
+      std::uint32_t next = edges_[e].next_out;
+      OpRecord& c = ops_[edges_[e].dst];
+      std::uint32_t* link = &c.first_in;
+      while (*link != e) link = &edges_[*link].next_in;
+      *link = edges_[e].next_in;
+      free_edges_.push_back(e);
+      e = next;
+    }
+    frontier_remove(frontier_s_, &OpRecord::frontier_s, id);
+    r = OpRecord{};
+    free_ops_.push_back(id);
+    --live_;
+    ++n;
+  }
+  retire_candidates_.clear();
+  return n;
+}
+
+}  // namespace slicesched

@@ -1,0 +1,186 @@
+// The Global Mapping Graph: every live operator of every graph instance, its
+// state (unscheduled / issued / done), placement, timestamps, byte sizes and
+// retained state, plus the Accelerator Set it maps onto.
+//
+// Storage is flat (vectors of plain records with intrusive edge lists), so a
+// clone is a handful of memcpy-like vector copies: the scheduler takes one
+// per candidate per round. Templates and the accelerator set are immutable
+// while shared by clones.
+//
+// Threading: a Gmg is not thread-safe; clones are independent objects and may
+// be used on different threads at once.
+module;
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+export module slicesched.core.gmg;
+export import slicesched.core.graph;
+export import slicesched.core.accel;
+
+export namespace slicesched {
+
+enum class OpState : std::uint8_t { kUnscheduled, kIssued, kDone };
+
+inline constexpr std::uint32_t kNoEdge = 0xffffffffu;
+inline constexpr int kMaxRank = 6;
+
+// A concrete tensor shape, kept per operator for checks at attach time.
+struct ConcreteShape {
+  std::array<std::int64_t, kMaxRank> dims{};
+  std::uint8_t rank = 0;
+  DType dtype = DType::kBF16;
+  bool operator==(const ConcreteShape&) const = default;
+};
+
+// One operator of one instance. Public for the simulator's snapshot build;
+// mutate only through Gmg.
+struct OpRecord {
+  InstanceId instance = 0;
+  TemplateId tmpl = 0;
+  std::uint32_t tmpl_op = 0;
+  OpKindId kind = 0;
+  std::int32_t priority = 0;  // higher runs first
+  std::uint32_t tenant = 0;
+  OpState state = OpState::kUnscheduled;
+  bool live = false;           // slot in use
+  bool output_held = false;    // output tensor still resident on `accel`
+  bool retained_held = false;  // retained state resident on `accel`
+  bool retained_attached = false;  // a later instance consumes the retained state
+  std::uint8_t feature_count = 0;
+  AccelId accel = kNoAccel;
+  std::uint64_t issue_seq = 0;  // global issue order, the queue tie-break
+  Nanos issue_t = -1, done_t = -1, measured = -1;
+  std::int64_t out_bytes = 0, workspace_bytes = 0, retained_bytes = 0, weight_bytes = 0;
+  std::uint32_t first_in = kNoEdge, first_out = kNoEdge;  // edge lists
+  std::uint32_t unscheduled_preds = 0;   // predecessors still unscheduled
+  std::uint32_t unscheduled_succs = 0;   // successors still unscheduled
+  std::uint32_t pending_succs = 0;       // successors not yet done
+  std::uint32_t frontier_u = kNoEdge, frontier_s = kNoEdge;  // positions in the frontiers
+};
+
+// A data dependency src -> dst. `retained` edges attach dst to src's
+// retained state instead of its output.
+struct Edge {
+  OpId src = kNoOp, dst = kNoOp;
+  std::uint32_t next_out = kNoEdge;  // next edge leaving src
+  std::uint32_t next_in = kNoEdge;   // next edge entering dst
+  std::int64_t bytes = 0;
+  bool retained = false;
+  Nanos arrived = -1;  // when a cross-accelerator transfer landed, if known
+};
+
+// Binds a template port of a new instance to an earlier operator.
+struct PortBinding {
+  std::string port;
+  OpId producer = kNoOp;
+  bool retained = false;  // attach to the producer's retained state (and take it over)
+};
+
+struct InstanceSpec {
+  TemplateId tmpl = 0;
+  std::vector<std::pair<std::string, std::int64_t>> dims;
+  std::vector<PortBinding> ports;
+  std::int32_t priority = 0;
+  std::uint32_t tenant = 0;
+};
+
+struct InstanceInfo {
+  InstanceId id = 0;
+  std::vector<OpId> ops;  // in the template's (topological) op order
+};
+
+// Per-accelerator HBM accounting, in bytes.
+struct HbmUsage {
+  std::int64_t weights = 0;
+  std::int64_t retained = 0;
+  std::int64_t transient = 0;  // outputs, workspaces and received copies
+  std::int64_t total() const { return weights + retained + transient; }
+};
+
+class Gmg {
+ public:
+  Gmg(std::shared_ptr<const TemplateRegistry> templates, std::shared_ptr<const AcceleratorSet> accels);
+
+  const TemplateRegistry& templates() const { return *templates_; }
+  const AcceleratorSet& accels() const { return *accels_; }
+
+  // Makes the weights of every operator of `tmpl` resident on `accel` (or of
+  // one operator, by name). Issuing an operator that has weights onto an
+  // accelerator without them fails.
+  Status place_weights(TemplateId tmpl, AccelId accel);
+  Status place_weights(TemplateId tmpl, std::string_view op, AccelId accel);
+  bool weights_on(OpKindId kind, AccelId accel) const;
+
+  // Infers shapes and sizes and inserts the instance as unscheduled. Fails,
+  // naming the template and operator, on unknown or unbound dims, unknown or
+  // missing ports, a producer that is gone, a retained state that does not
+  // exist or is already attached, and shape or dtype mismatches.
+  Result<InstanceInfo> instantiate(const InstanceSpec& spec);
+
+  // Places an unscheduled operator whose predecessors are all issued or done.
+  Status issue(OpId op, AccelId accel, Nanos t);
+  // Marks an issued operator done at `t` after running `measured` ns.
+  Status complete(OpId op, Nanos t, Nanos measured);
+  // Records that the cross-accelerator copy src -> dst landed at `t`.
+  Status complete_transfer(OpId src, OpId dst, Nanos t);
+  // Frees a retained state nobody attached to (e.g. a request ended).
+  Status release_retained(OpId op);
+  // Removes done operators nobody references any more; returns how many.
+  std::size_t retire();
+
+  Gmg clone() const { return *this; }
+
+  // ---- read access (also used to build simulator snapshots) ----
+  Nanos now() const { return now_; }
+  void advance_clock(Nanos t) { if (t > now_) now_ = t; }
+  bool contains(OpId op) const { return op < ops_.size() && ops_[op].live; }
+  const OpRecord& op(OpId id) const { return ops_[id]; }
+  std::span<const double> features(OpId id) const {
+    return {features_[id].data(), ops_[id].feature_count};
+  }
+  const Edge& edge(std::uint32_t e) const { return edges_[e]; }
+  std::size_t slot_count() const { return ops_.size(); }  // OpIds are < slot_count()
+  std::size_t live_count() const { return live_; }
+  std::size_t issued_count() const { return issued_; }
+  std::span<const OpId> unscheduled_frontier() const { return frontier_u_; }
+  std::span<const OpId> scheduled_frontier() const { return frontier_s_; }
+  const HbmUsage& hbm(AccelId a) const { return hbm_[a]; }
+  // Latest completion time seen on each accelerator (-1: none yet).
+  Nanos last_done(AccelId a) const { return last_done_[a]; }
+  std::string op_name(OpId id) const;
+
+ private:
+  OpId alloc_op();
+  std::uint32_t add_edge(OpId src, OpId dst, std::int64_t bytes, bool retained);
+  void frontier_add(std::vector<OpId>& f, std::uint32_t OpRecord::*pos, OpId id);
+  void frontier_remove(std::vector<OpId>& f, std::uint32_t OpRecord::*pos, OpId id);
+  void maybe_free_output(OpId id);
+  void note_retire_candidate(OpId id);
+
+  std::shared_ptr<const TemplateRegistry> templates_;
+  std::shared_ptr<const AcceleratorSet> accels_;
+  std::vector<OpRecord> ops_;
+  std::vector<std::array<double, kMaxFeatures>> features_;
+  struct OpShapes {
+    ConcreteShape output, retained;
+  };
+  std::vector<OpShapes> shapes_;
+  std::vector<OpId> free_ops_;
+  std::vector<Edge> edges_;
+  std::vector<std::uint32_t> free_edges_;
+  std::vector<OpId> frontier_u_, frontier_s_;
+  std::vector<OpId> retire_candidates_;
+  std::vector<HbmUsage> hbm_;
+  std::vector<Nanos> last_done_;
+  std::vector<std::uint8_t> weights_;  // [kind * accels + accel]
+  std::size_t live_ = 0, issued_ = 0;
+  std::uint64_t issue_seq_ = 0;
+  InstanceId next_instance_ = 1;
+  Nanos now_ = 0;
+};
+
+}  // namespace slicesched

@@ -1,0 +1,27 @@
+// The small integer ids shared by every core module. Ids are dense indices
+// into flat tables, which keeps clones and simulator lookups cheap.
+module;
+#include <cstdint>
+#include <limits>
+
+export module slicesched.core.ids;
+
+export namespace slicesched {
+
+using TemplateId = std::uint32_t;
+using OpKindId = std::uint32_t;     // one template operator, across all templates
+using AccelId = std::uint32_t;      // an accelerator in the AcceleratorSet
+using AccelTypeId = std::uint16_t;  // e.g. "H100", "cpu"
+using LinkClassId = std::uint16_t;  // e.g. "nvlink", "pcie"
+using OpId = std::uint32_t;         // a live operator in the GMG (slot index)
+using InstanceId = std::uint64_t;   // a graph instance, never reused
+
+// Simulated and recorded time: integer nanoseconds, so golden timelines are
+// exact and the simulator is deterministic.
+using Nanos = std::int64_t;
+
+inline constexpr int kMaxFeatures = 8;
+inline constexpr AccelId kNoAccel = std::numeric_limits<AccelId>::max();
+inline constexpr OpId kNoOp = std::numeric_limits<OpId>::max();
+
+}  // namespace slicesched

@@ -1,0 +1,67 @@
+// Outcomes as values: every recoverable failure in the core is a Status or a
+// Result<T> that the caller must look at (both are [[nodiscard]]).
+module;
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <variant>
+
+export module slicesched.core.status;
+
+export namespace slicesched {
+
+enum class StatusCode : std::uint8_t {
+  kOk = 0,
+  kInvalidArgument,  // the caller passed something malformed
+  kNotFound,         // a named thing does not exist
+  kFailedPrecondition,  // the thing exists but is in the wrong state
+  kAlreadyExists,
+  kResourceExhausted,   // e.g. a placement that does not fit in HBM
+};
+
+// A status is cheap when ok (no allocation) and carries a one-line message
+// otherwise. The message is written for a user: it names what was wrong.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status Ok() { return {}; }
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
+inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+inline Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
+inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+
+// Value-or-error. Accessing value() of an error result is a programming
+// error and aborts via std::get's exception; check ok() first.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status) : v_(std::move(status)) {}  // NOLINT: must be an error
+
+  bool ok() const { return std::holds_alternative<T>(v_); }
+  const T& value() const& { return std::get<T>(v_); }
+  T& value() & { return std::get<T>(v_); }
+  T&& value() && { return std::get<T>(std::move(v_)); }
+  const T& operator*() const& { return value(); }
+  T& operator*() & { return value(); }
+  const T* operator->() const { return &value(); }
+  T* operator->() { return &value(); }
+  Status status() const { return ok() ? Status::Ok() : std::get<Status>(v_); }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+}  // namespace slicesched

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what SliceScheduler needs on Debian 12, idempotently: quiet when
+# everything is already there.
+set -euo pipefail
+
+APT_PACKAGES=(clang-19 clang-tools-19 libboost-dev libboost-filesystem-dev libtomlplusplus-dev libtbb-dev
+  libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev libcli11-dev python3-pip)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# Named modules need CMake >= 3.28; Debian 12 ships 3.25, so CMake and Ninja
+# come from PyPI.
+if ! python3 -c 'import cmake, ninja, sys; v = tuple(int(x) for x in cmake.__version__.split(".")[:2]); sys.exit(v < (3, 28))' 2>/dev/null; then
+  echo "setup: installing cmake and ninja from PyPI"
+  python3 -m pip install -q --disable-pip-version-check 'cmake>=3.28' ninja 2>&1 | grep -v -i "warning: running pip as" || true
+fi

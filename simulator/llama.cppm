@@ -1,0 +1,120 @@
+// A Llama-3-8B-shaped graph template: embedding, four groups of eight
+// decoder layers, LM head. One template serves prefill (context = 0, no KV
+// attached) and decode (tokens = 1, each group attaches to the KV cache its
+// counterpart of the previous step retained).
+module;
+#include <cstdint>
+#include <string>
+#include <vector>
+
+export module slicesched.simulator.llama;
+export import slicesched.core;
+
+export namespace slicesched::llama {
+
+struct Shape {
+  std::int64_t hidden = 4096;
+  std::int64_t kv_heads = 8;
+  std::int64_t head_dim = 128;
+  std::int64_t mlp = 14336;
+  std::int64_t vocab = 128256;
+  int layers = 32;
+  int groups = 4;  // scheduling units of layers/groups layers each
+};
+
+inline std::string group_op(int g) { return "layers" + std::to_string(g); }
+inline std::string kv_port(int g) { return "kv" + std::to_string(g); }
+
+// Builds the template. Dims: `tokens` (new tokens this step) and `context`
+// (tokens already in the KV cache). Cost features per group:
+// {tokens, tokens*(context+tokens), context+tokens, 1} (linear layers,
+// attention, KV reads, weight reads); priors are H100 rooflines (bf16 at
+// ~400 TFLOP/s effective, 3.35 TB/s HBM).
+inline GraphTemplate make_template(const std::string& name, const Shape& s = {}) {
+  TemplateBuilder b(name);
+  Expr T = b.dim("tokens"), C = b.dim("context");
+  auto k = [](std::int64_t v) { return Expr::constant(v); };
+  const int per_group = s.layers / s.groups;
+  const std::int64_t kv_per_token = 2 * per_group * s.kv_heads * s.head_dim;  // K and V, elements
+  const std::int64_t layer_params = 2 * s.hidden * s.hidden + 2 * s.hidden * s.kv_heads * s.head_dim +
+                                    3 * s.hidden * s.mlp + 2 * s.hidden;
+  const double flops_per_s = 400e12, hbm_per_s = 3.35e12;
+  const double group_bytes = 2.0 * per_group * static_cast<double>(layer_params);
+
+  // Prompt tokens come from the host; a decode step's one token comes from
+  // the previous step's head.
+  b.port("tokens", {{T}, DType::kI64}, /*optional=*/true);
+  for (int g = 0; g < s.groups; ++g) b.port(kv_port(g), {{C * k(kv_per_token)}, DType::kBF16}, true);
+
+  b.op("embed")
+      .input("tokens")
+      .output({{T * k(s.hidden)}, DType::kBF16})
+      .features({T, k(1)})
+      .prior({2.0 * s.hidden / hbm_per_s, 5e-6})
+      .weights(2 * s.vocab * s.hidden);
+  std::string prev = "embed";
+  for (int g = 0; g < s.groups; ++g) {
+    b.op(group_op(g))
+        .input(prev, {{T * k(s.hidden)}, DType::kBF16})
+        .input(kv_port(g))
+        .output({{T * k(s.hidden)}, DType::kBF16})
+        .workspace(T * k(4 * s.mlp))
+        .retain("kv", {{(C + T) * k(kv_per_token)}, DType::kBF16})
+        .features({T, T * (C + T), C + T, k(1)})
+        .prior({2.0 * per_group * layer_params / flops_per_s,
+                4.0 * per_group * s.hidden / flops_per_s,
+                2.0 * kv_per_token / hbm_per_s,
+                group_bytes / hbm_per_s})
+        .weights(static_cast<std::int64_t>(group_bytes));
+    prev = group_op(g);
+  }
+  b.op("head")
+      .input(prev)
+      .output({{k(1)}, DType::kI64})  // the greedily sampled next token
+      .workspace(T * k(4 * s.vocab))
+      .features({T, k(1)})
+      .prior({2.0 * s.vocab * s.hidden / flops_per_s, 2.0 * s.vocab * s.hidden / hbm_per_s})
+      .weights(2 * s.vocab * s.hidden);
+  return std::move(b).build().value();
+}
+
+// Appends requests (one prefill of `prompt` tokens, then `decode_steps`
+// decode instances chained through the KV caches and the sampled token) until at least `ops`
+// operators are issued at time `t`. Request r runs on the pipeline of
+// `groups` consecutive accelerators starting at (r * groups) mod N, so
+// every layer-group boundary is a cross-accelerator transfer. Weights must
+// already be resident. Returns the number of requests.
+inline Result<std::int64_t> issue_pipelines(Gmg& gmg, TemplateId tmpl, std::int64_t ops, std::int64_t prompt,
+                                            int decode_steps, Nanos t = 0, int groups = 4) {
+  const auto n = static_cast<std::int64_t>(gmg.accels().size());
+  std::int64_t issued = 0, requests = 0;
+  while (issued < ops) {
+    const std::int64_t base = (requests * groups) % n;
+    auto place = [&](int slot) { return static_cast<AccelId>((base + slot) % n); };
+    std::vector<OpId> prev;  // previous step's group ops
+    OpId prev_head = kNoOp;
+    for (int step = 0; step <= decode_steps && issued < ops; ++step) {
+      InstanceSpec spec;
+      spec.tmpl = tmpl;
+      spec.priority = 0;
+      spec.tenant = static_cast<std::uint32_t>(requests);
+      spec.dims = {{"tokens", step == 0 ? prompt : 1}, {"context", step == 0 ? 0 : prompt + step - 1}};
+      for (std::size_t g = 0; g < prev.size(); ++g) spec.ports.push_back({kv_port(static_cast<int>(g)), prev[g], true});
+      if (prev_head != kNoOp) spec.ports.push_back({"tokens", prev_head, false});
+      auto inst = gmg.instantiate(spec);
+      if (!inst.ok()) return inst.status();
+      const auto& o = inst->ops;  // embed, groups..., head
+      prev.assign(o.begin() + 1, o.end() - 1);
+      prev_head = o.back();
+      for (std::size_t i = 0; i < o.size(); ++i) {
+        int slot = i == 0 ? 0 : (i == o.size() - 1 ? groups - 1 : static_cast<int>(i) - 1);
+        if (Status s = gmg.issue(o[i], place(slot), t); !s.ok()) return s;
+      }
+      issued += static_cast<std::int64_t>(o.size());
+    }
+    ++requests;
+  }
+  return requests;
+}
+
+}  // namespace slicesched::llama

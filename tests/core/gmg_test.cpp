@@ -1,0 +1,211 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+import slicesched.core;
+import slicesched.testing;
+
+using namespace slicesched;
+using namespace slicesched::testing;
+
+namespace {
+
+// A two-op pipeline: "a" -> "b", each writing tokens*1024 bytes, "a" has
+// 1 MiB of weights. An optional port "kv" attaches a KV cache that "b"
+// retains as (context + tokens) * 16 bytes.
+GraphTemplate pipeline() {
+  TemplateBuilder b("pipe");
+  Expr tokens = b.dim("tokens"), context = b.dim("context");
+  b.port("kv", {{context * Expr::constant(16)}, DType::kI8}, /*optional=*/true);
+  b.op("a").output({{tokens * Expr::constant(1024)}, DType::kI8}).weights(1 << 20).workspace(Expr::constant(100));
+  b.op("b")
+      .input("a")
+      .input("kv")
+      .output({{tokens * Expr::constant(1024)}, DType::kI8})
+      .retain("kv", {{(context + tokens) * Expr::constant(16)}, DType::kI8})
+      .features({tokens, Expr::constant(1)});
+  return std::move(b).build().value();
+}
+
+struct Fixture {
+  std::shared_ptr<TemplateRegistry> reg = std::make_shared<TemplateRegistry>();
+  TemplateId pipe = reg->add(pipeline()).value();
+  Gmg gmg{reg, cluster(2, 1 << 30)};
+  Fixture() {
+    REQUIRE(gmg.place_weights(pipe, 0).ok());
+    REQUIRE(gmg.place_weights(pipe, 1).ok());
+  }
+  InstanceInfo add(std::int64_t tokens, std::int64_t context, OpId kv = kNoOp) {
+    InstanceSpec spec{pipe, {{"tokens", tokens}, {"context", context}}, {}, 1, 0};
+    if (kv != kNoOp) spec.ports.push_back({"kv", kv, true});
+    auto r = gmg.instantiate(spec);
+    REQUIRE(r.ok());
+    return r.value();
+  }
+};
+
+std::vector<OpId> sorted(std::span<const OpId> s) {
+  std::vector<OpId> v(s.begin(), s.end());
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("an instance moves through unscheduled, issued and done", "[gmg]") {
+  Fixture f;
+  auto inst = f.add(4, 0);
+  OpId a = inst.ops[0], b = inst.ops[1];
+  CHECK(f.gmg.op(a).state == OpState::kUnscheduled);
+  CHECK(f.gmg.features(b)[0] == 4.0);
+  CHECK(f.gmg.op(b).retained_bytes == 4 * 16);
+  CHECK(sorted(f.gmg.unscheduled_frontier()) == std::vector<OpId>{a});
+  CHECK(f.gmg.scheduled_frontier().empty());
+
+  REQUIRE(f.gmg.issue(a, 0, 10).ok());
+  CHECK(f.gmg.issued_count() == 1);
+  CHECK(sorted(f.gmg.unscheduled_frontier()) == std::vector<OpId>{b});
+  CHECK(sorted(f.gmg.scheduled_frontier()) == std::vector<OpId>{a});
+  CHECK(f.gmg.hbm(0).total() == (1 << 20) + 4096 + 100);  // weights of a, output + workspace
+
+  REQUIRE(f.gmg.issue(b, 1, 11).ok());
+  CHECK(f.gmg.unscheduled_frontier().empty());
+  CHECK(f.gmg.scheduled_frontier().empty());
+  // b reserves its output, its retained KV and a receive buffer for a's output.
+  CHECK(f.gmg.hbm(1).transient == 4096 + 4096);
+  CHECK(f.gmg.hbm(1).retained == 64);
+
+  REQUIRE(f.gmg.complete(a, 30, 15).ok());
+  CHECK(f.gmg.op(a).done_t == 30);
+  CHECK(f.gmg.hbm(0).transient == 4096);  // workspace freed, output still read by b
+  REQUIRE(f.gmg.complete(b, 50, 10).ok());
+  CHECK(f.gmg.issued_count() == 0);
+  CHECK(f.gmg.hbm(0).transient == 0);
+  CHECK(f.gmg.hbm(1).transient == 0);
+  CHECK(f.gmg.hbm(1).retained == 64);  // the KV cache stays
+  CHECK(f.gmg.last_done(1) == 50);
+  CHECK(f.gmg.now() == 50);
+
+  CHECK(f.gmg.retire() == 1);  // a; b still holds its KV cache
+  CHECK(!f.gmg.contains(a));
+  REQUIRE(f.gmg.release_retained(b).ok());
+  CHECK(f.gmg.hbm(1).retained == 0);
+  CHECK(f.gmg.retire() == 1);
+  CHECK(f.gmg.live_count() == 0);
+  CHECK(f.gmg.hbm(0).total() == f.gmg.hbm(0).weights);
+}
+
+TEST_CASE("a later instance attaches to retained state and takes it over", "[gmg]") {
+  Fixture f;
+  auto first = f.add(4, 0);
+  for (OpId op : first.ops) REQUIRE(f.gmg.issue(op, 0, 0).ok());
+  // The decode step sees context 4, exactly what the first step retained.
+  auto second = f.add(1, 4, first.ops[1]);
+  CHECK(f.gmg.op(second.ops[1]).retained_bytes == 5 * 16);
+  // b of the first instance now has an unscheduled successor.
+  CHECK(sorted(f.gmg.scheduled_frontier()) == std::vector<OpId>{first.ops[1]});
+  REQUIRE(f.gmg.complete(first.ops[0], 5, 5).ok());
+  REQUIRE(f.gmg.complete(first.ops[1], 9, 4).ok());
+  CHECK(f.gmg.hbm(0).retained == 64);
+  REQUIRE(f.gmg.issue(second.ops[0], 0, 10).ok());
+  REQUIRE(f.gmg.issue(second.ops[1], 0, 10).ok());
+  CHECK(f.gmg.hbm(0).retained == 64 + 80);
+  REQUIRE(f.gmg.complete(second.ops[0], 12, 2).ok());
+  REQUIRE(f.gmg.complete(second.ops[1], 14, 2).ok());
+  CHECK(f.gmg.hbm(0).retained == 80);  // the old cache was handed over
+  auto again = f.gmg.instantiate({f.pipe, {{"tokens", 1}, {"context", 4}}, {{"kv", first.ops[1], true}}, 0, 0});
+  REQUIRE(!again.ok());
+  CHECK(again.status().message().find("is already attached by another instance") != std::string::npos);
+}
+
+TEST_CASE("misuse returns errors, never undefined behaviour", "[gmg][bad-input]") {
+  Fixture f;
+  auto inst = f.add(2, 0);
+  OpId a = inst.ops[0], b = inst.ops[1];
+  struct Case {
+    const char* name;
+    Status status;
+    const char* expect;
+  };
+  auto issue_b_first = f.gmg.issue(b, 0, 0);
+  CHECK(issue_b_first.message() == "issue: pipe#1/b has 1 unscheduled predecessor(s)");
+  auto unknown_accel = f.gmg.issue(a, 7, 0);
+  CHECK(unknown_accel.message() == "issue: pipe#1/a onto accelerator 7, which does not exist (cluster has 2)");
+  auto not_issued = f.gmg.complete(a, 5, 1);
+  CHECK(not_issued.message() == "complete: pipe#1/a is not issued");
+  REQUIRE(f.gmg.issue(a, 0, 3).ok());
+  CHECK(f.gmg.issue(a, 1, 4).message() == "issue: pipe#1/a is already issued");
+  CHECK(f.gmg.complete(a, 2, 1).message() == "complete: pipe#1/a done at 2 ns, before its issue at 3 ns");
+  CHECK(f.gmg.complete(a, 5, 9).message() == "complete: pipe#1/a measured 9 ns, expected 0..2 ns (issue to done)");
+  REQUIRE(f.gmg.complete(a, 5, 2).ok());
+  CHECK(f.gmg.complete(a, 6, 1).message() == "complete: pipe#1/a is already done");
+  CHECK(f.gmg.issue(999, 0, 0).message() == "issue: op #999 (not live)");
+  CHECK(f.gmg.release_retained(a).message() == "release_retained: pipe#1/a retains nothing");
+  CHECK(f.gmg.complete_transfer(a, b, 9).message() == "complete_transfer: pipe#1/b is not issued");
+}
+
+TEST_CASE("weights must be resident where an op is issued", "[gmg][bad-input]") {
+  auto reg = std::make_shared<TemplateRegistry>();
+  TemplateId pipe = reg->add(pipeline()).value();
+  Gmg gmg(reg, cluster(2));
+  REQUIRE(gmg.place_weights(pipe, "a", 1).ok());
+  auto inst = gmg.instantiate({pipe, {{"tokens", 1}, {"context", 0}}, {}, 0, 0}).value();
+  CHECK(gmg.issue(inst.ops[0], 0, 0).message() == "issue: the weights of pipe#1/a are not resident on accelerator a0");
+  CHECK(gmg.issue(inst.ops[0], 1, 0).ok());
+  CHECK(gmg.place_weights(pipe, "zzz", 1).message() == "template 'pipe' has no op 'zzz'");
+  CHECK(gmg.place_weights(pipe, 5).message() == "template 'pipe': no accelerator 5 (cluster has 2)");
+}
+
+TEST_CASE("instantiate refuses bad dims and ports and leaves the GMG unchanged", "[gmg][bad-input]") {
+  Fixture f;
+  auto first = f.add(4, 0);
+  auto check = [&](InstanceSpec spec, const std::string& expect) {
+    std::size_t live = f.gmg.live_count();
+    auto r = f.gmg.instantiate(spec);
+    REQUIRE(!r.ok());
+    CHECK(r.status().message() == expect);
+    CHECK(f.gmg.live_count() == live);
+  };
+  check({f.pipe, {{"tokens", 1}, {"ctx", 0}}, {}, 0, 0}, "template 'pipe' has no dim 'ctx' (its dims: tokens, context)");
+  check({f.pipe, {{"tokens", 1}}, {}, 0, 0}, "template 'pipe' op 'b' retained 'kv': dim 'context' is unbound");
+  check({f.pipe, {{"tokens", -1}, {"context", 0}}, {}, 0, 0}, "template 'pipe' op 'a' output: dim 'tokens' is negative (-1)");
+  check({f.pipe, {{"tokens", 1}, {"context", 3}}, {{"kv", first.ops[1], true}}, 0, 0},
+        "template 'pipe': port 'kv' expects [48] i8 but pipe#1/b retains [64] i8");
+  check({f.pipe, {{"tokens", 1}, {"context", 4}}, {{"nope", first.ops[1], true}}, 0, 0},
+        "template 'pipe' has no port 'nope'");
+  check({f.pipe, {{"tokens", 1}, {"context", 4}}, {{"kv", first.ops[0], true}}, 0, 0},
+        "template 'pipe': port 'kv' attaches to the retained state of pipe#1/a, which retains nothing");
+  check({f.pipe, {{"tokens", 1}, {"context", 4}}, {{"kv", 12345, true}}, 0, 0},
+        "template 'pipe': port 'kv' is bound to op #12345 (not live)");
+}
+
+TEST_CASE("a clone is independent of its original", "[gmg]") {
+  Fixture f;
+  auto inst = f.add(4, 0);
+  Gmg copy = f.gmg.clone();
+  REQUIRE(copy.issue(inst.ops[0], 1, 5).ok());
+  CHECK(copy.op(inst.ops[0]).state == OpState::kIssued);
+  CHECK(f.gmg.op(inst.ops[0]).state == OpState::kUnscheduled);
+  CHECK(f.gmg.issued_count() == 0);
+  CHECK(copy.issued_count() == 1);
+  CHECK(f.gmg.hbm(1).transient == 0);
+}
+
+TEST_CASE("retired slots are reused and frontiers stay consistent", "[gmg]") {
+  Fixture f;
+  for (int round = 0; round < 50; ++round) {
+    auto inst = f.add(1 + round % 3, 0);
+    for (OpId op : inst.ops) REQUIRE(f.gmg.issue(op, round % 2, round * 10).ok());
+    for (OpId op : inst.ops) REQUIRE(f.gmg.complete(op, round * 10 + 5, 1).ok());
+    REQUIRE(f.gmg.release_retained(inst.ops[1]).ok());
+    CHECK(f.gmg.retire() == 2);
+  }
+  CHECK(f.gmg.slot_count() == 2);
+  CHECK(f.gmg.live_count() == 0);
+  CHECK(f.gmg.unscheduled_frontier().empty());
+  CHECK(f.gmg.scheduled_frontier().empty());
+}

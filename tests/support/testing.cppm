@@ -1,0 +1,49 @@
+// Small builders shared by the tests: clusters, templates and estimators
+// with exact, hand-checkable numbers.
+module;
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+export module slicesched.testing;
+export import slicesched.core;
+
+export namespace slicesched::testing {
+
+inline constexpr std::int64_t kGiB = 1ll << 30;
+
+// `n` accelerators "a0".."a{n-1}" of type "gpu" with `hbm` bytes each, all
+// linked by one class.
+inline std::shared_ptr<AcceleratorSet> cluster(int n, std::int64_t hbm = 80 * kGiB) {
+  auto set = std::make_shared<AcceleratorSet>();
+  (void)set->add_link_class("nvlink", 1e9, 0.0);
+  for (int i = 0; i < n; ++i) (void)set->add("a" + std::to_string(i), "gpu", hbm);
+  return set;
+}
+
+// A one-op template "name": output [bytes] i8, one feature (1) whose prior
+// coefficient is `seconds`, so its predicted time is exactly `seconds`.
+// `inputs` are port names (each [in_bytes] i8) the op reads.
+inline GraphTemplate unit_op(const std::string& name, double seconds, std::int64_t out_bytes,
+                             std::vector<std::string> ports = {}, std::int64_t in_bytes = 0) {
+  TemplateBuilder b(name);
+  for (const auto& p : ports) b.port(p, {{Expr::constant(in_bytes)}, DType::kI8});
+  auto op = b.op("op");
+  for (const auto& p : ports) op.input(p);
+  op.output({{Expr::constant(out_bytes)}, DType::kI8}).features({Expr::constant(1)}).prior({seconds});
+  return std::move(b).build().value();
+}
+
+// Estimators whose predictions are the template priors and, for transfers,
+// exactly `sec_per_byte` * bytes.
+inline EstimatorSet estimators(const TemplateRegistry& reg, double sec_per_byte = 1e-9) {
+  EstimatorSet est;
+  for (TemplateId t = 0; t < reg.size(); ++t)
+    for (const auto& op : reg.get(t).ops())
+      if (!op.prior.empty()) (void)est.set_op_prior(op.kind, op.prior);
+  (void)est.set_default_transfer_prior(sec_per_byte, 0.0);
+  return est;
+}
+
+}  // namespace slicesched::testing
