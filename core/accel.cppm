@@ -39,20 +39,20 @@ class AcceleratorSet {
   // Sets the link class of the unordered pair (a, b).
   Status link(AccelId a, AccelId b, LinkClassId cls);
 
-  std::size_t size() const { return accels_.size(); }
-  bool contains(AccelId a) const { return a < accels_.size(); }
-  const AcceleratorSpec& operator[](AccelId a) const { return accels_[a]; }
-  AccelTypeId type(AccelId a) const { return accels_[a].type; }
-  std::int64_t hbm_bytes(AccelId a) const { return accels_[a].hbm_bytes; }
-  const std::string& type_name(AccelTypeId t) const { return types_[t]; }
-  std::size_t type_count() const { return types_.size(); }
+  inline std::size_t size() const { return accels_.size(); }
+  inline bool contains(AccelId a) const { return a < accels_.size(); }
+  inline const AcceleratorSpec& operator[](AccelId a) const { return accels_[a]; }
+  inline AccelTypeId type(AccelId a) const { return accels_[a].type; }
+  inline std::int64_t hbm_bytes(AccelId a) const { return accels_[a].hbm_bytes; }
+  inline const std::string& type_name(AccelTypeId t) const { return types_[t]; }
+  inline std::size_t type_count() const { return types_.size(); }
   int find(std::string_view name) const;
 
   // Link class of the pair; the default class when none was set. Requires
   // at least one link class.
   LinkClassId link_class(AccelId a, AccelId b) const;
-  const LinkClass& link(LinkClassId id) const { return links_[id]; }
-  std::size_t link_class_count() const { return links_.size(); }
+  inline const LinkClass& link(LinkClassId id) const { return links_[id]; }
+  inline std::size_t link_class_count() const { return links_.size(); }
 
  private:
   std::vector<AcceleratorSpec> accels_;

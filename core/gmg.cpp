@@ -139,6 +139,8 @@ Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
   if (spec.tmpl >= templates_->size()) return NotFound("no template with id " + std::to_string(spec.tmpl));
   const GraphTemplate& t = templates_->get(spec.tmpl);
   const std::string where = "template '" + t.name() + "'";
+  if (spec.priority < -32768 || spec.priority > 32767)
+    return InvalidArgument(where + ": priority " + std::to_string(spec.priority) + " is outside [-32768, 32767]");
 
   Binding binding(t.dims().size());
   for (const auto& [name, value] : spec.dims) {

@@ -84,7 +84,7 @@ struct InstanceSpec {
   TemplateId tmpl = 0;
   std::vector<std::pair<std::string, std::int64_t>> dims;
   std::vector<PortBinding> ports;
-  std::int32_t priority = 0;
+  std::int32_t priority = 0;  // higher runs first; within [-32768, 32767]
   std::uint32_t tenant = 0;
 };
 
@@ -98,15 +98,15 @@ struct HbmUsage {
   std::int64_t weights = 0;
   std::int64_t retained = 0;
   std::int64_t transient = 0;  // outputs, workspaces and received copies
-  std::int64_t total() const { return weights + retained + transient; }
+  inline std::int64_t total() const { return weights + retained + transient; }
 };
 
 class Gmg {
  public:
   Gmg(std::shared_ptr<const TemplateRegistry> templates, std::shared_ptr<const AcceleratorSet> accels);
 
-  const TemplateRegistry& templates() const { return *templates_; }
-  const AcceleratorSet& accels() const { return *accels_; }
+  inline const TemplateRegistry& templates() const { return *templates_; }
+  inline const AcceleratorSet& accels() const { return *accels_; }
 
   // Makes the weights of every operator of `tmpl` resident on `accel` (or of
   // one operator, by name). Issuing an operator that has weights onto an
@@ -132,25 +132,25 @@ class Gmg {
   // Removes done operators nobody references any more; returns how many.
   std::size_t retire();
 
-  Gmg clone() const { return *this; }
+  inline Gmg clone() const { return *this; }
 
   // ---- read access (also used to build simulator snapshots) ----
-  Nanos now() const { return now_; }
-  void advance_clock(Nanos t) { if (t > now_) now_ = t; }
-  bool contains(OpId op) const { return op < ops_.size() && ops_[op].live; }
-  const OpRecord& op(OpId id) const { return ops_[id]; }
-  std::span<const double> features(OpId id) const {
+  inline Nanos now() const { return now_; }
+  inline void advance_clock(Nanos t) { if (t > now_) now_ = t; }
+  inline bool contains(OpId op) const { return op < ops_.size() && ops_[op].live; }
+  inline const OpRecord& op(OpId id) const { return ops_[id]; }
+  inline std::span<const double> features(OpId id) const {
     return {features_[id].data(), ops_[id].feature_count};
   }
-  const Edge& edge(std::uint32_t e) const { return edges_[e]; }
-  std::size_t slot_count() const { return ops_.size(); }  // OpIds are < slot_count()
-  std::size_t live_count() const { return live_; }
-  std::size_t issued_count() const { return issued_; }
-  std::span<const OpId> unscheduled_frontier() const { return frontier_u_; }
-  std::span<const OpId> scheduled_frontier() const { return frontier_s_; }
-  const HbmUsage& hbm(AccelId a) const { return hbm_[a]; }
+  inline const Edge& edge(std::uint32_t e) const { return edges_[e]; }
+  inline std::size_t slot_count() const { return ops_.size(); }  // OpIds are < slot_count()
+  inline std::size_t live_count() const { return live_; }
+  inline std::size_t issued_count() const { return issued_; }
+  inline std::span<const OpId> unscheduled_frontier() const { return frontier_u_; }
+  inline std::span<const OpId> scheduled_frontier() const { return frontier_s_; }
+  inline const HbmUsage& hbm(AccelId a) const { return hbm_[a]; }
   // Latest completion time seen on each accelerator (-1: none yet).
-  Nanos last_done(AccelId a) const { return last_done_[a]; }
+  inline Nanos last_done(AccelId a) const { return last_done_[a]; }
   std::string op_name(OpId id) const;
 
  private:

@@ -24,29 +24,29 @@ struct Event {
 // A min-heap of events. Not thread-safe; one per simulation.
 class EventQueue {
  public:
-  void clear() {
+  inline void clear() {
     heap_.clear();
     next_seq_ = 0;
   }
-  void reserve(std::size_t n) { heap_.reserve(n); }
-  void push(Nanos t, std::uint32_t kind, std::uint32_t id) {
+  inline void reserve(std::size_t n) { heap_.reserve(n); }
+  inline void push(Nanos t, std::uint32_t kind, std::uint32_t id) {
     heap_.push_back({t, next_seq_++, kind, id});
     std::push_heap(heap_.begin(), heap_.end(), later);
   }
-  bool empty() const { return heap_.empty(); }
-  const Event& top() const { return heap_.front(); }
-  Event pop() {
+  inline bool empty() const { return heap_.empty(); }
+  inline const Event& top() const { return heap_.front(); }
+  inline Event pop() {
     std::pop_heap(heap_.begin(), heap_.end(), later);
     Event e = heap_.back();
     heap_.pop_back();
     return e;
   }
-  std::size_t size() const { return heap_.size(); }
+  inline std::size_t size() const { return heap_.size(); }
 
  private:
   // The single definition of event order (std heaps want "less", so this
   // says which event comes later).
-  static bool later(const Event& a, const Event& b) { return a.t != b.t ? a.t > b.t : a.seq > b.seq; }
+  inline static bool later(const Event& a, const Event& b) { return a.t != b.t ? a.t > b.t : a.seq > b.seq; }
   std::vector<Event> heap_;
   std::uint64_t next_seq_ = 0;
 };

@@ -1,6 +1,5 @@
 module;
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -13,16 +12,23 @@ namespace {
 
 enum EventKind : std::uint32_t { kReady, kOpFinish, kTransferReady, kTransferFinish, kWake };
 
-// Higher priority first, then earlier issue: "less" for a max-heap means
-// "runs later".
+// Queue order as one integer: higher priority first (priorities are int16,
+// checked at instantiate), then earlier issue (48 bits of issue sequence).
+inline std::uint64_t queue_key(std::int32_t priority, std::uint64_t seq) {
+  const auto rank = static_cast<std::uint64_t>(32767 - std::clamp(priority, -32768, 32767));
+  return rank << 48 | (seq & ((std::uint64_t{1} << 48) - 1));
+}
+
+// std heaps are max-heaps over "less"; "runs later" makes the top the next to run.
 struct RunsLater {
   template <typename E>
   bool operator()(const E& a, const E& b) const {
-    return a.neg_priority != b.neg_priority ? a.neg_priority > b.neg_priority : a.seq > b.seq;
+    return a.key > b.key;
   }
 };
 
-Nanos to_nanos(double seconds) { return seconds > 0 ? static_cast<Nanos>(std::llround(seconds * 1e9)) : 0; }
+// Round to the nearest ns (predictions are never negative).
+inline Nanos to_nanos(double seconds) { return seconds > 0 ? static_cast<Nanos>(seconds * 1e9 + 0.5) : 0; }
 
 }  // namespace
 
@@ -48,8 +54,6 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
   stopped_ = false;
 
   r_.ops.clear();
-  r_.start.clear();
-  r_.finish.clear();
   r_.index_of.assign(slots, kNotSimulated);
   r_.busy.assign(n_acc, 0);
   r_.transfers.clear();
@@ -67,35 +71,36 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
   }
 
   // Pass 1: simulated nodes (issued ops) first, so node index == result index.
-  node_of_.assign(slots, kNotSimulated);
-  nodes_.clear();
+  accel_.clear();
+  key_.clear();
+  dur_.clear();
+  ready_t_.clear();
+  bytes_.clear();
+  flags_.clear();
   for (OpId id = 0; id < slots; ++id) {
     const OpRecord& op = gmg.op(id);
     if (!op.live) continue;
     if (op.state == OpState::kIssued) {
-      node_of_[id] = static_cast<std::uint32_t>(nodes_.size());
-      r_.index_of[id] = node_of_[id];
+      r_.index_of[id] = static_cast<std::uint32_t>(r_.ops.size());
       r_.ops.push_back(id);
-      Node nd{};
-      nd.accel = op.accel;
-      nd.neg_priority = -op.priority;
-      nd.seq = op.issue_seq;
-      nd.dur = to_nanos(est.predict_op(op.kind, accels.type(op.accel), gmg.features(id)));
-      nd.ready = op.issue_t;
-      nd.out_bytes = op.out_bytes;
-      nd.ws_bytes = op.workspace_bytes;
-      nd.ret_bytes = op.retained_bytes;
-      nd.keep_output = op.unscheduled_succs > 0;
-      nodes_.push_back(nd);
+      accel_.push_back(op.accel);
+      key_.push_back(queue_key(op.priority, op.issue_seq));
+      dur_.push_back(to_nanos(est.predict_op(op.kind, accels.type(op.accel), gmg.features(id))));
+      ready_t_.push_back(op.issue_t);
+      bytes_.push_back({op.out_bytes, op.workspace_bytes, op.retained_bytes});
+      flags_.push_back(op.unscheduled_succs > 0 ? kKeepOutput : 0);
     } else if (op.state == OpState::kDone) {
       // Resident at the snapshot: held outputs and retained state.
       if (op.output_held) used_[op.accel] += op.out_bytes;
       if (op.retained_held) used_[op.accel] += op.retained_bytes;
     }
   }
-  const std::uint32_t n_sim = static_cast<std::uint32_t>(nodes_.size());
-  r_.start.assign(n_sim, -1);
-  r_.finish.assign(n_sim, -1);
+  n_sim_ = static_cast<std::uint32_t>(r_.ops.size());
+  node_of_ = r_.index_of;  // ghosts are added below
+  r_.start.assign(n_sim_, -1);
+  r_.finish.assign(n_sim_, -1);
+  pending_.assign(n_sim_, 0);
+  consumers_.assign(n_sim_, 0);
 
   // Pass 2: in-edges of simulated nodes, grouped by destination; done
   // producers become ghost nodes (memory bookkeeping only).
@@ -103,61 +108,64 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
   transfers_.clear();
   pending_transfers_.clear();
   events_.clear();
-  for (std::uint32_t i = 0; i < n_sim; ++i) {
-    const OpRecord& op = gmg.op(r_.ops[i]);
-    nodes_[i].in_begin = static_cast<std::uint32_t>(edges_.size());
-    for (std::uint32_t e = op.first_in; e != kNoEdge; e = gmg.edge(e).next_in) {
+  in_begin_.resize(n_sim_ + 1);
+  for (std::uint32_t i = 0; i < n_sim_; ++i) {
+    in_begin_[i] = static_cast<std::uint32_t>(edges_.size());
+    const AccelId here = accel_[i];
+    for (std::uint32_t e = gmg.op(r_.ops[i]).first_in; e != kNoEdge;) {
       const Edge& ge = gmg.edge(e);
-      const OpRecord& src = gmg.op(ge.src);
+      e = ge.next_in;
       std::uint32_t s = node_of_[ge.src];
-      if (s == kNotSimulated) {  // a done producer, first seen
-        s = static_cast<std::uint32_t>(nodes_.size());
-        node_of_[ge.src] = s;
-        Node g{};
-        g.accel = src.accel;
-        g.out_bytes = src.out_bytes;
-        g.ret_bytes = src.retained_bytes;
-        g.keep_output = src.unscheduled_succs > 0;
-        g.output_held = src.output_held;
-        g.retained_held = src.retained_held;
-        g.ghost = true;
-        nodes_.push_back(g);
+      if (s < n_sim_) {  // finishes inside the simulation
+        edges_.push_back({s, i, ge.bytes, accel_[s] != here, ge.retained});
+        ++consumers_[s];
+        ++pending_[i];
+        continue;
       }
-      const bool remote = src.accel != op.accel;
+      const OpRecord& src = gmg.op(ge.src);  // a done producer
+      if (s == kNotSimulated) {
+        s = static_cast<std::uint32_t>(accel_.size());
+        node_of_[ge.src] = s;
+        accel_.push_back(src.accel);
+        bytes_.push_back({src.out_bytes, 0, src.retained_bytes});
+        flags_.push_back(static_cast<std::uint8_t>((src.unscheduled_succs > 0 ? kKeepOutput : 0) |
+                                                   (src.output_held ? kOutputHeld : 0) |
+                                                   (src.retained_held ? kRetainedHeld : 0)));
+        consumers_.push_back(0);
+      }
+      const bool remote = src.accel != here;
       edges_.push_back({s, i, ge.bytes, remote, ge.retained});
-      ++nodes_[s].consumers;
-      Node& dst = nodes_[i];
-      if (s < n_sim) {
-        ++dst.pending;  // finishes inside the simulation
-      } else if (!remote) {
-        dst.ready = std::max(dst.ready, src.done_t);
+      ++consumers_[s];
+      if (!remote) {
+        ready_t_[i] = std::max(ready_t_[i], src.done_t);
       } else if (ge.arrived >= 0) {
-        dst.ready = std::max(dst.ready, ge.arrived);
-        used_[op.accel] += ge.bytes;  // the landed copy is resident
+        ready_t_[i] = std::max(ready_t_[i], ge.arrived);
+        used_[here] += ge.bytes;  // the landed copy is resident
       } else {
-        ++dst.pending;  // a transfer from a done producer, still to simulate
-        auto edge_index = static_cast<std::uint32_t>(edges_.size() - 1);
-        transfers_.push_back({edge_index, to_nanos(est.predict_transfer(src.accel, op.accel, ge.bytes))});
+        ++pending_[i];  // a transfer from a done producer, still to simulate
+        transfers_.push_back({static_cast<std::uint32_t>(edges_.size() - 1),
+                              to_nanos(est.predict_transfer(src.accel, here, ge.bytes))});
         events_.push(src.done_t, kTransferReady, static_cast<std::uint32_t>(transfers_.size() - 1));
       }
     }
-    nodes_[i].in_end = static_cast<std::uint32_t>(edges_.size());
   }
+  in_begin_[n_sim_] = static_cast<std::uint32_t>(edges_.size());
 
-  // Out-edge CSR over all nodes.
-  for (auto& nd : nodes_) nd.out_begin = nd.out_end = 0;
-  for (const auto& e : edges_) ++nodes_[e.src].out_end;  // counts first
-  std::uint32_t acc = 0;
-  for (auto& nd : nodes_) {
-    nd.out_begin = acc;
-    acc += nd.out_end;
-    nd.out_end = nd.out_begin;
-  }
+  // Out-edge CSR over all nodes (counting sort by source).
+  const std::size_t n_nodes = accel_.size();
+  out_begin_.assign(n_nodes + 1, 0);
+  for (const auto& e : edges_) ++out_begin_[e.src + 1];
+  for (std::size_t k = 0; k < n_nodes; ++k) out_begin_[k + 1] += out_begin_[k];
   out_refs_.resize(edges_.size());
-  for (std::uint32_t e = 0; e < edges_.size(); ++e) out_refs_[nodes_[edges_[e].src].out_end++] = e;
+  {
+    std::vector<std::uint32_t>& cursor = pending_transfers_;  // scratch, empty again below
+    cursor.assign(out_begin_.begin(), out_begin_.end() - 1);
+    for (std::uint32_t e = 0; e < edges_.size(); ++e) out_refs_[cursor[edges_[e].src]++] = e;
+    cursor.clear();
+  }
 
-  for (std::uint32_t i = 0; i < n_sim; ++i)
-    if (nodes_[i].pending == 0) events_.push(nodes_[i].ready, kReady, i);
+  for (std::uint32_t i = 0; i < n_sim_; ++i)
+    if (pending_[i] == 0) events_.push(ready_t_[i], kReady, i);
 
   ready_.resize(n_acc);
   for (auto& h : ready_) h.clear();
@@ -187,65 +195,61 @@ void GlobalSimulator::free(AccelId a, std::int64_t bytes, Nanos t) {
 
 void GlobalSimulator::release_input(std::uint32_t e, Nanos t) {
   const SimEdge& edge = edges_[e];
-  Node& p = nodes_[edge.src];
-  if (edge.remote) free(nodes_[edge.dst].accel, edge.bytes, t);
-  if (edge.retained && p.retained_held) {
-    p.retained_held = false;  // taken over by the consumer
-    free(p.accel, p.ret_bytes, t);
+  const std::uint32_t p = edge.src;
+  if (edge.remote) free(accel_[edge.dst], edge.bytes, t);
+  if (edge.retained && (flags_[p] & kRetainedHeld)) {
+    flags_[p] &= static_cast<std::uint8_t>(~kRetainedHeld);  // taken over by the consumer
+    free(accel_[p], bytes_[p].ret, t);
   }
-  if (--p.consumers == 0 && !p.keep_output && p.output_held) {
-    p.output_held = false;
-    free(p.accel, p.out_bytes, t);
+  if (--consumers_[p] == 0 && (flags_[p] & (kKeepOutput | kOutputHeld)) == kOutputHeld) {
+    flags_[p] &= static_cast<std::uint8_t>(~kOutputHeld);
+    free(accel_[p], bytes_[p].out, t);
   }
+}
+
+void GlobalSimulator::make_ready(std::uint32_t i) {
+  auto& heap = ready_[accel_[i]];
+  heap.push_back({key_[i], i});
+  std::push_heap(heap.begin(), heap.end(), RunsLater{});
+  mark_dirty(accel_[i]);
 }
 
 void GlobalSimulator::on_input_ready(std::uint32_t i, Nanos t) {
-  Node& nd = nodes_[i];
-  if (--nd.pending != 0) return;
-  if (nd.ready > t) {  // issued after its inputs were done
-    events_.push(nd.ready, kReady, i);
+  if (--pending_[i] != 0) return;
+  if (ready_t_[i] > t) {  // issued after its inputs were done
+    events_.push(ready_t_[i], kReady, i);
     return;
   }
-  ready_[nd.accel].push_back({nd.neg_priority, nd.seq, i});
-  std::push_heap(ready_[nd.accel].begin(), ready_[nd.accel].end(), RunsLater{});
-  if (!dirty_flag_[nd.accel]) {
-    dirty_flag_[nd.accel] = 1;
-    dirty_.push_back(nd.accel);
-  }
+  make_ready(i);
 }
 
 void GlobalSimulator::on_op_finish(std::uint32_t i, Nanos t) {
-  Node& nd = nodes_[i];
-  const AccelId a = nd.accel;
+  const AccelId a = accel_[i];
   running_[a] = kNotSimulated;
-  if (!dirty_flag_[a]) {
-    dirty_flag_[a] = 1;
-    dirty_.push_back(a);
-  }
+  mark_dirty(a);
   r_.finish[i] = t;
   r_.busy[a] += t - r_.start[i];
   ++r_.finished;
-  free(a, nd.ws_bytes, t);
-  for (std::uint32_t e = nd.in_begin; e < nd.in_end; ++e) release_input(e, t);
-  if (nd.consumers == 0 && !nd.keep_output) {
-    nd.output_held = false;
-    free(a, nd.out_bytes, t);
+  free(a, bytes_[i].ws, t);
+  for (std::uint32_t e = in_begin_[i]; e < in_begin_[i + 1]; ++e) release_input(e, t);
+  if (consumers_[i] == 0 && !(flags_[i] & kKeepOutput)) {
+    flags_[i] &= static_cast<std::uint8_t>(~kOutputHeld);
+    free(a, bytes_[i].out, t);
   }
-  for (std::uint32_t k = nd.out_begin; k < nd.out_end; ++k) {
-    std::uint32_t e = out_refs_[k];
-    const SimEdge& edge = edges_[e];
-    if (edge.remote) {
-      transfers_.push_back({e, 0});  // duration set when it starts
+  for (std::uint32_t k = out_begin_[i]; k < out_begin_[i + 1]; ++k) {
+    const std::uint32_t e = out_refs_[k];
+    if (edges_[e].remote) {
+      transfers_.push_back({e, -1});  // duration predicted when it starts
       pending_transfers_.push_back(static_cast<std::uint32_t>(transfers_.size() - 1));
     } else {
-      on_input_ready(edge.dst, t);
+      on_input_ready(edges_[e].dst, t);
     }
   }
 }
 
 void GlobalSimulator::start_transfer(std::uint32_t x, Nanos t) {
   const SimEdge& edge = edges_[transfers_[x].edge];
-  const AccelId from = nodes_[edge.src].accel, to = nodes_[edge.dst].accel;
+  const AccelId from = accel_[edge.src], to = accel_[edge.dst];
   if (used_[to] + edge.bytes > cap_[to] && !r_.oom) {
     r_.oom = OomEvent{t, to, r_.ops[edge.dst], true, used_[to] + edge.bytes, cap_[to]};
     if (stop_at_oom_) stopped_ = true;
@@ -253,18 +257,65 @@ void GlobalSimulator::start_transfer(std::uint32_t x, Nanos t) {
   alloc(to, edge.bytes, t);  // Recv allocates before Send moves
   send_busy_[from] = 1;
   recv_busy_[to] = 1;
-  Nanos finish = std::max(t + transfers_[x].dur, now_);
+  const Nanos finish = std::max(t + transfers_[x].dur, now_);
   events_.push(finish, kTransferFinish, x);
   if (record_transfers_) {
-    OpId src_op = edge.src < r_.ops.size() ? r_.ops[edge.src] : kNoOp;
+    OpId src_op = edge.src < n_sim_ ? r_.ops[edge.src] : kNoOp;
+    if (src_op == kNoOp)  // a ghost: find its OpId (rare, only when recording)
+      for (OpId id = 0; id < node_of_.size(); ++id)
+        if (node_of_[id] == edge.src) src_op = id;
     r_.transfers.push_back({src_op, r_.ops[edge.dst], from, to, edge.bytes, t, finish});
   }
 }
 
-void GlobalSimulator::advance(const Gmg& gmg, const EstimatorSet& est, const SimOptions& opt) {
+// Starts the next operator on every accelerator whose queue changed.
+void GlobalSimulator::dispatch(Nanos t) {
+  for (AccelId a : dirty_) {
+    dirty_flag_[a] = 0;
+    if (running_[a] != kNotSimulated || ready_[a].empty()) continue;
+    if (t < free_at_[a]) {  // still busy with work the GMG already saw finish
+      events_.push(free_at_[a], kWake, a);
+      continue;
+    }
+    auto& heap = ready_[a];
+    std::pop_heap(heap.begin(), heap.end(), RunsLater{});
+    const std::uint32_t i = heap.back().node;
+    heap.pop_back();
+    const std::int64_t need = bytes_[i].out + bytes_[i].ws + bytes_[i].ret;
+    if (used_[a] + need > cap_[a] && !r_.oom) {
+      r_.oom = OomEvent{t, a, r_.ops[i], false, used_[a] + need, cap_[a]};
+      if (stop_at_oom_) stopped_ = true;
+    }
+    alloc(a, need, t);
+    flags_[i] |= static_cast<std::uint8_t>(kOutputHeld | (bytes_[i].ret > 0 ? kRetainedHeld : 0));
+    running_[a] = i;
+    r_.start[i] = t;
+    events_.push(std::max(t + dur_[i], now_), kOpFinish, i);
+  }
+  dirty_.clear();
+}
+
+// The arbiter's rule: oldest intent first, one transfer per source and per
+// destination at a time.
+void GlobalSimulator::arbitrate(const EstimatorSet& est, Nanos t) {
+  std::size_t keep = 0;
+  for (std::size_t k = 0; k < pending_transfers_.size(); ++k) {
+    const std::uint32_t x = pending_transfers_[k];
+    const SimEdge& edge = edges_[transfers_[x].edge];
+    const AccelId from = accel_[edge.src], to = accel_[edge.dst];
+    if (send_busy_[from] || recv_busy_[to]) {
+      pending_transfers_[keep++] = x;
+      continue;
+    }
+    if (transfers_[x].dur < 0) transfers_[x].dur = to_nanos(est.predict_transfer(from, to, edge.bytes));
+    start_transfer(x, t);
+  }
+  pending_transfers_.resize(keep);
+}
+
+void GlobalSimulator::advance(const Gmg&, const EstimatorSet& est, const SimOptions& opt) {
   const Nanos horizon_end = opt.horizon >= 0 ? now_ + opt.horizon : -1;
   bool first = true;
-  bool transfers_dirty = false;
   while (!events_.empty() && !stopped_) {
     const Nanos t = events_.top().t;
     if (horizon_end >= 0 && t > horizon_end) break;
@@ -273,91 +324,36 @@ void GlobalSimulator::advance(const Gmg& gmg, const EstimatorSet& est, const Sim
       first = false;
     }
     r_.end = t;
+    bool transfers_changed = false;
+    // Every event at time t is applied before anything starts at t, so a
+    // queue choosing its next operator sees everything that became ready.
     while (!events_.empty() && events_.top().t == t) {
-      Event ev = events_.pop();
+      const Event ev = events_.pop();
       switch (ev.kind) {
-        case kReady: {
-          Node& nd = nodes_[ev.id];
-          ready_[nd.accel].push_back({nd.neg_priority, nd.seq, ev.id});
-          std::push_heap(ready_[nd.accel].begin(), ready_[nd.accel].end(), RunsLater{});
-          if (!dirty_flag_[nd.accel]) {
-            dirty_flag_[nd.accel] = 1;
-            dirty_.push_back(nd.accel);
-          }
-          break;
-        }
+        case kReady: make_ready(ev.id); break;
         case kOpFinish:
           on_op_finish(ev.id, t);
-          transfers_dirty = true;
+          transfers_changed = true;
           break;
         case kTransferReady:
           pending_transfers_.push_back(ev.id);
-          transfers_dirty = true;
+          transfers_changed = true;
           break;
         case kTransferFinish: {
           const SimEdge& edge = edges_[transfers_[ev.id].edge];
-          send_busy_[nodes_[edge.src].accel] = 0;
-          recv_busy_[nodes_[edge.dst].accel] = 0;
-          transfers_dirty = true;
+          send_busy_[accel_[edge.src]] = 0;
+          recv_busy_[accel_[edge.dst]] = 0;
+          transfers_changed = true;
           on_input_ready(edge.dst, t);
           break;
         }
-        case kWake:
-          if (!dirty_flag_[ev.id]) {
-            dirty_flag_[ev.id] = 1;
-            dirty_.push_back(ev.id);
-          }
-          break;
+        case kWake: mark_dirty(ev.id); break;
       }
     }
-
-    // Start work on every accelerator whose queue changed.
-    for (AccelId a : dirty_) {
-      dirty_flag_[a] = 0;
-      if (running_[a] != kNotSimulated || ready_[a].empty()) continue;
-      if (t < free_at_[a]) {  // still busy with work the GMG already saw finish
-        events_.push(free_at_[a], kWake, a);
-        continue;
-      }
-      std::pop_heap(ready_[a].begin(), ready_[a].end(), RunsLater{});
-      const std::uint32_t i = ready_[a].back().node;
-      ready_[a].pop_back();
-      Node& nd = nodes_[i];
-      const std::int64_t need = nd.out_bytes + nd.ws_bytes + nd.ret_bytes;
-      if (used_[a] + need > cap_[a] && !r_.oom) {
-        r_.oom = OomEvent{t, a, r_.ops[i], false, used_[a] + need, cap_[a]};
-        if (stop_at_oom_) stopped_ = true;
-      }
-      alloc(a, need, t);
-      nd.output_held = true;
-      nd.retained_held = nd.ret_bytes > 0;
-      running_[a] = i;
-      r_.start[i] = t;
-      events_.push(std::max(t + nd.dur, now_), kOpFinish, i);
-    }
-    dirty_.clear();
-
-    // Arbitration: oldest intent first, one transfer per source and per
-    // destination at a time.
-    if (transfers_dirty && !pending_transfers_.empty()) {
-      std::size_t keep = 0;
-      for (std::size_t k = 0; k < pending_transfers_.size(); ++k) {
-        std::uint32_t x = pending_transfers_[k];
-        const SimEdge& edge = edges_[transfers_[x].edge];
-        const AccelId from = nodes_[edge.src].accel, to = nodes_[edge.dst].accel;
-        if (send_busy_[from] || recv_busy_[to]) {
-          pending_transfers_[keep++] = x;
-          continue;
-        }
-        if (transfers_[x].dur == 0) transfers_[x].dur = to_nanos(est.predict_transfer(from, to, edge.bytes));
-        start_transfer(x, t);
-      }
-      pending_transfers_.resize(keep);
-    }
-    transfers_dirty = false;
+    dispatch(t);
+    if (transfers_changed && !pending_transfers_.empty()) arbitrate(est, t);
   }
   r_.hbm_end = used_;
-  (void)gmg;
 }
 
 }  // namespace slicesched

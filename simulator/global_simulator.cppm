@@ -88,21 +88,17 @@ class GlobalSimulator {
   void on_op_finish(std::uint32_t i, Nanos t);
   void on_input_ready(std::uint32_t i, Nanos t);
   void start_transfer(std::uint32_t x, Nanos t);
+  void dispatch(Nanos t);
+  void arbitrate(const EstimatorSet& est, Nanos t);
 
-  struct Node {  // an issued operator (simulated) or a done producer (ghost)
-    AccelId accel;
-    std::int32_t neg_priority;
-    std::uint64_t seq;
-    Nanos dur;
-    Nanos ready;
-    std::uint32_t pending;      // unmet inputs
-    std::uint32_t consumers;    // consumers not yet done (keeps the output)
-    std::uint32_t in_begin, in_end, out_begin, out_end;  // CSR ranges into edges_
-    std::int64_t out_bytes, ws_bytes, ret_bytes;
-    bool keep_output;           // an unscheduled successor will read it
-    bool output_held;
-    bool retained_held;
-    bool ghost;
+  SimulationResult r_;
+
+  // Structure of arrays over nodes: the event loop touches only the hot
+  // columns. Nodes [0, n_sim) are issued operators (simulated); the rest are
+  // done producers they read ("ghosts", memory bookkeeping only).
+  enum Flag : std::uint8_t { kKeepOutput = 1, kOutputHeld = 2, kRetainedHeld = 4 };
+  struct Bytes {
+    std::int64_t out, ws, ret;
   };
   struct SimEdge {
     std::uint32_t src, dst;  // node indices
@@ -110,20 +106,33 @@ class GlobalSimulator {
     bool remote, retained;
   };
   struct ReadyEntry {
-    std::int32_t neg_priority;
-    std::uint64_t seq;
+    std::uint64_t key;  // queue order: priority, then issue order
     std::uint32_t node;
   };
   struct Transfer {
     std::uint32_t edge;
     Nanos dur;
   };
+  inline void mark_dirty(AccelId a) {
+    if (!dirty_flag_[a]) {
+      dirty_flag_[a] = 1;
+      dirty_.push_back(a);
+    }
+  }
+  void make_ready(std::uint32_t i);
 
-  SimulationResult r_;
-  std::vector<Node> nodes_;
+  std::uint32_t n_sim_ = 0;
+  std::vector<AccelId> accel_;
+  std::vector<std::uint64_t> key_;
+  std::vector<Nanos> dur_, ready_t_;
+  std::vector<std::uint32_t> pending_, consumers_;
+  std::vector<std::uint32_t> in_begin_;   // n_sim + 1: in-edges of node i are [in_begin_[i], in_begin_[i+1])
+  std::vector<std::uint32_t> out_begin_;  // nodes + 1, into out_refs_
+  std::vector<Bytes> bytes_;
+  std::vector<std::uint8_t> flags_;
   std::vector<std::uint32_t> node_of_;  // OpId -> node
-  std::vector<SimEdge> edges_;          // in-edges grouped by dst, then out-edge refs
-  std::vector<std::uint32_t> out_refs_;  // CSR of out-edges: indices into edges_
+  std::vector<SimEdge> edges_;          // in-edges grouped by destination
+  std::vector<std::uint32_t> out_refs_;  // out-edges grouped by source: indices into edges_
   std::vector<std::vector<ReadyEntry>> ready_;  // per accelerator, a heap
   std::vector<std::uint32_t> running_;   // per accelerator, node or kNotSimulated
   std::vector<Nanos> free_at_;           // per accelerator: not before its last known completion
@@ -133,7 +142,6 @@ class GlobalSimulator {
   std::vector<Transfer> transfers_;
   std::vector<std::uint32_t> pending_transfers_;  // in intent order
   std::vector<std::uint8_t> send_busy_, recv_busy_;
-  std::vector<std::uint32_t> transfer_index_;  // edge -> record index when recorded
   EventQueue events_;
   Nanos now_ = 0;
   bool record_hbm_ = false, record_transfers_ = false, stop_at_oom_ = true, stopped_ = false;
