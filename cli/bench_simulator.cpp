@@ -1,13 +1,12 @@
 // `slicesched bench simulator`: simulated operators per millisecond on one
 // thread, snapshot build included, for a Llama-3-8B-shaped workload.
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -144,16 +143,21 @@ int bench_simulator(const BenchSimulatorOptions& opt) {
     j["heap_step_ns"] = heap_ns;
     j["ns_per_op_in_heap_steps"] = 1e6 / head->ops_per_ms / heap_ns;
     for (const Row& r : rows)
-      j["rows"].push_back({{"accelerators", r.accelerators}, {"ops", r.ops}, {"transfers", r.transfers},
-                           {"sim_ms", r.sim_ms}, {"ops_per_ms", r.ops_per_ms}, {"clone_ms", r.clone_ms}});
+      j["rows"].push_back({{"accelerators", r.accelerators},
+                           {"ops", r.ops},
+                           {"transfers", r.transfers},
+                           {"sim_ms", r.sim_ms},
+                           {"ops_per_ms", r.ops_per_ms},
+                           {"clone_ms", r.clone_ms}});
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("\nheadline (N=%d, K=%lld): %.0f ops/ms (target >= 25,000; paper 176.8)\n", head->accelerators,
                 static_cast<long long>(head->ops), head->ops_per_ms);
     std::printf("accelerators one scheduler keeps timely (t <= 0.1, g = 10.575 ms, l = 3): %lld (paper ~62)\n",
                 static_cast<long long>(timely));
-    std::printf("yardstick: one pop + push on a 64-entry binary heap takes %.1f ns here; one simulated op %.1f of them\n",
-                heap_ns, 1e6 / head->ops_per_ms / heap_ns);
+    std::printf(
+        "yardstick: one pop + push on a 64-entry binary heap takes %.1f ns here; one simulated op %.1f of them\n",
+        heap_ns, 1e6 / head->ops_per_ms / heap_ns);
   }
   return 0;
 }

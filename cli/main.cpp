@@ -1,6 +1,5 @@
 // slicesched: the command-line front end.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <exception>
 
@@ -15,7 +14,8 @@ int main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "Benchmarks that print their figures");
   bench->require_subcommand(1);
   slicesched::cli::BenchSimulatorOptions sim_opt;
-  auto* bench_sim = bench->add_subcommand("simulator", "Simulated operators per ms, one thread, snapshot build included");
+  auto* bench_sim =
+      bench->add_subcommand("simulator", "Simulated operators per ms, one thread, snapshot build included");
   bench_sim->add_option("--accelerators,-n", sim_opt.accelerators, "Cluster sizes")->check(CLI::PositiveNumber);
   bench_sim->add_option("--ops,-k", sim_opt.ops, "Unsimulated operators accumulated")->check(CLI::PositiveNumber);
   bench_sim->add_option("--repeats", sim_opt.repeats, "Runs per point (median reported)")->check(CLI::Range(1, 100));

@@ -136,7 +136,9 @@ std::string op_name(OpKindId kind, AccelTypeId type) {
   return "op kind " + std::to_string(kind) + " on type " + std::to_string(type);
 }
 
-std::string pair_name(AccelId src, AccelId dst) { return "transfer " + std::to_string(src) + "->" + std::to_string(dst); }
+std::string pair_name(AccelId src, AccelId dst) {
+  return "transfer " + std::to_string(src) + "->" + std::to_string(dst);
+}
 
 }  // namespace
 

@@ -21,7 +21,8 @@ std::string shape_str(const ConcreteShape& s) {
 }
 
 // Evaluates a tensor spec under a binding; `what` prefixes errors.
-Result<ConcreteShape> eval_tensor(const TensorSpec& t, const Binding& b, const DimTable& dims, const std::string& what) {
+Result<ConcreteShape> eval_tensor(const TensorSpec& t, const Binding& b, const DimTable& dims,
+                                  const std::string& what) {
   if (t.shape.size() > static_cast<std::size_t>(kMaxRank))
     return InvalidArgument(what + ": rank " + std::to_string(t.shape.size()) + " exceeds the maximum " +
                            std::to_string(kMaxRank));
@@ -160,8 +161,7 @@ Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
     int p = t.find_port(pb.port);
     if (p < 0) return InvalidArgument(where + " has no port '" + pb.port + "'");
     if (port_of[p]) return InvalidArgument(where + ": port '" + pb.port + "' is bound twice");
-    if (!contains(pb.producer))
-      return NotFound(where + ": port '" + pb.port + "' is bound to " + op_name(pb.producer));
+    if (!contains(pb.producer)) return NotFound(where + ": port '" + pb.port + "' is bound to " + op_name(pb.producer));
     const OpRecord& prod = ops_[pb.producer];
     if (pb.retained) {
       if (prod.retained_bytes == 0 && !templates_->get(prod.tmpl).ops()[prod.tmpl_op].retained)
@@ -230,9 +230,11 @@ Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
       auto want = eval_tensor(*in.expect, binding, t.dims(), ow + " input '" + in.from + "'");
       if (!want.ok()) return want.status();
       const ConcreteShape* have = nullptr;
-      if (!in.is_port) have = &ev[in.index].out;
-      else if (port_of[in.index]) have = port_of[in.index]->retained ? &shapes_[port_of[in.index]->producer].retained
-                                                                     : &shapes_[port_of[in.index]->producer].output;
+      if (!in.is_port)
+        have = &ev[in.index].out;
+      else if (port_of[in.index])
+        have = port_of[in.index]->retained ? &shapes_[port_of[in.index]->producer].retained
+                                           : &shapes_[port_of[in.index]->producer].output;
       if (have && !(*have == want.value()))
         return InvalidArgument(ow + ": input '" + in.from + "' expects " + shape_str(want.value()) + " but gets " +
                                shape_str(*have));
@@ -279,8 +281,10 @@ Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
       if (retained) s.retained_attached = true;
       ++s.pending_succs;
       ++s.unscheduled_succs;
-      if (s.state == OpState::kUnscheduled) ++ops_[dst].unscheduled_preds;
-      else frontier_add(frontier_s_, &OpRecord::frontier_s, src);
+      if (s.state == OpState::kUnscheduled)
+        ++ops_[dst].unscheduled_preds;
+      else
+        frontier_add(frontier_s_, &OpRecord::frontier_s, src);
     }
   }
   for (OpId id : info.ops)
@@ -295,8 +299,8 @@ Status Gmg::issue(OpId id, AccelId accel, Nanos t) {
     return FailedPrecondition("issue: " + op_name(id) + " is already " +
                               (r.state == OpState::kIssued ? "issued" : "done"));
   if (!accels_->contains(accel))
-    return NotFound("issue: " + op_name(id) + " onto accelerator " + std::to_string(accel) + ", which does not exist (cluster has " +
-                    std::to_string(accels_->size()) + ")");
+    return NotFound("issue: " + op_name(id) + " onto accelerator " + std::to_string(accel) +
+                    ", which does not exist (cluster has " + std::to_string(accels_->size()) + ")");
   if (r.unscheduled_preds > 0)
     return FailedPrecondition("issue: " + op_name(id) + " has " + std::to_string(r.unscheduled_preds) +
                               " unscheduled predecessor(s)");
@@ -356,8 +360,8 @@ Status Gmg::complete(OpId id, Nanos t, Nanos measured) {
     return InvalidArgument("complete: " + op_name(id) + " done at " + std::to_string(t) + " ns, before its issue at " +
                            std::to_string(r.issue_t) + " ns");
   if (measured < 0 || measured > t - r.issue_t)
-    return InvalidArgument("complete: " + op_name(id) + " measured " + std::to_string(measured) +
-                           " ns, expected 0.." + std::to_string(t - r.issue_t) + " ns (issue to done)");
+    return InvalidArgument("complete: " + op_name(id) + " measured " + std::to_string(measured) + " ns, expected 0.." +
+                           std::to_string(t - r.issue_t) + " ns (issue to done)");
   r.state = OpState::kDone;
   r.done_t = t;
   r.measured = measured;

@@ -46,19 +46,19 @@ struct OpRecord {
   std::int32_t priority = 0;  // higher runs first
   std::uint32_t tenant = 0;
   OpState state = OpState::kUnscheduled;
-  bool live = false;           // slot in use
-  bool output_held = false;    // output tensor still resident on `accel`
-  bool retained_held = false;  // retained state resident on `accel`
+  bool live = false;               // slot in use
+  bool output_held = false;        // output tensor still resident on `accel`
+  bool retained_held = false;      // retained state resident on `accel`
   bool retained_attached = false;  // a later instance consumes the retained state
   std::uint8_t feature_count = 0;
   AccelId accel = kNoAccel;
   std::uint64_t issue_seq = 0;  // global issue order, the queue tie-break
   Nanos issue_t = -1, done_t = -1, measured = -1;
   std::int64_t out_bytes = 0, workspace_bytes = 0, retained_bytes = 0, weight_bytes = 0;
-  std::uint32_t first_in = kNoEdge, first_out = kNoEdge;  // edge lists
-  std::uint32_t unscheduled_preds = 0;   // predecessors still unscheduled
-  std::uint32_t unscheduled_succs = 0;   // successors still unscheduled
-  std::uint32_t pending_succs = 0;       // successors not yet done
+  std::uint32_t first_in = kNoEdge, first_out = kNoEdge;     // edge lists
+  std::uint32_t unscheduled_preds = 0;                       // predecessors still unscheduled
+  std::uint32_t unscheduled_succs = 0;                       // successors still unscheduled
+  std::uint32_t pending_succs = 0;                           // successors not yet done
   std::uint32_t frontier_u = kNoEdge, frontier_s = kNoEdge;  // positions in the frontiers
 };
 
@@ -136,12 +136,12 @@ class Gmg {
 
   // ---- read access (also used to build simulator snapshots) ----
   inline Nanos now() const { return now_; }
-  inline void advance_clock(Nanos t) { if (t > now_) now_ = t; }
+  inline void advance_clock(Nanos t) {
+    if (t > now_) now_ = t;
+  }
   inline bool contains(OpId op) const { return op < ops_.size() && ops_[op].live; }
   inline const OpRecord& op(OpId id) const { return ops_[id]; }
-  inline std::span<const double> features(OpId id) const {
-    return {features_[id].data(), ops_[id].feature_count};
-  }
+  inline std::span<const double> features(OpId id) const { return {features_[id].data(), ops_[id].feature_count}; }
   inline const Edge& edge(std::uint32_t e) const { return edges_[e]; }
   inline std::size_t slot_count() const { return ops_.size(); }  // OpIds are < slot_count()
   inline std::size_t live_count() const { return live_; }

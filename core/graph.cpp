@@ -13,24 +13,36 @@ namespace slicesched {
 
 std::int64_t dtype_bytes(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kI64: return 8;
-    case DType::kI32: return 4;
-    case DType::kI8: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kI64:
+      return 8;
+    case DType::kI32:
+      return 4;
+    case DType::kI8:
+      return 1;
   }
   return 1;
 }
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kI64: return "i64";
-    case DType::kI32: return "i32";
-    case DType::kI8: return "i8";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI64:
+      return "i64";
+    case DType::kI32:
+      return "i32";
+    case DType::kI8:
+      return "i8";
   }
   return "?";
 }
@@ -131,7 +143,8 @@ Result<GraphTemplate> TemplateBuilder::build() && {
       if (it == names.end()) return op_error(*op, "input '" + in.from + "' names no operator or port");
       in.is_port = it->second < 0;
       in.index = static_cast<std::uint32_t>(in.is_port ? -it->second - 1 : it->second);
-      if (!in.is_port && ops_[in.index].get() == op.get()) return op_error(*op, "takes its own output as input (cycle)");
+      if (!in.is_port && ops_[in.index].get() == op.get())
+        return op_error(*op, "takes its own output as input (cycle)");
       const TensorSpec& produced = in.is_port ? t_.ports_[in.index].tensor : ops_[in.index]->output;
       if (in.expect) {
         if (in.expect->shape.size() != produced.shape.size())

@@ -36,7 +36,7 @@ struct PortSpec {
 };
 
 struct InputSpec {
-  std::string from;  // an operator or a port of the same template
+  std::string from;                  // an operator or a port of the same template
   std::optional<TensorSpec> expect;  // checked against the producer when given
   // Resolved by TemplateBuilder::build().
   bool is_port = false;

@@ -67,9 +67,11 @@ Result<std::int64_t> Expr::eval(const Binding& binding, const DimTable& dims) co
       case Kind::kDim: {
         auto id = static_cast<std::size_t>(n.value);
         std::int64_t v = id < binding.values.size() ? binding.values[id] : Binding::kUnbound;
-        if (v == Binding::kUnbound) return InvalidArgument("dim '" + dims.name(static_cast<DimId>(id)) + "' is unbound");
+        if (v == Binding::kUnbound)
+          return InvalidArgument("dim '" + dims.name(static_cast<DimId>(id)) + "' is unbound");
         if (v < 0)
-          return InvalidArgument("dim '" + dims.name(static_cast<DimId>(id)) + "' is negative (" + std::to_string(v) + ")");
+          return InvalidArgument("dim '" + dims.name(static_cast<DimId>(id)) + "' is negative (" + std::to_string(v) +
+                                 ")");
         stack[top++] = v;
         break;
       }
@@ -97,16 +99,23 @@ std::string Expr::to_string(const DimTable& dims) const {
   std::vector<std::string> stack;
   for (const Node& n : prog_) {
     switch (n.kind) {
-      case Kind::kConst: stack.push_back(std::to_string(n.value)); break;
-      case Kind::kDim: stack.push_back(dims.name(static_cast<DimId>(n.value))); break;
+      case Kind::kConst:
+        stack.push_back(std::to_string(n.value));
+        break;
+      case Kind::kDim:
+        stack.push_back(dims.name(static_cast<DimId>(n.value)));
+        break;
       default: {
         std::string b = std::move(stack.back());
         stack.pop_back();
         std::string a = std::move(stack.back());
         stack.pop_back();
-        if (n.kind == Kind::kMax) stack.push_back("max(" + a + ", " + b + ")");
-        else if (n.kind == Kind::kAdd) stack.push_back("(" + a + " + " + b + ")");
-        else stack.push_back(a + "*" + b);
+        if (n.kind == Kind::kMax)
+          stack.push_back("max(" + a + ", " + b + ")");
+        else if (n.kind == Kind::kAdd)
+          stack.push_back("(" + a + " + " + b + ")");
+        else
+          stack.push_back(a + "*" + b);
       }
     }
   }
@@ -175,7 +184,8 @@ class Parser {
     }
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       std::size_t start = pos_;
-      while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_')) ++pos_;
+      while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_'))
+        ++pos_;
       std::string_view name = text_.substr(start, pos_ - start);
       if (name == "max") {
         if (!accept('(')) return error("expected '(' after max");
@@ -204,7 +214,8 @@ class Parser {
     while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
   }
   Status error(const std::string& what) const {
-    return InvalidArgument("expression '" + std::string(text_) + "' at column " + std::to_string(pos_ + 1) + ": " + what);
+    return InvalidArgument("expression '" + std::string(text_) + "' at column " + std::to_string(pos_ + 1) + ": " +
+                           what);
   }
 
   std::string_view text_;

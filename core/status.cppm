@@ -12,11 +12,11 @@ export namespace slicesched {
 
 enum class StatusCode : std::uint8_t {
   kOk = 0,
-  kInvalidArgument,  // the caller passed something malformed
-  kNotFound,         // a named thing does not exist
+  kInvalidArgument,     // the caller passed something malformed
+  kNotFound,            // a named thing does not exist
   kFailedPrecondition,  // the thing exists but is in the wrong state
   kAlreadyExists,
-  kResourceExhausted,   // e.g. a placement that does not fit in HBM
+  kResourceExhausted,  // e.g. a placement that does not fit in HBM
 };
 
 // A status is cheap when ok (no allocation) and carries a one-line message
@@ -47,7 +47,7 @@ inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceEx
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}  // NOLINT: must be an error
 
   bool ok() const { return std::holds_alternative<T>(v_); }

@@ -143,8 +143,8 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
         used_[here] += ge.bytes;  // the landed copy is resident
       } else {
         ++pending_[i];  // a transfer from a done producer, still to simulate
-        transfers_.push_back({static_cast<std::uint32_t>(edges_.size() - 1),
-                              to_nanos(est.predict_transfer(src.accel, here, ge.bytes))});
+        transfers_.push_back(
+            {static_cast<std::uint32_t>(edges_.size() - 1), to_nanos(est.predict_transfer(src.accel, here, ge.bytes))});
         events_.push(src.done_t, kTransferReady, static_cast<std::uint32_t>(transfers_.size() - 1));
       }
     }
@@ -330,7 +330,9 @@ void GlobalSimulator::advance(const Gmg&, const EstimatorSet& est, const SimOpti
     while (!events_.empty() && events_.top().t == t) {
       const Event ev = events_.pop();
       switch (ev.kind) {
-        case kReady: make_ready(ev.id); break;
+        case kReady:
+          make_ready(ev.id);
+          break;
         case kOpFinish:
           on_op_finish(ev.id, t);
           transfers_changed = true;
@@ -347,7 +349,9 @@ void GlobalSimulator::advance(const Gmg&, const EstimatorSet& est, const SimOpti
           on_input_ready(edge.dst, t);
           break;
         }
-        case kWake: mark_dirty(ev.id); break;
+        case kWake:
+          mark_dirty(ev.id);
+          break;
       }
     }
     dispatch(t);

@@ -26,17 +26,17 @@ import slicesched.simulator.events;
 export namespace slicesched {
 
 struct SimOptions {
-  Nanos horizon = -1;               // simulate until now + horizon; < 0: until everything is done
-  bool stop_at_oom = true;          // what-if only needs to know a placement is infeasible
-  bool record_hbm_timeline = false; // per-accelerator (time, bytes) after every change
+  Nanos horizon = -1;                // simulate until now + horizon; < 0: until everything is done
+  bool stop_at_oom = true;           // what-if only needs to know a placement is infeasible
+  bool record_hbm_timeline = false;  // per-accelerator (time, bytes) after every change
   bool record_transfers = false;
 };
 
 struct OomEvent {
   Nanos t = 0;
   AccelId accel = kNoAccel;
-  OpId op = kNoOp;             // the operator whose allocation did not fit
-  bool at_transfer = false;    // the receive buffer of an input of `op`
+  OpId op = kNoOp;           // the operator whose allocation did not fit
+  bool at_transfer = false;  // the receive buffer of an input of `op`
   std::int64_t needed = 0, capacity = 0;
 };
 
@@ -55,16 +55,16 @@ struct HbmPoint {
 inline constexpr std::uint32_t kNotSimulated = 0xffffffffu;
 
 struct SimulationResult {
-  std::vector<OpId> ops;              // every simulated (issued) operator
-  std::vector<Nanos> start, finish;   // parallel to ops; -1 when past the horizon
-  std::vector<std::uint32_t> index_of;  // OpId -> index into ops, or kNotSimulated
-  std::vector<Nanos> busy;            // per accelerator, ns of operator execution
+  std::vector<OpId> ops;                                   // every simulated (issued) operator
+  std::vector<Nanos> start, finish;                        // parallel to ops; -1 when past the horizon
+  std::vector<std::uint32_t> index_of;                     // OpId -> index into ops, or kNotSimulated
+  std::vector<Nanos> busy;                                 // per accelerator, ns of operator execution
   std::vector<std::int64_t> hbm_start, hbm_peak, hbm_end;  // per accelerator
-  std::vector<std::vector<HbmPoint>> hbm_timeline;        // when recorded
-  std::vector<TransferRecord> transfers;                  // when recorded
-  std::optional<OomEvent> oom;        // the first OOM, if any
-  Nanos begin = 0, end = 0;           // first and last event time
-  std::size_t finished = 0;           // operators finished within the horizon
+  std::vector<std::vector<HbmPoint>> hbm_timeline;         // when recorded
+  std::vector<TransferRecord> transfers;                   // when recorded
+  std::optional<OomEvent> oom;                             // the first OOM, if any
+  Nanos begin = 0, end = 0;                                // first and last event time
+  std::size_t finished = 0;                                // operators finished within the horizon
 
   bool feasible() const { return !oom.has_value(); }
   Nanos start_of(OpId op) const { return index_of[op] == kNotSimulated ? -1 : start[index_of[op]]; }
@@ -130,12 +130,12 @@ class GlobalSimulator {
   std::vector<std::uint32_t> out_begin_;  // nodes + 1, into out_refs_
   std::vector<Bytes> bytes_;
   std::vector<std::uint8_t> flags_;
-  std::vector<std::uint32_t> node_of_;  // OpId -> node
-  std::vector<SimEdge> edges_;          // in-edges grouped by destination
-  std::vector<std::uint32_t> out_refs_;  // out-edges grouped by source: indices into edges_
+  std::vector<std::uint32_t> node_of_;          // OpId -> node
+  std::vector<SimEdge> edges_;                  // in-edges grouped by destination
+  std::vector<std::uint32_t> out_refs_;         // out-edges grouped by source: indices into edges_
   std::vector<std::vector<ReadyEntry>> ready_;  // per accelerator, a heap
-  std::vector<std::uint32_t> running_;   // per accelerator, node or kNotSimulated
-  std::vector<Nanos> free_at_;           // per accelerator: not before its last known completion
+  std::vector<std::uint32_t> running_;          // per accelerator, node or kNotSimulated
+  std::vector<Nanos> free_at_;                  // per accelerator: not before its last known completion
   std::vector<std::uint8_t> dirty_flag_;
   std::vector<AccelId> dirty_;
   std::vector<std::int64_t> used_, cap_;

@@ -36,8 +36,8 @@ inline GraphTemplate make_template(const std::string& name, const Shape& s = {})
   auto k = [](std::int64_t v) { return Expr::constant(v); };
   const int per_group = s.layers / s.groups;
   const std::int64_t kv_per_token = 2 * per_group * s.kv_heads * s.head_dim;  // K and V, elements
-  const std::int64_t layer_params = 2 * s.hidden * s.hidden + 2 * s.hidden * s.kv_heads * s.head_dim +
-                                    3 * s.hidden * s.mlp + 2 * s.hidden;
+  const std::int64_t layer_params =
+      2 * s.hidden * s.hidden + 2 * s.hidden * s.kv_heads * s.head_dim + 3 * s.hidden * s.mlp + 2 * s.hidden;
   const double flops_per_s = 400e12, hbm_per_s = 3.35e12;
   const double group_bytes = 2.0 * per_group * static_cast<double>(layer_params);
 
@@ -61,10 +61,8 @@ inline GraphTemplate make_template(const std::string& name, const Shape& s = {})
         .workspace(T * k(4 * s.mlp))
         .retain("kv", {{(C + T) * k(kv_per_token)}, DType::kBF16})
         .features({T, T * (C + T), C + T, k(1)})
-        .prior({2.0 * per_group * layer_params / flops_per_s,
-                4.0 * per_group * s.hidden / flops_per_s,
-                2.0 * kv_per_token / hbm_per_s,
-                group_bytes / hbm_per_s})
+        .prior({2.0 * per_group * layer_params / flops_per_s, 4.0 * per_group * s.hidden / flops_per_s,
+                2.0 * kv_per_token / hbm_per_s, group_bytes / hbm_per_s})
         .weights(static_cast<std::int64_t>(group_bytes));
     prev = group_op(g);
   }

@@ -1,6 +1,5 @@
-#include <catch2/catch.hpp>
-
 #include <array>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -20,7 +19,9 @@ using MatmulX = std::array<double, kMatmulFeatures>;
 
 // Features of a batched matmul C[b,m,n] = A[b,m,k] B[b,k,n]: compute, read
 // A, read B, write C, launch overhead.
-MatmulX matmul_features(double b, double m, double n, double k) { return {b * m * n * k, b * m * k, b * k * n, b * m * n, 1.0}; }
+MatmulX matmul_features(double b, double m, double n, double k) {
+  return {b * m * n * k, b * m * k, b * k * n, b * m * n, 1.0};
+}
 
 double dot(std::span<const double> beta, std::span<const double> x) {
   double t = 0;

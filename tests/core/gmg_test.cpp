@@ -1,6 +1,5 @@
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <memory>
 #include <span>
 #include <string>
@@ -170,9 +169,11 @@ TEST_CASE("instantiate refuses bad dims and ports and leaves the GMG unchanged",
     CHECK(r.status().message() == expect);
     CHECK(f.gmg.live_count() == live);
   };
-  check({f.pipe, {{"tokens", 1}, {"ctx", 0}}, {}, 0, 0}, "template 'pipe' has no dim 'ctx' (its dims: tokens, context)");
+  check({f.pipe, {{"tokens", 1}, {"ctx", 0}}, {}, 0, 0},
+        "template 'pipe' has no dim 'ctx' (its dims: tokens, context)");
   check({f.pipe, {{"tokens", 1}}, {}, 0, 0}, "template 'pipe' op 'b' retained 'kv': dim 'context' is unbound");
-  check({f.pipe, {{"tokens", -1}, {"context", 0}}, {}, 0, 0}, "template 'pipe' op 'a' output: dim 'tokens' is negative (-1)");
+  check({f.pipe, {{"tokens", -1}, {"context", 0}}, {}, 0, 0},
+        "template 'pipe' op 'a' output: dim 'tokens' is negative (-1)");
   check({f.pipe, {{"tokens", 1}, {"context", 3}}, {{"kv", first.ops[1], true}}, 0, 0},
         "template 'pipe': port 'kv' expects [48] i8 but pipe#1/b retains [64] i8");
   check({f.pipe, {{"tokens", 1}, {"context", 4}}, {{"nope", first.ops[1], true}}, 0, 0},

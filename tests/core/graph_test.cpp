@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-
 #include <optional>
 #include <string>
 
@@ -9,9 +8,7 @@ using namespace slicesched;
 
 namespace {
 
-TensorSpec vec(TemplateBuilder& b, const char* expr, DType t = DType::kBF16) {
-  return {{b.expr(expr).value()}, t};
-}
+TensorSpec vec(TemplateBuilder& b, const char* expr, DType t = DType::kBF16) { return {{b.expr(expr).value()}, t}; }
 
 std::string build_error(TemplateBuilder&& b) {
   auto t = std::move(b).build();

@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-
 #include <string>
 
 import slicesched.core;
@@ -61,9 +60,9 @@ TEST_CASE("parse errors say where and what", "[shape][bad-input]") {
     const char* text;
     const char* expect;
   };
-  for (auto [text, expect] : {Case{"a +", "at column 4: expected a number"}, Case{"max(a b)", "expected ','"},
-                              Case{"(a * b", "expected ')'"}, Case{"a - b", "unexpected '-'"},
-                              Case{"99999999999999999999", "overflows"}}) {
+  for (auto [text, expect] :
+       {Case{"a +", "at column 4: expected a number"}, Case{"max(a b)", "expected ','"}, Case{"(a * b", "expected ')'"},
+        Case{"a - b", "unexpected '-'"}, Case{"99999999999999999999", "overflows"}}) {
     auto e = Expr::parse(text, dims);
     INFO(text);
     REQUIRE(!e.ok());

@@ -1,7 +1,6 @@
 // Golden timelines: every timestamp below was worked out by hand from the
 // priors (exact, no noise) and the executor's rules.
 #include <catch2/catch.hpp>
-
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,10 +92,8 @@ TEST_CASE("golden: a chain on one accelerator", "[simulator][golden]") {
 
 TEST_CASE("golden: fork/join over two accelerators with transfers", "[simulator][golden]") {
   World w(2);
-  TemplateId fj = w.add(graph("forkjoin", {{"s", 0.001, {}},
-                                           {"l", 0.002, {"s"}},
-                                           {"r", 0.001, {"s"}, 2'000'000},
-                                           {"j", 0.001, {"l", "r"}}}));
+  TemplateId fj = w.add(graph(
+      "forkjoin", {{"s", 0.001, {}}, {"l", 0.002, {"s"}}, {"r", 0.001, {"s"}, 2'000'000}, {"j", 0.001, {"l", "r"}}}));
   w.start();
   auto inst = w.instance(fj);
   OpId s = inst.ops[0], l = inst.ops[1], rr = inst.ops[2], j = inst.ops[3];
@@ -134,7 +131,8 @@ TEST_CASE("golden: transfers share no source and no destination", "[simulator][g
   // Two producers on a0 each feed a consumer on a1: the second transfer
   // waits for the first (same source and destination).
   World w(2);
-  TemplateId two = w.add(graph("two", {{"p", 0.001, {}}, {"q", 0.001, {}}, {"c1", 0.001, {"p"}}, {"c2", 0.001, {"q"}}}));
+  TemplateId two =
+      w.add(graph("two", {{"p", 0.001, {}}, {"q", 0.001, {}}, {"c1", 0.001, {"p"}}, {"c2", 0.001, {"q"}}}));
   w.start();
   auto inst = w.instance(two);
   w.issue(inst.ops[0], 0, 0);

@@ -1,7 +1,6 @@
 // Properties of the global simulator over random DAGs and placements.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <map>
 #include <memory>
 #include <random>
@@ -84,7 +83,8 @@ TEST_CASE("random DAGs and placements keep the simulator's invariants", "[simula
     for (int k = 0; k < count; ++k) {
       TemplateId t = (k % 2 == 0) ? a : b;
       InstanceSpec spec{t, {}, {}, pick_prio(rng), 0};
-      if (retainer != kNoOp && std::uniform_int_distribution<int>(0, 1)(rng)) spec.ports.push_back({"kv", retainer, true});
+      if (retainer != kNoOp && std::uniform_int_distribution<int>(0, 1)(rng))
+        spec.ports.push_back({"kv", retainer, true});
       auto inst = gmg.instantiate(spec);
       REQUIRE(inst.ok());
       for (OpId op : inst->ops) {
