@@ -47,8 +47,12 @@ inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceEx
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
-  Result(Status status) : v_(std::move(status)) {}  // NOLINT: must be an error
+  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  // An ok status carries no value; building a Result from one is a bug in
+  // the caller, reported as an error rather than an empty success.
+  Result(Status status)  // NOLINT: implicit by design
+      : v_(status.ok() ? Status(StatusCode::kFailedPrecondition, "internal: Result built from an ok status")
+                       : std::move(status)) {}
 
   bool ok() const { return std::holds_alternative<T>(v_); }
   const T& value() const& { return std::get<T>(v_); }
