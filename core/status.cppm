@@ -62,9 +62,11 @@ class [[nodiscard]] Result {
   T& operator*() & { return value(); }
   const T* operator->() const { return &value(); }
   T* operator->() { return &value(); }
-  Status status() const { return ok() ? Status::Ok() : std::get<Status>(v_); }
+  // A reference, so `r.status().message()` may be held while `r` lives.
+  const Status& status() const { return ok() ? kOk : std::get<Status>(v_); }
 
  private:
+  static inline const Status kOk{};
   std::variant<T, Status> v_;
 };
 

@@ -1,0 +1,194 @@
+// The small CSV reader behind the profiles: plain comma-separated fields (the
+// measured tables never quote), a header row, and errors that name the file,
+// the 1-based line and what was expected, on one line.
+//
+// An implementation partition: private to slicesched.simulator.profile.
+module;
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+module slicesched.simulator.profile:csv;
+import slicesched.core.status;
+
+namespace slicesched::profile_detail {
+
+// Whole file as text, or "path: cannot open (reason)".
+Result<std::string> read_text(const std::filesystem::path& path);
+
+struct CsvRow {
+  int line = 0;  // 1-based
+  std::vector<std::string_view> fields;
+};
+
+// Reads rows of `text` one at a time; views point into `text`, which must
+// outlive the reader.
+class CsvReader {
+ public:
+  // Reads the header (the first non-blank line). An empty text is an error.
+  static Result<CsvReader> open(std::string_view text, std::string_view source);
+
+  // Index of the column named `name`, or "source:L: missing column 'name'
+  // (header: ...)".
+  Result<std::size_t> column(std::string_view name) const;
+
+  // The next non-blank row into `row`; false at the end. A row with another
+  // field count than the header is an error.
+  Result<bool> next(CsvRow& row);
+
+  // Field `col` of `row` as an integer >= `min`, or a finite number >= 0
+  // (> 0 for positive); otherwise "source:L: column 'name' is 'text',
+  // expected ...".
+  Result<std::int64_t> integer(const CsvRow& row, std::size_t col, std::int64_t min) const;
+  Result<double> non_negative(const CsvRow& row, std::size_t col) const { return number(row, col, false); }
+  Result<double> positive(const CsvRow& row, std::size_t col) const { return number(row, col, true); }
+
+  // "source:L: message" / "source: message", for checks made by the caller.
+  std::string at(int line, std::string_view message) const;
+  std::string at(std::string_view message) const;
+
+ private:
+  CsvReader(std::string_view text, std::string source) : text_(text), source_(std::move(source)) {}
+  bool next_line(std::string_view& line);
+  Result<double> number(const CsvRow& row, std::size_t col, bool positive) const;
+  std::string bad_field(const CsvRow& row, std::size_t col, std::string_view expected) const;
+
+  std::string_view text_;
+  std::size_t pos_ = 0;
+  int line_ = 0;
+  std::string source_;
+  int header_line_ = 0;
+  std::vector<std::string> header_;
+};
+
+}  // namespace slicesched::profile_detail
+
+namespace slicesched::profile_detail {
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  const auto first = s.find_first_not_of(" \t\r");
+  if (first == std::string_view::npos) return {};
+  return s.substr(first, s.find_last_not_of(" \t\r") - first + 1);
+}
+
+void split(std::string_view line, std::vector<std::string_view>& out) {
+  out.clear();
+  for (std::size_t start = 0;;) {
+    const auto comma = line.find(',', start);
+    out.push_back(trim(line.substr(start, comma == std::string_view::npos ? comma : comma - start)));
+    if (comma == std::string_view::npos) return;
+    start = comma + 1;
+  }
+}
+
+}  // namespace
+
+Result<std::string> read_text(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return NotFound(path.string() + ": is a directory, expected a CSV file");
+  }
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return NotFound(path.string() + ": cannot open (" + std::strerror(errno) + ")");
+  std::string text;
+  char buf[1 << 16];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) return NotFound(path.string() + ": read error");
+  return text;
+}
+
+Result<CsvReader> CsvReader::open(std::string_view text, std::string_view source) {
+  CsvReader r(text, std::string(source));
+  std::string_view line;
+  while (r.next_line(line)) {
+    if (trim(line).empty()) continue;
+    std::vector<std::string_view> fields;
+    split(line, fields);
+    r.header_.assign(fields.begin(), fields.end());
+    r.header_line_ = r.line_;
+    return r;
+  }
+  return InvalidArgument(r.at(1, "empty file, expected a CSV header line"));
+}
+
+Result<std::size_t> CsvReader::column(std::string_view name) const {
+  for (std::size_t i = 0; i < header_.size(); ++i) {
+    if (header_[i] == name) return i;
+  }
+  std::string found;
+  for (std::size_t i = 0; i < header_.size(); ++i) found += (i == 0 ? "" : ",") + header_[i];
+  return InvalidArgument(at(header_line_, "missing column '" + std::string(name) + "' (header has: " + found + ")"));
+}
+
+Result<bool> CsvReader::next(CsvRow& row) {
+  std::string_view line;
+  while (next_line(line)) {
+    if (trim(line).empty()) continue;
+    row.line = line_;
+    split(line, row.fields);
+    if (row.fields.size() != header_.size()) {
+      return InvalidArgument(at(line_, "expected " + std::to_string(header_.size()) +
+                                           " fields as in the header, found " + std::to_string(row.fields.size())));
+    }
+    return true;
+  }
+  return false;
+}
+
+Result<std::int64_t> CsvReader::integer(const CsvRow& row, std::size_t col, std::int64_t min) const {
+  const std::string_view f = row.fields[col];
+  std::int64_t v = 0;
+  const auto [end, ec] = std::from_chars(f.data(), f.data() + f.size(), v);
+  if (f.empty() || ec != std::errc() || end != f.data() + f.size() || v < min) {
+    return InvalidArgument(bad_field(row, col, "an integer >= " + std::to_string(min)));
+  }
+  return v;
+}
+
+Result<double> CsvReader::number(const CsvRow& row, std::size_t col, bool positive) const {
+  const std::string_view f = row.fields[col];
+  double v = 0;
+  const auto [end, ec] = std::from_chars(f.data(), f.data() + f.size(), v);
+  if (f.empty() || ec != std::errc() || end != f.data() + f.size() || !std::isfinite(v) || v < 0 ||
+      (positive && v == 0)) {
+    return InvalidArgument(bad_field(row, col, positive ? "a positive number" : "a non-negative number"));
+  }
+  return v;
+}
+
+std::string CsvReader::at(int line, std::string_view message) const {
+  return source_ + ":" + std::to_string(line) + ": " + std::string(message);
+}
+
+std::string CsvReader::at(std::string_view message) const { return source_ + ": " + std::string(message); }
+
+bool CsvReader::next_line(std::string_view& line) {
+  if (pos_ >= text_.size()) return false;
+  const auto nl = text_.find('\n', pos_);
+  const auto end = nl == std::string_view::npos ? text_.size() : nl;
+  line = text_.substr(pos_, end - pos_);
+  pos_ = end + 1;
+  ++line_;
+  return true;
+}
+
+std::string CsvReader::bad_field(const CsvRow& row, std::size_t col, std::string_view expected) const {
+  return at(row.line, "column '" + header_[col] + "' is '" + std::string(row.fields[col]) + "', expected " +
+                          std::string(expected));
+}
+
+}  // namespace slicesched::profile_detail

@@ -1,0 +1,118 @@
+module;
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+module slicesched.simulator.profile;
+import :csv;
+
+namespace slicesched {
+
+namespace {
+
+using profile_detail::CsvReader;
+using profile_detail::CsvRow;
+
+constexpr std::string_view kMedian = "time_stats.send_recv.median";
+
+struct Block {
+  double weight = 0, sum = 0;  // rows pooled, sum of their seconds
+  std::size_t count = 0;       // distinct sizes pooled
+  double mean() const { return sum / weight; }
+};
+
+// Weighted least-squares non-decreasing fit (pool adjacent violators) of
+// `seconds` over ascending sizes, each weighted by its number of rows.
+std::vector<double> monotone_fit(const std::vector<double>& seconds, const std::vector<double>& weight) {
+  std::vector<Block> blocks;
+  for (std::size_t i = 0; i < seconds.size(); ++i) {
+    blocks.push_back({weight[i], weight[i] * seconds[i], 1});
+    while (blocks.size() > 1 && blocks[blocks.size() - 2].mean() > blocks.back().mean()) {
+      const Block b = blocks.back();
+      blocks.pop_back();
+      blocks.back().weight += b.weight;
+      blocks.back().sum += b.sum;
+      blocks.back().count += b.count;
+    }
+  }
+  std::vector<double> fit;
+  fit.reserve(seconds.size());
+  for (const auto& b : blocks) fit.insert(fit.end(), b.count, b.mean());
+  return fit;
+}
+
+}  // namespace
+
+Result<TransferProfile> TransferProfile::load(const std::filesystem::path& path, bool within_node) {
+  auto text = profile_detail::read_text(path);
+  if (!text.ok()) return text.status();
+  return parse(*text, path.string(), within_node);
+}
+
+Result<TransferProfile> TransferProfile::parse(std::string_view csv, std::string_view source, bool within_node) {
+  auto reader = CsvReader::open(csv, source);
+  if (!reader.ok()) return reader.status();
+  CsvReader& r = *reader;
+  std::size_t col[3];
+  const std::string_view names[3] = {kMedian, "size", "devices_per_node"};
+  for (int i = 0; i < 3; ++i) {
+    auto c = r.column(names[i]);
+    if (!c.ok()) return c.status();
+    col[i] = *c;
+  }
+
+  std::vector<std::pair<std::int64_t, double>> pts;  // (bytes, seconds) of the chosen side
+  for (CsvRow row;;) {
+    auto more = r.next(row);
+    if (!more.ok()) return more.status();
+    if (!*more) break;
+    auto ms = r.positive(row, col[0]);
+    if (!ms.ok()) return ms.status();
+    auto bytes = r.integer(row, col[1], 1);
+    if (!bytes.ok()) return bytes.status();
+    auto devices = r.integer(row, col[2], 1);
+    if (!devices.ok()) return devices.status();
+    if ((*devices > 1) == within_node) pts.emplace_back(*bytes, *ms * 1e-3);
+  }
+  if (pts.empty()) {
+    return NotFound(r.at(within_node ? "no rows with devices_per_node > 1 (transfers within a node)"
+                                     : "no rows with devices_per_node 1 (transfers across nodes)"));
+  }
+
+  std::sort(pts.begin(), pts.end());  // by size, then seconds: repeats sum in one order everywhere
+  std::vector<double> log_size, seconds, weight;
+  for (std::size_t i = 0; i < pts.size();) {  // a size measured twice (16 MiB in Vidur's): average
+    std::size_t j = i;
+    double sum = 0;
+    for (; j < pts.size() && pts[j].first == pts[i].first; ++j) sum += pts[j].second;
+    log_size.push_back(std::log(static_cast<double>(pts[i].first)));
+    weight.push_back(static_cast<double>(j - i));
+    seconds.push_back(sum / weight.back());
+    i = j;
+  }
+
+  TransferProfile p;
+  p.min_bytes_ = pts.front().first;
+  p.max_bytes_ = pts.back().first;
+  p.by_log_size_.x = std::move(log_size);
+  p.by_log_size_.y = monotone_fit(seconds, weight);
+  return p;
+}
+
+double TransferProfile::seconds(std::int64_t bytes) const {
+  assert(bytes >= 0);
+  const auto& c = by_log_size_;
+  if (bytes <= min_bytes_) return c.y.front();  // latency-bound: a smaller message is no faster
+  if (bytes >= max_bytes_) return c.y.back() * (static_cast<double>(bytes) / static_cast<double>(max_bytes_));
+  return c.at(std::log(static_cast<double>(bytes)));
+}
+
+double TransferProfile::peak_bytes_per_s() const { return static_cast<double>(max_bytes_) / by_log_size_.y.back(); }
+
+}  // namespace slicesched

@@ -1,0 +1,164 @@
+// Azure LLM inference traces (AzurePublicDataset): a CSV with TIMESTAMP,
+// ContextTokens and GeneratedTokens, and the date-time format it uses.
+module;
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+module slicesched.workload.trace;
+
+namespace slicesched {
+namespace {
+
+// Days from 1970-01-01 to y-m-d, proleptic Gregorian (H. Hinnant's
+// days_from_civil): eras of 400 years, years starting in March so that the
+// leap day is the last day of the year.
+constexpr std::int64_t days_from_civil(std::int64_t y, unsigned m, unsigned d) {
+  y -= m <= 2 ? 1 : 0;
+  const std::int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const auto yoe = static_cast<unsigned>(y - era * 400);                 // [0, 399]
+  const unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;  // [0, 365]
+  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;            // [0, 146096]
+  return era * 146097 + static_cast<std::int64_t>(doe) - 719468;
+}
+static_assert(days_from_civil(1970, 1, 1) == 0);
+static_assert(days_from_civil(2000, 3, 1) == 11017);
+
+constexpr bool is_leap(std::int64_t y) { return y % 4 == 0 && (y % 100 != 0 || y % 400 == 0); }
+
+constexpr unsigned days_in_month(std::int64_t y, unsigned m) {
+  constexpr std::array<unsigned, 12> kDays = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  return m == 2 && is_leap(y) ? 29 : kDays[m - 1];
+}
+
+// The `n` digits at `pos`, or -1 when any is not a digit.
+int digits(std::string_view s, std::size_t pos, std::size_t n) {
+  int v = 0;
+  for (std::size_t i = pos; i < pos + n; ++i) {
+    if (s[i] < '0' || s[i] > '9') return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  return v;
+}
+
+constexpr std::string_view kTimestampColumn = "TIMESTAMP";
+constexpr std::string_view kInputColumn = "ContextTokens";
+constexpr std::string_view kOutputColumn = "GeneratedTokens";
+
+void split(std::string_view line, std::vector<std::string_view>& fields) {
+  fields.clear();
+  while (true) {
+    const std::size_t comma = line.find(',');
+    fields.push_back(trace_detail::trim(line.substr(0, comma)));
+    if (comma == std::string_view::npos) return;
+    line.remove_prefix(comma + 1);
+  }
+}
+
+std::string join(const std::vector<std::string_view>& fields) {
+  std::string out;
+  for (std::string_view f : fields) out += (out.empty() ? "" : ",") + std::string(f);
+  return out;
+}
+
+}  // namespace
+
+Result<std::int64_t> parse_datetime_ticks(std::string_view text) {
+  auto fail = [&](std::string_view why) {
+    std::string message = "expected a date-time like 2023-11-16 18:17:03.9799600 (up to 7 fractional digits, no zone)";
+    message += ", got " + trace_detail::quote(text);
+    if (!why.empty()) message += " (" + std::string(why) + ")";
+    return InvalidArgument(std::move(message));
+  };
+  const std::string_view s = text;
+  if (s.size() < 19 || s[4] != '-' || s[7] != '-' || (s[10] != ' ' && s[10] != 'T') || s[13] != ':' || s[16] != ':')
+    return fail("");
+  const int y = digits(s, 0, 4), mo = digits(s, 5, 2), d = digits(s, 8, 2);
+  const int h = digits(s, 11, 2), mi = digits(s, 14, 2), sec = digits(s, 17, 2);
+  if (y < 0 || mo < 0 || d < 0 || h < 0 || mi < 0 || sec < 0) return fail("");
+  std::int64_t frac = 0;
+  if (s.size() > 19) {
+    const std::size_t n = s.size() - 20;
+    if (s[19] != '.' || n == 0) return fail("");
+    if (n > 7) return fail("more than 7 fractional digits");
+    const int f = digits(s, 20, n);
+    if (f < 0) return fail("");
+    frac = f;
+    for (std::size_t i = n; i < 7; ++i) frac *= 10;  // exact: ".98" is 9,800,000 ticks
+  }
+  if (mo < 1 || mo > 12) return fail("month " + std::to_string(mo) + " is out of range");
+  if (d < 1 || static_cast<unsigned>(d) > days_in_month(y, static_cast<unsigned>(mo))) {
+    return fail(std::string(s.substr(0, 7)) + " has " + std::to_string(days_in_month(y, static_cast<unsigned>(mo))) +
+                " days");
+  }
+  // 23:59:60 (a leap second) is refused: the traces have none, and counting
+  // it would need a leap-second table.
+  if (h > 23 || mi > 59 || sec > 59) return fail("time of day out of range");
+  const std::int64_t days = days_from_civil(y, static_cast<unsigned>(mo), static_cast<unsigned>(d));
+  const std::int64_t seconds = days * 86400 + h * 3600 + mi * 60 + sec;
+  return seconds * kTicksPerSecond + frac;
+}
+
+namespace trace_detail {
+
+Status read_azure_csv(std::string_view text, Sink& sink) {
+  std::vector<std::string_view> fields;
+  std::string_view rest = text, line;
+  std::size_t line_no = 0;
+  std::size_t columns = 0;  // fields per line, from the header; 0 until it is read
+  std::size_t ts_col = 0, in_col = 0, out_col = 0;
+  while (next_line(rest, line)) {
+    ++line_no;
+    if (trim(line).empty()) continue;
+    split(line, fields);
+    if (columns == 0) {
+      const std::array<std::string_view, 3> names = {kTimestampColumn, kInputColumn, kOutputColumn};
+      std::array<std::size_t*, 3> cols = {&ts_col, &in_col, &out_col};
+      for (std::size_t k = 0; k < names.size(); ++k) {
+        std::size_t found = 0;
+        for (std::size_t i = 0; i < fields.size(); ++i) {
+          if (fields[i] != names[k]) continue;
+          if (found++ == 0) *cols[k] = i;
+        }
+        if (found == 0) {
+          return InvalidArgument(sink.where(line_no, "CSV header lacks column " + std::string(names[k]) +
+                                                         " (needs TIMESTAMP, ContextTokens, GeneratedTokens; found " +
+                                                         quote(join(fields)) + ")"));
+        }
+        if (found > 1)
+          return InvalidArgument(sink.where(line_no, "CSV header has column " + std::string(names[k]) + " twice"));
+      }
+      columns = fields.size();
+      continue;
+    }
+    if (fields.size() != columns) {
+      Status s = sink.bad_line(line_no, "expected " + std::to_string(columns) + " comma-separated fields as in the " +
+                                            "header, got " + std::to_string(fields.size()));
+      if (!s.ok()) return s;
+      continue;
+    }
+    Result<std::int64_t> ticks = parse_datetime_ticks(fields[ts_col]);
+    const std::int64_t in = parse_count(fields[in_col]);
+    const std::int64_t out = parse_count(fields[out_col]);
+    Status s;
+    if (!ticks.ok()) {
+      s = sink.bad_line(line_no, std::string(kTimestampColumn) + ": " + ticks.status().message());
+    } else if (in < 0) {
+      s = sink.bad_line(line_no,
+                        std::string(kInputColumn) + ": expected a non-negative integer, got " + quote(fields[in_col]));
+    } else if (out < 0) {
+      s = sink.bad_line(
+          line_no, std::string(kOutputColumn) + ": expected a non-negative integer, got " + quote(fields[out_col]));
+    } else {
+      s = sink.add(line_no, {*ticks, in, out}, kTimestampColumn, fields[ts_col]);
+    }
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+}  // namespace trace_detail
+}  // namespace slicesched
