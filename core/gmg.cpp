@@ -102,6 +102,7 @@ OpId Gmg::alloc_op() {
   ops_.emplace_back();
   features_.emplace_back();
   shapes_.emplace_back();
+  dims_.emplace_back();
   return static_cast<OpId>(ops_.size() - 1);
 }
 
@@ -261,6 +262,7 @@ Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
     r.retained_bytes = ev[i].ret_bytes;
     r.weight_bytes = tops[i].weight_bytes;
     features_[id] = ev[i].feat;
+    std::copy(binding.values.begin(), binding.values.end(), dims_[id].begin());
     shapes_[id] = {ev[i].out, ev[i].ret};
     info.ops.push_back(id);
   }

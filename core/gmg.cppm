@@ -142,6 +142,10 @@ class Gmg {
   inline bool contains(OpId op) const { return op < ops_.size() && ops_[op].live; }
   inline const OpRecord& op(OpId id) const { return ops_[id]; }
   inline std::span<const double> features(OpId id) const { return {features_[id].data(), ops_[id].feature_count}; }
+  // The instance's dim values by DimId of its template (e.g. tokens, context).
+  inline std::span<const std::int64_t> dims(OpId id) const {
+    return {dims_[id].data(), templates_->get(ops_[id].tmpl).dims().size()};
+  }
   inline const Edge& edge(std::uint32_t e) const { return edges_[e]; }
   inline std::size_t slot_count() const { return ops_.size(); }  // OpIds are < slot_count()
   inline std::size_t live_count() const { return live_; }
@@ -169,6 +173,7 @@ class Gmg {
     ConcreteShape output, retained;
   };
   std::vector<OpShapes> shapes_;
+  std::vector<std::array<std::int64_t, kMaxDims>> dims_;
   std::vector<OpId> free_ops_;
   std::vector<Edge> edges_;
   std::vector<std::uint32_t> free_edges_;

@@ -157,6 +157,10 @@ Result<GraphTemplate> TemplateBuilder::build() && {
     }
   }
 
+  if (t_.dims_.size() > static_cast<std::size_t>(kMaxDims))
+    return InvalidArgument(where + ": has " + std::to_string(t_.dims_.size()) + " dims, at most " +
+                           std::to_string(kMaxDims) + " are supported");
+
   // Kahn's algorithm over the operator edges; leftovers lie on a cycle.
   const std::size_t n = ops_.size();
   std::vector<std::vector<std::uint32_t>> succs(n);

@@ -21,6 +21,7 @@ using InstanceId = std::uint64_t;   // a graph instance, never reused
 using Nanos = std::int64_t;
 
 inline constexpr int kMaxFeatures = 8;
+inline constexpr int kMaxDims = 8;  // named dims per template
 inline constexpr AccelId kNoAccel = std::numeric_limits<AccelId>::max();
 inline constexpr OpId kNoOp = std::numeric_limits<OpId>::max();
 

@@ -1,0 +1,238 @@
+module;
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+module slicesched.simulator.emulated;
+
+namespace slicesched {
+
+namespace {
+
+enum EventKind : std::uint32_t { kOpFinish, kTransferFinish };
+
+// Same queue order as the global simulator: one integer, smaller runs first.
+std::uint64_t queue_key(std::int32_t priority, std::uint64_t seq) {
+  const auto rank = static_cast<std::uint64_t>(32767 - std::clamp(priority, -32768, 32767));
+  return rank << 48 | (seq & ((std::uint64_t{1} << 48) - 1));
+}
+
+Nanos to_nanos(double seconds) { return seconds > 0 ? static_cast<Nanos>(seconds * 1e9 + 0.5) : 0; }
+
+struct RunsLater {
+  bool operator()(const std::pair<std::uint64_t, std::uint32_t>& a,
+                  const std::pair<std::uint64_t, std::uint32_t>& b) const {
+    return a.first > b.first;
+  }
+};
+
+}  // namespace
+
+ProfileGroundTruth::ProfileGroundTruth(LayerProfile layers, TransferProfile transfers, std::uint64_t seed, double op_cv,
+                                       double transfer_cv)
+    : layers_(std::move(layers)),
+      transfers_(std::move(transfers)),
+      op_noise_(seed, op_cv),
+      transfer_noise_(seed ^ 0x9e3779b97f4a7c15ull, transfer_cv) {}
+
+Result<double> ProfileGroundTruth::op_seconds(const Gmg& gmg, OpId op) {
+  const OpRecord& r = gmg.op(op);
+  const GraphTemplate& t = gmg.templates().get(r.tmpl);
+  auto dims = gmg.dims(op);
+  const int tokens = t.dims().find("tokens"), context = t.dims().find("context");
+  if (tokens < 0) return InvalidArgument("ground truth: template '" + t.name() + "' has no dim 'tokens'");
+  const std::int64_t ctx = context < 0 ? 0 : dims[context];
+  auto s = layers_.op_seconds(t.ops()[r.tmpl_op].name, dims[tokens], ctx);
+  if (!s.ok()) return InvalidArgument("ground truth for " + gmg.op_name(op) + ": " + s.status().message());
+  return op_noise_.sample(s.value());
+}
+
+double ProfileGroundTruth::transfer_seconds(AccelId, AccelId, std::int64_t bytes) {
+  return transfer_noise_.sample(transfers_.seconds(bytes));
+}
+
+EmulatedCluster::EmulatedCluster(std::size_t accelerators, GroundTruth& truth)
+    : truth_(truth),
+      ready_(accelerators),
+      running_(accelerators, kNotRunning),
+      send_busy_(accelerators, 0),
+      recv_busy_(accelerators, 0),
+      dirty_flag_(accelerators, 0),
+      busy_(accelerators, 0) {}
+
+void EmulatedCluster::mark_dirty(AccelId a) {
+  if (!dirty_flag_[a]) {
+    dirty_flag_[a] = 1;
+    dirty_.push_back(a);
+  }
+}
+
+Status EmulatedCluster::submit(const Gmg& gmg, OpId op) {
+  if (!gmg.contains(op) || gmg.op(op).state != OpState::kIssued)
+    return FailedPrecondition("emulated cluster: " + gmg.op_name(op) + " is not issued");
+  if (op < task_of_.size() && task_of_[op] != kNoTask)
+    return FailedPrecondition("emulated cluster: " + gmg.op_name(op) + " was already submitted");
+  const OpRecord& r = gmg.op(op);
+  if (r.accel >= ready_.size())
+    return NotFound("emulated cluster: " + gmg.op_name(op) + " is on accelerator " + std::to_string(r.accel) +
+                    ", which the cluster does not have");
+  // Check every input before changing any state.
+  for (std::uint32_t e = r.first_in; e != kNoEdge; e = gmg.edge(e).next_in) {
+    const OpId src = gmg.edge(e).src;
+    const bool submitted = src < task_of_.size() && task_of_[src] != kNoTask;
+    if (!submitted && gmg.op(src).state != OpState::kDone)
+      return FailedPrecondition("emulated cluster: input " + gmg.op_name(src) + " of " + gmg.op_name(op) +
+                                " is neither done nor submitted");
+  }
+  auto seconds = truth_.op_seconds(gmg, op);
+  if (!seconds.ok()) return seconds.status();
+
+  std::uint32_t id;
+  if (!free_tasks_.empty()) {
+    id = free_tasks_.back();
+    free_tasks_.pop_back();
+    tasks_[id] = Task{};
+  } else {
+    id = static_cast<std::uint32_t>(tasks_.size());
+    tasks_.emplace_back();
+  }
+  if (task_of_.size() <= op) task_of_.resize(op + 1u, kNoTask);
+  task_of_[op] = id;
+  ++live_;
+  {
+    Task& task = tasks_[id];
+    task.op = op;
+    task.tenant = r.tenant;
+    task.accel = r.accel;
+    task.key = queue_key(r.priority, r.issue_seq);
+    task.dur = to_nanos(seconds.value());
+  }
+  for (std::uint32_t e = r.first_in; e != kNoEdge; e = gmg.edge(e).next_in) {
+    const Edge& edge = gmg.edge(e);
+    const OpRecord& src = gmg.op(edge.src);
+    const bool remote = src.accel != r.accel;
+    const bool submitted = edge.src < task_of_.size() && task_of_[edge.src] != kNoTask;
+    if (submitted) {  // still queued or running here: it will notify us
+      tasks_[task_of_[edge.src]].succs.push_back({id, edge.bytes, remote});
+      ++tasks_[id].pending;
+    } else if (remote) {  // done elsewhere: its output moves now
+      ++tasks_[id].pending;
+      add_intent(edge.src, src.accel, id, edge.bytes);
+    }
+  }
+  if (tasks_[id].pending == 0) input_ready(id);
+  return Status::Ok();
+}
+
+void EmulatedCluster::add_intent(OpId src, AccelId from, std::uint32_t dst_task, std::int64_t bytes) {
+  std::uint32_t x;
+  if (!free_xfers_.empty()) {
+    x = free_xfers_.back();
+    free_xfers_.pop_back();
+  } else {
+    x = static_cast<std::uint32_t>(xfers_.size());
+    xfers_.emplace_back();
+  }
+  const Task& dst = tasks_[dst_task];
+  xfers_[x] = Xfer{
+      src, dst_task, dst.tenant, from, dst.accel, bytes, to_nanos(truth_.transfer_seconds(from, dst.accel, bytes)), -1};
+  intents_.push_back(x);
+}
+
+void EmulatedCluster::input_ready(std::uint32_t task) {
+  Task& t = tasks_[task];
+  ready_[t.accel].push_back({t.key, task});
+  std::push_heap(ready_[t.accel].begin(), ready_[t.accel].end(), RunsLater{});
+  mark_dirty(t.accel);
+}
+
+// Starts what can start at now_: the next operator on every accelerator
+// whose queue changed, then transfers, oldest intent first, one per source
+// and per destination.
+void EmulatedCluster::start_ready() {
+  for (AccelId a : dirty_) {
+    dirty_flag_[a] = 0;
+    if (running_[a] != kNotRunning || ready_[a].empty()) continue;
+    std::pop_heap(ready_[a].begin(), ready_[a].end(), RunsLater{});
+    const std::uint32_t task = ready_[a].back().second;
+    ready_[a].pop_back();
+    running_[a] = task;
+    tasks_[task].start = now_;
+    events_.push(now_ + tasks_[task].dur, kOpFinish, task);
+  }
+  dirty_.clear();
+  std::size_t keep = 0;
+  for (std::uint32_t x : intents_) {
+    Xfer& xf = xfers_[x];
+    if (send_busy_[xf.from] || recv_busy_[xf.to]) {
+      intents_[keep++] = x;
+      continue;
+    }
+    send_busy_[xf.from] = recv_busy_[xf.to] = 1;
+    xf.start = now_;
+    events_.push(now_ + xf.dur, kTransferFinish, x);
+  }
+  intents_.resize(keep);
+}
+
+void EmulatedCluster::on_op_finish(std::uint32_t task, std::vector<Feedback>& out) {
+  Task& t = tasks_[task];
+  running_[t.accel] = kNotRunning;
+  mark_dirty(t.accel);
+  busy_[t.accel] += now_ - t.start;
+  log_.push_back({t.op, t.tenant, t.accel, kNoAccel, t.start, now_});
+  out.push_back({Feedback::Kind::kOp, t.op, kNoOp, t.accel, kNoAccel, 0, now_, now_ - t.start});
+  for (const Succ& s : t.succs) {
+    if (s.remote) {
+      add_intent(t.op, t.accel, s.task, s.bytes);
+    } else if (--tasks_[s.task].pending == 0) {
+      input_ready(s.task);
+    }
+  }
+  task_of_[t.op] = kNoTask;
+  t.succs.clear();
+  free_tasks_.push_back(task);
+  --live_;
+}
+
+void EmulatedCluster::on_transfer_finish(std::uint32_t x, std::vector<Feedback>& out) {
+  const Xfer& xf = xfers_[x];
+  send_busy_[xf.from] = recv_busy_[xf.to] = 0;
+  const Task& dst = tasks_[xf.dst_task];
+  log_.push_back({dst.op, xf.tenant, xf.from, xf.to, xf.start, now_});
+  out.push_back({Feedback::Kind::kTransfer, dst.op, xf.src, xf.from, xf.to, xf.bytes, now_, now_ - xf.start});
+  if (--tasks_[xf.dst_task].pending == 0) input_ready(xf.dst_task);
+  free_xfers_.push_back(x);
+}
+
+Nanos EmulatedCluster::next_event() const {
+  if (!dirty_.empty()) return now_;
+  for (std::uint32_t x : intents_)
+    if (!send_busy_[xfers_[x].from] && !recv_busy_[xfers_[x].to]) return now_;
+  return events_.empty() ? -1 : events_.top().t;
+}
+
+Status EmulatedCluster::advance_to(Nanos t, std::vector<Feedback>& out) {
+  if (t < now_)
+    return InvalidArgument("emulated cluster: cannot go back from " + std::to_string(now_) + " ns to " +
+                           std::to_string(t) + " ns");
+  for (;;) {
+    start_ready();
+    if (events_.empty() || events_.top().t > t) break;
+    now_ = events_.top().t;
+    // Everything finishing at now_ lands before anything new starts.
+    while (!events_.empty() && events_.top().t == now_) {
+      const Event ev = events_.pop();
+      if (ev.kind == kOpFinish)
+        on_op_finish(ev.id, out);
+      else
+        on_transfer_finish(ev.id, out);
+    }
+  }
+  now_ = t;
+  return Status::Ok();
+}
+
+}  // namespace slicesched

@@ -1,0 +1,142 @@
+// The emulated cluster: offline mode's stand-in for real accelerators. It
+// plays ground truth (measured latencies plus noise) on a virtual clock with
+// exactly the executor's rules, and reports completions the way the live
+// executor will. The scheduler never reads it; it only sees the feedback.
+//
+// Rules (same as the executor and the global simulator): one operator at a
+// time per accelerator; among ready operators the higher priority first,
+// then the earlier issue; no preemption; a cross-accelerator input is a
+// transfer, started oldest intent first when its source and destination have
+// no other transfer in flight.
+module;
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+export module slicesched.simulator.emulated;
+export import slicesched.core;
+export import slicesched.simulator.profile;
+import slicesched.simulator.events;
+
+export namespace slicesched {
+
+// How long things really take. Implementations may be stateful (noise), so
+// calls must come in a deterministic order; the cluster guarantees that.
+class GroundTruth {
+ public:
+  virtual ~GroundTruth() = default;
+  // Seconds that issued operator `op` takes on its accelerator.
+  virtual Result<double> op_seconds(const Gmg& gmg, OpId op) = 0;
+  virtual double transfer_seconds(AccelId from, AccelId to, std::int64_t bytes) = 0;
+};
+
+// Ground truth from measured profiles: layer-group operators by template op
+// name (embed, layers<g>, head) and dims `tokens` / `context` from the
+// LLMServingSim table, transfers from the Vidur send/recv table, each
+// scaled by seeded multiplicative noise. See docs/ground-truth.md.
+class ProfileGroundTruth final : public GroundTruth {
+ public:
+  ProfileGroundTruth(LayerProfile layers, TransferProfile transfers, std::uint64_t seed, double op_cv = 0.006,
+                     double transfer_cv = 0.0163);
+  Result<double> op_seconds(const Gmg& gmg, OpId op) override;
+  double transfer_seconds(AccelId from, AccelId to, std::int64_t bytes) override;
+
+ private:
+  LayerProfile layers_;
+  TransferProfile transfers_;
+  NoisyClock op_noise_, transfer_noise_;
+};
+
+// What the cluster reports back, in completion order.
+struct Feedback {
+  enum class Kind : std::uint8_t { kOp, kTransfer };
+  Kind kind = Kind::kOp;
+  OpId op = kNoOp;   // the operator that finished, or the transfer's consumer
+  OpId src = kNoOp;  // the transfer's producer
+  AccelId from = kNoAccel, to = kNoAccel;
+  std::int64_t bytes = 0;
+  Nanos t = 0;         // when it finished
+  Nanos measured = 0;  // how long it ran
+};
+
+// One interval of work, for utilization, idle slices and traces.
+struct RunRecord {
+  OpId op = kNoOp;
+  std::uint32_t tenant = 0;
+  AccelId accel = kNoAccel;  // the accelerator, or a transfer's source
+  AccelId to = kNoAccel;     // a transfer's destination; kNoAccel for an operator
+  Nanos start = 0, finish = 0;
+};
+
+// Not thread-safe: one engine thread drives it.
+class EmulatedCluster {
+ public:
+  // `truth` must outlive the cluster.
+  EmulatedCluster(std::size_t accelerators, GroundTruth& truth);
+
+  // Hands over an operator the scheduler just issued (at the cluster's
+  // current time). Its inputs must be done in `gmg` or submitted before.
+  // Fails if the op is not issued or was submitted already.
+  Status submit(const Gmg& gmg, OpId op);
+
+  // Time of the next thing that will happen, or -1 when idle.
+  Nanos next_event() const;
+  // Moves the clock to `t`, appending every completion up to and
+  // including `t` to `out`.
+  Status advance_to(Nanos t, std::vector<Feedback>& out);
+  Nanos now() const { return now_; }
+  bool idle() const { return live_ == 0; }
+
+  const std::vector<RunRecord>& log() const { return log_; }
+  const std::vector<Nanos>& busy() const { return busy_; }
+
+ private:
+  struct Succ {
+    std::uint32_t task;
+    std::int64_t bytes;
+    bool remote;
+  };
+  struct Task {
+    OpId op = kNoOp;
+    std::uint32_t tenant = 0;
+    AccelId accel = kNoAccel;
+    std::uint64_t key = 0;  // priority, then issue order
+    Nanos dur = 0, start = -1;
+    std::uint32_t pending = 0;
+    std::vector<Succ> succs;
+  };
+  struct Xfer {
+    OpId src = kNoOp;
+    std::uint32_t dst_task = 0;
+    std::uint32_t tenant = 0;
+    AccelId from = kNoAccel, to = kNoAccel;
+    std::int64_t bytes = 0;
+    Nanos dur = 0, start = -1;
+  };
+  void start_ready();
+  void on_op_finish(std::uint32_t task, std::vector<Feedback>& out);
+  void on_transfer_finish(std::uint32_t x, std::vector<Feedback>& out);
+  void add_intent(OpId src, AccelId from, std::uint32_t dst_task, std::int64_t bytes);
+  void input_ready(std::uint32_t task);
+  void mark_dirty(AccelId a);
+
+  static constexpr std::uint32_t kNoTask = 0xffffffffu, kNotRunning = 0xffffffffu;
+  GroundTruth& truth_;
+  std::vector<Task> tasks_;
+  std::vector<std::uint32_t> free_tasks_;
+  std::vector<std::uint32_t> task_of_;  // OpId -> task while it lives
+  std::vector<Xfer> xfers_;
+  std::vector<std::uint32_t> free_xfers_;
+  std::vector<std::uint32_t> intents_;                                       // pending transfers, oldest first
+  std::vector<std::vector<std::pair<std::uint64_t, std::uint32_t>>> ready_;  // per accel heap of (key, task)
+  std::vector<std::uint32_t> running_;
+  std::vector<std::uint8_t> send_busy_, recv_busy_, dirty_flag_;
+  std::vector<AccelId> dirty_;
+  std::vector<Nanos> busy_;
+  std::vector<RunRecord> log_;
+  EventQueue events_;
+  Nanos now_ = 0;
+  std::size_t live_ = 0;
+};
+
+}  // namespace slicesched

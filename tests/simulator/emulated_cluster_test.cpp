@@ -1,0 +1,182 @@
+// The emulated cluster plays ground truth with the executor's rules. With a
+// ground truth equal to the estimators' priors it must reproduce the global
+// simulator's predictions exactly: the two share the rules, not the code.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+import slicesched.core;
+import slicesched.simulator.global;
+import slicesched.simulator.emulated;
+import slicesched.simulator.llama;
+import slicesched.testing;
+
+using namespace slicesched;
+using namespace slicesched::testing;
+
+namespace {
+
+// Ground truth = the template priors (feature dot prior) and 1 ns per byte.
+class PriorTruth final : public GroundTruth {
+ public:
+  Result<double> op_seconds(const Gmg& gmg, OpId op) override {
+    const auto& top = gmg.templates().get(gmg.op(op).tmpl).ops()[gmg.op(op).tmpl_op];
+    double s = 0;
+    auto f = gmg.features(op);
+    for (std::size_t i = 0; i < f.size(); ++i) s += f[i] * top.prior[i];
+    return s;
+  }
+  double transfer_seconds(AccelId, AccelId, std::int64_t bytes) override { return static_cast<double>(bytes) * 1e-9; }
+};
+
+GraphTemplate random_dag(std::mt19937_64& rng, const std::string& name) {
+  TemplateBuilder b(name);
+  int n = std::uniform_int_distribution<int>(1, 8)(rng);
+  for (int i = 0; i < n; ++i) {
+    auto op = b.op("op" + std::to_string(i));
+    for (int j = 0; j < i; ++j)
+      if (std::uniform_int_distribution<int>(0, 2)(rng) == 0 || j == i - 1) op.input("op" + std::to_string(j));
+    op.output({{Expr::constant(std::uniform_int_distribution<std::int64_t>(1, 3'000'000)(rng))}, DType::kI8})
+        .features({Expr::constant(1)})
+        .prior({std::uniform_int_distribution<int>(1, 4000)(rng) * 1e-6});
+  }
+  return std::move(b).build().value();
+}
+
+// Runs the cluster to completion, applying feedback to the GMG as an engine would.
+std::vector<Feedback> run_all(EmulatedCluster& cluster, Gmg& gmg) {
+  std::vector<Feedback> all, batch;
+  for (Nanos t = cluster.next_event(); t >= 0; t = cluster.next_event()) {
+    batch.clear();
+    REQUIRE(cluster.advance_to(t, batch).ok());
+    for (const Feedback& f : batch) {
+      if (f.kind == Feedback::Kind::kOp)
+        REQUIRE(gmg.complete(f.op, f.t, f.measured).ok());
+      else
+        REQUIRE(gmg.complete_transfer(f.src, f.op, f.t).ok());
+    }
+    all.insert(all.end(), batch.begin(), batch.end());
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("emulated cluster: a chain with a transfer, exact times", "[emulated][golden]") {
+  auto reg = std::make_shared<TemplateRegistry>();
+  TemplateBuilder b("chain");
+  b.op("x").output({{Expr::constant(2'000'000)}, DType::kI8}).features({Expr::constant(1)}).prior({0.001});
+  b.op("y").input("x").output({{Expr::constant(1)}, DType::kI8}).features({Expr::constant(1)}).prior({0.003});
+  TemplateId t = reg->add(std::move(b).build().value()).value();
+  Gmg gmg(reg, cluster(2));
+  auto inst = gmg.instantiate({t, {}, {}, 0, 0}).value();
+  REQUIRE(gmg.issue(inst.ops[0], 0, 0).ok());
+  REQUIRE(gmg.issue(inst.ops[1], 1, 0).ok());
+  PriorTruth truth;
+  EmulatedCluster emu(2, truth);
+  REQUIRE(emu.submit(gmg, inst.ops[0]).ok());
+  REQUIRE(emu.submit(gmg, inst.ops[1]).ok());
+  CHECK(emu.submit(gmg, inst.ops[1]).message() == "emulated cluster: chain#1/y was already submitted");
+  auto fb = run_all(emu, gmg);
+  // x [0,1 ms] on a0; 2 MB move in 2 ms [1,3]; y [3,6] on a1.
+  REQUIRE(fb.size() == 3);
+  CHECK(fb[0].kind == Feedback::Kind::kOp);
+  CHECK(fb[0].t == 1'000'000);
+  CHECK(fb[1].kind == Feedback::Kind::kTransfer);
+  CHECK(fb[1].t == 3'000'000);
+  CHECK(fb[1].measured == 2'000'000);
+  CHECK(fb[1].bytes == 2'000'000);
+  CHECK(fb[2].t == 6'000'000);
+  CHECK(fb[2].measured == 3'000'000);
+  CHECK(emu.busy()[1] == 3'000'000);
+  CHECK(emu.idle());
+  CHECK(emu.log().size() == 3);
+}
+
+TEST_CASE("emulated cluster agrees with the global simulator when truth equals the estimators",
+          "[emulated][property]") {
+  std::mt19937_64 rng(42);
+  for (int trial = 0; trial < 300; ++trial) {
+    INFO("trial " << trial);
+    const int n_acc = std::uniform_int_distribution<int>(1, 4)(rng);
+    auto reg = std::make_shared<TemplateRegistry>();
+    TemplateId t = reg->add(random_dag(rng, "g")).value();
+    Gmg gmg(reg, cluster(n_acc));
+    std::vector<OpId> ops;
+    for (int k = std::uniform_int_distribution<int>(1, 5)(rng); k > 0; --k) {
+      auto inst = gmg.instantiate({t, {}, {}, std::uniform_int_distribution<int>(0, 2)(rng), 0}).value();
+      for (OpId op : inst.ops) {
+        REQUIRE(gmg.issue(op, std::uniform_int_distribution<AccelId>(0, n_acc - 1)(rng), 0).ok());
+        ops.push_back(op);
+      }
+    }
+    auto predicted = simulate(gmg, estimators(*reg));
+    PriorTruth truth;
+    EmulatedCluster emu(n_acc, truth);
+    for (OpId op : ops) REQUIRE(emu.submit(gmg, op).ok());
+    auto fb = run_all(emu, gmg);
+    std::size_t done = 0;
+    for (const Feedback& f : fb) {
+      if (f.kind != Feedback::Kind::kOp) continue;
+      ++done;
+      REQUIRE(f.t == predicted.finish_of(f.op));
+      REQUIRE(f.t - f.measured == predicted.start_of(f.op));
+    }
+    REQUIRE(done == ops.size());
+  }
+}
+
+TEST_CASE("emulated cluster refuses misuse", "[emulated][bad-input]") {
+  auto reg = std::make_shared<TemplateRegistry>();
+  TemplateId t = reg->add(unit_op("unit", 0.001, 1)).value();
+  Gmg gmg(reg, cluster(2));
+  OpId op = gmg.instantiate({t, {}, {}, 0, 0}).value().ops[0];
+  PriorTruth truth;
+  EmulatedCluster emu(1, truth);
+  CHECK(emu.submit(gmg, op).message() == "emulated cluster: unit#1/op is not issued");
+  REQUIRE(gmg.issue(op, 1, 0).ok());
+  CHECK(emu.submit(gmg, op).message() ==
+        "emulated cluster: unit#1/op is on accelerator 1, which the cluster does not have");
+  std::vector<Feedback> out;
+  REQUIRE(emu.advance_to(10, out).ok());
+  CHECK(emu.advance_to(5, out).message() == "emulated cluster: cannot go back from 10 ns to 5 ns");
+}
+
+TEST_CASE("profile ground truth times the Llama template from the measured tables", "[emulated]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(SLICESCHED_SOURCE_DIR) / "data" / "profiles";
+  auto layers = LayerProfile::load(dir / "llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv");
+  auto links = TransferProfile::load(dir / "vidur_network_h100_dgx_send_recv.csv");
+  REQUIRE(layers.ok());
+  REQUIRE(links.ok());
+  auto reg = std::make_shared<TemplateRegistry>();
+  TemplateId t = reg->add(llama::make_template("llama3-8b")).value();
+  auto accels = cluster(2);
+  Gmg gmg(reg, accels);
+  REQUIRE(gmg.place_weights(t, 0).ok());
+  REQUIRE(gmg.place_weights(t, 1).ok());
+  auto inst = gmg.instantiate({t, {{"tokens", 128}, {"context", 0}}, {}, 0, 0}).value();
+  for (std::size_t i = 0; i < inst.ops.size(); ++i) REQUIRE(gmg.issue(inst.ops[i], i < 3 ? 0 : 1, 0).ok());
+  ProfileGroundTruth truth(layers.value(), links.value(), /*seed=*/1, /*op_cv=*/0.0, /*transfer_cv=*/0.0);
+  EmulatedCluster emu(2, truth);
+  for (OpId op : inst.ops) REQUIRE(emu.submit(gmg, op).ok());
+  auto fb = run_all(emu, gmg);
+  auto ns = [](double s) { return static_cast<Nanos>(s * 1e9 + 0.5); };
+  std::vector<Nanos> measured_ops;
+  Nanos transfer = -1;
+  for (const auto& f : fb)
+    if (f.kind == Feedback::Kind::kOp)
+      measured_ops.push_back(f.measured);
+    else
+      transfer = f.measured;
+  REQUIRE(measured_ops.size() == 6);
+  CHECK(measured_ops[0] == ns(layers->embed_seconds(128)));
+  CHECK(measured_ops[1] == ns(layers->group_seconds(128, 0)));
+  CHECK(measured_ops[5] == ns(layers->head_seconds(128)));
+  // layers1 -> layers2 crosses a0 -> a1: 128 x 4096 bf16 activations.
+  CHECK(transfer == ns(links->seconds(128 * 4096 * 2)));
+}
