@@ -47,29 +47,8 @@ class ProfileGroundTruth final : public GroundTruth {
   NoisyClock op_noise_, transfer_noise_;
 };
 
-// What the cluster reports back, in completion order.
-struct Feedback {
-  enum class Kind : std::uint8_t { kOp, kTransfer };
-  Kind kind = Kind::kOp;
-  OpId op = kNoOp;   // the operator that finished, or the transfer's consumer
-  OpId src = kNoOp;  // the transfer's producer
-  AccelId from = kNoAccel, to = kNoAccel;
-  std::int64_t bytes = 0;
-  Nanos t = 0;         // when it finished
-  Nanos measured = 0;  // how long it ran
-};
-
-// One interval of work, for utilization, idle slices and traces.
-struct RunRecord {
-  OpId op = kNoOp;
-  std::uint32_t tenant = 0;
-  AccelId accel = kNoAccel;  // the accelerator, or a transfer's source
-  AccelId to = kNoAccel;     // a transfer's destination; kNoAccel for an operator
-  Nanos start = 0, finish = 0;
-};
-
 // Not thread-safe: one engine thread drives it.
-class EmulatedCluster {
+class EmulatedCluster final : public Backend {
  public:
   // `truth` must outlive the cluster.
   EmulatedCluster(std::size_t accelerators, GroundTruth& truth);
@@ -77,17 +56,17 @@ class EmulatedCluster {
   // Hands over an operator the scheduler just issued (at the cluster's
   // current time). Its inputs must be done in `gmg` or submitted before.
   // Fails if the op is not issued or was submitted already.
-  Status submit(const Gmg& gmg, OpId op);
+  Status submit(const Gmg& gmg, OpId op) override;
 
   // Time of the next thing that will happen, or -1 when idle.
-  Nanos next_event() const;
+  Nanos next_event() const override;
   // Moves the clock to `t`, appending every completion up to and
   // including `t` to `out`.
-  Status advance_to(Nanos t, std::vector<Feedback>& out);
-  Nanos now() const { return now_; }
+  Status advance_to(Nanos t, std::vector<Feedback>& out) override;
+  Nanos now() const override { return now_; }
   bool idle() const { return live_ == 0; }
 
-  const std::vector<RunRecord>& log() const { return log_; }
+  const std::vector<RunRecord>& log() const override { return log_; }
   const std::vector<Nanos>& busy() const { return busy_; }
 
  private:

@@ -25,8 +25,9 @@ struct Shape {
 inline std::string group_op(int g) { return "layers" + std::to_string(g); }
 inline std::string kv_port(int g) { return "kv" + std::to_string(g); }
 
-// Builds the template. Dims: `tokens` (new tokens this step) and `context`
-// (tokens already in the KV cache). Cost features per group:
+// Builds the template. Dims: `tokens` (new tokens this step), `context`
+// (cached tokens attended this step) and `kv_prev` (tokens in the cache the
+// step attaches to; equal to `context` unless sequences just finished). Cost features per group:
 // {tokens, tokens*(context+tokens), context+tokens, 1} (linear layers,
 // attention, KV reads, weight reads); priors are H100 rooflines (bf16 at
 // ~400 TFLOP/s effective, 3.35 TB/s HBM).
@@ -44,7 +45,11 @@ inline GraphTemplate make_template(const std::string& name, const Shape& s = {})
   // Prompt tokens come from the host; a decode step's one token comes from
   // the previous step's head.
   b.port("tokens", {{T}, DType::kI64}, /*optional=*/true);
-  for (int g = 0; g < s.groups; ++g) b.port(kv_port(g), {{C * k(kv_per_token)}, DType::kBF16}, true);
+  // The KV cache a step takes over holds `kv_prev` tokens: with continuous
+  // batching it can be more than `context`, the tokens still attended (the
+  // sequences that finished are dropped from it by this step).
+  Expr kv_prev = b.dim("kv_prev");
+  for (int g = 0; g < s.groups; ++g) b.port(kv_port(g), {{kv_prev * k(kv_per_token)}, DType::kBF16}, true);
 
   b.op("embed")
       .input("tokens")
@@ -96,7 +101,8 @@ inline Result<std::int64_t> issue_pipelines(Gmg& gmg, TemplateId tmpl, std::int6
       spec.tmpl = tmpl;
       spec.priority = 0;
       spec.tenant = static_cast<std::uint32_t>(requests);
-      spec.dims = {{"tokens", step == 0 ? prompt : 1}, {"context", step == 0 ? 0 : prompt + step - 1}};
+      const std::int64_t context = step == 0 ? 0 : prompt + step - 1;
+      spec.dims = {{"tokens", step == 0 ? prompt : 1}, {"context", context}, {"kv_prev", context}};
       for (std::size_t g = 0; g < prev.size(); ++g) spec.ports.push_back({kv_port(static_cast<int>(g)), prev[g], true});
       if (prev_head != kNoOp) spec.ports.push_back({"tokens", prev_head, false});
       auto inst = gmg.instantiate(spec);

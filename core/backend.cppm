@@ -1,0 +1,50 @@
+// Where issued operators run: the emulated cluster (offline) or the live
+// executors. The engine drives either through this interface, so scheduling,
+// feedback and metrics are the same code in both modes.
+module;
+#include <cstdint>
+#include <vector>
+
+export module slicesched.core.backend;
+export import slicesched.core.gmg;
+
+export namespace slicesched {
+
+// A completion, reported in completion order.
+struct Feedback {
+  enum class Kind : std::uint8_t { kOp, kTransfer };
+  Kind kind = Kind::kOp;
+  OpId op = kNoOp;   // the operator that finished, or the transfer's consumer
+  OpId src = kNoOp;  // the transfer's producer
+  AccelId from = kNoAccel, to = kNoAccel;
+  std::int64_t bytes = 0;
+  Nanos t = 0;         // when it finished
+  Nanos measured = 0;  // how long it ran
+};
+
+// One interval of work, for utilization, idle slices and traces.
+struct RunRecord {
+  OpId op = kNoOp;
+  std::uint32_t tenant = 0;
+  AccelId accel = kNoAccel;  // the accelerator, or a transfer's source
+  AccelId to = kNoAccel;     // a transfer's destination; kNoAccel for an operator
+  Nanos start = 0, finish = 0;
+};
+
+// Called from the engine thread only.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Hands over an operator just issued at the backend's current time; its
+  // inputs are done in `gmg` or were submitted before.
+  virtual Status submit(const Gmg& gmg, OpId op) = 0;
+  // Time of the next completion or start, or -1 when nothing is pending.
+  virtual Nanos next_event() const = 0;
+  // Moves to `t`, appending every completion up to and including `t`.
+  virtual Status advance_to(Nanos t, std::vector<Feedback>& out) = 0;
+  virtual Nanos now() const = 0;
+  // Every operator and transfer interval so far.
+  virtual const std::vector<RunRecord>& log() const = 0;
+};
+
+}  // namespace slicesched

@@ -1,0 +1,288 @@
+// Extension points: the small interfaces a partition set, a placement
+// policy, an estimator or a transfer arbiter implements, and the registries
+// that create them by name from configuration arguments.
+//
+// A plugin is either linked in (the built-ins, registered by a function) or
+// lives in a shared library opened by slicesched.plugins.loader. Every
+// interface is BOOST_SYMBOL_VISIBLE so that, under -fvisibility=hidden, its
+// type_info and vtable stay one entity across the library boundary
+// (dynamic_cast and exceptions keep working). Clang emits the vtable of a
+// class attached to a named module only in that module's object file, so a
+// plugin library must link the object code of this module (slicesched_core),
+// not only its interface.
+//
+// Threading: interfaces say per call. Registries are filled at startup from
+// one thread; after that create() and names() may run concurrently.
+module;
+#include <boost/config.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+export module slicesched.core.plugin;
+export import slicesched.core.gmg;
+export import slicesched.core.estimator;
+
+export namespace slicesched {
+
+// A plugin's arguments: a JSON object (the plugin's TOML table, converted).
+using PluginArgs = nlohmann::json;
+
+// One scheduling round's unit: connected unscheduled ops of one tenant, in
+// topological order.
+struct Batch {
+  std::vector<OpId> ops;
+  TemplateId tmpl = 0;
+  std::uint32_t tenant = 0;
+  std::int32_t priority = 0;
+};
+
+// A candidate placement: the accelerator of each op of the batch (same order
+// as Batch::ops). `label` names it in logs and reports.
+struct Candidate {
+  std::string label;
+  std::vector<AccelId> accel;
+  bool operator==(const Candidate&) const = default;
+};
+
+// What the what-if simulation predicted for one candidate (filled by the
+// scheduler).
+struct Outcome {
+  bool feasible = false;     // false: predicted to exceed HBM
+  std::vector<Nanos> finish;  // per batch op, absolute; -1: past the horizon
+  double mean_completion_s = 0;  // mean over batch ops of finish - now
+  double makespan_s = 0;
+};
+
+// Turns a batch into the candidate placements a round tries. Not
+// thread-safe: one instance per scheduler (implementations may cache).
+class BOOST_SYMBOL_VISIBLE PartitionSet {
+ public:
+  virtual ~PartitionSet() = default;
+  // Checks the set against the cluster it will serve (e.g. resolves
+  // accelerator names) and fails with a one-line message naming the plugin
+  // and the key. Called once before the first candidates(); the default has
+  // nothing to check.
+  virtual Status bind(const AcceleratorSet& accels) { return Status::Ok(); }
+  // Candidates for `batch`, each with batch.ops.size() accelerators, all
+  // valid ids of gmg.accels(). Empty: nothing fits, the batch waits.
+  virtual std::vector<Candidate> candidates(const Gmg& gmg, const Batch& batch) = 0;
+};
+
+// Picks one candidate of a round. Not thread-safe: one instance per
+// scheduler.
+class BOOST_SYMBOL_VISIBLE PlacementPolicy {
+ public:
+  virtual ~PlacementPolicy() = default;
+  // False: the scheduler skips the what-if simulation (static policies) and
+  // passes an empty `outcomes` to choose().
+  virtual bool needs_simulation() const { return true; }
+  // Index into candidates (and outcomes: same size when simulated), or
+  // nullopt to defer the batch to a later round. "Nothing feasible" is a
+  // nullopt, never an exception.
+  virtual std::optional<std::size_t> choose(const Gmg& gmg, const Batch& batch, std::span<const Candidate> candidates,
+                                            std::span<const Outcome> outcomes) = 0;
+};
+
+// A cross-accelerator transfer waiting to start. `since` (when it became
+// pending) then `id` order intents by age.
+struct TransferIntent {
+  std::uint64_t id = 0;
+  AccelId src = kNoAccel, dst = kNoAccel;
+  Nanos since = 0;
+  std::int64_t bytes = 0;
+};
+
+// Decides which pending transfers start now. Not thread-safe: one instance
+// per executor (implementations keep scratch buffers).
+class BOOST_SYMBOL_VISIBLE TransferArbiter {
+ public:
+  virtual ~TransferArbiter() = default;
+  // Appends to `out` the indices (into `pending`) to activate now: never two
+  // with the same src or the same dst, never one whose src is set in
+  // `src_busy` or whose dst is set in `dst_busy` (per-accelerator flags of
+  // the transfers in flight, one per accelerator), never one naming an
+  // accelerator beyond those flags. `out` is the caller's buffer so a round
+  // allocates nothing; it is appended to, not cleared.
+  virtual void select(std::span<const TransferIntent> pending, std::span<const std::uint8_t> src_busy,
+                      std::span<const std::uint8_t> dst_busy, std::vector<std::size_t>& out) = 0;
+};
+
+// Predicts op and transfer times and learns from measurements. predict_*
+// are const and safe for concurrent readers while no observe_* runs (the
+// what-if threads share one estimator).
+class BOOST_SYMBOL_VISIBLE Estimator {
+ public:
+  virtual ~Estimator() = default;
+  // Seconds, never negative.
+  virtual double predict_op(OpKindId kind, AccelTypeId type, std::span<const double> features) const = 0;
+  virtual double predict_transfer(AccelId src, AccelId dst, std::uint64_t bytes) const = 0;
+  // Learns from one measurement. Fails (InvalidArgument, one line) on input
+  // the model cannot use, e.g. a feature count that does not match.
+  virtual Status observe_op(OpKindId kind, AccelTypeId type, std::span<const double> features, double seconds) = 0;
+  virtual Status observe_transfer(AccelId src, AccelId dst, std::uint64_t bytes, double seconds) = 0;
+  // Fast path: an estimator that is an EstimatorSet hands it out, so the
+  // simulator predicts with inline table lookups instead of virtual calls.
+  // Owned by the estimator; null for any other model.
+  virtual EstimatorSet* linear() { return nullptr; }
+};
+
+// ---- registries ----
+
+// Deletes a plugin object, then lets go of the library its code lives in
+// (null for linked-in plugins). unique_ptr runs the deleter before its
+// members die, so the destructor runs while the library is still loaded.
+struct PluginDeleter {
+  std::shared_ptr<const void> library;
+  template <typename T>
+  void operator()(T* p) const noexcept {
+    delete p;
+  }
+};
+
+// A plugin object. Keeps its library loaded for as long as it lives.
+template <typename T>
+using PluginPtr = std::unique_ptr<T, PluginDeleter>;
+
+// Named factories for one extension point. Factories throw on bad arguments
+// (see bad_arg); create() turns that into a Status naming the plugin.
+template <typename T>
+class PluginRegistry {
+ public:
+  using Factory = std::function<std::unique_ptr<T>(const PluginArgs& args)>;
+
+  // `kind` names the extension point in messages, e.g. "placement policy".
+  explicit PluginRegistry(std::string kind) : kind_(std::move(kind)) {}
+
+  const std::string& kind() const { return kind_; }
+
+  // Fails with AlreadyExists "placement policy 'x' is already registered",
+  // or InvalidArgument on an empty name or factory.
+  Status add(std::string name, Factory factory);
+
+  // A new object from `args` (an object; null means no arguments). Fails
+  // with NotFound "unknown placement policy 'x' (available: a, b)", or with
+  // InvalidArgument "placement policy 'x': <what the factory threw>".
+  Result<PluginPtr<T>> create(std::string_view name, const PluginArgs& args = nullptr) const;
+
+  bool contains(std::string_view name) const { return entries_.find(name) != entries_.end(); }
+  // Sorted.
+  std::vector<std::string> names() const;
+  // "a, b, c", or "none".
+  std::string available() const;
+
+  // Moves every entry of `from` in, each keeping `library` loaded. Checks
+  // first: on a duplicate nothing moves.
+  Status check_disjoint(const PluginRegistry& from) const;
+  void adopt(PluginRegistry&& from, const std::shared_ptr<const void>& library);
+
+ private:
+  struct Entry {
+    // First member, so it dies last: the factory's code may be in it.
+    std::shared_ptr<const void> library;
+    Factory factory;
+  };
+  std::string kind_;
+  std::map<std::string, Entry, std::less<>> entries_;
+};
+
+// One registry per extension point.
+struct PluginRegistries {
+  PluginRegistry<PartitionSet> partition{"partition set"};
+  PluginRegistry<PlacementPolicy> placement{"placement policy"};
+  PluginRegistry<Estimator> estimator{"estimator"};
+  PluginRegistry<TransferArbiter> arbiter{"transfer arbiter"};
+
+  // Moves every entry of `staged` in, all or nothing, each keeping
+  // `library` loaded. Fails naming the first duplicate.
+  Status adopt(PluginRegistries&& staged, const std::shared_ptr<const void>& library);
+};
+
+// A plugin library's entry point, exported under the one alias name that
+// plugins/plugin_entry.hpp defines: registers the library's plugins.
+using PluginEntry = Status(PluginRegistries& registries);
+
+// ---- argument helpers for factories ----
+
+// Throws std::invalid_argument "key 'k': problem".
+[[noreturn]] void bad_arg(std::string_view key, std::string_view problem);
+// Throws bad_arg for the first key of `args` not in `accepted`.
+void check_keys(const PluginArgs& args, std::initializer_list<std::string_view> accepted);
+// The value of an optional key when it is a number >= 0; `fallback` when
+// the key is absent.
+double non_negative_arg(const PluginArgs& args, std::string_view key, double fallback);
+// Optional boolean key.
+bool bool_arg(const PluginArgs& args, std::string_view key, bool fallback);
+
+// ---- PluginRegistry ----
+
+template <typename T>
+Status PluginRegistry<T>::add(std::string name, Factory factory) {
+  if (name.empty()) return InvalidArgument(kind_ + " name must not be empty");
+  if (!factory) return InvalidArgument(kind_ + " '" + name + "' has no factory");
+  if (contains(name)) return AlreadyExists(kind_ + " '" + name + "' is already registered");
+  entries_.emplace(std::move(name), Entry{nullptr, std::move(factory)});
+  return Status::Ok();
+}
+
+template <typename T>
+Result<PluginPtr<T>> PluginRegistry<T>::create(std::string_view name, const PluginArgs& args) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end())
+    return NotFound("unknown " + kind_ + " '" + std::string(name) + "' (available: " + available() + ")");
+  const std::string who = kind_ + " '" + it->first + "': ";
+  if (!args.is_null() && !args.is_object())
+    return InvalidArgument(who + "arguments must be a table, not " + std::string(args.type_name()));
+  static const PluginArgs kNoArgs = PluginArgs::object();
+  std::unique_ptr<T> made;
+  try {
+    made = it->second.factory(args.is_null() ? kNoArgs : args);
+  } catch (const std::exception& e) {
+    // Copied out here: the exception object may belong to the library.
+    return InvalidArgument(who + e.what());
+  } catch (...) {
+    return InvalidArgument(who + "factory threw a non-standard exception");
+  }
+  if (!made) return FailedPrecondition(who + "factory returned no object");
+  return PluginPtr<T>(made.release(), PluginDeleter{it->second.library});
+}
+
+template <typename T>
+std::vector<std::string> PluginRegistry<T>::names() const {
+  std::vector<std::string> out;
+  out.reserve(entries_.size());
+  for (const auto& [name, entry] : entries_) out.push_back(name);
+  return out;
+}
+
+template <typename T>
+std::string PluginRegistry<T>::available() const {
+  std::string out;
+  for (const auto& [name, entry] : entries_) out += (out.empty() ? "" : ", ") + name;
+  return out.empty() ? "none" : out;
+}
+
+template <typename T>
+Status PluginRegistry<T>::check_disjoint(const PluginRegistry& from) const {
+  for (const auto& [name, entry] : from.entries_)
+    if (contains(name)) return AlreadyExists(kind_ + " '" + name + "' is already registered");
+  return Status::Ok();
+}
+
+template <typename T>
+void PluginRegistry<T>::adopt(PluginRegistry&& from, const std::shared_ptr<const void>& library) {
+  for (auto& [name, entry] : from.entries_) entries_.emplace(name, Entry{library, std::move(entry.factory)});
+  from.entries_.clear();
+}
+
+}  // namespace slicesched

@@ -1,0 +1,136 @@
+module;
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+module slicesched.engine.scheduler;
+
+namespace slicesched {
+
+// One reusable simulator per worker thread, so what-if allocates nothing
+// after warm-up.
+struct Scheduler::Workers {
+  tbb::enumerable_thread_specific<GlobalSimulator> sims;
+};
+
+Scheduler::Scheduler(PlacementPolicy& policy, PartitionSet& partitions, const EstimatorSet& estimators,
+                     SchedulerOptions opt)
+    : policy_(policy), partitions_(partitions), est_(estimators), opt_(opt), workers_(std::make_unique<Workers>()) {}
+
+Scheduler::~Scheduler() = default;
+
+// Follows successors inside the seed's instance (and instances attached to
+// it) while every predecessor of an added op is issued, done or already in
+// the batch, so the batch can be issued in order.
+Batch Scheduler::collect(const Gmg& gmg, OpId seed) const {
+  const OpRecord& s = gmg.op(seed);
+  Batch b{{seed}, s.tmpl, s.tenant, s.priority};
+  std::vector<OpId> frontier{seed};
+  auto in_batch = [&](OpId id) { return std::find(b.ops.begin(), b.ops.end(), id) != b.ops.end(); };
+  for (std::size_t head = 0; head < frontier.size() && b.ops.size() < opt_.batch_cap; ++head) {
+    for (std::uint32_t e = gmg.op(frontier[head]).first_out; e != kNoEdge; e = gmg.edge(e).next_out) {
+      const OpId next = gmg.edge(e).dst;
+      const OpRecord& n = gmg.op(next);
+      if (n.state != OpState::kUnscheduled || n.tenant != s.tenant || in_batch(next)) continue;
+      bool ready = true;
+      for (std::uint32_t f = n.first_in; f != kNoEdge && ready; f = gmg.edge(f).next_in) {
+        const OpId p = gmg.edge(f).src;
+        ready = gmg.op(p).state != OpState::kUnscheduled || in_batch(p);
+      }
+      if (!ready) continue;
+      b.ops.push_back(next);
+      frontier.push_back(next);
+      if (b.ops.size() >= opt_.batch_cap) break;
+    }
+  }
+  return b;
+}
+
+std::vector<Outcome> Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<Candidate>& cands,
+                                        Nanos now) {
+  std::vector<Outcome> out(cands.size());
+  auto one = [&](std::size_t c) {
+    Outcome& o = out[c];
+    if (cands[c].accel.size() != batch.ops.size()) return;  // malformed candidate: infeasible
+    Gmg copy = gmg.clone();
+    for (std::size_t i = 0; i < batch.ops.size(); ++i)
+      if (!copy.issue(batch.ops[i], cands[c].accel[i], now).ok()) return;  // e.g. weights not resident
+    const SimulationResult& r = workers_->sims.local().run(copy, est_, {.horizon = opt_.horizon});
+    if (!r.feasible()) return;
+    o.feasible = true;
+    o.finish.resize(batch.ops.size());
+    double sum = 0, worst = 0;
+    const Nanos end = opt_.horizon >= 0 ? now + opt_.horizon : r.end;
+    for (std::size_t i = 0; i < batch.ops.size(); ++i) {
+      const Nanos f = r.finish_of(batch.ops[i]);
+      o.finish[i] = f;
+      const double s = static_cast<double>((f < 0 ? end : f) - now) / 1e9;  // past the horizon: at its end
+      sum += s;
+      worst = std::max(worst, s);
+    }
+    o.mean_completion_s = sum / static_cast<double>(batch.ops.size());
+    o.makespan_s = worst;
+  };
+  if (opt_.parallel && cands.size() > 1)
+    tbb::parallel_for(std::size_t{0}, cands.size(), one);
+  else
+    for (std::size_t c = 0; c < cands.size(); ++c) one(c);
+  stats_.simulations += cands.size();
+  return out;
+}
+
+Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
+  std::vector<OpId> issued;
+  gmg.advance_clock(now);
+  // Batches the policy deferred this call: skip them, try lower priorities.
+  std::vector<OpId> deferred;
+  for (;;) {
+    ++stats_.rounds;
+    if (gmg.issued_count() >= opt_.issued_budget) break;
+    // Highest priority first; among equals the oldest instance, then the
+    // earliest op (ids are allocated in template order within an instance).
+    OpId seed = kNoOp;
+    for (OpId id : gmg.unscheduled_frontier()) {
+      if (std::find(deferred.begin(), deferred.end(), id) != deferred.end()) continue;
+      if (seed == kNoOp) {
+        seed = id;
+        continue;
+      }
+      const OpRecord &a = gmg.op(id), &b = gmg.op(seed);
+      if (a.priority != b.priority ? a.priority > b.priority
+                                   : (a.instance != b.instance ? a.instance < b.instance : a.tmpl_op < b.tmpl_op))
+        seed = id;
+    }
+    if (seed == kNoOp) break;
+    Batch batch = collect(gmg, seed);
+    ++stats_.batches;
+    std::vector<Candidate> cands = partitions_.candidates(gmg, batch);
+    stats_.candidates += cands.size();
+    std::vector<Outcome> outcomes;
+    if (policy_.needs_simulation()) {
+      outcomes = what_if(gmg, batch, cands, now);
+    } else {
+      outcomes.resize(cands.size());  // a static policy does not look at them
+    }
+    std::optional<std::size_t> pick = cands.empty() ? std::nullopt : policy_.choose(gmg, batch, cands, outcomes);
+    if (!pick || *pick >= cands.size() || cands[*pick].accel.size() != batch.ops.size()) {
+      ++stats_.deferred;
+      deferred.push_back(seed);
+      continue;
+    }
+    for (std::size_t i = 0; i < batch.ops.size(); ++i) {
+      if (Status s = gmg.issue(batch.ops[i], cands[*pick].accel[i], now); !s.ok())
+        return Status(s.code(), "scheduler: candidate '" + cands[*pick].label + "': " + s.message());
+      issued.push_back(batch.ops[i]);
+    }
+  }
+  return issued;
+}
+
+}  // namespace slicesched

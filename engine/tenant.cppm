@@ -1,0 +1,79 @@
+// A tenant: one serving instance with a priority and a request stream. It
+// runs continuous batching: each iteration is one graph instance holding the
+// running decodes plus newly admitted prefills under a token budget; the KV
+// cache is retained state that the next iteration takes over (and drops the
+// sequences that finished). Admission waits when the KV budget is short.
+module;
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+export module slicesched.engine.tenant;
+export import slicesched.core;
+export import slicesched.workload.trace;
+
+export namespace slicesched {
+
+struct TenantSpec {
+  std::string name;
+  std::int32_t priority = 0;     // higher runs first on every accelerator
+  bool online = true;            // SLO-bound: counts for TTFT and SLO attainment
+  Trace requests;                // arrivals in seconds from time 0
+  std::int64_t token_budget = 2048;       // new tokens per iteration
+  std::int64_t max_seqs = 64;             // sequences per iteration
+  std::int64_t kv_budget_tokens = 65536;  // cached tokens this tenant may hold
+};
+
+// One request's life. Times in ns; -1 until they happen.
+struct RequestRecord {
+  std::uint32_t tenant = 0;
+  Nanos arrival = 0, first_token = -1, done = -1;
+  std::int64_t input_tokens = 0, output_tokens = 0, generated = 0;
+};
+
+// Not thread-safe; driven by the engine thread.
+class Tenant {
+ public:
+  Tenant(std::uint32_t id, TenantSpec spec, TemplateId tmpl);
+
+  const TenantSpec& spec() const { return spec_; }
+  std::uint32_t id() const { return id_; }
+  // Arrival time of the next request not yet delivered, or -1.
+  Nanos next_arrival() const;
+  // Queues every request that has arrived by `t`.
+  void deliver_arrivals(Nanos t);
+  // When no iteration is in flight and there is work, instantiates the next
+  // one (unscheduled) and returns it; otherwise nothing. When the tenant
+  // goes idle it releases its KV cache.
+  Result<std::optional<InstanceInfo>> maybe_start_iteration(Gmg& gmg, Nanos t);
+  // Feedback that `op` finished at `t`. When it is the in-flight
+  // iteration's head, tokens are emitted and the iteration ends.
+  void on_op_done(OpId op, Nanos t);
+  // True once every request arrived and finished.
+  bool finished() const;
+  bool busy() const { return in_flight_; }
+  const std::vector<RequestRecord>& records() const { return records_; }
+
+ private:
+  struct Seq {
+    std::size_t request;      // index into records_
+    std::int64_t context;     // tokens whose KV is cached
+    bool prefill;             // admitted this iteration
+  };
+  std::uint32_t id_;
+  TenantSpec spec_;
+  TemplateId tmpl_;
+  std::size_t next_request_ = 0;
+  std::deque<std::size_t> waiting_;
+  std::vector<Seq> running_;   // sequences of the in-flight or next iteration
+  std::vector<RequestRecord> records_;
+  std::vector<OpId> kv_ops_;   // the last iteration's ops that retain the KV cache
+  std::int64_t kv_tokens_ = 0; // tokens those ops retain
+  OpId head_ = kNoOp;
+  bool in_flight_ = false;
+  std::size_t done_ = 0;
+};
+
+}  // namespace slicesched
