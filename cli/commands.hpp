@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,5 +18,14 @@ struct BenchSimulatorOptions {
 int bench_simulator(const BenchSimulatorOptions& opt);
 
 int demo();
+
+struct SimulateOptions {
+  std::string config;
+  std::optional<std::string> policy;  // run only this policy
+  std::optional<std::string> out;     // write summary.json, CSVs, traces and plots here
+  std::optional<std::uint64_t> seed;  // overrides the config's seed
+  double trace_seconds = 60;          // Chrome traces cover the first this many simulated seconds
+};
+int simulate(const SimulateOptions& opt);
 
 }  // namespace slicesched::cli

@@ -11,6 +11,16 @@ int main(int argc, char** argv) {
 
   auto* demo = app.add_subcommand("demo", "Simulate a small cluster and print its timeline summary");
 
+  slicesched::cli::SimulateOptions sim;
+  auto* simulate =
+      app.add_subcommand("simulate", "Offline capacity planning: run every policy of CONFIG on the emulated cluster");
+  simulate->add_option("config", sim.config, "Experiment TOML (e.g. configs/experiments/colocation.toml)")->required();
+  simulate->add_option("--policy", sim.policy, "Run only this policy");
+  simulate->add_option("--out", sim.out, "Write summary.json, CSVs, Chrome traces and plots into this folder");
+  simulate->add_option("--seed", sim.seed, "Override the config's seed");
+  simulate->add_option("--trace-seconds", sim.trace_seconds, "Simulated seconds covered by the Chrome traces")
+      ->check(CLI::NonNegativeNumber);
+
   auto* bench = app.add_subcommand("bench", "Benchmarks that print their figures");
   bench->require_subcommand(1);
   slicesched::cli::BenchSimulatorOptions sim_opt;
@@ -24,6 +34,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (demo->parsed()) return slicesched::cli::demo();
+    if (simulate->parsed()) return slicesched::cli::simulate(sim);
     if (bench_sim->parsed()) return slicesched::cli::bench_simulator(sim_opt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "slicesched: %s\n", e.what());

@@ -58,8 +58,8 @@ struct Candidate {
 // What the what-if simulation predicted for one candidate (filled by the
 // scheduler).
 struct Outcome {
-  bool feasible = false;     // false: predicted to exceed HBM
-  std::vector<Nanos> finish;  // per batch op, absolute; -1: past the horizon
+  bool feasible = false;         // false: predicted to exceed HBM
+  std::vector<Nanos> finish;     // per batch op, absolute; -1: past the horizon
   double mean_completion_s = 0;  // mean over batch ops of finish - now
   double makespan_s = 0;
 };
@@ -73,7 +73,7 @@ class BOOST_SYMBOL_VISIBLE PartitionSet {
   // accelerator names) and fails with a one-line message naming the plugin
   // and the key. Called once before the first candidates(); the default has
   // nothing to check.
-  virtual Status bind(const AcceleratorSet& accels) { return Status::Ok(); }
+  virtual Status bind(const AcceleratorSet& /*accels*/) { return Status::Ok(); }
   // Candidates for `batch`, each with batch.ops.size() accelerators, all
   // valid ids of gmg.accels(). Empty: nothing fits, the batch waits.
   virtual std::vector<Candidate> candidates(const Gmg& gmg, const Batch& batch) = 0;
@@ -140,13 +140,17 @@ class BOOST_SYMBOL_VISIBLE Estimator {
 // ---- registries ----
 
 // Deletes a plugin object, then lets go of the library its code lives in
-// (null for linked-in plugins). unique_ptr runs the deleter before its
-// members die, so the destructor runs while the library is still loaded.
+// (null for linked-in plugins), so the destructor runs while the library is
+// still loaded. Letting go here, not when the deleter dies, is what makes
+// `ptr.reset()` unload: unique_ptr keeps its deleter after a reset. The
+// library's own code must therefore never drop the last PluginPtr of an
+// object of its own library (it would return into unmapped code).
 struct PluginDeleter {
   std::shared_ptr<const void> library;
   template <typename T>
-  void operator()(T* p) const noexcept {
+  void operator()(T* p) noexcept {
     delete p;
+    library.reset();
   }
 };
 

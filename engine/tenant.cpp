@@ -17,12 +17,11 @@ Nanos to_ns(double s) { return static_cast<Nanos>(s * 1e9 + 0.5); }
 Tenant::Tenant(std::uint32_t id, TenantSpec spec, TemplateId tmpl) : id_(id), spec_(std::move(spec)), tmpl_(tmpl) {
   records_.reserve(spec_.requests.requests.size());
   for (const Request& r : spec_.requests.requests)
-    records_.push_back({id_, to_ns(r.arrival_s), -1, -1, r.input_tokens, std::max<std::int64_t>(1, r.output_tokens), 0});
+    records_.push_back(
+        {id_, to_ns(r.arrival_s), -1, -1, r.input_tokens, std::max<std::int64_t>(1, r.output_tokens), 0});
 }
 
-Nanos Tenant::next_arrival() const {
-  return next_request_ < records_.size() ? records_[next_request_].arrival : -1;
-}
+Nanos Tenant::next_arrival() const { return next_request_ < records_.size() ? records_[next_request_].arrival : -1; }
 
 void Tenant::deliver_arrivals(Nanos t) {
   while (next_request_ < records_.size() && records_[next_request_].arrival <= t) waiting_.push_back(next_request_++);

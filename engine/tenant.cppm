@@ -18,9 +18,9 @@ export namespace slicesched {
 
 struct TenantSpec {
   std::string name;
-  std::int32_t priority = 0;     // higher runs first on every accelerator
-  bool online = true;            // SLO-bound: counts for TTFT and SLO attainment
-  Trace requests;                // arrivals in seconds from time 0
+  std::int32_t priority = 0;              // higher runs first on every accelerator
+  bool online = true;                     // SLO-bound: counts for TTFT and SLO attainment
+  Trace requests;                         // arrivals in seconds from time 0
   std::int64_t token_budget = 2048;       // new tokens per iteration
   std::int64_t max_seqs = 64;             // sequences per iteration
   std::int64_t kv_budget_tokens = 65536;  // cached tokens this tenant may hold
@@ -58,19 +58,19 @@ class Tenant {
 
  private:
   struct Seq {
-    std::size_t request;      // index into records_
-    std::int64_t context;     // tokens whose KV is cached
-    bool prefill;             // admitted this iteration
+    std::size_t request;   // index into records_
+    std::int64_t context;  // tokens whose KV is cached
+    bool prefill;          // admitted this iteration
   };
   std::uint32_t id_;
   TenantSpec spec_;
   TemplateId tmpl_;
   std::size_t next_request_ = 0;
   std::deque<std::size_t> waiting_;
-  std::vector<Seq> running_;   // sequences of the in-flight or next iteration
+  std::vector<Seq> running_;  // sequences of the in-flight or next iteration
   std::vector<RequestRecord> records_;
-  std::vector<OpId> kv_ops_;   // the last iteration's ops that retain the KV cache
-  std::int64_t kv_tokens_ = 0; // tokens those ops retain
+  std::vector<OpId> kv_ops_;    // the last iteration's ops that retain the KV cache
+  std::int64_t kv_tokens_ = 0;  // tokens those ops retain
   OpId head_ = kNoOp;
   bool in_flight_ = false;
   std::size_t done_ = 0;

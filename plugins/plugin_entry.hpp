@@ -26,7 +26,7 @@
 
 // The static_assert turns a wrong signature into a compile error instead of
 // undefined behaviour at load time (the alias erases the type).
-#define SLICESCHED_PLUGIN_ENTRY(fn)                                                             \
-  static_assert(std::is_same_v<decltype(&fn), ::slicesched::PluginEntry*>,                      \
-                "a SliceScheduler plugin entry is Status(slicesched::PluginRegistries&)");      \
+#define SLICESCHED_PLUGIN_ENTRY(fn)                                                        \
+  static_assert(std::is_same_v<decltype(&fn), ::slicesched::PluginEntry*>,                 \
+                "a SliceScheduler plugin entry is Status(slicesched::PluginRegistries&)"); \
   BOOST_DLL_ALIAS(fn, slicesched_plugin_v1)

@@ -1,0 +1,269 @@
+module;
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+
+module slicesched.cli.report;
+
+namespace slicesched::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Writes through a temporary file and a rename, so a crash or a full disk
+// never leaves a half-written result behind.
+void write_file(const fs::path& path, const std::string& content) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) throw std::runtime_error(tmp.string() + ": cannot write");
+    f << content;
+    if (!f.flush()) throw std::runtime_error(tmp.string() + ": write failed (disk full?)");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw std::runtime_error(path.string() + ": cannot write (" + ec.message() + ")");
+}
+
+std::string slug(const std::string& name) {
+  std::string s;
+  for (char c : name) s += std::isalnum(static_cast<unsigned char>(c)) ? static_cast<char>(std::tolower(c)) : '_';
+  return s;
+}
+
+double round6(double v) { return std::round(v * 1e6) / 1e6; }
+
+void print_table(const std::vector<PolicyRun>& runs, double threshold) {
+  std::printf("\n%-16s %9s %9s %9s %9s %9s %9s %8s %7s %6s %7s\n", "policy", "req/s", "tok/s", "TTFT p50", "TTFT p90",
+              "TTFT p99", "TPOT ms", "SLO", "GPU", "done", "wall s");
+  for (const PolicyRun& r : runs) {
+    const RunMetrics& m = r.metrics;
+    std::printf(
+        "%-16s %9.3f %9.1f %8.3fs %8.3fs %8.3fs %9.2f %7.1f%% %6.1f%% %5.1f%% %7.1f\n", r.name.c_str(),
+        m.request_throughput, m.token_throughput, m.ttft_p50_s, m.ttft_p90_s, m.ttft_p99_s, m.tpot_mean_s * 1e3,
+        100 * m.slo_attainment, 100 * m.gpu_utilization,
+        m.requests_total ? 100.0 * static_cast<double>(m.requests_done) / static_cast<double>(m.requests_total) : 0.0,
+        r.wall_s);
+  }
+  std::printf("\nSLO threshold (p90 TTFT of %s): %.3f s\n", runs.empty() ? "-" : "the baseline", threshold);
+}
+
+nlohmann::json summary(const ExperimentConfig& cfg, const std::vector<PolicyRun>& runs, double threshold) {
+  nlohmann::json j;
+  j["config"] = cfg.name;
+  j["seed"] = cfg.seed;
+  j["slo_threshold_s"] = round6(threshold);
+  for (const PolicyRun& r : runs) {
+    const RunMetrics& m = r.metrics;
+    nlohmann::json p;
+    p["request_throughput"] = round6(m.request_throughput);
+    p["token_throughput"] = round6(m.token_throughput);
+    p["ttft_p50_s"] = round6(m.ttft_p50_s);
+    p["ttft_p90_s"] = round6(m.ttft_p90_s);
+    p["ttft_p99_s"] = round6(m.ttft_p99_s);
+    p["tpot_mean_s"] = round6(m.tpot_mean_s);
+    p["slo_attainment"] = round6(m.slo_attainment);
+    p["gpu_utilization"] = round6(m.gpu_utilization);
+    p["span_s"] = round6(m.span_s);
+    p["requests_total"] = m.requests_total;
+    p["requests_done"] = m.requests_done;
+    p["online_done"] = m.online_done;
+    p["offline_done"] = m.offline_done;
+    p["tokens_generated"] = m.tokens_generated;
+    p["idle_slice_p50_s"] = round6(percentile(m.idle_slices_s, 50));
+    p["idle_slice_p90_s"] = round6(percentile(m.idle_slices_s, 90));
+    p["idle_slice_p99_s"] = round6(percentile(m.idle_slices_s, 99));
+    p["scheduling"] = {{"batches", r.scheduling.batches},
+                       {"candidates", r.scheduling.candidates},
+                       {"simulations", r.scheduling.simulations},
+                       {"deferred", r.scheduling.deferred}};
+    for (const auto& e : r.estimators)
+      p["estimators"].push_back({{"what", e.what}, {"samples", e.samples}, {"mape_pct", round6(e.mape_pct)}});
+    j["policies"][r.name] = p;
+  }
+  return j;
+}
+
+std::string requests_csv(const PolicyRun& r) {
+  std::ostringstream o;
+  o << "tenant,arrival_s,input_tokens,output_tokens,generated,first_token_s,done_s,ttft_s\n";
+  for (const RequestRecord& q : r.requests) {
+    auto s = [](Nanos t) { return t < 0 ? std::string() : std::to_string(static_cast<double>(t) / 1e9); };
+    o << r.tenant_names[q.tenant] << ',' << s(q.arrival) << ',' << q.input_tokens << ',' << q.output_tokens << ','
+      << q.generated << ',' << s(q.first_token) << ',' << s(q.done) << ','
+      << (q.first_token < 0 ? std::string() : std::to_string(static_cast<double>(q.first_token - q.arrival) / 1e9))
+      << '\n';
+  }
+  return o.str();
+}
+
+std::string accelerators_csv(const PolicyRun& r) {
+  std::ostringstream o;
+  o << "accelerator,busy_s,utilization\n";
+  for (std::size_t a = 0; a < r.accel_names.size(); ++a)
+    o << r.accel_names[a] << ',' << r.metrics.accel_busy_s[a] << ','
+      << (r.metrics.span_s > 0 ? r.metrics.accel_busy_s[a] / r.metrics.span_s : 0.0) << '\n';
+  return o.str();
+}
+
+// Chrome trace JSON: one lane per accelerator and per link (source ->
+// destination); slices are named by tenant so Perfetto colours them by
+// tenant.
+std::string chrome_trace(const PolicyRun& r, double seconds) {
+  nlohmann::json events = nlohmann::json::array();
+  const Nanos until = static_cast<Nanos>(seconds * 1e9);
+  std::map<std::pair<AccelId, AccelId>, int> link_lane;
+  const int n = static_cast<int>(r.accel_names.size());
+  for (int a = 0; a < n; ++a)
+    events.push_back(
+        {{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", a}, {"args", {{"name", r.accel_names[a]}}}});
+  for (const RunRecord& x : r.log) {
+    if (x.start > until) continue;
+    int tid = static_cast<int>(x.accel);
+    std::string what = "op";
+    if (x.to != kNoAccel) {
+      auto key = std::pair{x.accel, x.to};
+      auto it = link_lane.find(key);
+      if (it == link_lane.end()) {
+        it = link_lane.emplace(key, n + static_cast<int>(link_lane.size())).first;
+        events.push_back({{"name", "thread_name"},
+                          {"ph", "M"},
+                          {"pid", 1},
+                          {"tid", it->second},
+                          {"args", {{"name", r.accel_names[x.accel] + " -> " + r.accel_names[x.to]}}}});
+      }
+      tid = it->second;
+      what = "transfer";
+    }
+    events.push_back({{"name", r.tenant_names[x.tenant]},
+                      {"cat", what},
+                      {"ph", "X"},
+                      {"pid", 1},
+                      {"tid", tid},
+                      {"ts", static_cast<double>(x.start) / 1e3},
+                      {"dur", static_cast<double>(x.finish - x.start) / 1e3},
+                      {"args", {{"op", x.op}}}});
+  }
+  nlohmann::json j{{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  return j.dump();
+}
+
+// PNG plots through gnuplot (Debian's gnuplot-nox): the data files and the
+// script stay next to the images, so a user can restyle them.
+void plots(const fs::path& dir, const std::vector<PolicyRun>& runs) {
+  const fs::path pd = dir / "plots";
+  fs::create_directories(pd);
+  std::ostringstream gp;
+  gp << "set terminal png size 900,560\nset grid\nset key bottom right\n";
+  // TTFT CDF per policy.
+  gp << "set output 'ttft_cdf.png'\nset title 'TTFT of online requests (CDF)'\nset xlabel 'TTFT (s)'\n"
+        "set ylabel 'fraction of requests'\nset logscale x\nplot ";
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    std::ostringstream d;
+    const auto& v = runs[i].metrics.online_ttft_s;
+    for (std::size_t k = 0; k < v.size(); ++k) d << v[k] << ' ' << static_cast<double>(k + 1) / v.size() << '\n';
+    const std::string f = "ttft_" + slug(runs[i].name) + ".dat";
+    write_file(pd / f, d.str());
+    gp << (i ? ", " : "") << "'" << f << "' using 1:2 with lines lw 2 title '" << runs[i].name << "'";
+  }
+  gp << "\nunset logscale x\n";
+  // Idle-slice CDF per policy.
+  gp << "set output 'idle_slices_cdf.png'\nset title 'Idle slices between operators (CDF)'\n"
+        "set xlabel 'idle slice (s)'\nset logscale x\nplot ";
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    std::ostringstream d;
+    const auto& v = runs[i].metrics.idle_slices_s;
+    for (std::size_t k = 0; k < v.size(); k += std::max<std::size_t>(1, v.size() / 2000))
+      d << std::max(v[k], 1e-6) << ' ' << static_cast<double>(k + 1) / v.size() << '\n';
+    const std::string f = "idle_" + slug(runs[i].name) + ".dat";
+    write_file(pd / f, d.str());
+    gp << (i ? ", " : "") << "'" << f << "' using 1:2 with lines lw 2 title '" << runs[i].name << "'";
+  }
+  gp << "\nunset logscale x\n";
+  // Utilization over time (10 s bins, all accelerators).
+  gp << "set output 'utilization.png'\nset title 'GPU utilization over time (10 s bins)'\nset xlabel 'time (s)'\n"
+        "set ylabel 'busy fraction'\nset yrange [0:1]\nplot ";
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const double bin = 10;
+    std::vector<double> busy(static_cast<std::size_t>(runs[i].metrics.span_s / bin) + 1, 0.0);
+    for (const RunRecord& x : runs[i].log) {
+      if (x.to != kNoAccel) continue;
+      double s = static_cast<double>(x.start) / 1e9, e = static_cast<double>(x.finish) / 1e9;
+      while (s < e) {
+        const auto b = static_cast<std::size_t>(s / bin);
+        const double edge = std::min(e, (static_cast<double>(b) + 1) * bin);
+        if (b < busy.size()) busy[b] += edge - s;
+        s = edge;
+      }
+    }
+    std::ostringstream d;
+    for (std::size_t b = 0; b < busy.size(); ++b)
+      d << (static_cast<double>(b) + 0.5) * bin << ' '
+        << busy[b] / (bin * static_cast<double>(runs[i].accel_names.size())) << '\n';
+    const std::string f = "util_" + slug(runs[i].name) + ".dat";
+    write_file(pd / f, d.str());
+    gp << (i ? ", " : "") << "'" << f << "' using 1:2 with lines lw 2 title '" << runs[i].name << "'";
+  }
+  gp << "\nset autoscale y\n";
+  // Throughput bars.
+  {
+    std::ostringstream d;
+    for (const PolicyRun& r : runs) d << '"' << r.name << "\" " << r.metrics.token_throughput << '\n';
+    write_file(pd / "throughput.dat", d.str());
+    gp << "set output 'throughput.png'\nset title 'Token throughput'\nset xlabel ''\nset ylabel 'tokens/s'\n"
+          "set style fill solid 0.7\nset boxwidth 0.6\nset yrange [0:*]\nunset key\n"
+          "plot 'throughput.dat' using 0:2:xtic(1) with boxes\n";
+  }
+  write_file(pd / "plots.gp", gp.str());
+  const std::string cmd = "cd '" + pd.string() + "' && gnuplot plots.gp 2>/dev/null";
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    std::fprintf(stderr,
+                 "slicesched: gnuplot not found: plot data and script are in %s (apt-get install gnuplot-nox)\n",
+                 pd.string().c_str());
+    return;
+  }
+  if (std::system(cmd.c_str()) != 0)
+    std::fprintf(stderr, "slicesched: gnuplot failed on %s/plots.gp\n", pd.string().c_str());
+}
+
+}  // namespace
+
+double slo_threshold(const std::vector<PolicyRun>& runs) {
+  for (const PolicyRun& r : runs)
+    if (r.name == "Static-Online") return r.metrics.ttft_p90_s;
+  return runs.empty() ? 0 : runs.front().metrics.ttft_p90_s;
+}
+
+void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const SimulateOptions& opt) {
+  const double threshold = slo_threshold(runs);
+  for (PolicyRun& r : runs) finish_slo(r.metrics, threshold);
+  print_table(runs, threshold);
+  if (!opt.out) return;
+  const fs::path dir(*opt.out);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error(dir.string() + ": cannot create (" + ec.message() + ")");
+  write_file(dir / "summary.json", summary(cfg, runs, threshold).dump(2) + "\n");
+  for (const PolicyRun& r : runs) {
+    write_file(dir / ("requests_" + slug(r.name) + ".csv"), requests_csv(r));
+    write_file(dir / ("accelerators_" + slug(r.name) + ".csv"), accelerators_csv(r));
+    write_file(dir / ("trace_" + slug(r.name) + ".json"), chrome_trace(r, opt.trace_seconds));
+  }
+  plots(dir, runs);
+  std::printf("wrote %s/summary.json, per-policy CSVs, Chrome traces (open in Perfetto) and plots/\n",
+              dir.string().c_str());
+}
+
+}  // namespace slicesched::cli

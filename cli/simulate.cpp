@@ -1,0 +1,208 @@
+// `slicesched simulate CONFIG`: offline capacity planning. Every policy of
+// the config runs on the same engine against the emulated cluster; the
+// result is a comparison table, summary.json, CSVs, Chrome traces and plots.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+
+import slicesched.core;
+import slicesched.config;
+import slicesched.cli.report;
+import slicesched.engine;
+import slicesched.engine.metrics;
+import slicesched.engine.union_partition_set;
+import slicesched.plugins.builtin;
+import slicesched.plugins.loader;
+import slicesched.simulator.emulated;
+import slicesched.simulator.llama;
+import slicesched.workload.trace;
+
+namespace slicesched::cli {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& message) { throw std::runtime_error(message); }
+
+void check(const Status& s) {
+  if (!s.ok()) fail(s.message());
+}
+
+Trace make_stream(const TenantConfig& t, std::uint64_t seed) {
+  const StreamConfig& s = t.stream;
+  switch (s.kind) {
+    case StreamConfig::Kind::kTrace: {
+      auto trace = read_trace(s.path, s.trace);
+      if (!trace.ok()) fail("tenant '" + t.name + "': " + trace.status().message());
+      if (trace->skipped_lines > 0)
+        std::fprintf(stderr, "slicesched: tenant '%s': skipped %zu corrupt line(s) of %s (first: %s)\n", t.name.c_str(),
+                     trace->skipped_lines, s.path.c_str(), trace->first_skipped.c_str());
+      return std::move(trace).value();
+    }
+    case StreamConfig::Kind::kConstant:
+      return constant_rate(s.rate_per_s, s.duration_s, s.input_tokens, s.output_tokens);
+    case StreamConfig::Kind::kPoisson:
+      return poisson(s.rate_per_s, s.duration_s, s.input_tokens, s.output_tokens, seed);
+  }
+  return {};
+}
+
+std::shared_ptr<AcceleratorSet> make_cluster(const ExperimentConfig& cfg) {
+  auto set = std::make_shared<AcceleratorSet>();
+  for (const auto& l : cfg.link_classes)
+    check(set->add_link_class(l.name, l.bandwidth_bytes_per_s, l.latency_s).status());
+  for (const auto& a : cfg.accelerators) check(set->add(a.name, a.type, a.hbm_bytes).status());
+  for (const auto& l : cfg.links) {
+    LinkClassId cls = 0;
+    for (std::size_t i = 0; i < cfg.link_classes.size(); ++i)
+      if (cfg.link_classes[i].name == l.link_class) cls = static_cast<LinkClassId>(i);
+    check(set->link(static_cast<AccelId>(set->find(l.a)), static_cast<AccelId>(set->find(l.b)), cls));
+  }
+  return set;
+}
+
+// Partition-set arguments name tenants; plugins see tenant ids.
+PluginArgs tenant_ids(const PolicyConfig& p, PluginArgs args) {
+  if (!args.is_object() || !args.contains("tenants") || !args["tenants"].is_object()) return args;
+  PluginArgs ids = PluginArgs::object();
+  for (auto& [name, groups] : args["tenants"].items()) {
+    auto it = std::find(p.tenants.begin(), p.tenants.end(), name);
+    if (it == p.tenants.end())
+      fail("policy '" + p.name + "': partition set pins tenant '" + name + "', which the policy does not run");
+    ids[std::to_string(it - p.tenants.begin())] = groups;
+  }
+  args["tenants"] = ids;
+  return args;
+}
+
+bool stderr_is_tty() { return isatty(fileno(stderr)) != 0; }
+
+}  // namespace
+
+PolicyRun run_policy(const ExperimentConfig& cfg, const PolicyConfig& policy, const PluginRegistries& plugins,
+                     const LayerProfile& layers, const TransferProfile& transfers) {
+  auto accels = make_cluster(cfg);
+  auto templates = std::make_shared<TemplateRegistry>();
+  llama::Shape shape;
+  shape.layers = cfg.model.layers;
+  shape.groups = cfg.model.groups;
+  const TemplateId tmpl = templates->add(llama::make_template(cfg.model.name, shape)).value();
+  Gmg gmg(templates, accels);
+  for (AccelId a = 0; a < accels->size(); ++a) check(gmg.place_weights(tmpl, a));
+
+  EstimatorSet est;
+  check(seed_priors(est, *templates, *accels));
+
+  std::vector<Tenant> tenants;
+  std::vector<bool> online;
+  for (const std::string& name : policy.tenants) {
+    const auto& tc = *std::find_if(cfg.tenants.begin(), cfg.tenants.end(), [&](auto& t) { return t.name == name; });
+    TenantSpec spec{tc.name,         tc.priority, tc.online,          make_stream(tc, cfg.seed + tenants.size()),
+                    tc.token_budget, tc.max_seqs, tc.kv_budget_tokens};
+    tenants.emplace_back(static_cast<std::uint32_t>(tenants.size()), std::move(spec), tmpl);
+    online.push_back(tc.online);
+  }
+
+  std::vector<PluginPtr<PartitionSet>> sets;
+  for (const auto& choice : policy.partition_sets) {
+    auto set = plugins.partition.create(choice.name, tenant_ids(policy, choice.args));
+    if (!set.ok()) fail("policy '" + policy.name + "': " + set.status().message());
+    sets.push_back(std::move(set).value());
+  }
+  UnionPartitionSet partitions(std::move(sets));
+  if (Status s = partitions.bind(*accels); !s.ok()) fail("policy '" + policy.name + "': " + s.message());
+  auto placement = plugins.placement.create(policy.placement.name, policy.placement.args);
+  if (!placement.ok()) fail("policy '" + policy.name + "': " + placement.status().message());
+
+  SchedulerOptions sopt;
+  sopt.issued_budget = policy.issued_budget;
+  sopt.batch_cap = policy.batch_cap;
+  sopt.horizon = policy.horizon_s < 0 ? -1 : static_cast<Nanos>(policy.horizon_s * 1e9);
+  Scheduler scheduler(*placement.value(), partitions, est, sopt);
+  ProfileGroundTruth truth(layers, transfers, cfg.seed, cfg.ground_truth.op_noise_cv,
+                           cfg.ground_truth.transfer_noise_cv);
+  EmulatedCluster cluster(accels->size(), truth);
+  Engine engine(gmg, tenants, scheduler, est, cluster);
+
+  const bool tty = stderr_is_tty();
+  auto t0 = std::chrono::steady_clock::now();
+  auto progress = [&](Nanos now, std::size_t done, std::size_t total) {
+    const int pct = total ? static_cast<int>(100 * done / total) : 100;
+    if (tty)
+      std::fprintf(stderr, "\r  %-16s [%-40s] %3d%%  %zu/%zu requests  t=%.0f s ", policy.name.c_str(),
+                   std::string(static_cast<std::size_t>(pct * 40 / 100), '#').c_str(), pct, done, total,
+                   static_cast<double>(now) / 1e9);
+    else if (pct % 25 == 0)
+      std::fprintf(stderr, "  %s: %d%% (%zu/%zu requests, t=%.0f s)\n", policy.name.c_str(), pct, done, total,
+                   static_cast<double>(now) / 1e9);
+  };
+  auto result = engine.run(progress);
+  if (tty) std::fprintf(stderr, "\n");
+  if (!result.ok()) fail("policy '" + policy.name + "': " + result.status().message());
+
+  PolicyRun run;
+  run.name = policy.name;
+  run.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  run.metrics = compute_metrics(policy.name, result.value(), cluster.log(), accels->size(), online);
+  run.requests = result->requests;
+  run.log = cluster.log();
+  for (const auto& t : tenants) run.tenant_names.push_back(t.spec().name);
+  for (AccelId a = 0; a < accels->size(); ++a) run.accel_names.push_back((*accels)[a].name);
+  for (const auto& row : est.report()) run.estimators.push_back(row);
+  run.scheduling = result->scheduling;
+  return run;
+}
+
+int simulate(const SimulateOptions& opt) {
+  auto cfg = load_config(opt.config);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "slicesched: %s\n", cfg.status().message().c_str());
+    return 2;
+  }
+  if (opt.seed) cfg->seed = *opt.seed;
+  try {
+    PluginRegistries plugins;
+    check(plugins::register_builtins(plugins));
+    for (const auto& path : cfg->plugin_paths) check(load_plugin_library(path, plugins));
+    LayerProfileOptions lopt;
+    lopt.hbm_bytes_per_s = cfg->ground_truth.hbm_bytes_per_s;
+    lopt.groups = cfg->model.groups;
+    lopt.layers_per_group = cfg->model.layers / cfg->model.groups;
+    auto layers = LayerProfile::load(cfg->ground_truth.layers_csv, 1, lopt);
+    if (!layers.ok()) fail(layers.status().message());
+    auto transfers = TransferProfile::load(cfg->ground_truth.transfers_csv);
+    if (!transfers.ok()) fail(transfers.status().message());
+
+    std::vector<PolicyRun> runs;
+    bool matched = false;
+    for (const auto& p : cfg->policies) {
+      if (opt.policy && *opt.policy != p.name) continue;
+      matched = true;
+      runs.push_back(run_policy(cfg.value(), p, plugins, layers.value(), transfers.value()));
+    }
+    if (!matched) {
+      std::string names;
+      for (const auto& p : cfg->policies) names += (names.empty() ? "" : ", ") + p.name;
+      fail("no policy named '" + *opt.policy + "' in " + opt.config + " (policies: " + names + ")");
+    }
+    report(cfg.value(), runs, opt);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "slicesched: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
+
+}  // namespace slicesched::cli

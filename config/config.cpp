@@ -1,0 +1,386 @@
+module;
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+module slicesched.config;
+
+namespace slicesched {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Thrown inside the reader only; load_config turns it into a Status.
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A table being read: remembers which keys were used, so leftovers can be
+// reported as unknown.
+class Table {
+ public:
+  Table(const toml::table& t, std::string path, const std::string& file) : t_(t), path_(std::move(path)), file_(file) {}
+
+  [[noreturn]] void fail(const toml::node* at, const std::string& key, const std::string& what) const {
+    const auto& src = at ? at->source() : t_.source();
+    throw ConfigError(file_ + ":" + std::to_string(src.begin.line) + ": " + qualified(key) + ": " + what);
+  }
+  std::string qualified(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  const toml::node* node(const std::string& key) {
+    used_.insert(key);
+    return t_.get(key);
+  }
+  bool has(const std::string& key) const { return t_.contains(key); }
+
+  std::string str(const std::string& key, const std::string* fallback = nullptr) {
+    const toml::node* n = node(key);
+    if (!n) {
+      if (fallback) return *fallback;
+      fail(nullptr, key, "is required (a string)");
+    }
+    if (auto v = n->value<std::string>()) return *v;
+    fail(n, key, "expected a string");
+  }
+  double num(const std::string& key, double fallback, double lo, double hi, bool required = false) {
+    const toml::node* n = node(key);
+    if (!n) {
+      if (required) fail(nullptr, key, "is required (a number)");
+      return fallback;
+    }
+    auto v = n->value<double>();
+    if (!v || !std::isfinite(*v)) fail(n, key, "expected a number");
+    if (*v < lo || *v > hi) fail(n, key, "expected a number in [" + fmt(lo) + ", " + fmt(hi) + "], got " + fmt(*v));
+    return *v;
+  }
+  std::int64_t integer(const std::string& key, std::int64_t fallback, std::int64_t lo, std::int64_t hi,
+                       bool required = false) {
+    const toml::node* n = node(key);
+    if (!n) {
+      if (required) fail(nullptr, key, "is required (an integer)");
+      return fallback;
+    }
+    auto v = n->value_exact<std::int64_t>();
+    if (!v) fail(n, key, "expected an integer");
+    if (*v < lo || *v > hi)
+      fail(
+          n, key,
+          "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(*v));
+    return *v;
+  }
+  bool boolean(const std::string& key, bool fallback) {
+    const toml::node* n = node(key);
+    if (!n) return fallback;
+    if (auto v = n->value_exact<bool>()) return *v;
+    fail(n, key, "expected true or false");
+  }
+  const toml::array* array(const std::string& key, bool required) {
+    const toml::node* n = node(key);
+    if (!n) {
+      if (required) fail(nullptr, key, "is required (an array)");
+      return nullptr;
+    }
+    if (!n->is_array()) fail(n, key, "expected an array");
+    return n->as_array();
+  }
+  const toml::table* table(const std::string& key, bool required) {
+    const toml::node* n = node(key);
+    if (!n) {
+      if (required) fail(nullptr, key, "is required (a table)");
+      return nullptr;
+    }
+    if (!n->is_table()) fail(n, key, "expected a table");
+    return n->as_table();
+  }
+  // Every key must have been read: anything else is a typo or a key this
+  // version does not know.
+  void finish(const std::vector<std::string>& allowed_extra = {}) const {
+    for (const auto& [k, v] : t_) {
+      const std::string key(k.str());
+      if (used_.count(key) || std::find(allowed_extra.begin(), allowed_extra.end(), key) != allowed_extra.end())
+        continue;
+      std::string known;
+      for (const auto& u : used_) known += (known.empty() ? "" : ", ") + u;
+      fail(&v, key, "unknown key" + (known.empty() ? std::string() : " (known here: " + known + ")"));
+    }
+  }
+  const toml::table& raw() const { return t_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  static std::string fmt(double v) {
+    std::string s = std::to_string(v);
+    while (s.size() > 1 && s.back() == '0') s.pop_back();
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    return s;
+  }
+  const toml::table& t_;
+  std::string path_;
+  const std::string& file_;
+  std::set<std::string> used_;
+};
+
+// Tables of an array of tables, with their element paths.
+std::vector<Table> tables_of(Table& parent, const std::string& key, bool required, const std::string& file) {
+  std::vector<Table> out;
+  const toml::array* arr = parent.array(key, required);
+  if (!arr) return out;
+  for (std::size_t i = 0; i < arr->size(); ++i) {
+    const toml::node& n = (*arr)[i];
+    const std::string path = parent.qualified(key) + "[" + std::to_string(i) + "]";
+    if (!n.is_table())
+      throw ConfigError(file + ":" + std::to_string(n.source().begin.line) + ": " + path + ": expected a table");
+    out.emplace_back(*n.as_table(), path, file);
+  }
+  return out;
+}
+
+nlohmann::json to_json(const toml::node& n) {
+  if (auto t = n.as_table()) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [k, v] : *t) j[std::string(k.str())] = to_json(v);
+    return j;
+  }
+  if (auto a = n.as_array()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& v : *a) j.push_back(to_json(v));
+    return j;
+  }
+  if (auto v = n.value_exact<std::int64_t>()) return *v;
+  if (auto v = n.value_exact<double>()) return *v;
+  if (auto v = n.value_exact<bool>()) return *v;
+  if (auto v = n.value<std::string>()) return *v;
+  return nullptr;
+}
+
+PluginChoice plugin_choice(Table& t) {
+  PluginChoice c;
+  c.name = t.str("plugin");
+  for (const auto& [k, v] : t.raw())
+    if (k.str() != "plugin") c.args[std::string(k.str())] = to_json(v);
+  return c;
+}
+
+std::vector<std::string> strings(Table& t, const std::string& key, bool required) {
+  std::vector<std::string> out;
+  const toml::array* arr = t.array(key, required);
+  if (!arr) return out;
+  for (const auto& n : *arr) {
+    auto v = n.value<std::string>();
+    if (!v) t.fail(&n, key, "expected an array of strings");
+    out.push_back(*v);
+  }
+  return out;
+}
+
+std::string resolve(const fs::path& dir, const std::string& p) {
+  fs::path path(p);
+  return (path.is_absolute() ? path : dir / path).lexically_normal().string();
+}
+
+void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file) {
+  const toml::table* ct = root.table("cluster", true);
+  Table cluster(*ct, "cluster", file);
+  for (Table& l : tables_of(cluster, "link_classes", true, file)) {
+    LinkClassConfig c;
+    c.name = l.str("name");
+    c.bandwidth_bytes_per_s = l.num("bandwidth_gbps", 0, 1e-6, 1e6, true) * 1e9;
+    c.latency_s = l.num("latency_us", 0, 0, 1e9) * 1e-6;
+    l.finish();
+    cfg.link_classes.push_back(c);
+  }
+  for (Table& a : tables_of(cluster, "accelerators", true, file)) {
+    const std::string type = a.str("type");
+    const double hbm_gib = a.num("hbm_gib", 0, 1e-6, 1e6, true);
+    const auto hbm = static_cast<std::int64_t>(hbm_gib * 1073741824.0);
+    if (a.has("count")) {
+      const std::string empty;
+      const std::string prefix = a.str("name_prefix", &empty);
+      const std::int64_t count = a.integer("count", 1, 1, 100000, true);
+      const std::int64_t first = a.integer("first_index", 0, 0, 1000000);
+      for (std::int64_t i = 0; i < count; ++i)
+        cfg.accelerators.push_back({(prefix.empty() ? type : prefix) + std::to_string(first + i), type, hbm});
+    } else {
+      cfg.accelerators.push_back({a.str("name"), type, hbm});
+    }
+    a.finish();
+  }
+  for (Table& l : tables_of(cluster, "links", false, file)) {
+    auto ends = strings(l, "between", true);
+    if (ends.size() != 2) l.fail(l.node("between"), "between", "expected two accelerator names");
+    cfg.links.push_back({ends[0], ends[1], l.str("class")});
+    l.finish();
+  }
+  cluster.finish();
+}
+
+StreamConfig read_stream(Table& s, const fs::path& dir) {
+  StreamConfig st;
+  const int kinds = s.has("trace") + s.has("constant_rate") + s.has("poisson_rate");
+  if (kinds != 1) s.fail(nullptr, "trace", "exactly one of trace, constant_rate, poisson_rate is required");
+  if (s.has("trace")) {
+    st.kind = StreamConfig::Kind::kTrace;
+    st.path = resolve(dir, s.str("trace"));
+    st.trace.start_offset_s = s.num("start_offset_s", 0, 0, 1e12);
+    st.trace.duration_s = s.num("duration_s", -1, -1, 1e12);
+    if (st.trace.duration_s == 0) s.fail(s.node("duration_s"), "duration_s", "expected > 0, or -1 for all");
+    st.trace.rate_scale = s.num("rate_scale", 1, 1e-9, 1e9);
+    st.trace.time_shift_s = s.num("time_shift_s", 0, -1e12, 1e12);
+    st.trace.skip_bad_lines = s.boolean("skip_bad_lines", false);
+  } else {
+    st.kind = s.has("trace")           ? StreamConfig::Kind::kTrace
+              : s.has("constant_rate") ? StreamConfig::Kind::kConstant
+                                       : StreamConfig::Kind::kPoisson;
+    st.rate_per_s =
+        s.num(st.kind == StreamConfig::Kind::kConstant ? "constant_rate" : "poisson_rate", 0, 1e-9, 1e9, true);
+    st.duration_s = s.num("duration_s", 0, 1e-9, 1e12, true);
+    st.input_tokens = s.integer("input_tokens", 0, 1, 1 << 24, true);
+    st.output_tokens = s.integer("output_tokens", 0, 1, 1 << 24, true);
+  }
+  s.finish();
+  return st;
+}
+
+ExperimentConfig read(const toml::table& doc, const std::string& file) {
+  ExperimentConfig cfg;
+  cfg.path = file;
+  const fs::path dir = fs::path(file).parent_path();
+  Table root(doc, "", file);
+  const std::string stem = fs::path(file).stem().string();
+  cfg.name = root.str("name", &stem);
+  cfg.seed = static_cast<std::uint64_t>(root.integer("seed", 1, 0, INT64_MAX));
+  read_cluster(root, cfg, file);
+
+  if (const toml::table* mt = root.table("model", false)) {
+    Table m(*mt, "model", file);
+    const std::string def = "llama3-8b";
+    cfg.model.name = m.str("name", &def);
+    if (cfg.model.name != "llama3-8b")
+      m.fail(m.node("name"), "name", "expected \"llama3-8b\" (the built-in model), got \"" + cfg.model.name + "\"");
+    cfg.model.layers = static_cast<int>(m.integer("layers", 32, 1, 1024));
+    cfg.model.groups = static_cast<int>(m.integer("groups", 4, 1, 1024));
+    if (cfg.model.layers % cfg.model.groups != 0)
+      m.fail(m.node("groups"), "groups", "expected a divisor of layers (" + std::to_string(cfg.model.layers) + ")");
+    m.finish();
+  }
+
+  {
+    const toml::table* gt = root.table("ground_truth", true);
+    Table g(*gt, "ground_truth", file);
+    cfg.ground_truth.layers_csv = resolve(dir, g.str("layers"));
+    cfg.ground_truth.transfers_csv = resolve(dir, g.str("transfers"));
+    cfg.ground_truth.op_noise_cv = g.num("op_noise_cv", 0.006, 0, 1);
+    cfg.ground_truth.transfer_noise_cv = g.num("transfer_noise_cv", 0.0163, 0, 1);
+    cfg.ground_truth.hbm_bytes_per_s = g.num("hbm_gbps", 3350, 1e-3, 1e7) * 1e9;
+    g.finish();
+  }
+
+  for (Table& t : tables_of(root, "tenants", true, file)) {
+    TenantConfig tc;
+    tc.name = t.str("name");
+    tc.priority = static_cast<std::int32_t>(t.integer("priority", 0, -32768, 32767));
+    tc.online = t.boolean("online", true);
+    tc.token_budget = t.integer("token_budget", 2048, 1, 1 << 24);
+    tc.max_seqs = t.integer("max_seqs", 64, 1, 1 << 20);
+    tc.kv_budget_tokens = t.integer("kv_budget_tokens", 65536, 1, INT64_MAX / 2);
+    const toml::table* st = t.table("stream", true);
+    Table s(*st, t.qualified("stream"), file);
+    tc.stream = read_stream(s, dir);
+    t.finish();
+    for (const auto& other : cfg.tenants)
+      if (other.name == tc.name) t.fail(t.node("name"), "name", "duplicate tenant name '" + tc.name + "'");
+    cfg.tenants.push_back(std::move(tc));
+  }
+
+  for (Table& p : tables_of(root, "policies", true, file)) {
+    PolicyConfig pc;
+    pc.name = p.str("name");
+    pc.tenants = strings(p, "tenants", true);
+    for (const auto& name : pc.tenants) {
+      bool known = false;
+      for (const auto& t : cfg.tenants) known |= t.name == name;
+      if (!known) p.fail(p.node("tenants"), "tenants", "no tenant named '" + name + "'");
+    }
+    const toml::table* pt = p.table("placement", true);
+    Table placement(*pt, p.qualified("placement"), file);
+    pc.placement = plugin_choice(placement);
+    for (Table& ps : tables_of(p, "partition_sets", true, file)) pc.partition_sets.push_back(plugin_choice(ps));
+    if (pc.partition_sets.empty()) p.fail(p.node("partition_sets"), "partition_sets", "expected at least one");
+    if (const toml::table* sct = p.table("scheduler", false)) {
+      Table sc(*sct, p.qualified("scheduler"), file);
+      pc.issued_budget = static_cast<std::size_t>(sc.integer("issued_budget", 256, 1, 1 << 30));
+      pc.batch_cap = static_cast<std::size_t>(sc.integer("batch_cap", 16, 1, 1 << 20));
+      pc.horizon_s = sc.num("horizon_s", -1, -1, 1e9);
+      sc.finish();
+    }
+    p.finish();
+    for (const auto& other : cfg.policies)
+      if (other.name == pc.name) p.fail(p.node("name"), "name", "duplicate policy name '" + pc.name + "'");
+    cfg.policies.push_back(std::move(pc));
+  }
+
+  if (const toml::table* pl = root.table("plugins", false)) {
+    Table t(*pl, "plugins", file);
+    for (const auto& p : strings(t, "paths", false)) cfg.plugin_paths.push_back(resolve(dir, p));
+    t.finish();
+  }
+  root.finish();
+  return cfg;
+}
+
+}  // namespace
+
+Status validate(const ExperimentConfig& cfg) {
+  const std::string f = cfg.path + ": ";
+  std::set<std::string> names;
+  for (const auto& a : cfg.accelerators)
+    if (!names.insert(a.name).second)
+      return InvalidArgument(f + "cluster: duplicate accelerator name '" + a.name + "'");
+  for (const auto& l : cfg.links) {
+    if (!names.count(l.a) || !names.count(l.b))
+      return InvalidArgument(f + "cluster.links: no accelerator named '" + (names.count(l.a) ? l.b : l.a) + "'");
+    bool known = false;
+    for (const auto& c : cfg.link_classes) known |= c.name == l.link_class;
+    if (!known) return InvalidArgument(f + "cluster.links: no link class named '" + l.link_class + "'");
+  }
+  // Every accelerator holds the model's full weights (any policy may place
+  // any layer group anywhere), so the weights must fit with room to spare.
+  const double weights = 16.06e9;  // Llama-3-8B in bf16
+  for (const auto& a : cfg.accelerators)
+    if (static_cast<double>(a.hbm_bytes) < weights)
+      return InvalidArgument(f + "cluster: accelerator '" + a.name + "' has " +
+                             std::to_string(static_cast<double>(a.hbm_bytes) / 1073741824.0) +
+                             " GiB of HBM; the model's weights alone need 14.96 GiB");
+  return Status::Ok();
+}
+
+Result<ExperimentConfig> load_config(const std::string& path) {
+  toml::table doc;
+  try {
+    doc = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& src = e.source();
+    if (!src.path && src.begin.line == 0)
+      return InvalidArgument(path + ": cannot read (" + std::string(e.description()) + ")");
+    return InvalidArgument(path + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column) + ": " +
+                           std::string(e.description()));
+  }
+  try {
+    ExperimentConfig cfg = read(doc, path);
+    if (Status s = validate(cfg); !s.ok()) return s;
+    return cfg;
+  } catch (const ConfigError& e) {
+    return InvalidArgument(e.what());
+  }
+}
+
+}  // namespace slicesched

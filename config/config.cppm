@@ -1,0 +1,98 @@
+// Experiment configuration from TOML: cluster, model, ground truth, tenants,
+// policies and plugins. Every key is validated; an error names the file,
+// the line and the key, and says what was expected. docs/config.md is the
+// reference for every key.
+module;
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+export module slicesched.config;
+export import slicesched.core;
+export import slicesched.workload.trace;
+
+export namespace slicesched {
+
+struct LinkClassConfig {
+  std::string name;
+  double bandwidth_bytes_per_s = 0;
+  double latency_s = 0;
+};
+
+struct AcceleratorConfig {
+  std::string name, type;
+  std::int64_t hbm_bytes = 0;
+};
+
+struct LinkConfig {
+  std::string a, b, link_class;
+};
+
+struct StreamConfig {
+  enum class Kind { kTrace, kConstant, kPoisson };
+  Kind kind = Kind::kConstant;
+  std::string path;       // kTrace: resolved against the config file's folder
+  TraceOptions trace;     // kTrace
+  double rate_per_s = 0;  // kConstant, kPoisson
+  double duration_s = 0;
+  std::int64_t input_tokens = 0, output_tokens = 0;
+};
+
+struct TenantConfig {
+  std::string name;
+  std::int32_t priority = 0;
+  bool online = true;
+  std::int64_t token_budget = 2048, max_seqs = 64, kv_budget_tokens = 65536;
+  StreamConfig stream;
+};
+
+// A plugin by name plus its arguments (every other key of its table).
+struct PluginChoice {
+  std::string name;
+  nlohmann::json args = nlohmann::json::object();
+};
+
+struct PolicyConfig {
+  std::string name;
+  std::vector<std::string> tenants;
+  PluginChoice placement;
+  std::vector<PluginChoice> partition_sets;  // candidates are their union, in order
+  std::size_t issued_budget = 256, batch_cap = 16;
+  double horizon_s = -1;
+};
+
+struct ModelConfig {
+  std::string name = "llama3-8b";
+  int layers = 32, groups = 4;
+};
+
+struct GroundTruthConfig {
+  std::string layers_csv, transfers_csv;  // resolved paths
+  double op_noise_cv = 0.006, transfer_noise_cv = 0.0163;
+  double hbm_bytes_per_s = 3.35e12;
+};
+
+struct ExperimentConfig {
+  std::string path;  // the file read
+  std::string name;
+  std::uint64_t seed = 1;
+  std::vector<LinkClassConfig> link_classes;
+  std::vector<AcceleratorConfig> accelerators;
+  std::vector<LinkConfig> links;
+  ModelConfig model;
+  GroundTruthConfig ground_truth;
+  std::vector<TenantConfig> tenants;
+  std::vector<PolicyConfig> policies;
+  std::vector<std::string> plugin_paths;  // resolved
+};
+
+// Reads and validates `path`. Never throws; errors are one line:
+// "configs/x.toml:12: cluster.accelerators[0].hbm_gib: expected a number > 0, got -1".
+Result<ExperimentConfig> load_config(const std::string& path);
+
+// Cross-checks that need more than the file (a tenant on a missing
+// accelerator, a model larger than HBM); `load_config` calls it.
+Status validate(const ExperimentConfig& cfg);
+
+}  // namespace slicesched

@@ -1,0 +1,95 @@
+module;
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+module slicesched.engine;
+
+namespace slicesched {
+
+Engine::Engine(Gmg& gmg, std::vector<Tenant>& tenants, Scheduler& scheduler, EstimatorSet& estimators, Backend& backend,
+               EngineOptions opt)
+    : gmg_(gmg), tenants_(tenants), scheduler_(scheduler), est_(estimators), backend_(backend), opt_(opt) {}
+
+Status Engine::apply(const Feedback& f) {
+  if (f.kind == Feedback::Kind::kTransfer) {
+    if (Status s = gmg_.complete_transfer(f.src, f.op, f.t); !s.ok()) return s;
+    return est_.observe_transfer(f.from, f.to, static_cast<std::uint64_t>(f.bytes),
+                                 static_cast<double>(f.measured) / 1e9);
+  }
+  const OpRecord& r = gmg_.op(f.op);
+  const OpKindId kind = r.kind;
+  const AccelTypeId type = gmg_.accels().type(r.accel);
+  const std::uint32_t tenant = r.tenant;
+  if (Status s = gmg_.complete(f.op, f.t, f.measured); !s.ok()) return s;
+  if (Status s = est_.observe_op(kind, type, gmg_.features(f.op), static_cast<double>(f.measured) / 1e9); !s.ok())
+    return s;
+  tenants_[tenant].on_op_done(f.op, f.t);
+  return Status::Ok();
+}
+
+Result<EngineResult> Engine::run(const ProgressFn& progress) {
+  std::size_t total = 0;
+  for (const Tenant& t : tenants_) total += t.records().size();
+  std::vector<Feedback> feedback;
+  Nanos now = backend_.now();
+  std::size_t last_reported = 0;
+  auto done_count = [&] {
+    std::size_t n = 0;
+    for (const Tenant& t : tenants_)
+      for (const RequestRecord& r : t.records()) n += r.done >= 0;
+    return n;
+  };
+  for (;;) {
+    for (Tenant& t : tenants_) {
+      t.deliver_arrivals(now);
+      auto inst = t.maybe_start_iteration(gmg_, now);
+      if (!inst.ok()) return Status(inst.status().code(), "tenant '" + t.spec().name + "': " + inst.status().message());
+    }
+    gmg_.retire();
+    auto issued = scheduler_.schedule(gmg_, now);
+    if (!issued.ok()) return issued.status();
+    for (OpId op : issued.value())
+      if (Status s = backend_.submit(gmg_, op); !s.ok()) return s;
+
+    Nanos next = backend_.next_event();
+    for (const Tenant& t : tenants_) {
+      const Nanos a = t.next_arrival();
+      if (a >= 0 && (next < 0 || a < next)) next = std::max(a, now);
+    }
+    bool all_done = std::all_of(tenants_.begin(), tenants_.end(), [](const Tenant& t) { return t.finished(); });
+    if (next < 0) {
+      if (all_done) break;
+      return FailedPrecondition("engine: deadlock at " + std::to_string(static_cast<double>(now) / 1e9) +
+                                " s: " + std::to_string(gmg_.unscheduled_frontier().size()) +
+                                " operator(s) wait for a placement and nothing else can run (is HBM too small?)");
+    }
+    if (opt_.stop_at >= 0 && next > opt_.stop_at) {
+      now = opt_.stop_at;
+      break;
+    }
+    feedback.clear();
+    if (Status s = backend_.advance_to(next, feedback); !s.ok()) return s;
+    now = next;
+    for (const Feedback& f : feedback)
+      if (Status s = apply(f); !s.ok()) return s;
+    if (progress && !feedback.empty()) {
+      const std::size_t done = done_count();
+      if (done == total || (done - last_reported) * 100 >= total) {
+        progress(now, done, total);
+        last_reported = done;
+      }
+    }
+  }
+  EngineResult result;
+  for (const Tenant& t : tenants_)
+    result.requests.insert(result.requests.end(), t.records().begin(), t.records().end());
+  result.end = now;
+  result.scheduling = scheduler_.stats();
+  result.complete = std::all_of(tenants_.begin(), tenants_.end(), [](const Tenant& t) { return t.finished(); });
+  return result;
+}
+
+}  // namespace slicesched

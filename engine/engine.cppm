@@ -1,0 +1,52 @@
+// The engine: one loop for both modes. Tenants turn requests into graph
+// instances, the scheduler places them, the backend (emulated cluster or
+// live executors) runs them, and feedback flows back into the GMG, the
+// estimators and the tenants.
+module;
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+export module slicesched.engine;
+export import slicesched.engine.tenant;
+export import slicesched.engine.scheduler;
+export import slicesched.core.backend;
+
+export namespace slicesched {
+
+struct EngineOptions {
+  Nanos stop_at = -1;  // stop the clock here even if work remains (< 0: run until every tenant finished)
+};
+
+struct EngineResult {
+  std::vector<RequestRecord> requests;  // every tenant's, tenant by tenant
+  Nanos end = 0;                        // the clock when the run stopped
+  RoundStats scheduling;
+  bool complete = false;  // every request finished
+};
+
+// Progress: (now, requests done, requests total), called about every 1 %.
+using ProgressFn = std::function<void(Nanos, std::size_t, std::size_t)>;
+
+// Owns nothing; every argument must outlive run(). Not thread-safe.
+class Engine {
+ public:
+  Engine(Gmg& gmg, std::vector<Tenant>& tenants, Scheduler& scheduler, EstimatorSet& estimators, Backend& backend,
+         EngineOptions opt = {});
+  // Runs to the end; fails with a one-line reason if the cluster deadlocks
+  // (work left that nothing can place or run) or a component fails.
+  Result<EngineResult> run(const ProgressFn& progress = {});
+
+ private:
+  Status apply(const Feedback& f);
+
+  Gmg& gmg_;
+  std::vector<Tenant>& tenants_;
+  Scheduler& scheduler_;
+  EstimatorSet& est_;
+  Backend& backend_;
+  EngineOptions opt_;
+};
+
+}  // namespace slicesched

@@ -1,0 +1,86 @@
+module;
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+module slicesched.engine.metrics;
+
+namespace slicesched {
+
+double percentile(const std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  const double pos = std::clamp(p, 0.0, 100.0) / 100.0 * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(pos));
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+RunMetrics compute_metrics(const std::string& policy, const EngineResult& result, const std::vector<RunRecord>& log,
+                           std::size_t accelerators, const std::vector<bool>& online) {
+  RunMetrics m;
+  m.policy = policy;
+  Nanos last = 0;
+  double tpot_sum = 0;
+  std::size_t tpot_n = 0;
+  for (const RequestRecord& r : result.requests) {
+    ++m.requests_total;
+    m.tokens_generated += r.generated;
+    const bool is_online = r.tenant < online.size() && online[r.tenant];
+    m.online_total += is_online;
+    if (is_online && r.first_token >= 0)
+      m.online_ttft_s.push_back(static_cast<double>(r.first_token - r.arrival) / 1e9);
+    if (r.done < 0) continue;
+    ++m.requests_done;
+    last = std::max(last, r.done);
+    (is_online ? m.online_done : m.offline_done)++;
+    if (!is_online) continue;
+    if (r.generated > 1) {
+      tpot_sum += static_cast<double>(r.done - r.first_token) / 1e9 / static_cast<double>(r.generated - 1);
+      ++tpot_n;
+    }
+  }
+  std::sort(m.online_ttft_s.begin(), m.online_ttft_s.end());
+  m.ttft_p50_s = percentile(m.online_ttft_s, 50);
+  m.ttft_p90_s = percentile(m.online_ttft_s, 90);
+  m.ttft_p99_s = percentile(m.online_ttft_s, 99);
+  m.tpot_mean_s = tpot_n ? tpot_sum / static_cast<double>(tpot_n) : 0;
+
+  // Busy time and idle slices from the operator intervals (not transfers).
+  std::vector<std::vector<std::pair<Nanos, Nanos>>> per(accelerators);
+  for (const RunRecord& r : log)
+    if (r.to == kNoAccel && r.accel < accelerators) {
+      per[r.accel].push_back({r.start, r.finish});
+      last = std::max(last, r.finish);
+    }
+  m.span_s = static_cast<double>(last) / 1e9;
+  m.accel_busy_s.assign(accelerators, 0);
+  double busy = 0;
+  for (std::size_t a = 0; a < accelerators; ++a) {
+    auto& v = per[a];
+    std::sort(v.begin(), v.end());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      m.accel_busy_s[a] += static_cast<double>(v[i].second - v[i].first) / 1e9;
+      if (i > 0 && v[i].first > v[i - 1].second)
+        m.idle_slices_s.push_back(static_cast<double>(v[i].first - v[i - 1].second) / 1e9);
+    }
+    busy += m.accel_busy_s[a];
+  }
+  std::sort(m.idle_slices_s.begin(), m.idle_slices_s.end());
+  if (m.span_s > 0) {
+    m.request_throughput = static_cast<double>(m.requests_done) / m.span_s;
+    m.token_throughput = static_cast<double>(m.tokens_generated) / m.span_s;
+    m.gpu_utilization = busy / (static_cast<double>(accelerators) * m.span_s);
+  }
+  return m;
+}
+
+void finish_slo(RunMetrics& m, double threshold_s) {
+  // Requests that never got a first token count as misses.
+  if (m.online_total == 0) return;
+  const auto within = std::upper_bound(m.online_ttft_s.begin(), m.online_ttft_s.end(), threshold_s);
+  m.slo_attainment = static_cast<double>(within - m.online_ttft_s.begin()) / static_cast<double>(m.online_total);
+}
+
+}  // namespace slicesched

@@ -1,0 +1,39 @@
+// What a run achieved, in the paper's terms: request and token throughput,
+// TTFT (queue + prefill) percentiles, TPOT, SLO attainment, GPU utilization
+// (busy fraction) and idle-slice durations.
+module;
+#include <cstdint>
+#include <string>
+#include <vector>
+
+export module slicesched.engine.metrics;
+export import slicesched.engine;
+
+export namespace slicesched {
+
+struct RunMetrics {
+  std::string policy;
+  double span_s = 0;  // from time 0 to the last completion
+  std::size_t requests_total = 0, requests_done = 0, online_total = 0, online_done = 0, offline_done = 0;
+  std::int64_t tokens_generated = 0;
+  double request_throughput = 0, token_throughput = 0;    // per second of span
+  double ttft_p50_s = 0, ttft_p90_s = 0, ttft_p99_s = 0;  // online requests
+  double tpot_mean_s = 0;                                 // online requests with > 1 token
+  double slo_attainment = 0;  // of all online requests, those whose TTFT <= the threshold (see finish_slo)
+  double gpu_utilization = 0;
+  std::vector<double> online_ttft_s;  // sorted
+  std::vector<double> idle_slices_s;  // sorted gaps between operators on each accelerator
+  std::vector<double> accel_busy_s;   // per accelerator
+};
+
+// Linear-interpolated percentile (p in [0, 100]) of sorted values; 0 if empty.
+double percentile(const std::vector<double>& sorted, double p);
+
+// `online[t]` tells whether tenant t is SLO-bound.
+RunMetrics compute_metrics(const std::string& policy, const EngineResult& result, const std::vector<RunRecord>& log,
+                           std::size_t accelerators, const std::vector<bool>& online);
+
+// Sets slo_attainment for a TTFT threshold in seconds.
+void finish_slo(RunMetrics& m, double threshold_s);
+
+}  // namespace slicesched

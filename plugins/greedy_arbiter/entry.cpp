@@ -1,0 +1,12 @@
+// The loadable library of transfer arbiter "greedy".
+#include "plugin_entry.hpp"
+
+import slicesched.plugins.greedy_arbiter;
+
+namespace {
+slicesched::Status register_all(slicesched::PluginRegistries& r) {
+  return slicesched::plugins::register_greedy_arbiter(r);
+}
+}  // namespace
+
+SLICESCHED_PLUGIN_ENTRY(register_all)

@@ -1,0 +1,26 @@
+// Opens plugin shared libraries (Boost.DLL) and registers what they offer.
+//
+// A library is kept loaded by everything that came out of it: each registry
+// entry and each object created from one holds a reference (see
+// PluginDeleter), so it is unloaded only after the last of them is gone,
+// whatever order the owners die in.
+module;
+#include <filesystem>
+
+export module slicesched.plugins.loader;
+export import slicesched.core.plugin;
+
+export namespace slicesched {
+
+// Opens the library at `path` (a bare file name means the current directory;
+// system folders are not searched), calls its entry point (the alias of
+// plugins/plugin_entry.hpp) on fresh registries and moves what it registered
+// into `into`, all or nothing. Every error starts with the path:
+//   "plugins/libfoo.so: cannot load (<dlopen's reason>)"
+//   "plugins/libfoo.so: no symbol 'slicesched_plugin_v1' (is it a SliceScheduler plugin?)"
+//   "plugins/libfoo.so: transfer arbiter 'greedy' is already registered"
+// On failure nothing is registered and the library is closed again.
+// Not thread-safe with respect to `into`: call at startup, from one thread.
+Status load_plugin_library(const std::filesystem::path& path, PluginRegistries& into);
+
+}  // namespace slicesched

@@ -1,0 +1,44 @@
+// The contiguous split shared by every built-in partition set: a batch's ops
+// (in topological order) are cut into consecutive runs, one per group member,
+// so a pipeline crosses each link between members at most once.
+module;
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+export module slicesched.plugins.partition_sets:contiguous;
+import slicesched.core.plugin;
+
+export namespace slicesched::plugins {
+
+// A group of accelerators one candidate spans, with its label.
+struct AccelGroup {
+  std::string label;
+  std::vector<AccelId> members;  // non-empty
+};
+
+// The mapping rule: op i of a batch of n ops runs on member floor(i * m / n)
+// of a group of m. With n = 6 and m = 2: ops 0-2 on the first member, 3-5 on
+// the second; with m = 4: members 0,0,1,2,2,3. With n < m the last members
+// get nothing.
+inline AccelId contiguous_member(std::span<const AccelId> members, std::size_t i, std::size_t n) {
+  return members[i * members.size() / n];
+}
+
+// The candidate that places a batch of n ops on `group` by the rule above.
+Candidate contiguous_candidate(const AccelGroup& group, std::size_t n) {
+  Candidate c{group.label, {}};
+  c.accel.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) c.accel.push_back(contiguous_member(group.members, i, n));
+  return c;
+}
+
+// The members' names joined by '+', e.g. "gpu0+gpu1". Ids must be valid.
+std::string names_label(const AcceleratorSet& accels, std::span<const AccelId> members) {
+  std::string label;
+  for (AccelId a : members) label += (label.empty() ? "" : "+") + accels[a].name;
+  return label;
+}
+
+}  // namespace slicesched::plugins

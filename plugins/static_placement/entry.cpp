@@ -1,0 +1,12 @@
+// The loadable library of placement "static".
+#include "plugin_entry.hpp"
+
+import slicesched.plugins.static_placement;
+
+namespace {
+slicesched::Status register_all(slicesched::PluginRegistries& r) {
+  return slicesched::plugins::register_static_placement(r);
+}
+}  // namespace
+
+SLICESCHED_PLUGIN_ENTRY(register_all)

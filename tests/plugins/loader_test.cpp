@@ -1,0 +1,110 @@
+#include <dlfcn.h>
+
+#include <catch2/catch.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+import slicesched.plugins.loader;
+import slicesched.plugins.builtin;
+
+using namespace slicesched;
+
+namespace {
+
+const std::string kGreedy = SLICESCHED_TEST_GREEDY_PLUGIN;
+
+// Whether the dynamic loader still has `path` open (RTLD_NOLOAD opens
+// nothing new; the reference it returns is given straight back).
+bool is_loaded(const std::string& path) {
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (handle != nullptr) dlclose(handle);
+  return handle != nullptr;
+}
+
+std::vector<std::string> all_plugin_files() {
+  std::vector<std::string> out;
+  std::stringstream list(SLICESCHED_TEST_ALL_PLUGINS);
+  for (std::string path; std::getline(list, path, ',');) out.push_back(path);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the loader opens real plugin libraries and keeps them alive while used", "[plugins][loader]") {
+  REQUIRE_FALSE(is_loaded(kGreedy));
+
+  SECTION("create, use, outlive the registries, destroy, unload") {
+    PluginPtr<TransferArbiter> arbiter;
+    {
+      PluginRegistries regs;
+      REQUIRE(load_plugin_library(kGreedy, regs).ok());
+      CHECK(is_loaded(kGreedy));
+      CHECK(regs.arbiter.names() == std::vector<std::string>{"greedy"});
+      CHECK(regs.arbiter.create("fifo").status().message() == "unknown transfer arbiter 'fifo' (available: greedy)");
+      auto made = regs.arbiter.create("greedy");
+      REQUIRE(made.ok());
+      arbiter = std::move(made).value();
+    }
+    CHECK(is_loaded(kGreedy));  // the object holds the library
+    const std::vector<TransferIntent> pending = {{1, 0, 1, 10}, {2, 0, 2, 5}, {3, 2, 3, 7}};
+    const std::vector<std::uint8_t> idle(4, 0);
+    std::vector<std::size_t> out;
+    arbiter->select(pending, idle, idle, out);
+    CHECK(out == std::vector<std::size_t>{1, 2});
+    arbiter.reset();
+    CHECK_FALSE(is_loaded(kGreedy));
+  }
+
+  SECTION("a name clash registers nothing and closes the library") {
+    PluginRegistries regs;
+    REQUIRE(plugins::register_builtins(regs).ok());
+    Status s = load_plugin_library(kGreedy, regs);
+    CHECK(s.code() == StatusCode::kAlreadyExists);
+    CHECK(s.message() == kGreedy + ": transfer arbiter 'greedy' is already registered");
+    CHECK_FALSE(is_loaded(kGreedy));
+  }
+
+  SECTION("every built-in library registers what its static twin does") {
+    PluginRegistries loaded, linked;
+    for (const std::string& path : all_plugin_files()) {
+      INFO(path);
+      REQUIRE(load_plugin_library(path, loaded).ok());
+    }
+    REQUIRE(plugins::register_builtins(linked).ok());
+    CHECK(loaded.partition.names() == linked.partition.names());
+    CHECK(loaded.placement.names() == linked.placement.names());
+    CHECK(loaded.estimator.names() == linked.estimator.names());
+    CHECK(loaded.arbiter.names() == linked.arbiter.names());
+    auto est = loaded.estimator.create("online-linear");
+    REQUIRE(est.ok());
+    CHECK((*est)->linear() != nullptr);
+  }
+}
+
+TEST_CASE("loader errors name the path and the symbol", "[plugins][loader]") {
+  PluginRegistries regs;
+  const std::string missing = "/nonexistent/libslicesched_nope.so";
+  Status s = load_plugin_library(missing, regs);
+  CHECK(s.code() == StatusCode::kNotFound);
+  CHECK(s.message() == missing + ": cannot load (cannot open shared object file: No such file or directory)");
+
+  // dlopen's own reason, not Boost.DLL's generic "Bad file descriptor".
+  const std::filesystem::path text = std::filesystem::temp_directory_path() / "slicesched_loader_test_text.so";
+  std::ofstream(text) << std::string(128, 'x');
+  s = load_plugin_library(text, regs);
+  std::filesystem::remove(text);
+  CHECK(s.message() == text.string() + ": cannot load (invalid ELF header)");
+
+  const std::string not_a_plugin = SLICESCHED_TEST_NOT_A_PLUGIN;
+  s = load_plugin_library(not_a_plugin, regs);
+  CHECK(s.code() == StatusCode::kNotFound);
+  CHECK(s.message() == not_a_plugin + ": no symbol 'slicesched_plugin_v1' (is it a SliceScheduler plugin?)");
+  CHECK_FALSE(is_loaded(not_a_plugin));
+  CHECK(regs.arbiter.names().empty());
+}
