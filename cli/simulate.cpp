@@ -134,7 +134,9 @@ PolicyRun run_policy(const ExperimentConfig& cfg, const PolicyConfig& policy, co
   ProfileGroundTruth truth(layers, transfers, cfg.seed, cfg.ground_truth.op_noise_cv,
                            cfg.ground_truth.transfer_noise_cv);
   EmulatedCluster cluster(accels->size(), truth);
-  Engine engine(gmg, tenants, scheduler, est, cluster);
+  EngineOptions eopt;
+  eopt.stop_at = cfg.duration_s > 0 ? static_cast<Nanos>(cfg.duration_s * 1e9) : -1;
+  Engine engine(gmg, tenants, scheduler, est, cluster, eopt);
 
   const bool tty = stderr_is_tty();
   auto t0 = std::chrono::steady_clock::now();
@@ -155,7 +157,7 @@ PolicyRun run_policy(const ExperimentConfig& cfg, const PolicyConfig& policy, co
   PolicyRun run;
   run.name = policy.name;
   run.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  run.metrics = compute_metrics(policy.name, result.value(), cluster.log(), accels->size(), online);
+  run.metrics = compute_metrics(policy.name, result.value(), cluster.log(), accels->size(), online, cfg.duration_s);
   run.requests = result->requests;
   run.log = cluster.log();
   for (const auto& t : tenants) run.tenant_names.push_back(t.spec().name);

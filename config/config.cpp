@@ -258,6 +258,8 @@ ExperimentConfig read(const toml::table& doc, const std::string& file) {
   const std::string stem = fs::path(file).stem().string();
   cfg.name = root.str("name", &stem);
   cfg.seed = static_cast<std::uint64_t>(root.integer("seed", 1, 0, INT64_MAX));
+  cfg.duration_s = root.num("duration_s", -1, -1, 1e9);
+  if (cfg.duration_s == 0) root.fail(root.node("duration_s"), "duration_s", "expected > 0, or -1 to run until done");
   read_cluster(root, cfg, file);
 
   if (const toml::table* mt = root.table("model", false)) {

@@ -77,6 +77,7 @@ struct ExperimentConfig {
   std::string path;  // the file read
   std::string name;
   std::uint64_t seed = 1;
+  double duration_s = -1;  // the measurement window: the run stops here (< 0: when every request finished)
   std::vector<LinkClassConfig> link_classes;
   std::vector<AcceleratorConfig> accelerators;
   std::vector<LinkConfig> links;

@@ -18,7 +18,7 @@ double percentile(const std::vector<double>& v, double p) {
 }
 
 RunMetrics compute_metrics(const std::string& policy, const EngineResult& result, const std::vector<RunRecord>& log,
-                           std::size_t accelerators, const std::vector<bool>& online) {
+                           std::size_t accelerators, const std::vector<bool>& online, double window_s) {
   RunMetrics m;
   m.policy = policy;
   Nanos last = 0;
@@ -48,13 +48,15 @@ RunMetrics compute_metrics(const std::string& policy, const EngineResult& result
   m.tpot_mean_s = tpot_n ? tpot_sum / static_cast<double>(tpot_n) : 0;
 
   // Busy time and idle slices from the operator intervals (not transfers).
+  // Inside a measurement window, work is clipped to it.
+  const Nanos clip = window_s > 0 ? static_cast<Nanos>(window_s * 1e9) : INT64_MAX;
   std::vector<std::vector<std::pair<Nanos, Nanos>>> per(accelerators);
   for (const RunRecord& r : log)
-    if (r.to == kNoAccel && r.accel < accelerators) {
-      per[r.accel].push_back({r.start, r.finish});
+    if (r.to == kNoAccel && r.accel < accelerators && r.start < clip) {
+      per[r.accel].push_back({r.start, std::min(r.finish, clip)});
       last = std::max(last, r.finish);
     }
-  m.span_s = static_cast<double>(last) / 1e9;
+  m.span_s = window_s > 0 ? window_s : static_cast<double>(last) / 1e9;
   m.accel_busy_s.assign(accelerators, 0);
   double busy = 0;
   for (std::size_t a = 0; a < accelerators; ++a) {

@@ -29,9 +29,11 @@ struct RunMetrics {
 // Linear-interpolated percentile (p in [0, 100]) of sorted values; 0 if empty.
 double percentile(const std::vector<double>& sorted, double p);
 
-// `online[t]` tells whether tenant t is SLO-bound.
+// `online[t]` tells whether tenant t is SLO-bound. With `window_s` > 0 the
+// rates are per second of that window (requests done inside it); otherwise
+// per second of the span up to the last completion.
 RunMetrics compute_metrics(const std::string& policy, const EngineResult& result, const std::vector<RunRecord>& log,
-                           std::size_t accelerators, const std::vector<bool>& online);
+                           std::size_t accelerators, const std::vector<bool>& online, double window_s = -1);
 
 // Sets slo_attainment for a TTFT threshold in seconds.
 void finish_slo(RunMetrics& m, double threshold_s);

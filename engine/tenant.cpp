@@ -32,22 +32,25 @@ bool Tenant::finished() const { return done_ == records_.size(); }
 Result<std::optional<InstanceInfo>> Tenant::maybe_start_iteration(Gmg& gmg, Nanos t) {
   if (in_flight_) return std::optional<InstanceInfo>{};
   // Decodes first (each one token), then admit waiting prefills FIFO while
-  // the token, sequence and KV budgets allow; one prefill always fits when
-  // nothing else runs, so an oversized prompt cannot starve.
+  // the token, sequence and KV budgets allow.
   std::int64_t tokens = static_cast<std::int64_t>(running_.size());
   std::int64_t context = 0, kv_after = 0;
   for (const Seq& s : running_) {
     context += s.context;
     kv_after += s.context + 1;
   }
+  bool admitted = false;
   while (!waiting_.empty()) {
     const RequestRecord& r = records_[waiting_.front()];
-    const bool alone = tokens == 0;
-    const bool fits = tokens + r.input_tokens <= spec_.token_budget &&
-                      static_cast<std::int64_t>(running_.size()) < spec_.max_seqs &&
-                      kv_after + r.input_tokens + r.output_tokens <= spec_.kv_budget_tokens;
-    if (!fits && !alone) break;
+    // The queue's head is admitted even over the token budget (a long
+    // prompt must not wait for every decode to drain), but never over the
+    // KV budget unless nothing else holds KV (then it could never fit).
+    const bool tokens_ok = tokens + r.input_tokens <= spec_.token_budget || !admitted;
+    const bool kv_ok = kv_after + r.input_tokens + r.output_tokens <= spec_.kv_budget_tokens || running_.empty();
+    const bool seqs_ok = static_cast<std::int64_t>(running_.size()) < spec_.max_seqs;
+    if (!(tokens_ok && kv_ok && seqs_ok)) break;
     running_.push_back({waiting_.front(), 0, true});
+    admitted = true;
     tokens += r.input_tokens;
     kv_after += r.input_tokens;
     waiting_.pop_front();
