@@ -25,6 +25,21 @@ struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
 // A table being read: remembers which keys were used, so leftovers can be
 // reported as unknown.
 class Table {
@@ -33,7 +48,15 @@ class Table {
 
   [[noreturn]] void fail(const toml::node* at, const std::string& key, const std::string& what) const {
     const auto& src = at ? at->source() : t_.source();
-    throw ConfigError(file_ + ":" + std::to_string(src.begin.line) + ": " + qualified(key) + ": " + what);
+    std::string hint;
+    if (!at)  // a missing key: maybe it is there, misspelt
+      for (const auto& [k, v] : t_)
+        if (k.str() != key && edit_distance(k.str(), key) <= 2) {
+          hint =
+              " (found '" + std::string(k.str()) + "' on line " + std::to_string(v.source().begin.line) + ": a typo?)";
+          break;
+        }
+    throw ConfigError(file_ + ":" + std::to_string(src.begin.line) + ": " + qualified(key) + ": " + what + hint);
   }
   std::string qualified(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
   const toml::node* node(const std::string& key) {

@@ -1,0 +1,108 @@
+// The config reader: the shipped experiment loads; every bad input gives
+// one line naming the file, the line and the key.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+import slicesched.config;
+
+using namespace slicesched;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kRoot(SLICESCHED_SOURCE_DIR);
+
+// A valid config; `edit` replaces one line to break it.
+std::string base() {
+  return R"(name = "t"
+[cluster]
+link_classes = [{ name = "nvlink", bandwidth_gbps = 300.0 }]
+accelerators = [{ name_prefix = "gpu", count = 2, type = "H100", hbm_gib = 80 }]
+[ground_truth]
+layers = "l.csv"
+transfers = "t.csv"
+[[tenants]]
+name = "on"
+stream = { constant_rate = 1.0, duration_s = 10, input_tokens = 16, output_tokens = 2 }
+[[policies]]
+name = "p"
+tenants = ["on"]
+placement = { plugin = "static" }
+partition_sets = [{ plugin = "singles" }]
+)";
+}
+
+std::string load_error(const std::string& text) {
+  const fs::path p = fs::temp_directory_path() / "slicesched_config_test.toml";
+  std::ofstream(p) << text;
+  auto cfg = load_config(p.string());
+  REQUIRE(!cfg.ok());
+  std::string m = cfg.status().message();
+  // Messages start with the path; compare the rest.
+  REQUIRE(m.rfind(p.string(), 0) == 0);
+  return m.substr(p.string().size());
+}
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  auto pos = s.find(from);
+  REQUIRE(pos != std::string::npos);
+  return s.replace(pos, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("the colocation experiment loads", "[config]") {
+  auto cfg = load_config((kRoot / "configs/experiments/colocation.toml").string());
+  REQUIRE(cfg.ok());
+  CHECK(cfg->accelerators.size() == 8);
+  CHECK(cfg->accelerators[7].name == "gpu7");
+  CHECK(cfg->accelerators[0].hbm_bytes == 80ll << 30);
+  CHECK(cfg->tenants.size() == 6);
+  CHECK(cfg->policies.size() == 5);
+  CHECK(cfg->policies[4].placement.name == "simulation-guided");
+  CHECK(cfg->policies[4].partition_sets.size() == 2);
+  CHECK(cfg->policies[0].partition_sets[0].args["groups"].size() == 4);
+  CHECK(fs::exists(cfg->ground_truth.layers_csv));
+  CHECK(fs::exists(cfg->tenants[0].stream.path));
+  CHECK(cfg->tenants[1].stream.trace.time_shift_s == 150);
+  CHECK(!cfg->tenants[4].online);
+}
+
+TEST_CASE("a valid minimal config loads with defaults", "[config]") {
+  const fs::path p = fs::temp_directory_path() / "slicesched_config_ok.toml";
+  std::ofstream(p) << base();
+  auto cfg = load_config(p.string());
+  REQUIRE(cfg.ok());
+  CHECK(cfg->seed == 1);
+  CHECK(cfg->tenants[0].token_budget == 2048);
+  CHECK(cfg->ground_truth.op_noise_cv == 0.006);
+  CHECK(cfg->ground_truth.layers_csv == (p.parent_path() / "l.csv").string());
+}
+
+TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
+  CHECK(load_error(replace(base(), "name = \"t\"", "name = \"t")).find(":1:") == 0);
+  CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = -1")) ==
+        ":4: cluster.accelerators[0].hbm_gib: expected a number in [0.000001, 1000000], got -1");
+  CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = \"80\"")) ==
+        ":4: cluster.accelerators[0].hbm_gib: expected a number");
+  CHECK(load_error(replace(base(), "[ground_truth]", "[ground_truht]")) ==
+        ":1: ground_truth: is required (a table) (found 'ground_truht' on line 5: a typo?)");
+  CHECK(load_error(replace(base(), "tenants = [\"on\"]", "tenants = [\"off\"]")) ==
+        ":13: policies[0].tenants: no tenant named 'off'");
+  CHECK(load_error(replace(base(), "constant_rate = 1.0,", "constant_rate = 1.0, poisson_rate = 2.0,")) ==
+        ":10: tenants[0].stream.trace: exactly one of trace, constant_rate, poisson_rate is required");
+  CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nbatch_cap = 3")) ==
+        ":13: policies[0].batch_cap: unknown key (known here: name, partition_sets, placement, scheduler, tenants)");
+  CHECK(load_error(replace(base(), "count = 2", "count = 0")) ==
+        ":4: cluster.accelerators[0].count: expected an integer in [1, 100000], got 0");
+  CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = 8")) ==
+        ": cluster: accelerator 'gpu0' has 8.000000 GiB of HBM; the model's weights alone need 14.96 GiB");
+}
+
+TEST_CASE("a missing config file is one clear error", "[config][bad-input]") {
+  auto cfg = load_config("/nonexistent/x.toml");
+  REQUIRE(!cfg.ok());
+  CHECK(cfg.status().message().rfind("/nonexistent/x.toml", 0) == 0);
+}
