@@ -26,7 +26,7 @@ build: setup configure
 	@$(CMAKE) --build $(BUILD) -j $(JOBS)
 
 demo: build
-	@$(BUILD)/bin/slicesched demo
+	@$(BUILD)/bin/slicesched simulate configs/experiments/colocation.toml --out out/colocation
 
 test: build
 	@cd $(BUILD) && $(CTEST) --output-on-failure -j $(JOBS)
