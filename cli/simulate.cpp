@@ -109,8 +109,15 @@ PolicyRun run_policy(const ExperimentConfig& cfg, const PolicyConfig& policy, co
   std::vector<bool> online;
   for (const std::string& name : policy.tenants) {
     const auto& tc = *std::find_if(cfg.tenants.begin(), cfg.tenants.end(), [&](auto& t) { return t.name == name; });
-    TenantSpec spec{tc.name,         tc.priority, tc.online,          make_stream(tc, cfg.seed + tenants.size()),
-                    tc.token_budget, tc.max_seqs, tc.kv_budget_tokens};
+    TenantSpec spec;
+    spec.name = tc.name;
+    spec.priority = tc.priority;
+    spec.online = tc.online;
+    spec.requests = make_stream(tc, cfg.seed + tenants.size());
+    spec.token_budget = tc.token_budget;
+    spec.max_seqs = tc.max_seqs;
+    spec.kv_budget_tokens = tc.kv_budget_tokens;
+    spec.lanes = tc.lanes;
     tenants.emplace_back(static_cast<std::uint32_t>(tenants.size()), std::move(spec), tmpl);
     online.push_back(tc.online);
   }

@@ -317,6 +317,7 @@ ExperimentConfig read(const toml::table& doc, const std::string& file) {
     tc.token_budget = t.integer("token_budget", 2048, 1, 1 << 24);
     tc.max_seqs = t.integer("max_seqs", 64, 1, 1 << 20);
     tc.kv_budget_tokens = t.integer("kv_budget_tokens", 65536, 1, INT64_MAX / 2);
+    tc.lanes = static_cast<int>(t.integer("lanes", 1, 1, 1024));
     const toml::table* st = t.table("stream", true);
     Table s(*st, t.qualified("stream"), file);
     tc.stream = read_stream(s, dir);

@@ -44,6 +44,7 @@ struct TenantConfig {
   std::int32_t priority = 0;
   bool online = true;
   std::int64_t token_budget = 2048, max_seqs = 64, kv_budget_tokens = 65536;
+  int lanes = 1;
   StreamConfig stream;
 };
 

@@ -38,15 +38,15 @@ Result<EngineResult> Engine::run(const ProgressFn& progress) {
   std::size_t last_reported = 0;
   auto done_count = [&] {
     std::size_t n = 0;
-    for (const Tenant& t : tenants_)
-      for (const RequestRecord& r : t.records()) n += r.done >= 0;
+    for (const Tenant& t : tenants_) n += t.done();
     return n;
   };
   for (;;) {
     for (Tenant& t : tenants_) {
       t.deliver_arrivals(now);
-      auto inst = t.maybe_start_iteration(gmg_, now);
-      if (!inst.ok()) return Status(inst.status().code(), "tenant '" + t.spec().name + "': " + inst.status().message());
+      auto started = t.start_iterations(gmg_);
+      if (!started.ok())
+        return Status(started.status().code(), "tenant '" + t.spec().name + "': " + started.status().message());
     }
     gmg_.retire();
     auto issued = scheduler_.schedule(gmg_, now);

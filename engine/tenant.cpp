@@ -14,7 +14,8 @@ namespace {
 Nanos to_ns(double s) { return static_cast<Nanos>(s * 1e9 + 0.5); }
 }  // namespace
 
-Tenant::Tenant(std::uint32_t id, TenantSpec spec, TemplateId tmpl) : id_(id), spec_(std::move(spec)), tmpl_(tmpl) {
+Tenant::Tenant(std::uint32_t id, TenantSpec spec, TemplateId tmpl)
+    : id_(id), spec_(std::move(spec)), tmpl_(tmpl), lanes_(static_cast<std::size_t>(std::max(1, spec_.lanes))) {
   records_.reserve(spec_.requests.requests.size());
   for (const Request& r : spec_.requests.requests)
     records_.push_back(
@@ -29,16 +30,41 @@ void Tenant::deliver_arrivals(Nanos t) {
 
 bool Tenant::finished() const { return done_ == records_.size(); }
 
-Result<std::optional<InstanceInfo>> Tenant::maybe_start_iteration(Gmg& gmg, Nanos t) {
-  if (in_flight_) return std::optional<InstanceInfo>{};
+bool Tenant::busy() const {
+  return std::any_of(lanes_.begin(), lanes_.end(), [](const Lane& l) { return l.in_flight; });
+}
+
+std::int64_t Tenant::kv_held() const {
+  std::int64_t kv = 0;
+  for (const Lane& l : lanes_)
+    for (const Seq& s : l.running) kv += s.context + 1;
+  return kv;
+}
+
+Result<int> Tenant::start_iterations(Gmg& gmg) {
+  // Emptiest free lane first, so new requests spread over the lanes.
+  std::vector<Lane*> order;
+  for (Lane& l : lanes_)
+    if (!l.in_flight) order.push_back(&l);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Lane* a, const Lane* b) { return a->running.size() < b->running.size(); });
+  int started = 0;
+  for (Lane* l : order) {
+    auto r = start(*l, gmg);
+    if (!r.ok()) return r.status();
+    started += r.value();
+  }
+  return started;
+}
+
+// Starts `lane`'s next iteration if it has work; returns whether it did.
+Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   // Decodes first (each one token), then admit waiting prefills FIFO while
   // the token, sequence and KV budgets allow.
-  std::int64_t tokens = static_cast<std::int64_t>(running_.size());
-  std::int64_t context = 0, kv_after = 0;
-  for (const Seq& s : running_) {
-    context += s.context;
-    kv_after += s.context + 1;
-  }
+  std::int64_t tokens = static_cast<std::int64_t>(lane.running.size());
+  std::int64_t context = 0;
+  for (const Seq& s : lane.running) context += s.context;
+  std::int64_t kv_after = kv_held();
   bool admitted = false;
   while (!waiting_.empty()) {
     const RequestRecord& r = records_[waiting_.front()];
@@ -46,10 +72,10 @@ Result<std::optional<InstanceInfo>> Tenant::maybe_start_iteration(Gmg& gmg, Nano
     // prompt must not wait for every decode to drain), but never over the
     // KV budget unless nothing else holds KV (then it could never fit).
     const bool tokens_ok = tokens + r.input_tokens <= spec_.token_budget || !admitted;
-    const bool kv_ok = kv_after + r.input_tokens + r.output_tokens <= spec_.kv_budget_tokens || running_.empty();
-    const bool seqs_ok = static_cast<std::int64_t>(running_.size()) < spec_.max_seqs;
+    const bool kv_ok = kv_after + r.input_tokens + r.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
+    const bool seqs_ok = static_cast<std::int64_t>(lane.running.size()) < spec_.max_seqs;
     if (!(tokens_ok && kv_ok && seqs_ok)) break;
-    running_.push_back({waiting_.front(), 0, true});
+    lane.running.push_back({waiting_.front(), 0, true});
     admitted = true;
     tokens += r.input_tokens;
     kv_after += r.input_tokens;
@@ -57,19 +83,19 @@ Result<std::optional<InstanceInfo>> Tenant::maybe_start_iteration(Gmg& gmg, Nano
   }
   if (tokens == 0) {
     // Idle: nobody will take the cache over.
-    for (OpId op : kv_ops_)
+    for (OpId op : lane.kv_ops)
       if (Status s = gmg.release_retained(op); !s.ok()) return s;
-    kv_ops_.clear();
-    kv_tokens_ = 0;
-    return std::optional<InstanceInfo>{};
+    lane.kv_ops.clear();
+    lane.kv_tokens = 0;
+    return false;
   }
   const GraphTemplate& tmpl = gmg.templates().get(tmpl_);
   InstanceSpec spec;
   spec.tmpl = tmpl_;
   spec.priority = spec_.priority;
   spec.tenant = id_;
-  spec.dims = {{"tokens", tokens}, {"context", context}, {"kv_prev", kv_tokens_}};
-  for (OpId op : kv_ops_) {
+  spec.dims = {{"tokens", tokens}, {"context", context}, {"kv_prev", lane.kv_tokens}};
+  for (OpId op : lane.kv_ops) {
     // Each retaining op attaches through the port its template op reads.
     const auto& top = tmpl.ops()[gmg.op(op).tmpl_op];
     for (const auto& in : top.inputs)
@@ -77,40 +103,39 @@ Result<std::optional<InstanceInfo>> Tenant::maybe_start_iteration(Gmg& gmg, Nano
   }
   auto inst = gmg.instantiate(spec);
   if (!inst.ok()) return inst.status();
-  kv_ops_.clear();
-  head_ = kNoOp;
-  for (std::size_t i = 0; i < inst->ops.size(); ++i) {
-    const OpRecord& r = gmg.op(inst->ops[i]);
-    if (r.retained_bytes > 0) kv_ops_.push_back(inst->ops[i]);
-    if (i + 1 == inst->ops.size()) head_ = inst->ops[i];  // topological order: the head is last
-  }
-  kv_tokens_ = context + tokens;
-  in_flight_ = true;
-  (void)t;
-  return std::optional<InstanceInfo>{std::move(inst).value()};
+  lane.kv_ops.clear();
+  for (OpId op : inst->ops)
+    if (gmg.op(op).retained_bytes > 0) lane.kv_ops.push_back(op);
+  lane.head = inst->ops.back();  // topological order: the head is last
+  lane.kv_tokens = context + tokens;
+  lane.in_flight = true;
+  return true;
 }
 
 void Tenant::on_op_done(OpId op, Nanos t) {
-  if (!in_flight_ || op != head_) return;
-  in_flight_ = false;
-  std::vector<Seq> still;
-  for (Seq& s : running_) {
-    RequestRecord& r = records_[s.request];
-    if (s.prefill) {
-      r.first_token = t;
-      s.context = r.input_tokens;
-      s.prefill = false;
-    } else {
-      s.context += 1;
+  for (Lane& lane : lanes_) {
+    if (!lane.in_flight || op != lane.head) continue;
+    lane.in_flight = false;
+    std::vector<Seq> still;
+    for (Seq& s : lane.running) {
+      RequestRecord& r = records_[s.request];
+      if (s.prefill) {
+        r.first_token = t;
+        s.context = r.input_tokens;
+        s.prefill = false;
+      } else {
+        s.context += 1;
+      }
+      if (++r.generated >= r.output_tokens) {
+        r.done = t;
+        ++done_;
+      } else {
+        still.push_back(s);
+      }
     }
-    if (++r.generated >= r.output_tokens) {
-      r.done = t;
-      ++done_;
-    } else {
-      still.push_back(s);
-    }
+    lane.running = std::move(still);
+    return;
   }
-  running_ = std::move(still);
 }
 
 }  // namespace slicesched

@@ -3,6 +3,12 @@
 // running decodes plus newly admitted prefills under a token budget; the KV
 // cache is retained state that the next iteration takes over (and drops the
 // sequences that finished). Admission waits when the KV budget is short.
+//
+// A tenant may keep several iterations in flight ("lanes", like the virtual
+// engines of pipeline-parallel serving): each lane owns a disjoint set of
+// sequences and its own KV chain, so lanes can run on different
+// accelerators at once. New requests join the lane with the fewest
+// sequences among those free to start.
 module;
 #include <cstdint>
 #include <deque>
@@ -23,7 +29,8 @@ struct TenantSpec {
   Trace requests;                         // arrivals in seconds from time 0
   std::int64_t token_budget = 2048;       // new tokens per iteration
   std::int64_t max_seqs = 64;             // sequences per iteration
-  std::int64_t kv_budget_tokens = 65536;  // cached tokens this tenant may hold
+  std::int64_t kv_budget_tokens = 65536;  // cached tokens this tenant may hold (all lanes)
+  int lanes = 1;                          // iterations in flight at once
 };
 
 // One request's life. Times in ns; -1 until they happen.
@@ -44,16 +51,17 @@ class Tenant {
   Nanos next_arrival() const;
   // Queues every request that has arrived by `t`.
   void deliver_arrivals(Nanos t);
-  // When no iteration is in flight and there is work, instantiates the next
-  // one (unscheduled) and returns it; otherwise nothing. When the tenant
-  // goes idle it releases its KV cache.
-  Result<std::optional<InstanceInfo>> maybe_start_iteration(Gmg& gmg, Nanos t);
+  // For every lane with no iteration in flight and work to do, instantiates
+  // its next iteration (unscheduled); returns how many. A lane that goes
+  // idle releases its KV cache.
+  Result<int> start_iterations(Gmg& gmg);
   // Feedback that `op` finished at `t`. When it is the in-flight
   // iteration's head, tokens are emitted and the iteration ends.
   void on_op_done(OpId op, Nanos t);
   // True once every request arrived and finished.
   bool finished() const;
-  bool busy() const { return in_flight_; }
+  std::size_t done() const { return done_; }
+  bool busy() const;
   const std::vector<RequestRecord>& records() const { return records_; }
 
  private:
@@ -62,17 +70,23 @@ class Tenant {
     std::int64_t context;  // tokens whose KV is cached
     bool prefill;          // admitted this iteration
   };
+  struct Lane {
+    std::vector<Seq> running;    // sequences of the in-flight or next iteration
+    std::vector<OpId> kv_ops;    // the last iteration's ops that retain the KV cache
+    std::int64_t kv_tokens = 0;  // tokens those ops retain
+    OpId head = kNoOp;
+    bool in_flight = false;
+  };
+  Result<bool> start(Lane& lane, Gmg& gmg);
+  std::int64_t kv_held() const;
+
   std::uint32_t id_;
   TenantSpec spec_;
   TemplateId tmpl_;
   std::size_t next_request_ = 0;
   std::deque<std::size_t> waiting_;
-  std::vector<Seq> running_;  // sequences of the in-flight or next iteration
+  std::vector<Lane> lanes_;
   std::vector<RequestRecord> records_;
-  std::vector<OpId> kv_ops_;    // the last iteration's ops that retain the KV cache
-  std::int64_t kv_tokens_ = 0;  // tokens those ops retain
-  OpId head_ = kNoOp;
-  bool in_flight_ = false;
   std::size_t done_ = 0;
 };
 

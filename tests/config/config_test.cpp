@@ -66,7 +66,9 @@ TEST_CASE("the colocation experiment loads", "[config]") {
   CHECK(cfg->policies[0].partition_sets[0].args["groups"].size() == 4);
   CHECK(fs::exists(cfg->ground_truth.layers_csv));
   CHECK(fs::exists(cfg->tenants[0].stream.path));
-  CHECK(cfg->tenants[1].stream.trace.time_shift_s == 150);
+  CHECK(cfg->tenants[1].stream.trace.time_shift_s == 450);
+  CHECK(cfg->tenants[1].lanes == 4);
+  CHECK(cfg->duration_s == 1800);
   CHECK(!cfg->tenants[4].online);
 }
 

@@ -1,0 +1,43 @@
+# The SDK: `cmake --install build --prefix <dir>` gives plugin authors
+# `find_package(SliceScheduler)` with
+#   SliceScheduler::core       the core's static library and its module
+#                              interface sources (not BMIs: the consumer's
+#                              compiler rebuilds them, so they always match
+#                              its flags)
+#   <slicesched/plugin_entry.hpp>  SLICESCHED_PLUGIN_ENTRY
+#   slicesched_add_plugin()    a loadable plugin library with the built-ins'
+#                              flags (cmake/SliceSchedulerPlugin.cmake)
+# and the `slicesched` binary in bin/. docs/plugins.md walks through it.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(SLICESCHED_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/SliceScheduler)
+
+# Export-only properties: the build tree already compiles everything as C++20.
+set_target_properties(slicesched_core PROPERTIES EXPORT_NAME core)
+target_compile_features(slicesched_core PUBLIC cxx_std_20)
+
+# install(TARGETS slicesched_core ...) is in core/CMakeLists.txt: CMake
+# records where a module file set is installed only from the directory that
+# defines the target (elsewhere the export names the source tree's files).
+install(FILES ${PROJECT_SOURCE_DIR}/plugins/plugin_entry.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/slicesched)
+install(TARGETS slicesched RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+install(EXPORT SliceSchedulerTargets
+  NAMESPACE SliceScheduler::
+  DESTINATION ${SLICESCHED_CMAKE_DIR}
+  FILE SliceSchedulerTargets.cmake
+  CXX_MODULES_DIRECTORY cxx-modules)
+
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/SliceSchedulerConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/SliceSchedulerConfig.cmake
+  INSTALL_DESTINATION ${SLICESCHED_CMAKE_DIR})
+# The plugin interface is versioned by its entry symbol (plugin_entry.hpp),
+# and pre-1.0 minors may change it: only the same minor version matches.
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/SliceSchedulerConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES
+  ${CMAKE_CURRENT_BINARY_DIR}/SliceSchedulerConfig.cmake
+  ${CMAKE_CURRENT_BINARY_DIR}/SliceSchedulerConfigVersion.cmake
+  ${CMAKE_CURRENT_LIST_DIR}/SliceSchedulerPlugin.cmake
+  DESTINATION ${SLICESCHED_CMAKE_DIR})

@@ -1,0 +1,63 @@
+# The plugin SDK end to end, as docs/plugins.md tells a researcher: install
+# this build tree into a scratch prefix, build docs/examples/least_loaded_policy
+# against it with the same compiler, load the library from TOML, run the
+# policy by name. Variables: BUILD_DIR SOURCE_DIR WORK SLICESCHED GENERATOR
+# MAKE_PROGRAM CXX SCAN_DEPS BUILD_TYPE CXX_FLAGS LINKER_FLAGS Boost_DIR
+# nlohmann_json_DIR.
+set(example ${SOURCE_DIR}/docs/examples/least_loaded_policy)
+set(prefix ${WORK}/prefix)
+file(REMOVE_RECURSE ${WORK})
+
+function(run what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what} failed (${rc}):\n${out}\n${err}")
+  endif()
+endfunction()
+
+set(config_arg "")
+if(BUILD_TYPE)
+  set(config_arg --config ${BUILD_TYPE})
+endif()
+run("cmake --install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix} ${config_arg})
+
+run("configuring the example" ${CMAKE_COMMAND} -S ${example} -B ${WORK}/build -G "${GENERATOR}"
+  "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}" "-DCMAKE_CXX_COMPILER=${CXX}"
+  "-DCMAKE_CXX_COMPILER_CLANG_SCAN_DEPS=${SCAN_DEPS}" "-DCMAKE_BUILD_TYPE=${BUILD_TYPE}"
+  "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}" "-DCMAKE_MODULE_LINKER_FLAGS=${LINKER_FLAGS}"
+  "-DBoost_DIR=${Boost_DIR}" "-Dnlohmann_json_DIR=${nlohmann_json_DIR}" "-DCMAKE_PREFIX_PATH=${prefix}")
+# The package must come from the scratch prefix, not from an older install.
+file(STRINGS ${WORK}/build/CMakeCache.txt found REGEX "^SliceScheduler_DIR:")
+if(NOT found MATCHES "${prefix}/")
+  message(FATAL_ERROR "find_package(SliceScheduler) did not use ${prefix}: ${found}")
+endif()
+run("building the example" ${CMAKE_COMMAND} --build ${WORK}/build ${config_arg})
+
+# The example's config with its paths made absolute (it names them relative
+# to its own folder).
+file(GLOB library ${WORK}/build/libslicesched_least_loaded.so ${WORK}/build/*/libslicesched_least_loaded.so)
+if(NOT library)
+  message(FATAL_ERROR "the example built no libslicesched_least_loaded.so under ${WORK}/build")
+endif()
+file(READ ${example}/least_loaded.toml toml)
+foreach(pair "\"build/libslicesched_least_loaded.so\"|\"${library}\"" "\"../../../data/|\"${SOURCE_DIR}/data/")
+  string(REPLACE "|" ";" pair "${pair}")
+  list(GET pair 0 from)
+  list(GET pair 1 to)
+  string(FIND "${toml}" "${from}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "least_loaded.toml no longer contains ${from}: update this test")
+  endif()
+  string(REPLACE "${from}" "${to}" toml "${toml}")
+endforeach()
+file(WRITE ${WORK}/least_loaded.toml "${toml}")
+
+run("slicesched simulate" ${SLICESCHED} simulate ${WORK}/least_loaded.toml --out ${WORK}/out)
+file(READ ${WORK}/out/summary.json summary)
+string(JSON done ERROR_VARIABLE missing GET "${summary}" policies Least-Loaded requests_done)
+if(missing)
+  message(FATAL_ERROR "summary.json has no policies.Least-Loaded.requests_done: ${missing}")
+endif()
+if(NOT done GREATER 0)
+  message(FATAL_ERROR "Least-Loaded finished no request")
+endif()
