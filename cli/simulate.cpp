@@ -181,6 +181,8 @@ int simulate(const SimulateOptions& opt) {
     return 2;
   }
   if (opt.seed) cfg->seed = *opt.seed;
+  if (opt.skip_bad_lines)
+    for (auto& t : cfg->tenants) t.stream.trace.skip_bad_lines = true;
   try {
     PluginRegistries plugins;
     check(plugins::register_builtins(plugins));
@@ -195,6 +197,7 @@ int simulate(const SimulateOptions& opt) {
     if (!transfers.ok()) fail(transfers.status().message());
 
     std::vector<PolicyRun> runs;
+    const auto t0 = std::chrono::steady_clock::now();
     bool matched = false;
     for (const auto& p : cfg->policies) {
       if (opt.policy && *opt.policy != p.name) continue;
@@ -207,6 +210,8 @@ int simulate(const SimulateOptions& opt) {
       fail("no policy named '" + *opt.policy + "' in " + opt.config + " (policies: " + names + ")");
     }
     report(cfg.value(), runs, opt);
+    std::printf("%zu polic%s simulated in %.1f s wall\n", runs.size(), runs.size() == 1 ? "y" : "ies",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "slicesched: %s\n", e.what());
     return 2;
