@@ -196,6 +196,20 @@ int simulate(const SimulateOptions& opt) {
     auto transfers = TransferProfile::load(cfg->ground_truth.transfers_csv);
     if (!transfers.ok()) fail(transfers.status().message());
 
+    // Every policy's plugins are created once up front, so a bad name or
+    // argument stops the run before anything is simulated.
+    for (const auto& p : cfg->policies) {
+      if (opt.policy && *opt.policy != p.name) continue;
+      for (const auto& choice : p.partition_sets) {
+        auto set = plugins.partition.create(choice.name, tenant_ids(p, choice.args));
+        if (!set.ok()) fail("policy '" + p.name + "': " + set.status().message());
+        if (Status s = set.value()->bind(*make_cluster(cfg.value())); !s.ok())
+          fail("policy '" + p.name + "': " + s.message());
+      }
+      auto placement = plugins.placement.create(p.placement.name, p.placement.args);
+      if (!placement.ok()) fail("policy '" + p.name + "': " + placement.status().message());
+    }
+
     std::vector<PolicyRun> runs;
     const auto t0 = std::chrono::steady_clock::now();
     bool matched = false;

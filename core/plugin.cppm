@@ -85,9 +85,9 @@ class BOOST_SYMBOL_VISIBLE PlacementPolicy {
  public:
   virtual ~PlacementPolicy() = default;
   // False: the scheduler skips the what-if simulation (static policies) and
-  // passes an empty `outcomes` to choose().
+  // passes one default Outcome per candidate (feasible == false, not simulated).
   virtual bool needs_simulation() const { return true; }
-  // Index into candidates (and outcomes: same size when simulated), or
+  // Index into candidates (outcomes has the same size), or
   // nullopt to defer the batch to a later round. "Nothing feasible" is a
   // nullopt, never an exception.
   virtual std::optional<std::size_t> choose(const Gmg& gmg, const Batch& batch, std::span<const Candidate> candidates,
