@@ -260,10 +260,14 @@ void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const Sim
     write_file(dir / ("requests_" + slug(r.name) + ".csv"), requests_csv(r));
     write_file(dir / ("accelerators_" + slug(r.name) + ".csv"), accelerators_csv(r));
     write_file(dir / ("trace_" + slug(r.name) + ".json"), chrome_trace(r, opt.trace_seconds));
+    if (Status s = write_calibration(r.calibration, (dir / ("calibration_" + slug(r.name) + ".json")).string());
+        !s.ok())
+      throw std::runtime_error(s.message());
   }
   plots(dir, runs);
-  std::printf("wrote %s/summary.json, per-policy CSVs, Chrome traces (open in Perfetto) and plots/\n",
-              dir.string().c_str());
+  std::printf(
+      "wrote %s/summary.json, per-policy CSVs, calibration profiles, Chrome traces (open in Perfetto) and plots/\n",
+      dir.string().c_str());
 }
 
 }  // namespace slicesched::cli

@@ -11,6 +11,7 @@ module;
 export module slicesched.cli.report;
 export import slicesched.config;
 export import slicesched.engine.metrics;
+export import slicesched.core.calibration;
 
 export namespace slicesched::cli {
 
@@ -23,6 +24,7 @@ struct PolicyRun {
   std::vector<std::string> tenant_names, accel_names;
   std::vector<EstimatorSet::ReportRow> estimators;
   RoundStats scheduling;
+  CalibrationProfile calibration;  // what the estimators learned
 };
 
 // The SLO threshold: the p90 TTFT of the policy named "Static-Online" (the

@@ -91,8 +91,16 @@ bool stderr_is_tty() { return isatty(fileno(stderr)) != 0; }
 
 }  // namespace
 
+// The ground truth a run plays: measured profiles, or a calibration profile.
+struct Truths {
+  std::optional<LayerProfile> layers;
+  std::optional<TransferProfile> transfers;
+  std::optional<CalibrationProfile> calibrated;
+  std::optional<CalibrationProfile> prior;
+};
+
 PolicyRun run_policy(const ExperimentConfig& cfg, const PolicyConfig& policy, const PluginRegistries& plugins,
-                     const LayerProfile& layers, const TransferProfile& transfers) {
+                     const Truths& truths) {
   auto accels = make_cluster(cfg);
   auto templates = std::make_shared<TemplateRegistry>();
   llama::Shape shape;
@@ -104,6 +112,7 @@ PolicyRun run_policy(const ExperimentConfig& cfg, const PolicyConfig& policy, co
 
   EstimatorSet est;
   check(seed_priors(est, *templates, *accels));
+  if (truths.prior) check(apply_as_prior(*truths.prior, est, *templates, *accels));
 
   std::vector<Tenant> tenants;
   std::vector<bool> online;
@@ -138,9 +147,17 @@ PolicyRun run_policy(const ExperimentConfig& cfg, const PolicyConfig& policy, co
   sopt.batch_cap = policy.batch_cap;
   sopt.horizon = policy.horizon_s < 0 ? -1 : static_cast<Nanos>(policy.horizon_s * 1e9);
   Scheduler scheduler(*placement.value(), partitions, est, sopt);
-  ProfileGroundTruth truth(layers, transfers, cfg.seed, cfg.ground_truth.op_noise_cv,
-                           cfg.ground_truth.transfer_noise_cv);
-  EmulatedCluster cluster(accels->size(), truth);
+  std::unique_ptr<GroundTruth> truth;
+  if (truths.calibrated) {
+    auto cal = std::make_unique<CalibratedGroundTruth>(
+        *truths.calibrated, *accels, cfg.seed, cfg.ground_truth.op_noise_cv, cfg.ground_truth.transfer_noise_cv);
+    if (Status s = cal->check_transfers(); !s.ok()) fail(cfg.ground_truth.calibrated + ": " + s.message());
+    truth = std::move(cal);
+  } else {
+    truth = std::make_unique<ProfileGroundTruth>(*truths.layers, *truths.transfers, cfg.seed,
+                                                 cfg.ground_truth.op_noise_cv, cfg.ground_truth.transfer_noise_cv);
+  }
+  EmulatedCluster cluster(accels->size(), *truth);
   EngineOptions eopt;
   eopt.stop_at = cfg.duration_s > 0 ? static_cast<Nanos>(cfg.duration_s * 1e9) : -1;
   Engine engine(gmg, tenants, scheduler, est, cluster, eopt);
@@ -171,6 +188,7 @@ PolicyRun run_policy(const ExperimentConfig& cfg, const PolicyConfig& policy, co
   for (AccelId a = 0; a < accels->size(); ++a) run.accel_names.push_back((*accels)[a].name);
   for (const auto& row : est.report()) run.estimators.push_back(row);
   run.scheduling = result->scheduling;
+  run.calibration = snapshot(est, *templates, *accels, "simulate " + cfg.path + ", policy " + policy.name);
   return run;
 }
 
@@ -187,14 +205,28 @@ int simulate(const SimulateOptions& opt) {
     PluginRegistries plugins;
     check(plugins::register_builtins(plugins));
     for (const auto& path : cfg->plugin_paths) check(load_plugin_library(path, plugins));
-    LayerProfileOptions lopt;
-    lopt.hbm_bytes_per_s = cfg->ground_truth.hbm_bytes_per_s;
-    lopt.groups = cfg->model.groups;
-    lopt.layers_per_group = cfg->model.layers / cfg->model.groups;
-    auto layers = LayerProfile::load(cfg->ground_truth.layers_csv, 1, lopt);
-    if (!layers.ok()) fail(layers.status().message());
-    auto transfers = TransferProfile::load(cfg->ground_truth.transfers_csv);
-    if (!transfers.ok()) fail(transfers.status().message());
+    Truths truths;
+    if (!cfg->ground_truth.calibrated.empty()) {
+      auto cal = read_calibration(cfg->ground_truth.calibrated);
+      if (!cal.ok()) fail(cal.status().message());
+      truths.calibrated = std::move(cal).value();
+    } else {
+      LayerProfileOptions lopt;
+      lopt.hbm_bytes_per_s = cfg->ground_truth.hbm_bytes_per_s;
+      lopt.groups = cfg->model.groups;
+      lopt.layers_per_group = cfg->model.layers / cfg->model.groups;
+      auto layers = LayerProfile::load(cfg->ground_truth.layers_csv, 1, lopt);
+      if (!layers.ok()) fail(layers.status().message());
+      auto transfers = TransferProfile::load(cfg->ground_truth.transfers_csv);
+      if (!transfers.ok()) fail(transfers.status().message());
+      truths.layers = std::move(layers).value();
+      truths.transfers = std::move(transfers).value();
+    }
+    if (!cfg->estimator_prior.empty()) {
+      auto prior = read_calibration(cfg->estimator_prior);
+      if (!prior.ok()) fail(prior.status().message());
+      truths.prior = std::move(prior).value();
+    }
 
     // Every policy's plugins are created once up front, so a bad name or
     // argument stops the run before anything is simulated.
@@ -216,7 +248,7 @@ int simulate(const SimulateOptions& opt) {
     for (const auto& p : cfg->policies) {
       if (opt.policy && *opt.policy != p.name) continue;
       matched = true;
-      runs.push_back(run_policy(cfg.value(), p, plugins, layers.value(), transfers.value()));
+      runs.push_back(run_policy(cfg.value(), p, plugins, truths));
     }
     if (!matched) {
       std::string names;

@@ -301,8 +301,14 @@ ExperimentConfig read(const toml::table& doc, const std::string& file) {
   {
     const toml::table* gt = root.table("ground_truth", true);
     Table g(*gt, "ground_truth", file);
-    cfg.ground_truth.layers_csv = resolve(dir, g.str("layers"));
-    cfg.ground_truth.transfers_csv = resolve(dir, g.str("transfers"));
+    if (g.has("calibrated") == (g.has("layers") || g.has("transfers")))
+      g.fail(nullptr, "layers", "give either layers and transfers (measured profiles) or calibrated (a profile)");
+    if (g.has("calibrated")) {
+      cfg.ground_truth.calibrated = resolve(dir, g.str("calibrated"));
+    } else {
+      cfg.ground_truth.layers_csv = resolve(dir, g.str("layers"));
+      cfg.ground_truth.transfers_csv = resolve(dir, g.str("transfers"));
+    }
     cfg.ground_truth.op_noise_cv = g.num("op_noise_cv", 0.006, 0, 1);
     cfg.ground_truth.transfer_noise_cv = g.num("transfer_noise_cv", 0.0163, 0, 1);
     cfg.ground_truth.hbm_bytes_per_s = g.num("hbm_gbps", 3350, 1e-3, 1e7) * 1e9;
@@ -352,6 +358,12 @@ ExperimentConfig read(const toml::table& doc, const std::string& file) {
     for (const auto& other : cfg.policies)
       if (other.name == pc.name) p.fail(p.node("name"), "name", "duplicate policy name '" + pc.name + "'");
     cfg.policies.push_back(std::move(pc));
+  }
+
+  if (const toml::table* et = root.table("estimators", false)) {
+    Table e(*et, "estimators", file);
+    cfg.estimator_prior = resolve(dir, e.str("prior"));
+    e.finish();
   }
 
   if (const toml::table* pl = root.table("plugins", false)) {

@@ -69,7 +69,8 @@ struct ModelConfig {
 };
 
 struct GroundTruthConfig {
-  std::string layers_csv, transfers_csv;  // resolved paths
+  std::string layers_csv, transfers_csv;  // measured profiles (resolved paths), or
+  std::string calibrated;                 // a calibration profile (resolved path)
   double op_noise_cv = 0.006, transfer_noise_cv = 0.0163;
   double hbm_bytes_per_s = 3.35e12;
 };
@@ -87,6 +88,7 @@ struct ExperimentConfig {
   std::vector<TenantConfig> tenants;
   std::vector<PolicyConfig> policies;
   std::vector<std::string> plugin_paths;  // resolved
+  std::string estimator_prior;            // a calibration profile used as estimator prior (resolved), or empty
 };
 
 // Reads and validates `path`. Never throws; errors are one line:

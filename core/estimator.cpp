@@ -297,19 +297,29 @@ Status EstimatorSet::observe_transfer(AccelId src, AccelId dst, std::uint64_t by
 
 std::vector<EstimatorSet::ReportRow> EstimatorSet::report() const {
   std::vector<ReportRow> rows;
-  auto add = [&](std::int32_t est, std::string what) {
-    if (est < 0) return;
+  auto add = [&](std::int32_t est, std::string what) -> ReportRow* {
+    if (est < 0) return nullptr;
     const LinearEstimator& e = ests_[static_cast<std::size_t>(est)];
-    if (e.samples() == 0) return;
+    if (e.samples() == 0) return nullptr;
     rows.push_back({std::move(what), e.samples(), e.mape_pct(),
                     std::vector<double>(e.coefficients().begin(), e.coefficients().end()), e.recent_mape_pct()});
+    return &rows.back();
   };
   for (std::size_t k = 0; k < kind_priors_.size(); ++k)
     for (std::size_t t = 0; t < type_stride_; ++t)
-      add(ops_[k * type_stride_ + t].est, op_name(static_cast<OpKindId>(k), static_cast<AccelTypeId>(t)));
+      if (ReportRow* r =
+              add(ops_[k * type_stride_ + t].est, op_name(static_cast<OpKindId>(k), static_cast<AccelTypeId>(t)))) {
+        r->kind = static_cast<OpKindId>(k);
+        r->type = static_cast<AccelTypeId>(t);
+      }
   for (std::size_t i = 0; i < accel_stride_; ++i)
     for (std::size_t j = 0; j < accel_stride_; ++j)
-      add(transfers_[i * accel_stride_ + j].est, pair_name(static_cast<AccelId>(i), static_cast<AccelId>(j)));
+      if (ReportRow* r =
+              add(transfers_[i * accel_stride_ + j].est, pair_name(static_cast<AccelId>(i), static_cast<AccelId>(j)))) {
+        r->transfer = true;
+        r->src = static_cast<AccelId>(i);
+        r->dst = static_cast<AccelId>(j);
+      }
   return rows;
 }
 

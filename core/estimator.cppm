@@ -171,8 +171,12 @@ class EstimatorSet {
     std::string what;
     std::uint64_t samples;
     double mape_pct;
-    std::vector<double> coefficients;
+    std::vector<double> coefficients;  // ops: per feature; transfers: {sec_per_byte, fixed_sec}
     double recent_mape_pct;
+    bool transfer = false;
+    OpKindId kind = 0;         // ops
+    AccelTypeId type = 0;      // ops
+    AccelId src = 0, dst = 0;  // transfers
   };
   std::vector<ReportRow> report() const;
 

@@ -53,6 +53,47 @@ double ProfileGroundTruth::transfer_seconds(AccelId, AccelId, std::int64_t bytes
   return transfer_noise_.sample(transfers_.seconds(bytes));
 }
 
+CalibratedGroundTruth::CalibratedGroundTruth(CalibrationProfile profile, const AcceleratorSet& accels,
+                                             std::uint64_t seed, double op_cv, double transfer_cv)
+    : profile_(std::move(profile)),
+      accels_(accels),
+      op_noise_(seed, op_cv),
+      transfer_noise_(seed ^ 0x9e3779b97f4a7c15ull, transfer_cv) {}
+
+Result<double> CalibratedGroundTruth::op_seconds(const Gmg& gmg, OpId op) {
+  const OpRecord& r = gmg.op(op);
+  const GraphTemplate& t = gmg.templates().get(r.tmpl);
+  const std::string& name = t.ops()[r.tmpl_op].name;
+  const std::string& type = accels_.type_name(accels_.type(r.accel));
+  const CalibrationProfile::Op* fit = profile_.find_op(t.name(), name, type);
+  if (!fit) return NotFound("calibrated ground truth: no fit for " + t.name() + "/" + name + " on " + type);
+  auto x = gmg.features(op);
+  if (fit->coefficients.size() != x.size())
+    return InvalidArgument("calibrated ground truth: the fit for " + t.name() + "/" + name + " has " +
+                           std::to_string(fit->coefficients.size()) + " coefficients, the op has " +
+                           std::to_string(x.size()) + " features");
+  double s = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) s += fit->coefficients[i] * x[i];
+  return op_noise_.sample(s > 0 ? s : 0.0);
+}
+
+double CalibratedGroundTruth::transfer_seconds(AccelId from, AccelId to, std::int64_t bytes) {
+  const CalibrationProfile::Transfer* fit = profile_.find_transfer(accels_[from].name, accels_[to].name);
+  if (!fit) fit = profile_.find_transfer("*", "*");
+  const double s = fit ? fit->sec_per_byte * static_cast<double>(bytes) + fit->fixed_s : 0.0;
+  return transfer_noise_.sample(s > 0 ? s : 0.0);
+}
+
+Status CalibratedGroundTruth::check_transfers() const {
+  if (profile_.find_transfer("*", "*")) return Status::Ok();
+  for (AccelId a = 0; a < accels_.size(); ++a)
+    for (AccelId b = 0; b < accels_.size(); ++b)
+      if (a != b && !profile_.find_transfer(accels_[a].name, accels_[b].name))
+        return NotFound("calibrated ground truth: no transfer fit for " + accels_[a].name + " -> " + accels_[b].name +
+                        " (and no \"*\" -> \"*\" entry)");
+  return Status::Ok();
+}
+
 EmulatedCluster::EmulatedCluster(std::size_t accelerators, GroundTruth& truth)
     : truth_(truth),
       ready_(accelerators),

@@ -15,6 +15,7 @@ module;
 
 export module slicesched.simulator.emulated;
 export import slicesched.core;
+export import slicesched.core.calibration;
 export import slicesched.simulator.profile;
 import slicesched.simulator.events;
 
@@ -44,6 +45,27 @@ class ProfileGroundTruth final : public GroundTruth {
  private:
   LayerProfile layers_;
   TransferProfile transfers_;
+  NoisyClock op_noise_, transfer_noise_;
+};
+
+// Ground truth from a calibration profile (what `slicesched calibrate`
+// measured on real devices, or what a simulation learned): each operator's
+// time is its profile fit applied to its features, each transfer's the
+// pair's fit, scaled by seeded multiplicative noise. An operator or pair the
+// profile lacks is an error naming it (transfers fall back to a "*" -> "*"
+// entry when present).
+class CalibratedGroundTruth final : public GroundTruth {
+ public:
+  CalibratedGroundTruth(CalibrationProfile profile, const AcceleratorSet& accels, std::uint64_t seed,
+                        double op_cv = 0.006, double transfer_cv = 0.0163);
+  Result<double> op_seconds(const Gmg& gmg, OpId op) override;
+  double transfer_seconds(AccelId from, AccelId to, std::int64_t bytes) override;
+  // Checks up front that every pair of `accels` has a transfer fit.
+  Status check_transfers() const;
+
+ private:
+  CalibrationProfile profile_;
+  const AcceleratorSet& accels_;
   NoisyClock op_noise_, transfer_noise_;
 };
 

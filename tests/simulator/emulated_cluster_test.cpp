@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -179,4 +180,45 @@ TEST_CASE("profile ground truth times the Llama template from the measured table
   CHECK(measured_ops[5] == ns(layers->head_seconds(128)));
   // layers1 -> layers2 crosses a0 -> a1: 128 x 4096 bf16 activations.
   CHECK(transfer == ns(links->seconds(128 * 4096 * 2)));
+}
+
+TEST_CASE("calibration profiles round-trip and drive a calibrated ground truth", "[emulated][calibration]") {
+  auto reg = std::make_shared<TemplateRegistry>();
+  TemplateBuilder b("mm");
+  b.op("x").output({{Expr::constant(8)}, DType::kI8}).features({b.dim("n"), Expr::constant(1)}).prior({1e-6, 1e-3});
+  TemplateId t = reg->add(std::move(b).build().value()).value();
+  auto accels = cluster(2);
+  EstimatorSet est;
+  REQUIRE(seed_priors(est, *reg, *accels).ok());
+  const OpKindId kind = reg->get(t).ops()[0].kind;
+  for (int n = 1; n <= 50; ++n) {
+    const double x[2] = {static_cast<double>(n), 1.0};
+    REQUIRE(est.observe_op(kind, 0, x, 2e-6 * n + 5e-4).ok());
+    REQUIRE(est.observe_transfer(0, 1, static_cast<std::uint64_t>(n) * 1000, 1e-9 * n * 1000 + 2e-6).ok());
+  }
+  auto profile = snapshot(est, *reg, *accels, "test");
+  const auto path = (std::filesystem::temp_directory_path() / "slicesched_calibration_test.json").string();
+  REQUIRE(write_calibration(profile, path).ok());
+  auto back = read_calibration(path);
+  REQUIRE(back.ok());
+  const auto* op = back->find_op("mm", "x", "gpu");
+  REQUIRE(op);
+  CHECK(op->coefficients[0] == Approx(2e-6).epsilon(1e-6));
+  CHECK(op->coefficients[1] == Approx(5e-4).epsilon(1e-6));
+  CHECK(op->samples == 50);
+  const auto* link = back->find_transfer("a0", "a1");
+  REQUIRE(link);
+  CHECK(link->sec_per_byte == Approx(1e-9).epsilon(1e-6));
+  REQUIRE(back->find_transfer("*", "*"));  // stands in for pairs that moved nothing
+
+  Gmg gmg(reg, accels);
+  OpId x = gmg.instantiate({t, {{"n", 100}}, {}, 0, 0}).value().ops[0];
+  REQUIRE(gmg.issue(x, 1, 0).ok());
+  CalibratedGroundTruth truth(back.value(), *accels, 1, 0.0, 0.0);
+  REQUIRE(truth.check_transfers().ok());
+  CHECK(truth.op_seconds(gmg, x).value() == Approx(2e-6 * 100 + 5e-4).epsilon(1e-6));
+  CHECK(truth.transfer_seconds(1, 0, 1000) == Approx(1e-6 + 2e-6).epsilon(1e-3));  // via "*" -> "*"
+
+  std::ofstream(path) << R"({"format": "other"})";
+  CHECK(read_calibration(path).status().message() == path + ": expected \"format\": \"slicesched-calibration/1\"");
 }

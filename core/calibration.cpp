@@ -1,0 +1,174 @@
+module;
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+module slicesched.core.calibration;
+
+namespace slicesched {
+
+namespace {
+constexpr const char* kFormat = "slicesched-calibration/1";
+}  // namespace
+
+const CalibrationProfile::Op* CalibrationProfile::find_op(const std::string& tmpl, const std::string& op,
+                                                          const std::string& type) const {
+  for (const Op& o : ops)
+    if (o.tmpl == tmpl && o.op == op && o.type == type) return &o;
+  return nullptr;
+}
+
+const CalibrationProfile::Transfer* CalibrationProfile::find_transfer(const std::string& src,
+                                                                      const std::string& dst) const {
+  for (const Transfer& t : transfers)
+    if (t.src == src && t.dst == dst) return &t;
+  return nullptr;
+}
+
+CalibrationProfile snapshot(const EstimatorSet& est, const TemplateRegistry& templates, const AcceleratorSet& accels,
+                            std::string source) {
+  CalibrationProfile p;
+  p.source = std::move(source);
+  // Kind -> (template, op) names.
+  std::vector<std::pair<std::string, std::string>> names(templates.op_kind_count());
+  for (TemplateId t = 0; t < templates.size(); ++t)
+    for (const auto& op : templates.get(t).ops()) names[op.kind] = {templates.get(t).name(), op.name};
+  for (const auto& row : est.report()) {
+    if (row.transfer) {
+      if (row.src >= accels.size() || row.dst >= accels.size() || row.coefficients.size() != 2) continue;
+      p.transfers.push_back({accels[row.src].name, accels[row.dst].name, row.coefficients[0], row.coefficients[1],
+                             row.samples, row.mape_pct});
+    } else {
+      if (row.kind >= names.size() || row.type >= accels.type_count()) continue;
+      p.ops.push_back({names[row.kind].first, names[row.kind].second, accels.type_name(row.type), row.coefficients,
+                       row.samples, row.mape_pct});
+    }
+  }
+  // Pairs that moved nothing have no fit; "*" -> "*" stands in for them:
+  // the sample-weighted mean of the measured pairs.
+  double a = 0, c = 0, n = 0;
+  for (const auto& t : p.transfers) {
+    a += t.sec_per_byte * static_cast<double>(t.samples);
+    c += t.fixed_s * static_cast<double>(t.samples);
+    n += static_cast<double>(t.samples);
+  }
+  if (n > 0) p.transfers.push_back({"*", "*", a / n, c / n, static_cast<std::uint64_t>(n), 0});
+  return p;
+}
+
+Status write_calibration(const CalibrationProfile& p, const std::string& path) {
+  nlohmann::json j;
+  j["format"] = kFormat;
+  j["source"] = p.source;
+  j["ops"] = nlohmann::json::array();
+  for (const auto& o : p.ops)
+    j["ops"].push_back({{"template", o.tmpl},
+                        {"op", o.op},
+                        {"type", o.type},
+                        {"coefficients", o.coefficients},
+                        {"samples", o.samples},
+                        {"mape_pct", o.mape_pct}});
+  j["transfers"] = nlohmann::json::array();
+  for (const auto& t : p.transfers)
+    j["transfers"].push_back({{"src", t.src},
+                              {"dst", t.dst},
+                              {"sec_per_byte", t.sec_per_byte},
+                              {"fixed_s", t.fixed_s},
+                              {"samples", t.samples},
+                              {"mape_pct", t.mape_pct}});
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) return InvalidArgument(path + ": cannot write");
+    f << j.dump(2) << '\n';
+    if (!f.flush()) return InvalidArgument(path + ": write failed (disk full?)");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return InvalidArgument(path + ": cannot write (" + ec.message() + ")");
+  return Status::Ok();
+}
+
+Result<CalibrationProfile> read_calibration(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return NotFound(path + ": cannot open");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::parse_error& e) {
+    return InvalidArgument(path + ": not JSON (" + std::string(e.what()) + ")");
+  }
+  if (!j.is_object() || j.value("format", "") != kFormat)
+    return InvalidArgument(path + ": expected \"format\": \"" + kFormat + "\"");
+  CalibrationProfile p;
+  p.source = j.value("source", "");
+  auto number = [](const nlohmann::json& v) { return v.is_number() && std::isfinite(v.get<double>()); };
+  try {
+    const auto& ops = j.at("ops");
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const auto& o = ops[i];
+      const std::string where = path + ": ops[" + std::to_string(i) + "]";
+      CalibrationProfile::Op op;
+      op.tmpl = o.at("template").get<std::string>();
+      op.op = o.at("op").get<std::string>();
+      op.type = o.at("type").get<std::string>();
+      for (const auto& c : o.at("coefficients")) {
+        if (!number(c)) return InvalidArgument(where + ".coefficients: expected finite numbers");
+        op.coefficients.push_back(c.get<double>());
+      }
+      if (op.coefficients.empty() || op.coefficients.size() > static_cast<std::size_t>(kMaxFeatures))
+        return InvalidArgument(where + ".coefficients: expected 1 to " + std::to_string(kMaxFeatures) + " numbers");
+      op.samples = o.value("samples", std::uint64_t{0});
+      op.mape_pct = o.value("mape_pct", 0.0);
+      p.ops.push_back(std::move(op));
+    }
+    const auto& transfers = j.at("transfers");
+    for (std::size_t i = 0; i < transfers.size(); ++i) {
+      const auto& t = transfers[i];
+      const std::string where = path + ": transfers[" + std::to_string(i) + "]";
+      CalibrationProfile::Transfer tr;
+      tr.src = t.at("src").get<std::string>();
+      tr.dst = t.at("dst").get<std::string>();
+      if (!number(t.at("sec_per_byte")) || !number(t.at("fixed_s")))
+        return InvalidArgument(where + ": sec_per_byte and fixed_s must be finite numbers");
+      tr.sec_per_byte = t.at("sec_per_byte").get<double>();
+      tr.fixed_s = t.at("fixed_s").get<double>();
+      tr.samples = t.value("samples", std::uint64_t{0});
+      tr.mape_pct = t.value("mape_pct", 0.0);
+      p.transfers.push_back(std::move(tr));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(path + ": " + std::string(e.what()));
+  }
+  return p;
+}
+
+Status apply_as_prior(const CalibrationProfile& p, EstimatorSet& est, const TemplateRegistry& templates,
+                      const AcceleratorSet& accels) {
+  for (const auto& o : p.ops) {
+    auto t = templates.find(o.tmpl);
+    if (!t) continue;
+    int idx = templates.get(*t).find_op(o.op);
+    if (idx < 0) continue;
+    for (AccelTypeId type = 0; type < accels.type_count(); ++type)
+      if (accels.type_name(type) == o.type)
+        if (Status s = est.set_op_prior_for_type(templates.get(*t).ops()[idx].kind, type, o.coefficients); !s.ok())
+          return s;
+  }
+  for (const auto& tr : p.transfers) {
+    const int a = accels.find(tr.src), b = accels.find(tr.dst);
+    if (a < 0 || b < 0) continue;
+    if (Status s =
+            est.set_transfer_prior(static_cast<AccelId>(a), static_cast<AccelId>(b), tr.sec_per_byte, tr.fixed_s);
+        !s.ok())
+      return s;
+  }
+  return Status::Ok();
+}
+
+}  // namespace slicesched

@@ -1,0 +1,62 @@
+// Calibration profiles: what the estimators learned, by name, in a JSON file.
+// `slicesched calibrate` (live) writes one from measurements on real
+// devices and `simulate --out` writes one per policy; `simulate` reads one
+// as ground truth ([ground_truth] calibrated = ...) or as estimator prior.
+//
+// Format "slicesched-calibration/1":
+//   { "format": "slicesched-calibration/1", "source": "...",
+//     "ops": [ { "template": "llama3-8b", "op": "layers0", "type": "H100",
+//                "coefficients": [...], "samples": 120, "mape_pct": 0.4 } ],
+//     "transfers": [ { "src": "gpu0", "dst": "gpu1", "sec_per_byte": 3.3e-12,
+//                      "fixed_s": 5e-6, "samples": 40, "mape_pct": 0.9 } ] }
+// Coefficients multiply the template operator's features in order.
+module;
+#include <cstdint>
+#include <string>
+#include <vector>
+
+export module slicesched.core.calibration;
+export import slicesched.core.graph;
+export import slicesched.core.accel;
+export import slicesched.core.estimator;
+
+export namespace slicesched {
+
+struct CalibrationProfile {
+  struct Op {
+    std::string tmpl, op, type;
+    std::vector<double> coefficients;
+    std::uint64_t samples = 0;
+    double mape_pct = 0;
+  };
+  struct Transfer {
+    std::string src, dst;
+    double sec_per_byte = 0, fixed_s = 0;
+    std::uint64_t samples = 0;
+    double mape_pct = 0;
+  };
+  std::string source;
+  std::vector<Op> ops;
+  std::vector<Transfer> transfers;
+
+  // Lookups by name; nullptr when absent.
+  const Op* find_op(const std::string& tmpl, const std::string& op, const std::string& type) const;
+  const Transfer* find_transfer(const std::string& src, const std::string& dst) const;
+};
+
+// Every estimator with samples, named through the registry and the set.
+CalibrationProfile snapshot(const EstimatorSet& est, const TemplateRegistry& templates, const AcceleratorSet& accels,
+                            std::string source);
+
+// Writes atomically (temporary file + rename). Fails naming the path.
+Status write_calibration(const CalibrationProfile& profile, const std::string& path);
+
+// Reads and checks a profile; errors name the file and the entry.
+Result<CalibrationProfile> read_calibration(const std::string& path);
+
+// Uses the profile's fits as priors: ops by (template, op, type name),
+// transfers by accelerator names. Entries naming nothing here are ignored.
+Status apply_as_prior(const CalibrationProfile& profile, EstimatorSet& est, const TemplateRegistry& templates,
+                      const AcceleratorSet& accels);
+
+}  // namespace slicesched
