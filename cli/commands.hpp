@@ -17,6 +17,15 @@ struct BenchSimulatorOptions {
 };
 int bench_simulator(const BenchSimulatorOptions& opt);
 
+struct BenchSchedulerOptions {
+  int accelerators = 64;
+  int candidates = 8;
+  int horizon = 3;  // operators already queued per accelerator
+  int rounds = 1000;
+  bool json = false;
+};
+int bench_scheduler(const BenchSchedulerOptions& opt);
+
 int demo();
 
 struct SimulateOptions {

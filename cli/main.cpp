@@ -32,11 +32,22 @@ int main(int argc, char** argv) {
   bench_sim->add_option("--repeats", sim_opt.repeats, "Runs per point (median reported)")->check(CLI::Range(1, 100));
   bench_sim->add_flag("--json", sim_opt.json, "Print one JSON object instead of the table");
 
+  slicesched::cli::BenchSchedulerOptions sched_opt;
+  auto* bench_sched = bench->add_subcommand("scheduler", "Latency of one scheduling round (what-if over candidates)");
+  bench_sched->add_option("--accelerators,-n", sched_opt.accelerators, "Cluster size")->check(CLI::Range(1, 1024));
+  bench_sched->add_option("--candidates,-c", sched_opt.candidates, "Candidate placements per round")
+      ->check(CLI::Range(1, 1024));
+  bench_sched->add_option("--horizon", sched_opt.horizon, "Operators already queued per accelerator")
+      ->check(CLI::Range(0, 1000));
+  bench_sched->add_option("--rounds", sched_opt.rounds, "Rounds measured")->check(CLI::Range(1, 1000000));
+  bench_sched->add_flag("--json", sched_opt.json, "Print one JSON object");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (demo->parsed()) return slicesched::cli::demo();
     if (simulate->parsed()) return slicesched::cli::simulate(sim);
     if (bench_sim->parsed()) return slicesched::cli::bench_simulator(sim_opt);
+    if (bench_sched->parsed()) return slicesched::cli::bench_scheduler(sched_opt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "slicesched: %s\n", e.what());
     return 1;
