@@ -228,6 +228,25 @@ int simulate(const SimulateOptions& opt) {
       truths.prior = std::move(prior).value();
     }
 
+    // Every accelerator holds the model's full weights (any policy may put
+    // any layer group anywhere): refuse a cluster they do not fit.
+    {
+      llama::Shape shape;
+      shape.layers = cfg->model.layers;
+      shape.groups = cfg->model.groups;
+      const GraphTemplate model = llama::make_template(cfg->model.name, shape);
+      std::int64_t weights = 0;
+      for (const auto& op : model.ops()) weights += op.weight_bytes;
+      for (const auto& a : cfg->accelerators)
+        if (a.hbm_bytes <= weights) {
+          char msg[256];
+          std::snprintf(msg, sizeof msg,
+                        "%s: cluster: accelerator '%s' has %.2f GiB of HBM; %s's weights alone need %.2f GiB",
+                        cfg->path.c_str(), a.name.c_str(), static_cast<double>(a.hbm_bytes) / 1073741824.0,
+                        cfg->model.name.c_str(), static_cast<double>(weights) / 1073741824.0);
+          fail(msg);
+        }
+    }
     // Every policy's plugins are created once up front, so a bad name or
     // argument stops the run before anything is simulated.
     for (const auto& p : cfg->policies) {

@@ -95,8 +95,9 @@ struct ExperimentConfig {
 // "configs/x.toml:12: cluster.accelerators[0].hbm_gib: expected a number > 0, got -1".
 Result<ExperimentConfig> load_config(const std::string& path);
 
-// Cross-checks that need more than the file (a tenant on a missing
-// accelerator, a model larger than HBM); `load_config` calls it.
+// Cross-checks between sections (duplicate accelerators, links naming
+// nothing); `load_config` calls it. Whether the model fits is checked by
+// the commands that build it.
 Status validate(const ExperimentConfig& cfg);
 
 }  // namespace slicesched

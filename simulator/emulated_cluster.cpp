@@ -13,14 +13,6 @@ namespace {
 
 enum EventKind : std::uint32_t { kOpFinish, kTransferFinish };
 
-// Same queue order as the global simulator: one integer, smaller runs first.
-std::uint64_t queue_key(std::int32_t priority, std::uint64_t seq) {
-  const auto rank = static_cast<std::uint64_t>(32767 - std::clamp(priority, -32768, 32767));
-  return rank << 48 | (seq & ((std::uint64_t{1} << 48) - 1));
-}
-
-Nanos to_nanos(double seconds) { return seconds > 0 ? static_cast<Nanos>(seconds * 1e9 + 0.5) : 0; }
-
 struct RunsLater {
   bool operator()(const std::pair<std::uint64_t, std::uint32_t>& a,
                   const std::pair<std::uint64_t, std::uint32_t>& b) const {

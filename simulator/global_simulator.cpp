@@ -12,13 +12,6 @@ namespace {
 
 enum EventKind : std::uint32_t { kReady, kOpFinish, kTransferReady, kTransferFinish, kWake };
 
-// Queue order as one integer: higher priority first (priorities are int16,
-// checked at instantiate), then earlier issue (48 bits of issue sequence).
-inline std::uint64_t queue_key(std::int32_t priority, std::uint64_t seq) {
-  const auto rank = static_cast<std::uint64_t>(32767 - std::clamp(priority, -32768, 32767));
-  return rank << 48 | (seq & ((std::uint64_t{1} << 48) - 1));
-}
-
 // std heaps are max-heaps over "less"; "runs later" makes the top the next to run.
 struct RunsLater {
   template <typename E>
@@ -26,9 +19,6 @@ struct RunsLater {
     return a.key > b.key;
   }
 };
-
-// Round to the nearest ns (predictions are never negative).
-inline Nanos to_nanos(double seconds) { return seconds > 0 ? static_cast<Nanos>(seconds * 1e9 + 0.5) : 0; }
 
 }  // namespace
 
