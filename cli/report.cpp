@@ -15,6 +15,7 @@ module;
 #include "commands.hpp"
 
 module slicesched.cli.report;
+import slicesched.core.files;
 
 namespace slicesched::cli {
 
@@ -22,19 +23,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Writes through a temporary file and a rename, so a crash or a full disk
-// never leaves a half-written result behind.
+// Results are written atomically; a failure ends the command with its message.
 void write_file(const fs::path& path, const std::string& content) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) throw std::runtime_error(tmp.string() + ": cannot write");
-    f << content;
-    if (!f.flush()) throw std::runtime_error(tmp.string() + ": write failed (disk full?)");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error(path.string() + ": cannot write (" + ec.message() + ")");
+  if (Status s = write_file_atomically(path.string(), content); !s.ok()) throw std::runtime_error(s.message());
 }
 
 std::string slug(const std::string& name) {

@@ -249,13 +249,13 @@ int simulate(const SimulateOptions& opt) {
     }
     // Every policy's plugins are created once up front, so a bad name or
     // argument stops the run before anything is simulated.
+    const auto cluster = make_cluster(cfg.value());
     for (const auto& p : cfg->policies) {
       if (opt.policy && *opt.policy != p.name) continue;
       for (const auto& choice : p.partition_sets) {
         auto set = plugins.partition.create(choice.name, tenant_ids(p, choice.args));
         if (!set.ok()) fail("policy '" + p.name + "': " + set.status().message());
-        if (Status s = set.value()->bind(*make_cluster(cfg.value())); !s.ok())
-          fail("policy '" + p.name + "': " + s.message());
+        if (Status s = set.value()->bind(*cluster); !s.ok()) fail("policy '" + p.name + "': " + s.message());
       }
       auto placement = plugins.placement.create(p.placement.name, p.placement.args);
       if (!placement.ok()) fail("policy '" + p.name + "': " + placement.status().message());

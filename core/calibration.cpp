@@ -1,7 +1,6 @@
 module;
 #include <cmath>
 #include <cstdint>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -81,17 +80,7 @@ Status write_calibration(const CalibrationProfile& p, const std::string& path) {
                               {"fixed_s", t.fixed_s},
                               {"samples", t.samples},
                               {"mape_pct", t.mape_pct}});
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) return InvalidArgument(path + ": cannot write");
-    f << j.dump(2) << '\n';
-    if (!f.flush()) return InvalidArgument(path + ": write failed (disk full?)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return InvalidArgument(path + ": cannot write (" + ec.message() + ")");
-  return Status::Ok();
+  return write_file_atomically(path, j.dump(2) + "\n");
 }
 
 Result<CalibrationProfile> read_calibration(const std::string& path) {

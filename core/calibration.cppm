@@ -19,6 +19,7 @@ export module slicesched.core.calibration;
 export import slicesched.core.graph;
 export import slicesched.core.accel;
 export import slicesched.core.estimator;
+import slicesched.core.files;
 
 export namespace slicesched {
 

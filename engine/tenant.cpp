@@ -30,10 +30,6 @@ void Tenant::deliver_arrivals(Nanos t) {
 
 bool Tenant::finished() const { return done_ == records_.size(); }
 
-bool Tenant::busy() const {
-  return std::any_of(lanes_.begin(), lanes_.end(), [](const Lane& l) { return l.in_flight; });
-}
-
 std::int64_t Tenant::kv_held() const {
   std::int64_t kv = 0;
   for (const Lane& l : lanes_)

@@ -61,7 +61,6 @@ class Tenant {
   // True once every request arrived and finished.
   bool finished() const;
   std::size_t done() const { return done_; }
-  bool busy() const;
   const std::vector<RequestRecord>& records() const { return records_; }
 
  private:

@@ -32,7 +32,7 @@ const SimulationResult& GlobalSimulator::run(const Gmg& gmg, const EstimatorSet&
   record_transfers_ = opt.record_transfers;
   stop_at_oom_ = opt.stop_at_oom;
   build(gmg, est);
-  advance(gmg, est, opt);
+  advance(est, opt);
   return r_;
 }
 
@@ -303,7 +303,7 @@ void GlobalSimulator::arbitrate(const EstimatorSet& est, Nanos t) {
   pending_transfers_.resize(keep);
 }
 
-void GlobalSimulator::advance(const Gmg&, const EstimatorSet& est, const SimOptions& opt) {
+void GlobalSimulator::advance(const EstimatorSet& est, const SimOptions& opt) {
   const Nanos horizon_end = opt.horizon >= 0 ? now_ + opt.horizon : -1;
   bool first = true;
   while (!events_.empty() && !stopped_) {

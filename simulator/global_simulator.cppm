@@ -81,7 +81,7 @@ class GlobalSimulator {
 
  private:
   void build(const Gmg& gmg, const EstimatorSet& est);
-  void advance(const Gmg& gmg, const EstimatorSet& est, const SimOptions& opt);
+  void advance(const EstimatorSet& est, const SimOptions& opt);
   void alloc(AccelId a, std::int64_t bytes, Nanos t);
   void free(AccelId a, std::int64_t bytes, Nanos t);
   void release_input(std::uint32_t edge, Nanos t);

@@ -1,0 +1,15 @@
+// Writing results without ever leaving a half-written file behind.
+module;
+#include <string>
+
+export module slicesched.core.files;
+export import slicesched.core.status;
+
+export namespace slicesched {
+
+// Writes `content` to `path` through a temporary file and a rename, so a
+// crash or a full disk leaves either the old file or the whole new one.
+// Fails naming the path.
+Status write_file_atomically(const std::string& path, const std::string& content);
+
+}  // namespace slicesched
