@@ -3,6 +3,7 @@
 // feedback and metrics are the same code in both modes.
 module;
 #include <cstdint>
+#include <string>
 #include <vector>
 
 export module slicesched.core.backend;
@@ -20,6 +21,26 @@ struct Feedback {
   std::int64_t bytes = 0;
   Nanos t = 0;         // when it finished
   Nanos measured = 0;  // how long it ran
+  // Live mode only: the tokens a model head sampled, one per sequence of
+  // its iteration, in plan order; and why an operator failed (it still
+  // counts as finished, so its instance drains; `measured` is then not a
+  // measurement and must not be learned from).
+  std::vector<std::int64_t> tokens;
+  bool failed = false;
+  std::string error;
+};
+
+// What one iteration of a tenant computes, for backends that run real
+// models: the sequences it advances, each with the tokens already in its KV
+// cache and its new token ids (a prompt, or the last sampled token).
+struct IterationPlan {
+  struct Seq {
+    std::uint64_t seq = 0;  // unique within the tenant
+    std::int64_t position = 0;
+    std::vector<std::int64_t> tokens;
+  };
+  std::uint32_t tenant = 0;
+  std::vector<Seq> seqs;
 };
 
 // One interval of work, for utilization, idle slices and traces.
@@ -45,6 +66,15 @@ class Backend {
   virtual Nanos now() const = 0;
   // Every operator and transfer interval so far.
   virtual const std::vector<RunRecord>& log() const = 0;
+  // Whether the backend computes real values and so needs on_iteration()
+  // (and the tenants need token ids). Timing-only backends say false.
+  virtual bool wants_plans() const { return false; }
+  // What instance `instance` computes; called before any of its operators
+  // is submitted.
+  virtual Status on_iteration(InstanceId /*instance*/, IterationPlan /*plan*/) { return Status::Ok(); }
+  // Why nothing can progress although work is queued (e.g. every queued
+  // operator waits for memory), or empty.
+  virtual std::string stall_reason() const { return {}; }
 };
 
 }  // namespace slicesched

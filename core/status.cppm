@@ -17,6 +17,8 @@ enum class StatusCode : std::uint8_t {
   kFailedPrecondition,  // the thing exists but is in the wrong state
   kAlreadyExists,
   kResourceExhausted,  // e.g. a placement that does not fit in HBM
+  kAborted,            // gave up because something it depended on failed
+  kInternal,           // an operator or plugin failed while running
 };
 
 // A status is cheap when ok (no allocation) and carries a one-line message
@@ -41,6 +43,8 @@ inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move
 inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 inline Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
 inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+inline Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
+inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
 // Value-or-error. Accessing value() of an error result is a programming
 // error and aborts via std::get's exception; check ok() first.

@@ -24,9 +24,11 @@ Status Engine::apply(const Feedback& f) {
   const AccelTypeId type = gmg_.accels().type(r.accel);
   const std::uint32_t tenant = r.tenant;
   if (Status s = gmg_.complete(f.op, f.t, f.measured); !s.ok()) return s;
-  if (Status s = est_.observe_op(kind, type, gmg_.features(f.op), static_cast<double>(f.measured) / 1e9); !s.ok())
-    return s;
-  tenants_[tenant].on_op_done(f.op, f.t);
+  // A failed operator's time says nothing about the model.
+  if (!f.failed)
+    if (Status s = est_.observe_op(kind, type, gmg_.features(f.op), static_cast<double>(f.measured) / 1e9); !s.ok())
+      return s;
+  tenants_[tenant].on_op_done(f, gmg_);
   return Status::Ok();
 }
 
@@ -41,12 +43,22 @@ Result<EngineResult> Engine::run(const ProgressFn& progress) {
     for (const Tenant& t : tenants_) n += t.done();
     return n;
   };
+  const bool plans = backend_.wants_plans();
+  bool interrupted = false;
   for (;;) {
+    const int stop = opt_.stop ? opt_.stop->load() : 0;
+    if (stop >= 2) {
+      interrupted = true;
+      break;
+    }
     for (Tenant& t : tenants_) {
-      t.deliver_arrivals(now);
+      if (stop == 0) t.deliver_arrivals(now);
       auto started = t.start_iterations(gmg_);
       if (!started.ok())
         return Status(started.status().code(), "tenant '" + t.spec().name + "': " + started.status().message());
+      if (plans)
+        for (auto& [instance, plan] : t.take_plans())
+          if (Status s = backend_.on_iteration(instance, std::move(plan)); !s.ok()) return s;
     }
     gmg_.retire();
     auto issued = scheduler_.schedule(gmg_, now);
@@ -55,16 +67,23 @@ Result<EngineResult> Engine::run(const ProgressFn& progress) {
       if (Status s = backend_.submit(gmg_, op); !s.ok()) return s;
 
     Nanos next = backend_.next_event();
-    for (const Tenant& t : tenants_) {
-      const Nanos a = t.next_arrival();
-      if (a >= 0 && (next < 0 || a < next)) next = std::max(a, now);
-    }
+    if (stop == 0)
+      for (const Tenant& t : tenants_) {
+        const Nanos a = t.next_arrival();
+        if (a >= 0 && (next < 0 || a < next)) next = std::max(a, now);
+      }
     bool all_done = std::all_of(tenants_.begin(), tenants_.end(), [](const Tenant& t) { return t.finished(); });
     if (next < 0) {
       if (all_done) break;
+      if (stop == 1 && std::all_of(tenants_.begin(), tenants_.end(), [](const Tenant& t) { return t.idle(); })) {
+        interrupted = true;  // drained: what was admitted has finished
+        break;
+      }
+      std::string why = backend_.stall_reason();
       return FailedPrecondition("engine: deadlock at " + std::to_string(static_cast<double>(now) / 1e9) +
                                 " s: " + std::to_string(gmg_.unscheduled_frontier().size()) +
-                                " operator(s) wait for a placement and nothing else can run (is HBM too small?)");
+                                " operator(s) wait for a placement and nothing else can run " +
+                                (why.empty() ? std::string("(is HBM too small?)") : "(" + why + ")"));
     }
     if (opt_.stop_at >= 0 && next > opt_.stop_at) {
       now = opt_.stop_at;
@@ -72,7 +91,8 @@ Result<EngineResult> Engine::run(const ProgressFn& progress) {
     }
     feedback.clear();
     if (Status s = backend_.advance_to(next, feedback); !s.ok()) return s;
-    now = next;
+    // A live backend may return early, at its first completion.
+    now = backend_.now();
     for (const Feedback& f : feedback)
       if (Status s = apply(f); !s.ok()) return s;
     if (progress && !feedback.empty()) {
@@ -89,6 +109,7 @@ Result<EngineResult> Engine::run(const ProgressFn& progress) {
   result.end = now;
   result.scheduling = scheduler_.stats();
   result.complete = std::all_of(tenants_.begin(), tenants_.end(), [](const Tenant& t) { return t.finished(); });
+  result.interrupted = interrupted;
   return result;
 }
 

@@ -3,6 +3,7 @@
 // live executors) runs them, and feedback flows back into the GMG, the
 // estimators and the tenants.
 module;
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -17,6 +18,10 @@ export namespace slicesched {
 
 struct EngineOptions {
   Nanos stop_at = -1;  // stop the clock here even if work remains (< 0: run until every tenant finished)
+  // Set from another thread (e.g. a signal handler): 1 drains (no more
+  // arrivals are delivered; admitted requests finish), 2 cancels (the run
+  // stops at once; unfinished requests stay unfinished). Null: never.
+  const std::atomic<int>* stop = nullptr;
 };
 
 struct EngineResult {
@@ -24,6 +29,7 @@ struct EngineResult {
   Nanos end = 0;                        // the clock when the run stopped
   RoundStats scheduling;
   bool complete = false;  // every request finished
+  bool interrupted = false;  // stopped by EngineOptions::stop
 };
 
 // Progress: (now, requests done, requests total), called about every 1 %.

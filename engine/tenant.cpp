@@ -19,7 +19,7 @@ Tenant::Tenant(std::uint32_t id, TenantSpec spec, TemplateId tmpl)
   records_.reserve(spec_.requests.requests.size());
   for (const Request& r : spec_.requests.requests)
     records_.push_back(
-        {id_, to_ns(r.arrival_s), -1, -1, r.input_tokens, std::max<std::int64_t>(1, r.output_tokens), 0});
+        {id_, to_ns(r.arrival_s), -1, -1, r.input_tokens, std::max<std::int64_t>(1, r.output_tokens), 0, {}, {}});
 }
 
 Nanos Tenant::next_arrival() const { return next_request_ < records_.size() ? records_[next_request_].arrival : -1; }
@@ -29,6 +29,13 @@ void Tenant::deliver_arrivals(Nanos t) {
 }
 
 bool Tenant::finished() const { return done_ == records_.size(); }
+
+bool Tenant::idle() const {
+  if (!waiting_.empty()) return false;
+  for (const Lane& l : lanes_)
+    if (l.in_flight) return false;
+  return true;
+}
 
 std::int64_t Tenant::kv_held() const {
   std::int64_t kv = 0;
@@ -103,18 +110,58 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   for (OpId op : inst->ops)
     if (gmg.op(op).retained_bytes > 0) lane.kv_ops.push_back(op);
   lane.head = inst->ops.back();  // topological order: the head is last
+  if (prompts_) {
+    IterationPlan plan;
+    plan.tenant = id_;
+    for (const Seq& q : lane.running) {
+      const RequestRecord& r = records_[q.request];
+      IterationPlan::Seq p;
+      p.seq = q.request;
+      p.position = q.context;
+      if (q.prefill)
+        p.tokens = prompts_(q.request, r.input_tokens);
+      else
+        p.tokens = {r.tokens.back()};
+      plan.seqs.push_back(std::move(p));
+    }
+    plans_.emplace_back(inst->id, std::move(plan));
+  }
   lane.kv_tokens = context + tokens;
   lane.in_flight = true;
   return true;
 }
 
-void Tenant::on_op_done(OpId op, Nanos t) {
+void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
+  const OpId op = f.op;
+  const Nanos t = f.t;
   for (Lane& lane : lanes_) {
     if (!lane.in_flight || op != lane.head) continue;
     lane.in_flight = false;
+    std::string error = f.error;
+    if (!f.failed && prompts_ && f.tokens.size() != lane.running.size())
+      error = "the head sampled " + std::to_string(f.tokens.size()) + " token(s) for " +
+              std::to_string(lane.running.size()) + " sequence(s)";
+    if (f.failed || !error.empty()) {
+      // The iteration's requests fail; the lane's KV chain is lost with it.
+      for (const Seq& s : lane.running) {
+        RequestRecord& r = records_[s.request];
+        r.error = error.empty() ? "operator failed" : error;
+        r.done = t;
+        ++done_;
+      }
+      lane.running.clear();
+      for (OpId kv : lane.kv_ops)
+        if (gmg.contains(kv) && gmg.op(kv).retained_held && !gmg.op(kv).retained_attached) (void)gmg.release_retained(kv);
+      lane.kv_ops.clear();
+      lane.kv_tokens = 0;
+      return;
+    }
+    std::size_t i = 0;
     std::vector<Seq> still;
     for (Seq& s : lane.running) {
       RequestRecord& r = records_[s.request];
+      if (prompts_) r.tokens.push_back(f.tokens[i]);
+      ++i;
       if (s.prefill) {
         r.first_token = t;
         s.context = r.input_tokens;

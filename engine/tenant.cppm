@@ -12,7 +12,9 @@
 module;
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -38,7 +40,15 @@ struct RequestRecord {
   std::uint32_t tenant = 0;
   Nanos arrival = 0, first_token = -1, done = -1;
   std::int64_t input_tokens = 0, output_tokens = 0, generated = 0;
+  // Live mode: the generated token ids, and why the request failed (an
+  // operator of one of its iterations failed; `done` is then the time it
+  // was given up).
+  std::vector<std::int64_t> tokens;
+  std::string error;
 };
+
+// Token ids of request `request`'s prompt of `n` tokens (live mode).
+using PromptFn = std::function<std::vector<std::int64_t>(std::uint64_t request, std::int64_t n)>;
 
 // Not thread-safe; driven by the engine thread.
 class Tenant {
@@ -55,11 +65,20 @@ class Tenant {
   // its next iteration (unscheduled); returns how many. A lane that goes
   // idle releases its KV cache.
   Result<int> start_iterations(Gmg& gmg);
-  // Feedback that `op` finished at `t`. When it is the in-flight
-  // iteration's head, tokens are emitted and the iteration ends.
-  void on_op_done(OpId op, Nanos t);
+  // Feedback that an operator finished. When it is an in-flight
+  // iteration's head, tokens are emitted and the iteration ends; when it
+  // failed, the iteration's requests fail and the lane starts afresh
+  // (its KV chain is released in `gmg`).
+  void on_op_done(const Feedback& f, Gmg& gmg);
+  // Live mode: from now on every iteration also gets an IterationPlan
+  // (prompt ids from `prompts`, decode ids from the sampled tokens).
+  void set_prompts(PromptFn prompts) { prompts_ = std::move(prompts); }
+  // The plans of the iterations started since the last call.
+  std::vector<std::pair<InstanceId, IterationPlan>> take_plans() { return std::exchange(plans_, {}); }
   // True once every request arrived and finished.
   bool finished() const;
+  // No iteration in flight and nobody waiting (arrivals may still come).
+  bool idle() const;
   std::size_t done() const { return done_; }
   const std::vector<RequestRecord>& records() const { return records_; }
 
@@ -87,6 +106,8 @@ class Tenant {
   std::vector<Lane> lanes_;
   std::vector<RequestRecord> records_;
   std::size_t done_ = 0;
+  PromptFn prompts_;
+  std::vector<std::pair<InstanceId, IterationPlan>> plans_;
 };
 
 }  // namespace slicesched

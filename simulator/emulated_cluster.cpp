@@ -216,7 +216,7 @@ void EmulatedCluster::on_op_finish(std::uint32_t task, std::vector<Feedback>& ou
   mark_dirty(t.accel);
   busy_[t.accel] += now_ - t.start;
   log_.push_back({t.op, t.tenant, t.accel, kNoAccel, t.start, now_});
-  out.push_back({Feedback::Kind::kOp, t.op, kNoOp, t.accel, kNoAccel, 0, now_, now_ - t.start});
+  out.push_back({Feedback::Kind::kOp, t.op, kNoOp, t.accel, kNoAccel, 0, now_, now_ - t.start, {}, false, {}});
   for (const Succ& s : t.succs) {
     if (s.remote) {
       add_intent(t.op, t.accel, s.task, s.bytes);
@@ -235,7 +235,8 @@ void EmulatedCluster::on_transfer_finish(std::uint32_t x, std::vector<Feedback>&
   send_busy_[xf.from] = recv_busy_[xf.to] = 0;
   const Task& dst = tasks_[xf.dst_task];
   log_.push_back({dst.op, xf.tenant, xf.from, xf.to, xf.start, now_});
-  out.push_back({Feedback::Kind::kTransfer, dst.op, xf.src, xf.from, xf.to, xf.bytes, now_, now_ - xf.start});
+  out.push_back(
+      {Feedback::Kind::kTransfer, dst.op, xf.src, xf.from, xf.to, xf.bytes, now_, now_ - xf.start, {}, false, {}});
   if (--tasks_[xf.dst_task].pending == 0) input_ready(xf.dst_task);
   free_xfers_.push_back(x);
 }

@@ -1,0 +1,14 @@
+# The live executor (C++20 modules): per-accelerator queues, transfer
+# arbitration and memory accounting over an OpRunner. Model runtimes (the
+# LibTorch Llama runner) plug in as OpRunners.
+add_library(slicesched_executor STATIC)
+target_sources(slicesched_executor
+  PUBLIC FILE_SET CXX_MODULES FILES
+    runner.cppm
+    live_cluster.cppm
+  PRIVATE
+    live_cluster.cpp
+)
+find_package(Threads REQUIRED)
+target_link_libraries(slicesched_executor PUBLIC slicesched_core Threads::Threads)
+target_compile_options(slicesched_executor PRIVATE -Wall -Wextra)

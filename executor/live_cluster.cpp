@@ -1,0 +1,519 @@
+module;
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+module slicesched.executor.live;
+
+namespace slicesched {
+
+namespace {
+
+// How far next_event() looks while work is in flight; advance_to returns
+// at the first completion anyway.
+constexpr Nanos kPollHorizon = 1'000'000'000;
+
+struct RunsLater {
+  bool operator()(const std::pair<std::uint64_t, std::uint32_t>& a,
+                  const std::pair<std::uint64_t, std::uint32_t>& b) const {
+    return a.first > b.first;
+  }
+};
+
+std::uint64_t queue_order(std::int32_t priority, std::uint64_t seq) {
+  // Same order as the simulators: higher priority first, then issue order.
+  const auto p = static_cast<std::uint64_t>(32767 - priority);
+  return (p << 48) | (seq & ((1ull << 48) - 1));
+}
+
+}  // namespace
+
+LiveCluster::LiveCluster(std::vector<std::int64_t> budgets, OpRunner& runner, TransferArbiter& arbiter)
+    : budget_(std::move(budgets)),
+      runner_(runner),
+      arbiter_(arbiter),
+      start_(std::chrono::steady_clock::now()),
+      ready_(budget_.size()),
+      running_(budget_.size(), 0),
+      recv_q_(budget_.size()),
+      send_busy_(budget_.size(), 0),
+      recv_busy_(budget_.size(), 0),
+      used_(budget_.size(), 0),
+      peak_(budget_.size(), 0),
+      busy_(budget_.size(), 0) {
+  for (std::size_t a = 0; a < budget_.size(); ++a) {
+    work_cv_.push_back(std::make_unique<std::condition_variable>());
+    recv_cv_.push_back(std::make_unique<std::condition_variable>());
+  }
+  for (AccelId a = 0; a < budget_.size(); ++a) {
+    threads_.emplace_back([this, a] { worker(a); });
+    threads_.emplace_back([this, a] { receiver(a); });
+  }
+}
+
+LiveCluster::~LiveCluster() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  for (auto& cv : work_cv_) cv->notify_all();
+  for (auto& cv : recv_cv_) cv->notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+Nanos LiveCluster::clock() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count();
+}
+
+Nanos LiveCluster::now() const { return std::max(now_, clock()); }
+
+void LiveCluster::charge(AccelId a, std::int64_t bytes) {
+  used_[a] += bytes;
+  peak_[a] = std::max(peak_[a], used_[a]);
+}
+
+Status LiveCluster::reserve_resident(AccelId a, std::int64_t bytes) {
+  std::lock_guard lk(mu_);
+  if (a >= budget_.size()) return NotFound("live cluster: no accelerator " + std::to_string(a));
+  if (used_[a] + bytes > budget_[a])
+    return ResourceExhausted("live cluster: accelerator " + std::to_string(a) + " cannot hold " +
+                             std::to_string(bytes) + " more resident bytes (" + std::to_string(used_[a]) + " of " +
+                             std::to_string(budget_[a]) + " in use)");
+  charge(a, bytes);
+  return Status::Ok();
+}
+
+Status LiveCluster::on_iteration(InstanceId instance, IterationPlan plan) {
+  return runner_.on_iteration(instance, std::move(plan));
+}
+
+Status LiveCluster::submit(const Gmg& gmg, OpId op) {
+  if (!gmg.contains(op) || gmg.op(op).state != OpState::kIssued)
+    return FailedPrecondition("live cluster: " + gmg.op_name(op) + " is not issued");
+  const OpRecord& r = gmg.op(op);
+  if (r.accel >= budget_.size())
+    return NotFound("live cluster: " + gmg.op_name(op) + " is on accelerator " + std::to_string(r.accel) +
+                    ", which the cluster does not have");
+  auto prepared = runner_.prepare(gmg, op);
+  if (!prepared.ok()) return prepared.status();
+
+  std::unique_lock lk(mu_);
+  if (auto h = held_.find(op); task_of_.count(op) || (h != held_.end() && h->second.seq == r.issue_seq))
+    return FailedPrecondition("live cluster: " + gmg.op_name(op) + " was already submitted");
+  gmg_ = &gmg;
+  // Check every input before changing any state.
+  std::uint32_t inputs = 0;
+  for (std::uint32_t e = r.first_in; e != kNoEdge; e = gmg.edge(e).next_in, ++inputs) {
+    const OpId src = gmg.edge(e).src;
+    if (task_of_.count(src)) continue;
+    auto h = held_.find(src);
+    if (h == held_.end() || h->second.seq != gmg.op(src).issue_seq)
+      return FailedPrecondition("live cluster: input " + gmg.op_name(src) + " of " + gmg.op_name(op) +
+                                " is neither submitted nor held");
+    const Payload& v = gmg.edge(e).retained ? h->second.retained : h->second.output;
+    if (!v && !h->second.failed)
+      return FailedPrecondition("live cluster: input " + gmg.op_name(src) + " of " + gmg.op_name(op) +
+                                " was released before it was read");
+  }
+
+  std::uint32_t id;
+  if (!free_tasks_.empty()) {
+    id = free_tasks_.back();
+    free_tasks_.pop_back();
+    tasks_[id] = Task{};
+  } else {
+    id = static_cast<std::uint32_t>(tasks_.size());
+    tasks_.emplace_back();
+  }
+  Task& t = tasks_[id];
+  t.op = op;
+  t.seq = r.issue_seq;
+  t.tenant = r.tenant;
+  t.accel = r.accel;
+  t.key = queue_order(r.priority, r.issue_seq);
+  t.prepared = std::move(prepared).value();
+  t.inputs.resize(inputs);
+  t.received.assign(inputs, 0);
+  t.declared = r.out_bytes + r.retained_bytes;
+  t.workspace = r.workspace_bytes;
+  t.pending = inputs + 1;  // +1 until every slot is wired
+  task_of_[op] = id;
+  ++live_;
+  std::uint32_t slot = 0;
+  for (std::uint32_t e = r.first_in; e != kNoEdge; e = gmg.edge(e).next_in, ++slot) {
+    const Edge& edge = gmg.edge(e);
+    if (auto it = task_of_.find(edge.src); it != task_of_.end()) {
+      tasks_[it->second].succs.push_back({id, slot, edge.retained});
+      continue;
+    }
+    const Held& h = held_.at(edge.src);
+    deliver(id, slot, edge.src, edge.retained ? h.retained : h.output, h.accel, h.failed, h.error);
+  }
+  if (--tasks_[id].pending == 0) make_ready(id);
+  arbitrate();
+  return Status::Ok();
+}
+
+// A producer's value reaches slot `slot` of `task`: directly when it lives
+// on the same accelerator (or failed), through a transfer otherwise.
+void LiveCluster::deliver(std::uint32_t task, std::uint32_t slot, OpId src, const Payload& value, AccelId from,
+                          bool failed, const std::string& error) {
+  Task& t = tasks_[task];
+  if (failed) {
+    if (!t.input_failed) t.input_error = error;
+    t.input_failed = true;
+  } else if (from != t.accel) {
+    add_intent(task, slot, src, value, from);
+    return;
+  } else {
+    t.inputs[slot] = value;
+  }
+  if (--t.pending == 0) make_ready(task);
+}
+
+void LiveCluster::add_intent(std::uint32_t task, std::uint32_t slot, OpId src, const Payload& value, AccelId from) {
+  std::uint32_t x;
+  if (!free_xfers_.empty()) {
+    x = free_xfers_.back();
+    free_xfers_.pop_back();
+  } else {
+    x = static_cast<std::uint32_t>(xfers_.size());
+    xfers_.emplace_back();
+  }
+  xfers_[x] = Xfer{next_xfer_id_++, task, slot, src, value, from, tasks_[task].accel, clock()};
+  pending_.push_back(x);
+}
+
+void LiveCluster::make_ready(std::uint32_t task) {
+  const Task& t = tasks_[task];
+  auto& q = ready_[t.accel];
+  q.push_back({t.key, task});
+  std::push_heap(q.begin(), q.end(), RunsLater{});
+  work_cv_[t.accel]->notify_one();
+}
+
+// Offers the pending intents to the arbiter and hands the activated ones
+// to their destinations' receivers. An intent refused for memory waits
+// until memory has been freed since.
+void LiveCluster::arbitrate() {
+  if (pending_.empty()) return;
+  intents_.clear();
+  intent_index_.clear();
+  for (std::size_t i = 0; i < pending_.size(); ++i) {
+    const Xfer& x = xfers_[pending_[i]];
+    if (x.refused_epoch == memory_epoch_) continue;
+    intents_.push_back({x.id, x.from, x.to, x.since, x.value.bytes});
+    intent_index_.push_back(i);
+  }
+  if (intents_.empty()) return;
+  selected_.clear();
+  arbiter_.select(intents_, send_busy_, recv_busy_, selected_);
+  if (selected_.empty()) return;
+  std::vector<std::uint8_t> take(pending_.size(), 0);
+  for (std::size_t s : selected_) {
+    if (s >= intents_.size()) {
+      fault_ = "transfer arbiter selected intent " + std::to_string(s) + " of " + std::to_string(intents_.size());
+      continue;
+    }
+    const Xfer& x = xfers_[pending_[intent_index_[s]]];
+    if (send_busy_[x.from] || recv_busy_[x.to]) {
+      fault_ = "transfer arbiter activated a conflicting transfer " + std::to_string(x.from) + " -> " +
+               std::to_string(x.to);
+      continue;
+    }
+    send_busy_[x.from] = recv_busy_[x.to] = 1;
+    take[intent_index_[s]] = 1;
+    recv_q_[x.to].push_back(pending_[intent_index_[s]]);
+    recv_cv_[x.to]->notify_one();
+  }
+  std::size_t keep = 0;
+  for (std::size_t i = 0; i < pending_.size(); ++i)
+    if (!take[i]) pending_[keep++] = pending_[i];
+  pending_.resize(keep);
+}
+
+void LiveCluster::memory_freed() {
+  ++memory_epoch_;
+  for (AccelId a = 0; a < ready_.size(); ++a)
+    if (!ready_[a].empty() && !running_[a]) work_cv_[a]->notify_one();
+  arbitrate();
+}
+
+// The ready operator to run next on `a`: the first in queue order whose
+// memory fits (an operator whose input failed needs none). Skipping a head
+// that does not fit avoids a deadlock where the head waits for memory that
+// only a later operator's completion frees; the head runs as soon as it
+// fits. Returns an index into ready_[a], or -1.
+std::ptrdiff_t LiveCluster::pick(AccelId a) const {
+  if (running_[a]) return -1;
+  const auto& q = ready_[a];
+  std::ptrdiff_t best = -1;
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    const Task& t = tasks_[q[i].second];
+    const bool fits = t.input_failed || used_[a] + t.declared + t.workspace <= budget_[a];
+    if (fits && (best < 0 || q[i].first < q[static_cast<std::size_t>(best)].first))
+      best = static_cast<std::ptrdiff_t>(i);
+  }
+  return best;
+}
+
+bool LiveCluster::can_start(AccelId a) const { return pick(a) >= 0; }
+
+void LiveCluster::worker(AccelId a) {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    std::ptrdiff_t next = -1;
+    work_cv_[a]->wait(lk, [&] {
+      if (stop_) return true;
+      next = pick(a);
+      // The head of the queue waiting for memory (counted once per operator).
+      if (!ready_[a].empty() && !running_[a] && next != 0 && !tasks_[ready_[a].front().second].waited) {
+        tasks_[ready_[a].front().second].waited = true;
+        ++memory_waits_;
+        engine_cv_.notify_one();  // a possible stall for the engine to see
+      }
+      return next >= 0;
+    });
+    if (stop_) return;
+    auto& q = ready_[a];
+    const std::uint32_t id = q[static_cast<std::size_t>(next)].second;
+    q[static_cast<std::size_t>(next)] = q.back();
+    q.pop_back();
+    std::make_heap(q.begin(), q.end(), RunsLater{});
+    Task& t = tasks_[id];
+    running_[a] = 1;
+    Result<OpResult> result = OpResult{};
+    Nanos start = clock(), finish = start;
+    if (t.input_failed) {
+      result = Aborted(t.input_error);
+    } else {
+      charge(a, t.declared + t.workspace);
+      lk.unlock();
+      start = clock();
+      try {
+        result = runner_.run(a, t.prepared.get(), t.inputs);
+      } catch (const std::exception& e) {
+        result = Internal(std::string("operator threw: ") + e.what());
+      } catch (...) {
+        result = Internal("operator threw a non-standard exception");
+      }
+      finish = clock();
+      lk.lock();
+      used_[a] -= t.declared + t.workspace;
+    }
+    running_[a] = 0;
+    // Inputs are consumed: received copies are freed here.
+    for (std::int64_t b : t.received) used_[a] -= b;
+    t.inputs.clear();
+    Held h;
+    h.seq = t.seq;
+    h.accel = a;
+    Done d;
+    d.feedback.op = t.op;
+    d.feedback.from = a;
+    d.feedback.t = finish;
+    d.feedback.measured = finish - start;
+    d.record = {t.op, t.tenant, a, kNoAccel, start, finish};
+    if (result.ok()) {
+      OpResult& res = result.value();
+      h.output = std::move(res.output);
+      h.retained = std::move(res.retained);
+      charge(a, h.output.bytes + h.retained.bytes);
+      d.feedback.tokens = std::move(res.tokens);
+    } else {
+      h.failed = true;
+      h.error = result.status().message();
+      d.feedback.failed = true;
+      d.feedback.error = h.error;
+    }
+    task_of_.erase(t.op);
+    for (const Succ& s : t.succs)
+      deliver(s.task, s.slot, t.op, s.retained ? h.retained : h.output, a, h.failed, h.error);
+    held_[t.op] = std::move(h);
+    done_.push_back(std::move(d));
+    free_tasks_.push_back(id);
+    tasks_[id].succs.clear();
+    tasks_[id].prepared.reset();
+    memory_freed();
+    engine_cv_.notify_one();
+  }
+}
+
+void LiveCluster::receiver(AccelId a) {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    recv_cv_[a]->wait(lk, [&] { return stop_ || !recv_q_[a].empty(); });
+    if (stop_) return;
+    const std::uint32_t xi = recv_q_[a].front();
+    recv_q_[a].pop_front();
+    Xfer& x = xfers_[xi];
+    const std::int64_t bytes = x.value.bytes;
+    // Recv: the destination buffer first.
+    if (used_[a] + bytes > budget_[a]) {
+      ++refused_;
+      x.refused_epoch = memory_epoch_;
+      send_busy_[x.from] = recv_busy_[a] = 0;
+      // Back among the pending intents at its age.
+      auto pos = std::lower_bound(pending_.begin(), pending_.end(), xi, [&](std::uint32_t p, std::uint32_t q) {
+        return xfers_[p].id < xfers_[q].id;
+      });
+      pending_.insert(pos, xi);
+      arbitrate();
+      engine_cv_.notify_one();
+      continue;
+    }
+    charge(a, bytes);
+    const Payload value = x.value;
+    lk.unlock();
+    // Send: the copy itself.
+    const Nanos start = clock();
+    Result<Payload> copy = Payload{};
+    try {
+      copy = runner_.copy(value, a);
+    } catch (const std::exception& e) {
+      copy = Internal(std::string("transfer threw: ") + e.what());
+    }
+    const Nanos finish = clock();
+    lk.lock();
+    Xfer& xf = xfers_[xi];
+    send_busy_[xf.from] = recv_busy_[a] = 0;
+    Task& t = tasks_[xf.task];
+    Done d;
+    d.feedback.kind = Feedback::Kind::kTransfer;
+    d.feedback.op = t.op;
+    d.feedback.from = xf.from;
+    d.feedback.to = a;
+    d.feedback.bytes = bytes;
+    d.feedback.t = finish;
+    d.feedback.measured = finish - start;
+    d.record = {t.op, t.tenant, xf.from, a, start, finish};
+    if (copy.ok()) {
+      used_[a] += copy->bytes - bytes;  // the real size, if it differs
+      peak_[a] = std::max(peak_[a], used_[a]);
+      t.received[xf.slot] = copy->bytes;
+      t.inputs[xf.slot] = std::move(copy).value();
+    } else {
+      used_[a] -= bytes;
+      d.feedback.failed = true;
+      d.feedback.error = copy.status().message();
+      if (!t.input_failed) t.input_error = copy.status().message();
+      t.input_failed = true;
+    }
+    d.feedback.src = xf.src;
+    xf.value = Payload{};
+    free_xfers_.push_back(xi);
+    if (--t.pending == 0) make_ready(xf.task);
+    done_.push_back(std::move(d));
+    arbitrate();
+    engine_cv_.notify_one();
+  }
+}
+
+void LiveCluster::sweep() {
+  if (!gmg_) return;
+  bool freed = false;
+  for (auto it = held_.begin(); it != held_.end();) {
+    Held& h = it->second;
+    const OpId op = it->first;
+    const bool same = gmg_->contains(op) && gmg_->op(op).issue_seq == h.seq;
+    if (h.output && (!same || !gmg_->op(op).output_held)) {
+      used_[h.accel] -= h.output.bytes;
+      h.output = Payload{};
+      freed = true;
+    }
+    if (h.retained && (!same || !gmg_->op(op).retained_held)) {
+      used_[h.accel] -= h.retained.bytes;
+      h.retained = Payload{};
+      freed = true;
+    }
+    // Kept (maybe without values, e.g. a failure) while later consumers may
+    // still attach.
+    if (!same || !(gmg_->op(op).output_held || gmg_->op(op).retained_held || gmg_->op(op).pending_succs > 0))
+      it = held_.erase(it);
+    else
+      ++it;
+  }
+  if (freed) memory_freed();
+}
+
+bool LiveCluster::stalled() const {
+  if (live_ == 0 || !done_.empty()) return false;
+  for (AccelId a = 0; a < budget_.size(); ++a)
+    if (running_[a] || send_busy_[a] || recv_busy_[a] || can_start(a)) return false;
+  for (std::uint32_t p : pending_)
+    if (xfers_[p].refused_epoch != memory_epoch_) return false;
+  return true;
+}
+
+std::string LiveCluster::stall_reason() const {
+  std::lock_guard lk(mu_);
+  if (!stalled()) return {};
+  std::string why = std::to_string(live_) + " operator(s) wait";
+  for (AccelId a = 0; a < budget_.size(); ++a)
+    if (!ready_[a].empty())
+      why += "; accelerator " + std::to_string(a) + " needs " +
+             std::to_string(tasks_[ready_[a].front().second].declared + tasks_[ready_[a].front().second].workspace) +
+             " bytes, has " + std::to_string(budget_[a] - used_[a]) + " free";
+  if (!pending_.empty()) why += "; " + std::to_string(pending_.size()) + " transfer(s) refused for memory";
+  return why;
+}
+
+Nanos LiveCluster::next_event() const {
+  std::lock_guard lk(mu_);
+  // After handing out completions, one more advance lets the sweep see the
+  // GMG updated with them (it may free memory that queued work waits for).
+  if (!done_.empty() || !fault_.empty() || sweep_due_) return now();
+  if (live_ == 0 || stalled()) return -1;
+  return now() + kPollHorizon;
+}
+
+Status LiveCluster::advance_to(Nanos t, std::vector<Feedback>& out) {
+  std::unique_lock lk(mu_);
+  sweep();
+  sweep_due_ = false;
+  const auto deadline = start_ + std::chrono::nanoseconds(t);
+  engine_cv_.wait_until(lk, deadline, [&] { return !done_.empty() || !fault_.empty() || stalled(); });
+  if (!fault_.empty()) return Internal("live cluster: " + fault_);
+  for (Done& d : done_) {
+    if (d.feedback.kind == Feedback::Kind::kOp) {
+      --live_;
+      busy_[d.record.accel] += d.record.finish - d.record.start;
+    }
+    log_.push_back(d.record);
+    out.push_back(std::move(d.feedback));
+  }
+  sweep_due_ = !done_.empty();
+  done_.clear();
+  now_ = std::max(now_, clock());
+  return Status::Ok();
+}
+
+std::int64_t LiveCluster::used(AccelId a) const {
+  std::lock_guard lk(mu_);
+  return used_[a];
+}
+
+std::int64_t LiveCluster::peak(AccelId a) const {
+  std::lock_guard lk(mu_);
+  return peak_[a];
+}
+
+std::size_t LiveCluster::refused_receives() const {
+  std::lock_guard lk(mu_);
+  return refused_;
+}
+
+std::size_t LiveCluster::memory_waits() const {
+  std::lock_guard lk(mu_);
+  return memory_waits_;
+}
+
+}  // namespace slicesched

@@ -1,0 +1,185 @@
+// The live executor: real accelerators behind the engine's Backend
+// interface. One worker thread per accelerator runs its operators; one
+// transfer thread per accelerator receives copies into it.
+//
+// Queue rules (paper 4.4, the same as the emulated cluster and the global
+// simulator): an operator waits until every input slot is ready; among the
+// ready ones the higher priority first, then the earlier issue; one at a
+// time; never preempted. A cross-accelerator input is a transfer in three
+// steps: its Intent joins the pending set; the TransferArbiter activates a
+// conflict-free subset (one per source, one per destination); Recv reserves
+// the destination's memory first (refused over budget: the intent goes back
+// and is retried after memory is freed, never an allocation failure), then
+// Send copies; Recv's completion readies the slot.
+//
+// Memory is accounted per accelerator against its budget: resident weights,
+// each finished operator's output and retained state until the GMG lets go
+// of them, each running operator's declared output, retained state and
+// workspace, and received copies until their consumer finishes. An operator
+// whose reservation does not fit waits for memory to free; a later ready
+// operator that fits may run meanwhile (else the head could wait forever
+// for memory only that operator frees).
+//
+// Threading: submit/next_event/advance_to/now/log/on_iteration come from one
+// engine thread; workers and transfer threads are internal. The runner and
+// the arbiter are called under the executor's lock except for
+// OpRunner::run and OpRunner::copy, which run unlocked on the worker and
+// transfer threads.
+module;
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+export module slicesched.executor.live;
+export import slicesched.core;
+export import slicesched.core.plugin;
+export import slicesched.executor.runner;
+
+export namespace slicesched {
+
+class LiveCluster final : public Backend {
+ public:
+  // `budgets[a]`: the bytes accelerator a may hold, weights included. The
+  // runner and the arbiter must outlive the cluster. Starts the threads.
+  LiveCluster(std::vector<std::int64_t> budgets, OpRunner& runner, TransferArbiter& arbiter);
+  // Lets running operators and copies finish, drops queued work, joins.
+  ~LiveCluster() override;
+  LiveCluster(const LiveCluster&) = delete;
+  LiveCluster& operator=(const LiveCluster&) = delete;
+
+  // Charges resident bytes (weights) to `a`. Fails, naming the accelerator,
+  // when they do not fit its budget.
+  Status reserve_resident(AccelId a, std::int64_t bytes);
+
+  // Queues an issued operator. Its inputs must be submitted before or done
+  // with their values still held. Fails without side effects otherwise, or
+  // when the runner cannot prepare it.
+  Status submit(const Gmg& gmg, OpId op) override;
+  // now() while completions wait to be collected; a poll horizon while work
+  // is in flight; -1 when idle or stalled (see stall_reason()).
+  Nanos next_event() const override;
+  // Blocks until a completion arrives or the wall clock reaches `t`, then
+  // appends every completion so far. Also drops the values the GMG no
+  // longer holds (the GMG passed to submit must still be alive).
+  Status advance_to(Nanos t, std::vector<Feedback>& out) override;
+  // Wall-clock nanoseconds since construction.
+  Nanos now() const override;
+  const std::vector<RunRecord>& log() const override { return log_; }
+  bool wants_plans() const override { return true; }
+  Status on_iteration(InstanceId instance, IterationPlan plan) override;
+
+  // Why nothing can progress although work is queued (empty otherwise).
+  std::string stall_reason() const override;
+  // Accounting, per accelerator: bytes held now, the most ever held, and
+  // the budget. peak <= budget always.
+  std::int64_t used(AccelId a) const;
+  std::int64_t peak(AccelId a) const;
+  std::int64_t budget(AccelId a) const { return budget_[a]; }
+  // Busy nanoseconds per accelerator (operators only).
+  const std::vector<Nanos>& busy() const { return busy_; }
+  // Receives refused for memory, and operators that had to wait for memory.
+  std::size_t refused_receives() const;
+  std::size_t memory_waits() const;
+
+ private:
+  struct Succ {
+    std::uint32_t task, slot;
+    bool retained;
+  };
+  struct Task {
+    OpId op = kNoOp;
+    std::uint64_t seq = 0;
+    std::uint32_t tenant = 0;
+    AccelId accel = kNoAccel;
+    std::uint64_t key = 0;
+    std::shared_ptr<const void> prepared;
+    std::vector<Payload> inputs;
+    std::vector<std::int64_t> received;  // bytes charged here for each received slot
+    std::uint32_t pending = 0;
+    bool input_failed = false, waited = false;
+    std::string input_error;
+    std::int64_t declared = 0, workspace = 0;  // output + retained, and workspace, bytes
+    std::vector<Succ> succs;
+  };
+  struct Held {  // a finished operator's values, while the GMG holds them
+    std::uint64_t seq = 0;
+    AccelId accel = kNoAccel;
+    Payload output, retained;
+    bool failed = false;
+    std::string error;
+  };
+  struct Xfer {
+    std::uint64_t id = 0;
+    std::uint32_t task = 0, slot = 0;
+    OpId src = kNoOp;  // the producer
+    Payload value;
+    AccelId from = kNoAccel, to = kNoAccel;
+    Nanos since = 0;
+    std::uint64_t refused_epoch = ~0ull;  // memory epoch of the last refusal
+  };
+  struct Done {
+    Feedback feedback;
+    RunRecord record;
+  };
+
+  void worker(AccelId a);
+  void receiver(AccelId a);
+  std::ptrdiff_t pick(AccelId a) const;
+  bool can_start(AccelId a) const;
+  void make_ready(std::uint32_t task);
+  void deliver(std::uint32_t task, std::uint32_t slot, OpId src, const Payload& value, AccelId from, bool failed,
+               const std::string& error);
+  void add_intent(std::uint32_t task, std::uint32_t slot, OpId src, const Payload& value, AccelId from);
+  void arbitrate();
+  void memory_freed();
+  void charge(AccelId a, std::int64_t bytes);
+  void sweep();
+  bool stalled() const;
+  Nanos clock() const;
+
+  std::vector<std::int64_t> budget_;
+  OpRunner& runner_;
+  TransferArbiter& arbiter_;
+  const std::chrono::steady_clock::time_point start_;
+
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<std::condition_variable>> work_cv_, recv_cv_;
+  std::condition_variable engine_cv_;
+  bool stop_ = false;
+
+  std::deque<Task> tasks_;  // stable addresses: workers read a running task unlocked
+  std::vector<std::uint32_t> free_tasks_;
+  std::unordered_map<OpId, std::uint32_t> task_of_;  // submitted, not finished
+  std::unordered_map<OpId, Held> held_;
+  const Gmg* gmg_ = nullptr;
+  std::vector<std::vector<std::pair<std::uint64_t, std::uint32_t>>> ready_;  // per accelerator heap
+  std::vector<std::uint8_t> running_;
+  std::deque<Xfer> xfers_;
+  std::vector<std::uint32_t> free_xfers_, pending_;  // pending: oldest first
+  std::vector<std::deque<std::uint32_t>> recv_q_;
+  std::vector<std::uint8_t> send_busy_, recv_busy_;
+  std::uint64_t next_xfer_id_ = 0, memory_epoch_ = 0;
+  std::vector<TransferIntent> intents_;
+  std::vector<std::size_t> intent_index_, selected_;
+  std::vector<std::int64_t> used_, peak_;
+  std::vector<Done> done_;
+  std::size_t live_ = 0, refused_ = 0, memory_waits_ = 0;
+  bool sweep_due_ = false;
+  std::string fault_;  // an internal error to report from advance_to
+
+  std::vector<Nanos> busy_;  // engine thread
+  std::vector<RunRecord> log_;
+  Nanos now_ = 0;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace slicesched

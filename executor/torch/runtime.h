@@ -1,0 +1,217 @@
+// SliceScheduler's live-mode compute: a Llama (3) model split into the
+// operators the scheduler places, `embed`, `layers0` .. `layers{G-1}` (each
+// L/G consecutive decoder layers) and `head`, plus the copies between
+// devices. The executor orchestrates; this library only computes and copies.
+//
+// Plain C++17 with no LibTorch include, so that C++20 module code can include
+// it in a global module fragment; LibTorch lives in runtime_model.cpp only.
+// Use: #include "executor/torch/runtime.h", link slicesched_torch (CMake
+// builds it only when LibTorch is found: SLICESCHED_HAVE_TORCH).
+//
+// Devices are strings: "cpu", "cpu:N", "cuda", "cuda:N" ("cuda" means
+// "cuda:0"; "cpu:0" means "cpu"). Every "cpu:N" is a separate *virtual*
+// device: it computes on the host CPU, but its weights and values are its own
+// copies, and an operator refuses a Value labelled with another device. That
+// lets the executor run several virtual accelerators on one CPU with the same
+// copies (and memory) as real ones, and catches a forgotten copy_to.
+//
+// Failure: every function reports a bad argument by throwing
+// std::invalid_argument (one line, naming the field / op / sequence), a call
+// out of order (weights not loaded, input on another device) by throwing
+// std::logic_error naming the op, running out of device memory by throwing
+// DeviceOutOfMemory, and any other LibTorch error as std::runtime_error whose
+// message starts with the op and device. No function leaves an observable
+// partial result behind: outputs are assigned only on success.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace slicesched::rt {
+
+struct LlamaConfig {
+  std::string name;  // "llama-tiny", "llama3-8b"; only for messages
+  std::int64_t vocab = 128256, hidden = 4096, layers = 32, heads = 32, kv_heads = 8, mlp = 14336;
+  int groups = 4;  // layers % groups == 0; op "layers<g>" holds layers [g*L/G, (g+1)*L/G)
+  double rope_theta = 500000.0, norm_eps = 1e-5;
+  std::string dtype = "bfloat16";  // "float32" | "bfloat16" | "float16" (CPU tests use float32;
+                                   // float16 matmuls are not supported on CPU by LibTorch 1.13)
+  std::uint64_t seed = 0;          // weights are deterministic from the seed: no downloads
+  std::int64_t head_dim() const { return hidden / heads; }
+};
+
+// Throws std::invalid_argument with a one-line message naming the field on a
+// bad config: non-positive sizes, hidden % heads, heads % kv_heads,
+// layers % groups, odd head_dim (RoPE rotates pairs), non-positive
+// rope_theta / norm_eps, unknown dtype.
+void validate(const LlamaConfig& cfg);
+
+// Sizes in bytes, exactly as the implementation allocates them (so the
+// scheduler's memory accounting matches reality). They validate cfg first.
+// dtype: 4 for "float32", 2 for "bfloat16" / "float16"; else invalid_argument.
+std::int64_t dtype_bytes(const std::string& dtype);
+// op = "embed" (vocab*hidden) | "layers<g>" (L/G layers, each: q,k,v,o
+// projections, gate/up/down, 2 RMSNorm weights) | "head" (final norm +
+// vocab*hidden); times dtype_bytes. Unknown op: invalid_argument.
+std::int64_t weight_bytes(const LlamaConfig& cfg, const std::string& op);
+// One layer group's cache for one token: 2 (K, V) * (layers/groups) * kv_heads * head_dim * dtype_bytes.
+std::int64_t kv_bytes_per_token(const LlamaConfig& cfg);
+// The hidden state passed between ops for `tokens` tokens: tokens * hidden * dtype_bytes.
+std::int64_t hidden_bytes(const LlamaConfig& cfg, std::int64_t tokens);
+
+// One sequence's part of one iteration.
+struct SeqStep {
+  std::uint64_t seq = 0;             // request id, unique within a plan
+  std::int64_t position = 0;         // tokens already in this sequence's KV cache (0 for a prefill)
+  std::vector<std::int64_t> tokens;  // the new token ids (the prompt for a prefill, 1 id for a
+                                     // decode); non-empty, each in [0, vocab)
+};
+// One iteration (one graph instance): its sequences, in the order their
+// tokens are concatenated in the hidden state and head() returns tokens.
+struct StepPlan {
+  std::vector<SeqStep> seqs;
+  std::int64_t tokens() const;  // sum of seqs[i].tokens.size()
+};
+
+struct ValueImpl;   // defined by the implementation
+struct ValueAccess;  // the implementation's access to Value's handle
+
+// An opaque tensor-like value living on one device: either the hidden state
+// between ops ([tokens, hidden], rows in plan order), or one layer group's KV
+// cache: K and V of the group's layers for every cached token of its
+// sequences, one tensor [layers/groups, 2, kv_heads, tokens, head_dim] with
+// each sequence's tokens contiguous, in sequences() order -- exactly
+// kv_bytes_per_token * tokens() bytes, no padding.
+//
+// Immutable once made; copying a Value shares the data (cheap, like a
+// shared_ptr) and the memory is freed when the last copy is destroyed. Safe
+// to read, copy and destroy from any thread. A default-constructed Value is
+// empty.
+class Value {
+ public:
+  enum class Kind { kEmpty, kHidden, kKv };
+
+  Value() = default;
+  bool empty() const { return impl_ == nullptr; }
+  Kind kind() const;
+  std::int64_t bytes() const;  // device memory held (0 when empty)
+  std::string device() const;  // canonical device label; "" when empty
+  // Hidden: rows (tokens). KV: cached tokens of all its sequences. 0 when empty.
+  std::int64_t tokens() const;
+  // KV only (empty otherwise): the sequences it holds, in the order of the
+  // plan that made it, and one sequence's cached tokens (-1 if absent).
+  std::vector<std::uint64_t> sequences() const;
+  std::int64_t cached_tokens(std::uint64_t seq) const;
+  // For tests and debugging: a host copy converted to float, row-major in
+  // the layouts above. Blocks until the data is ready (a device sync).
+  std::vector<float> to_floats() const;
+
+ private:
+  friend struct ValueAccess;
+  std::shared_ptr<const ValueImpl> impl_;
+};
+
+// Thrown when a device allocation fails (e.g. CUDA out of memory).
+struct DeviceOutOfMemory : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The model. Movable, not copyable. All member functions are thread-safe:
+// devices load and compute concurrently; the only shared state is the
+// read-only weights and the table of loaded (op, device) weights. Each call
+// does its own work on the calling thread under LibTorch's inference mode;
+// on CUDA it enqueues work on the calling thread's current stream of that
+// device and returns without waiting, except head() and to_floats(), which
+// must read results on the host. On CPU the intra-op thread count is the
+// caller's business (this library never sets it).
+class LlamaModel {
+ public:
+  // Validates cfg (invalid_argument). Weights are not built here: each op's
+  // weights are generated on the CPU the first time any device loads that
+  // op, from a CPU generator seeded by (cfg.seed, layer) -- so every device
+  // gets an identical copy, the weights do not depend on `groups` or load
+  // order, and are deterministic across runs and machines for one LibTorch
+  // build. Init: linear weights normal with std 1/sqrt(fan_in), embedding
+  // normal with std 1, norm weights 1. The CPU master copies are kept for
+  // the model's lifetime (so a later load elsewhere copies, not regenerates).
+  explicit LlamaModel(LlamaConfig cfg);
+  ~LlamaModel();
+  LlamaModel(LlamaModel&&) noexcept;
+  LlamaModel& operator=(LlamaModel&&) noexcept;
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
+
+  const LlamaConfig& config() const;
+
+  // Makes op's weights resident on `device`; returns their bytes (==
+  // weight_bytes(config(), op)). Idempotent per (op, device): a second call
+  // returns the same bytes without allocating. Blocks until the weights are
+  // on the device. Concurrent loads of one (op, device) wait for each other.
+  std::int64_t load(const std::string& op, const std::string& device);
+  // Drops op's weights from `device`; returns the bytes released (0 if not
+  // loaded). Operator calls already running keep their weights alive until
+  // they return. Must not race with load() of the same (op, device).
+  std::int64_t unload(const std::string& op, const std::string& device);
+  bool loaded(const std::string& op, const std::string& device) const;
+
+  // The operators. Each runs on `device`; op's weights must be loaded there
+  // and every input Value must live there (else std::logic_error naming the
+  // op). The plan must be well-formed (non-empty, seq ids unique, tokens
+  // non-empty and in [0, vocab), position >= 0; else invalid_argument). None
+  // modifies its inputs. Outputs are new Values on `device`.
+
+  // -> hidden [plan.tokens(), hidden]: the sequences' new tokens' embeddings.
+  Value embed(const StepPlan& plan, const std::string& device);
+  // Decoder layers [group*L/G, (group+1)*L/G) over hidden ([plan.tokens(),
+  // hidden], else invalid_argument). kv_in: the KV cache this group's
+  // previous iteration left (an empty Value for none). Sequences of kv_in
+  // absent from `plan` are dropped; a sequence in `plan` with position > 0
+  // must be in kv_in with exactly `position` cached tokens (else
+  // invalid_argument naming the seq); one with position 0 starts afresh
+  // (any cache kv_in holds for it is ignored). Returns the new hidden state
+  // and sets kv_out to a new Value holding, for exactly the plan's sequences
+  // in plan order, position + new tokens cached tokens. kv_in is not
+  // modified (its memory is the caller's to free); kv_out may be the same
+  // object as kv_in.
+  Value layers(int group, const Value& hidden, const Value& kv_in, const StepPlan& plan, const std::string& device,
+               Value& kv_out);
+  // Final norm, LM head and greedy sampling: the argmax next token after
+  // each sequence's last new token, in plan order. Waits for the device.
+  std::vector<std::int64_t> head(const Value& hidden, const StepPlan& plan, const std::string& device);
+
+  // A transfer: a copy of v on `device` -- a real copy even cpu -> cpu, since
+  // virtual accelerators are separate memories. An empty v gives an empty
+  // Value. On CUDA it is ordered after the work queued on the source's and
+  // destination's current streams and does not block the host for
+  // device-to-device copies (host <-> device copies do block).
+  static Value copy_to(const Value& v, const std::string& device);
+  // Blocks until the work queued on the device's current stream (of the
+  // calling thread) is done. CPU: no-op.
+  static void synchronize(const std::string& device);
+
+  // Reference: a plain single-device loop with no scheduler. Loads every op
+  // on `device`, then for each prompt separately: prefill it, then decode one
+  // token at a time; returns max_new tokens per prompt (greedy, no EOS).
+  std::vector<std::vector<std::int64_t>> generate_reference(const std::vector<std::vector<std::int64_t>>& prompts,
+                                                            int max_new, const std::string& device);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Deterministic prompt token ids for request `seq` of length n from a seed
+// (for trace replay, where traces give only lengths). Values in [0, vocab);
+// pure function of (cfg.vocab, seed, seq, n), no LibTorch. n < 0: invalid_argument.
+std::vector<std::int64_t> synthetic_prompt(const LlamaConfig& cfg, std::uint64_t seed, std::uint64_t seq,
+                                           std::int64_t n);
+
+// Whether LibTorch sees a CUDA device (false on a CPU-only LibTorch build),
+// and how many.
+bool cuda_available();
+int cuda_device_count();
+
+}  // namespace slicesched::rt

@@ -1,0 +1,733 @@
+// The LibTorch part of runtime.h: weights, the operators, copies. The only
+// translation unit that includes LibTorch (ATen, not <torch/torch.h>: it
+// compiles in half the time and the model needs no torch::nn).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "runtime.h"
+#include "runtime_internal.h"
+
+namespace slicesched::rt {
+
+// ---- values -----------------------------------------------------------------------------------------------------
+
+struct ValueImpl {
+  Value::Kind kind = Value::Kind::kEmpty;
+  std::string label;  // canonical device label
+  at::Tensor hidden;  // kHidden: [tokens, hidden]
+  // kKv: the group's cache, one tensor [layers/groups, 2 (K, V), kv_heads, tokens, head_dim] with each
+  // sequence's tokens contiguous: seqs[i] at [start[i], start[i] + len[i]).
+  int group = -1;
+  at::Tensor cache;
+  std::vector<std::uint64_t> seqs;
+  std::vector<std::int64_t> start, len;
+  std::unordered_map<std::uint64_t, std::size_t> index;  // seq -> i
+  std::int64_t bytes = 0, tokens = 0;
+
+  // The position of seq in seqs, or -1.
+  std::int64_t find(std::uint64_t seq) const {
+    auto it = index.find(seq);
+    return it == index.end() ? -1 : static_cast<std::int64_t>(it->second);
+  }
+};
+
+struct ValueAccess {
+  static Value make(std::shared_ptr<const ValueImpl> impl) {
+    Value v;
+    v.impl_ = std::move(impl);
+    return v;
+  }
+  static const ValueImpl* get(const Value& v) { return v.impl_.get(); }
+};
+
+namespace {
+
+std::int64_t held_bytes(const at::Tensor& t) { return static_cast<std::int64_t>(t.storage().nbytes()); }
+
+Value make_hidden(at::Tensor t, std::string label) {
+  auto impl = std::make_shared<ValueImpl>();
+  impl->kind = Value::Kind::kHidden;
+  impl->label = std::move(label);
+  impl->bytes = held_bytes(t);
+  impl->tokens = t.size(0);
+  impl->hidden = std::move(t);
+  return ValueAccess::make(std::move(impl));
+}
+
+Value make_kv(int group, at::Tensor cache, std::vector<std::uint64_t> seqs, std::vector<std::int64_t> start,
+              std::vector<std::int64_t> len, std::string label) {
+  auto impl = std::make_shared<ValueImpl>();
+  impl->kind = Value::Kind::kKv;
+  impl->label = std::move(label);
+  impl->group = group;
+  impl->index.reserve(seqs.size());
+  for (std::size_t i = 0; i < seqs.size(); ++i) impl->index.emplace(seqs[i], i);
+  impl->bytes = held_bytes(cache);
+  impl->tokens = cache.size(3);
+  impl->cache = std::move(cache);
+  impl->seqs = std::move(seqs);
+  impl->start = std::move(start);
+  impl->len = std::move(len);
+  return ValueAccess::make(std::move(impl));
+}
+
+// ---- devices and errors -----------------------------------------------------------------------------------------
+
+int cached_cuda_count() {
+  static const int n = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  return n;
+}
+
+struct Dev {
+  std::string label;
+  c10::Device device{c10::kCPU};
+};
+
+Dev parse_device(const std::string& s) {
+  const auto colon = s.find(':');
+  const std::string kind = s.substr(0, colon);
+  long index = -1;
+  if (colon != std::string::npos) {
+    const std::string num = s.substr(colon + 1);
+    if (num.empty() || num.size() > 6 || num.find_first_not_of("0123456789") != std::string::npos)
+      throw std::invalid_argument("device '" + s + "': expected cpu, cpu:N, cuda or cuda:N");
+    index = std::stol(num);
+  }
+  if (kind == "cpu") return Dev{index <= 0 ? std::string("cpu") : "cpu:" + std::to_string(index), c10::Device(c10::kCPU)};
+  if (kind == "cuda") {
+    if (index < 0) index = 0;
+    const int n = cached_cuda_count();
+    if (n == 0) throw std::invalid_argument("device '" + s + "': CUDA is not available");
+    if (index >= n)
+      throw std::invalid_argument("device '" + s + "': only " + std::to_string(n) + " CUDA device(s) are visible");
+    return Dev{"cuda:" + std::to_string(index), c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index))};
+  }
+  throw std::invalid_argument("device '" + s + "': expected cpu, cpu:N, cuda or cuda:N");
+}
+
+// Runs f, turning LibTorch's errors into the header's: out of memory into
+// DeviceOutOfMemory, any other c10::Error into std::runtime_error; both
+// prefixed with `what` ("layers1 on cuda:0"). Our own std exceptions pass.
+template <class F>
+auto guarded(const std::string& what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const c10::OutOfMemoryError& e) {
+    throw DeviceOutOfMemory(what + ": " + e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    if (msg.find("out of memory") != std::string::npos || msg.find("can't allocate memory") != std::string::npos)
+      throw DeviceOutOfMemory(what + ": " + msg);
+    throw std::runtime_error(what + ": " + msg);
+  }
+}
+
+at::ScalarType scalar_type(const std::string& dtype) {
+  if (dtype == "float32") return at::kFloat;
+  if (dtype == "bfloat16") return at::kBFloat16;
+  if (dtype == "float16") return at::kHalf;
+  throw std::invalid_argument("dtype '" + dtype + "' is not one of float32, bfloat16, float16");
+}
+
+// A host buffer made into a device tensor without stalling the device's
+// stream: on CUDA through pinned memory and an asynchronous copy (the caching
+// host allocator keeps the buffer until the copy is done).
+template <class T>
+at::Tensor upload(const std::vector<T>& v, at::ScalarType type, const Dev& d) {
+  const bool cuda = d.device.is_cuda();
+  at::Tensor host =
+      at::empty({static_cast<std::int64_t>(v.size())}, at::TensorOptions().dtype(type).pinned_memory(cuda));
+  std::memcpy(host.data_ptr(), v.data(), v.size() * sizeof(T));
+  return cuda ? host.to(d.device, type, /*non_blocking=*/true) : host;
+}
+
+// ---- plans --------------------------------------------------------------------------------------------------------
+
+void check_plan(const std::string& op, const StepPlan& plan) {
+  if (plan.seqs.empty()) throw std::invalid_argument(op + ": the plan has no sequences");
+  std::unordered_set<std::uint64_t> seen;
+  seen.reserve(plan.seqs.size());
+  for (const SeqStep& s : plan.seqs) {
+    if (!seen.insert(s.seq).second)
+      throw std::invalid_argument(op + ": sequence " + std::to_string(s.seq) + " appears twice in the plan");
+    if (s.tokens.empty())
+      throw std::invalid_argument(op + ": sequence " + std::to_string(s.seq) + " has no new tokens");
+    if (s.position < 0)
+      throw std::invalid_argument(op + ": sequence " + std::to_string(s.seq) + " has negative position " +
+                                  std::to_string(s.position));
+  }
+}
+
+const ValueImpl& need_hidden(const std::string& op, const Value& v, const Dev& d, std::int64_t tokens,
+                             std::int64_t hidden) {
+  const ValueImpl* h = ValueAccess::get(v);
+  if (h == nullptr || h->kind != Value::Kind::kHidden)
+    throw std::logic_error(op + ": the input is not a hidden state" + (h == nullptr ? " (empty Value)" : ""));
+  if (h->label != d.label) throw std::logic_error(op + ": the hidden state is on " + h->label + ", not " + d.label);
+  if (h->hidden.dim() != 2 || h->hidden.size(0) != tokens || h->hidden.size(1) != hidden)
+    throw std::invalid_argument(op + ": the hidden state has " + std::to_string(h->hidden.size(0)) +
+                                " tokens, the plan " + std::to_string(tokens));
+  return *h;
+}
+
+// ---- the model ----------------------------------------------------------------------------------------------------
+
+// One op's weights on one device, in a fixed order: embed {W}; head {norm, W};
+// layers: per layer {wqkv, wo, wgu, wd, norm1, norm2}.
+struct OpWeights {
+  std::vector<at::Tensor> t;
+  std::int64_t bytes = 0;
+};
+constexpr int kPerLayer = 6;
+enum LayerTensor { kQkv, kO, kGateUp, kDown, kNorm1, kNorm2 };
+
+OpWeights finish(std::vector<at::Tensor> t) {
+  OpWeights w;
+  w.t = std::move(t);
+  for (const auto& x : w.t) w.bytes += held_bytes(x);
+  return w;
+}
+
+// N(0, std^2) samples from gen, drawn in float32 and stored in dtype.
+at::Tensor normal(at::Generator& gen, at::IntArrayRef size, double std, at::ScalarType dtype) {
+  at::Tensor x = at::randn(size, gen, at::TensorOptions().dtype(at::kFloat));
+  x.mul_(std);
+  return dtype == at::kFloat ? x : x.to(dtype);
+}
+
+// RMSNorm, computed in float32 as Llama does, scaled by w in the model dtype.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  const bool f32 = x.scalar_type() == at::kFloat;
+  at::Tensor xf = f32 ? x : x.to(at::kFloat);
+  at::Tensor inv = xf.pow(2).mean(-1, /*keepdim=*/true).add_(eps).rsqrt_();
+  at::Tensor y = xf * inv;
+  if (!f32) y = y.to(x.scalar_type());
+  return y.mul_(w);
+}
+
+// RoPE (rotate-half convention) of x [T, n, hd] into out [T, n, hd] (may be
+// strided); cos, sin: [T, 1, hd/2].
+void rope_into(const at::Tensor& out, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const std::int64_t half = x.size(-1) / 2;
+  at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  at::Tensor o1 = out.narrow(-1, 0, half), o2 = out.narrow(-1, half, half);
+  at::mul_out(o1, x1, cos);
+  o1.addcmul_(x2, sin, -1);
+  at::mul_out(o2, x2, cos);
+  o2.addcmul_(x1, sin, 1);
+}
+
+}  // namespace
+
+struct LlamaModel::Impl {
+  LlamaConfig cfg;
+  at::ScalarType dtype;
+
+  using Key = std::pair<std::string, std::string>;  // (op, device label)
+  mutable std::mutex mu;                             // guards the maps below, held briefly
+  std::map<Key, std::shared_ptr<const OpWeights>> loaded;
+  std::map<Key, std::shared_ptr<std::mutex>> loading;  // one load at a time per (op, device)
+  std::map<std::string, std::shared_ptr<const OpWeights>> masters;
+  std::map<Key, std::shared_ptr<std::mutex>> mastering;  // keyed (op, "")
+
+  std::shared_ptr<std::mutex> lock_for(std::map<Key, std::shared_ptr<std::mutex>>& m, const Key& k) {
+    std::lock_guard<std::mutex> g(mu);
+    auto& p = m[k];
+    if (!p) p = std::make_shared<std::mutex>();
+    return p;
+  }
+
+  std::shared_ptr<const OpWeights> weights(const std::string& op, const Dev& d) const {
+    std::lock_guard<std::mutex> g(mu);
+    auto it = loaded.find({op, d.label});
+    if (it == loaded.end())
+      throw std::logic_error(op + ": weights are not loaded on " + d.label + " (call load first)");
+    return it->second;
+  }
+
+  std::uint64_t seed_for(std::uint64_t tag) const { return detail::mix(detail::mix(cfg.seed) ^ tag); }
+
+  // The CPU master copy of op's weights, generated once. Each layer (and the
+  // embedding, the head) has its own generator, so a layer's weights depend
+  // only on (seed, layer index), not on `groups`.
+  std::shared_ptr<const OpWeights> master(const std::string& op, int g) {
+    auto m = lock_for(mastering, {op, ""});
+    std::lock_guard<std::mutex> lk(*m);
+    {
+      std::lock_guard<std::mutex> gd(mu);
+      auto it = masters.find(op);
+      if (it != masters.end()) return it->second;
+    }
+    const std::int64_t h = cfg.hidden, hd = cfg.head_dim();
+    const auto opts = at::TensorOptions().dtype(dtype);
+    std::vector<at::Tensor> t;
+    if (g == detail::kEmbed) {
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed_for(1));
+      t.push_back(normal(gen, {cfg.vocab, h}, 1.0, dtype));
+    } else if (g == detail::kHead) {
+      t.push_back(at::ones({h}, opts));
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed_for(2));
+      t.push_back(normal(gen, {cfg.vocab, h}, 1.0 / std::sqrt(double(h)), dtype));
+    } else {
+      const std::int64_t per = cfg.layers / cfg.groups;
+      t.resize(static_cast<std::size_t>(per * kPerLayer));
+      // Layers are independent streams: generate them in parallel (the
+      // normal sampler itself is serial).
+      at::parallel_for(0, per, 1, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+          const std::int64_t layer = g * per + i;
+          const std::uint64_t s = seed_for(16 + static_cast<std::uint64_t>(layer));
+          at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(s);
+          auto gen_w = [&](at::IntArrayRef size, double std) { return normal(gen, size, std, dtype); };
+          const double in_h = 1.0 / std::sqrt(double(h));
+          at::Tensor* L = &t[static_cast<std::size_t>(i * kPerLayer)];
+          L[kQkv] = gen_w({(cfg.heads + 2 * cfg.kv_heads) * hd, h}, in_h);
+          L[kO] = gen_w({h, cfg.heads * hd}, 1.0 / std::sqrt(double(cfg.heads * hd)));
+          L[kGateUp] = gen_w({2 * cfg.mlp, h}, in_h);
+          L[kDown] = gen_w({h, cfg.mlp}, 1.0 / std::sqrt(double(cfg.mlp)));
+          L[kNorm1] = at::ones({h}, opts);
+          L[kNorm2] = at::ones({h}, opts);
+        }
+      });
+    }
+    auto w = std::make_shared<const OpWeights>(finish(std::move(t)));
+    std::lock_guard<std::mutex> gd(mu);
+    masters[op] = w;
+    return w;
+  }
+};
+
+LlamaModel::LlamaModel(LlamaConfig cfg) : impl_(std::make_unique<Impl>()) {
+  validate(cfg);
+  impl_->dtype = scalar_type(cfg.dtype);
+  impl_->cfg = std::move(cfg);
+}
+LlamaModel::~LlamaModel() = default;
+LlamaModel::LlamaModel(LlamaModel&&) noexcept = default;
+LlamaModel& LlamaModel::operator=(LlamaModel&&) noexcept = default;
+
+const LlamaConfig& LlamaModel::config() const { return impl_->cfg; }
+
+std::int64_t LlamaModel::load(const std::string& op, const std::string& device) {
+  const int g = detail::parse_op(impl_->cfg, op);
+  const Dev d = parse_device(device);
+  const Impl::Key key{op, d.label};
+  auto m = impl_->lock_for(impl_->loading, key);
+  std::lock_guard<std::mutex> lk(*m);
+  {
+    std::lock_guard<std::mutex> gd(impl_->mu);
+    auto it = impl_->loaded.find(key);
+    if (it != impl_->loaded.end()) return it->second->bytes;
+  }
+  auto w = guarded("load " + op + " on " + d.label, [&] {
+    c10::InferenceMode im;
+    auto master = impl_->master(op, g);
+    c10::OptionalDeviceGuard dg(d.device);
+    std::vector<at::Tensor> t;
+    t.reserve(master->t.size());
+    // A real copy even on the CPU: each virtual device owns its weights.
+    for (const auto& x : master->t) t.push_back(x.to(d.device, x.scalar_type(), /*non_blocking=*/false, /*copy=*/true));
+    return std::make_shared<const OpWeights>(finish(std::move(t)));
+  });
+  std::lock_guard<std::mutex> gd(impl_->mu);
+  impl_->loaded[key] = w;
+  return w->bytes;
+}
+
+std::int64_t LlamaModel::unload(const std::string& op, const std::string& device) {
+  detail::parse_op(impl_->cfg, op);
+  const Dev d = parse_device(device);
+  std::shared_ptr<const OpWeights> dropped;  // freed outside the lock
+  std::lock_guard<std::mutex> gd(impl_->mu);
+  auto it = impl_->loaded.find({op, d.label});
+  if (it == impl_->loaded.end()) return 0;
+  dropped = std::move(it->second);
+  impl_->loaded.erase(it);
+  return dropped->bytes;
+}
+
+bool LlamaModel::loaded(const std::string& op, const std::string& device) const {
+  detail::parse_op(impl_->cfg, op);
+  const Dev d = parse_device(device);
+  std::lock_guard<std::mutex> gd(impl_->mu);
+  return impl_->loaded.count({op, d.label}) != 0;
+}
+
+Value LlamaModel::embed(const StepPlan& plan, const std::string& device) {
+  const std::string op = "embed";
+  const Dev d = parse_device(device);
+  auto w = impl_->weights(op, d);
+  check_plan(op, plan);
+  const LlamaConfig& c = impl_->cfg;
+  std::vector<std::int64_t> ids;
+  ids.reserve(static_cast<std::size_t>(plan.tokens()));
+  for (const SeqStep& s : plan.seqs)
+    for (std::int64_t id : s.tokens) {
+      if (id < 0 || id >= c.vocab)
+        throw std::invalid_argument(op + ": sequence " + std::to_string(s.seq) + " has token id " +
+                                    std::to_string(id) + " outside [0, " + std::to_string(c.vocab) + ")");
+      ids.push_back(id);
+    }
+  return guarded(op + " on " + d.label, [&] {
+    c10::InferenceMode im;
+    c10::OptionalDeviceGuard dg(d.device);
+    return make_hidden(at::embedding(w->t[0], upload(ids, at::kLong, d)), d.label);
+  });
+}
+
+Value LlamaModel::layers(int group, const Value& hidden, const Value& kv_in, const StepPlan& plan,
+                         const std::string& device, Value& kv_out) {
+  const LlamaConfig& c = impl_->cfg;
+  if (group < 0 || group >= c.groups)
+    throw std::invalid_argument("layers: group " + std::to_string(group) + " is outside [0, " +
+                                std::to_string(c.groups) + ")");
+  const std::string op = "layers" + std::to_string(group);
+  const Dev d = parse_device(device);
+  auto w = impl_->weights(op, d);
+  check_plan(op, plan);
+  const std::int64_t T = plan.tokens();
+  const ValueImpl& x_in = need_hidden(op, hidden, d, T, c.hidden);
+  const ValueImpl* kin = ValueAccess::get(kv_in);
+  if (kin != nullptr) {
+    if (kin->kind != Value::Kind::kKv) throw std::logic_error(op + ": kv_in is not a KV cache");
+    if (kin->label != d.label) throw std::logic_error(op + ": kv_in is on " + kin->label + ", not " + d.label);
+    if (kin->group != group)
+      throw std::logic_error(op + ": kv_in is the KV cache of layers" + std::to_string(kin->group));
+  }
+
+  // The host side of the step, all index arithmetic, in one int64 upload:
+  //  [keep: N' source tokens of kv_in for the new cache] (only when something is kept)
+  //  [slots: T new tokens' places in the new cache]
+  //  per decode bucket: [rows: its sequences' rows in hidden] [gather: rows*width cache tokens] [lens: rows]
+  // Each sequence's tokens are contiguous in the new cache, in plan order: old ones first, then the new.
+  const std::size_t S = plan.seqs.size();
+  std::vector<std::int64_t> start(S), len(S), offset(S), old_start(S, -1);
+  std::int64_t N = 0, kept = 0;
+  for (std::size_t i = 0, o = 0; i < S; ++i) {
+    const SeqStep& s = plan.seqs[i];
+    const std::int64_t t = static_cast<std::int64_t>(s.tokens.size());
+    if (s.position > 0) {  // its cache must be there with exactly `position` tokens
+      const std::int64_t k = kin ? kin->find(s.seq) : -1;
+      if (k < 0)
+        throw std::invalid_argument(op + ": sequence " + std::to_string(s.seq) + " has position " +
+                                    std::to_string(s.position) + " but kv_in holds no cache for it");
+      const std::int64_t cached = kin->len[static_cast<std::size_t>(k)];
+      if (cached != s.position)
+        throw std::invalid_argument(op + ": sequence " + std::to_string(s.seq) + " has position " +
+                                    std::to_string(s.position) + " but kv_in caches " + std::to_string(cached) +
+                                    " tokens of it");
+      old_start[i] = kin->start[static_cast<std::size_t>(k)];
+      kept += s.position;
+    }
+    start[i] = N;
+    len[i] = s.position + t;
+    offset[i] = static_cast<std::int64_t>(o);
+    N += len[i];
+    o += static_cast<std::size_t>(t);
+  }
+  std::vector<std::int64_t> idx;
+  idx.reserve(static_cast<std::size_t>((kept > 0 ? N : 0) + T));
+  if (kept > 0)
+    for (std::size_t i = 0; i < S; ++i)
+      for (std::int64_t j = 0; j < len[i]; ++j)  // new tokens' slots take any source: they are overwritten
+        idx.push_back(j < plan.seqs[i].position ? old_start[i] + j : 0);
+  const std::int64_t slots_at = static_cast<std::int64_t>(idx.size());
+  for (std::size_t i = 0; i < S; ++i)
+    for (std::int64_t j = plan.seqs[i].position; j < len[i]; ++j) idx.push_back(start[i] + j);
+
+  // Decodes (one new token) attend in batches: buckets of sequences whose
+  // lengths are within 2x of each other, their caches gathered into a padded
+  // [kv_heads, rows, width, head_dim] block per layer. Longer steps (prefills,
+  // chunks) attend one sequence at a time.
+  struct Bucket {
+    std::int64_t rows, width, at;  // at: where its indices start in idx
+    bool ragged;                    // some sequence shorter than width: needs a padding mask
+    at::Tensor row_idx, gather_idx, mask;
+  };
+  std::vector<Bucket> buckets;
+  std::vector<std::size_t> singles;
+  {
+    std::vector<std::size_t> dec;
+    for (std::size_t i = 0; i < S; ++i) (plan.seqs[i].tokens.size() == 1 ? dec : singles).push_back(i);
+    std::stable_sort(dec.begin(), dec.end(), [&](std::size_t a, std::size_t b) { return len[a] > len[b]; });
+    for (std::size_t b = 0; b < dec.size();) {
+      std::size_t e = b + 1;
+      while (e < dec.size() && 2 * len[dec[e]] >= len[dec[b]]) ++e;
+      Bucket k{static_cast<std::int64_t>(e - b), len[dec[b]], static_cast<std::int64_t>(idx.size()), false, {}, {}, {}};
+      for (std::size_t q = b; q < e; ++q) idx.push_back(offset[dec[q]]);
+      for (std::size_t q = b; q < e; ++q)
+        for (std::int64_t j = 0; j < k.width; ++j) idx.push_back(start[dec[q]] + (j < len[dec[q]] ? j : 0));
+      for (std::size_t q = b; q < e; ++q) {
+        idx.push_back(len[dec[q]]);
+        k.ragged = k.ragged || len[dec[q]] < k.width;
+      }
+      buckets.push_back(std::move(k));
+      b = e;
+    }
+  }
+
+  return guarded(op + " on " + d.label, [&] {
+    c10::InferenceMode im;
+    c10::OptionalDeviceGuard dg(d.device);
+    const std::int64_t H = c.heads, KV = c.kv_heads, hd = c.head_dim(), rep = H / KV, half = hd / 2,
+                       per = c.layers / c.groups, mlp = c.mlp;
+    const at::ScalarType dt = impl_->dtype;
+    const auto opts = at::TensorOptions().dtype(dt).device(d.device);
+    const double neg_inf = -std::numeric_limits<double>::infinity();
+
+    const at::Tensor up_idx = upload(idx, at::kLong, d);
+    // The new cache, exactly N tokens: what it keeps of kv_in gathered in one
+    // copy (which also drops the sequences the plan left out).
+    at::Tensor cache = kept > 0 ? kin->cache.index_select(3, up_idx.narrow(0, 0, N))
+                                : at::empty({per, 2, KV, N, hd}, opts);
+    const at::Tensor slots = up_idx.narrow(0, slots_at, T);
+    for (Bucket& k : buckets) {
+      k.row_idx = up_idx.narrow(0, k.at, k.rows);
+      k.gather_idx = up_idx.narrow(0, k.at + k.rows, k.rows * k.width);
+      if (k.ragged) {
+        at::Tensor lens = up_idx.narrow(0, k.at + k.rows + k.rows * k.width, k.rows);
+        at::Tensor cols = at::arange(k.width, at::TensorOptions().dtype(at::kLong).device(d.device));
+        k.mask = cols.unsqueeze(0).ge(lens.unsqueeze(1)).view({1, k.rows, 1, k.width});
+      }
+    }
+
+    // RoPE tables for every new token at its absolute position, from one
+    // upload of [positions..., inv_freq...]; the query's 1/sqrt(hd) is
+    // folded into its table.
+    std::vector<float> host(static_cast<std::size_t>(T + half));
+    std::size_t n = 0;
+    for (const SeqStep& s : plan.seqs)
+      for (std::size_t i = 0; i < s.tokens.size(); ++i) host[n++] = static_cast<float>(s.position + std::int64_t(i));
+    for (std::int64_t i = 0; i < half; ++i)
+      host[n++] = static_cast<float>(1.0 / std::pow(c.rope_theta, double(2 * i) / double(hd)));
+    at::Tensor up = upload(host, at::kFloat, d);
+    at::Tensor angles = at::outer(up.narrow(0, 0, T), up.narrow(0, T, half));  // [T, half] float
+    at::Tensor cos = angles.cos().to(dt).unsqueeze(1), sin = angles.sin().to(dt).unsqueeze(1);  // [T, 1, half]
+    const double scale = 1.0 / std::sqrt(double(hd));
+    at::Tensor cos_q = cos * scale, sin_q = sin * scale;
+
+    // Sequences attending alone go over blocks of queries, at most ~64M
+    // score elements at a time; a block of more than one query needs a
+    // causal mask [tb, 1, keys] (true = masked).
+    struct Block {
+      std::int64_t i0, tb;
+      at::Tensor mask;
+    };
+    std::vector<std::vector<Block>> blocks(S);
+    const std::int64_t budget = std::int64_t(1) << 26;
+    for (std::size_t i : singles) {
+      const std::int64_t p = plan.seqs[i].position, t = len[i] - p;
+      const std::int64_t tb = std::max<std::int64_t>(1, std::min<std::int64_t>(t, budget / (H * len[i])));
+      for (std::int64_t i0 = 0; i0 < t; i0 += tb) {
+        Block b{i0, std::min(tb, t - i0), {}};
+        if (b.tb > 1) {
+          const auto lopts = at::TensorOptions().dtype(at::kLong).device(d.device);
+          at::Tensor keys = at::arange(p + i0 + b.tb, lopts);
+          at::Tensor queries = at::arange(p + i0, p + i0 + b.tb, lopts);
+          b.mask = keys.unsqueeze(0).gt(queries.unsqueeze(1)).unsqueeze(1);
+        }
+        blocks[i].push_back(std::move(b));
+      }
+    }
+    auto softmax = [&](const at::Tensor& sc) {
+      return dt == at::kFloat ? at::_softmax(sc, -1, false) : at::softmax(sc, -1, at::kFloat).to(dt);
+    };
+
+    at::Tensor x = x_in.hidden;  // never written: every step below makes a new tensor
+    at::Tensor kvbuf = at::empty({T, 2, KV, hd}, opts);  // this layer's new K (RoPE'd) and V
+    at::Tensor attn = at::empty({T, H * hd}, opts);
+    for (std::int64_t l = 0; l < per; ++l) {
+      const at::Tensor* L = &w->t[static_cast<std::size_t>(l * kPerLayer)];
+      at::Tensor a = rms_norm(x, L[kNorm1], c.norm_eps);
+      at::Tensor qkv = at::mm(a, L[kQkv].t());  // [T, (H + 2 KV) hd]
+      at::Tensor q = at::empty({T, H, hd}, opts);
+      rope_into(q, qkv.narrow(1, 0, H * hd).view({T, H, hd}), cos_q, sin_q);
+      rope_into(kvbuf.select(1, 0), qkv.narrow(1, H * hd, KV * hd).view({T, KV, hd}), cos, sin);
+      kvbuf.select(1, 1).copy_(qkv.narrow(1, (H + KV) * hd, KV * hd).view({T, KV, hd}));
+      at::Tensor layer_cache = cache.select(0, l);  // [2, KV, N, hd]
+      layer_cache.index_copy_(2, slots, kvbuf.permute({1, 2, 0, 3}));
+
+      for (const Bucket& k : buckets) {
+        // [2, KV, rows * width, hd]: K and V of the bucket's sequences, padded to width.
+        at::Tensor g = layer_cache.index_select(2, k.gather_idx);
+        at::Tensor K = g.select(0, 0).view({KV * k.rows, k.width, hd});
+        at::Tensor V = g.select(0, 1).view({KV * k.rows, k.width, hd});
+        at::Tensor qb = q.index_select(0, k.row_idx)
+                            .view({k.rows, KV, rep, hd})
+                            .permute({1, 0, 2, 3})
+                            .reshape({KV * k.rows, rep, hd});
+        at::Tensor sc = at::bmm(qb, K.transpose(1, 2));  // [KV rows, rep, width]
+        if (k.ragged) sc.view({KV, k.rows, rep, k.width}).masked_fill_(k.mask, neg_inf);
+        at::Tensor ob = at::bmm(softmax(sc), V);  // [KV rows, rep, hd]
+        attn.index_copy_(0, k.row_idx, ob.view({KV, k.rows, rep, hd}).permute({1, 0, 2, 3}).reshape({k.rows, H * hd}));
+      }
+      for (std::size_t i : singles) {
+        const std::int64_t p = plan.seqs[i].position, t = len[i] - p, o = offset[i];
+        at::Tensor seq_cache = layer_cache.narrow(2, start[i], len[i]);
+        at::Tensor K = seq_cache.select(0, 0), V = seq_cache.select(0, 1);  // [KV, len, hd]
+        at::Tensor qs = q.narrow(0, o, t).view({t, KV, rep, hd}).permute({1, 0, 2, 3});  // [KV, t, rep, hd]
+        for (const Block& b : blocks[i]) {
+          const std::int64_t keys = p + b.i0 + b.tb;
+          at::Tensor qb = qs.narrow(1, b.i0, b.tb).reshape({KV, b.tb * rep, hd});
+          at::Tensor sc = at::bmm(qb, K.narrow(1, 0, keys).transpose(1, 2));  // [KV, tb rep, keys]
+          if (b.mask.defined()) sc.view({KV, b.tb, rep, keys}).masked_fill_(b.mask, neg_inf);
+          at::Tensor pr = softmax(sc);
+          if (b.tb == 1) {  // one query: its output row is a contiguous [KV, rep, hd]
+            at::Tensor row = attn.select(0, o + b.i0).view({KV, rep, hd});
+            at::bmm_out(row, pr, V.narrow(1, 0, keys));
+          } else {
+            at::Tensor ob = at::bmm(pr, V.narrow(1, 0, keys));  // [KV, tb rep, hd]
+            attn.narrow(0, o + b.i0, b.tb)
+                .view({b.tb, KV, rep, hd})
+                .copy_(ob.view({KV, b.tb, rep, hd}).permute({1, 0, 2, 3}));
+          }
+        }
+      }
+      x = at::addmm(x, attn, L[kO].t());
+      a = rms_norm(x, L[kNorm2], c.norm_eps);
+      at::Tensor gu = at::mm(a, L[kGateUp].t());  // [T, 2 mlp]
+      at::Tensor act = at::silu(gu.narrow(1, 0, mlp)).mul_(gu.narrow(1, mlp, mlp));
+      x = at::addmm(x, act, L[kDown].t());
+    }
+
+    std::vector<std::uint64_t> ids(S);
+    for (std::size_t i = 0; i < S; ++i) ids[i] = plan.seqs[i].seq;
+    Value out = make_hidden(std::move(x), d.label);
+    kv_out = make_kv(group, std::move(cache), std::move(ids), std::move(start), std::move(len), d.label);
+    return out;
+  });
+}
+
+std::vector<std::int64_t> LlamaModel::head(const Value& hidden, const StepPlan& plan, const std::string& device) {
+  const std::string op = "head";
+  const Dev d = parse_device(device);
+  auto w = impl_->weights(op, d);
+  check_plan(op, plan);
+  const std::int64_t T = plan.tokens(), S = static_cast<std::int64_t>(plan.seqs.size());
+  const ValueImpl& h = need_hidden(op, hidden, d, T, impl_->cfg.hidden);
+  return guarded(op + " on " + d.label, [&] {
+    c10::InferenceMode im;
+    c10::OptionalDeviceGuard dg(d.device);
+    at::Tensor x = h.hidden;
+    if (T != S) {  // keep each sequence's last token only
+      std::vector<std::int64_t> last(static_cast<std::size_t>(S));
+      std::int64_t o = 0;
+      for (std::int64_t i = 0; i < S; ++i) {
+        o += static_cast<std::int64_t>(plan.seqs[static_cast<std::size_t>(i)].tokens.size());
+        last[static_cast<std::size_t>(i)] = o - 1;
+      }
+      x = at::index_select(x, 0, upload(last, at::kLong, d));
+    }
+    at::Tensor logits = at::mm(rms_norm(x, w->t[0], impl_->cfg.norm_eps), w->t[1].t());  // [S, vocab]
+    at::Tensor next = logits.argmax(-1).to(at::kCPU);                                      // waits for the device
+    const std::int64_t* p = next.data_ptr<std::int64_t>();
+    return std::vector<std::int64_t>(p, p + S);
+  });
+}
+
+Value LlamaModel::copy_to(const Value& v, const std::string& device) {
+  const ValueImpl* src = ValueAccess::get(v);
+  const Dev d = parse_device(device);
+  if (src == nullptr) return Value();
+  return guarded("copy " + src->label + " -> " + d.label, [&] {
+    c10::InferenceMode im;
+    c10::OptionalDeviceGuard dg(d.device);
+    // Device to device copies are asynchronous anyway; to or from the host
+    // they must block (pageable host memory).
+    auto copy = [&](const at::Tensor& t) {
+      const bool nb = t.device().is_cuda() && d.device.is_cuda();
+      return t.to(d.device, t.scalar_type(), nb, /*copy=*/true);
+    };
+    if (src->kind == Value::Kind::kHidden) return make_hidden(copy(src->hidden), d.label);
+    return make_kv(src->group, copy(src->cache), src->seqs, src->start, src->len, d.label);
+  });
+}
+
+void LlamaModel::synchronize(const std::string& device) {
+  const Dev d = parse_device(device);
+  if (!d.device.is_cuda()) return;
+  guarded("synchronize " + d.label,
+          [&] { c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(d.device).synchronize(); });
+}
+
+std::vector<std::vector<std::int64_t>> LlamaModel::generate_reference(
+    const std::vector<std::vector<std::int64_t>>& prompts, int max_new, const std::string& device) {
+  const LlamaConfig& c = impl_->cfg;
+  if (max_new < 0) throw std::invalid_argument("generate_reference: max_new must be >= 0");
+  load("embed", device);
+  for (int g = 0; g < c.groups; ++g) load("layers" + std::to_string(g), device);
+  load("head", device);
+  std::vector<std::vector<std::int64_t>> out;
+  out.reserve(prompts.size());
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<std::int64_t> gen;
+    StepPlan plan;
+    plan.seqs.push_back(SeqStep{i, 0, prompts[i]});
+    std::vector<Value> kv(static_cast<std::size_t>(c.groups));
+    for (int n = 0; n < max_new; ++n) {
+      Value x = embed(plan, device);
+      for (int g = 0; g < c.groups; ++g) x = layers(g, x, kv[std::size_t(g)], plan, device, kv[std::size_t(g)]);
+      const std::int64_t next = head(x, plan, device)[0];
+      gen.push_back(next);
+      SeqStep& s = plan.seqs[0];
+      s.position += static_cast<std::int64_t>(s.tokens.size());
+      s.tokens.assign(1, next);
+    }
+    out.push_back(std::move(gen));
+  }
+  return out;
+}
+
+// ---- Value --------------------------------------------------------------------------------------------------------
+
+Value::Kind Value::kind() const { return impl_ ? impl_->kind : Kind::kEmpty; }
+std::int64_t Value::bytes() const { return impl_ ? impl_->bytes : 0; }
+std::string Value::device() const { return impl_ ? impl_->label : std::string(); }
+std::int64_t Value::tokens() const { return impl_ ? impl_->tokens : 0; }
+
+std::vector<std::uint64_t> Value::sequences() const {
+  return impl_ && impl_->kind == Kind::kKv ? impl_->seqs : std::vector<std::uint64_t>();
+}
+
+std::int64_t Value::cached_tokens(std::uint64_t seq) const {
+  if (!impl_ || impl_->kind != Kind::kKv) return -1;
+  const std::int64_t i = impl_->find(seq);
+  return i < 0 ? -1 : impl_->len[static_cast<std::size_t>(i)];
+}
+
+std::vector<float> Value::to_floats() const {
+  if (!impl_) return {};
+  return guarded("to_floats on " + impl_->label, [&] {
+    c10::InferenceMode im;
+    std::vector<float> out;
+    auto append = [&](const at::Tensor& t) {
+      at::Tensor h = t.to(at::kCPU, at::kFloat).contiguous();
+      const float* p = h.data_ptr<float>();
+      out.insert(out.end(), p, p + h.numel());
+    };
+    append(impl_->kind == Kind::kHidden ? impl_->hidden : impl_->cache);
+    return out;
+  });
+}
+
+bool cuda_available() { return cached_cuda_count() > 0; }
+int cuda_device_count() { return cached_cuda_count(); }
+
+}  // namespace slicesched::rt

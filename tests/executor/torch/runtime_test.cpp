@@ -1,0 +1,295 @@
+// The LibTorch Llama runtime (executor/torch/runtime.h) on "cpu" devices,
+// with a tiny model: deterministic weights, KV cache vs recomputation,
+// batching vs running alone, ops spread over virtual devices vs the
+// reference loop, dropping finished sequences, sizes and errors.
+// Deliberately includes no LibTorch header: runtime.h must not need one.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "executor/torch/runtime.h"
+
+using namespace slicesched::rt;
+
+namespace {
+
+LlamaConfig tiny() {
+  LlamaConfig c;
+  c.name = "llama-tiny";
+  c.vocab = 512;
+  c.hidden = 64;
+  c.layers = 4;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.mlp = 128;
+  c.groups = 2;
+  c.dtype = "float32";
+  c.seed = 7;
+  return c;
+}
+
+void load_all(LlamaModel& m, const std::string& dev) {
+  m.load("embed", dev);
+  for (int g = 0; g < m.config().groups; ++g) m.load("layers" + std::to_string(g), dev);
+  m.load("head", dev);
+}
+
+// One iteration on one device; kv[g] is taken over and replaced.
+struct Step {
+  Value hidden;  // after the last group
+  std::vector<std::int64_t> next;
+};
+Step run(LlamaModel& m, const StepPlan& plan, std::vector<Value>& kv, const std::string& dev = "cpu") {
+  Value x = m.embed(plan, dev);
+  for (int g = 0; g < m.config().groups; ++g) x = m.layers(g, x, kv[std::size_t(g)], plan, dev, kv[std::size_t(g)]);
+  return {x, m.head(x, plan, dev)};
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  float d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+// Rows [r0, r0 + n) of a [tokens, hidden] host copy.
+std::vector<float> rows(const std::vector<float>& h, std::int64_t hidden, std::int64_t r0, std::int64_t n) {
+  return {h.begin() + r0 * hidden, h.begin() + (r0 + n) * hidden};
+}
+
+const std::vector<std::vector<std::int64_t>> kPrompts = {{1, 2, 3, 4, 5}, {100, 7, 300, 42, 9, 11, 500, 2, 0}};
+
+}  // namespace
+
+TEST_CASE("weights are deterministic from the seed", "[torch]") {
+  LlamaModel a(tiny()), b(tiny());
+  auto ta = a.generate_reference(kPrompts, 6, "cpu");
+  auto tb = b.generate_reference(kPrompts, 6, "cpu");
+  REQUIRE(ta.size() == 2);
+  CHECK(ta[0].size() == 6);
+  CHECK(ta == tb);
+  for (const auto& seq : ta)
+    for (auto t : seq) CHECK((t >= 0 && t < 512));
+
+  LlamaConfig other = tiny();
+  other.seed = 8;
+  LlamaModel c(other);
+  CHECK(c.generate_reference(kPrompts, 6, "cpu") != ta);
+
+  // A layer's weights depend on (seed, layer), not on how layers are grouped.
+  LlamaConfig regrouped = tiny();
+  regrouped.groups = 4;
+  LlamaModel d(regrouped);
+  CHECK(d.generate_reference(kPrompts, 6, "cpu") == ta);
+}
+
+TEST_CASE("prefill then decode with the KV cache equals recomputing the whole sequence", "[torch]") {
+  LlamaModel m(tiny());
+  load_all(m, "cpu");
+  const std::int64_t H = m.config().hidden;
+  std::vector<std::int64_t> seq = kPrompts[1];
+
+  std::vector<Value> kv(2);
+  StepPlan plan{{SeqStep{1, 0, seq}}};
+  for (int step = 0; step < 5; ++step) {
+    Step cached = run(m, plan, kv);
+    // From scratch: the whole sequence so far as one prefill.
+    std::vector<Value> fresh_kv(2);
+    Step full = run(m, StepPlan{{SeqStep{1, 0, seq}}}, fresh_kv);
+    const std::int64_t t = static_cast<std::int64_t>(plan.seqs[0].tokens.size());
+    const std::int64_t n = static_cast<std::int64_t>(seq.size());
+    INFO("step " << step);
+    CHECK(max_abs_diff(cached.hidden.to_floats(), rows(full.hidden.to_floats(), H, n - t, t)) < 1e-4f);
+    CHECK(cached.next == full.next);
+    // The caches hold the same K and V too.
+    for (int g = 0; g < 2; ++g) {
+      CHECK(kv[std::size_t(g)].cached_tokens(1) == n);
+      CHECK(max_abs_diff(kv[std::size_t(g)].to_floats(), fresh_kv[std::size_t(g)].to_floats()) < 1e-4f);
+    }
+    seq.push_back(cached.next[0]);
+    plan.seqs[0].position = n;
+    plan.seqs[0].tokens = {cached.next[0]};
+  }
+}
+
+TEST_CASE("a batch of a prefill and two decodes at different positions equals running each alone", "[torch]") {
+  LlamaModel m(tiny());
+  const std::vector<std::int64_t> c_prompt = {9, 8, 7, 6, 5, 4, 3};
+  auto alone = m.generate_reference({kPrompts[0], kPrompts[1], c_prompt}, 2, "cpu");
+
+  // Iteration 1: A and B prefill together. Iteration 2: A and B decode at
+  // positions 5 and 9 while C prefills.
+  std::vector<Value> kv(2);
+  Step first = run(m, StepPlan{{SeqStep{10, 0, kPrompts[0]}, SeqStep{11, 0, kPrompts[1]}}}, kv);
+  REQUIRE(first.next.size() == 2);
+  CHECK(first.next[0] == alone[0][0]);
+  CHECK(first.next[1] == alone[1][0]);
+
+  StepPlan mixed{{SeqStep{10, 5, {first.next[0]}}, SeqStep{12, 0, c_prompt}, SeqStep{11, 9, {first.next[1]}}}};
+  Step second = run(m, mixed, kv);
+  CHECK(second.next == std::vector<std::int64_t>{alone[0][1], alone[2][0], alone[1][1]});
+  CHECK(kv[0].sequences() == std::vector<std::uint64_t>{10, 12, 11});
+  CHECK(kv[1].cached_tokens(10) == 6);
+  CHECK(kv[1].cached_tokens(12) == 7);
+  CHECK(kv[1].cached_tokens(11) == 10);
+
+  // Hidden states agree with C alone, row for row.
+  std::vector<Value> kv_c(2);
+  Step c_alone = run(m, StepPlan{{SeqStep{12, 0, c_prompt}}}, kv_c);
+  const std::int64_t H = m.config().hidden;
+  CHECK(max_abs_diff(rows(second.hidden.to_floats(), H, 1, 7), c_alone.hidden.to_floats()) < 1e-4f);
+}
+
+TEST_CASE("ops spread over virtual cpu devices with copies between them equal the reference", "[torch]") {
+  LlamaModel m(tiny());
+  const int max_new = 5;
+  auto reference = m.generate_reference(kPrompts, max_new, "cpu");
+
+  // Every op on its own virtual device, and the layer groups alternate
+  // devices between iterations, so their KV caches move too.
+  const std::vector<std::string> devs = {"cpu:1", "cpu:2", "cpu:3", "cpu:4"};
+  for (const auto& d : devs) load_all(m, d);
+  std::vector<Value> kv(2);
+  std::vector<std::string> kv_dev(2);
+  StepPlan plan{{SeqStep{0, 0, kPrompts[0]}, SeqStep{1, 0, kPrompts[1]}}};
+  std::vector<std::vector<std::int64_t>> got(2);
+  for (int it = 0; it < max_new; ++it) {
+    Value x = m.embed(plan, "cpu:1");
+    std::string at = "cpu:1";
+    for (int g = 0; g < 2; ++g) {
+      const std::string dev = devs[std::size_t((it + g + 1) % 4)];
+      x = LlamaModel::copy_to(x, dev);
+      CHECK(x.device() == dev);
+      Value kv_here = kv_dev[std::size_t(g)] == dev ? kv[std::size_t(g)] : LlamaModel::copy_to(kv[std::size_t(g)], dev);
+      if (!kv[std::size_t(g)].empty()) CHECK(kv_here.bytes() == kv[std::size_t(g)].bytes());
+      x = m.layers(g, x, kv_here, plan, dev, kv[std::size_t(g)]);
+      kv_dev[std::size_t(g)] = dev;
+      at = dev;
+    }
+    const std::string head_dev = devs[std::size_t(it % 4)];
+    if (at != head_dev) x = LlamaModel::copy_to(x, head_dev);
+    LlamaModel::synchronize(head_dev);
+    auto next = m.head(x, plan, head_dev);
+    for (std::size_t i = 0; i < 2; ++i) {
+      got[i].push_back(next[i]);
+      plan.seqs[i].position += static_cast<std::int64_t>(plan.seqs[i].tokens.size());
+      plan.seqs[i].tokens = {next[i]};
+    }
+  }
+  CHECK(got == reference);
+
+  // An input left on another device is refused, naming the op.
+  Value x = m.embed(plan, "cpu:1");
+  CHECK_THROWS_WITH(m.layers(0, x, Value(), StepPlan{{SeqStep{5, 0, {1}}}}, "cpu:2", kv[0]),
+                    Catch::Contains("layers0") && Catch::Contains("cpu:1"));
+  CHECK_THROWS_AS(m.head(x, plan, "cpu:9"), std::logic_error);  // nothing loaded on cpu:9
+}
+
+TEST_CASE("a sequence left out of the plan is dropped from the KV cache and kv_in is untouched", "[torch]") {
+  LlamaModel m(tiny());
+  load_all(m, "cpu");
+  const std::int64_t per_token = kv_bytes_per_token(m.config());
+  std::vector<Value> kv(2);
+  Step first = run(m, StepPlan{{SeqStep{1, 0, kPrompts[0]}, SeqStep{2, 0, kPrompts[1]}}}, kv);
+  CHECK(kv[0].bytes() == (5 + 9) * per_token);
+  CHECK(kv[0].tokens() == 14);
+
+  const Value kv_in = kv[0];
+  const std::vector<float> before = kv_in.to_floats();
+  // Sequence 1 finished: only sequence 2 decodes.
+  StepPlan plan{{SeqStep{2, 9, {first.next[1]}}}};
+  Value x = m.embed(plan, "cpu");
+  Value kv_out;
+  x = m.layers(0, x, kv_in, plan, "cpu", kv_out);
+  CHECK(kv_out.sequences() == std::vector<std::uint64_t>{2});
+  CHECK(kv_out.cached_tokens(1) == -1);
+  CHECK(kv_out.bytes() == kv_in.bytes() - 5 * per_token + 1 * per_token);
+  CHECK(kv_in.bytes() == 14 * per_token);
+  CHECK(kv_in.sequences() == std::vector<std::uint64_t>{1, 2});
+  CHECK(kv_in.to_floats() == before);
+}
+
+TEST_CASE("sizes match the formulas and bad inputs are refused with named fields", "[torch]") {
+  const LlamaConfig c = tiny();
+  CHECK(dtype_bytes("float32") == 4);
+  CHECK(dtype_bytes("bfloat16") == 2);
+  CHECK(dtype_bytes("float16") == 2);
+  CHECK_THROWS_AS(dtype_bytes("int8"), std::invalid_argument);
+  CHECK(kv_bytes_per_token(c) == 2 * 2 * 2 * 16 * 4);
+  CHECK(hidden_bytes(c, 10) == 10 * 64 * 4);
+  CHECK(weight_bytes(c, "embed") == 512 * 64 * 4);
+  CHECK(weight_bytes(c, "head") == (64 + 512 * 64) * 4);
+  const std::int64_t layer = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128 + 2 * 64;
+  CHECK(weight_bytes(c, "layers1") == 2 * layer * 4);
+  CHECK_THROWS_WITH(weight_bytes(c, "layers2"), Catch::Contains("layers2"));
+  CHECK_THROWS_AS(weight_bytes(c, "layers01"), std::invalid_argument);
+
+  LlamaModel m(c);
+  for (const std::string op : {"embed", "layers0", "layers1", "head"}) {
+    CHECK(!m.loaded(op, "cpu"));
+    CHECK(m.load(op, "cpu") == weight_bytes(c, op));
+    CHECK(m.load(op, "cpu") == weight_bytes(c, op));  // idempotent
+    CHECK(m.loaded(op, "cpu"));
+  }
+  StepPlan plan{{SeqStep{3, 0, {1, 2, 3}}, SeqStep{4, 0, {4, 5}}}};
+  std::vector<Value> kv(2);
+  Value x = m.embed(plan, "cpu");
+  CHECK(x.bytes() == hidden_bytes(c, 5));
+  CHECK(x.kind() == Value::Kind::kHidden);
+  Value h = m.layers(0, x, Value(), plan, "cpu", kv[0]);
+  CHECK(h.bytes() == hidden_bytes(c, 5));
+  CHECK(kv[0].bytes() == 5 * kv_bytes_per_token(c));
+  CHECK(kv[0].kind() == Value::Kind::kKv);
+  Value moved = LlamaModel::copy_to(kv[0], "cpu:1");
+  CHECK(moved.bytes() == kv[0].bytes());
+  CHECK(moved.device() == "cpu:1");
+  CHECK(LlamaModel::copy_to(Value(), "cpu:1").empty());
+  CHECK(m.unload("head", "cpu") == weight_bytes(c, "head"));
+  CHECK(m.unload("head", "cpu") == 0);
+  CHECK_THROWS_WITH(m.head(h, plan, "cpu"), Catch::Contains("head") && Catch::Contains("not loaded"));
+
+  // A decode whose sequence is missing from kv_in, or cached at another length.
+  StepPlan missing{{SeqStep{3, 3, {7}}, SeqStep{99, 4, {1}}}};
+  Value xm = m.embed(missing, "cpu");
+  Value out;
+  CHECK_THROWS_WITH(m.layers(0, xm, kv[0], missing, "cpu", out), Catch::Contains("sequence 99"));
+  StepPlan wrong{{SeqStep{3, 2, {7}}}};
+  CHECK_THROWS_WITH(m.layers(0, m.embed(wrong, "cpu"), kv[0], wrong, "cpu", out),
+                    Catch::Contains("sequence 3") && Catch::Contains("3 tokens"));
+  CHECK(out.empty());
+  CHECK_THROWS_WITH(m.layers(1, xm, kv[0], missing, "cpu", out), Catch::Contains("layers0"));  // wrong group's cache
+  CHECK_THROWS_WITH(m.embed(StepPlan{{SeqStep{1, 0, {512}}}}, "cpu"), Catch::Contains("512"));
+  CHECK_THROWS_AS(m.embed(plan, "gpu0"), std::invalid_argument);
+  if (cuda_available())
+    CHECK_THROWS_AS(m.embed(plan, "cuda:0"), std::logic_error);  // not loaded there
+  else
+    CHECK_THROWS_WITH(m.embed(plan, "cuda:0"), Catch::Contains("CUDA is not available"));
+
+  auto rejects = [](auto mutate, const char* field) {
+    LlamaConfig bad = tiny();
+    mutate(bad);
+    INFO(field);
+    CHECK_THROWS_WITH(validate(bad), Catch::Contains(field));
+    CHECK_THROWS_AS(LlamaModel(bad), std::invalid_argument);
+  };
+  rejects([](LlamaConfig& b) { b.vocab = 0; }, "vocab");
+  rejects([](LlamaConfig& b) { b.hidden = -64; }, "hidden");
+  rejects([](LlamaConfig& b) { b.mlp = 0; }, "mlp");
+  rejects([](LlamaConfig& b) { b.hidden = 66; }, "hidden (66) must be a multiple of heads");
+  rejects([](LlamaConfig& b) { b.kv_heads = 3; }, "kv_heads");
+  rejects([](LlamaConfig& b) { b.groups = 3; }, "groups");
+  rejects([](LlamaConfig& b) { b.dtype = "fp8"; }, "dtype 'fp8'");
+  CHECK_NOTHROW(validate(c));
+
+  auto p = synthetic_prompt(c, 1, 42, 100);
+  CHECK(p.size() == 100);
+  CHECK(p == synthetic_prompt(c, 1, 42, 100));
+  CHECK(p != synthetic_prompt(c, 1, 43, 100));
+  CHECK(std::all_of(p.begin(), p.end(), [](std::int64_t t) { return t >= 0 && t < 512; }));
+  CHECK(cuda_available() == (cuda_device_count() > 0));
+}
