@@ -1,8 +1,6 @@
 // `slicesched simulate CONFIG`: offline capacity planning. Every policy of
 // the config runs on the same engine against the emulated cluster; the
 // result is a comparison table, summary.json, CSVs, Chrome traces and plots.
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -21,6 +19,7 @@
 import slicesched.core;
 import slicesched.config;
 import slicesched.cli.report;
+import slicesched.cli.setup;
 import slicesched.engine;
 import slicesched.engine.metrics;
 import slicesched.engine.union_partition_set;
@@ -31,65 +30,6 @@ import slicesched.simulator.llama;
 import slicesched.workload.trace;
 
 namespace slicesched::cli {
-
-namespace {
-
-[[noreturn]] void fail(const std::string& message) { throw std::runtime_error(message); }
-
-void check(const Status& s) {
-  if (!s.ok()) fail(s.message());
-}
-
-Trace make_stream(const TenantConfig& t, std::uint64_t seed) {
-  const StreamConfig& s = t.stream;
-  switch (s.kind) {
-    case StreamConfig::Kind::kTrace: {
-      auto trace = read_trace(s.path, s.trace);
-      if (!trace.ok()) fail("tenant '" + t.name + "': " + trace.status().message());
-      if (trace->skipped_lines > 0)
-        std::fprintf(stderr, "slicesched: tenant '%s': skipped %zu corrupt line(s) of %s (first: %s)\n", t.name.c_str(),
-                     trace->skipped_lines, s.path.c_str(), trace->first_skipped.c_str());
-      return std::move(trace).value();
-    }
-    case StreamConfig::Kind::kConstant:
-      return constant_rate(s.rate_per_s, s.duration_s, s.input_tokens, s.output_tokens);
-    case StreamConfig::Kind::kPoisson:
-      return poisson(s.rate_per_s, s.duration_s, s.input_tokens, s.output_tokens, seed);
-  }
-  return {};
-}
-
-std::shared_ptr<AcceleratorSet> make_cluster(const ExperimentConfig& cfg) {
-  auto set = std::make_shared<AcceleratorSet>();
-  for (const auto& l : cfg.link_classes)
-    check(set->add_link_class(l.name, l.bandwidth_bytes_per_s, l.latency_s).status());
-  for (const auto& a : cfg.accelerators) check(set->add(a.name, a.type, a.hbm_bytes).status());
-  for (const auto& l : cfg.links) {
-    LinkClassId cls = 0;
-    for (std::size_t i = 0; i < cfg.link_classes.size(); ++i)
-      if (cfg.link_classes[i].name == l.link_class) cls = static_cast<LinkClassId>(i);
-    check(set->link(static_cast<AccelId>(set->find(l.a)), static_cast<AccelId>(set->find(l.b)), cls));
-  }
-  return set;
-}
-
-// Partition-set arguments name tenants; plugins see tenant ids.
-PluginArgs tenant_ids(const PolicyConfig& p, PluginArgs args) {
-  if (!args.is_object() || !args.contains("tenants") || !args["tenants"].is_object()) return args;
-  PluginArgs ids = PluginArgs::object();
-  for (auto& [name, groups] : args["tenants"].items()) {
-    auto it = std::find(p.tenants.begin(), p.tenants.end(), name);
-    if (it == p.tenants.end())
-      fail("policy '" + p.name + "': partition set pins tenant '" + name + "', which the policy does not run");
-    ids[std::to_string(it - p.tenants.begin())] = groups;
-  }
-  args["tenants"] = ids;
-  return args;
-}
-
-bool stderr_is_tty() { return isatty(fileno(stderr)) != 0; }
-
-}  // namespace
 
 // The ground truth a run plays: measured profiles, or a calibration profile.
 struct Truths {
@@ -103,10 +43,7 @@ PolicyRun run_policy(const ExperimentConfig& cfg, const PolicyConfig& policy, co
                      const Truths& truths) {
   auto accels = make_cluster(cfg);
   auto templates = std::make_shared<TemplateRegistry>();
-  llama::Shape shape;
-  shape.layers = cfg.model.layers;
-  shape.groups = cfg.model.groups;
-  const TemplateId tmpl = templates->add(llama::make_template(cfg.model.name, shape)).value();
+  const TemplateId tmpl = templates->add(llama::make_template(cfg.model.name, model_shape(cfg.model))).value();
   Gmg gmg(templates, accels);
   for (AccelId a = 0; a < accels->size(); ++a) check(gmg.place_weights(tmpl, a));
 
@@ -206,6 +143,8 @@ int simulate(const SimulateOptions& opt) {
     check(plugins::register_builtins(plugins));
     for (const auto& path : cfg->plugin_paths) check(load_plugin_library(path, plugins));
     Truths truths;
+    if (!cfg->ground_truth.present)
+      fail(cfg->path + ": simulate needs a [ground_truth] section (measured profiles or a calibration profile)");
     if (!cfg->ground_truth.calibrated.empty()) {
       auto cal = read_calibration(cfg->ground_truth.calibrated);
       if (!cal.ok()) fail(cal.status().message());
@@ -228,25 +167,7 @@ int simulate(const SimulateOptions& opt) {
       truths.prior = std::move(prior).value();
     }
 
-    // Every accelerator holds the model's full weights (any policy may put
-    // any layer group anywhere): refuse a cluster they do not fit.
-    {
-      llama::Shape shape;
-      shape.layers = cfg->model.layers;
-      shape.groups = cfg->model.groups;
-      const GraphTemplate model = llama::make_template(cfg->model.name, shape);
-      std::int64_t weights = 0;
-      for (const auto& op : model.ops()) weights += op.weight_bytes;
-      for (const auto& a : cfg->accelerators)
-        if (a.hbm_bytes <= weights) {
-          char msg[256];
-          std::snprintf(msg, sizeof msg,
-                        "%s: cluster: accelerator '%s' has %.2f GiB of HBM; %s's weights alone need %.2f GiB",
-                        cfg->path.c_str(), a.name.c_str(), static_cast<double>(a.hbm_bytes) / 1073741824.0,
-                        cfg->model.name.c_str(), static_cast<double>(weights) / 1073741824.0);
-          fail(msg);
-        }
-    }
+    check_weights_fit(cfg.value());
     // Every policy's plugins are created once up front, so a bad name or
     // argument stops the run before anything is simulated.
     const auto cluster = make_cluster(cfg.value());

@@ -225,15 +225,33 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file) {
     const std::string type = a.str("type");
     const double hbm_gib = a.num("hbm_gib", 0, 1e-6, 1e6, true);
     const auto hbm = static_cast<std::int64_t>(hbm_gib * 1073741824.0);
+    const std::string none;
+    const std::string device = a.str("device", &none);
+    // "cpu", "cuda", or either with ":N"; with count, ":*" numbers them.
+    auto valid_device = [&](const std::string& d, bool counted) {
+      const auto colon = d.find(':');
+      const std::string kind = d.substr(0, colon);
+      if (kind != "cpu" && kind != "cuda") return false;
+      if (colon == std::string::npos) return true;
+      const std::string idx = d.substr(colon + 1);
+      if (counted && idx == "*") return true;
+      return !idx.empty() && idx.size() < 6 && idx.find_first_not_of("0123456789") == std::string::npos;
+    };
+    if (!device.empty() && !valid_device(device, a.has("count")))
+      a.fail(a.node("device"), "device",
+             "expected \"cpu\", \"cpu:N\", \"cuda:N\"" + std::string(a.has("count") ? " or \"cpu:*\" / \"cuda:*\"" : "") +
+                 ", got \"" + device + "\"");
     if (a.has("count")) {
-      const std::string empty;
-      const std::string prefix = a.str("name_prefix", &empty);
+      const std::string prefix = a.str("name_prefix", &none);
       const std::int64_t count = a.integer("count", 1, 1, 100000, true);
       const std::int64_t first = a.integer("first_index", 0, 0, 1000000);
-      for (std::int64_t i = 0; i < count; ++i)
-        cfg.accelerators.push_back({(prefix.empty() ? type : prefix) + std::to_string(first + i), type, hbm});
+      for (std::int64_t i = 0; i < count; ++i) {
+        std::string d = device;
+        if (auto star = d.find('*'); star != std::string::npos) d.replace(star, 1, std::to_string(i));
+        cfg.accelerators.push_back({(prefix.empty() ? type : prefix) + std::to_string(first + i), type, hbm, d});
+      }
     } else {
-      cfg.accelerators.push_back({a.str("name"), type, hbm});
+      cfg.accelerators.push_back({a.str("name"), type, hbm, device});
     }
     a.finish();
   }
@@ -289,18 +307,45 @@ ExperimentConfig read(const toml::table& doc, const std::string& file) {
     Table m(*mt, "model", file);
     const std::string def = "llama3-8b";
     cfg.model.name = m.str("name", &def);
-    if (cfg.model.name != "llama3-8b")
-      m.fail(m.node("name"), "name", "expected \"llama3-8b\" (the built-in model), got \"" + cfg.model.name + "\"");
-    cfg.model.layers = static_cast<int>(m.integer("layers", 32, 1, 1024));
-    cfg.model.groups = static_cast<int>(m.integer("groups", 4, 1, 1024));
-    if (cfg.model.layers % cfg.model.groups != 0)
-      m.fail(m.node("groups"), "groups", "expected a divisor of layers (" + std::to_string(cfg.model.layers) + ")");
+    ModelConfig& mc = cfg.model;
+    if (mc.name == "llama-tiny") {
+      mc.vocab = 512, mc.hidden = 64, mc.heads = 4, mc.kv_heads = 2, mc.mlp = 128, mc.layers = 4, mc.groups = 2;
+      mc.dtype = "float32";
+    } else if (mc.name != "llama3-8b") {
+      m.fail(m.node("name"), "name", "expected \"llama3-8b\" or \"llama-tiny\", got \"" + mc.name + "\"");
+    }
+    mc.layers = static_cast<int>(m.integer("layers", mc.layers, 1, 1024));
+    mc.groups = static_cast<int>(m.integer("groups", mc.groups, 1, 1024));
+    if (mc.layers % mc.groups != 0)
+      m.fail(m.node("groups"), "groups", "expected a divisor of layers (" + std::to_string(mc.layers) + ")");
+    mc.vocab = m.integer("vocab", mc.vocab, 2, 1 << 24);
+    mc.hidden = m.integer("hidden", mc.hidden, 2, 1 << 20);
+    mc.heads = m.integer("heads", mc.heads, 1, 4096);
+    if (mc.hidden % mc.heads != 0 || (mc.hidden / mc.heads) % 2 != 0)
+      m.fail(m.node("heads"), "heads", "expected a divisor of hidden (" + std::to_string(mc.hidden) +
+                                           ") leaving an even head dimension");
+    mc.kv_heads = m.integer("kv_heads", mc.kv_heads, 1, 4096);
+    if (mc.heads % mc.kv_heads != 0)
+      m.fail(m.node("kv_heads"), "kv_heads", "expected a divisor of heads (" + std::to_string(mc.heads) + ")");
+    mc.mlp = m.integer("mlp", mc.mlp, 1, 1 << 22);
+    mc.dtype = m.str("dtype", &mc.dtype);
+    if (mc.dtype != "bfloat16" && mc.dtype != "float16" && mc.dtype != "float32")
+      m.fail(m.node("dtype"), "dtype", "expected \"bfloat16\", \"float16\" or \"float32\", got \"" + mc.dtype + "\"");
+    mc.rope_theta = m.num("rope_theta", mc.rope_theta, 1e-6, 1e12);
+    mc.weights_seed = static_cast<std::uint64_t>(m.integer("weights_seed", 0, 0, INT64_MAX));
     m.finish();
   }
 
-  {
-    const toml::table* gt = root.table("ground_truth", true);
+  if (const toml::table* lt = root.table("live", false)) {
+    Table l(*lt, "live", file);
+    cfg.live.threads = static_cast<int>(l.integer("threads", 1, 1, 1024));
+    cfg.live.time_scale = l.num("time_scale", 1.0, 1e-6, 1e9);
+    l.finish();
+  }
+
+  if (const toml::table* gt = root.table("ground_truth", false)) {
     Table g(*gt, "ground_truth", file);
+    cfg.ground_truth.present = true;
     if (g.has("calibrated") == (g.has("layers") || g.has("transfers")))
       g.fail(nullptr, "layers", "give either layers and transfers (measured profiles) or calibrated (a profile)");
     if (g.has("calibrated")) {

@@ -23,6 +23,7 @@ struct LinkClassConfig {
 struct AcceleratorConfig {
   std::string name, type;
   std::int64_t hbm_bytes = 0;
+  std::string device;  // live mode: "cpu", "cpu:N" (a virtual accelerator), "cuda:N"; "" when not given
 };
 
 struct LinkConfig {
@@ -63,12 +64,25 @@ struct PolicyConfig {
   double horizon_s = -1;
 };
 
+// A Llama model: "llama3-8b" (Llama-3-8B shapes) or "llama-tiny" (small
+// enough for CPU tests); every size may be overridden.
 struct ModelConfig {
   std::string name = "llama3-8b";
   int layers = 32, groups = 4;
+  std::int64_t vocab = 128256, hidden = 4096, heads = 32, kv_heads = 8, mlp = 14336;
+  std::string dtype = "bfloat16";  // "bfloat16" | "float16" | "float32"
+  double rope_theta = 500000.0;
+  std::uint64_t weights_seed = 0;  // live mode: weights are random from this seed
+};
+
+// Live mode (`slicesched serve`).
+struct LiveConfig {
+  int threads = 1;          // LibTorch intra-op threads (CPU devices)
+  double time_scale = 1.0;  // trace arrivals are replayed this many times faster
 };
 
 struct GroundTruthConfig {
+  bool present = false;                   // the section was given (simulate needs it)
   std::string layers_csv, transfers_csv;  // measured profiles (resolved paths), or
   std::string calibrated;                 // a calibration profile (resolved path)
   double op_noise_cv = 0.006, transfer_noise_cv = 0.0163;
@@ -84,6 +98,7 @@ struct ExperimentConfig {
   std::vector<AcceleratorConfig> accelerators;
   std::vector<LinkConfig> links;
   ModelConfig model;
+  LiveConfig live;
   GroundTruthConfig ground_truth;
   std::vector<TenantConfig> tenants;
   std::vector<PolicyConfig> policies;

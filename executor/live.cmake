@@ -12,3 +12,13 @@ target_sources(slicesched_executor
 find_package(Threads REQUIRED)
 target_link_libraries(slicesched_executor PUBLIC slicesched_core Threads::Threads)
 target_compile_options(slicesched_executor PRIVATE -Wall -Wextra)
+
+# The LibTorch Llama model as an OpRunner (only with LibTorch).
+if(SLICESCHED_HAVE_TORCH)
+  add_library(slicesched_executor_llama STATIC)
+  target_sources(slicesched_executor_llama
+    PUBLIC FILE_SET CXX_MODULES FILES llama_runner.cppm
+    PRIVATE llama_runner.cpp)
+  target_link_libraries(slicesched_executor_llama PUBLIC slicesched_executor slicesched_torch)
+  target_compile_options(slicesched_executor_llama PRIVATE -Wall -Wextra)
+endif()

@@ -5,7 +5,7 @@ set -euo pipefail
 
 APT_PACKAGES=(clang-19 clang-tools-19 libboost-dev libboost-filesystem-dev libtomlplusplus-dev libtbb-dev
   libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev libcli11-dev python3-pip gnuplot-nox
-  libtorch-dev)
+  libtorch-dev libopenblas0-pthread)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -20,6 +20,7 @@ struct Shape {
   std::int64_t vocab = 128256;
   int layers = 32;
   int groups = 4;  // scheduling units of layers/groups layers each
+  DType dtype = DType::kBF16;  // weights, activations and KV cache
 };
 
 inline std::string group_op(int g) { return "layers" + std::to_string(g); }
@@ -36,11 +37,13 @@ inline GraphTemplate make_template(const std::string& name, const Shape& s = {})
   Expr T = b.dim("tokens"), C = b.dim("context");
   auto k = [](std::int64_t v) { return Expr::constant(v); };
   const int per_group = s.layers / s.groups;
+  const DType dt = s.dtype;
+  const std::int64_t eb = dtype_bytes(dt);
   const std::int64_t kv_per_token = 2 * per_group * s.kv_heads * s.head_dim;  // K and V, elements
   const std::int64_t layer_params =
       2 * s.hidden * s.hidden + 2 * s.hidden * s.kv_heads * s.head_dim + 3 * s.hidden * s.mlp + 2 * s.hidden;
   const double flops_per_s = 400e12, hbm_per_s = 3.35e12;
-  const double group_bytes = 2.0 * per_group * static_cast<double>(layer_params);
+  const double group_bytes = static_cast<double>(eb) * per_group * static_cast<double>(layer_params);
 
   // Prompt tokens come from the host; a decode step's one token comes from
   // the previous step's head.
@@ -49,22 +52,22 @@ inline GraphTemplate make_template(const std::string& name, const Shape& s = {})
   // batching it can be more than `context`, the tokens still attended (the
   // sequences that finished are dropped from it by this step).
   Expr kv_prev = b.dim("kv_prev");
-  for (int g = 0; g < s.groups; ++g) b.port(kv_port(g), {{kv_prev * k(kv_per_token)}, DType::kBF16}, true);
+  for (int g = 0; g < s.groups; ++g) b.port(kv_port(g), {{kv_prev * k(kv_per_token)}, dt}, true);
 
   b.op("embed")
       .input("tokens")
-      .output({{T * k(s.hidden)}, DType::kBF16})
+      .output({{T * k(s.hidden)}, dt})
       .features({T, k(1)})
       .prior({2.0 * s.hidden / hbm_per_s, 5e-6})
-      .weights(2 * s.vocab * s.hidden);
+      .weights(eb * s.vocab * s.hidden);
   std::string prev = "embed";
   for (int g = 0; g < s.groups; ++g) {
     b.op(group_op(g))
-        .input(prev, {{T * k(s.hidden)}, DType::kBF16})
+        .input(prev, {{T * k(s.hidden)}, dt})
         .input(kv_port(g))
-        .output({{T * k(s.hidden)}, DType::kBF16})
+        .output({{T * k(s.hidden)}, dt})
         .workspace(T * k(4 * s.mlp))
-        .retain("kv", {{(C + T) * k(kv_per_token)}, DType::kBF16})
+        .retain("kv", {{(C + T) * k(kv_per_token)}, dt})
         .features({T, T * (C + T), C + T, k(1)})
         .prior({2.0 * per_group * layer_params / flops_per_s, 4.0 * per_group * s.hidden / flops_per_s,
                 2.0 * kv_per_token / hbm_per_s, group_bytes / hbm_per_s})
@@ -77,7 +80,7 @@ inline GraphTemplate make_template(const std::string& name, const Shape& s = {})
       .workspace(T * k(4 * s.vocab))
       .features({T, k(1)})
       .prior({2.0 * s.vocab * s.hidden / flops_per_s, 2.0 * s.vocab * s.hidden / hbm_per_s})
-      .weights(2 * s.vocab * s.hidden);
+      .weights(eb * (s.vocab * s.hidden + s.hidden));  // LM head and final norm
   return std::move(b).build().value();
 }
 

@@ -213,5 +213,9 @@ std::vector<std::int64_t> synthetic_prompt(const LlamaConfig& cfg, std::uint64_t
 // and how many.
 bool cuda_available();
 int cuda_device_count();
+// Intra-op threads for CPU work: LibTorch's pool and, when the system BLAS
+// is OpenBLAS, its pool. Process-wide; call before running operators.
+// n < 1: invalid_argument.
+void set_cpu_threads(int n);
 
 }  // namespace slicesched::rt

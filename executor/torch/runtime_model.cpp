@@ -1,6 +1,8 @@
 // The LibTorch part of runtime.h: weights, the operators, copies. The only
 // translation unit that includes LibTorch (ATen, not <torch/torch.h>: it
 // compiles in half the time and the model needs no torch::nn).
+#include <dlfcn.h>
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/DeviceGuard.h>
@@ -466,7 +468,8 @@ Value LlamaModel::layers(int group, const Value& hidden, const Value& kv_in, con
   {
     std::vector<std::size_t> dec;
     for (std::size_t i = 0; i < S; ++i) (plan.seqs[i].tokens.size() == 1 ? dec : singles).push_back(i);
-    std::stable_sort(dec.begin(), dec.end(), [&](std::size_t a, std::size_t b) { return len[a] > len[b]; });
+    std::sort(dec.begin(), dec.end(),
+              [&](std::size_t a, std::size_t b) { return len[a] != len[b] ? len[a] > len[b] : a < b; });
     for (std::size_t b = 0; b < dec.size();) {
       std::size_t e = b + 1;
       while (e < dec.size() && 2 * len[dec[e]] >= len[dec[b]]) ++e;
@@ -495,7 +498,11 @@ Value LlamaModel::layers(int group, const Value& hidden, const Value& kv_in, con
     const at::Tensor up_idx = upload(idx, at::kLong, d);
     // The new cache, exactly N tokens: what it keeps of kv_in gathered in one
     // copy (which also drops the sequences the plan left out).
-    at::Tensor cache = kept > 0 ? kin->cache.index_select(3, up_idx.narrow(0, 0, N))
+    // (Gathers index dim 1 of a 3-d view: LibTorch's CPU index_select is
+    // several times slower on a middle dim of a 5-d tensor.)
+    at::Tensor cache = kept > 0 ? kin->cache.view({per * 2 * KV, kin->tokens, hd})
+                                      .index_select(1, up_idx.narrow(0, 0, N))
+                                      .view({per, 2, KV, N, hd})
                                 : at::empty({per, 2, KV, N, hd}, opts);
     const at::Tensor slots = up_idx.narrow(0, slots_at, T);
     for (Bucket& k : buckets) {
@@ -565,10 +572,10 @@ Value LlamaModel::layers(int group, const Value& hidden, const Value& kv_in, con
       layer_cache.index_copy_(2, slots, kvbuf.permute({1, 2, 0, 3}));
 
       for (const Bucket& k : buckets) {
-        // [2, KV, rows * width, hd]: K and V of the bucket's sequences, padded to width.
-        at::Tensor g = layer_cache.index_select(2, k.gather_idx);
-        at::Tensor K = g.select(0, 0).view({KV * k.rows, k.width, hd});
-        at::Tensor V = g.select(0, 1).view({KV * k.rows, k.width, hd});
+        // [2 KV, rows * width, hd]: K and V of the bucket's sequences, padded to width.
+        at::Tensor g = layer_cache.view({2 * KV, N, hd}).index_select(1, k.gather_idx);
+        at::Tensor K = g.narrow(0, 0, KV).view({KV * k.rows, k.width, hd});
+        at::Tensor V = g.narrow(0, KV, KV).view({KV * k.rows, k.width, hd});
         at::Tensor qb = q.index_select(0, k.row_idx)
                             .view({k.rows, KV, rep, hd})
                             .permute({1, 0, 2, 3})
@@ -728,6 +735,15 @@ std::vector<float> Value::to_floats() const {
 }
 
 bool cuda_available() { return cached_cuda_count() > 0; }
+
+void set_cpu_threads(int n) {
+  if (n < 1) throw std::invalid_argument("threads: expected >= 1, got " + std::to_string(n));
+  at::set_num_threads(n);
+  // LibTorch hands matrix products to the system BLAS; OpenBLAS keeps its
+  // own thread pool, sized here too when it is the one loaded.
+  using SetThreads = void (*)(int);
+  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
+}
 int cuda_device_count() { return cached_cuda_count(); }
 
 }  // namespace slicesched::rt

@@ -117,32 +117,41 @@ TEST_CASE("prefill then decode with the KV cache equals recomputing the whole se
   }
 }
 
-TEST_CASE("a batch of a prefill and two decodes at different positions equals running each alone", "[torch]") {
+TEST_CASE("a batch of a prefill and decodes at different positions equals running each alone", "[torch]") {
   LlamaModel m(tiny());
   const std::vector<std::int64_t> c_prompt = {9, 8, 7, 6, 5, 4, 3};
-  auto alone = m.generate_reference({kPrompts[0], kPrompts[1], c_prompt}, 2, "cpu");
+  const std::vector<std::int64_t> d_prompt = synthetic_prompt(m.config(), 3, 13, 25);
+  auto alone = m.generate_reference({kPrompts[0], kPrompts[1], c_prompt, d_prompt}, 2, "cpu");
 
-  // Iteration 1: A and B prefill together. Iteration 2: A and B decode at
-  // positions 5 and 9 while C prefills.
+  // Iteration 1: A, B and D prefill together. Iteration 2: A, B and D decode
+  // at positions 5, 9 and 25 (two length buckets, one ragged) while C prefills.
   std::vector<Value> kv(2);
-  Step first = run(m, StepPlan{{SeqStep{10, 0, kPrompts[0]}, SeqStep{11, 0, kPrompts[1]}}}, kv);
-  REQUIRE(first.next.size() == 2);
-  CHECK(first.next[0] == alone[0][0]);
-  CHECK(first.next[1] == alone[1][0]);
+  Step first =
+      run(m, StepPlan{{SeqStep{10, 0, kPrompts[0]}, SeqStep{11, 0, kPrompts[1]}, SeqStep{13, 0, d_prompt}}}, kv);
+  REQUIRE(first.next.size() == 3);
+  CHECK(first.next == std::vector<std::int64_t>{alone[0][0], alone[1][0], alone[3][0]});
 
-  StepPlan mixed{{SeqStep{10, 5, {first.next[0]}}, SeqStep{12, 0, c_prompt}, SeqStep{11, 9, {first.next[1]}}}};
+  StepPlan mixed{{SeqStep{10, 5, {first.next[0]}}, SeqStep{13, 25, {first.next[2]}}, SeqStep{12, 0, c_prompt},
+                  SeqStep{11, 9, {first.next[1]}}}};
   Step second = run(m, mixed, kv);
-  CHECK(second.next == std::vector<std::int64_t>{alone[0][1], alone[2][0], alone[1][1]});
-  CHECK(kv[0].sequences() == std::vector<std::uint64_t>{10, 12, 11});
+  CHECK(second.next == std::vector<std::int64_t>{alone[0][1], alone[3][1], alone[2][0], alone[1][1]});
+  CHECK(kv[0].sequences() == std::vector<std::uint64_t>{10, 13, 12, 11});
   CHECK(kv[1].cached_tokens(10) == 6);
+  CHECK(kv[1].cached_tokens(13) == 26);
   CHECK(kv[1].cached_tokens(12) == 7);
   CHECK(kv[1].cached_tokens(11) == 10);
+  CHECK(kv[1].tokens() == 6 + 26 + 7 + 10);
 
-  // Hidden states agree with C alone, row for row.
+  // Hidden states agree with each sequence run alone, row for row.
+  const std::int64_t H = m.config().hidden;
+  const std::vector<float> batched = second.hidden.to_floats();
   std::vector<Value> kv_c(2);
   Step c_alone = run(m, StepPlan{{SeqStep{12, 0, c_prompt}}}, kv_c);
-  const std::int64_t H = m.config().hidden;
-  CHECK(max_abs_diff(rows(second.hidden.to_floats(), H, 1, 7), c_alone.hidden.to_floats()) < 1e-4f);
+  CHECK(max_abs_diff(rows(batched, H, 2, 7), c_alone.hidden.to_floats()) < 1e-4f);
+  std::vector<Value> kv_a(2);
+  run(m, StepPlan{{SeqStep{10, 0, kPrompts[0]}}}, kv_a);
+  Step a_alone = run(m, StepPlan{{SeqStep{10, 5, {first.next[0]}}}}, kv_a);
+  CHECK(max_abs_diff(rows(batched, H, 0, 1), a_alone.hidden.to_floats()) < 1e-4f);
 }
 
 TEST_CASE("ops spread over virtual cpu devices with copies between them equal the reference", "[torch]") {

@@ -1,0 +1,99 @@
+module;
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+module slicesched.cli.setup;
+
+namespace slicesched::cli {
+
+void fail(const std::string& message) { throw std::runtime_error(message); }
+
+void check(const Status& s) {
+  if (!s.ok()) fail(s.message());
+}
+
+Trace make_stream(const TenantConfig& t, std::uint64_t seed) {
+  const StreamConfig& s = t.stream;
+  switch (s.kind) {
+    case StreamConfig::Kind::kTrace: {
+      auto trace = read_trace(s.path, s.trace);
+      if (!trace.ok()) fail("tenant '" + t.name + "': " + trace.status().message());
+      if (trace->skipped_lines > 0)
+        std::fprintf(stderr, "slicesched: tenant '%s': skipped %zu corrupt line(s) of %s (first: %s)\n", t.name.c_str(),
+                     trace->skipped_lines, s.path.c_str(), trace->first_skipped.c_str());
+      return std::move(trace).value();
+    }
+    case StreamConfig::Kind::kConstant:
+      return constant_rate(s.rate_per_s, s.duration_s, s.input_tokens, s.output_tokens);
+    case StreamConfig::Kind::kPoisson:
+      return poisson(s.rate_per_s, s.duration_s, s.input_tokens, s.output_tokens, seed);
+  }
+  return {};
+}
+
+std::shared_ptr<AcceleratorSet> make_cluster(const ExperimentConfig& cfg) {
+  auto set = std::make_shared<AcceleratorSet>();
+  for (const auto& l : cfg.link_classes)
+    check(set->add_link_class(l.name, l.bandwidth_bytes_per_s, l.latency_s).status());
+  for (const auto& a : cfg.accelerators) check(set->add(a.name, a.type, a.hbm_bytes).status());
+  for (const auto& l : cfg.links) {
+    LinkClassId cls = 0;
+    for (std::size_t i = 0; i < cfg.link_classes.size(); ++i)
+      if (cfg.link_classes[i].name == l.link_class) cls = static_cast<LinkClassId>(i);
+    check(set->link(static_cast<AccelId>(set->find(l.a)), static_cast<AccelId>(set->find(l.b)), cls));
+  }
+  return set;
+}
+
+llama::Shape model_shape(const ModelConfig& m) {
+  llama::Shape s;
+  s.hidden = m.hidden;
+  s.kv_heads = m.kv_heads;
+  s.head_dim = m.hidden / m.heads;
+  s.mlp = m.mlp;
+  s.vocab = m.vocab;
+  s.layers = m.layers;
+  s.groups = m.groups;
+  s.dtype = m.dtype == "float32" ? DType::kF32 : m.dtype == "float16" ? DType::kF16 : DType::kBF16;
+  return s;
+}
+
+void check_weights_fit(const ExperimentConfig& cfg) {
+  const GraphTemplate model = llama::make_template(cfg.model.name, model_shape(cfg.model));
+  std::int64_t weights = 0;
+  for (const auto& op : model.ops()) weights += op.weight_bytes;
+  for (const auto& a : cfg.accelerators)
+    if (a.hbm_bytes <= weights) {
+      char msg[512];
+      std::snprintf(msg, sizeof msg, "%s: cluster: accelerator '%s' has %.2f GiB of HBM; %s's weights alone need %.2f GiB",
+                    cfg.path.c_str(), a.name.c_str(), static_cast<double>(a.hbm_bytes) / 1073741824.0,
+                    cfg.model.name.c_str(), static_cast<double>(weights) / 1073741824.0);
+      fail(msg);
+    }
+}
+
+PluginArgs tenant_ids(const PolicyConfig& p, PluginArgs args) {
+  if (!args.is_object() || !args.contains("tenants") || !args["tenants"].is_object()) return args;
+  PluginArgs ids = PluginArgs::object();
+  for (auto it_ = args["tenants"].begin(); it_ != args["tenants"].end(); ++it_) {
+    const std::string name = it_.key();
+    const auto& groups = it_.value();
+    auto it = std::find(p.tenants.begin(), p.tenants.end(), name);
+    if (it == p.tenants.end())
+      fail("policy '" + p.name + "': partition set pins tenant '" + name + "', which the policy does not run");
+    ids[std::to_string(it - p.tenants.begin())] = groups;
+  }
+  args["tenants"] = ids;
+  return args;
+}
+
+bool stderr_is_tty() { return isatty(fileno(stderr)) != 0; }
+
+}  // namespace slicesched::cli

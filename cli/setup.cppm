@@ -1,0 +1,37 @@
+// What `simulate`, `serve`, `calibrate` and the live benchmarks build from
+// a config in the same way: the cluster, the model template, request
+// streams, plugin arguments, and the checks made before anything runs.
+// Failures throw std::runtime_error with a one-line message; the commands
+// print it and exit non-zero.
+module;
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+export module slicesched.cli.setup;
+export import slicesched.core;
+export import slicesched.core.plugin;
+export import slicesched.config;
+export import slicesched.simulator.llama;
+export import slicesched.workload.trace;
+
+export namespace slicesched::cli {
+
+[[noreturn]] void fail(const std::string& message);
+void check(const Status& s);
+
+// The tenant's requests (trace, constant or Poisson stream).
+Trace make_stream(const TenantConfig& t, std::uint64_t seed);
+std::shared_ptr<AcceleratorSet> make_cluster(const ExperimentConfig& cfg);
+// The scheduler's view of the config's model.
+llama::Shape model_shape(const ModelConfig& m);
+// Every accelerator holds the model's full weights (any policy may put any
+// layer group anywhere): refuses a cluster they do not fit, naming the
+// accelerator.
+void check_weights_fit(const ExperimentConfig& cfg);
+// Partition-set arguments name tenants; plugins see tenant ids.
+PluginArgs tenant_ids(const PolicyConfig& p, PluginArgs args);
+bool stderr_is_tty();
+
+}  // namespace slicesched::cli

@@ -1,0 +1,127 @@
+module;
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "executor/torch/runtime.h"
+
+module slicesched.executor.llama;
+
+namespace slicesched {
+
+namespace {
+
+struct Prepared {
+  enum class Kind { kEmbed, kLayers, kHead } kind = Kind::kEmbed;
+  int group = 0;
+  std::shared_ptr<const rt::StepPlan> plan;
+  std::string name;  // for messages
+};
+
+}  // namespace
+
+LlamaRunner::LlamaRunner(rt::LlamaModel& model, std::vector<std::string> devices)
+    : model_(model), devices_(std::move(devices)) {}
+
+Payload LlamaRunner::wrap(const rt::Value& v) {
+  if (v.empty()) return {};
+  return Payload{std::make_shared<const rt::Value>(v), v.bytes()};
+}
+
+const rt::Value& LlamaRunner::unwrap(const Payload& p) { return *static_cast<const rt::Value*>(p.value.get()); }
+
+Result<std::vector<std::int64_t>> LlamaRunner::load_weights() {
+  std::vector<std::string> ops{"embed", "head"};
+  for (int g = 0; g < model_.config().groups; ++g) ops.push_back("layers" + std::to_string(g));
+  std::vector<std::int64_t> bytes(devices_.size(), 0);
+  for (std::size_t a = 0; a < devices_.size(); ++a) {
+    try {
+      for (const auto& op : ops) bytes[a] += model_.load(op, devices_[a]);
+    } catch (const std::exception& e) {
+      return FailedPrecondition("loading " + model_.config().name + " onto device '" + devices_[a] + "': " + e.what());
+    }
+  }
+  return bytes;
+}
+
+Status LlamaRunner::on_iteration(InstanceId instance, IterationPlan plan) {
+  auto p = std::make_shared<rt::StepPlan>();
+  p->seqs.reserve(plan.seqs.size());
+  for (auto& s : plan.seqs) p->seqs.push_back({s.seq, s.position, std::move(s.tokens)});
+  std::lock_guard lk(mu_);
+  plans_[instance] = std::move(p);
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<const void>> LlamaRunner::prepare(const Gmg& gmg, OpId op) {
+  const OpRecord& r = gmg.op(op);
+  const std::string& name = gmg.templates().get(r.tmpl).ops()[r.tmpl_op].name;
+  auto p = std::make_shared<Prepared>();
+  p->name = gmg.op_name(op);
+  if (name == "embed") {
+    p->kind = Prepared::Kind::kEmbed;
+  } else if (name == "head") {
+    p->kind = Prepared::Kind::kHead;
+  } else if (name.rfind("layers", 0) == 0) {
+    p->kind = Prepared::Kind::kLayers;
+    try {
+      p->group = std::stoi(name.substr(6));
+    } catch (const std::exception&) {
+      return InvalidArgument("llama runner: operator '" + name + "' is not embed, layers<g> or head");
+    }
+  } else {
+    return InvalidArgument("llama runner: operator '" + name + "' is not embed, layers<g> or head");
+  }
+  std::lock_guard lk(mu_);
+  auto it = plans_.find(r.instance);
+  if (it == plans_.end()) return FailedPrecondition("llama runner: no iteration plan for " + p->name);
+  p->plan = it->second;
+  // The head is the instance's last operator: nothing needs the plan after.
+  if (p->kind == Prepared::Kind::kHead) plans_.erase(it);
+  return std::shared_ptr<const void>(std::move(p));
+}
+
+Result<OpResult> LlamaRunner::run(AccelId accel, const void* prepared, std::span<const Payload> inputs) {
+  const auto& p = *static_cast<const Prepared*>(prepared);
+  const std::string& device = devices_[accel];
+  OpResult out;
+  switch (p.kind) {
+    case Prepared::Kind::kEmbed:
+      out.output = wrap(model_.embed(*p.plan, device));
+      break;
+    case Prepared::Kind::kLayers: {
+      // Inputs: the hidden state, and (after the first iteration) the KV
+      // cache this group's previous iteration retained.
+      const rt::Value* hidden = nullptr;
+      const rt::Value* kv = nullptr;
+      static const rt::Value kNone;
+      for (const Payload& in : inputs) {
+        const rt::Value& v = unwrap(in);
+        (v.kind() == rt::Value::Kind::kKv ? kv : hidden) = &v;
+      }
+      if (!hidden) return InvalidArgument("llama runner: " + p.name + " has no hidden-state input");
+      rt::Value kv_out;
+      out.output = wrap(model_.layers(p.group, *hidden, kv ? *kv : kNone, *p.plan, device, kv_out));
+      out.retained = wrap(kv_out);
+      break;
+    }
+    case Prepared::Kind::kHead: {
+      if (inputs.empty()) return InvalidArgument("llama runner: " + p.name + " has no input");
+      out.tokens = model_.head(unwrap(inputs[0]), *p.plan, device);
+      break;
+    }
+  }
+  return out;
+}
+
+Result<Payload> LlamaRunner::copy(const Payload& value, AccelId to) {
+  return wrap(rt::LlamaModel::copy_to(unwrap(value), devices_[to]));
+}
+
+}  // namespace slicesched
