@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 import slicesched.config;
@@ -96,9 +97,41 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
   CHECK(load_error(replace(base(), "constant_rate = 1.0,", "constant_rate = 1.0, poisson_rate = 2.0,")) ==
         ":10: tenants[0].stream.trace: exactly one of trace, constant_rate, poisson_rate is required");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nbatch_cap = 3")) ==
-        ":13: policies[0].batch_cap: unknown key (known here: name, partition_sets, placement, scheduler, tenants)");
+        ":13: policies[0].batch_cap: unknown key (known here: arbiter, estimator, name, partition_sets, placement, "
+        "scheduler, tenants)");
   CHECK(load_error(replace(base(), "count = 2", "count = 0")) ==
         ":4: cluster.accelerators[0].count: expected an integer in [1, 100000], got 0");
+}
+
+TEST_CASE("a policy's arbiter and estimator default to the built-ins and take arguments", "[config]") {
+  const fs::path p = fs::temp_directory_path() / "slicesched_config_plugins.toml";
+  std::ofstream(p) << base();
+  auto cfg = load_config(p.string());
+  REQUIRE(cfg.ok());
+  CHECK(cfg->policies[0].arbiter.name == "greedy");
+  CHECK(cfg->policies[0].arbiter.args == nlohmann::json::object());
+  CHECK(cfg->policies[0].estimator.name == "online-linear");
+  std::ofstream(p) << replace(base(), "placement = { plugin = \"static\" }",
+                              "placement = { plugin = \"static\" }\n"
+                              "arbiter = { plugin = \"greedy\", reserve_oldest = false }\n"
+                              "estimator = { plugin = \"mine\", window = 8 }");
+  cfg = load_config(p.string());
+  REQUIRE(cfg.ok());
+  CHECK(cfg->policies[0].arbiter.name == "greedy");
+  CHECK(cfg->policies[0].arbiter.args == nlohmann::json{{"reserve_oldest", false}});
+  CHECK(cfg->policies[0].estimator.name == "mine");  // checked by simulate, which knows the loaded plugins
+  CHECK(cfg->policies[0].estimator.args == nlohmann::json{{"window", 8}});
+}
+
+TEST_CASE("a policy's arbiter and estimator must be plugin tables", "[config][bad-input]") {
+  const std::string at = "placement = { plugin = \"static\" }";
+  CHECK(load_error(replace(base(), at, at + "\narbiter = \"serial\"")) == ":15: policies[0].arbiter: expected a table");
+  CHECK(load_error(replace(base(), at, at + "\narbiter = { reserve_oldest = false }")) ==
+        ":15: policies[0].arbiter.plugin: is required (a string)");
+  CHECK(load_error(replace(base(), at, at + "\nestimator = { plugin = 3 }")) ==
+        ":15: policies[0].estimator.plugin: expected a string");
+  CHECK(load_error(replace(base(), at, at + "\nestimator = [\"online-linear\"]")) ==
+        ":15: policies[0].estimator: expected a table");
 }
 
 TEST_CASE("a missing config file is one clear error", "[config][bad-input]") {
