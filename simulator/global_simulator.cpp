@@ -150,9 +150,12 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
         used_[here] += ge.bytes;  // the landed copy is resident
       } else {
         ++pending_[i];  // a transfer from a done producer, still to simulate
+        // Its intent appears once the producer is done and the consumer
+        // issued (the backend is handed the consumer at its issue).
+        const Nanos since = std::max(src.done_t, gmg.op(r_.ops[i]).issue_t);
         transfers_.push_back({static_cast<std::uint32_t>(edges_.size() - 1),
-                              to_nanos(est.predict_transfer(src.accel, here, ge.bytes)), src.done_t});
-        events_.push(src.done_t, kTransferReady, static_cast<std::uint32_t>(transfers_.size() - 1));
+                              to_nanos(est.predict_transfer(src.accel, here, ge.bytes)), since});
+        events_.push(since, kTransferReady, static_cast<std::uint32_t>(transfers_.size() - 1));
       }
     }
   }

@@ -199,6 +199,42 @@ TEST_CASE("emulated cluster agrees with the global simulator when truth equals t
   CHECK(differs[4] > 0);  // one transfer at a time: often another timeline
 }
 
+TEST_CASE("a transfer from a done producer starts when its consumer is issued, in both", "[emulated][golden]") {
+  // x on a0 is done at 1 ms; y on a1, which reads x's 2 MB, is issued only
+  // at 5 ms. The copy starts at 5 (not at 1: nobody asked for it before),
+  // lands at 7, and y runs [7,10].
+  auto reg = std::make_shared<TemplateRegistry>();
+  TemplateBuilder b("late");
+  b.op("x").output({{Expr::constant(2'000'000)}, DType::kI8}).features({Expr::constant(1)}).prior({0.001});
+  b.op("y").input("x").output({{Expr::constant(1)}, DType::kI8}).features({Expr::constant(1)}).prior({0.003});
+  TemplateId t = reg->add(std::move(b).build().value()).value();
+  Gmg gmg(reg, cluster(2));
+  auto inst = gmg.instantiate({t, {}, {}, 0, 0}).value();
+  const OpId x = inst.ops[0], y = inst.ops[1];
+  PriorTruth truth;
+  plugins::GreedyArbiter arbiter;
+  EmulatedCluster emu(2, truth, arbiter);
+  REQUIRE(gmg.issue(x, 0, 0).ok());
+  REQUIRE(emu.submit(gmg, x).ok());
+  run_all(emu, gmg);
+  std::vector<Feedback> none;
+  REQUIRE(emu.advance_to(5'000'000, none).ok());
+  gmg.advance_clock(5'000'000);
+  REQUIRE(gmg.issue(y, 1, 5'000'000).ok());
+  auto predicted = simulate(gmg, estimators(*reg), {.record_transfers = true});
+  REQUIRE(predicted.transfers.size() == 1);
+  CHECK(predicted.transfers[0].start == 5'000'000);
+  CHECK(predicted.transfers[0].finish == 7'000'000);
+  CHECK(predicted.start_of(y) == 7'000'000);
+  CHECK(predicted.finish_of(y) == 10'000'000);
+  REQUIRE(emu.submit(gmg, y).ok());
+  auto fb = run_all(emu, gmg);
+  REQUIRE(fb.size() == 2);
+  CHECK(fb[0].kind == Feedback::Kind::kTransfer);
+  CHECK(fb[0].t - fb[0].measured == 5'000'000);
+  CHECK(fb[1].t == predicted.finish_of(y));
+}
+
 TEST_CASE("emulated cluster refuses misuse", "[emulated][bad-input]") {
   auto reg = std::make_shared<TemplateRegistry>();
   TemplateId t = reg->add(unit_op("unit", 0.001, 1)).value();
