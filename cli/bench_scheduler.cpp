@@ -34,12 +34,16 @@ int bench_scheduler(const BenchSchedulerOptions& opt) {
   // Queues already hold `horizon` operators per accelerator (decode steps).
   check(
       llama::issue_pipelines(base, tmpl, static_cast<std::int64_t>(opt.horizon) * opt.accelerators, 512, 15).status());
-  EstimatorSet est;
-  check(seed_priors(est, *templates, *accels));
-
-  // `candidates` groups of accelerators, spread over the cluster.
+  // The default plugins of a policy: online-linear estimators (seeded with
+  // the priors) and the default transfer rule.
   PluginRegistries plugins;
   check(plugins::register_builtins(plugins));
+  auto estimator = plugins.estimator.create("online-linear", nullptr);
+  check(estimator.status());
+  Estimator& est = *estimator.value();
+  check(seed_priors(*est.linear(), *templates, *accels));
+
+  // `candidates` groups of accelerators, spread over the cluster.
   nlohmann::json groups = nlohmann::json::array();
   const int per = std::max(1, opt.accelerators / opt.candidates);
   for (int c = 0; c < opt.candidates; ++c) {

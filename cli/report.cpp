@@ -7,6 +7,7 @@ module;
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -251,8 +252,13 @@ void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const Sim
     write_file(dir / ("requests_" + slug(r.name) + ".csv"), requests_csv(r));
     write_file(dir / ("accelerators_" + slug(r.name) + ".csv"), accelerators_csv(r));
     write_file(dir / ("trace_" + slug(r.name) + ".json"), chrome_trace(r, opt.trace_seconds));
-    if (Status s = write_calibration(r.calibration, (dir / ("calibration_" + slug(r.name) + ".json")).string());
-        !s.ok())
+    const fs::path calibration = dir / ("calibration_" + slug(r.name) + ".json");
+    if (!r.calibration) {
+      std::fprintf(stderr, "slicesched: policy '%s': not writing %s: estimator '%s' has no linear form to snapshot\n",
+                   r.name.c_str(), calibration.string().c_str(), r.estimator.c_str());
+      continue;
+    }
+    if (Status s = write_calibration(*r.calibration, calibration.string()); !s.ok())
       throw std::runtime_error(s.message());
   }
   plots(dir, runs);

@@ -3,6 +3,7 @@
 // CSVs, a Chrome trace per policy (opens in Perfetto) and PNG plots.
 module;
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,9 +23,10 @@ struct PolicyRun {
   std::vector<RequestRecord> requests;
   std::vector<RunRecord> log;
   std::vector<std::string> tenant_names, accel_names;
-  std::vector<EstimatorSet::ReportRow> estimators;
+  std::string estimator;                            // the estimator plugin's name
+  std::vector<EstimatorSet::ReportRow> estimators;  // empty when it is not linear
   RoundStats scheduling;
-  CalibrationProfile calibration;  // what the estimators learned
+  std::optional<CalibrationProfile> calibration;  // what the estimators learned, when linear
 };
 
 // The SLO threshold: the p90 TTFT of the policy named "Static-Online" (the

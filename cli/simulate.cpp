@@ -47,9 +47,23 @@ PolicyRun run_policy(const ExperimentConfig& cfg, const PolicyConfig& policy, co
   Gmg gmg(templates, accels);
   for (AccelId a = 0; a < accels->size(); ++a) check(gmg.place_weights(tmpl, a));
 
-  EstimatorSet est;
-  check(seed_priors(est, *templates, *accels));
-  if (truths.prior) check(apply_as_prior(*truths.prior, est, *templates, *accels));
+  // The estimator predicts for the what-if and learns from the cluster's
+  // feedback; the linear built-in starts from the template and link-class
+  // priors (and [estimators] prior), a model without a linear form from
+  // whatever it knows itself.
+  auto estimator = plugins.estimator.create(policy.estimator.name, policy.estimator.args);
+  if (!estimator.ok()) fail("policy '" + policy.name + "': " + estimator.status().message());
+  Estimator& est = *estimator.value();
+  EstimatorSet* linear = est.linear();
+  if (linear) {
+    check(seed_priors(*linear, *templates, *accels));
+    if (truths.prior) check(apply_as_prior(*truths.prior, *linear, *templates, *accels));
+  } else {
+    std::fprintf(stderr,
+                 "slicesched: policy '%s': estimator '%s' has no linear form: it starts without the priors from "
+                 "the model, the link classes and [estimators] prior\n",
+                 policy.name.c_str(), policy.estimator.name.c_str());
+  }
 
   std::vector<Tenant> tenants;
   std::vector<bool> online;
@@ -79,10 +93,16 @@ PolicyRun run_policy(const ExperimentConfig& cfg, const PolicyConfig& policy, co
   auto placement = plugins.placement.create(policy.placement.name, policy.placement.args);
   if (!placement.ok()) fail("policy '" + policy.name + "': " + placement.status().message());
 
+  // One arbiter for the emulated cluster; the what-if workers make their
+  // own from the same name and arguments.
+  auto arbiter = plugins.arbiter.create(policy.arbiter.name, policy.arbiter.args);
+  if (!arbiter.ok()) fail("policy '" + policy.name + "': " + arbiter.status().message());
+
   SchedulerOptions sopt;
   sopt.issued_budget = policy.issued_budget;
   sopt.batch_cap = policy.batch_cap;
   sopt.horizon = policy.horizon_s < 0 ? -1 : static_cast<Nanos>(policy.horizon_s * 1e9);
+  sopt.arbiter = [&plugins, &choice = policy.arbiter] { return plugins.arbiter.create(choice.name, choice.args); };
   Scheduler scheduler(*placement.value(), partitions, est, sopt);
   std::unique_ptr<GroundTruth> truth;
   if (truths.calibrated) {
@@ -94,7 +114,7 @@ PolicyRun run_policy(const ExperimentConfig& cfg, const PolicyConfig& policy, co
     truth = std::make_unique<ProfileGroundTruth>(*truths.layers, *truths.transfers, cfg.seed,
                                                  cfg.ground_truth.op_noise_cv, cfg.ground_truth.transfer_noise_cv);
   }
-  EmulatedCluster cluster(accels->size(), *truth);
+  EmulatedCluster cluster(accels->size(), *truth, *arbiter.value());
   EngineOptions eopt;
   eopt.stop_at = cfg.duration_s > 0 ? static_cast<Nanos>(cfg.duration_s * 1e9) : -1;
   Engine engine(gmg, tenants, scheduler, est, cluster, eopt);
@@ -123,9 +143,12 @@ PolicyRun run_policy(const ExperimentConfig& cfg, const PolicyConfig& policy, co
   run.log = cluster.log();
   for (const auto& t : tenants) run.tenant_names.push_back(t.spec().name);
   for (AccelId a = 0; a < accels->size(); ++a) run.accel_names.push_back((*accels)[a].name);
-  for (const auto& row : est.report()) run.estimators.push_back(row);
   run.scheduling = result->scheduling;
-  run.calibration = snapshot(est, *templates, *accels, "simulate " + cfg.path + ", policy " + policy.name);
+  run.estimator = policy.estimator.name;
+  if (linear) {
+    for (const auto& row : linear->report()) run.estimators.push_back(row);
+    run.calibration = snapshot(*linear, *templates, *accels, "simulate " + cfg.path + ", policy " + policy.name);
+  }
   return run;
 }
 
@@ -180,6 +203,10 @@ int simulate(const SimulateOptions& opt) {
       }
       auto placement = plugins.placement.create(p.placement.name, p.placement.args);
       if (!placement.ok()) fail("policy '" + p.name + "': " + placement.status().message());
+      auto arbiter = plugins.arbiter.create(p.arbiter.name, p.arbiter.args);
+      if (!arbiter.ok()) fail("policy '" + p.name + "': " + arbiter.status().message());
+      auto estimator = plugins.estimator.create(p.estimator.name, p.estimator.args);
+      if (!estimator.ok()) fail("policy '" + p.name + "': " + estimator.status().message());
     }
 
     std::vector<PolicyRun> runs;

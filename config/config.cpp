@@ -392,6 +392,16 @@ ExperimentConfig read(const toml::table& doc, const std::string& file) {
     pc.placement = plugin_choice(placement);
     for (Table& ps : tables_of(p, "partition_sets", true, file)) pc.partition_sets.push_back(plugin_choice(ps));
     if (pc.partition_sets.empty()) p.fail(p.node("partition_sets"), "partition_sets", "expected at least one");
+    // Optional plugins; their names and arguments are checked when simulate
+    // creates them (plugin libraries may add names).
+    if (const toml::table* at = p.table("arbiter", false)) {
+      Table arbiter(*at, p.qualified("arbiter"), file);
+      pc.arbiter = plugin_choice(arbiter);
+    }
+    if (const toml::table* et = p.table("estimator", false)) {
+      Table estimator(*et, p.qualified("estimator"), file);
+      pc.estimator = plugin_choice(estimator);
+    }
     if (const toml::table* sct = p.table("scheduler", false)) {
       Table sc(*sct, p.qualified("scheduler"), file);
       pc.issued_budget = static_cast<std::size_t>(sc.integer("issued_budget", 256, 1, 1 << 30));

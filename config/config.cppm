@@ -60,6 +60,8 @@ struct PolicyConfig {
   std::vector<std::string> tenants;
   PluginChoice placement;
   std::vector<PluginChoice> partition_sets;  // candidates are their union, in order
+  PluginChoice arbiter{"greedy"};            // starts transfers: in the emulated cluster and the what-if
+  PluginChoice estimator{"online-linear"};   // predicts for the what-if, learns from the cluster's feedback
   std::size_t issued_budget = 256, batch_cap = 16;
   double horizon_s = -1;
 };

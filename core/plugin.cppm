@@ -104,7 +104,21 @@ struct TransferIntent {
 };
 
 // Decides which pending transfers start now. Not thread-safe: one instance
-// per executor (implementations keep scratch buffers).
+// per backend, and one per what-if worker thread (implementations keep
+// scratch buffers).
+//
+// Who calls it: the emulated cluster (offline ground truth) and the global
+// simulator (what-if predictions) both call select() at the same points: at
+// a time t, after every completion at t was applied and the accelerators
+// picked their next operators, whenever at t an operator finished, a
+// transfer finished or an intent appeared, and intents are pending.
+// `pending` is in age order, oldest first. The transfers in `out` start at
+// t, in `out` order. An index out of range, repeated, or naming a busy port
+// is a bug: the emulated cluster fails the run with it, the simulator skips
+// it. So that predictions match what the backend does, select() must depend
+// only on its arguments (not on its own history): the scheduler makes each
+// what-if worker its own instance with the same arguments and reuses it
+// across simulations.
 class BOOST_SYMBOL_VISIBLE TransferArbiter {
  public:
   virtual ~TransferArbiter() = default;
@@ -116,6 +130,11 @@ class BOOST_SYMBOL_VISIBLE TransferArbiter {
   // allocates nothing; it is appended to, not cleared.
   virtual void select(std::span<const TransferIntent> pending, std::span<const std::uint8_t> src_busy,
                       std::span<const std::uint8_t> dst_busy, std::vector<std::size_t>& out) = 0;
+  // Fast path: true only when select() is exactly the default rule (the
+  // built-in "greedy" with reserve_oldest = true: oldest first, maximal,
+  // the oldest intent's ports reserved while it is blocked). The global
+  // simulator then applies that rule inline instead of calling select().
+  virtual bool is_default_greedy() const { return false; }
 };
 
 // Predicts op and transfer times and learns from measurements. predict_*
@@ -133,7 +152,11 @@ class BOOST_SYMBOL_VISIBLE Estimator {
   virtual Status observe_transfer(AccelId src, AccelId dst, std::uint64_t bytes, double seconds) = 0;
   // Fast path: an estimator that is an EstimatorSet hands it out, so the
   // simulator predicts with inline table lookups instead of virtual calls.
-  // Owned by the estimator; null for any other model.
+  // Owned by the estimator, the same pointer for its whole life, and it
+  // must predict exactly what predict_* do. Null for any other model: the
+  // simulator then calls predict_* (slower, same results), and what needs
+  // the linear form (priors from the templates and link classes, the
+  // calibration snapshot, the estimator report) is skipped.
   virtual EstimatorSet* linear() { return nullptr; }
 };
 

@@ -9,9 +9,9 @@ module slicesched.engine;
 
 namespace slicesched {
 
-Engine::Engine(Gmg& gmg, std::vector<Tenant>& tenants, Scheduler& scheduler, EstimatorSet& estimators, Backend& backend,
+Engine::Engine(Gmg& gmg, std::vector<Tenant>& tenants, Scheduler& scheduler, Estimator& estimator, Backend& backend,
                EngineOptions opt)
-    : gmg_(gmg), tenants_(tenants), scheduler_(scheduler), est_(estimators), backend_(backend), opt_(opt) {}
+    : gmg_(gmg), tenants_(tenants), scheduler_(scheduler), est_(estimator), backend_(backend), opt_(opt) {}
 
 Status Engine::apply(const Feedback& f) {
   if (f.kind == Feedback::Kind::kTransfer) {

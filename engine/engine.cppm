@@ -38,7 +38,9 @@ using ProgressFn = std::function<void(Nanos, std::size_t, std::size_t)>;
 // Owns nothing; every argument must outlive run(). Not thread-safe.
 class Engine {
  public:
-  Engine(Gmg& gmg, std::vector<Tenant>& tenants, Scheduler& scheduler, EstimatorSet& estimators, Backend& backend,
+  // `estimator` learns from every completion the backend reports (the
+  // configured Estimator plugin; the scheduler predicts with the same one).
+  Engine(Gmg& gmg, std::vector<Tenant>& tenants, Scheduler& scheduler, Estimator& estimator, Backend& backend,
          EngineOptions opt = {});
   // Runs to the end; fails with a one-line reason if the cluster deadlocks
   // (work left that nothing can place or run) or a component fails.
@@ -50,7 +52,7 @@ class Engine {
   Gmg& gmg_;
   std::vector<Tenant>& tenants_;
   Scheduler& scheduler_;
-  EstimatorSet& est_;
+  Estimator& est_;
   Backend& backend_;
   EngineOptions opt_;
 };

@@ -7,21 +7,31 @@ module;
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 module slicesched.engine.scheduler;
 
 namespace slicesched {
 
-// One reusable simulator per worker thread, so what-if allocates nothing
-// after warm-up.
+// One reusable simulator (and arbiter) per worker thread, so what-if
+// allocates nothing after warm-up.
 struct Scheduler::Workers {
-  tbb::enumerable_thread_specific<GlobalSimulator> sims;
+  struct Worker {
+    GlobalSimulator sim;
+    PluginPtr<TransferArbiter> arbiter;  // null: the default rule
+    Status error;                        // the factory's failure, if it failed
+  };
+  tbb::enumerable_thread_specific<Worker> local;
 };
 
-Scheduler::Scheduler(PlacementPolicy& policy, PartitionSet& partitions, const EstimatorSet& estimators,
-                     SchedulerOptions opt)
-    : policy_(policy), partitions_(partitions), est_(estimators), opt_(opt), workers_(std::make_unique<Workers>()) {}
+Scheduler::Scheduler(PlacementPolicy& policy, PartitionSet& partitions, Estimator& estimator, SchedulerOptions opt)
+    : policy_(policy),
+      partitions_(partitions),
+      est_(estimator),
+      linear_(estimator.linear()),
+      opt_(std::move(opt)),
+      workers_(std::make_unique<Workers>()) {}
 
 Scheduler::~Scheduler() = default;
 
@@ -52,16 +62,26 @@ Batch Scheduler::collect(const Gmg& gmg, OpId seed) const {
   return b;
 }
 
-std::vector<Outcome> Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<Candidate>& cands,
-                                        Nanos now) {
+Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<Candidate>& cands,
+                                                Nanos now) {
   std::vector<Outcome> out(cands.size());
   auto one = [&](std::size_t c) {
     Outcome& o = out[c];
     if (cands[c].accel.size() != batch.ops.size()) return;  // malformed candidate: infeasible
+    Workers::Worker& w = workers_->local.local();
+    if (opt_.arbiter && !w.arbiter) {
+      auto made = opt_.arbiter();
+      if (!made.ok()) {
+        w.error = made.status();
+        return;
+      }
+      w.arbiter = std::move(made).value();
+    }
     Gmg copy = gmg.clone();
     for (std::size_t i = 0; i < batch.ops.size(); ++i)
       if (!copy.issue(batch.ops[i], cands[c].accel[i], now).ok()) return;  // e.g. weights not resident
-    const SimulationResult& r = workers_->sims.local().run(copy, est_, {.horizon = opt_.horizon});
+    const SimOptions sim_opt{.horizon = opt_.horizon, .arbiter = w.arbiter.get()};
+    const SimulationResult& r = linear_ ? w.sim.run(copy, *linear_, sim_opt) : w.sim.run(copy, est_, sim_opt);
     if (!r.feasible()) return;
     o.feasible = true;
     o.finish.resize(batch.ops.size());
@@ -82,6 +102,8 @@ std::vector<Outcome> Scheduler::what_if(const Gmg& gmg, const Batch& batch, cons
   else
     for (std::size_t c = 0; c < cands.size(); ++c) one(c);
   stats_.simulations += cands.size();
+  for (const Workers::Worker& w : workers_->local)
+    if (!w.error.ok()) return Status(w.error.code(), "scheduler: what-if arbiter: " + w.error.message());
   return out;
 }
 
@@ -114,7 +136,9 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
     stats_.candidates += cands.size();
     std::vector<Outcome> outcomes;
     if (policy_.needs_simulation()) {
-      outcomes = what_if(gmg, batch, cands, now);
+      auto simulated = what_if(gmg, batch, cands, now);
+      if (!simulated.ok()) return simulated.status();
+      outcomes = std::move(simulated).value();
     } else {
       outcomes.resize(cands.size());  // a static policy does not look at them
     }

@@ -6,6 +6,7 @@
 // is reached, the frontier is empty, or the policy defers.
 module;
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -16,11 +17,21 @@ import slicesched.simulator.global;
 
 export namespace slicesched {
 
+// Makes the transfer arbiter of one what-if worker: the backend's arbiter
+// plugin again, with the same arguments (e.g. a registry create() with the
+// config's name and args). Arbiters are not thread-safe, so each worker
+// thread gets its own, made on that thread at its first what-if and reused
+// after; calls may be concurrent (registries allow concurrent create()).
+using ArbiterFactory = std::function<Result<PluginPtr<TransferArbiter>>()>;
+
 struct SchedulerOptions {
   std::size_t issued_budget = 256;  // the paper's B: issued, not yet done, operators
   std::size_t batch_cap = 16;       // operators per batch
   Nanos horizon = -1;               // what-if horizon past now; < 0: until the snapshot drains
   bool parallel = true;             // what-if candidates on oneTBB workers
+  // The backend's transfer rule, for the what-if to predict with; empty:
+  // the default rule (built-in "greedy", reserve_oldest = true).
+  ArbiterFactory arbiter = {};
 };
 
 struct RoundStats {
@@ -28,12 +39,13 @@ struct RoundStats {
 };
 
 // Not thread-safe: the engine thread calls schedule(); what-if work fans
-// out to oneTBB workers inside the call. The policy, partition set and
-// estimators must outlive the scheduler.
+// out to oneTBB workers inside the call, which share the estimator (its
+// predict_* only; through linear() when it has one) and each have their own
+// simulator and arbiter. The policy, partition set and estimator must
+// outlive the scheduler.
 class Scheduler {
  public:
-  Scheduler(PlacementPolicy& policy, PartitionSet& partitions, const EstimatorSet& estimators,
-            SchedulerOptions opt = {});
+  Scheduler(PlacementPolicy& policy, PartitionSet& partitions, Estimator& estimator, SchedulerOptions opt = {});
   ~Scheduler();
 
   // Runs rounds at time `now` and returns the operators issued, in issue
@@ -43,11 +55,13 @@ class Scheduler {
 
  private:
   Batch collect(const Gmg& gmg, OpId seed) const;
-  std::vector<Outcome> what_if(const Gmg& gmg, const Batch& batch, const std::vector<Candidate>& cands, Nanos now);
+  Result<std::vector<Outcome>> what_if(const Gmg& gmg, const Batch& batch, const std::vector<Candidate>& cands,
+                                       Nanos now);
 
   PlacementPolicy& policy_;
   PartitionSet& partitions_;
-  const EstimatorSet& est_;
+  const Estimator& est_;
+  const EstimatorSet* linear_;  // est_'s fast path, or null
   SchedulerOptions opt_;
   RoundStats stats_;
   struct Workers;

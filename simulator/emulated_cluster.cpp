@@ -86,8 +86,9 @@ Status CalibratedGroundTruth::check_transfers() const {
   return Status::Ok();
 }
 
-EmulatedCluster::EmulatedCluster(std::size_t accelerators, GroundTruth& truth)
+EmulatedCluster::EmulatedCluster(std::size_t accelerators, GroundTruth& truth, TransferArbiter& arbiter)
     : truth_(truth),
+      arbiter_(arbiter),
       ready_(accelerators),
       running_(accelerators, kNotRunning),
       send_busy_(accelerators, 0),
@@ -169,9 +170,10 @@ void EmulatedCluster::add_intent(OpId src, AccelId from, std::uint32_t dst_task,
     xfers_.emplace_back();
   }
   const Task& dst = tasks_[dst_task];
-  xfers_[x] = Xfer{
-      src, dst_task, dst.tenant, from, dst.accel, bytes, to_nanos(truth_.transfer_seconds(from, dst.accel, bytes)), -1};
+  const Nanos dur = to_nanos(truth_.transfer_seconds(from, dst.accel, bytes));
+  xfers_[x] = Xfer{src, dst_task, dst.tenant, from, dst.accel, bytes, dur, -1, now_, next_intent_++};
   intents_.push_back(x);
+  arbitrate_ = true;
 }
 
 void EmulatedCluster::input_ready(std::uint32_t task) {
@@ -182,9 +184,8 @@ void EmulatedCluster::input_ready(std::uint32_t task) {
 }
 
 // Starts what can start at now_: the next operator on every accelerator
-// whose queue changed, then transfers, oldest intent first, one per source
-// and per destination.
-void EmulatedCluster::start_ready() {
+// whose queue changed, then the transfers the arbiter picks.
+Status EmulatedCluster::start_ready() {
   for (AccelId a : dirty_) {
     dirty_flag_[a] = 0;
     if (running_[a] != kNotRunning || ready_[a].empty()) continue;
@@ -196,18 +197,37 @@ void EmulatedCluster::start_ready() {
     events_.push(now_ + tasks_[task].dur, kOpFinish, task);
   }
   dirty_.clear();
-  std::size_t keep = 0;
+  if (!arbitrate_) return Status::Ok();
+  arbitrate_ = false;
+  return intents_.empty() ? Status::Ok() : arbitrate();
+}
+
+// intents_ is in age order (since, then seq): the order they were added.
+Status EmulatedCluster::arbitrate() {
+  pending_.clear();
   for (std::uint32_t x : intents_) {
+    const Xfer& xf = xfers_[x];
+    pending_.push_back({xf.seq, xf.from, xf.to, xf.since, xf.bytes});
+  }
+  picked_.clear();
+  arbiter_.select(pending_, send_busy_, recv_busy_, picked_);
+  for (std::size_t k : picked_) {
+    if (k >= intents_.size() || intents_[k] == kNoTask)
+      return FailedPrecondition("emulated cluster: the transfer arbiter picked intent " + std::to_string(k) + " of " +
+                                std::to_string(intents_.size()) + (k < intents_.size() ? " twice" : ""));
+    const std::uint32_t x = intents_[k];
     Xfer& xf = xfers_[x];
-    if (send_busy_[xf.from] || recv_busy_[xf.to]) {
-      intents_[keep++] = x;
-      continue;
-    }
+    if (send_busy_[xf.from] || recv_busy_[xf.to])
+      return FailedPrecondition("emulated cluster: the transfer arbiter picked a transfer " + std::to_string(xf.from) +
+                                " -> " + std::to_string(xf.to) + " whose " +
+                                (send_busy_[xf.from] ? "source" : "destination") + " is busy");
     send_busy_[xf.from] = recv_busy_[xf.to] = 1;
     xf.start = now_;
     events_.push(now_ + xf.dur, kTransferFinish, x);
+    intents_[k] = kNoTask;  // started
   }
-  intents_.resize(keep);
+  std::erase(intents_, kNoTask);
+  return Status::Ok();
 }
 
 void EmulatedCluster::on_op_finish(std::uint32_t task, std::vector<Feedback>& out) {
@@ -228,6 +248,7 @@ void EmulatedCluster::on_op_finish(std::uint32_t task, std::vector<Feedback>& ou
   t.succs.clear();
   free_tasks_.push_back(task);
   --live_;
+  arbitrate_ = true;  // as in the global simulator: any completion asks the arbiter
 }
 
 void EmulatedCluster::on_transfer_finish(std::uint32_t x, std::vector<Feedback>& out) {
@@ -239,12 +260,11 @@ void EmulatedCluster::on_transfer_finish(std::uint32_t x, std::vector<Feedback>&
       {Feedback::Kind::kTransfer, dst.op, xf.src, xf.from, xf.to, xf.bytes, now_, now_ - xf.start, {}, false, {}});
   if (--tasks_[xf.dst_task].pending == 0) input_ready(xf.dst_task);
   free_xfers_.push_back(x);
+  arbitrate_ = true;
 }
 
 Nanos EmulatedCluster::next_event() const {
-  if (!dirty_.empty()) return now_;
-  for (std::uint32_t x : intents_)
-    if (!send_busy_[xfers_[x].from] && !recv_busy_[xfers_[x].to]) return now_;
+  if (!dirty_.empty() || (arbitrate_ && !intents_.empty())) return now_;
   return events_.empty() ? -1 : events_.top().t;
 }
 
@@ -253,7 +273,7 @@ Status EmulatedCluster::advance_to(Nanos t, std::vector<Feedback>& out) {
     return InvalidArgument("emulated cluster: cannot go back from " + std::to_string(now_) + " ns to " +
                            std::to_string(t) + " ns");
   for (;;) {
-    start_ready();
+    if (Status s = start_ready(); !s.ok()) return s;
     if (events_.empty() || events_.top().t > t) break;
     now_ = events_.top().t;
     // Everything finishing at now_ lands before anything new starts.

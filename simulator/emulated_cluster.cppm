@@ -6,8 +6,10 @@
 // Rules (same as the executor and the global simulator): one operator at a
 // time per accelerator; among ready operators the higher priority first,
 // then the earlier issue; no preemption; a cross-accelerator input is a
-// transfer, started oldest intent first when its source and destination have
-// no other transfer in flight.
+// transfer, started when the TransferArbiter picks it. The arbiter is asked
+// at the same points as in the global simulator (see TransferArbiter): after
+// the events of a time are applied and the accelerators picked their next
+// operators, when an operator or transfer finished or an intent appeared.
 module;
 #include <cstdint>
 #include <memory>
@@ -16,6 +18,7 @@ module;
 export module slicesched.simulator.emulated;
 export import slicesched.core;
 export import slicesched.core.calibration;
+export import slicesched.core.plugin;
 export import slicesched.simulator.profile;
 import slicesched.simulator.events;
 
@@ -72,8 +75,9 @@ class CalibratedGroundTruth final : public GroundTruth {
 // Not thread-safe: one engine thread drives it.
 class EmulatedCluster final : public Backend {
  public:
-  // `truth` must outlive the cluster.
-  EmulatedCluster(std::size_t accelerators, GroundTruth& truth);
+  // `truth` and `arbiter` must outlive the cluster; the arbiter is this
+  // cluster's alone (arbiters are not thread-safe).
+  EmulatedCluster(std::size_t accelerators, GroundTruth& truth, TransferArbiter& arbiter);
 
   // Hands over an operator the scheduler just issued (at the cluster's
   // current time). Its inputs must be done in `gmg` or submitted before.
@@ -113,8 +117,11 @@ class EmulatedCluster final : public Backend {
     AccelId from = kNoAccel, to = kNoAccel;
     std::int64_t bytes = 0;
     Nanos dur = 0, start = -1;
+    Nanos since = 0;        // when the intent appeared
+    std::uint64_t seq = 0;  // intent number: the age tie-break
   };
-  void start_ready();
+  Status start_ready();
+  Status arbitrate();
   void on_op_finish(std::uint32_t task, std::vector<Feedback>& out);
   void on_transfer_finish(std::uint32_t x, std::vector<Feedback>& out);
   void add_intent(OpId src, AccelId from, std::uint32_t dst_task, std::int64_t bytes);
@@ -123,6 +130,11 @@ class EmulatedCluster final : public Backend {
 
   static constexpr std::uint32_t kNoTask = 0xffffffffu, kNotRunning = 0xffffffffu;
   GroundTruth& truth_;
+  TransferArbiter& arbiter_;
+  bool arbitrate_ = false;  // something changed that the arbiter has not seen
+  std::uint64_t next_intent_ = 0;
+  std::vector<TransferIntent> pending_;  // the arbiter's view of intents_
+  std::vector<std::size_t> picked_;
   std::vector<Task> tasks_;
   std::vector<std::uint32_t> free_tasks_;
   std::vector<std::uint32_t> task_of_;  // OpId -> task while it lives

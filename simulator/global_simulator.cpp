@@ -27,16 +27,33 @@ SimulationResult simulate(const Gmg& gmg, const EstimatorSet& est, const SimOpti
   return sim.run(gmg, est, opt);
 }
 
+SimulationResult simulate(const Gmg& gmg, const Estimator& est, const SimOptions& opt) {
+  GlobalSimulator sim;
+  return sim.run(gmg, est, opt);
+}
+
 const SimulationResult& GlobalSimulator::run(const Gmg& gmg, const EstimatorSet& est, const SimOptions& opt) {
+  return run_with(gmg, est, opt);
+}
+
+const SimulationResult& GlobalSimulator::run(const Gmg& gmg, const Estimator& est, const SimOptions& opt) {
+  return run_with(gmg, est, opt);
+}
+
+template <typename Est>
+const SimulationResult& GlobalSimulator::run_with(const Gmg& gmg, const Est& est, const SimOptions& opt) {
   record_hbm_ = opt.record_hbm_timeline;
   record_transfers_ = opt.record_transfers;
   stop_at_oom_ = opt.stop_at_oom;
+  arbiter_ = opt.arbiter && !opt.arbiter->is_default_greedy() ? opt.arbiter : nullptr;
   build(gmg, est);
   advance(est, opt);
+  arbiter_ = nullptr;
   return r_;
 }
 
-void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
+template <typename Est>
+void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
   const AcceleratorSet& accels = gmg.accels();
   const std::size_t n_acc = accels.size();
   const std::size_t slots = gmg.slot_count();
@@ -133,9 +150,12 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
         used_[here] += ge.bytes;  // the landed copy is resident
       } else {
         ++pending_[i];  // a transfer from a done producer, still to simulate
-        transfers_.push_back(
-            {static_cast<std::uint32_t>(edges_.size() - 1), to_nanos(est.predict_transfer(src.accel, here, ge.bytes))});
-        events_.push(src.done_t, kTransferReady, static_cast<std::uint32_t>(transfers_.size() - 1));
+        // Its intent appears once the producer is done and the consumer
+        // issued (the backend is handed the consumer at its issue).
+        const Nanos since = std::max(src.done_t, gmg.op(r_.ops[i]).issue_t);
+        transfers_.push_back({static_cast<std::uint32_t>(edges_.size() - 1),
+                              to_nanos(est.predict_transfer(src.accel, here, ge.bytes)), since});
+        events_.push(since, kTransferReady, static_cast<std::uint32_t>(transfers_.size() - 1));
       }
     }
   }
@@ -229,7 +249,7 @@ void GlobalSimulator::on_op_finish(std::uint32_t i, Nanos t) {
   for (std::uint32_t k = out_begin_[i]; k < out_begin_[i + 1]; ++k) {
     const std::uint32_t e = out_refs_[k];
     if (edges_[e].remote) {
-      transfers_.push_back({e, -1});  // duration predicted when it starts
+      transfers_.push_back({e, -1, t});  // duration predicted when it starts
       pending_transfers_.push_back(static_cast<std::uint32_t>(transfers_.size() - 1));
     } else {
       on_input_ready(edges_[e].dst, t);
@@ -285,15 +305,28 @@ void GlobalSimulator::dispatch(Nanos t) {
   dirty_.clear();
 }
 
-// The arbiter's rule: oldest intent first, one transfer per source and per
-// destination at a time.
-void GlobalSimulator::arbitrate(const EstimatorSet& est, Nanos t) {
+// The default rule (the built-in "greedy" arbiter with reserve_oldest):
+// oldest intent first, one transfer per source and per destination at a
+// time, and while the oldest intent is blocked no younger one takes its
+// source or destination. pending_transfers_ is in age order (since, then
+// intent number), so its first entry is the oldest.
+template <typename Est>
+void GlobalSimulator::arbitrate(const Est& est, Nanos t) {
+  if (arbiter_) {
+    arbitrate_with_plugin(est, t);
+    return;
+  }
   std::size_t keep = 0;
+  AccelId held_from = kNoAccel, held_to = kNoAccel;  // the blocked oldest intent's ports
   for (std::size_t k = 0; k < pending_transfers_.size(); ++k) {
     const std::uint32_t x = pending_transfers_[k];
     const SimEdge& edge = edges_[transfers_[x].edge];
     const AccelId from = accel_[edge.src], to = accel_[edge.dst];
-    if (send_busy_[from] || recv_busy_[to]) {
+    if (send_busy_[from] || recv_busy_[to] || from == held_from || to == held_to) {
+      if (k == 0) {
+        held_from = from;
+        held_to = to;
+      }
       pending_transfers_[keep++] = x;
       continue;
     }
@@ -303,7 +336,32 @@ void GlobalSimulator::arbitrate(const EstimatorSet& est, Nanos t) {
   pending_transfers_.resize(keep);
 }
 
-void GlobalSimulator::advance(const EstimatorSet& est, const SimOptions& opt) {
+// Any other arbiter: hand it the pending intents (ids are intent numbers in
+// this simulation, age-ordered like the backend's) and start what it picks,
+// in its order. A pick out of range, repeated or on a busy port is skipped.
+template <typename Est>
+void GlobalSimulator::arbitrate_with_plugin(const Est& est, Nanos t) {
+  intents_.clear();
+  for (const std::uint32_t x : pending_transfers_) {
+    const SimEdge& edge = edges_[transfers_[x].edge];
+    intents_.push_back({x, accel_[edge.src], accel_[edge.dst], transfers_[x].since, edge.bytes});
+  }
+  picked_.clear();
+  arbiter_->select(intents_, send_busy_, recv_busy_, picked_);
+  for (const std::size_t k : picked_) {
+    if (k >= intents_.size()) continue;
+    const TransferIntent& in = intents_[k];
+    if (send_busy_[in.src] || recv_busy_[in.dst] || pending_transfers_[k] == kNotSimulated) continue;
+    const std::uint32_t x = pending_transfers_[k];
+    pending_transfers_[k] = kNotSimulated;  // started
+    if (transfers_[x].dur < 0) transfers_[x].dur = to_nanos(est.predict_transfer(in.src, in.dst, in.bytes));
+    start_transfer(x, t);
+  }
+  std::erase(pending_transfers_, kNotSimulated);
+}
+
+template <typename Est>
+void GlobalSimulator::advance(const Est& est, const SimOptions& opt) {
   const Nanos horizon_end = opt.horizon >= 0 ? now_ + opt.horizon : -1;
   bool first = true;
   while (!events_.empty() && !stopped_) {

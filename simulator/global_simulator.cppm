@@ -9,10 +9,17 @@
 //
 // Advance rules (the executor's): one operator at a time per accelerator;
 // among ready operators the higher priority first, then the earlier issue;
-// no preemption. A cross-accelerator input is a transfer on its own lane,
-// started oldest-first whenever its source and destination have no other
-// transfer in flight (the arbiter's rule). An operator that has not been
-// reported done cannot finish before the GMG's clock (`now`).
+// no preemption. A cross-accelerator input is a transfer on its own lane;
+// pending transfers start as the backend's TransferArbiter decides (see
+// SimOptions::arbiter): by default the built-in "greedy" rule, inline (oldest
+// intent first, one transfer per source and per destination, and while the
+// oldest intent is blocked its source and destination take no younger one).
+// An operator that has not been reported done cannot finish before the GMG's
+// clock (`now`).
+//
+// Estimators: an EstimatorSet is read inline (the fast path); any other
+// Estimator through its virtual predict_* (same results, slower). Callers
+// holding an Estimator pass its linear() when it has one.
 module;
 #include <cstdint>
 #include <optional>
@@ -21,6 +28,7 @@ module;
 export module slicesched.simulator.global;
 export import slicesched.core;
 export import slicesched.core.estimator;
+export import slicesched.core.plugin;
 import slicesched.simulator.events;
 
 export namespace slicesched {
@@ -30,6 +38,12 @@ struct SimOptions {
   bool stop_at_oom = true;           // what-if only needs to know a placement is infeasible
   bool record_hbm_timeline = false;  // per-accelerator (time, bytes) after every change
   bool record_transfers = false;
+  // The rule that starts pending transfers: the backend's arbiter (the
+  // simulator calls select() where the backend would), or null for the
+  // default rule. An arbiter whose is_default_greedy() is true is not called:
+  // the simulator applies that rule inline. Not thread-safe, like any
+  // arbiter: one per simulator thread. Used only during run().
+  TransferArbiter* arbiter = nullptr;
 };
 
 struct OomEvent {
@@ -78,10 +92,17 @@ class GlobalSimulator {
   // Builds from the snapshot and runs. The GMG and the estimators are only
   // read, and only during the call.
   const SimulationResult& run(const Gmg& gmg, const EstimatorSet& est, const SimOptions& opt = {});
+  // The same through an Estimator's virtual predict_* (for one whose
+  // linear() is null; otherwise pass the set, it is faster).
+  const SimulationResult& run(const Gmg& gmg, const Estimator& est, const SimOptions& opt = {});
 
  private:
-  void build(const Gmg& gmg, const EstimatorSet& est);
-  void advance(const EstimatorSet& est, const SimOptions& opt);
+  template <typename Est>
+  const SimulationResult& run_with(const Gmg& gmg, const Est& est, const SimOptions& opt);
+  template <typename Est>
+  void build(const Gmg& gmg, const Est& est);
+  template <typename Est>
+  void advance(const Est& est, const SimOptions& opt);
   void alloc(AccelId a, std::int64_t bytes, Nanos t);
   void free(AccelId a, std::int64_t bytes, Nanos t);
   void release_input(std::uint32_t edge, Nanos t);
@@ -89,7 +110,10 @@ class GlobalSimulator {
   void on_input_ready(std::uint32_t i, Nanos t);
   void start_transfer(std::uint32_t x, Nanos t);
   void dispatch(Nanos t);
-  void arbitrate(const EstimatorSet& est, Nanos t);
+  template <typename Est>
+  void arbitrate(const Est& est, Nanos t);
+  template <typename Est>
+  void arbitrate_with_plugin(const Est& est, Nanos t);
 
   SimulationResult r_;
 
@@ -112,6 +136,7 @@ class GlobalSimulator {
   struct Transfer {
     std::uint32_t edge;
     Nanos dur;
+    Nanos since;  // when the intent appeared
   };
   inline void mark_dirty(AccelId a) {
     if (!dirty_flag_[a]) {
@@ -142,6 +167,9 @@ class GlobalSimulator {
   std::vector<Transfer> transfers_;
   std::vector<std::uint32_t> pending_transfers_;  // in intent order
   std::vector<std::uint8_t> send_busy_, recv_busy_;
+  TransferArbiter* arbiter_ = nullptr;   // null: the default rule, inline
+  std::vector<TransferIntent> intents_;  // the arbiter's view of pending_transfers_
+  std::vector<std::size_t> picked_;
   EventQueue events_;
   Nanos now_ = 0;
   bool record_hbm_ = false, record_transfers_ = false, stop_at_oom_ = true, stopped_ = false;
@@ -149,5 +177,6 @@ class GlobalSimulator {
 
 // One-shot convenience over GlobalSimulator.
 SimulationResult simulate(const Gmg& gmg, const EstimatorSet& est, const SimOptions& opt = {});
+SimulationResult simulate(const Gmg& gmg, const Estimator& est, const SimOptions& opt = {});
 
 }  // namespace slicesched

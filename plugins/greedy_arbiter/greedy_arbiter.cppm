@@ -35,6 +35,10 @@ inline constexpr std::string_view kGreedyArbiter = "greedy";
 // them). The price is that the withheld free port may idle for a while;
 // without the reservation the matching is maximal over all intents.
 //
+// With reserve_oldest (the default, and the rule of a run whose config names
+// no arbiter) the global simulator applies this rule inline, without
+// calling select(); with reserve_oldest = false it calls select().
+//
 // Not thread-safe (scratch buffers); allocates only when the number of
 // pending intents or accelerators grows.
 class GreedyArbiter final : public TransferArbiter {
@@ -43,6 +47,9 @@ class GreedyArbiter final : public TransferArbiter {
 
   void select(std::span<const TransferIntent> pending, std::span<const std::uint8_t> src_busy,
               std::span<const std::uint8_t> dst_busy, std::vector<std::size_t>& out) override;
+  // The default rule, which the global simulator runs inline.
+  bool is_default_greedy() const override { return reserve_oldest_; }
+  bool reserve_oldest() const { return reserve_oldest_; }
 
  private:
   bool reserve_oldest_;

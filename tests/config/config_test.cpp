@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 import slicesched.config;
@@ -90,19 +91,85 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
   CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = \"80\"")) ==
         ":4: cluster.accelerators[0].hbm_gib: expected a number");
   CHECK(load_error(replace(base(), "[ground_truth]", "[ground_truht]")) ==
-        ":1: ground_truth: is required (a table) (found 'ground_truht' on line 5: a typo?)");
+        ":5: ground_truht: unknown key (known here: cluster, duration_s, estimators, ground_truth, live, model, name, plugins, "
+        "policies, seed, tenants)");
   CHECK(load_error(replace(base(), "tenants = [\"on\"]", "tenants = [\"off\"]")) ==
         ":13: policies[0].tenants: no tenant named 'off'");
   CHECK(load_error(replace(base(), "constant_rate = 1.0,", "constant_rate = 1.0, poisson_rate = 2.0,")) ==
         ":10: tenants[0].stream.trace: exactly one of trace, constant_rate, poisson_rate is required");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nbatch_cap = 3")) ==
-        ":13: policies[0].batch_cap: unknown key (known here: name, partition_sets, placement, scheduler, tenants)");
+        ":13: policies[0].batch_cap: unknown key (known here: arbiter, estimator, name, partition_sets, placement, "
+        "scheduler, tenants)");
   CHECK(load_error(replace(base(), "count = 2", "count = 0")) ==
         ":4: cluster.accelerators[0].count: expected an integer in [1, 100000], got 0");
+}
+
+TEST_CASE("a policy's arbiter and estimator default to the built-ins and take arguments", "[config]") {
+  const fs::path p = fs::temp_directory_path() / "slicesched_config_plugins.toml";
+  std::ofstream(p) << base();
+  auto cfg = load_config(p.string());
+  REQUIRE(cfg.ok());
+  CHECK(cfg->policies[0].arbiter.name == "greedy");
+  CHECK(cfg->policies[0].arbiter.args == nlohmann::json::object());
+  CHECK(cfg->policies[0].estimator.name == "online-linear");
+  std::ofstream(p) << replace(base(), "placement = { plugin = \"static\" }",
+                              "placement = { plugin = \"static\" }\n"
+                              "arbiter = { plugin = \"greedy\", reserve_oldest = false }\n"
+                              "estimator = { plugin = \"mine\", window = 8 }");
+  cfg = load_config(p.string());
+  REQUIRE(cfg.ok());
+  CHECK(cfg->policies[0].arbiter.name == "greedy");
+  CHECK(cfg->policies[0].arbiter.args == nlohmann::json{{"reserve_oldest", false}});
+  CHECK(cfg->policies[0].estimator.name == "mine");  // checked by simulate, which knows the loaded plugins
+  CHECK(cfg->policies[0].estimator.args == nlohmann::json{{"window", 8}});
+}
+
+TEST_CASE("a policy's arbiter and estimator must be plugin tables", "[config][bad-input]") {
+  const std::string at = "placement = { plugin = \"static\" }";
+  CHECK(load_error(replace(base(), at, at + "\narbiter = \"serial\"")) == ":15: policies[0].arbiter: expected a table");
+  CHECK(load_error(replace(base(), at, at + "\narbiter = { reserve_oldest = false }")) ==
+        ":15: policies[0].arbiter.plugin: is required (a string)");
+  CHECK(load_error(replace(base(), at, at + "\nestimator = { plugin = 3 }")) ==
+        ":15: policies[0].estimator.plugin: expected a string");
+  CHECK(load_error(replace(base(), at, at + "\nestimator = [\"online-linear\"]")) ==
+        ":15: policies[0].estimator: expected a table");
 }
 
 TEST_CASE("a missing config file is one clear error", "[config][bad-input]") {
   auto cfg = load_config("/nonexistent/x.toml");
   REQUIRE(!cfg.ok());
   CHECK(cfg.status().message().rfind("/nonexistent/x.toml", 0) == 0);
+}
+
+TEST_CASE("live keys: devices, the model and [live]", "[config]") {
+  const fs::path p = fs::temp_directory_path() / "slicesched_config_live.toml";
+  std::string text = replace(base(), "hbm_gib = 80 }", "hbm_gib = 1, device = \"cpu:*\" }");
+  text = replace(text, "[ground_truth]\nlayers = \"l.csv\"\ntransfers = \"t.csv\"\n",
+                 "[model]\nname = \"llama-tiny\"\nhidden = 128\n[live]\nthreads = 2\ntime_scale = 10\n");
+  std::ofstream(p) << text;
+  auto cfg = load_config(p.string());
+  if (!cfg.ok()) FAIL(cfg.status().message());
+  CHECK(cfg->accelerators[0].device == "cpu:0");
+  CHECK(cfg->accelerators[1].device == "cpu:1");
+  CHECK(cfg->model.vocab == 512);
+  CHECK(cfg->model.hidden == 128);
+  CHECK(cfg->model.dtype == "float32");
+  CHECK(cfg->live.threads == 2);
+  CHECK(cfg->live.time_scale == 10);
+  CHECK_FALSE(cfg->ground_truth.present);
+}
+
+TEST_CASE("live keys: bad devices and model shapes name the key", "[config][bad-input]") {
+  CHECK(load_error(replace(base(), "hbm_gib = 80 }", "hbm_gib = 80, device = \"tpu:0\" }")) ==
+        ":4: cluster.accelerators[0].device: expected \"cpu\", \"cpu:N\", \"cuda:N\" or \"cpu:*\" / \"cuda:*\", got "
+        "\"tpu:0\"");
+  CHECK(load_error(base() + "[model]\nname = \"gpt2\"\n") ==
+        ":17: model.name: expected \"llama3-8b\" or \"llama-tiny\", got \"gpt2\"");
+  CHECK(load_error(base() + "[model]\nname = \"llama-tiny\"\nheads = 3\n") ==
+        ":18: model.heads: expected a divisor of hidden (64) leaving an even head dimension");
+  CHECK(load_error(base() + "[model]\nname = \"llama-tiny\"\nkv_heads = 3\n") ==
+        ":18: model.kv_heads: expected a divisor of heads (4)");
+  CHECK(load_error(base() + "[model]\ndtype = \"int4\"\n") ==
+        ":17: model.dtype: expected \"bfloat16\", \"float16\" or \"float32\", got \"int4\"");
+  CHECK(load_error(base() + "[live]\nthreads = 0\n").find(":17: live.threads: expected") == 0);
 }

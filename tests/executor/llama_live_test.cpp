@@ -79,11 +79,11 @@ Run serve(const std::vector<std::int64_t>& prompt_lengths, int output_tokens, in
   }
   Gmg gmg(templates, cluster);
   for (AccelId a = 0; a < cluster->size(); ++a) REQUIRE(gmg.place_weights(tmpl, a).ok());
-  EstimatorSet est;
-  REQUIRE(seed_priors(est, *templates, *cluster).ok());
-
   PluginRegistries plugins;
   REQUIRE(plugins::register_builtins(plugins).ok());
+  auto estimator = plugins.estimator.create("online-linear").value();
+  Estimator& est = *estimator;
+  REQUIRE(seed_priors(*est.linear(), *templates, *cluster).ok());
   std::vector<PluginPtr<PartitionSet>> sets;
   sets.push_back(std::move(plugins.partition.create("singles").value()));
   UnionPartitionSet partitions(std::move(sets));

@@ -1,19 +1,27 @@
 // The emulated cluster plays ground truth with the executor's rules. With a
 // ground truth equal to the estimators' priors it must reproduce the global
-// simulator's predictions exactly: the two share the rules, not the code.
+// simulator's predictions exactly, with every transfer arbiter: the two
+// share the rules, not the code.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 import slicesched.core;
+import slicesched.core.plugin;
 import slicesched.simulator.global;
 import slicesched.simulator.emulated;
 import slicesched.simulator.llama;
+import slicesched.plugins.greedy_arbiter;
+import slicesched.plugins.serial_arbiter;
 import slicesched.testing;
 
 using namespace slicesched;
@@ -48,6 +56,21 @@ GraphTemplate random_dag(std::mt19937_64& rng, const std::string& name) {
   return std::move(b).build().value();
 }
 
+// Another arbiter's choices through select(): the global simulator cannot
+// tell it is the default rule, so it calls select() instead of its inline
+// copy of the rule.
+class Forwarding final : public TransferArbiter {
+ public:
+  explicit Forwarding(std::unique_ptr<TransferArbiter> inner) : inner_(std::move(inner)) {}
+  void select(std::span<const TransferIntent> pending, std::span<const std::uint8_t> src_busy,
+              std::span<const std::uint8_t> dst_busy, std::vector<std::size_t>& out) override {
+    inner_->select(pending, src_busy, dst_busy, out);
+  }
+
+ private:
+  std::unique_ptr<TransferArbiter> inner_;
+};
+
 // Runs the cluster to completion, applying feedback to the GMG as an engine would.
 std::vector<Feedback> run_all(EmulatedCluster& cluster, Gmg& gmg) {
   std::vector<Feedback> all, batch;
@@ -78,7 +101,8 @@ TEST_CASE("emulated cluster: a chain with a transfer, exact times", "[emulated][
   REQUIRE(gmg.issue(inst.ops[0], 0, 0).ok());
   REQUIRE(gmg.issue(inst.ops[1], 1, 0).ok());
   PriorTruth truth;
-  EmulatedCluster emu(2, truth);
+  plugins::GreedyArbiter arbiter;
+  EmulatedCluster emu(2, truth, arbiter);
   REQUIRE(emu.submit(gmg, inst.ops[0]).ok());
   REQUIRE(emu.submit(gmg, inst.ops[1]).ok());
   CHECK(emu.submit(gmg, inst.ops[1]).message() == "emulated cluster: chain#1/y was already submitted");
@@ -100,35 +124,115 @@ TEST_CASE("emulated cluster: a chain with a transfer, exact times", "[emulated][
 
 TEST_CASE("emulated cluster agrees with the global simulator when truth equals the estimators",
           "[emulated][property]") {
+  // Each rule twice: one instance for the cluster, one for the simulator.
+  // A null simulator arbiter is the default rule, run inline.
+  using Make = std::function<std::unique_ptr<TransferArbiter>()>;
+  auto greedy = [](bool reserve) { return [reserve] { return std::make_unique<plugins::GreedyArbiter>(reserve); }; };
+  struct Rule {
+    const char* name;
+    Make emulated, predicted;
+  };
+  const std::vector<Rule> rules = {
+      {"greedy (default, inline in the simulator)", greedy(true), [] { return nullptr; }},
+      {"greedy, its own instance (inline in the simulator)", greedy(true), greedy(true)},
+      {"greedy through select() in the simulator", greedy(true),
+       [] { return std::make_unique<Forwarding>(std::make_unique<plugins::GreedyArbiter>(true)); }},
+      {"greedy, reserve_oldest = false", greedy(false), greedy(false)},
+      {"serial", [] { return std::make_unique<plugins::SerialArbiter>(); },
+       [] { return std::make_unique<plugins::SerialArbiter>(); }},
+  };
+  // Trials in which a rule's timeline differs from the default's: each rule
+  // must make a difference somewhere, or the test would not tell them apart.
+  std::vector<int> differs(rules.size(), 0);
   std::mt19937_64 rng(42);
   for (int trial = 0; trial < 300; ++trial) {
     INFO("trial " << trial);
     const int n_acc = std::uniform_int_distribution<int>(1, 4)(rng);
     auto reg = std::make_shared<TemplateRegistry>();
     TemplateId t = reg->add(random_dag(rng, "g")).value();
-    Gmg gmg(reg, cluster(n_acc));
+    Gmg base(reg, cluster(n_acc));
     std::vector<OpId> ops;
     for (int k = std::uniform_int_distribution<int>(1, 5)(rng); k > 0; --k) {
-      auto inst = gmg.instantiate({t, {}, {}, std::uniform_int_distribution<int>(0, 2)(rng), 0}).value();
+      auto inst = base.instantiate({t, {}, {}, std::uniform_int_distribution<int>(0, 2)(rng), 0}).value();
       for (OpId op : inst.ops) {
-        REQUIRE(gmg.issue(op, std::uniform_int_distribution<AccelId>(0, n_acc - 1)(rng), 0).ok());
+        REQUIRE(base.issue(op, std::uniform_int_distribution<AccelId>(0, n_acc - 1)(rng), 0).ok());
         ops.push_back(op);
       }
     }
-    auto predicted = simulate(gmg, estimators(*reg));
-    PriorTruth truth;
-    EmulatedCluster emu(n_acc, truth);
-    for (OpId op : ops) REQUIRE(emu.submit(gmg, op).ok());
-    auto fb = run_all(emu, gmg);
-    std::size_t done = 0;
-    for (const Feedback& f : fb) {
-      if (f.kind != Feedback::Kind::kOp) continue;
-      ++done;
-      REQUIRE(f.t == predicted.finish_of(f.op));
-      REQUIRE(f.t - f.measured == predicted.start_of(f.op));
+    std::vector<Nanos> default_finish;
+    for (std::size_t k = 0; k < rules.size(); ++k) {
+      INFO("rule: " << rules[k].name);
+      Gmg gmg = base.clone();
+      auto sim_arbiter = rules[k].predicted();
+      auto predicted = simulate(gmg, estimators(*reg), {.record_transfers = true, .arbiter = sim_arbiter.get()});
+      PriorTruth truth;
+      auto arbiter = rules[k].emulated();
+      EmulatedCluster emu(n_acc, truth, *arbiter);
+      for (OpId op : ops) REQUIRE(emu.submit(gmg, op).ok());
+      auto fb = run_all(emu, gmg);
+      std::size_t done = 0, moved = 0;
+      std::vector<Nanos> finish;
+      for (const Feedback& f : fb) {
+        if (f.kind == Feedback::Kind::kOp) {
+          ++done;
+          REQUIRE(f.t == predicted.finish_of(f.op));
+          REQUIRE(f.t - f.measured == predicted.start_of(f.op));
+          finish.push_back(f.t);
+          continue;
+        }
+        ++moved;
+        auto it = std::find_if(predicted.transfers.begin(), predicted.transfers.end(),
+                               [&](const TransferRecord& r) { return r.src == f.src && r.dst == f.op; });
+        REQUIRE(it != predicted.transfers.end());
+        REQUIRE(it->start == f.t - f.measured);
+        REQUIRE(it->finish == f.t);
+      }
+      REQUIRE(done == ops.size());
+      REQUIRE(moved == predicted.transfers.size());
+      if (k == 0) default_finish = finish;
+      differs[k] += finish != default_finish;
     }
-    REQUIRE(done == ops.size());
   }
+  CHECK(differs[1] == 0);  // the same rule
+  CHECK(differs[2] == 0);
+  CHECK(differs[3] > 0);  // no reservation: sometimes another timeline
+  CHECK(differs[4] > 0);  // one transfer at a time: often another timeline
+}
+
+TEST_CASE("a transfer from a done producer starts when its consumer is issued, in both", "[emulated][golden]") {
+  // x on a0 is done at 1 ms; y on a1, which reads x's 2 MB, is issued only
+  // at 5 ms. The copy starts at 5 (not at 1: nobody asked for it before),
+  // lands at 7, and y runs [7,10].
+  auto reg = std::make_shared<TemplateRegistry>();
+  TemplateBuilder b("late");
+  b.op("x").output({{Expr::constant(2'000'000)}, DType::kI8}).features({Expr::constant(1)}).prior({0.001});
+  b.op("y").input("x").output({{Expr::constant(1)}, DType::kI8}).features({Expr::constant(1)}).prior({0.003});
+  TemplateId t = reg->add(std::move(b).build().value()).value();
+  Gmg gmg(reg, cluster(2));
+  auto inst = gmg.instantiate({t, {}, {}, 0, 0}).value();
+  const OpId x = inst.ops[0], y = inst.ops[1];
+  PriorTruth truth;
+  plugins::GreedyArbiter arbiter;
+  EmulatedCluster emu(2, truth, arbiter);
+  REQUIRE(gmg.issue(x, 0, 0).ok());
+  REQUIRE(emu.submit(gmg, x).ok());
+  run_all(emu, gmg);
+  std::vector<Feedback> none;
+  REQUIRE(emu.advance_to(5'000'000, none).ok());
+  gmg.advance_clock(5'000'000);
+  REQUIRE(gmg.issue(y, 1, 5'000'000).ok());
+  auto predicted = simulate(gmg, estimators(*reg), {.record_transfers = true});
+  REQUIRE(predicted.transfers.size() == 1);
+  CHECK(predicted.transfers[0].start == 5'000'000);
+  CHECK(predicted.transfers[0].finish == 7'000'000);
+  CHECK(predicted.start_of(y) == 7'000'000);
+  CHECK(predicted.finish_of(y) == 10'000'000);
+  REQUIRE(emu.submit(gmg, y).ok());
+  auto fb = run_all(emu, gmg);
+  REQUIRE(fb.size() == 2);
+  CHECK(fb[0].kind == Feedback::Kind::kTransfer);
+  CHECK(fb[0].t - fb[0].measured == 5'000'000);
+  CHECK(fb[1].t == predicted.finish_of(y));
 }
 
 TEST_CASE("emulated cluster refuses misuse", "[emulated][bad-input]") {
@@ -137,7 +241,8 @@ TEST_CASE("emulated cluster refuses misuse", "[emulated][bad-input]") {
   Gmg gmg(reg, cluster(2));
   OpId op = gmg.instantiate({t, {}, {}, 0, 0}).value().ops[0];
   PriorTruth truth;
-  EmulatedCluster emu(1, truth);
+  plugins::GreedyArbiter arbiter;
+  EmulatedCluster emu(1, truth, arbiter);
   CHECK(emu.submit(gmg, op).message() == "emulated cluster: unit#1/op is not issued");
   REQUIRE(gmg.issue(op, 1, 0).ok());
   CHECK(emu.submit(gmg, op).message() ==
@@ -163,7 +268,8 @@ TEST_CASE("profile ground truth times the Llama template from the measured table
   auto inst = gmg.instantiate({t, {{"tokens", 128}, {"context", 0}}, {}, 0, 0}).value();
   for (std::size_t i = 0; i < inst.ops.size(); ++i) REQUIRE(gmg.issue(inst.ops[i], i < 3 ? 0 : 1, 0).ok());
   ProfileGroundTruth truth(layers.value(), links.value(), /*seed=*/1, /*op_cv=*/0.0, /*transfer_cv=*/0.0);
-  EmulatedCluster emu(2, truth);
+  plugins::GreedyArbiter arbiter;
+  EmulatedCluster emu(2, truth, arbiter);
   for (OpId op : inst.ops) REQUIRE(emu.submit(gmg, op).ok());
   auto fb = run_all(emu, gmg);
   auto ns = [](double s) { return static_cast<Nanos>(s * 1e9 + 0.5); };

@@ -7,6 +7,8 @@
 
 import slicesched.core;
 import slicesched.simulator.global;
+import slicesched.plugins.greedy_arbiter;
+import slicesched.plugins.serial_arbiter;
 import slicesched.testing;
 
 using namespace slicesched;
@@ -145,6 +147,62 @@ TEST_CASE("golden: transfers share no source and no destination", "[simulator][g
   CHECK(r.start_of(inst.ops[2]) == 2 * ms);
   CHECK(r.start_of(inst.ops[3]) == 3 * ms);
   CHECK(r.finish_of(inst.ops[3]) == 4 * ms);
+}
+
+TEST_CASE("golden: a blocked oldest transfer keeps its ports from younger ones", "[simulator][golden]") {
+  // p on a2 feeds c on a1 (2 MB), q on a0 feeds d on a1, r on a0 feeds e on
+  // a2 (1 MB each). p [0,1]; P = p->c moves a2->a1 [1,3]. q [0,2]: its
+  // intent X = q->d (a0->a1) appears at 2, blocked by P on a1's receive
+  // port. r [2,2.5]: its intent Y = r->e (a0->a2) appears at 2.5, with both
+  // ports free.
+  World w(3);
+  TemplateId t = w.add(graph("reserve", {{"p", 0.001, {}, 2'000'000},
+                                         {"q", 0.002, {}},
+                                         {"r", 0.0005, {}},
+                                         {"c", 0.001, {"p"}},
+                                         {"d", 0.001, {"q"}},
+                                         {"e", 0.001, {"r"}}}));
+  w.start();
+  auto inst = w.instance(t);
+  const OpId c = inst.ops[3], d = inst.ops[4], e = inst.ops[5];
+  const std::vector<AccelId> where = {2, 0, 0, 1, 1, 2};
+  for (std::size_t i = 0; i < inst.ops.size(); ++i) w.issue(inst.ops[i], where[i], 0);
+  auto transfer_to = [](const SimulationResult& r, OpId dst) {
+    for (const auto& x : r.transfers)
+      if (x.dst == dst) return x;
+    FAIL("no transfer to op " << dst);
+    return TransferRecord{};
+  };
+
+  SECTION("default rule: the oldest intent X holds a0's send port, so Y waits") {
+    // X [3,4] once a1 is free; Y [4,5] after X; c [3,4], d [4,5], e [5,6].
+    auto r = w.run();
+    CHECK(transfer_to(r, c).start == 1 * ms);
+    CHECK(transfer_to(r, c).finish == 3 * ms);
+    CHECK(transfer_to(r, d).start == 3 * ms);
+    CHECK(transfer_to(r, e).start == 4 * ms);
+    CHECK(r.start_of(c) == 3 * ms);
+    CHECK(r.start_of(d) == 4 * ms);
+    CHECK(r.finish_of(e) == 6 * ms);
+    CHECK(r.end == 6 * ms);
+    SECTION("the serial arbiter gives the same here: one transfer at a time, oldest first") {
+      plugins::SerialArbiter serial;
+      auto q = w.run({.arbiter = &serial});
+      CHECK(transfer_to(q, d).start == 3 * ms);
+      CHECK(transfer_to(q, e).start == 4 * ms);
+      CHECK(q.end == 6 * ms);
+    }
+  }
+  SECTION("greedy without the reservation: Y takes a0 at 2.5 and delays X") {
+    // Y [2.5,3.5], e [3.5,4.5]; X [3.5,4.5], d [4.5,5.5].
+    plugins::GreedyArbiter plain(/*reserve_oldest=*/false);
+    auto r = w.run({.arbiter = &plain});
+    CHECK(transfer_to(r, e).start == 5 * ms / 2);
+    CHECK(r.start_of(e) == 7 * ms / 2);
+    CHECK(transfer_to(r, d).start == 7 * ms / 2);
+    CHECK(r.start_of(d) == 9 * ms / 2);
+    CHECK(r.end == 11 * ms / 2);
+  }
 }
 
 TEST_CASE("golden: higher priority first, then issue order, no preemption", "[simulator][golden]") {

@@ -1,0 +1,259 @@
+// The engine with its plugins: the transfer arbiter rules the emulated
+// cluster (and the what-if predicts with the same rule), and an estimator
+// without a linear form drives the scheduler through its virtual path with
+// the same predictions as the fast path.
+#include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+import slicesched.core;
+import slicesched.core.plugin;
+import slicesched.engine;
+import slicesched.engine.union_partition_set;
+import slicesched.plugins.builtin;
+import slicesched.plugins.greedy_arbiter;
+import slicesched.plugins.serial_arbiter;
+import slicesched.simulator.emulated;
+import slicesched.simulator.global;
+import slicesched.simulator.llama;
+import slicesched.workload.trace;
+import slicesched.testing;
+
+using namespace slicesched;
+using nlohmann::json;
+
+namespace {
+
+// A real estimator without a linear form: the online linear models behind
+// the virtual interface only, so the simulator cannot take its fast path.
+class Opaque final : public Estimator {
+ public:
+  // `calls` counts predictions (the what-if threads predict concurrently).
+  Opaque(EstimatorSet set, std::atomic<std::size_t>& calls) : set_(std::move(set)), calls_(calls) {}
+  double predict_op(OpKindId kind, AccelTypeId type, std::span<const double> features) const override {
+    calls_.fetch_add(1, std::memory_order_relaxed);
+    return set_.predict_op(kind, type, features);
+  }
+  double predict_transfer(AccelId src, AccelId dst, std::uint64_t bytes) const override {
+    calls_.fetch_add(1, std::memory_order_relaxed);
+    return set_.predict_transfer(src, dst, bytes);
+  }
+  Status observe_op(OpKindId kind, AccelTypeId type, std::span<const double> features, double seconds) override {
+    return set_.observe_op(kind, type, features, seconds);
+  }
+  Status observe_transfer(AccelId src, AccelId dst, std::uint64_t bytes, double seconds) override {
+    return set_.observe_transfer(src, dst, bytes, seconds);
+  }
+
+ private:
+  EstimatorSet set_;
+  std::atomic<std::size_t>& calls_;
+};
+
+struct Run {
+  std::vector<RunRecord> log;
+  std::vector<RequestRecord> requests;
+  RoundStats scheduling;
+};
+
+// Four H100s, one online tenant (two lanes) and one offline load placed by
+// simulation-guided over pairs and quads, with exact profile ground truth.
+// `estimator_of` makes the estimator from the seeded linear models. With
+// `what_if_arbiter` false the scheduler gets no arbiter factory (the
+// default rule).
+template <typename MakeEstimator>
+Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimator estimator_of,
+               bool what_if_arbiter = true) {
+  namespace fs = std::filesystem;
+  PluginRegistries plugins;
+  REQUIRE(plugins::register_builtins(plugins).ok());
+  auto accels = std::make_shared<AcceleratorSet>();
+  REQUIRE(accels->add_link_class("nvlink", 300e9, 5e-6).ok());
+  for (int i = 0; i < 4; ++i) REQUIRE(accels->add("gpu" + std::to_string(i), "H100", 80ll << 30).ok());
+  auto templates = std::make_shared<TemplateRegistry>();
+  const TemplateId tmpl = templates->add(llama::make_template("llama3-8b")).value();
+  Gmg gmg(templates, accels);
+  for (AccelId a = 0; a < accels->size(); ++a) REQUIRE(gmg.place_weights(tmpl, a).ok());
+
+  EstimatorSet seeded;
+  REQUIRE(seed_priors(seeded, *templates, *accels).ok());
+  auto estimator = estimator_of(std::move(seeded));
+
+  std::vector<Tenant> tenants;
+  TenantSpec online{.name = "online", .priority = 10, .requests = constant_rate(16, 2, 1024, 4), .lanes = 4};
+  TenantSpec offline{.name = "offline", .online = false, .requests = constant_rate(8, 2, 2048, 4), .lanes = 2};
+  tenants.emplace_back(0, std::move(online), tmpl);
+  tenants.emplace_back(1, std::move(offline), tmpl);
+
+  std::vector<PluginPtr<PartitionSet>> sets;
+  for (const char* name : {"pairs", "quads"}) {
+    auto made = plugins.partition.create(name);
+    REQUIRE(made.ok());
+    sets.push_back(std::move(made).value());
+  }
+  UnionPartitionSet partitions(std::move(sets));
+  REQUIRE(partitions.bind(*accels).ok());
+  auto placement = plugins.placement.create("simulation-guided");
+  REQUIRE(placement.ok());
+  auto backend_arbiter = plugins.arbiter.create(arbiter, arbiter_args);
+  REQUIRE(backend_arbiter.ok());
+  SchedulerOptions sopt{.issued_budget = 64, .batch_cap = 6};
+  if (what_if_arbiter) sopt.arbiter = [&] { return plugins.arbiter.create(arbiter, arbiter_args); };
+  Scheduler scheduler(*placement.value(), partitions, *estimator, sopt);
+
+  const fs::path dir = fs::path(SLICESCHED_SOURCE_DIR) / "data" / "profiles";
+  auto layers = LayerProfile::load(dir / "llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv");
+  auto links = TransferProfile::load(dir / "vidur_network_h100_dgx_send_recv.csv");
+  REQUIRE(layers.ok());
+  REQUIRE(links.ok());
+  ProfileGroundTruth truth(layers.value(), links.value(), /*seed=*/3);
+  EmulatedCluster cluster(accels->size(), truth, *backend_arbiter.value());
+  Engine engine(gmg, tenants, scheduler, *estimator, cluster);
+  auto result = engine.run();
+  REQUIRE(result.ok());
+  REQUIRE(result->complete);
+  return {cluster.log(), result->requests, result->scheduling};
+}
+
+auto online_linear(PluginRegistries& plugins) {
+  return [&plugins](EstimatorSet seeded) {
+    auto made = plugins.estimator.create("online-linear");
+    REQUIRE(made.ok());
+    *made.value()->linear() = std::move(seeded);
+    return std::move(made).value();
+  };
+}
+
+std::vector<RunRecord> transfers(const std::vector<RunRecord>& log) {
+  std::vector<RunRecord> out;
+  std::copy_if(log.begin(), log.end(), std::back_inserter(out), [](const RunRecord& r) { return r.to != kNoAccel; });
+  std::sort(out.begin(), out.end(), [](const RunRecord& a, const RunRecord& b) { return a.start < b.start; });
+  return out;
+}
+
+// The most transfers in flight at once.
+std::size_t max_concurrent(const std::vector<RunRecord>& xs) {
+  std::size_t most = 0;
+  for (const RunRecord& x : xs) {
+    std::size_t n = 0;
+    for (const RunRecord& y : xs) n += y.start <= x.start && x.start < y.finish;
+    most = std::max(most, n);
+  }
+  return most;
+}
+
+double mean_latency_s(const std::vector<RequestRecord>& requests) {
+  double sum = 0;
+  for (const RequestRecord& r : requests) sum += static_cast<double>(r.done - r.arrival) / 1e9;
+  return sum / static_cast<double>(requests.size());
+}
+
+bool same(const RunRecord& a, const RunRecord& b) {
+  return a.op == b.op && a.tenant == b.tenant && a.accel == b.accel && a.to == b.to && a.start == b.start &&
+         a.finish == b.finish;
+}
+
+}  // namespace
+
+TEST_CASE("engine: the serial arbiter never overlaps two transfers, greedy does", "[engine][arbiter]") {
+  PluginRegistries plugins;
+  REQUIRE(plugins::register_builtins(plugins).ok());
+  const Run greedy = run_engine("greedy", json::object(), online_linear(plugins));
+  const Run serial = run_engine("serial", json::object(), online_linear(plugins));
+  const auto g = transfers(greedy.log), s = transfers(serial.log);
+  REQUIRE(!g.empty());
+  REQUIRE(!s.empty());
+  CHECK(max_concurrent(g) >= 2);  // the cluster does move several tensors at once
+  for (std::size_t i = 1; i < s.size(); ++i) {
+    INFO("transfer " << i << " of " << s.size());
+    REQUIRE(s[i].start >= s[i - 1].finish);
+  }
+  CHECK(max_concurrent(s) == 1);
+  // Transfers that wait for each other make this load's requests slower.
+  CHECK(mean_latency_s(serial.requests) > mean_latency_s(greedy.requests));
+}
+
+TEST_CASE("engine: a scheduler without an arbiter factory predicts with the default greedy rule", "[engine][arbiter]") {
+  PluginRegistries plugins;
+  REQUIRE(plugins::register_builtins(plugins).ok());
+  const Run with = run_engine("greedy", json{{"reserve_oldest", true}}, online_linear(plugins));
+  const Run without = run_engine("greedy", json::object(), online_linear(plugins), /*what_if_arbiter=*/false);
+  REQUIRE(with.log.size() == without.log.size());
+  for (std::size_t i = 0; i < with.log.size(); ++i) REQUIRE(same(with.log[i], without.log[i]));
+}
+
+TEST_CASE("engine: an estimator without a linear form gives the fast path's run", "[engine][estimator]") {
+  PluginRegistries plugins;
+  REQUIRE(plugins::register_builtins(plugins).ok());
+  for (const char* arbiter : {"greedy", "serial"}) {  // the simulator's inline rule, and select()
+    INFO(arbiter);
+    const Run fast = run_engine(arbiter, json::object(), online_linear(plugins));
+    std::atomic<std::size_t> calls{0};
+    const Run slow = run_engine(arbiter, json::object(), [&](EstimatorSet seeded) {
+      return std::make_unique<Opaque>(std::move(seeded), calls);
+    });
+    CHECK(calls.load() > 0);  // the what-if predicted through the virtual interface
+    CHECK(fast.scheduling.simulations == slow.scheduling.simulations);
+    REQUIRE(fast.log.size() == slow.log.size());
+    for (std::size_t i = 0; i < fast.log.size(); ++i) REQUIRE(same(fast.log[i], slow.log[i]));
+  }
+}
+
+TEST_CASE("global simulator: the virtual estimator path predicts exactly the fast path", "[simulator][estimator]") {
+  // Random DAGs over up to four accelerators, each rule: every start, finish
+  // and transfer the same.
+  std::mt19937_64 rng(7);
+  plugins::GreedyArbiter greedy;
+  plugins::SerialArbiter serial;
+  for (int trial = 0; trial < 100; ++trial) {
+    INFO("trial " << trial);
+    const int n = std::uniform_int_distribution<int>(1, 4)(rng);
+    auto reg = std::make_shared<TemplateRegistry>();
+    TemplateBuilder b("g");
+    const int ops = std::uniform_int_distribution<int>(1, 8)(rng);
+    for (int i = 0; i < ops; ++i) {
+      auto op = b.op("op" + std::to_string(i));
+      if (i > 0) op.input("op" + std::to_string(std::uniform_int_distribution<int>(0, i - 1)(rng)));
+      op.output({{Expr::constant(std::uniform_int_distribution<std::int64_t>(1, 3'000'000)(rng))}, DType::kI8})
+          .features({Expr::constant(1)})
+          .prior({std::uniform_int_distribution<int>(1, 4000)(rng) * 1e-6});
+    }
+    const TemplateId t = reg->add(std::move(b).build().value()).value();
+    Gmg gmg(reg, testing::cluster(n));
+    for (int k = std::uniform_int_distribution<int>(1, 4)(rng); k > 0; --k) {
+      const InstanceInfo inst = gmg.instantiate({t, {}, {}, 0, 0}).value();
+      for (OpId op : inst.ops) REQUIRE(gmg.issue(op, std::uniform_int_distribution<AccelId>(0, n - 1)(rng), 0).ok());
+    }
+    for (TransferArbiter* arbiter : {static_cast<TransferArbiter*>(&greedy), static_cast<TransferArbiter*>(&serial)}) {
+      const SimOptions opt{.record_hbm_timeline = true, .record_transfers = true, .arbiter = arbiter};
+      const EstimatorSet set = testing::estimators(*reg);
+      std::atomic<std::size_t> calls{0};
+      const Opaque opaque(set, calls);
+      const SimulationResult fast = simulate(gmg, set, opt);
+      const SimulationResult slow = simulate(gmg, static_cast<const Estimator&>(opaque), opt);
+      CHECK(calls.load() > 0);
+      REQUIRE(fast.ops == slow.ops);
+      REQUIRE(fast.start == slow.start);
+      REQUIRE(fast.finish == slow.finish);
+      REQUIRE(fast.hbm_peak == slow.hbm_peak);
+      REQUIRE(fast.end == slow.end);
+      REQUIRE(fast.transfers.size() == slow.transfers.size());
+      for (std::size_t i = 0; i < fast.transfers.size(); ++i) {
+        REQUIRE(fast.transfers[i].start == slow.transfers[i].start);
+        REQUIRE(fast.transfers[i].finish == slow.transfers[i].finish);
+      }
+    }
+  }
+}
