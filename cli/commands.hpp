@@ -38,4 +38,45 @@ struct SimulateOptions {
 };
 int simulate(const SimulateOptions& opt);
 
+struct ServeOptions {
+  std::string config;
+  std::optional<std::string> policy;  // required when the config has several
+  std::optional<std::string> out;     // summary.json, CSVs, trace and plots, as simulate
+  std::optional<std::uint64_t> seed;
+  double trace_seconds = 60;
+};
+// Only built with LibTorch (live mode); main says so otherwise.
+int serve(const ServeOptions& opt);
+
+// Live mode too (LibTorch): calibration and the live benchmarks.
+struct CalibrateOptions {
+  std::string config;
+  std::string out;      // the profile to write
+  int warmup = 2;       // untimed runs per shape
+  int repeats = 5;      // timed runs per shape (the median counts)
+  bool dry_run = false;  // print the shape grid and stop (no device needed)
+  std::optional<std::string> samples;  // also write every measurement as CSV
+};
+int calibrate(const CalibrateOptions& opt);
+
+struct BenchOverheadOptions {
+  std::string config;
+  int requests = 1000;                     // prefills of one token each
+  int rounds = 3;                          // best of this many, each way
+  int lanes = 2;                           // the tenant's iterations in flight
+  std::optional<std::string> accelerator;  // default: the config's first
+  std::optional<std::string> policy;       // default: the config's first
+  bool json = false;
+};
+int bench_overhead(const BenchOverheadOptions& opt);
+
+struct BenchAccuracyOptions {
+  std::string config;
+  std::optional<std::string> policy;       // default: the config's first
+  std::optional<std::string> profile_out;  // also keep the calibration profile here
+  int warmup = 2, repeats = 5;             // calibration, as calibrate
+  bool json = false;
+};
+int bench_accuracy(const BenchAccuracyOptions& opt);
+
 }  // namespace slicesched::cli

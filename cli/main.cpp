@@ -24,6 +24,16 @@ int main(int argc, char** argv) {
 
   auto* bench = app.add_subcommand("bench", "Benchmarks that print their figures");
   bench->require_subcommand(1);
+  slicesched::cli::ServeOptions serve_opt;
+  auto* serve = app.add_subcommand("serve", "Live serving: run one policy of CONFIG on its devices (LibTorch)");
+  serve->add_option("config", serve_opt.config, "Experiment TOML with devices (e.g. configs/live/tiny-cpu.toml)")
+      ->required();
+  serve->add_option("--policy", serve_opt.policy, "The policy to serve (required when CONFIG has several)");
+  serve->add_option("--out", serve_opt.out, "Write summary.json, CSVs, the Chrome trace and plots into this folder");
+  serve->add_option("--seed", serve_opt.seed, "Override the config's seed");
+  serve->add_option("--trace-seconds", serve_opt.trace_seconds, "Seconds covered by the Chrome trace")
+      ->check(CLI::PositiveNumber);
+
   slicesched::cli::BenchSimulatorOptions sim_opt;
   auto* bench_sim =
       bench->add_subcommand("simulator", "Simulated operators per ms, one thread, snapshot build included");
@@ -42,10 +52,61 @@ int main(int argc, char** argv) {
   bench_sched->add_option("--rounds", sched_opt.rounds, "Rounds measured")->check(CLI::Range(1, 1000000));
   bench_sched->add_flag("--json", sched_opt.json, "Print one JSON object");
 
+  slicesched::cli::CalibrateOptions cal_opt;
+  auto* calibrate = app.add_subcommand(
+      "calibrate", "Time CONFIG's model operators and copies on its devices; write a calibration profile (LibTorch)");
+  calibrate->add_option("config", cal_opt.config, "Experiment TOML with devices (e.g. configs/live/tiny-cpu.toml)")
+      ->required();
+  calibrate->add_option("--out", cal_opt.out, "The profile to write (slicesched-calibration/1 JSON)");
+  calibrate->add_option("--warmup", cal_opt.warmup, "Untimed runs per shape")->check(CLI::Range(0, 1000));
+  calibrate->add_option("--repeats", cal_opt.repeats, "Timed runs per shape (the median counts)")
+      ->check(CLI::Range(1, 1000));
+  calibrate->add_option("--samples", cal_opt.samples, "Also write every measurement and its fit as CSV");
+  calibrate->add_flag("--dry-run", cal_opt.dry_run, "Print the shape grid and stop (needs no device)");
+
+  slicesched::cli::BenchOverheadOptions ovh_opt;
+  auto* bench_ovh = bench->add_subcommand(
+      "overhead", "Executor overhead: one-token prefills through SliceScheduler vs a direct LibTorch loop");
+  bench_ovh->add_option("config", ovh_opt.config, "Experiment TOML with devices")->required();
+  bench_ovh->add_option("--requests", ovh_opt.requests, "Prefills per run")->check(CLI::Range(1, 10000000));
+  bench_ovh->add_option("--rounds", ovh_opt.rounds, "Runs each way (the best counts)")->check(CLI::Range(1, 100));
+  bench_ovh->add_option("--lanes", ovh_opt.lanes, "The tenant's iterations in flight")->check(CLI::Range(1, 64));
+  bench_ovh->add_option("--accelerator", ovh_opt.accelerator, "Run on this accelerator (default: the first)");
+  bench_ovh->add_option("--policy", ovh_opt.policy, "Take placement, arbiter and estimator from this policy");
+  bench_ovh->add_flag("--json", ovh_opt.json, "Print one JSON object");
+
+  slicesched::cli::BenchAccuracyOptions acc_opt;
+  auto* bench_acc = bench->add_subcommand(
+      "accuracy", "Simulator accuracy: calibrate, serve live, simulate the same run; compare times and estimators");
+  bench_acc->add_option("config", acc_opt.config, "Experiment TOML with devices")->required();
+  bench_acc->add_option("--policy", acc_opt.policy, "The policy to run (default: the first)");
+  bench_acc->add_option("--profile-out", acc_opt.profile_out, "Also write the calibration profile here");
+  bench_acc->add_option("--warmup", acc_opt.warmup, "Calibration: untimed runs per shape")->check(CLI::Range(0, 1000));
+  bench_acc->add_option("--repeats", acc_opt.repeats, "Calibration: timed runs per shape")->check(CLI::Range(1, 1000));
+  bench_acc->add_flag("--json", acc_opt.json, "Print one JSON object");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (demo->parsed()) return slicesched::cli::demo();
     if (simulate->parsed()) return slicesched::cli::simulate(sim);
+    if (serve->parsed()) {
+#ifdef SLICESCHED_LIVE
+      return slicesched::cli::serve(serve_opt);
+#else
+      std::fprintf(stderr, "slicesched: serve: live mode was not built (LibTorch was not found at configure time)\n");
+      return 2;
+#endif
+    }
+    if (calibrate->parsed() || bench_ovh->parsed() || bench_acc->parsed()) {
+#ifdef SLICESCHED_LIVE
+      if (calibrate->parsed()) return slicesched::cli::calibrate(cal_opt);
+      if (bench_ovh->parsed()) return slicesched::cli::bench_overhead(ovh_opt);
+      return slicesched::cli::bench_accuracy(acc_opt);
+#else
+      std::fprintf(stderr, "slicesched: live mode was not built (LibTorch was not found at configure time)\n");
+      return 2;
+#endif
+    }
     if (bench_sim->parsed()) return slicesched::cli::bench_simulator(sim_opt);
     if (bench_sched->parsed()) return slicesched::cli::bench_scheduler(sched_opt);
   } catch (const std::exception& e) {

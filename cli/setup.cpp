@@ -71,11 +71,16 @@ void check_weights_fit(const ExperimentConfig& cfg) {
   for (const auto& op : model.ops()) weights += op.weight_bytes;
   for (const auto& a : cfg.accelerators)
     if (a.hbm_bytes <= weights) {
-      char msg[512];
-      std::snprintf(msg, sizeof msg, "%s: cluster: accelerator '%s' has %.2f GiB of HBM; %s's weights alone need %.2f GiB",
-                    cfg.path.c_str(), a.name.c_str(), static_cast<double>(a.hbm_bytes) / 1073741824.0,
-                    cfg.model.name.c_str(), static_cast<double>(weights) / 1073741824.0);
-      fail(msg);
+      auto size = [](std::int64_t b) {
+        char s[32];
+        if (b >= (1ll << 30))
+          std::snprintf(s, sizeof s, "%.2f GiB", static_cast<double>(b) / 1073741824.0);
+        else
+          std::snprintf(s, sizeof s, "%.2f MiB", static_cast<double>(b) / 1048576.0);
+        return std::string(s);
+      };
+      fail(cfg.path + ": cluster: accelerator '" + a.name + "' has " + size(a.hbm_bytes) + " of HBM; " +
+           cfg.model.name + "'s weights alone need " + size(weights));
     }
 }
 

@@ -20,6 +20,7 @@ import slicesched.core;
 import slicesched.config;
 import slicesched.cli.report;
 import slicesched.cli.setup;
+import slicesched.cli.policy;
 import slicesched.engine;
 import slicesched.engine.metrics;
 import slicesched.engine.union_partition_set;
@@ -41,115 +42,29 @@ struct Truths {
 
 PolicyRun run_policy(const ExperimentConfig& cfg, const PolicyConfig& policy, const PluginRegistries& plugins,
                      const Truths& truths) {
-  auto accels = make_cluster(cfg);
-  auto templates = std::make_shared<TemplateRegistry>();
-  const TemplateId tmpl = templates->add(llama::make_template(cfg.model.name, model_shape(cfg.model))).value();
-  Gmg gmg(templates, accels);
-  for (AccelId a = 0; a < accels->size(); ++a) check(gmg.place_weights(tmpl, a));
-
-  // The estimator predicts for the what-if and learns from the cluster's
-  // feedback; the linear built-in starts from the template and link-class
-  // priors (and [estimators] prior), a model without a linear form from
-  // whatever it knows itself.
-  auto estimator = plugins.estimator.create(policy.estimator.name, policy.estimator.args);
-  if (!estimator.ok()) fail("policy '" + policy.name + "': " + estimator.status().message());
-  Estimator& est = *estimator.value();
-  EstimatorSet* linear = est.linear();
-  if (linear) {
-    check(seed_priors(*linear, *templates, *accels));
-    if (truths.prior) check(apply_as_prior(*truths.prior, *linear, *templates, *accels));
-  } else {
-    std::fprintf(stderr,
-                 "slicesched: policy '%s': estimator '%s' has no linear form: it starts without the priors from "
-                 "the model, the link classes and [estimators] prior\n",
-                 policy.name.c_str(), policy.estimator.name.c_str());
-  }
-
-  std::vector<Tenant> tenants;
-  std::vector<bool> online;
-  for (const std::string& name : policy.tenants) {
-    const auto& tc = *std::find_if(cfg.tenants.begin(), cfg.tenants.end(), [&](auto& t) { return t.name == name; });
-    TenantSpec spec;
-    spec.name = tc.name;
-    spec.priority = tc.priority;
-    spec.online = tc.online;
-    spec.requests = make_stream(tc, cfg.seed + tenants.size());
-    spec.token_budget = tc.token_budget;
-    spec.max_seqs = tc.max_seqs;
-    spec.kv_budget_tokens = tc.kv_budget_tokens;
-    spec.lanes = tc.lanes;
-    tenants.emplace_back(static_cast<std::uint32_t>(tenants.size()), std::move(spec), tmpl);
-    online.push_back(tc.online);
-  }
-
-  std::vector<PluginPtr<PartitionSet>> sets;
-  for (const auto& choice : policy.partition_sets) {
-    auto set = plugins.partition.create(choice.name, tenant_ids(policy, choice.args));
-    if (!set.ok()) fail("policy '" + policy.name + "': " + set.status().message());
-    sets.push_back(std::move(set).value());
-  }
-  UnionPartitionSet partitions(std::move(sets));
-  if (Status s = partitions.bind(*accels); !s.ok()) fail("policy '" + policy.name + "': " + s.message());
-  auto placement = plugins.placement.create(policy.placement.name, policy.placement.args);
-  if (!placement.ok()) fail("policy '" + policy.name + "': " + placement.status().message());
-
-  // One arbiter for the emulated cluster; the what-if workers make their
-  // own from the same name and arguments.
-  auto arbiter = plugins.arbiter.create(policy.arbiter.name, policy.arbiter.args);
-  if (!arbiter.ok()) fail("policy '" + policy.name + "': " + arbiter.status().message());
-
-  SchedulerOptions sopt;
-  sopt.issued_budget = policy.issued_budget;
-  sopt.batch_cap = policy.batch_cap;
-  sopt.horizon = policy.horizon_s < 0 ? -1 : static_cast<Nanos>(policy.horizon_s * 1e9);
-  sopt.arbiter = [&plugins, &choice = policy.arbiter] { return plugins.arbiter.create(choice.name, choice.args); };
-  Scheduler scheduler(*placement.value(), partitions, est, sopt);
+  auto parts = build_policy(cfg, policy, plugins, truths.prior ? &*truths.prior : nullptr);
   std::unique_ptr<GroundTruth> truth;
   if (truths.calibrated) {
     auto cal = std::make_unique<CalibratedGroundTruth>(
-        *truths.calibrated, *accels, cfg.seed, cfg.ground_truth.op_noise_cv, cfg.ground_truth.transfer_noise_cv);
+        *truths.calibrated, *parts->accels, cfg.seed, cfg.ground_truth.op_noise_cv, cfg.ground_truth.transfer_noise_cv);
     if (Status s = cal->check_transfers(); !s.ok()) fail(cfg.ground_truth.calibrated + ": " + s.message());
     truth = std::move(cal);
   } else {
     truth = std::make_unique<ProfileGroundTruth>(*truths.layers, *truths.transfers, cfg.seed,
                                                  cfg.ground_truth.op_noise_cv, cfg.ground_truth.transfer_noise_cv);
   }
-  EmulatedCluster cluster(accels->size(), *truth, *arbiter.value());
+  EmulatedCluster cluster(parts->accels->size(), *truth, *parts->arbiter);
   EngineOptions eopt;
   eopt.stop_at = cfg.duration_s > 0 ? static_cast<Nanos>(cfg.duration_s * 1e9) : -1;
-  Engine engine(gmg, tenants, scheduler, est, cluster, eopt);
+  Engine engine(*parts->gmg, parts->tenants, *parts->scheduler, *parts->estimator, cluster, eopt);
 
-  const bool tty = stderr_is_tty();
   auto t0 = std::chrono::steady_clock::now();
-  auto progress = [&](Nanos now, std::size_t done, std::size_t total) {
-    const int pct = total ? static_cast<int>(100 * done / total) : 100;
-    if (tty)
-      std::fprintf(stderr, "\r  %-16s [%-40s] %3d%%  %zu/%zu requests  t=%.0f s ", policy.name.c_str(),
-                   std::string(static_cast<std::size_t>(pct * 40 / 100), '#').c_str(), pct, done, total,
-                   static_cast<double>(now) / 1e9);
-    else if (pct % 25 == 0)
-      std::fprintf(stderr, "  %s: %d%% (%zu/%zu requests, t=%.0f s)\n", policy.name.c_str(), pct, done, total,
-                   static_cast<double>(now) / 1e9);
-  };
-  auto result = engine.run(progress);
-  if (tty) std::fprintf(stderr, "\n");
+  auto result = engine.run(progress_printer(policy.name));
+  if (stderr_is_tty()) std::fprintf(stderr, "\n");
   if (!result.ok()) fail("policy '" + policy.name + "': " + result.status().message());
-
-  PolicyRun run;
-  run.name = policy.name;
-  run.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  run.metrics = compute_metrics(policy.name, result.value(), cluster.log(), accels->size(), online, cfg.duration_s);
-  run.requests = result->requests;
-  run.log = cluster.log();
-  for (const auto& t : tenants) run.tenant_names.push_back(t.spec().name);
-  for (AccelId a = 0; a < accels->size(); ++a) run.accel_names.push_back((*accels)[a].name);
-  run.scheduling = result->scheduling;
-  run.estimator = policy.estimator.name;
-  if (linear) {
-    for (const auto& row : linear->report()) run.estimators.push_back(row);
-    run.calibration = snapshot(*linear, *templates, *accels, "simulate " + cfg.path + ", policy " + policy.name);
-  }
-  return run;
+  return collect_run(cfg, policy, *parts, result.value(), cluster.log(),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                     "simulate " + cfg.path + ", policy " + policy.name);
 }
 
 int simulate(const SimulateOptions& opt) {

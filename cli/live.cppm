@@ -1,0 +1,34 @@
+// Live runs: one policy of a config on real devices, through the same
+// engine, scheduler and plugins as simulate, with LiveCluster executors and
+// the LibTorch Llama model. Used by `serve`, `bench accuracy` and `bench
+// overhead`. Failures throw std::runtime_error with a one-line message.
+module;
+#include <atomic>
+#include <string>
+
+#include "executor/torch/runtime.h"
+
+export module slicesched.cli.live;
+export import slicesched.cli.policy;
+
+export namespace slicesched::cli {
+
+struct LiveRunOptions {
+  const std::atomic<int>* stop = nullptr;  // see EngineOptions::stop
+  bool progress = true;
+};
+
+// Runs `policy` of `cfg` live on the config's devices and returns what
+// simulate returns for a policy (metrics, requests, log, estimators, the
+// calibration snapshot). Prompts are synthetic token ids from the seed.
+PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, const PluginRegistries& plugins,
+                   const LiveRunOptions& opt = {});
+
+// Refuses an accelerator without a device, and devices that do not exist
+// here (cuda:N beyond the GPUs LibTorch sees), naming the accelerator.
+void check_devices(const ExperimentConfig& cfg);
+
+// The runtime's model config from [model].
+rt::LlamaConfig runtime_model(const ModelConfig& m);
+
+}  // namespace slicesched::cli

@@ -1,0 +1,53 @@
+// One policy's run, assembled from a config the same way for every backend:
+// the cluster, the model template and GMG, the estimator, the tenants, the
+// partition sets, the placement policy, the transfer arbiter and the
+// scheduler. `simulate` adds an emulated cluster, `serve` live executors.
+// Failures throw std::runtime_error with a one-line message naming the
+// policy.
+module;
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+export module slicesched.cli.policy;
+export import slicesched.cli.setup;
+export import slicesched.cli.report;
+export import slicesched.core.calibration;
+export import slicesched.engine;
+export import slicesched.engine.union_partition_set;
+
+export namespace slicesched::cli {
+
+struct PolicyParts {
+  std::shared_ptr<AcceleratorSet> accels;
+  std::shared_ptr<TemplateRegistry> templates;
+  TemplateId tmpl = 0;
+  std::unique_ptr<Gmg> gmg;
+  PluginPtr<Estimator> estimator;
+  EstimatorSet* linear = nullptr;  // the estimator's linear form, when it has one
+  std::vector<Tenant> tenants;
+  std::vector<bool> online;
+  std::unique_ptr<UnionPartitionSet> partitions;
+  PluginPtr<PlacementPolicy> placement;
+  PluginPtr<TransferArbiter> arbiter;  // the backend's; what-if workers make their own
+  std::unique_ptr<Scheduler> scheduler;
+};
+
+// `prior`: a calibration profile the linear estimator starts from (may be
+// null). `time_scale`: request arrivals happen this many times sooner.
+// `plugins` must outlive the parts (the scheduler creates arbiters from it).
+std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const PolicyConfig& policy,
+                                          const PluginRegistries& plugins, const CalibrationProfile* prior,
+                                          double time_scale = 1.0);
+
+// A progress bar on a terminal, a line every 25 % otherwise.
+ProgressFn progress_printer(const std::string& name);
+
+// The PolicyRun every command reports, from a finished engine run.
+PolicyRun collect_run(const ExperimentConfig& cfg, const PolicyConfig& policy, PolicyParts& parts,
+                      const EngineResult& result, const std::vector<RunRecord>& log, double wall_s,
+                      const std::string& origin);
+
+}  // namespace slicesched::cli
