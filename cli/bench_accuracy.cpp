@@ -1,0 +1,273 @@
+// `slicesched bench accuracy CONFIG`: how well the simulator predicts a live
+// run (the paper's end-to-end and estimator accuracy).
+//   1. calibrate the config's model on its devices (the code of `calibrate`);
+//   2. serve one policy of the config live (run_live), recording every
+//      operator and transfer the engine measured, with its features;
+//   3. simulate the same config and policy with the calibration profile as
+//      ground truth, without noise (the emulated cluster, same engine,
+//      scheduler, plugins and time scale as the live run).
+// e2e_error_pct: |simulated - live| / live of the end-to-end time, from the
+// first arrival to the last completion. op_mape_pct / transfer_mape_pct:
+// the calibrated estimators' predictions against every operator / transfer
+// duration the live run measured.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "executor/torch/runtime.h"
+
+import slicesched.config;
+import slicesched.cli.setup;
+import slicesched.cli.policy;
+import slicesched.cli.live;
+import slicesched.cli.calibrate;
+import slicesched.plugins.builtin;
+import slicesched.plugins.loader;
+import slicesched.simulator.emulated;
+
+namespace slicesched::cli {
+
+namespace {
+
+// What the engine fed the estimator during the live run.
+struct Observation {
+  bool transfer = false;
+  OpKindId kind = 0;
+  AccelTypeId type = 0;
+  std::vector<double> x;
+  AccelId src = 0, dst = 0;
+  std::uint64_t bytes = 0;
+  double seconds = 0;
+};
+
+// The policy's estimator, unchanged, that also records every measurement.
+class Recorder final : public Estimator {
+ public:
+  Recorder(PluginPtr<Estimator> inner, std::shared_ptr<std::vector<Observation>> sink)
+      : inner_(std::move(inner)), sink_(std::move(sink)) {}
+  double predict_op(OpKindId kind, AccelTypeId type, std::span<const double> x) const override {
+    return inner_->predict_op(kind, type, x);
+  }
+  double predict_transfer(AccelId src, AccelId dst, std::uint64_t bytes) const override {
+    return inner_->predict_transfer(src, dst, bytes);
+  }
+  Status observe_op(OpKindId kind, AccelTypeId type, std::span<const double> x, double seconds) override {
+    sink_->push_back({false, kind, type, {x.begin(), x.end()}, 0, 0, 0, seconds});
+    return inner_->observe_op(kind, type, x, seconds);
+  }
+  Status observe_transfer(AccelId src, AccelId dst, std::uint64_t bytes, double seconds) override {
+    sink_->push_back({true, 0, 0, {}, src, dst, bytes, seconds});
+    return inner_->observe_transfer(src, dst, bytes, seconds);
+  }
+  EstimatorSet* linear() override { return inner_->linear(); }
+
+ private:
+  PluginPtr<Estimator> inner_;
+  std::shared_ptr<std::vector<Observation>> sink_;
+};
+
+constexpr const char* kRecorder = "bench-accuracy-recorder";
+
+struct Timeline {
+  double e2e_s = 0, mean_latency_s = 0, mean_ttft_s = 0;
+  std::size_t done = 0, total = 0;
+};
+
+Timeline timeline(const std::vector<RequestRecord>& requests) {
+  Timeline t;
+  t.total = requests.size();
+  Nanos first = -1, last = -1;
+  double lat = 0, ttft = 0;
+  for (const RequestRecord& r : requests) {
+    if (first < 0 || r.arrival < first) first = r.arrival;
+    if (r.done < 0 || !r.error.empty()) continue;
+    ++t.done;
+    last = std::max(last, r.done);
+    lat += static_cast<double>(r.done - r.arrival) / 1e9;
+    ttft += static_cast<double>(r.first_token - r.arrival) / 1e9;
+  }
+  if (t.done) {
+    t.e2e_s = static_cast<double>(last - first) / 1e9;
+    t.mean_latency_s = lat / static_cast<double>(t.done);
+    t.mean_ttft_s = ttft / static_cast<double>(t.done);
+  }
+  return t;
+}
+
+// The simulated twin of run_live: same parts, the calibration profile as
+// noise-free ground truth.
+std::vector<RequestRecord> simulate_calibrated(const ExperimentConfig& cfg, const PolicyConfig& policy,
+                                               const PluginRegistries& plugins, const CalibrationProfile& profile) {
+  auto parts = build_policy(cfg, policy, plugins, nullptr, cfg.live.time_scale);
+  CalibratedGroundTruth truth(profile, *parts->accels, cfg.seed, 0.0, 0.0);
+  check(truth.check_transfers());
+  EmulatedCluster cluster(parts->accels->size(), truth, *parts->arbiter);
+  EngineOptions eopt;
+  eopt.stop_at = cfg.duration_s > 0 ? static_cast<Nanos>(cfg.duration_s / cfg.live.time_scale * 1e9) : -1;
+  Engine engine(*parts->gmg, parts->tenants, *parts->scheduler, *parts->estimator, cluster, eopt);
+  auto result = engine.run();
+  if (!result.ok()) fail("simulated policy '" + policy.name + "': " + result.status().message());
+  return result->requests;
+}
+
+struct Mape {
+  double sum = 0, bias = 0;
+  std::size_t n = 0;
+  void add(double predicted, double measured) {
+    sum += std::abs(predicted - measured) / measured;
+    bias += (measured - predicted) / measured;
+    ++n;
+  }
+  double pct() const { return n ? 100.0 * sum / static_cast<double>(n) : 0.0; }
+  double bias_pct() const { return n ? 100.0 * bias / static_cast<double>(n) : 0.0; }
+};
+
+}  // namespace
+
+int bench_accuracy(const BenchAccuracyOptions& opt) {
+  auto loaded = load_config(opt.config);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "slicesched: %s\n", loaded.status().message().c_str());
+    return 2;
+  }
+  const ExperimentConfig& cfg = loaded.value();
+  try {
+    try {
+      check_devices(cfg);
+      check_weights_fit(cfg);
+      if (cfg.policies.empty()) fail("no policies");
+      const PolicyConfig* policy = &cfg.policies[0];
+      if (opt.policy) {
+        policy = nullptr;
+        for (const auto& p : cfg.policies)
+          if (p.name == *opt.policy) policy = &p;
+        if (!policy) fail("no policy named '" + *opt.policy + "'");
+      }
+      const bool progress = !opt.json;
+
+      // 1. Calibrate.
+      const rt::LlamaConfig mc = runtime_model(cfg.model);
+      rt::validate(mc);
+      rt::set_cpu_threads(cfg.live.threads);
+      CalibrateSettings cs;
+      cs.warmup = opt.warmup;
+      cs.repeats = opt.repeats;
+      cs.progress = progress;
+      if (progress) std::fprintf(stderr, "bench accuracy: 1/3 calibrating; %s", describe(shape_grid(cfg)).c_str());
+      std::optional<CalibrationResult> cal;
+      {
+        rt::LlamaModel model(mc);
+        cal = calibrate_model(cfg, model, cs);
+      }
+      if (opt.profile_out) check(write_calibration(cal->profile, *opt.profile_out));
+
+      // 2. Live, recording what the engine measures.
+      PluginRegistries plugins;
+      check(plugins::register_builtins(plugins));
+      for (const auto& path : cfg.plugin_paths) check(load_plugin_library(path, plugins));
+      auto sink = std::make_shared<std::vector<Observation>>();
+      const PluginRegistries* reg = &plugins;
+      const std::string inner_name = policy->estimator.name;
+      check(plugins.estimator.add(kRecorder, [reg, inner_name, sink](const PluginArgs& args) {
+        auto inner = reg->estimator.create(inner_name, args);
+        if (!inner.ok()) throw std::invalid_argument(inner.status().message());
+        return std::make_unique<Recorder>(std::move(inner).value(), sink);
+      }));
+      PolicyConfig recorded = *policy;
+      recorded.estimator.name = kRecorder;
+      if (progress) std::fprintf(stderr, "bench accuracy: 2/3 serving policy '%s' live\n", policy->name.c_str());
+      LiveRunOptions lopt;
+      lopt.progress = progress;
+      const PolicyRun live = run_live(cfg, recorded, plugins, lopt);
+
+      // 3. Simulate the same run on the calibration.
+      if (progress) std::fprintf(stderr, "bench accuracy: 3/3 simulating it on the calibration profile\n");
+      const std::vector<RequestRecord> sim = simulate_calibrated(cfg, *policy, plugins, cal->profile);
+
+      // Figures.
+      const Timeline lt = timeline(live.requests), st = timeline(sim);
+      if (lt.done == 0) fail("the live run finished no request");
+      const double e2e_err = std::abs(st.e2e_s - lt.e2e_s) / lt.e2e_s * 100.0;
+      const double lat_err = std::abs(st.mean_latency_s - lt.mean_latency_s) / lt.mean_latency_s * 100.0;
+      Mape ops, transfers;
+      std::map<std::pair<OpKindId, AccelTypeId>, Mape> by_op;
+      for (const Observation& o : *sink) {
+        if (!(o.seconds > 0)) continue;
+        if (o.transfer) {
+          transfers.add(cal->est.predict_transfer(o.src, o.dst, o.bytes), o.seconds);
+        } else {
+          const double p = cal->est.predict_op(o.kind, o.type, o.x);
+          ops.add(p, o.seconds);
+          by_op[{o.kind, o.type}].add(p, o.seconds);
+        }
+      }
+
+      if (opt.json) {
+        nlohmann::json j;
+        j["e2e_error_pct"] = e2e_err;
+        j["op_mape_pct"] = ops.pct();
+        j["transfer_mape_pct"] = transfers.pct();
+        j["live_e2e_s"] = lt.e2e_s;
+        j["simulated_e2e_s"] = st.e2e_s;
+        j["live_mean_latency_s"] = lt.mean_latency_s;
+        j["simulated_mean_latency_s"] = st.mean_latency_s;
+        j["latency_error_pct"] = lat_err;
+        j["requests"] = lt.total;
+        j["live_done"] = lt.done;
+        j["simulated_done"] = st.done;
+        j["ops"] = ops.n;
+        j["transfers"] = transfers.n;
+        j["op_bias_pct"] = ops.bias_pct();
+        j["transfer_bias_pct"] = transfers.bias_pct();
+        j["calibration_s"] = cal->wall_s;
+        j["policy"] = policy->name;
+        nlohmann::json per = nlohmann::json::object();
+        for (const auto& [key, m] : by_op)
+          per[cal->templates->kind_name(key.first) + "@" + cal->accels->type_name(key.second)] = {
+              {"samples", m.n}, {"mape_pct", m.pct()}, {"bias_pct", m.bias_pct()}};
+        j["per_op"] = per;
+        std::printf("%s\n", j.dump().c_str());
+      } else {
+        std::printf("calibration (%.1f s):\n", cal->wall_s);
+        print_calibration(*cal, stdout);
+        std::printf("\nlive run of policy '%s' vs the calibrated estimators (bias: measured slower than predicted "
+                    "when > 0):\n",
+                    policy->name.c_str());
+        std::printf("%-24s %-10s %8s %8s %8s\n", "op", "type", "samples", "MAPE %", "bias %");
+        for (const auto& [key, m] : by_op)
+          std::printf("%-24s %-10s %8zu %8.2f %8.2f\n", cal->templates->kind_name(key.first).c_str(),
+                      cal->accels->type_name(key.second).c_str(), m.n, m.pct(), m.bias_pct());
+        std::printf("%-24s %-10s %8zu %8.2f %8.2f\n", "transfers", "", transfers.n, transfers.pct(),
+                    transfers.bias_pct());
+        std::printf("\nend to end        live %.4f s, simulated %.4f s (%zu requests; %zu / %zu done)\n", lt.e2e_s,
+                    st.e2e_s, lt.total, lt.done, st.done);
+        std::printf("mean latency      live %.4f s, simulated %.4f s (error %.2f %%)\n", lt.mean_latency_s,
+                    st.mean_latency_s, lat_err);
+        std::printf("e2e_error_pct     %.3f\n", e2e_err);
+        std::printf("op_mape_pct       %.3f  (%zu operators)\n", ops.pct(), ops.n);
+        std::printf("transfer_mape_pct %.3f  (%zu transfers)\n", transfers.pct(), transfers.n);
+      }
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      fail(what.rfind(cfg.path, 0) == 0 ? what : cfg.path + ": " + what);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "slicesched: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
+
+}  // namespace slicesched::cli

@@ -1,0 +1,63 @@
+// `slicesched calibrate CONFIG --out PROFILE`: times the config's model
+// operators on one device of each accelerator type and the copies between
+// every accelerator pair, fits the estimators to them and writes a
+// slicesched-calibration/1 profile that simulate takes as ground truth
+// ([ground_truth] calibrated) or as estimator prior ([estimators] prior).
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "commands.hpp"
+#include "executor/torch/runtime.h"
+
+import slicesched.config;
+import slicesched.cli.setup;
+import slicesched.cli.live;
+import slicesched.cli.calibrate;
+
+namespace slicesched::cli {
+
+int calibrate(const CalibrateOptions& opt) {
+  auto cfg = load_config(opt.config);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "slicesched: %s\n", cfg.status().message().c_str());
+    return 2;
+  }
+  try {
+    try {
+      check_weights_fit(cfg.value());
+      rt::validate(runtime_model(cfg->model));
+      if (opt.dry_run) {
+        std::printf("%s: %s, %zu accelerator(s)\n%s", cfg->path.c_str(), cfg->model.name.c_str(),
+                    cfg->accelerators.size(), describe(shape_grid(cfg.value())).c_str());
+        return 0;
+      }
+      check_devices(cfg.value());
+      if (opt.out.empty()) fail("calibrate: --out PROFILE is required");
+      rt::set_cpu_threads(cfg->live.threads);
+      rt::LlamaModel model(runtime_model(cfg->model));
+      CalibrateSettings s;
+      s.warmup = opt.warmup;
+      s.repeats = opt.repeats;
+      const ShapeGrid grid = shape_grid(cfg.value());
+      std::fprintf(stderr, "calibrating %s on %zu accelerator(s); %s", cfg->model.name.c_str(),
+                   cfg->accelerators.size(), describe(grid).c_str());
+      CalibrationResult r = calibrate_model(cfg.value(), model, s);
+      print_calibration(r, stdout);
+      check(write_calibration(r.profile, opt.out));
+      if (opt.samples && !write_points_csv(r, *opt.samples)) fail("cannot write " + *opt.samples);
+      std::printf("wrote %s (%zu op fits, %zu transfer fits) in %.1f s\n", opt.out.c_str(), r.profile.ops.size(),
+                  r.profile.transfers.size(), r.wall_s);
+    } catch (const std::exception& e) {
+      // One line, naming the config.
+      const std::string what = e.what();
+      fail(what.rfind(cfg->path, 0) == 0 ? what : cfg->path + ": " + what);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "slicesched: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
+
+}  // namespace slicesched::cli
