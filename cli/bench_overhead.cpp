@@ -25,6 +25,7 @@
 #include <vector>
 #include <thread>
 #include <cstdlib>
+#include <ctime>
 
 #include "commands.hpp"
 #include "executor/torch/runtime.h"
@@ -44,13 +45,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+// CPU seconds of the whole process (every thread) so far.
+double cpu_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 
 struct Prompts {
   std::vector<std::vector<std::int64_t>> ids;  // one token each
 };
 
 struct DirectRun {
-  double wall_s = 0;
+  double wall_s = 0, cpu_s = 0;
   std::vector<std::int64_t> tokens;
 };
 
@@ -69,6 +76,7 @@ DirectRun run_direct_here(rt::LlamaModel& model, const std::string& device, cons
   r.tokens.reserve(static_cast<std::size_t>(n));
   rt::LlamaModel::synchronize(device);
   const auto t0 = Clock::now();
+  const double c0 = cpu_now();
   for (int i = 0; i < n; ++i) {
     rt::StepPlan plan;
     plan.seqs.push_back({static_cast<std::uint64_t>(i), 0, p.ids[static_cast<std::size_t>(i)]});
@@ -78,11 +86,12 @@ DirectRun run_direct_here(rt::LlamaModel& model, const std::string& device, cons
   }
   rt::LlamaModel::synchronize(device);
   r.wall_s = since(t0);
+  r.cpu_s = cpu_now() - c0;
   return r;
 }
 
 struct ScheduledRun {
-  double wall_s = 0, busy_s = 0;
+  double wall_s = 0, cpu_s = 0, busy_s = 0;
   std::size_t ops = 0, rounds = 0;
   std::vector<std::int64_t> tokens;
 };
@@ -110,9 +119,11 @@ ScheduledRun run_scheduled(const ExperimentConfig& cfg, const PolicyConfig& poli
   check(cluster.reserve_resident(0, weights.value()[0]));
   Engine engine(*parts->gmg, parts->tenants, *parts->scheduler, *parts->estimator, cluster);
   const auto t0 = Clock::now();
+  const double c0 = cpu_now();
   auto result = engine.run();
   ScheduledRun r;
   r.wall_s = since(t0);
+  r.cpu_s = cpu_now() - c0;
   if (!result.ok()) fail("policy '" + policy.name + "': " + result.status().message());
   if (!result->complete) fail("policy '" + policy.name + "': the run did not finish every request");
   for (const RequestRecord& q : result->requests) {
@@ -240,6 +251,8 @@ int bench_overhead(const BenchOverheadOptions& opt) {
         j["scheduled_busy_per_op_us"] = busy_op_us;
         j["scheduled_gap_per_op_us"] = gap_op_us;
         j["scheduling_rounds"] = best_sched.rounds;
+        j["direct_cpu_s"] = best_direct.cpu_s;
+        j["scheduled_cpu_s"] = best_sched.cpu_s;
         j["tokens_match"] = match;
         std::printf("%s\n", j.dump().c_str());
       } else {

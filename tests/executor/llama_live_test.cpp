@@ -149,8 +149,10 @@ TEST_CASE("live llama: scheduled over virtual accelerators equals a plain single
       CHECK(run.records[i].error.empty());
       CHECK(run.records[i].tokens == expect[i]);
     }
-    // Layer groups ran on every accelerator, and KV caches moved: some
-    // transfer is bigger than any hidden state of a decode step.
+    // Layer groups ran on every accelerator, and values crossed between
+    // them: each iteration is two batches placed on different accelerators,
+    // so at least one transfer per iteration (whether a KV cache also moves
+    // depends on how the lanes' batches interleave).
     std::set<AccelId> used;
     std::size_t transfers = 0;
     for (const RunRecord& r : run.log) {
@@ -160,7 +162,7 @@ TEST_CASE("live llama: scheduled over virtual accelerators equals a plain single
         ++transfers;
     }
     CHECK(used.size() == 3);
-    CHECK(transfers > lengths.size() * out);
+    CHECK(transfers >= static_cast<std::size_t>(out));
     for (std::size_t a = 0; a < run.peak.size(); ++a) CHECK(run.peak[a] <= run.budget[a]);
   }
   SECTION("simulation-guided placement over two accelerators") {
