@@ -142,7 +142,8 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
     std::fprintf(stderr, "slicesched: %s\n", loaded.status().message().c_str());
     return 2;
   }
-  const ExperimentConfig& cfg = loaded.value();
+  ExperimentConfig& cfg = loaded.value();
+  if (opt.time_scale) cfg.live.time_scale = *opt.time_scale;
   try {
     try {
       check_devices(cfg);
@@ -214,11 +215,32 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
         }
       }
 
+      if (opt.observations) {
+        std::FILE* f = std::fopen(opt.observations->c_str(), "w");
+        if (!f) fail("cannot write " + *opt.observations);
+        std::fprintf(f, "what,type,src,dst,bytes,features,seconds,predicted\n");
+        for (const Observation& o : *sink) {
+          if (o.transfer) {
+            std::fprintf(f, "copy,,%s,%s,%llu,,%.9g,%.9g\n", (*cal->accels)[o.src].name.c_str(),
+                         (*cal->accels)[o.dst].name.c_str(), static_cast<unsigned long long>(o.bytes), o.seconds,
+                         cal->est.predict_transfer(o.src, o.dst, o.bytes));
+          } else {
+            std::string x;
+            for (double v : o.x) x += (x.empty() ? "" : " ") + std::to_string(static_cast<long long>(v));
+            std::fprintf(f, "%s,%s,,,,%s,%.9g,%.9g\n", cal->templates->kind_name(o.kind).c_str(),
+                         cal->accels->type_name(o.type).c_str(), x.c_str(), o.seconds,
+                         cal->est.predict_op(o.kind, o.type, o.x));
+          }
+        }
+        if (std::fclose(f) != 0) fail("cannot write " + *opt.observations);
+      }
+
       if (opt.json) {
         nlohmann::json j;
         j["e2e_error_pct"] = e2e_err;
         j["op_mape_pct"] = ops.pct();
-        j["transfer_mape_pct"] = transfers.pct();
+        // null when the live run moved nothing (no figure, not a perfect one)
+        j["transfer_mape_pct"] = transfers.n ? nlohmann::json(transfers.pct()) : nlohmann::json(nullptr);
         j["live_e2e_s"] = lt.e2e_s;
         j["simulated_e2e_s"] = st.e2e_s;
         j["live_mean_latency_s"] = lt.mean_latency_s;
@@ -230,9 +252,10 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
         j["ops"] = ops.n;
         j["transfers"] = transfers.n;
         j["op_bias_pct"] = ops.bias_pct();
-        j["transfer_bias_pct"] = transfers.bias_pct();
+        j["transfer_bias_pct"] = transfers.n ? nlohmann::json(transfers.bias_pct()) : nlohmann::json(nullptr);
         j["calibration_s"] = cal->wall_s;
         j["policy"] = policy->name;
+        j["time_scale"] = cfg.live.time_scale;
         nlohmann::json per = nlohmann::json::object();
         for (const auto& [key, m] : by_op)
           per[cal->templates->kind_name(key.first) + "@" + cal->accels->type_name(key.second)] = {
@@ -249,15 +272,19 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
         for (const auto& [key, m] : by_op)
           std::printf("%-24s %-10s %8zu %8.2f %8.2f\n", cal->templates->kind_name(key.first).c_str(),
                       cal->accels->type_name(key.second).c_str(), m.n, m.pct(), m.bias_pct());
-        std::printf("%-24s %-10s %8zu %8.2f %8.2f\n", "transfers", "", transfers.n, transfers.pct(),
-                    transfers.bias_pct());
+        if (transfers.n)
+          std::printf("%-24s %-10s %8zu %8.2f %8.2f\n", "transfers", "", transfers.n, transfers.pct(),
+                      transfers.bias_pct());
         std::printf("\nend to end        live %.4f s, simulated %.4f s (%zu requests; %zu / %zu done)\n", lt.e2e_s,
                     st.e2e_s, lt.total, lt.done, st.done);
         std::printf("mean latency      live %.4f s, simulated %.4f s (error %.2f %%)\n", lt.mean_latency_s,
                     st.mean_latency_s, lat_err);
         std::printf("e2e_error_pct     %.3f\n", e2e_err);
         std::printf("op_mape_pct       %.3f  (%zu operators)\n", ops.pct(), ops.n);
-        std::printf("transfer_mape_pct %.3f  (%zu transfers)\n", transfers.pct(), transfers.n);
+        if (transfers.n)
+          std::printf("transfer_mape_pct %.3f  (%zu transfers)\n", transfers.pct(), transfers.n);
+        else
+          std::printf("transfer_mape_pct n/a    (the live run moved nothing between accelerators)\n");
       }
     } catch (const std::exception& e) {
       const std::string what = e.what();

@@ -17,15 +17,13 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <ctime>
 #include <exception>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-#include <thread>
-#include <cstdlib>
-#include <ctime>
 
 #include "commands.hpp"
 #include "executor/torch/runtime.h"
@@ -61,15 +59,7 @@ struct DirectRun {
   std::vector<std::int64_t> tokens;
 };
 
-DirectRun run_direct_here(rt::LlamaModel& model, const std::string& device, const Prompts& p, int n);
 DirectRun run_direct(rt::LlamaModel& model, const std::string& device, const Prompts& p, int n) {
-  if (!std::getenv("XTHREAD")) return run_direct_here(model, device, p, n);
-  DirectRun r;
-  std::thread t([&] { r = run_direct_here(model, device, p, n); });
-  t.join();
-  return r;
-}
-DirectRun run_direct_here(rt::LlamaModel& model, const std::string& device, const Prompts& p, int n) {
   const int groups = model.config().groups;
   std::vector<rt::Value> kv(static_cast<std::size_t>(groups));
   DirectRun r;
@@ -265,6 +255,8 @@ int bench_overhead(const BenchOverheadOptions& opt) {
         std::printf("breakdown     per operator: %.2f us computing in the executor's worker, %.2f us between "
                     "operators (engine, scheduler, queues); direct %.2f us\n",
                     busy_op_us, gap_op_us, direct_op_us);
+        std::printf("cpu_s         direct %.6f, scheduled %.6f (process CPU time, every thread)\n", best_direct.cpu_s,
+                    best_sched.cpu_s);
         std::printf("tokens        %s\n", match ? "identical to the direct loop" : "DIFFER from the direct loop");
       }
       if (best_sched.ops != ops)

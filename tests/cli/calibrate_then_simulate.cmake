@@ -1,0 +1,52 @@
+# `slicesched calibrate` on llama-tiny over four CPU virtual accelerators
+# (few repeats: seconds), then `simulate` with the profile it wrote as
+# ground truth and as estimator prior.
+file(REMOVE_RECURSE ${OUT})
+file(MAKE_DIRECTORY ${OUT})
+set(profile ${OUT}/tiny-cpu.calibration.json)
+execute_process(COMMAND ${SLICESCHED} calibrate ${SOURCE_DIR}/configs/live/tiny-cpu.toml --out ${profile}
+                        --warmup 1 --repeats 2 --samples ${OUT}/points.csv
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "calibrate failed (${rc}): ${err}")
+endif()
+# The table (op, type, samples, MAPE %) on stdout; a progress line per op on stderr.
+foreach(op embed layers0 layers1 head)
+  if(NOT out MATCHES "\n${op} +cpu +[0-9]+ +[0-9.]+ ")
+    message(FATAL_ERROR "the table lacks a row for ${op}:\n${out}")
+  endif()
+  if(NOT err MATCHES "calibrate: ${op} +on cpu")
+    message(FATAL_ERROR "no progress line for ${op}:\n${err}")
+  endif()
+endforeach()
+if(NOT out MATCHES "\ncopy +cpu3 -> cpu2 +[0-9]+ ")
+  message(FATAL_ERROR "the table lacks the copies of cpu3 -> cpu2:\n${out}")
+endif()
+file(READ ${profile} json)
+foreach(needle "\"format\": \"slicesched-calibration/1\"" "\"template\": \"llama-tiny\"" "\"op\": \"layers1\""
+               "\"type\": \"cpu\"" "\"src\": \"cpu0\"" "\"dst\": \"cpu3\"")
+  string(FIND "${json}" "${needle}" pos)
+  if(pos EQUAL -1)
+    message(FATAL_ERROR "the profile lacks ${needle}:\n${json}")
+  endif()
+endforeach()
+if(NOT EXISTS ${OUT}/points.csv)
+  message(FATAL_ERROR "calibrate --samples wrote no ${OUT}/points.csv")
+endif()
+
+file(READ ${SOURCE_DIR}/tests/cli/calibrated_tiny.toml text)
+string(REPLACE "@PROFILE@" ${profile} text "${text}")
+file(WRITE ${OUT}/calibrated_tiny.toml "${text}")
+execute_process(COMMAND ${SLICESCHED} simulate ${OUT}/calibrated_tiny.toml --out ${OUT}/sim
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "simulate on the calibration profile failed (${rc}): ${err}")
+endif()
+if(NOT out MATCHES "2 policies simulated")
+  message(FATAL_ERROR "simulate did not run both policies:\n${out}")
+endif()
+file(READ ${OUT}/sim/summary.json summary)
+string(FIND "${summary}" "\"SliceScheduler\"" pos)
+if(pos EQUAL -1)
+  message(FATAL_ERROR "summary.json lacks SliceScheduler")
+endif()
