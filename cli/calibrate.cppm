@@ -122,7 +122,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// {1, step, step^2, ...} below `max`, then `max` itself.
+// {first, first*step, first*step^2, ...} below `max`, then `max` itself.
 std::vector<std::int64_t> ladder(std::int64_t first, std::int64_t max, std::int64_t step = 4) {
   std::vector<std::int64_t> v;
   for (std::int64_t x = first; x < max; x *= step) v.push_back(x);

@@ -72,9 +72,11 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
     budgets.push_back(a.hbm_bytes);
   }
   LlamaRunner runner(model, devices);
-  LiveCluster cluster(budgets, runner, *parts->arbiter);
+  // Weights first: the cluster's clock starts when it is built, and
+  // requests arriving during a load would wait for it.
   auto weights = runner.load_weights();
   if (!weights.ok()) fail(cfg.path + ": " + weights.status().message());
+  LiveCluster cluster(budgets, runner, *parts->arbiter);
   for (AccelId a = 0; a < devices.size(); ++a)
     if (Status s = cluster.reserve_resident(a, weights.value()[a]); !s.ok())
       fail(cfg.path + ": cluster: accelerator '" + cfg.accelerators[a].name + "': " + s.message());
