@@ -1,6 +1,7 @@
 // The small integer ids shared by every core module. Ids are dense indices
 // into flat tables, which keeps clones and simulator lookups cheap.
 module;
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -24,5 +25,14 @@ inline constexpr int kMaxFeatures = 8;
 inline constexpr int kMaxDims = 8;  // named dims per template
 inline constexpr AccelId kNoAccel = std::numeric_limits<AccelId>::max();
 inline constexpr OpId kNoOp = std::numeric_limits<OpId>::max();
+
+// The executor's queue order as one integer, shared by the global
+// simulator, the emulated cluster and the live executor: higher priority
+// first (priorities are int16, checked at instantiate), then earlier issue
+// (48 bits of issue sequence). Smaller runs first.
+inline std::uint64_t queue_key(std::int32_t priority, std::uint64_t seq) {
+  const auto rank = static_cast<std::uint64_t>(32767 - std::clamp(priority, -32768, 32767));
+  return rank << 48 | (seq & ((std::uint64_t{1} << 48) - 1));
+}
 
 }  // namespace slicesched

@@ -21,19 +21,6 @@ namespace {
 // at the first completion anyway.
 constexpr Nanos kPollHorizon = 1'000'000'000;
 
-struct RunsLater {
-  bool operator()(const std::pair<std::uint64_t, std::uint32_t>& a,
-                  const std::pair<std::uint64_t, std::uint32_t>& b) const {
-    return a.first > b.first;
-  }
-};
-
-std::uint64_t queue_order(std::int32_t priority, std::uint64_t seq) {
-  // Same order as the simulators: higher priority first, then issue order.
-  const auto p = static_cast<std::uint64_t>(32767 - priority);
-  return (p << 48) | (seq & ((1ull << 48) - 1));
-}
-
 }  // namespace
 
 LiveCluster::LiveCluster(std::vector<std::int64_t> budgets, OpRunner& runner, TransferArbiter& arbiter)
@@ -138,7 +125,7 @@ Status LiveCluster::submit(const Gmg& gmg, OpId op) {
   t.seq = r.issue_seq;
   t.tenant = r.tenant;
   t.accel = r.accel;
-  t.key = queue_order(r.priority, r.issue_seq);
+  t.key = queue_key(r.priority, r.issue_seq);
   t.prepared = std::move(prepared).value();
   t.inputs.resize(inputs);
   t.received.assign(inputs, 0);
@@ -194,9 +181,7 @@ void LiveCluster::add_intent(std::uint32_t task, std::uint32_t slot, OpId src, c
 
 void LiveCluster::make_ready(std::uint32_t task) {
   const Task& t = tasks_[task];
-  auto& q = ready_[t.accel];
-  q.push_back({t.key, task});
-  std::push_heap(q.begin(), q.end(), RunsLater{});
+  ready_[t.accel].push_back({t.key, task});
   work_cv_[t.accel]->notify_one();
 }
 
@@ -217,7 +202,7 @@ void LiveCluster::arbitrate() {
   selected_.clear();
   arbiter_.select(intents_, send_busy_, recv_busy_, selected_);
   if (selected_.empty()) return;
-  std::vector<std::uint8_t> take(pending_.size(), 0);
+  take_.assign(pending_.size(), 0);
   for (std::size_t s : selected_) {
     if (s >= intents_.size()) {
       fault_ = "transfer arbiter selected intent " + std::to_string(s) + " of " + std::to_string(intents_.size());
@@ -230,13 +215,13 @@ void LiveCluster::arbitrate() {
       continue;
     }
     send_busy_[x.from] = recv_busy_[x.to] = 1;
-    take[intent_index_[s]] = 1;
+    take_[intent_index_[s]] = 1;
     recv_q_[x.to].push_back(pending_[intent_index_[s]]);
     recv_cv_[x.to]->notify_one();
   }
   std::size_t keep = 0;
   for (std::size_t i = 0; i < pending_.size(); ++i)
-    if (!take[i]) pending_[keep++] = pending_[i];
+    if (!take_[i]) pending_[keep++] = pending_[i];
   pending_.resize(keep);
 }
 
@@ -251,7 +236,8 @@ void LiveCluster::memory_freed() {
 // memory fits (an operator whose input failed needs none). Skipping a head
 // that does not fit avoids a deadlock where the head waits for memory that
 // only a later operator's completion frees; the head runs as soon as it
-// fits. Returns an index into ready_[a], or -1.
+// fits. Returns an index into ready_[a], or -1. (Queues are short, so a
+// scan, which also finds the best operator that fits, beats a heap.)
 std::ptrdiff_t LiveCluster::pick(AccelId a) const {
   if (running_[a]) return -1;
   const auto& q = ready_[a];
@@ -265,6 +251,11 @@ std::ptrdiff_t LiveCluster::pick(AccelId a) const {
   return best;
 }
 
+// The first ready operator of `a` in queue order (ready_[a] not empty).
+std::uint32_t LiveCluster::head(AccelId a) const {
+  return std::min_element(ready_[a].begin(), ready_[a].end())->second;
+}
+
 bool LiveCluster::can_start(AccelId a) const { return pick(a) >= 0; }
 
 void LiveCluster::worker(AccelId a) {
@@ -275,8 +266,9 @@ void LiveCluster::worker(AccelId a) {
       if (stop_) return true;
       next = pick(a);
       // The head of the queue waiting for memory (counted once per operator).
-      if (!ready_[a].empty() && !running_[a] && next != 0 && !tasks_[ready_[a].front().second].waited) {
-        tasks_[ready_[a].front().second].waited = true;
+      if (!ready_[a].empty() && !running_[a] && (next < 0 || ready_[a][next].second != head(a)) &&
+          !tasks_[head(a)].waited) {
+        tasks_[head(a)].waited = true;
         ++memory_waits_;
         engine_cv_.notify_one();  // a possible stall for the engine to see
       }
@@ -287,7 +279,6 @@ void LiveCluster::worker(AccelId a) {
     const std::uint32_t id = q[static_cast<std::size_t>(next)].second;
     q[static_cast<std::size_t>(next)] = q.back();
     q.pop_back();
-    std::make_heap(q.begin(), q.end(), RunsLater{});
     Task& t = tasks_[id];
     running_[a] = 1;
     Result<OpResult> result = OpResult{};
@@ -460,7 +451,7 @@ std::string LiveCluster::stall_reason() const {
   for (AccelId a = 0; a < budget_.size(); ++a)
     if (!ready_[a].empty())
       why += "; accelerator " + std::to_string(a) + " needs " +
-             std::to_string(tasks_[ready_[a].front().second].declared + tasks_[ready_[a].front().second].workspace) +
+             std::to_string(tasks_[head(a)].declared + tasks_[head(a)].workspace) +
              " bytes, has " + std::to_string(budget_[a] - used_[a]) + " free";
   if (!pending_.empty()) why += "; " + std::to_string(pending_.size()) + " transfer(s) refused for memory";
   return why;

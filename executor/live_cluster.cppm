@@ -134,6 +134,7 @@ class LiveCluster final : public Backend {
   void worker(AccelId a);
   void receiver(AccelId a);
   std::ptrdiff_t pick(AccelId a) const;
+  std::uint32_t head(AccelId a) const;
   bool can_start(AccelId a) const;
   void make_ready(std::uint32_t task);
   void deliver(std::uint32_t task, std::uint32_t slot, OpId src, const Payload& value, AccelId from, bool failed,
@@ -161,7 +162,7 @@ class LiveCluster final : public Backend {
   std::unordered_map<OpId, std::uint32_t> task_of_;  // submitted, not finished
   std::unordered_map<OpId, Held> held_;
   const Gmg* gmg_ = nullptr;
-  std::vector<std::vector<std::pair<std::uint64_t, std::uint32_t>>> ready_;  // per accelerator heap
+  std::vector<std::vector<std::pair<std::uint64_t, std::uint32_t>>> ready_;  // per accelerator (key, task), unordered
   std::vector<std::uint8_t> running_;
   std::deque<Xfer> xfers_;
   std::vector<std::uint32_t> free_xfers_, pending_;  // pending: oldest first
@@ -170,6 +171,7 @@ class LiveCluster final : public Backend {
   std::uint64_t next_xfer_id_ = 0, memory_epoch_ = 0;
   std::vector<TransferIntent> intents_;
   std::vector<std::size_t> intent_index_, selected_;
+  std::vector<std::uint8_t> take_;  // arbitrate()'s scratch: which pending intents start
   std::vector<std::int64_t> used_, peak_;
   std::vector<Done> done_;
   std::size_t live_ = 0, refused_ = 0, memory_waits_ = 0;

@@ -51,15 +51,6 @@ class EventQueue {
   std::uint64_t next_seq_ = 0;
 };
 
-// The executor's queue order as one integer, shared by the global simulator
-// and the emulated cluster: higher priority first (priorities are int16,
-// checked at instantiate), then earlier issue (48 bits of issue sequence).
-// Smaller runs first.
-inline std::uint64_t queue_key(std::int32_t priority, std::uint64_t seq) {
-  const auto rank = static_cast<std::uint64_t>(32767 - std::clamp(priority, -32768, 32767));
-  return rank << 48 | (seq & ((std::uint64_t{1} << 48) - 1));
-}
-
 // Seconds to simulated ns, rounded to nearest; negative predictions are 0.
 inline Nanos to_nanos(double seconds) { return seconds > 0 ? static_cast<Nanos>(seconds * 1e9 + 0.5) : 0; }
 
