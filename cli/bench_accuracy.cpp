@@ -279,9 +279,10 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
       } else {
         std::printf("calibration (%.1f s):\n", cal->wall_s);
         print_calibration(*cal, stdout);
-        std::printf("\nlive run of policy '%s' vs the calibrated estimators (bias: measured slower than predicted "
-                    "when > 0):\n",
-                    policy->name.c_str());
+        std::printf(
+            "\nlive run of policy '%s' vs the calibrated estimators (bias: measured slower than predicted "
+            "when > 0):\n",
+            policy->name.c_str());
         std::printf("%-24s %-10s %8s %8s %8s\n", "op", "type", "samples", "MAPE %", "bias %");
         for (const auto& [key, m] : by_op)
           std::printf("%-24s %-10s %8zu %8.2f %8.2f\n", cal->templates->kind_name(key.first).c_str(),
@@ -289,9 +290,10 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
         if (transfers.n)
           std::printf("%-24s %-10s %8zu %8.2f %8.2f\n", "transfers", "", transfers.n, transfers.pct(),
                       transfers.bias_pct());
-        std::printf("\nend to end        live %.4f s, simulated %.4f s (first operator to last completion; %zu "
-                    "requests, %zu / %zu done; the live run's first operator started %.3f s after the first arrival)\n",
-                    lt.e2e_s, st.e2e_s, lt.total, lt.done, st.done, lt.start_delay_s);
+        std::printf(
+            "\nend to end        live %.4f s, simulated %.4f s (first operator to last completion; %zu "
+            "requests, %zu / %zu done; the live run's first operator started %.3f s after the first arrival)\n",
+            lt.e2e_s, st.e2e_s, lt.total, lt.done, st.done, lt.start_delay_s);
         std::printf("mean latency      live %.4f s, simulated %.4f s (error %.2f %%)\n", lt.mean_latency_s,
                     st.mean_latency_s, lat_err);
         std::printf("e2e_error_pct     %.3f\n", e2e_err);

@@ -71,7 +71,8 @@ DirectRun run_direct(rt::LlamaModel& model, const std::string& device, const Pro
     rt::StepPlan plan;
     plan.seqs.push_back({static_cast<std::uint64_t>(i), 0, p.ids[static_cast<std::size_t>(i)]});
     rt::Value h = model.embed(plan, device);
-    for (int g = 0; g < groups; ++g) h = model.layers(g, h, kv[static_cast<std::size_t>(g)], plan, device, kv[static_cast<std::size_t>(g)]);
+    for (int g = 0; g < groups; ++g)
+      h = model.layers(g, h, kv[static_cast<std::size_t>(g)], plan, device, kv[static_cast<std::size_t>(g)]);
     r.tokens.push_back(model.head(h, plan, device)[0]);
   }
   rt::LlamaModel::synchronize(device);
@@ -252,9 +253,10 @@ int bench_overhead(const BenchOverheadOptions& opt) {
         std::printf("scheduled_s   %.6f  (best of %d; %zu operators, %zu scheduling rounds, %d lane(s))\n", scheduled,
                     opt.rounds, best_sched.ops, best_sched.rounds, opt.lanes);
         std::printf("overhead_pct  %.2f\n", overhead);
-        std::printf("breakdown     per operator: %.2f us computing in the executor's worker, %.2f us between "
-                    "operators (engine, scheduler, queues); direct %.2f us\n",
-                    busy_op_us, gap_op_us, direct_op_us);
+        std::printf(
+            "breakdown     per operator: %.2f us computing in the executor's worker, %.2f us between "
+            "operators (engine, scheduler, queues); direct %.2f us\n",
+            busy_op_us, gap_op_us, direct_op_us);
         std::printf("cpu_s         direct %.6f, scheduled %.6f (process CPU time, every thread)\n", best_direct.cpu_s,
                     best_sched.cpu_s);
         std::printf("tokens        %s\n", match ? "identical to the direct loop" : "DIFFER from the direct loop");

@@ -80,7 +80,7 @@ struct CalibrationResult {
   struct Row {
     std::string what, type;  // op and accelerator type, or "copy" and "src -> dst"
     std::uint64_t samples = 0;
-    double mape_pct = 0;     // in-sample: the fit against the medians it was fitted to
+    double mape_pct = 0;  // in-sample: the fit against the medians it was fitted to
     double min_s = 0, max_s = 0;
     bool transfer = false;
   };
@@ -166,8 +166,8 @@ class Bench {
     rt::StepPlan p;
     for (std::int64_t i = 0; i < g.seqs; ++i) {
       const auto& ids = prompt(static_cast<std::uint64_t>(i), g.context + g.tokens);
-      p.seqs.push_back({static_cast<std::uint64_t>(i), g.context,
-                        std::vector<std::int64_t>(ids.begin() + g.context, ids.end())});
+      p.seqs.push_back(
+          {static_cast<std::uint64_t>(i), g.context, std::vector<std::int64_t>(ids.begin() + g.context, ids.end())});
     }
     if (g.prefill > 0) p.seqs.push_back({static_cast<std::uint64_t>(g.seqs), 0, prompt(1u << 20, g.prefill)});
     return p;
@@ -184,8 +184,8 @@ class Bench {
       rt::StepPlan p;
       for (std::int64_t i = 0; i < seqs; ++i) {
         const auto& ids = prompt(static_cast<std::uint64_t>(i), context + 1);
-        p.seqs.push_back({static_cast<std::uint64_t>(i), pos,
-                          std::vector<std::int64_t>(ids.begin() + pos, ids.begin() + pos + n)});
+        p.seqs.push_back(
+            {static_cast<std::uint64_t>(i), pos, std::vector<std::int64_t>(ids.begin() + pos, ids.begin() + pos + n)});
       }
       rt::Value h = model_.embed(p, device);
       model_.layers(g, h, cache, p, device, cache);
@@ -345,16 +345,16 @@ CalibrationResult calibrate_model(const ExperimentConfig& cfg, rt::LlamaModel& m
           samples.push_back({op_features(tmpl, op, g.total_tokens(), g.total_context()), median(times[i])});
           check(r.est.observe_op(op.kind, type, samples.back().x, samples.back().y));
         }
-        CalibrationResult::Row row{op.name, accels.type_name(type), samples.size(), fit_mape(r.est, op.kind, type, samples),
-                                   1e300, 0, false};
+        CalibrationResult::Row row{
+            op.name, accels.type_name(type), samples.size(), fit_mape(r.est, op.kind, type, samples), 1e300, 0, false};
         for (std::size_t i = 0; i < samples.size(); ++i)
           r.points.push_back({op.name, row.type, grid.shapes[i], 0, samples[i].x, samples[i].y,
                               r.est.predict_op(op.kind, type, samples[i].x)});
         for (const Sample& x : samples) row.min_s = std::min(row.min_s, x.y), row.max_s = std::max(row.max_s, x.y);
         if (s.progress)
           std::fprintf(stderr, "  calibrate: %-10s on %-8s (%s): %zu shapes, %.3f-%.3f ms, fit MAPE %.2f %% [%.1f s]\n",
-                 op.name.c_str(), row.type.c_str(), dev.c_str(), samples.size(), row.min_s * 1e3, row.max_s * 1e3,
-                 row.mape_pct, seconds_since(t0));
+                       op.name.c_str(), row.type.c_str(), dev.c_str(), samples.size(), row.min_s * 1e3, row.max_s * 1e3,
+                       row.mape_pct, seconds_since(t0));
         r.rows.push_back(std::move(row));
       }
     }
@@ -402,16 +402,22 @@ CalibrationResult calibrate_model(const ExperimentConfig& cfg, rt::LlamaModel& m
           CalibrationResult::Row row{"copy", accels[a].name + " -> " + accels[b].name, samples.size(), 0, 1e300, 0,
                                      true};
           for (auto [bytes, y] : samples) {
-            r.points.push_back({"copy", row.type, {}, static_cast<std::int64_t>(bytes), {}, y,
+            r.points.push_back({"copy",
+                                row.type,
+                                {},
+                                static_cast<std::int64_t>(bytes),
+                                {},
+                                y,
                                 r.est.predict_transfer(a, b, static_cast<std::uint64_t>(bytes))});
             row.mape_pct += std::abs(r.est.predict_transfer(a, b, static_cast<std::uint64_t>(bytes)) - y) / y;
             row.min_s = std::min(row.min_s, y), row.max_s = std::max(row.max_s, y);
           }
           row.mape_pct *= 100.0 / static_cast<double>(samples.size());
           if (s.progress)
-            std::fprintf(stderr, "  calibrate: copy %s -> %s (%s -> %s): %zu sizes, %.3f-%.3f ms, fit MAPE %.2f %% [%.1f s]\n",
-                   accels[a].name.c_str(), accels[b].name.c_str(), from.c_str(), to.c_str(), samples.size(),
-                   row.min_s * 1e3, row.max_s * 1e3, row.mape_pct, seconds_since(t0));
+            std::fprintf(stderr,
+                         "  calibrate: copy %s -> %s (%s -> %s): %zu sizes, %.3f-%.3f ms, fit MAPE %.2f %% [%.1f s]\n",
+                         accels[a].name.c_str(), accels[b].name.c_str(), from.c_str(), to.c_str(), samples.size(),
+                         row.min_s * 1e3, row.max_s * 1e3, row.mape_pct, seconds_since(t0));
           r.rows.push_back(std::move(row));
         }
       }

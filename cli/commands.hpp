@@ -51,10 +51,10 @@ int serve(const ServeOptions& opt);
 // Live mode too (LibTorch): calibration and the live benchmarks.
 struct CalibrateOptions {
   std::string config;
-  std::string out;      // the profile to write
-  int warmup = 2;       // untimed runs per shape
-  int repeats = 5;      // timed runs per shape (the median counts)
-  bool dry_run = false;  // print the shape grid and stop (no device needed)
+  std::string out;                     // the profile to write
+  int warmup = 2;                      // untimed runs per shape
+  int repeats = 5;                     // timed runs per shape (the median counts)
+  bool dry_run = false;                // print the shape grid and stop (no device needed)
   std::optional<std::string> samples;  // also write every measurement as CSV
 };
 int calibrate(const CalibrateOptions& opt);
@@ -72,11 +72,11 @@ int bench_overhead(const BenchOverheadOptions& opt);
 
 struct BenchAccuracyOptions {
   std::string config;
-  std::optional<std::string> policy;       // default: the config's first
-  std::optional<std::string> profile_out;  // also keep the calibration profile here
+  std::optional<std::string> policy;        // default: the config's first
+  std::optional<std::string> profile_out;   // also keep the calibration profile here
   std::optional<std::string> observations;  // also write the live run's measurements and predictions as CSV
-  std::optional<double> time_scale;        // overrides [live] time_scale (both runs)
-  int warmup = 2, repeats = 5;             // calibration, as calibrate
+  std::optional<double> time_scale;         // overrides [live] time_scale (both runs)
+  int warmup = 2, repeats = 5;              // calibration, as calibrate
   bool json = false;
 };
 int bench_accuracy(const BenchAccuracyOptions& opt);

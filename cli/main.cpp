@@ -81,8 +81,9 @@ int main(int argc, char** argv) {
   bench_acc->add_option("config", acc_opt.config, "Experiment TOML with devices")->required();
   bench_acc->add_option("--policy", acc_opt.policy, "The policy to run (default: the first)");
   bench_acc->add_option("--profile-out", acc_opt.profile_out, "Also write the calibration profile here");
-  bench_acc->add_option("--time-scale", acc_opt.time_scale,
-                        "Override [live] time_scale: arrivals this many times sooner (a saturated run)")
+  bench_acc
+      ->add_option("--time-scale", acc_opt.time_scale,
+                   "Override [live] time_scale: arrivals this many times sooner (a saturated run)")
       ->check(CLI::PositiveNumber);
   bench_acc->add_option("--observations", acc_opt.observations,
                         "Also write every live measurement and its calibrated prediction as CSV");

@@ -239,8 +239,8 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file) {
     };
     if (!device.empty() && !valid_device(device, a.has("count")))
       a.fail(a.node("device"), "device",
-             "expected \"cpu\", \"cpu:N\", \"cuda:N\"" + std::string(a.has("count") ? " or \"cpu:*\" / \"cuda:*\"" : "") +
-                 ", got \"" + device + "\"");
+             "expected \"cpu\", \"cpu:N\", \"cuda:N\"" +
+                 std::string(a.has("count") ? " or \"cpu:*\" / \"cuda:*\"" : "") + ", got \"" + device + "\"");
     if (a.has("count")) {
       const std::string prefix = a.str("name_prefix", &none);
       const std::int64_t count = a.integer("count", 1, 1, 100000, true);
@@ -322,8 +322,8 @@ ExperimentConfig read(const toml::table& doc, const std::string& file) {
     mc.hidden = m.integer("hidden", mc.hidden, 2, 1 << 20);
     mc.heads = m.integer("heads", mc.heads, 1, 4096);
     if (mc.hidden % mc.heads != 0 || (mc.hidden / mc.heads) % 2 != 0)
-      m.fail(m.node("heads"), "heads", "expected a divisor of hidden (" + std::to_string(mc.hidden) +
-                                           ") leaving an even head dimension");
+      m.fail(m.node("heads"), "heads",
+             "expected a divisor of hidden (" + std::to_string(mc.hidden) + ") leaving an even head dimension");
     mc.kv_heads = m.integer("kv_heads", mc.kv_heads, 1, 4096);
     if (mc.heads % mc.kv_heads != 0)
       m.fail(m.node("kv_heads"), "kv_heads", "expected a divisor of heads (" + std::to_string(mc.heads) + ")");

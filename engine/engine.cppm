@@ -28,7 +28,7 @@ struct EngineResult {
   std::vector<RequestRecord> requests;  // every tenant's, tenant by tenant
   Nanos end = 0;                        // the clock when the run stopped
   RoundStats scheduling;
-  bool complete = false;  // every request finished
+  bool complete = false;     // every request finished
   bool interrupted = false;  // stopped by EngineOptions::stop
 };
 

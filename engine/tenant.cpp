@@ -151,7 +151,8 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
       }
       lane.running.clear();
       for (OpId kv : lane.kv_ops)
-        if (gmg.contains(kv) && gmg.op(kv).retained_held && !gmg.op(kv).retained_attached) (void)gmg.release_retained(kv);
+        if (gmg.contains(kv) && gmg.op(kv).retained_held && !gmg.op(kv).retained_attached)
+          (void)gmg.release_retained(kv);
       lane.kv_ops.clear();
       lane.kv_tokens = 0;
       return;

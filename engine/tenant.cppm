@@ -14,8 +14,8 @@ module;
 #include <deque>
 #include <functional>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 export module slicesched.engine.tenant;

@@ -210,8 +210,8 @@ void LiveCluster::arbitrate() {
     }
     const Xfer& x = xfers_[pending_[intent_index_[s]]];
     if (send_busy_[x.from] || recv_busy_[x.to]) {
-      fault_ = "transfer arbiter activated a conflicting transfer " + std::to_string(x.from) + " -> " +
-               std::to_string(x.to);
+      fault_ =
+          "transfer arbiter activated a conflicting transfer " + std::to_string(x.from) + " -> " + std::to_string(x.to);
       continue;
     }
     send_busy_[x.from] = recv_busy_[x.to] = 1;
@@ -353,9 +353,8 @@ void LiveCluster::receiver(AccelId a) {
       x.refused_epoch = memory_epoch_;
       send_busy_[x.from] = recv_busy_[a] = 0;
       // Back among the pending intents at its age.
-      auto pos = std::lower_bound(pending_.begin(), pending_.end(), xi, [&](std::uint32_t p, std::uint32_t q) {
-        return xfers_[p].id < xfers_[q].id;
-      });
+      auto pos = std::lower_bound(pending_.begin(), pending_.end(), xi,
+                                  [&](std::uint32_t p, std::uint32_t q) { return xfers_[p].id < xfers_[q].id; });
       pending_.insert(pos, xi);
       arbitrate();
       engine_cv_.notify_one();
@@ -451,8 +450,8 @@ std::string LiveCluster::stall_reason() const {
   for (AccelId a = 0; a < budget_.size(); ++a)
     if (!ready_[a].empty())
       why += "; accelerator " + std::to_string(a) + " needs " +
-             std::to_string(tasks_[head(a)].declared + tasks_[head(a)].workspace) +
-             " bytes, has " + std::to_string(budget_[a] - used_[a]) + " free";
+             std::to_string(tasks_[head(a)].declared + tasks_[head(a)].workspace) + " bytes, has " +
+             std::to_string(budget_[a] - used_[a]) + " free";
   if (!pending_.empty()) why += "; " + std::to_string(pending_.size()) + " transfer(s) refused for memory";
   return why;
 }

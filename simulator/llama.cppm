@@ -19,7 +19,7 @@ struct Shape {
   std::int64_t mlp = 14336;
   std::int64_t vocab = 128256;
   int layers = 32;
-  int groups = 4;  // scheduling units of layers/groups layers each
+  int groups = 4;              // scheduling units of layers/groups layers each
   DType dtype = DType::kBF16;  // weights, activations and KV cache
 };
 

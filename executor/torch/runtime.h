@@ -76,7 +76,7 @@ struct StepPlan {
   std::int64_t tokens() const;  // sum of seqs[i].tokens.size()
 };
 
-struct ValueImpl;   // defined by the implementation
+struct ValueImpl;    // defined by the implementation
 struct ValueAccess;  // the implementation's access to Value's handle
 
 // An opaque tensor-like value living on one device: either the hidden state

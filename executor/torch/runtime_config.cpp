@@ -30,14 +30,14 @@ void validate(const LlamaConfig& cfg) {
   positive(cfg, "mlp", cfg.mlp);
   positive(cfg, "groups", cfg.groups);
   if (cfg.hidden % cfg.heads != 0)
-    bad(cfg, "hidden (" + std::to_string(cfg.hidden) + ") must be a multiple of heads (" + std::to_string(cfg.heads) +
-                 ")");
+    bad(cfg,
+        "hidden (" + std::to_string(cfg.hidden) + ") must be a multiple of heads (" + std::to_string(cfg.heads) + ")");
   if (cfg.heads % cfg.kv_heads != 0)
     bad(cfg, "heads (" + std::to_string(cfg.heads) + ") must be a multiple of kv_heads (" +
                  std::to_string(cfg.kv_heads) + ")");
   if (cfg.layers % cfg.groups != 0)
-    bad(cfg, "layers (" + std::to_string(cfg.layers) + ") must be a multiple of groups (" +
-                 std::to_string(cfg.groups) + ")");
+    bad(cfg, "layers (" + std::to_string(cfg.layers) + ") must be a multiple of groups (" + std::to_string(cfg.groups) +
+                 ")");
   if (cfg.head_dim() % 2 != 0)
     bad(cfg, "hidden / heads (head_dim " + std::to_string(cfg.head_dim()) + ") must be even for RoPE");
   if (!(cfg.rope_theta > 0)) bad(cfg, "rope_theta must be positive, got " + std::to_string(cfg.rope_theta));
@@ -75,11 +75,11 @@ std::int64_t weight_bytes(const LlamaConfig& cfg, const std::string& op) {
   const std::int64_t b = dtype_bytes(cfg.dtype), h = cfg.hidden, hd = cfg.head_dim();
   const int g = detail::parse_op(cfg, op);
   if (g == detail::kEmbed) return cfg.vocab * h * b;
-  if (g == detail::kHead) return (h + cfg.vocab * h) * b;  // final RMSNorm + LM head
+  if (g == detail::kHead) return (h + cfg.vocab * h) * b;                 // final RMSNorm + LM head
   const std::int64_t per_layer = h * (cfg.heads + 2 * cfg.kv_heads) * hd  // q, k, v (one fused matrix)
-                                 + cfg.heads * hd * h                      // o
-                                 + 3 * h * cfg.mlp                         // gate, up (fused), down
-                                 + 2 * h;                                  // 2 RMSNorm weights
+                                 + cfg.heads * hd * h                     // o
+                                 + 3 * h * cfg.mlp                        // gate, up (fused), down
+                                 + 2 * h;                                 // 2 RMSNorm weights
   return cfg.layers / cfg.groups * per_layer * b;
 }
 

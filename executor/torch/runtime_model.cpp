@@ -1,13 +1,12 @@
 // The LibTorch part of runtime.h: weights, the operators, copies. The only
 // translation unit that includes LibTorch (ATen, not <torch/torch.h>: it
 // compiles in half the time and the model needs no torch::nn).
-#include <dlfcn.h>
-
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <dlfcn.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -112,7 +111,8 @@ Dev parse_device(const std::string& s) {
       throw std::invalid_argument("device '" + s + "': expected cpu, cpu:N, cuda or cuda:N");
     index = std::stol(num);
   }
-  if (kind == "cpu") return Dev{index <= 0 ? std::string("cpu") : "cpu:" + std::to_string(index), c10::Device(c10::kCPU)};
+  if (kind == "cpu")
+    return Dev{index <= 0 ? std::string("cpu") : "cpu:" + std::to_string(index), c10::Device(c10::kCPU)};
   if (kind == "cuda") {
     if (index < 0) index = 0;
     const int n = cached_cuda_count();
@@ -243,7 +243,7 @@ struct LlamaModel::Impl {
   at::ScalarType dtype;
 
   using Key = std::pair<std::string, std::string>;  // (op, device label)
-  mutable std::mutex mu;                             // guards the maps below, held briefly
+  mutable std::mutex mu;                            // guards the maps below, held briefly
   std::map<Key, std::shared_ptr<const OpWeights>> loaded;
   std::map<Key, std::shared_ptr<std::mutex>> loading;  // one load at a time per (op, device)
   std::map<std::string, std::shared_ptr<const OpWeights>> masters;
@@ -383,8 +383,8 @@ Value LlamaModel::embed(const StepPlan& plan, const std::string& device) {
   for (const SeqStep& s : plan.seqs)
     for (std::int64_t id : s.tokens) {
       if (id < 0 || id >= c.vocab)
-        throw std::invalid_argument(op + ": sequence " + std::to_string(s.seq) + " has token id " +
-                                    std::to_string(id) + " outside [0, " + std::to_string(c.vocab) + ")");
+        throw std::invalid_argument(op + ": sequence " + std::to_string(s.seq) + " has token id " + std::to_string(id) +
+                                    " outside [0, " + std::to_string(c.vocab) + ")");
       ids.push_back(id);
     }
   return guarded(op + " on " + d.label, [&] {
@@ -460,7 +460,7 @@ Value LlamaModel::layers(int group, const Value& hidden, const Value& kv_in, con
   // chunks) attend one sequence at a time.
   struct Bucket {
     std::int64_t rows, width, at;  // at: where its indices start in idx
-    bool ragged;                    // some sequence shorter than width: needs a padding mask
+    bool ragged;                   // some sequence shorter than width: needs a padding mask
     at::Tensor row_idx, gather_idx, mask;
   };
   std::vector<Bucket> buckets;
@@ -525,7 +525,7 @@ Value LlamaModel::layers(int group, const Value& hidden, const Value& kv_in, con
     for (std::int64_t i = 0; i < half; ++i)
       host[n++] = static_cast<float>(1.0 / std::pow(c.rope_theta, double(2 * i) / double(hd)));
     at::Tensor up = upload(host, at::kFloat, d);
-    at::Tensor angles = at::outer(up.narrow(0, 0, T), up.narrow(0, T, half));  // [T, half] float
+    at::Tensor angles = at::outer(up.narrow(0, 0, T), up.narrow(0, T, half));                   // [T, half] float
     at::Tensor cos = angles.cos().to(dt).unsqueeze(1), sin = angles.sin().to(dt).unsqueeze(1);  // [T, 1, half]
     const double scale = 1.0 / std::sqrt(double(hd));
     at::Tensor cos_q = cos * scale, sin_q = sin * scale;
@@ -557,7 +557,7 @@ Value LlamaModel::layers(int group, const Value& hidden, const Value& kv_in, con
       return dt == at::kFloat ? at::_softmax(sc, -1, false) : at::softmax(sc, -1, at::kFloat).to(dt);
     };
 
-    at::Tensor x = x_in.hidden;  // never written: every step below makes a new tensor
+    at::Tensor x = x_in.hidden;                          // never written: every step below makes a new tensor
     at::Tensor kvbuf = at::empty({T, 2, KV, hd}, opts);  // this layer's new K (RoPE'd) and V
     at::Tensor attn = at::empty({T, H * hd}, opts);
     for (std::int64_t l = 0; l < per; ++l) {
@@ -588,7 +588,7 @@ Value LlamaModel::layers(int group, const Value& hidden, const Value& kv_in, con
       for (std::size_t i : singles) {
         const std::int64_t p = plan.seqs[i].position, t = len[i] - p, o = offset[i];
         at::Tensor seq_cache = layer_cache.narrow(2, start[i], len[i]);
-        at::Tensor K = seq_cache.select(0, 0), V = seq_cache.select(0, 1);  // [KV, len, hd]
+        at::Tensor K = seq_cache.select(0, 0), V = seq_cache.select(0, 1);               // [KV, len, hd]
         at::Tensor qs = q.narrow(0, o, t).view({t, KV, rep, hd}).permute({1, 0, 2, 3});  // [KV, t, rep, hd]
         for (const Block& b : blocks[i]) {
           const std::int64_t keys = p + b.i0 + b.tb;
@@ -643,7 +643,7 @@ std::vector<std::int64_t> LlamaModel::head(const Value& hidden, const StepPlan& 
       x = at::index_select(x, 0, upload(last, at::kLong, d));
     }
     at::Tensor logits = at::mm(rms_norm(x, w->t[0], impl_->cfg.norm_eps), w->t[1].t());  // [S, vocab]
-    at::Tensor next = logits.argmax(-1).to(at::kCPU);                                      // waits for the device
+    at::Tensor next = logits.argmax(-1).to(at::kCPU);                                    // waits for the device
     const std::int64_t* p = next.data_ptr<std::int64_t>();
     return std::vector<std::int64_t>(p, p + S);
   });

@@ -91,7 +91,8 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
   CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = \"80\"")) ==
         ":4: cluster.accelerators[0].hbm_gib: expected a number");
   CHECK(load_error(replace(base(), "[ground_truth]", "[ground_truht]")) ==
-        ":5: ground_truht: unknown key (known here: cluster, duration_s, estimators, ground_truth, live, model, name, plugins, "
+        ":5: ground_truht: unknown key (known here: cluster, duration_s, estimators, ground_truth, live, model, name, "
+        "plugins, "
         "policies, seed, tenants)");
   CHECK(load_error(replace(base(), "tenants = [\"on\"]", "tenants = [\"off\"]")) ==
         ":13: policies[0].tenants: no tenant named 'off'");

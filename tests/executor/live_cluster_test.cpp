@@ -2,16 +2,15 @@
 // with a runner that really allocates, computes and copies buffers: every
 // operator's output is a buffer of its declared size holding a digest of
 // its inputs, so a wrong, lost or duplicated value changes the result.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <span>
@@ -52,8 +51,8 @@ struct Prepared {
 // issue sequence. Copies are real copies.
 class DigestRunner final : public OpRunner {
  public:
-  std::string fail_op;                 // an op name whose run throws
-  std::map<std::string, int> sleeps;   // op name -> ms to sleep while running
+  std::string fail_op;                // an op name whose run throws
+  std::map<std::string, int> sleeps;  // op name -> ms to sleep while running
   std::atomic<int> concurrent{0}, max_concurrent{0};
   std::mutex mu;
   std::map<std::uint64_t, std::uint64_t> seen;  // issue seq -> output digest
@@ -204,8 +203,7 @@ TEST_CASE("live cluster: values flow through local and remote edges", "[executor
   b.op("a").output({{Expr::constant(4096)}, DType::kI8}).features({Expr::constant(1)}).prior({1e-4});
   b.op("b").input("a").output({{Expr::constant(2048)}, DType::kI8}).features({Expr::constant(1)}).prior({1e-4});
   b.op("c").input("a").output({{Expr::constant(2048)}, DType::kI8}).features({Expr::constant(1)}).prior({1e-4});
-  b.op("d").input("b").input("c").output({{Expr::constant(8)}, DType::kI8}).features({Expr::constant(1)}).prior(
-      {1e-4});
+  b.op("d").input("b").input("c").output({{Expr::constant(8)}, DType::kI8}).features({Expr::constant(1)}).prior({1e-4});
   const TemplateId t = reg->add(std::move(b).build().value()).value();
   Gmg gmg(reg, cluster(3));
   auto inst = gmg.instantiate({t, {}, {}, 0, 0}).value();
@@ -331,8 +329,10 @@ TEST_CASE("live cluster: a tight memory budget is never exceeded", "[executor]")
                 std::int64_t ws) {
     auto op = b.op(name);
     for (auto& i : in) op.input(i);
-    op.output({{Expr::constant(out)}, DType::kI8}).workspace(Expr::constant(ws)).features({Expr::constant(1)}).prior(
-        {1e-4});
+    op.output({{Expr::constant(out)}, DType::kI8})
+        .workspace(Expr::constant(ws))
+        .features({Expr::constant(1)})
+        .prior({1e-4});
   };
   TemplateBuilder pb("pp");
   one(pb, "p0", {}, MiB, 0);

@@ -4,7 +4,6 @@
 // the same weights and prompts, while layer groups and KV caches land on
 // different accelerators and move between them.
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <memory>
 #include <optional>

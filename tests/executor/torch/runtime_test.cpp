@@ -3,16 +3,15 @@
 // batching vs running alone, ops spread over virtual devices vs the
 // reference loop, dropping finished sequences, sizes and errors.
 // Deliberately includes no LibTorch header: runtime.h must not need one.
-#include <catch2/catch.hpp>
+#include "executor/torch/runtime.h"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include "executor/torch/runtime.h"
 
 using namespace slicesched::rt;
 
