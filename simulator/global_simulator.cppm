@@ -81,37 +81,41 @@ class GlobalSimulator {
 
  private:
   void build(const Gmg& gmg, const EstimatorSet& est);
-  void advance(const EstimatorSet& est, const SimOptions& opt);
+  void order_queues();
+  void advance(const SimOptions& opt);
   void alloc(AccelId a, std::int64_t bytes, Nanos t);
   void free(AccelId a, std::int64_t bytes, Nanos t);
   void release_input(std::uint32_t edge, Nanos t);
   void on_op_finish(std::uint32_t i, Nanos t);
   void on_input_ready(std::uint32_t i, Nanos t);
-  void start_transfer(std::uint32_t x, Nanos t);
+  void start_transfer(std::uint32_t edge, Nanos t);
   void dispatch(Nanos t);
-  void arbitrate(const EstimatorSet& est, Nanos t);
+  void arbitrate(Nanos t);
+  OpId op_of(std::uint32_t node) const;
 
   SimulationResult r_;
 
-  // Structure of arrays over nodes: the event loop touches only the hot
-  // columns. Nodes [0, n_sim) are issued operators (simulated); the rest are
-  // done producers they read ("ghosts", memory bookkeeping only).
+  // Nodes [0, n_sim) are issued operators (simulated), in OpId order, so
+  // node index == result index; the rest are done producers they read
+  // ("ghosts", memory bookkeeping only). What the event loop reads per
+  // operator sits in one 64-byte record.
   enum Flag : std::uint8_t { kKeepOutput = 1, kOutputHeld = 2, kRetainedHeld = 4 };
-  struct Bytes {
-    std::int64_t out, ws, ret;
+  struct Node {
+    Nanos dur;                           // predicted once, at build
+    std::int64_t out, ws, ret;           // bytes: output, workspace, retained state
+    AccelId accel;
+    std::uint32_t rank;                  // position in its accelerator's queue order
+    std::uint32_t in_begin, in_end;      // in-edges: edges_[in_begin, in_end)
+    std::uint32_t out_begin, out_end;    // out-edges: out_refs_[out_begin, out_end)
+    std::uint32_t pending, consumers;    // inputs not yet available; readers not yet finished
   };
+  // An input edge src -> dst (node indices). A remote edge is a transfer,
+  // named by the edge's index; its duration is predicted at build.
   struct SimEdge {
-    std::uint32_t src, dst;  // node indices
+    std::uint32_t src, dst;
     std::int64_t bytes;
+    Nanos xdur;
     bool remote, retained;
-  };
-  struct ReadyEntry {
-    std::uint64_t key;  // queue order: priority, then issue order
-    std::uint32_t node;
-  };
-  struct Transfer {
-    std::uint32_t edge;
-    Nanos dur;
   };
   inline void mark_dirty(AccelId a) {
     if (!dirty_flag_[a]) {
@@ -120,27 +124,39 @@ class GlobalSimulator {
     }
   }
   void make_ready(std::uint32_t i);
+  std::uint32_t pop_ready(AccelId a);  // the first ready node of `a` in queue order; `a` must have one
 
   std::uint32_t n_sim_ = 0;
-  std::vector<AccelId> accel_;
-  std::vector<std::uint64_t> key_;
-  std::vector<Nanos> dur_, ready_t_;
-  std::vector<std::uint32_t> pending_, consumers_;
-  std::vector<std::uint32_t> in_begin_;   // n_sim + 1: in-edges of node i are [in_begin_[i], in_begin_[i+1])
-  std::vector<std::uint32_t> out_begin_;  // nodes + 1, into out_refs_
-  std::vector<Bytes> bytes_;
+  std::vector<Node> nodes_;
   std::vector<std::uint8_t> flags_;
-  std::vector<std::uint32_t> node_of_;          // OpId -> node
-  std::vector<SimEdge> edges_;                  // in-edges grouped by destination
-  std::vector<std::uint32_t> out_refs_;         // out-edges grouped by source: indices into edges_
-  std::vector<std::vector<ReadyEntry>> ready_;  // per accelerator, a heap
-  std::vector<std::uint32_t> running_;          // per accelerator, node or kNotSimulated
-  std::vector<Nanos> free_at_;                  // per accelerator: not before its last known completion
+  std::vector<Nanos> ready_t_;          // per simulated node: not before (issue, local inputs, landed copies)
+  std::vector<std::uint64_t> key_;      // per simulated node: queue order (build only)
+  std::vector<OpId> ghost_op_;          // per ghost node
+  std::vector<std::uint32_t> node_of_;  // OpId -> node
+  std::vector<SimEdge> edges_;          // in-edges grouped by destination
+  // Out-edges grouped by source: the reader, and the edge with kRemote set
+  // when it is a transfer (a local reader needs no look at the edge).
+  static constexpr std::uint32_t kRemote = 0x80000000u;
+  struct OutRef {
+    std::uint32_t dst, edge;
+  };
+  std::vector<OutRef> out_refs_;
+
+  // Ready queues. Each accelerator's simulated nodes are ranked once by
+  // queue order (queue_[a][rank] is the node); the ready ones are a bitset
+  // over ranks with summary levels (64-ary), so the first ready one is
+  // found with one countr_zero per level and no heap.
+  std::vector<std::vector<std::uint32_t>> queue_;
+  std::vector<std::uint32_t> bits_off_;  // [a * levels_ + l]: first word of level l of a's bitset
+  std::vector<std::uint64_t> bits_;
+  unsigned levels_ = 1;
+
+  std::vector<std::uint32_t> running_;  // per accelerator, node or kNotSimulated
+  std::vector<Nanos> free_at_;          // per accelerator: not before its last known completion
   std::vector<std::uint8_t> dirty_flag_;
   std::vector<AccelId> dirty_;
   std::vector<std::int64_t> used_, cap_;
-  std::vector<Transfer> transfers_;
-  std::vector<std::uint32_t> pending_transfers_;  // in intent order
+  std::vector<std::uint32_t> pending_transfers_;  // edges, in intent order
   std::vector<std::uint8_t> send_busy_, recv_busy_;
   EventQueue events_;
   Nanos now_ = 0;
