@@ -16,6 +16,7 @@
 module;
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 export module slicesched.simulator.global;
@@ -81,65 +82,71 @@ class GlobalSimulator {
 
  private:
   void build(const Gmg& gmg, const EstimatorSet& est);
-  void order_queues();
+  void order_queues(const Gmg& gmg);
+  // The event loop, compiled once per combination of what it records.
+  template <bool kHbm, bool kTransfers>
   void advance(const SimOptions& opt);
+  template <bool kHbm>
   void alloc(AccelId a, std::int64_t bytes, Nanos t);
+  template <bool kHbm>
   void free(AccelId a, std::int64_t bytes, Nanos t);
-  void release_input(std::uint32_t edge, Nanos t);
+  template <bool kHbm>
   void on_op_finish(std::uint32_t i, Nanos t);
-  void on_input_ready(std::uint32_t i, Nanos t);
+  template <bool kHbm, bool kTransfers>
   void start_transfer(std::uint32_t edge, Nanos t);
+  template <bool kHbm>
   void dispatch(Nanos t);
+  template <bool kHbm, bool kTransfers>
   void arbitrate(Nanos t);
+  void on_input_ready(std::uint32_t i, Nanos t);
+  void make_ready(std::uint32_t i);
+  std::uint32_t pop_ready(AccelId a);  // the first ready node of `a` in queue order; `a` must have one
   OpId op_of(std::uint32_t node) const;
-
-  SimulationResult r_;
-
-  // Nodes [0, n_sim) are issued operators (simulated), in OpId order, so
-  // node index == result index; the rest are done producers they read
-  // ("ghosts", memory bookkeeping only). What the event loop reads per
-  // operator sits in one 64-byte record.
-  enum Flag : std::uint8_t { kKeepOutput = 1, kOutputHeld = 2, kRetainedHeld = 4 };
-  struct Node {
-    Nanos dur;                           // predicted once, at build
-    std::int64_t out, ws, ret;           // bytes: output, workspace, retained state
-    AccelId accel;
-    std::uint32_t rank;                  // position in its accelerator's queue order
-    std::uint32_t in_begin, in_end;      // in-edges: edges_[in_begin, in_end)
-    std::uint32_t out_begin, out_end;    // out-edges: out_refs_[out_begin, out_end)
-    std::uint32_t pending, consumers;    // inputs not yet available; readers not yet finished
-  };
-  // An input edge src -> dst (node indices). A remote edge is a transfer,
-  // named by the edge's index; its duration is predicted at build.
-  struct SimEdge {
-    std::uint32_t src, dst;
-    std::int64_t bytes;
-    Nanos xdur;
-    bool remote, retained;
-  };
   inline void mark_dirty(AccelId a) {
     if (!dirty_flag_[a]) {
       dirty_flag_[a] = 1;
       dirty_.push_back(a);
     }
   }
-  void make_ready(std::uint32_t i);
-  std::uint32_t pop_ready(AccelId a);  // the first ready node of `a` in queue order; `a` must have one
+
+  SimulationResult r_;
+  const EstimatorSet* est_ = nullptr;  // during run() only
+
+  // Nodes [0, n_sim) are issued operators (simulated), in OpId order, so
+  // node index == result index; the rest are done producers they read
+  // ("ghosts", memory bookkeeping only). What the event loop reads per
+  // operator sits in one 64-byte record.
+  enum Flag : std::uint8_t { kKeepOutput = 1, kOutputHeld = 2, kRetainedHeld = 4 };
+  struct alignas(64) Node {
+    Nanos dur;                         // predicted once, at build
+    std::int64_t out, ws, ret;         // bytes: output, workspace, retained state
+    AccelId accel;
+    std::uint32_t rank;                // position in its accelerator's queue order
+    std::uint32_t in_begin, in_end;    // in-edges: edges_[in_begin, in_end)
+    std::uint32_t out_begin, out_end;  // out-edges: out_refs_[out_begin, out_end)
+    std::uint32_t pending, consumers;  // inputs not yet available; readers not yet finished
+  };
+  // An input edge src -> dst (node indices); src carries the flags. A
+  // remote edge is a transfer, named by the edge's index.
+  static constexpr std::uint32_t kRemote = 0x80000000u, kRetained = 0x40000000u, kNodeMask = 0x3fffffffu;
+  struct SimEdge {
+    std::uint32_t src;  // node | kRemote | kRetained
+    std::uint32_t dst;
+    std::int64_t bytes;
+  };
+  // Out-edges grouped by source: the reader, and the edge with kRemote set
+  // when it is a transfer (a local reader needs no look at the edge).
+  struct OutRef {
+    std::uint32_t dst, edge;
+  };
+  static constexpr std::uint32_t kGhost = 0x80000000u;  // in r_.index_of during the build: a ghost's node
 
   std::uint32_t n_sim_ = 0;
   std::vector<Node> nodes_;
   std::vector<std::uint8_t> flags_;
-  std::vector<Nanos> ready_t_;          // per simulated node: not before (issue, local inputs, landed copies)
-  std::vector<std::uint64_t> key_;      // per simulated node: queue order (build only)
-  std::vector<OpId> ghost_op_;          // per ghost node
-  std::vector<std::uint32_t> node_of_;  // OpId -> node
-  std::vector<SimEdge> edges_;          // in-edges grouped by destination
-  // Out-edges grouped by source: the reader, and the edge with kRemote set
-  // when it is a transfer (a local reader needs no look at the edge).
-  static constexpr std::uint32_t kRemote = 0x80000000u;
-  struct OutRef {
-    std::uint32_t dst, edge;
-  };
+  std::vector<Nanos> ready_t_;  // per simulated node: not before (issue, local inputs, landed copies)
+  std::vector<OpId> ghost_op_;  // per ghost node
+  std::vector<SimEdge> edges_;  // in-edges grouped by destination
   std::vector<OutRef> out_refs_;
 
   // Ready queues. Each accelerator's simulated nodes are ranked once by
@@ -147,8 +154,11 @@ class GlobalSimulator {
   // over ranks with summary levels (64-ary), so the first ready one is
   // found with one countr_zero per level and no heap.
   std::vector<std::vector<std::uint32_t>> queue_;
-  std::vector<std::uint32_t> bits_off_;  // [a * levels_ + l]: first word of level l of a's bitset
+  std::vector<std::uint64_t> last_key_;     // per accelerator, during the build
+  std::vector<std::uint8_t> out_of_order_;  // per accelerator: OpId order is not queue order
+  std::vector<std::uint32_t> bits_off_;     // [a * levels_ + l]: first word of level l of a's bitset
   std::vector<std::uint64_t> bits_;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> sort_scratch_;
   unsigned levels_ = 1;
 
   std::vector<std::uint32_t> running_;  // per accelerator, node or kNotSimulated
@@ -160,7 +170,7 @@ class GlobalSimulator {
   std::vector<std::uint8_t> send_busy_, recv_busy_;
   EventQueue events_;
   Nanos now_ = 0;
-  bool record_hbm_ = false, record_transfers_ = false, stop_at_oom_ = true, stopped_ = false;
+  bool stop_at_oom_ = true, stopped_ = false;
 };
 
 // One-shot convenience over GlobalSimulator.
