@@ -70,6 +70,11 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
   for (auto& q : queue_) q.clear();
   last_key_.assign(n_acc, 0);
   out_of_order_.assign(n_acc, 0);
+  out_limit_.resize(n_sim_);
+  // Out-edges are laid out as they are found (pass 2), in regions reserved
+  // here from the GMG's successor counts: an op's successors that are not
+  // done and not unscheduled are exactly the issued ones, its readers here.
+  std::uint32_t out_total = 0;
   {
     std::uint32_t i = 0;
     OpId* ops = r_.ops.data();
@@ -100,7 +105,10 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
         out_of_order_[a] |= key < last_key_[a];
         last_key_[a] = key;
         ready_t_[i] = op.issue_t;
-        flags_[i] = op.unscheduled_succs > 0 ? kKeepOutput : 0;
+        flags_[i] = op.unscheduled_succs > 0 ? kKeepOutput : Flag{};
+        nodes[i].out_begin = nodes[i].out_end = out_total;
+        out_total += op.pending_succs > op.unscheduled_succs ? op.pending_succs - op.unscheduled_succs : 0;
+        out_limit_[i] = out_total;
         ++i;
       } else if (op.state == OpState::kDone) {
         // Resident at the snapshot: held outputs and retained state.
@@ -111,6 +119,8 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
   }
   r_.start.assign(n_sim_, -1);
   r_.finish.assign(n_sim_, -1);
+  out_refs_.resize(out_total);
+  bool out_overflow = false;
 
   // Pass 2: in-edges of simulated nodes, grouped by destination; done
   // producers become ghost nodes (memory bookkeeping only). A node with
@@ -132,9 +142,13 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
       if (s < n_sim_) {  // finishes inside the simulation
         Node& src = nodes_[s];
         const std::uint32_t remote = src.accel != here ? kRemote : 0;
+        const auto edge = static_cast<std::uint32_t>(edges_.size());
         edges_.push_back({s | remote | retained, i, ge.bytes});
         ++src.consumers;
-        ++src.out_end;
+        if (src.out_end < out_limit_[s])
+          out_refs_[src.out_end++] = {i, edge | remote};
+        else
+          out_overflow = true;
         ++nodes_[i].pending;
         continue;
       }
@@ -144,16 +158,23 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
       } else {
         s = static_cast<std::uint32_t>(nodes_.size());
         r_.index_of[ge.src] = s | kGhost;  // until the end of the build
-        nodes_.push_back({0, src.out_bytes, 0, src.retained_bytes, src.accel, 0, 0, 0, 0, 0, 0, 0});
-        flags_.push_back(static_cast<std::uint8_t>((src.unscheduled_succs > 0 ? kKeepOutput : 0) |
+        nodes_.push_back({0, src.out_bytes, 0, src.retained_bytes, src.accel, 0, 0, 0, out_total, out_total, 0, 0});
+        out_total += src.pending_succs > src.unscheduled_succs ? src.pending_succs - src.unscheduled_succs : 0;
+        out_limit_.push_back(out_total);
+        out_refs_.resize(out_total);
+        flags_.push_back(static_cast<Flag>((src.unscheduled_succs > 0 ? kKeepOutput : 0) |
                                                    (src.output_held ? kOutputHeld : 0) |
                                                    (src.retained_held ? kRetainedHeld : 0)));
         ghost_op_.push_back(ge.src);
       }
       const bool remote = src.accel != here;
+      const auto edge = static_cast<std::uint32_t>(edges_.size());
       edges_.push_back({s | (remote ? kRemote : 0) | retained, i, ge.bytes});
       ++nodes_[s].consumers;
-      ++nodes_[s].out_end;
+      if (nodes_[s].out_end < out_limit_[s])
+        out_refs_[nodes_[s].out_end++] = {i, edge | (remote ? kRemote : 0)};
+      else
+        out_overflow = true;
       if (!remote) {
         ready_t_[i] = std::max(ready_t_[i], src.done_t);
       } else if (ge.arrived >= 0) {
@@ -173,20 +194,22 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
   }
   for (OpId id : ghost_op_) r_.index_of[id] = kNotSimulated;
 
-  // Out-edge CSR over all nodes (counting sort by source; out_end counted
-  // the out-degree, then serves as the cursor and ends where it should).
-  {
+  // A GMG whose successor counts disagree with its edges would overflow a
+  // region: lay the out-edges out again by counting sort (same order).
+  if (out_overflow) [[unlikely]] {
+    for (Node& nd : nodes_) nd.out_end = 0;
+    for (const SimEdge& edge : edges_) ++nodes_[edge.src & kNodeMask].out_end;
     std::uint32_t next = 0;
     for (Node& nd : nodes_) {
       nd.out_begin = next;
       next += nd.out_end;
       nd.out_end = nd.out_begin;
     }
-  }
-  out_refs_.resize(edges_.size());
-  for (std::uint32_t e = 0; e < edges_.size(); ++e) {
-    const SimEdge& edge = edges_[e];
-    out_refs_[nodes_[edge.src & kNodeMask].out_end++] = {edge.dst, e | (edge.src & kRemote)};
+    out_refs_.resize(edges_.size());
+    for (std::uint32_t e = 0; e < edges_.size(); ++e) {
+      const SimEdge& edge = edges_[e];
+      out_refs_[nodes_[edge.src & kNodeMask].out_end++] = {edge.dst, e | (edge.src & kRemote)};
+    }
   }
 
   order_queues(gmg);
@@ -250,6 +273,13 @@ inline void GlobalSimulator::free(AccelId a, std::int64_t bytes, Nanos t) {
 inline void GlobalSimulator::make_ready(std::uint32_t i) {
   const AccelId a = nodes_[i].accel;
   const std::uint32_t* off = &bits_off_[a * levels_];
+  if (levels_ == 2) {  // up to 4,096 operators per accelerator
+    const std::uint32_t r = nodes_[i].rank;
+    bits_[off[0] + (r >> 6)] |= std::uint64_t{1} << (r & 63);
+    bits_[off[1]] |= std::uint64_t{1} << (r >> 6);
+    mark_dirty(a);
+    return;
+  }
   for (std::uint32_t r = nodes_[i].rank, l = 0; l < levels_; ++l, r >>= 6) {
     std::uint64_t& w = bits_[off[l] + (r >> 6)];
     const bool had = w != 0;
@@ -261,6 +291,15 @@ inline void GlobalSimulator::make_ready(std::uint32_t i) {
 
 inline std::uint32_t GlobalSimulator::pop_ready(AccelId a) {
   const std::uint32_t* off = &bits_off_[a * levels_];
+  if (levels_ == 2) {
+    std::uint64_t& top = bits_[off[1]];
+    const auto hi = static_cast<std::uint32_t>(std::countr_zero(top));
+    std::uint64_t& w = bits_[off[0] + hi];
+    const auto lo = static_cast<std::uint32_t>(std::countr_zero(w));
+    w &= w - 1;
+    if (w == 0) top &= top - 1;
+    return queue_[a][hi * 64 + lo];
+  }
   std::uint32_t rank = 0;
   for (unsigned l = levels_; l-- > 0;)
     rank = rank * 64 + static_cast<std::uint32_t>(std::countr_zero(bits_[off[l] + rank]));
@@ -301,16 +340,16 @@ inline void GlobalSimulator::on_op_finish(std::uint32_t i, Nanos t) {
     Node& pn = nodes_[p];
     if (edge.src & kRemote) free<kHbm>(a, edge.bytes, t);
     if ((edge.src & kRetained) && (flags_[p] & kRetainedHeld)) {
-      flags_[p] &= static_cast<std::uint8_t>(~kRetainedHeld);
+      flags_[p] = static_cast<Flag>(flags_[p] & ~kRetainedHeld);
       free<kHbm>(pn.accel, pn.ret, t);
     }
     if (--pn.consumers == 0 && (flags_[p] & (kKeepOutput | kOutputHeld)) == kOutputHeld) {
-      flags_[p] &= static_cast<std::uint8_t>(~kOutputHeld);
+      flags_[p] = static_cast<Flag>(flags_[p] & ~kOutputHeld);
       free<kHbm>(pn.accel, pn.out, t);
     }
   }
   if (n.consumers == 0 && !(flags_[i] & kKeepOutput)) {
-    flags_[i] &= static_cast<std::uint8_t>(~kOutputHeld);
+    flags_[i] = static_cast<Flag>(flags_[i] & ~kOutputHeld);
     free<kHbm>(a, n.out, t);
   }
   for (std::uint32_t k = n.out_begin; k < n.out_end; ++k) {
@@ -365,7 +404,7 @@ inline void GlobalSimulator::dispatch(Nanos t) {
       if (stop_at_oom_) stopped_ = true;
     }
     alloc<kHbm>(a, need, t);
-    flags_[i] |= static_cast<std::uint8_t>(kOutputHeld | (n.ret > 0 ? kRetainedHeld : 0));
+    flags_[i] = static_cast<Flag>(flags_[i] | kOutputHeld | (n.ret > 0 ? kRetainedHeld : 0));
     running_[a] = i;
     r_.start[i] = t;
     events_.push(std::max(t + n.dur, now_), kOpFinish, i);

@@ -116,6 +116,7 @@ class GlobalSimulator {
   // node index == result index; the rest are done producers they read
   // ("ghosts", memory bookkeeping only). What the event loop reads per
   // operator sits in one 64-byte record.
+  // Not a character type, so stores to it do not alias every other member.
   enum Flag : std::uint8_t { kKeepOutput = 1, kOutputHeld = 2, kRetainedHeld = 4 };
   struct alignas(64) Node {
     Nanos dur;                         // predicted once, at build
@@ -143,11 +144,12 @@ class GlobalSimulator {
 
   std::uint32_t n_sim_ = 0;
   std::vector<Node> nodes_;
-  std::vector<std::uint8_t> flags_;
+  std::vector<Flag> flags_;
   std::vector<Nanos> ready_t_;  // per simulated node: not before (issue, local inputs, landed copies)
   std::vector<OpId> ghost_op_;  // per ghost node
   std::vector<SimEdge> edges_;  // in-edges grouped by destination
   std::vector<OutRef> out_refs_;
+  std::vector<std::uint32_t> out_limit_;  // per node, during the build: end of its reserved out_refs_ region
 
   // Ready queues. Each accelerator's simulated nodes are ranked once by
   // queue order (queue_[a][rank] is the node); the ready ones are a bitset
@@ -163,7 +165,7 @@ class GlobalSimulator {
 
   std::vector<std::uint32_t> running_;  // per accelerator, node or kNotSimulated
   std::vector<Nanos> free_at_;          // per accelerator: not before its last known completion
-  std::vector<std::uint8_t> dirty_flag_;
+  std::vector<std::uint32_t> dirty_flag_;
   std::vector<AccelId> dirty_;
   std::vector<std::int64_t> used_, cap_;
   std::vector<std::uint32_t> pending_transfers_;  // edges, in intent order
