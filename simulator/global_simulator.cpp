@@ -64,6 +64,8 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
   n_sim_ = static_cast<std::uint32_t>(gmg.issued_count());
   r_.ops.resize(n_sim_);
   nodes_.resize(n_sim_);
+  place_.resize(n_sim_);
+  pending_.resize(n_sim_);
   ready_t_.resize(n_sim_);
   flags_.resize(n_sim_);
   queue_.resize(n_acc);
@@ -79,6 +81,8 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
     std::uint32_t i = 0;
     OpId* ops = r_.ops.data();
     Node* nodes = nodes_.data();
+    Place* place = place_.data();
+    std::uint32_t* pending = pending_.data();
     std::uint32_t* index_of = r_.index_of.data();
     for (OpId id = 0; id < slots; ++id) {
       const OpRecord& op = gmg.op(id);
@@ -93,13 +97,13 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
                     op.workspace_bytes,
                     op.retained_bytes,
                     a,
-                    static_cast<std::uint32_t>(q.size()),
                     0,
                     op.first_in,
                     0,
                     0,
-                    0,
                     0};
+        place[i] = {a, static_cast<std::uint32_t>(q.size())};
+        pending[i] = 0;
         q.push_back(i);
         const std::uint64_t key = queue_key(op.priority, op.issue_seq);
         out_of_order_[a] |= key < last_key_[a];
@@ -149,7 +153,7 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
           out_refs_[src.out_end++] = {i, edge | remote};
         else
           out_overflow = true;
-        ++nodes_[i].pending;
+        ++pending_[i];
         continue;
       }
       const OpRecord& src = gmg.op(ge.src);  // a done producer
@@ -158,7 +162,7 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
       } else {
         s = static_cast<std::uint32_t>(nodes_.size());
         r_.index_of[ge.src] = s | kGhost;  // until the end of the build
-        nodes_.push_back({0, src.out_bytes, 0, src.retained_bytes, src.accel, 0, 0, 0, out_total, out_total, 0, 0});
+        nodes_.push_back({0, src.out_bytes, 0, src.retained_bytes, src.accel, 0, 0, out_total, out_total, 0});
         out_total += src.pending_succs > src.unscheduled_succs ? src.pending_succs - src.unscheduled_succs : 0;
         out_limit_.push_back(out_total);
         out_refs_.resize(out_total);
@@ -181,16 +185,15 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
         ready_t_[i] = std::max(ready_t_[i], ge.arrived);
         used_[here] += ge.bytes;  // the landed copy is resident
       } else {  // a transfer from a done producer, still to simulate
-        ++nodes_[i].pending;
+        ++pending_[i];
         events_.push(src.done_t, kTransferReady, static_cast<std::uint32_t>(edges_.size() - 1));
       }
     }
-    Node& done = nodes_[i];
-    done.in_end = static_cast<std::uint32_t>(edges_.size());
+    nodes_[i].in_end = static_cast<std::uint32_t>(edges_.size());
     // Events of equal time keep push order; a ready event only marks its
     // accelerator and a transfer-ready one only queues an intent, so
     // interleaving the two kinds here changes neither order.
-    if (done.pending == 0) events_.push(ready_t_[i], kReady, i);
+    if (pending_[i] == 0) events_.push(ready_t_[i], kReady, i);
   }
   for (OpId id : ghost_op_) r_.index_of[id] = kNotSimulated;
 
@@ -238,7 +241,7 @@ void GlobalSimulator::order_queues(const Gmg& gmg) {
     std::sort(sort_scratch_.begin(), sort_scratch_.end());
     for (std::uint32_t rank = 0; rank < q.size(); ++rank) {
       q[rank] = sort_scratch_[rank].second;
-      nodes_[q[rank]].rank = rank;
+      place_[q[rank]].rank = rank;
     }
   }
   // Bitset levels: 64^levels_ >= the longest queue.
@@ -271,16 +274,17 @@ inline void GlobalSimulator::free(AccelId a, std::int64_t bytes, Nanos t) {
 }
 
 inline void GlobalSimulator::make_ready(std::uint32_t i) {
-  const AccelId a = nodes_[i].accel;
+  const AccelId a = place_[i].accel;
+  __builtin_prefetch(&nodes_[i]);  // read when it starts
   const std::uint32_t* off = &bits_off_[a * levels_];
   if (levels_ == 2) {  // up to 4,096 operators per accelerator
-    const std::uint32_t r = nodes_[i].rank;
+    const std::uint32_t r = place_[i].rank;
     bits_[off[0] + (r >> 6)] |= std::uint64_t{1} << (r & 63);
     bits_[off[1]] |= std::uint64_t{1} << (r >> 6);
     mark_dirty(a);
     return;
   }
-  for (std::uint32_t r = nodes_[i].rank, l = 0; l < levels_; ++l, r >>= 6) {
+  for (std::uint32_t r = place_[i].rank, l = 0; l < levels_; ++l, r >>= 6) {
     std::uint64_t& w = bits_[off[l] + (r >> 6)];
     const bool had = w != 0;
     w |= std::uint64_t{1} << (r & 63);
@@ -312,7 +316,7 @@ inline std::uint32_t GlobalSimulator::pop_ready(AccelId a) {
 }
 
 inline void GlobalSimulator::on_input_ready(std::uint32_t i, Nanos t) {
-  if (--nodes_[i].pending != 0) return;
+  if (--pending_[i] != 0) return;
   // Issued after its inputs were done? (Ready times are never past the
   // snapshot's clock, so this is only looked at before it.)
   if (t < now_ && ready_t_[i] > t) {

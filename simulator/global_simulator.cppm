@@ -122,11 +122,19 @@ class GlobalSimulator {
     Nanos dur;                         // predicted once, at build
     std::int64_t out, ws, ret;         // bytes: output, workspace, retained state
     AccelId accel;
-    std::uint32_t rank;                // position in its accelerator's queue order
     std::uint32_t in_begin, in_end;    // in-edges: edges_[in_begin, in_end)
     std::uint32_t out_begin, out_end;  // out-edges: out_refs_[out_begin, out_end)
-    std::uint32_t pending, consumers;  // inputs not yet available; readers not yet finished
+    std::uint32_t consumers;           // readers not yet finished
   };
+  // What an input arriving touches, kept apart from the 64-byte records so
+  // it stays in cache: inputs not yet available, and where the node queues
+  // (accelerator, rank in its queue order). Simulated nodes only.
+  struct Place {
+    AccelId accel;
+    std::uint32_t rank;
+  };
+  std::vector<std::uint32_t> pending_;
+  std::vector<Place> place_;
   // An input edge src -> dst (node indices); src carries the flags. A
   // remote edge is a transfer, named by the edge's index.
   static constexpr std::uint32_t kRemote = 0x80000000u, kRetained = 0x40000000u, kNodeMask = 0x3fffffffu;
