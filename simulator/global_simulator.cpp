@@ -373,7 +373,7 @@ template <bool kHbm, bool kTransfers>
 inline void GlobalSimulator::start_transfer(std::uint32_t x, Nanos t) {
   const SimEdge& edge = edges_[x];
   const std::uint32_t src = edge.src & kNodeMask;
-  const AccelId from = nodes_[src].accel, to = nodes_[edge.dst].accel;
+  const AccelId from = nodes_[src].accel, to = place_[edge.dst].accel;
   if (used_[to] + edge.bytes > cap_[to] && !r_.oom) {
     r_.oom = OomEvent{t, to, r_.ops[edge.dst], true, used_[to] + edge.bytes, cap_[to]};
     if (stop_at_oom_) stopped_ = true;
@@ -424,7 +424,7 @@ inline void GlobalSimulator::arbitrate(Nanos t) {
   for (std::size_t k = 0; k < pending_transfers_.size(); ++k) {
     const std::uint32_t x = pending_transfers_[k];
     const SimEdge& edge = edges_[x];
-    const AccelId from = nodes_[edge.src & kNodeMask].accel, to = nodes_[edge.dst].accel;
+    const AccelId from = nodes_[edge.src & kNodeMask].accel, to = place_[edge.dst].accel;
     if (send_busy_[from] || recv_busy_[to]) {
       pending_transfers_[keep++] = x;
       continue;
@@ -467,7 +467,7 @@ void GlobalSimulator::advance(const SimOptions& opt) {
         case kTransferFinish: {
           const SimEdge& edge = edges_[ev.id];
           send_busy_[nodes_[edge.src & kNodeMask].accel] = 0;
-          recv_busy_[nodes_[edge.dst].accel] = 0;
+          recv_busy_[place_[edge.dst].accel] = 0;
           transfers_changed = true;
           on_input_ready(edge.dst, t);
           break;
