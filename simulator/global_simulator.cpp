@@ -3,6 +3,7 @@ module;
 #include <bit>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,7 @@ void GlobalSimulator::build(const Gmg& gmg, const EstimatorSet& est) {
   const AcceleratorSet& accels = gmg.accels();
   const std::size_t n_acc = accels.size();
   const std::size_t slots = gmg.slot_count();
+  if (slots > kNodeMask) throw std::length_error("global simulator: a GMG of more than 2^30 operator slots");
   now_ = gmg.now();
   stopped_ = false;
 

@@ -112,12 +112,14 @@ class GlobalSimulator {
   SimulationResult r_;
   const EstimatorSet* est_ = nullptr;  // during run() only
 
+  // Per-node memory state. Not a character type, so stores to it do not
+  // alias every other member.
+  enum Flag : std::uint8_t { kKeepOutput = 1, kOutputHeld = 2, kRetainedHeld = 4 };
   // Nodes [0, n_sim) are issued operators (simulated), in OpId order, so
   // node index == result index; the rest are done producers they read
   // ("ghosts", memory bookkeeping only). What the event loop reads per
-  // operator sits in one 64-byte record.
-  // Not a character type, so stores to it do not alias every other member.
-  enum Flag : std::uint8_t { kKeepOutput = 1, kOutputHeld = 2, kRetainedHeld = 4 };
+  // operator sits in one 64-byte record. Node indices stay below 2^30 (the
+  // top bits of an edge's source are flags).
   struct alignas(64) Node {
     Nanos dur;                         // predicted once, at build
     std::int64_t out, ws, ret;         // bytes: output, workspace, retained state
