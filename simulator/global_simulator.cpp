@@ -81,10 +81,8 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
   n_sim_ = static_cast<std::uint32_t>(gmg.issued_count());
   r_.ops.resize(n_sim_);
   nodes_.resize(n_sim_);
-  place_.resize(n_sim_);
-  pending_.resize(n_sim_);
+  arrival_.resize(n_sim_);
   ready_t_.resize(n_sim_);
-  flags_.resize(n_sim_);
   queue_.resize(n_acc);
   for (auto& q : queue_) q.clear();
   last_key_.assign(n_acc, 0);
@@ -98,8 +96,7 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
     std::uint32_t i = 0;
     OpId* ops = r_.ops.data();
     Node* nodes = nodes_.data();
-    Place* place = place_.data();
-    std::uint32_t* pending = pending_.data();
+    Arrival* arrival = arrival_.data();
     std::uint32_t* index_of = r_.index_of.data();
     for (OpId id = 0; id < slots; ++id) {
       const OpRecord& op = gmg.op(id);
@@ -118,15 +115,14 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
                     op.first_in,
                     0,
                     0,
-                    0};
-        place[i] = {a, static_cast<std::uint32_t>(q.size())};
-        pending[i] = 0;
+                    0,
+                    op.unscheduled_succs > 0 ? kKeepOutput : Flag{}};
+        arrival[i] = {a, static_cast<std::uint32_t>(q.size()), 0};
         q.push_back(i);
         const std::uint64_t key = queue_key(op.priority, op.issue_seq);
         out_of_order_[a] |= key < last_key_[a];
         last_key_[a] = key;
         ready_t_[i] = op.issue_t;
-        flags_[i] = op.unscheduled_succs > 0 ? kKeepOutput : Flag{};
         nodes[i].out_begin = nodes[i].out_end = out_total;
         out_total += op.pending_succs > op.unscheduled_succs ? op.pending_succs - op.unscheduled_succs : 0;
         out_limit_[i] = out_total;
@@ -172,7 +168,7 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
           out_refs_[src.out_end++] = {i, edge | remote};
         else
           out_overflow = true;
-        ++pending_[i];
+        ++arrival_[i].pending;
         continue;
       }
       const OpRecord& src = gmg.op(ge.src);  // a done producer
@@ -181,13 +177,13 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
       } else {
         s = static_cast<std::uint32_t>(nodes_.size());
         r_.index_of[ge.src] = s | kGhost;  // until the end of the build
-        nodes_.push_back({0, src.out_bytes, 0, src.retained_bytes, src.accel, 0, 0, out_total, out_total, 0});
+        nodes_.push_back(
+            {0, src.out_bytes, 0, src.retained_bytes, src.accel, 0, 0, out_total, out_total, 0,
+             static_cast<Flag>((src.unscheduled_succs > 0 ? kKeepOutput : 0) | (src.output_held ? kOutputHeld : 0) |
+                               (src.retained_held ? kRetainedHeld : 0))});
         out_total += src.pending_succs > src.unscheduled_succs ? src.pending_succs - src.unscheduled_succs : 0;
         out_limit_.push_back(out_total);
         out_refs_.resize(out_total);
-        flags_.push_back(static_cast<Flag>((src.unscheduled_succs > 0 ? kKeepOutput : 0) |
-                                           (src.output_held ? kOutputHeld : 0) |
-                                           (src.retained_held ? kRetainedHeld : 0)));
         ghost_op_.push_back(ge.src);
       }
       const bool remote = src.accel != here;
@@ -204,7 +200,7 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
         ready_t_[i] = std::max(ready_t_[i], ge.arrived);
         used_[here] += ge.bytes;  // the landed copy is resident
       } else {                    // a transfer from a done producer, still to simulate
-        ++pending_[i];
+        ++arrival_[i].pending;
         // Its intent appears once the producer is done and the consumer
         // issued (the backend is handed the consumer at its issue).
         const Nanos since = std::max(src.done_t, gmg.op(r_.ops[i]).issue_t);
@@ -216,7 +212,7 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
     // Events of equal time keep push order; a ready event only marks its
     // accelerator and a transfer-ready one only queues an intent, so
     // interleaving the two kinds here changes neither order.
-    if (pending_[i] == 0) events_.push(ready_t_[i], kReady, i);
+    if (arrival_[i].pending == 0) events_.push(ready_t_[i], kReady, i);
   }
   for (OpId id : ghost_op_) r_.index_of[id] = kNotSimulated;
 
@@ -265,7 +261,7 @@ void GlobalSimulator::order_queues(const Gmg& gmg) {
     std::sort(sort_scratch_.begin(), sort_scratch_.end());
     for (std::uint32_t rank = 0; rank < q.size(); ++rank) {
       q[rank] = sort_scratch_[rank].second;
-      place_[q[rank]].rank = rank;
+      arrival_[q[rank]].rank = rank;
     }
   }
   // Bitset levels: 64^levels_ >= the longest queue.
@@ -298,17 +294,19 @@ inline void GlobalSimulator::free(AccelId a, std::int64_t bytes, Nanos t) {
 }
 
 inline void GlobalSimulator::make_ready(std::uint32_t i) {
-  const AccelId a = place_[i].accel;
-  __builtin_prefetch(&nodes_[i]);  // read when it starts
+  const AccelId a = arrival_[i].accel;
+  // Read when it starts: its queue entry and its record.
+  __builtin_prefetch(&queue_[a][arrival_[i].rank]);
+  __builtin_prefetch(&nodes_[i]);
   const std::uint32_t* off = &bits_off_[a * levels_];
   if (levels_ == 2) {  // up to 4,096 operators per accelerator
-    const std::uint32_t r = place_[i].rank;
+    const std::uint32_t r = arrival_[i].rank;
     bits_[off[0] + (r >> 6)] |= std::uint64_t{1} << (r & 63);
     bits_[off[1]] |= std::uint64_t{1} << (r >> 6);
     mark_dirty(a);
     return;
   }
-  for (std::uint32_t r = place_[i].rank, l = 0; l < levels_; ++l, r >>= 6) {
+  for (std::uint32_t r = arrival_[i].rank, l = 0; l < levels_; ++l, r >>= 6) {
     std::uint64_t& w = bits_[off[l] + (r >> 6)];
     const bool had = w != 0;
     w |= std::uint64_t{1} << (r & 63);
@@ -340,7 +338,7 @@ inline std::uint32_t GlobalSimulator::pop_ready(AccelId a) {
 }
 
 inline void GlobalSimulator::on_input_ready(std::uint32_t i, Nanos t) {
-  if (--pending_[i] != 0) return;
+  if (--arrival_[i].pending != 0) return;
   // Issued after its inputs were done? (Ready times are never past the
   // snapshot's clock, so this is only looked at before it.)
   if (t < now_ && ready_t_[i] > t) {
@@ -352,7 +350,7 @@ inline void GlobalSimulator::on_input_ready(std::uint32_t i, Nanos t) {
 
 template <bool kHbm>
 inline void GlobalSimulator::on_op_finish(std::uint32_t i, Nanos t) {
-  const Node& n = nodes_[i];
+  Node& n = nodes_[i];
   const AccelId a = n.accel;
   running_[a] = kNotSimulated;
   mark_dirty(a);
@@ -367,24 +365,24 @@ inline void GlobalSimulator::on_op_finish(std::uint32_t i, Nanos t) {
     const std::uint32_t p = edge.src & kNodeMask;
     Node& pn = nodes_[p];
     if (edge.src & kRemote) free<kHbm>(a, edge.bytes, t);
-    if ((edge.src & kRetained) && (flags_[p] & kRetainedHeld)) {
-      flags_[p] = static_cast<Flag>(flags_[p] & ~kRetainedHeld);
+    if ((edge.src & kRetained) && (pn.flags & kRetainedHeld)) {
+      pn.flags = static_cast<Flag>(pn.flags & ~kRetainedHeld);
       free<kHbm>(pn.accel, pn.ret, t);
     }
-    if (--pn.consumers == 0 && (flags_[p] & (kKeepOutput | kOutputHeld)) == kOutputHeld) {
-      flags_[p] = static_cast<Flag>(flags_[p] & ~kOutputHeld);
+    if (--pn.consumers == 0 && (pn.flags & (kKeepOutput | kOutputHeld)) == kOutputHeld) {
+      pn.flags = static_cast<Flag>(pn.flags & ~kOutputHeld);
       free<kHbm>(pn.accel, pn.out, t);
     }
   }
-  if (n.consumers == 0 && !(flags_[i] & kKeepOutput)) {
-    flags_[i] = static_cast<Flag>(flags_[i] & ~kOutputHeld);
+  if (n.consumers == 0 && !(n.flags & kKeepOutput)) {
+    n.flags = static_cast<Flag>(n.flags & ~kOutputHeld);
     free<kHbm>(a, n.out, t);
   }
   for (std::uint32_t k = n.out_begin; k < n.out_end; ++k) {
     const OutRef ref = out_refs_[k];
     if (ref.edge & kRemote) {  // an intent: the arbiter starts it
       const std::uint32_t x = ref.edge & ~kRemote;
-      pending_transfers_.push_back(x);
+      pending_transfers_.push_back({x, a, arrival_[ref.dst].accel});
       if (arbiter_) [[unlikely]]
         note_intent(x, t);
     } else {
@@ -405,10 +403,11 @@ OpId GlobalSimulator::op_of(std::uint32_t node) const {
 }
 
 template <typename Est, bool kHbm, bool kTransfers>
-inline void GlobalSimulator::start_transfer(const Est& est, std::uint32_t x, Nanos t) {
+inline void GlobalSimulator::start_transfer(const Est& est, const PendingTransfer& pt, Nanos t) {
+  const std::uint32_t x = pt.edge;
   const SimEdge& edge = edges_[x];
   const std::uint32_t src = edge.src & kNodeMask;
-  const AccelId from = nodes_[src].accel, to = place_[edge.dst].accel;
+  const AccelId from = pt.from, to = pt.to;
   if (used_[to] + edge.bytes > cap_[to] && !r_.oom) {
     r_.oom = OomEvent{t, to, r_.ops[edge.dst], true, used_[to] + edge.bytes, cap_[to]};
     if (stop_at_oom_) stopped_ = true;
@@ -432,7 +431,7 @@ inline void GlobalSimulator::dispatch(Nanos t) {
       continue;
     }
     const std::uint32_t i = pop_ready(a);
-    const Node& n = nodes_[i];
+    Node& n = nodes_[i];
     // What its finish will read, fetched while it runs.
     __builtin_prefetch(edges_.data() + n.in_begin);
     __builtin_prefetch(out_refs_.data() + n.out_begin);
@@ -442,7 +441,7 @@ inline void GlobalSimulator::dispatch(Nanos t) {
       if (stop_at_oom_) stopped_ = true;
     }
     alloc<kHbm>(a, need, t);
-    flags_[i] = static_cast<Flag>(flags_[i] | kOutputHeld | (n.ret > 0 ? kRetainedHeld : 0));
+    n.flags = static_cast<Flag>(n.flags | kOutputHeld | (n.ret > 0 ? kRetainedHeld : 0));
     running_[a] = i;
     r_.start[i] = t;
     events_.push(std::max(t + n.dur, now_), kOpFinish, i);
@@ -464,18 +463,16 @@ inline void GlobalSimulator::arbitrate(const Est& est, Nanos t) {
   std::size_t keep = 0;
   AccelId held_from = kNoAccel, held_to = kNoAccel;  // the blocked oldest intent's ports
   for (std::size_t k = 0; k < pending_transfers_.size(); ++k) {
-    const std::uint32_t x = pending_transfers_[k];
-    const SimEdge& edge = edges_[x];
-    const AccelId from = nodes_[edge.src & kNodeMask].accel, to = place_[edge.dst].accel;
-    if (send_busy_[from] || recv_busy_[to] || from == held_from || to == held_to) {
+    const PendingTransfer pt = pending_transfers_[k];
+    if (send_busy_[pt.from] || recv_busy_[pt.to] || pt.from == held_from || pt.to == held_to) {
       if (k == 0) {
-        held_from = from;
-        held_to = to;
+        held_from = pt.from;
+        held_to = pt.to;
       }
-      pending_transfers_[keep++] = x;
+      pending_transfers_[keep++] = pt;
       continue;
     }
-    start_transfer<Est, kHbm, kTransfers>(est, x, t);
+    start_transfer<Est, kHbm, kTransfers>(est, pt, t);
   }
   pending_transfers_.resize(keep);
 }
@@ -486,23 +483,21 @@ inline void GlobalSimulator::arbitrate(const Est& est, Nanos t) {
 template <typename Est, bool kHbm, bool kTransfers>
 void GlobalSimulator::arbitrate_with_plugin(const Est& est, Nanos t) {
   intents_.clear();
-  for (const std::uint32_t x : pending_transfers_) {
-    const SimEdge& edge = edges_[x];
-    const IntentInfo& info = intents_of_[x];
-    intents_.push_back(
-        {info.number, nodes_[edge.src & kNodeMask].accel, place_[edge.dst].accel, info.since, edge.bytes});
+  for (const PendingTransfer& pt : pending_transfers_) {
+    const IntentInfo& info = intents_of_[pt.edge];
+    intents_.push_back({info.number, pt.from, pt.to, info.since, edges_[pt.edge].bytes});
   }
   picked_.clear();
   arbiter_->select(intents_, send_busy_, recv_busy_, picked_);
   for (const std::size_t k : picked_) {
     if (k >= intents_.size()) continue;  // ids are intent numbers; picks are positions
     const TransferIntent& in = intents_[k];
-    if (send_busy_[in.src] || recv_busy_[in.dst] || pending_transfers_[k] == kNotSimulated) continue;
-    const std::uint32_t x = pending_transfers_[k];
-    pending_transfers_[k] = kNotSimulated;  // started
-    start_transfer<Est, kHbm, kTransfers>(est, x, t);
+    if (send_busy_[in.src] || recv_busy_[in.dst] || pending_transfers_[k].edge == kNotSimulated) continue;
+    const PendingTransfer pt = pending_transfers_[k];
+    pending_transfers_[k].edge = kNotSimulated;  // started
+    start_transfer<Est, kHbm, kTransfers>(est, pt, t);
   }
-  std::erase(pending_transfers_, kNotSimulated);
+  std::erase_if(pending_transfers_, [](const PendingTransfer& p) { return p.edge == kNotSimulated; });
 }
 
 template <typename Est, bool kHbm, bool kTransfers>
@@ -532,13 +527,14 @@ void GlobalSimulator::advance(const Est& est, const SimOptions& opt) {
           transfers_changed = true;
           break;
         case kTransferReady:
-          pending_transfers_.push_back(ev.id);
+          pending_transfers_.push_back(
+              {ev.id, nodes_[edges_[ev.id].src & kNodeMask].accel, arrival_[edges_[ev.id].dst].accel});
           transfers_changed = true;
           break;
         case kTransferFinish: {
           const SimEdge& edge = edges_[ev.id];
           send_busy_[nodes_[edge.src & kNodeMask].accel] = 0;
-          recv_busy_[place_[edge.dst].accel] = 0;
+          recv_busy_[arrival_[edge.dst].accel] = 0;
           transfers_changed = true;
           on_input_ready(edge.dst, t);
           break;

@@ -113,8 +113,9 @@ class GlobalSimulator {
   void free(AccelId a, std::int64_t bytes, Nanos t);
   template <bool kHbm>
   void on_op_finish(std::uint32_t i, Nanos t);
+  struct PendingTransfer;  // below
   template <typename Est, bool kHbm, bool kTransfers>
-  void start_transfer(const Est& est, std::uint32_t edge, Nanos t);
+  void start_transfer(const Est& est, const PendingTransfer& pt, Nanos t);
   template <bool kHbm>
   void dispatch(Nanos t);
   template <typename Est, bool kHbm, bool kTransfers>
@@ -135,8 +136,7 @@ class GlobalSimulator {
 
   SimulationResult r_;
 
-  // Per-node memory state. Not a character type, so stores to it do not
-  // alias every other member.
+  // Per-node memory state.
   enum Flag : std::uint8_t { kKeepOutput = 1, kOutputHeld = 2, kRetainedHeld = 4 };
   // Nodes [0, n_sim) are issued operators (simulated), in OpId order, so
   // node index == result index; the rest are done producers they read
@@ -150,16 +150,24 @@ class GlobalSimulator {
     std::uint32_t in_begin, in_end;    // in-edges: edges_[in_begin, in_end)
     std::uint32_t out_begin, out_end;  // out-edges: out_refs_[out_begin, out_end)
     std::uint32_t consumers;           // readers not yet finished
+    Flag flags;
   };
   // What an input arriving touches, kept apart from the 64-byte records so
-  // it stays in cache: inputs not yet available, and where the node queues
-  // (accelerator, rank in its queue order). Simulated nodes only.
-  struct Place {
+  // it stays in cache: where the node queues (accelerator, rank in its
+  // queue order) and how many inputs are not yet available. Simulated
+  // nodes only.
+  struct Arrival {
     AccelId accel;
     std::uint32_t rank;
+    std::uint32_t pending;
   };
-  std::vector<std::uint32_t> pending_;
-  std::vector<Place> place_;
+  std::vector<Arrival> arrival_;
+  // A transfer intent waiting for the arbiter, with its ports at hand so a
+  // scan over the waiting ones touches nothing else.
+  struct PendingTransfer {
+    std::uint32_t edge;
+    AccelId from, to;
+  };
   // An input edge src -> dst (node indices); src carries the flags. A
   // remote edge is a transfer, named by the edge's index.
   static constexpr std::uint32_t kRemote = 0x80000000u, kRetained = 0x40000000u, kNodeMask = 0x3fffffffu;
@@ -177,7 +185,6 @@ class GlobalSimulator {
 
   std::uint32_t n_sim_ = 0;
   std::vector<Node> nodes_;
-  std::vector<Flag> flags_;
   std::vector<Nanos> ready_t_;  // per simulated node: not before (issue, local inputs, landed copies)
   std::vector<OpId> ghost_op_;  // per ghost node
   std::vector<SimEdge> edges_;  // in-edges grouped by destination
@@ -201,7 +208,7 @@ class GlobalSimulator {
   std::vector<std::uint32_t> dirty_flag_;
   std::vector<AccelId> dirty_;
   std::vector<std::int64_t> used_, cap_;
-  std::vector<std::uint32_t> pending_transfers_;  // edges, in intent order
+  std::vector<PendingTransfer> pending_transfers_;  // in intent order
   std::vector<std::uint8_t> send_busy_, recv_busy_;
   TransferArbiter* arbiter_ = nullptr;  // null: the default rule, inline
   struct IntentInfo {
