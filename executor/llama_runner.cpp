@@ -90,6 +90,10 @@ Result<std::shared_ptr<const void>> LlamaRunner::prepare(const Gmg& gmg, OpId op
 Result<OpResult> LlamaRunner::run(AccelId accel, const void* prepared, std::span<const Payload> inputs) {
   const auto& p = *static_cast<const Prepared*>(prepared);
   const std::string& device = devices_[accel];
+  // On CUDA each executor thread queues on its own stream, and the operator
+  // is done only when its stream is: the worker's finish time (the measured
+  // duration the estimators learn from) must not be the time it was queued.
+  rt::LlamaModel::bind_thread_stream(device);
   OpResult out;
   switch (p.kind) {
     case Prepared::Kind::kEmbed:
@@ -117,11 +121,17 @@ Result<OpResult> LlamaRunner::run(AccelId accel, const void* prepared, std::span
       break;
     }
   }
+  rt::LlamaModel::synchronize(device);
   return out;
 }
 
 Result<Payload> LlamaRunner::copy(const Payload& value, AccelId to) {
-  return wrap(rt::LlamaModel::copy_to(unwrap(value), devices_[to]));
+  // Queued on the receiving thread's stream; complete before it is reported.
+  const std::string& device = devices_[to];
+  rt::LlamaModel::bind_thread_stream(device);
+  Payload out = wrap(rt::LlamaModel::copy_to(unwrap(value), device));
+  rt::LlamaModel::synchronize(device);
+  return out;
 }
 
 }  // namespace slicesched

@@ -275,10 +275,9 @@ Status EmulatedCluster::advance_to(Nanos t, std::vector<Feedback>& out) {
   for (;;) {
     if (Status s = start_ready(); !s.ok()) return s;
     if (events_.empty() || events_.top().t > t) break;
-    now_ = events_.top().t;
+    now_ = events_.next_time();
     // Everything finishing at now_ lands before anything new starts.
-    while (!events_.empty() && events_.top().t == now_) {
-      const Event ev = events_.pop();
+    for (Event ev; events_.pop_at(now_, ev);) {
       if (ev.kind == kOpFinish)
         on_op_finish(ev.id, out);
       else

@@ -1,7 +1,10 @@
 module;
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
+#include <utility>
 #include <vector>
 
 module slicesched.simulator.global;
@@ -11,14 +14,6 @@ namespace slicesched {
 namespace {
 
 enum EventKind : std::uint32_t { kReady, kOpFinish, kTransferReady, kTransferFinish, kWake };
-
-// std heaps are max-heaps over "less"; "runs later" makes the top the next to run.
-struct RunsLater {
-  template <typename E>
-  bool operator()(const E& a, const E& b) const {
-    return a.key > b.key;
-  }
-};
 
 }  // namespace
 
@@ -42,12 +37,13 @@ const SimulationResult& GlobalSimulator::run(const Gmg& gmg, const Estimator& es
 
 template <typename Est>
 const SimulationResult& GlobalSimulator::run_with(const Gmg& gmg, const Est& est, const SimOptions& opt) {
-  record_hbm_ = opt.record_hbm_timeline;
-  record_transfers_ = opt.record_transfers;
   stop_at_oom_ = opt.stop_at_oom;
   arbiter_ = opt.arbiter && !opt.arbiter->is_default_greedy() ? opt.arbiter : nullptr;
   build(gmg, est);
-  advance(est, opt);
+  if (opt.record_hbm_timeline)
+    opt.record_transfers ? advance<Est, true, true>(est, opt) : advance<Est, true, false>(est, opt);
+  else
+    opt.record_transfers ? advance<Est, false, true>(est, opt) : advance<Est, false, false>(est, opt);
   arbiter_ = nullptr;
   return r_;
 }
@@ -57,10 +53,10 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
   const AcceleratorSet& accels = gmg.accels();
   const std::size_t n_acc = accels.size();
   const std::size_t slots = gmg.slot_count();
+  if (slots > kNodeMask) throw std::length_error("global simulator: a GMG of more than 2^30 operator slots");
   now_ = gmg.now();
   stopped_ = false;
 
-  r_.ops.clear();
   r_.index_of.assign(slots, kNotSimulated);
   r_.busy.assign(n_acc, 0);
   r_.transfers.clear();
@@ -77,108 +73,168 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
     used_[a] = gmg.hbm(a).weights;
   }
 
-  // Pass 1: simulated nodes (issued ops) first, so node index == result index.
-  accel_.clear();
-  key_.clear();
-  dur_.clear();
-  ready_t_.clear();
-  bytes_.clear();
-  flags_.clear();
-  for (OpId id = 0; id < slots; ++id) {
-    const OpRecord& op = gmg.op(id);
-    if (!op.live) continue;
-    if (op.state == OpState::kIssued) {
-      r_.index_of[id] = static_cast<std::uint32_t>(r_.ops.size());
-      r_.ops.push_back(id);
-      accel_.push_back(op.accel);
-      key_.push_back(queue_key(op.priority, op.issue_seq));
-      dur_.push_back(to_nanos(est.predict_op(op.kind, accels.type(op.accel), gmg.features(id))));
-      ready_t_.push_back(op.issue_t);
-      bytes_.push_back({op.out_bytes, op.workspace_bytes, op.retained_bytes});
-      flags_.push_back(op.unscheduled_succs > 0 ? kKeepOutput : 0);
-    } else if (op.state == OpState::kDone) {
-      // Resident at the snapshot: held outputs and retained state.
-      if (op.output_held) used_[op.accel] += op.out_bytes;
-      if (op.retained_held) used_[op.accel] += op.retained_bytes;
+  // Pass 1, over the GMG's operator records in OpId order: simulated nodes
+  // (issued ops) first, so node index == result index. Each op's time is
+  // predicted here, once; its rank is its place on its accelerator in OpId
+  // order, re-ranked in order_queues() where that is not queue order.
+  // in_end holds the GMG's first in-edge until pass 2.
+  n_sim_ = static_cast<std::uint32_t>(gmg.issued_count());
+  r_.ops.resize(n_sim_);
+  nodes_.resize(n_sim_);
+  arrival_.resize(n_sim_);
+  ready_t_.resize(n_sim_);
+  queue_.resize(n_acc);
+  for (auto& q : queue_) q.clear();
+  last_key_.assign(n_acc, 0);
+  out_of_order_.assign(n_acc, 0);
+  out_limit_.resize(n_sim_);
+  // Out-edges are laid out as they are found (pass 2), in regions reserved
+  // here from the GMG's successor counts: an op's successors that are not
+  // done and not unscheduled are exactly the issued ones, its readers here.
+  std::uint32_t out_total = 0;
+  {
+    std::uint32_t i = 0;
+    OpId* ops = r_.ops.data();
+    Node* nodes = nodes_.data();
+    Arrival* arrival = arrival_.data();
+    std::uint32_t* index_of = r_.index_of.data();
+    for (OpId id = 0; id < slots; ++id) {
+      const OpRecord& op = gmg.op(id);
+      if (!op.live) continue;
+      if (op.state == OpState::kIssued) {
+        const AccelId a = op.accel;
+        auto& q = queue_[a];
+        index_of[id] = i;
+        ops[i] = id;
+        nodes[i] = {to_nanos(est.predict_op(op.kind, accels.type(a), gmg.features(id))),
+                    op.out_bytes,
+                    op.workspace_bytes,
+                    op.retained_bytes,
+                    a,
+                    0,
+                    op.first_in,
+                    0,
+                    0,
+                    0,
+                    op.unscheduled_succs > 0 ? kKeepOutput : Flag{}};
+        arrival[i] = {a, static_cast<std::uint32_t>(q.size()), 0};
+        q.push_back(i);
+        const std::uint64_t key = queue_key(op.priority, op.issue_seq);
+        out_of_order_[a] |= key < last_key_[a];
+        last_key_[a] = key;
+        ready_t_[i] = op.issue_t;
+        nodes[i].out_begin = nodes[i].out_end = out_total;
+        out_total += op.pending_succs > op.unscheduled_succs ? op.pending_succs - op.unscheduled_succs : 0;
+        out_limit_[i] = out_total;
+        ++i;
+      } else if (op.state == OpState::kDone) {
+        // Resident at the snapshot: held outputs and retained state.
+        if (op.output_held) used_[op.accel] += op.out_bytes;
+        if (op.retained_held) used_[op.accel] += op.retained_bytes;
+      }
     }
   }
-  n_sim_ = static_cast<std::uint32_t>(r_.ops.size());
-  node_of_ = r_.index_of;  // ghosts are added below
   r_.start.assign(n_sim_, -1);
   r_.finish.assign(n_sim_, -1);
-  pending_.assign(n_sim_, 0);
-  consumers_.assign(n_sim_, 0);
+  out_refs_.resize(out_total);
+  bool out_overflow = false;
 
   // Pass 2: in-edges of simulated nodes, grouped by destination; done
-  // producers become ghost nodes (memory bookkeeping only).
+  // producers become ghost nodes (memory bookkeeping only). A node with
+  // every input available is ready at its ready time.
   edges_.clear();
-  transfers_.clear();
+  intents_of_.clear();
+  intent_count_ = 0;
+  ghost_op_.clear();
   pending_transfers_.clear();
   events_.clear();
-  in_begin_.resize(n_sim_ + 1);
   for (std::uint32_t i = 0; i < n_sim_; ++i) {
-    in_begin_[i] = static_cast<std::uint32_t>(edges_.size());
-    const AccelId here = accel_[i];
-    for (std::uint32_t e = gmg.op(r_.ops[i]).first_in; e != kNoEdge;) {
+    // (nodes_ may grow by ghosts in this loop: no references into it.)
+    const AccelId here = nodes_[i].accel;
+    const std::uint32_t first_in = nodes_[i].in_end;
+    nodes_[i].in_begin = static_cast<std::uint32_t>(edges_.size());
+    for (std::uint32_t e = first_in; e != kNoEdge;) {
       const Edge& ge = gmg.edge(e);
       e = ge.next_in;
-      std::uint32_t s = node_of_[ge.src];
+      std::uint32_t s = r_.index_of[ge.src];
+      const std::uint32_t retained = ge.retained ? kRetained : 0;
       if (s < n_sim_) {  // finishes inside the simulation
-        edges_.push_back({s, i, ge.bytes, accel_[s] != here, ge.retained});
-        ++consumers_[s];
-        ++pending_[i];
+        Node& src = nodes_[s];
+        const std::uint32_t remote = src.accel != here ? kRemote : 0;
+        const auto edge = static_cast<std::uint32_t>(edges_.size());
+        edges_.push_back({s | remote | retained, i, ge.bytes});
+        ++src.consumers;
+        if (src.out_end < out_limit_[s])
+          out_refs_[src.out_end++] = {i, edge | remote};
+        else
+          out_overflow = true;
+        ++arrival_[i].pending;
         continue;
       }
       const OpRecord& src = gmg.op(ge.src);  // a done producer
-      if (s == kNotSimulated) {
-        s = static_cast<std::uint32_t>(accel_.size());
-        node_of_[ge.src] = s;
-        accel_.push_back(src.accel);
-        bytes_.push_back({src.out_bytes, 0, src.retained_bytes});
-        flags_.push_back(static_cast<std::uint8_t>((src.unscheduled_succs > 0 ? kKeepOutput : 0) |
-                                                   (src.output_held ? kOutputHeld : 0) |
-                                                   (src.retained_held ? kRetainedHeld : 0)));
-        consumers_.push_back(0);
+      if (s != kNotSimulated) {
+        s &= ~kGhost;
+      } else {
+        s = static_cast<std::uint32_t>(nodes_.size());
+        r_.index_of[ge.src] = s | kGhost;  // until the end of the build
+        nodes_.push_back(
+            {0, src.out_bytes, 0, src.retained_bytes, src.accel, 0, 0, out_total, out_total, 0,
+             static_cast<Flag>((src.unscheduled_succs > 0 ? kKeepOutput : 0) | (src.output_held ? kOutputHeld : 0) |
+                               (src.retained_held ? kRetainedHeld : 0))});
+        out_total += src.pending_succs > src.unscheduled_succs ? src.pending_succs - src.unscheduled_succs : 0;
+        out_limit_.push_back(out_total);
+        out_refs_.resize(out_total);
+        ghost_op_.push_back(ge.src);
       }
       const bool remote = src.accel != here;
-      edges_.push_back({s, i, ge.bytes, remote, ge.retained});
-      ++consumers_[s];
+      const auto edge = static_cast<std::uint32_t>(edges_.size());
+      edges_.push_back({s | (remote ? kRemote : 0) | retained, i, ge.bytes});
+      ++nodes_[s].consumers;
+      if (nodes_[s].out_end < out_limit_[s])
+        out_refs_[nodes_[s].out_end++] = {i, edge | (remote ? kRemote : 0)};
+      else
+        out_overflow = true;
       if (!remote) {
         ready_t_[i] = std::max(ready_t_[i], src.done_t);
       } else if (ge.arrived >= 0) {
         ready_t_[i] = std::max(ready_t_[i], ge.arrived);
         used_[here] += ge.bytes;  // the landed copy is resident
-      } else {
-        ++pending_[i];  // a transfer from a done producer, still to simulate
+      } else {                    // a transfer from a done producer, still to simulate
+        ++arrival_[i].pending;
         // Its intent appears once the producer is done and the consumer
         // issued (the backend is handed the consumer at its issue).
         const Nanos since = std::max(src.done_t, gmg.op(r_.ops[i]).issue_t);
-        transfers_.push_back({static_cast<std::uint32_t>(edges_.size() - 1),
-                              to_nanos(est.predict_transfer(src.accel, here, ge.bytes)), since});
-        events_.push(since, kTransferReady, static_cast<std::uint32_t>(transfers_.size() - 1));
+        if (arbiter_) note_intent(edge, since);
+        events_.push(since, kTransferReady, edge);
       }
     }
+    nodes_[i].in_end = static_cast<std::uint32_t>(edges_.size());
+    // Events of equal time keep push order; a ready event only marks its
+    // accelerator and a transfer-ready one only queues an intent, so
+    // interleaving the two kinds here changes neither order.
+    if (arrival_[i].pending == 0) events_.push(ready_t_[i], kReady, i);
   }
-  in_begin_[n_sim_] = static_cast<std::uint32_t>(edges_.size());
+  for (OpId id : ghost_op_) r_.index_of[id] = kNotSimulated;
 
-  // Out-edge CSR over all nodes (counting sort by source).
-  const std::size_t n_nodes = accel_.size();
-  out_begin_.assign(n_nodes + 1, 0);
-  for (const auto& e : edges_) ++out_begin_[e.src + 1];
-  for (std::size_t k = 0; k < n_nodes; ++k) out_begin_[k + 1] += out_begin_[k];
-  out_refs_.resize(edges_.size());
-  {
-    std::vector<std::uint32_t>& cursor = pending_transfers_;  // scratch, empty again below
-    cursor.assign(out_begin_.begin(), out_begin_.end() - 1);
-    for (std::uint32_t e = 0; e < edges_.size(); ++e) out_refs_[cursor[edges_[e].src]++] = e;
-    cursor.clear();
+  // A GMG whose successor counts disagree with its edges would overflow a
+  // region: lay the out-edges out again by counting sort (same order).
+  if (out_overflow) [[unlikely]] {
+    for (Node& nd : nodes_) nd.out_end = 0;
+    for (const SimEdge& edge : edges_) ++nodes_[edge.src & kNodeMask].out_end;
+    std::uint32_t next = 0;
+    for (Node& nd : nodes_) {
+      nd.out_begin = next;
+      next += nd.out_end;
+      nd.out_end = nd.out_begin;
+    }
+    out_refs_.resize(edges_.size());
+    for (std::uint32_t e = 0; e < edges_.size(); ++e) {
+      const SimEdge& edge = edges_[e];
+      out_refs_[nodes_[edge.src & kNodeMask].out_end++] = {edge.dst, e | (edge.src & kRemote)};
+    }
   }
 
-  for (std::uint32_t i = 0; i < n_sim_; ++i)
-    if (pending_[i] == 0) events_.push(ready_t_[i], kReady, i);
-
-  ready_.resize(n_acc);
-  for (auto& h : ready_) h.clear();
+  order_queues(gmg);
   running_.assign(n_acc, kNotSimulated);
   free_at_.resize(n_acc);
   for (AccelId a = 0; a < n_acc; ++a) free_at_[a] = gmg.last_done(a);
@@ -188,119 +244,207 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
   recv_busy_.assign(n_acc, 0);
   r_.hbm_start = used_;
   r_.hbm_peak = used_;
-  if (record_hbm_)
-    for (AccelId a = 0; a < n_acc; ++a) r_.hbm_timeline[a].push_back({now_, used_[a]});
 }
 
-void GlobalSimulator::alloc(AccelId a, std::int64_t bytes, Nanos t) {
-  used_[a] += bytes;
-  if (used_[a] > r_.hbm_peak[a]) r_.hbm_peak[a] = used_[a];
-  if (record_hbm_) r_.hbm_timeline[a].push_back({t, used_[a]});
-}
-
-void GlobalSimulator::free(AccelId a, std::int64_t bytes, Nanos t) {
-  used_[a] -= bytes;
-  if (record_hbm_) r_.hbm_timeline[a].push_back({t, used_[a]});
-}
-
-void GlobalSimulator::release_input(std::uint32_t e, Nanos t) {
-  const SimEdge& edge = edges_[e];
-  const std::uint32_t p = edge.src;
-  if (edge.remote) free(accel_[edge.dst], edge.bytes, t);
-  if (edge.retained && (flags_[p] & kRetainedHeld)) {
-    flags_[p] &= static_cast<std::uint8_t>(~kRetainedHeld);  // taken over by the consumer
-    free(accel_[p], bytes_[p].ret, t);
+// Puts every accelerator's queue in queue order where OpId order is not
+// (reused slots, priorities) and sizes the ready bitsets.
+void GlobalSimulator::order_queues(const Gmg& gmg) {
+  const std::size_t n_acc = queue_.size();
+  std::size_t most = 0;
+  for (std::size_t a = 0; a < n_acc; ++a) {
+    auto& q = queue_[a];
+    most = std::max(most, q.size());
+    if (!out_of_order_[a]) continue;
+    sort_scratch_.clear();
+    for (std::uint32_t i : q)
+      sort_scratch_.push_back({queue_key(gmg.op(r_.ops[i]).priority, gmg.op(r_.ops[i]).issue_seq), i});
+    std::sort(sort_scratch_.begin(), sort_scratch_.end());
+    for (std::uint32_t rank = 0; rank < q.size(); ++rank) {
+      q[rank] = sort_scratch_[rank].second;
+      arrival_[q[rank]].rank = rank;
+    }
   }
-  if (--consumers_[p] == 0 && (flags_[p] & (kKeepOutput | kOutputHeld)) == kOutputHeld) {
-    flags_[p] &= static_cast<std::uint8_t>(~kOutputHeld);
-    free(accel_[p], bytes_[p].out, t);
+  // Bitset levels: 64^levels_ >= the longest queue.
+  levels_ = 1;
+  for (std::uint64_t span = 64; span < most; span *= 64) ++levels_;
+  bits_off_.resize(n_acc * levels_);
+  std::uint32_t words = 0;
+  for (std::size_t a = 0; a < n_acc; ++a) {
+    std::uint64_t count = queue_[a].size();
+    for (unsigned l = 0; l < levels_; ++l) {
+      count = (count + 63) / 64;
+      bits_off_[a * levels_ + l] = words;
+      words += static_cast<std::uint32_t>(std::max<std::uint64_t>(count, 1));
+    }
   }
+  bits_.assign(words, 0);
 }
 
-void GlobalSimulator::make_ready(std::uint32_t i) {
-  auto& heap = ready_[accel_[i]];
-  heap.push_back({key_[i], i});
-  std::push_heap(heap.begin(), heap.end(), RunsLater{});
-  mark_dirty(accel_[i]);
+template <bool kHbm>
+inline void GlobalSimulator::alloc(AccelId a, std::int64_t bytes, Nanos t) {
+  const std::int64_t used = used_[a] += bytes;
+  if (used > r_.hbm_peak[a]) r_.hbm_peak[a] = used;
+  if constexpr (kHbm) r_.hbm_timeline[a].push_back({t, used});
 }
 
-void GlobalSimulator::on_input_ready(std::uint32_t i, Nanos t) {
-  if (--pending_[i] != 0) return;
-  if (ready_t_[i] > t) {  // issued after its inputs were done
+template <bool kHbm>
+inline void GlobalSimulator::free(AccelId a, std::int64_t bytes, Nanos t) {
+  const std::int64_t used = used_[a] -= bytes;
+  if constexpr (kHbm) r_.hbm_timeline[a].push_back({t, used});
+}
+
+inline void GlobalSimulator::make_ready(std::uint32_t i) {
+  const AccelId a = arrival_[i].accel;
+  // Read when it starts: its queue entry and its record.
+  __builtin_prefetch(&queue_[a][arrival_[i].rank]);
+  __builtin_prefetch(&nodes_[i]);
+  const std::uint32_t* off = &bits_off_[a * levels_];
+  if (levels_ == 2) {  // up to 4,096 operators per accelerator
+    const std::uint32_t r = arrival_[i].rank;
+    bits_[off[0] + (r >> 6)] |= std::uint64_t{1} << (r & 63);
+    bits_[off[1]] |= std::uint64_t{1} << (r >> 6);
+    mark_dirty(a);
+    return;
+  }
+  for (std::uint32_t r = arrival_[i].rank, l = 0; l < levels_; ++l, r >>= 6) {
+    std::uint64_t& w = bits_[off[l] + (r >> 6)];
+    const bool had = w != 0;
+    w |= std::uint64_t{1} << (r & 63);
+    if (had) break;  // the levels above already say this word has some
+  }
+  mark_dirty(a);
+}
+
+inline std::uint32_t GlobalSimulator::pop_ready(AccelId a) {
+  const std::uint32_t* off = &bits_off_[a * levels_];
+  if (levels_ == 2) {
+    std::uint64_t& top = bits_[off[1]];
+    const auto hi = static_cast<std::uint32_t>(std::countr_zero(top));
+    std::uint64_t& w = bits_[off[0] + hi];
+    const auto lo = static_cast<std::uint32_t>(std::countr_zero(w));
+    w &= w - 1;
+    if (w == 0) top &= top - 1;
+    return queue_[a][hi * 64 + lo];
+  }
+  std::uint32_t rank = 0;
+  for (unsigned l = levels_; l-- > 0;)
+    rank = rank * 64 + static_cast<std::uint32_t>(std::countr_zero(bits_[off[l] + rank]));
+  for (std::uint32_t r = rank, l = 0; l < levels_; ++l, r >>= 6) {
+    std::uint64_t& w = bits_[off[l] + (r >> 6)];
+    w &= ~(std::uint64_t{1} << (r & 63));
+    if (w != 0) break;
+  }
+  return queue_[a][rank];
+}
+
+inline void GlobalSimulator::on_input_ready(std::uint32_t i, Nanos t) {
+  if (--arrival_[i].pending != 0) return;
+  // Issued after its inputs were done? (Ready times are never past the
+  // snapshot's clock, so this is only looked at before it.)
+  if (t < now_ && ready_t_[i] > t) {
     events_.push(ready_t_[i], kReady, i);
     return;
   }
   make_ready(i);
 }
 
-void GlobalSimulator::on_op_finish(std::uint32_t i, Nanos t) {
-  const AccelId a = accel_[i];
+template <bool kHbm>
+inline void GlobalSimulator::on_op_finish(std::uint32_t i, Nanos t) {
+  Node& n = nodes_[i];
+  const AccelId a = n.accel;
   running_[a] = kNotSimulated;
   mark_dirty(a);
   r_.finish[i] = t;
   r_.busy[a] += t - r_.start[i];
   ++r_.finished;
-  free(a, bytes_[i].ws, t);
-  for (std::uint32_t e = in_begin_[i]; e < in_begin_[i + 1]; ++e) release_input(e, t);
-  if (consumers_[i] == 0 && !(flags_[i] & kKeepOutput)) {
-    flags_[i] &= static_cast<std::uint8_t>(~kOutputHeld);
-    free(a, bytes_[i].out, t);
+  free<kHbm>(a, n.ws, t);
+  // Inputs: landed copies are freed; a retained state is taken over by its
+  // reader; a producer's output goes with its last reader.
+  for (std::uint32_t e = n.in_begin; e < n.in_end; ++e) {
+    const SimEdge& edge = edges_[e];
+    const std::uint32_t p = edge.src & kNodeMask;
+    Node& pn = nodes_[p];
+    if (edge.src & kRemote) free<kHbm>(a, edge.bytes, t);
+    if ((edge.src & kRetained) && (pn.flags & kRetainedHeld)) {
+      pn.flags = static_cast<Flag>(pn.flags & ~kRetainedHeld);
+      free<kHbm>(pn.accel, pn.ret, t);
+    }
+    if (--pn.consumers == 0 && (pn.flags & (kKeepOutput | kOutputHeld)) == kOutputHeld) {
+      pn.flags = static_cast<Flag>(pn.flags & ~kOutputHeld);
+      free<kHbm>(pn.accel, pn.out, t);
+    }
   }
-  for (std::uint32_t k = out_begin_[i]; k < out_begin_[i + 1]; ++k) {
-    const std::uint32_t e = out_refs_[k];
-    if (edges_[e].remote) {
-      transfers_.push_back({e, -1, t});  // duration predicted when it starts
-      pending_transfers_.push_back(static_cast<std::uint32_t>(transfers_.size() - 1));
+  if (n.consumers == 0 && !(n.flags & kKeepOutput)) {
+    n.flags = static_cast<Flag>(n.flags & ~kOutputHeld);
+    free<kHbm>(a, n.out, t);
+  }
+  for (std::uint32_t k = n.out_begin; k < n.out_end; ++k) {
+    const OutRef ref = out_refs_[k];
+    if (ref.edge & kRemote) {  // an intent: the arbiter starts it
+      const std::uint32_t x = ref.edge & ~kRemote;
+      pending_transfers_.push_back({x, a, arrival_[ref.dst].accel});
+      if (arbiter_) [[unlikely]]
+        note_intent(x, t);
     } else {
-      on_input_ready(edges_[e].dst, t);
+      on_input_ready(ref.dst, t);
     }
   }
 }
 
-void GlobalSimulator::start_transfer(std::uint32_t x, Nanos t) {
-  const SimEdge& edge = edges_[transfers_[x].edge];
-  const AccelId from = accel_[edge.src], to = accel_[edge.dst];
+// For an arbiter: when the intent of edge x appeared, and its number (the
+// order intents appeared in, as the backend numbers them).
+void GlobalSimulator::note_intent(std::uint32_t x, Nanos since) {
+  if (intents_of_.size() < edges_.size()) intents_of_.resize(edges_.size());
+  intents_of_[x] = {since, intent_count_++};
+}
+
+OpId GlobalSimulator::op_of(std::uint32_t node) const {
+  return node < n_sim_ ? r_.ops[node] : ghost_op_[node - n_sim_];
+}
+
+template <typename Est, bool kHbm, bool kTransfers>
+inline void GlobalSimulator::start_transfer(const Est& est, const PendingTransfer& pt, Nanos t) {
+  const std::uint32_t x = pt.edge;
+  const SimEdge& edge = edges_[x];
+  const std::uint32_t src = edge.src & kNodeMask;
+  const AccelId from = pt.from, to = pt.to;
   if (used_[to] + edge.bytes > cap_[to] && !r_.oom) {
     r_.oom = OomEvent{t, to, r_.ops[edge.dst], true, used_[to] + edge.bytes, cap_[to]};
     if (stop_at_oom_) stopped_ = true;
   }
-  alloc(to, edge.bytes, t);  // Recv allocates before Send moves
+  alloc<kHbm>(to, edge.bytes, t);  // Recv allocates before Send moves
   send_busy_[from] = 1;
   recv_busy_[to] = 1;
-  const Nanos finish = std::max(t + transfers_[x].dur, now_);
+  const Nanos finish = std::max(t + to_nanos(est.predict_transfer(from, to, edge.bytes)), now_);
   events_.push(finish, kTransferFinish, x);
-  if (record_transfers_) {
-    OpId src_op = edge.src < n_sim_ ? r_.ops[edge.src] : kNoOp;
-    if (src_op == kNoOp)  // a ghost: find its OpId (rare, only when recording)
-      for (OpId id = 0; id < node_of_.size(); ++id)
-        if (node_of_[id] == edge.src) src_op = id;
-    r_.transfers.push_back({src_op, r_.ops[edge.dst], from, to, edge.bytes, t, finish});
-  }
+  if constexpr (kTransfers) r_.transfers.push_back({op_of(src), r_.ops[edge.dst], from, to, edge.bytes, t, finish});
 }
 
 // Starts the next operator on every accelerator whose queue changed.
-void GlobalSimulator::dispatch(Nanos t) {
+template <bool kHbm>
+inline void GlobalSimulator::dispatch(Nanos t) {
   for (AccelId a : dirty_) {
     dirty_flag_[a] = 0;
-    if (running_[a] != kNotSimulated || ready_[a].empty()) continue;
-    if (t < free_at_[a]) {  // still busy with work the GMG already saw finish
+    if (running_[a] != kNotSimulated || bits_[bits_off_[a * levels_ + levels_ - 1]] == 0) continue;
+    if (t < now_ && t < free_at_[a]) {  // still busy with work the GMG saw finish (never past now_)
       events_.push(free_at_[a], kWake, a);
       continue;
     }
-    auto& heap = ready_[a];
-    std::pop_heap(heap.begin(), heap.end(), RunsLater{});
-    const std::uint32_t i = heap.back().node;
-    heap.pop_back();
-    const std::int64_t need = bytes_[i].out + bytes_[i].ws + bytes_[i].ret;
+    const std::uint32_t i = pop_ready(a);
+    Node& n = nodes_[i];
+    // What its finish will read, fetched while it runs.
+    __builtin_prefetch(edges_.data() + n.in_begin);
+    __builtin_prefetch(out_refs_.data() + n.out_begin);
+    const std::int64_t need = n.out + n.ws + n.ret;
     if (used_[a] + need > cap_[a] && !r_.oom) {
       r_.oom = OomEvent{t, a, r_.ops[i], false, used_[a] + need, cap_[a]};
       if (stop_at_oom_) stopped_ = true;
     }
-    alloc(a, need, t);
-    flags_[i] |= static_cast<std::uint8_t>(kOutputHeld | (bytes_[i].ret > 0 ? kRetainedHeld : 0));
+    alloc<kHbm>(a, need, t);
+    n.flags = static_cast<Flag>(n.flags | kOutputHeld | (n.ret > 0 ? kRetainedHeld : 0));
     running_[a] = i;
     r_.start[i] = t;
-    events_.push(std::max(t + dur_[i], now_), kOpFinish, i);
+    events_.push(std::max(t + n.dur, now_), kOpFinish, i);
   }
   dirty_.clear();
 }
@@ -308,30 +452,27 @@ void GlobalSimulator::dispatch(Nanos t) {
 // The default rule (the built-in "greedy" arbiter with reserve_oldest):
 // oldest intent first, one transfer per source and per destination at a
 // time, and while the oldest intent is blocked no younger one takes its
-// source or destination. pending_transfers_ is in age order (since, then
-// intent number), so its first entry is the oldest.
-template <typename Est>
-void GlobalSimulator::arbitrate(const Est& est, Nanos t) {
-  if (arbiter_) {
-    arbitrate_with_plugin(est, t);
+// source or destination. pending_transfers_ is in age order (intent time,
+// then the order intents appeared), so its first entry is the oldest.
+template <typename Est, bool kHbm, bool kTransfers>
+inline void GlobalSimulator::arbitrate(const Est& est, Nanos t) {
+  if (arbiter_) [[unlikely]] {
+    arbitrate_with_plugin<Est, kHbm, kTransfers>(est, t);
     return;
   }
   std::size_t keep = 0;
   AccelId held_from = kNoAccel, held_to = kNoAccel;  // the blocked oldest intent's ports
   for (std::size_t k = 0; k < pending_transfers_.size(); ++k) {
-    const std::uint32_t x = pending_transfers_[k];
-    const SimEdge& edge = edges_[transfers_[x].edge];
-    const AccelId from = accel_[edge.src], to = accel_[edge.dst];
-    if (send_busy_[from] || recv_busy_[to] || from == held_from || to == held_to) {
+    const PendingTransfer pt = pending_transfers_[k];
+    if (send_busy_[pt.from] || recv_busy_[pt.to] || pt.from == held_from || pt.to == held_to) {
       if (k == 0) {
-        held_from = from;
-        held_to = to;
+        held_from = pt.from;
+        held_to = pt.to;
       }
-      pending_transfers_[keep++] = x;
+      pending_transfers_[keep++] = pt;
       continue;
     }
-    if (transfers_[x].dur < 0) transfers_[x].dur = to_nanos(est.predict_transfer(from, to, edge.bytes));
-    start_transfer(x, t);
+    start_transfer<Est, kHbm, kTransfers>(est, pt, t);
   }
   pending_transfers_.resize(keep);
 }
@@ -339,33 +480,34 @@ void GlobalSimulator::arbitrate(const Est& est, Nanos t) {
 // Any other arbiter: hand it the pending intents (ids are intent numbers in
 // this simulation, age-ordered like the backend's) and start what it picks,
 // in its order. A pick out of range, repeated or on a busy port is skipped.
-template <typename Est>
+template <typename Est, bool kHbm, bool kTransfers>
 void GlobalSimulator::arbitrate_with_plugin(const Est& est, Nanos t) {
   intents_.clear();
-  for (const std::uint32_t x : pending_transfers_) {
-    const SimEdge& edge = edges_[transfers_[x].edge];
-    intents_.push_back({x, accel_[edge.src], accel_[edge.dst], transfers_[x].since, edge.bytes});
+  for (const PendingTransfer& pt : pending_transfers_) {
+    const IntentInfo& info = intents_of_[pt.edge];
+    intents_.push_back({info.number, pt.from, pt.to, info.since, edges_[pt.edge].bytes});
   }
   picked_.clear();
   arbiter_->select(intents_, send_busy_, recv_busy_, picked_);
   for (const std::size_t k : picked_) {
-    if (k >= intents_.size()) continue;
+    if (k >= intents_.size()) continue;  // ids are intent numbers; picks are positions
     const TransferIntent& in = intents_[k];
-    if (send_busy_[in.src] || recv_busy_[in.dst] || pending_transfers_[k] == kNotSimulated) continue;
-    const std::uint32_t x = pending_transfers_[k];
-    pending_transfers_[k] = kNotSimulated;  // started
-    if (transfers_[x].dur < 0) transfers_[x].dur = to_nanos(est.predict_transfer(in.src, in.dst, in.bytes));
-    start_transfer(x, t);
+    if (send_busy_[in.src] || recv_busy_[in.dst] || pending_transfers_[k].edge == kNotSimulated) continue;
+    const PendingTransfer pt = pending_transfers_[k];
+    pending_transfers_[k].edge = kNotSimulated;  // started
+    start_transfer<Est, kHbm, kTransfers>(est, pt, t);
   }
-  std::erase(pending_transfers_, kNotSimulated);
+  std::erase_if(pending_transfers_, [](const PendingTransfer& p) { return p.edge == kNotSimulated; });
 }
 
-template <typename Est>
+template <typename Est, bool kHbm, bool kTransfers>
 void GlobalSimulator::advance(const Est& est, const SimOptions& opt) {
+  if constexpr (kHbm)
+    for (AccelId a = 0; a < used_.size(); ++a) r_.hbm_timeline[a].push_back({now_, used_[a]});
   const Nanos horizon_end = opt.horizon >= 0 ? now_ + opt.horizon : -1;
   bool first = true;
   while (!events_.empty() && !stopped_) {
-    const Nanos t = events_.top().t;
+    const Nanos t = events_.next_time();
     if (horizon_end >= 0 && t > horizon_end) break;
     if (first) {
       r_.begin = t;
@@ -375,24 +517,24 @@ void GlobalSimulator::advance(const Est& est, const SimOptions& opt) {
     bool transfers_changed = false;
     // Every event at time t is applied before anything starts at t, so a
     // queue choosing its next operator sees everything that became ready.
-    while (!events_.empty() && events_.top().t == t) {
-      const Event ev = events_.pop();
+    for (Event ev; events_.pop_at(t, ev);) {
       switch (ev.kind) {
         case kReady:
           make_ready(ev.id);
           break;
         case kOpFinish:
-          on_op_finish(ev.id, t);
+          on_op_finish<kHbm>(ev.id, t);
           transfers_changed = true;
           break;
         case kTransferReady:
-          pending_transfers_.push_back(ev.id);
+          pending_transfers_.push_back(
+              {ev.id, nodes_[edges_[ev.id].src & kNodeMask].accel, arrival_[edges_[ev.id].dst].accel});
           transfers_changed = true;
           break;
         case kTransferFinish: {
-          const SimEdge& edge = edges_[transfers_[ev.id].edge];
-          send_busy_[accel_[edge.src]] = 0;
-          recv_busy_[accel_[edge.dst]] = 0;
+          const SimEdge& edge = edges_[ev.id];
+          send_busy_[nodes_[edge.src & kNodeMask].accel] = 0;
+          recv_busy_[arrival_[edge.dst].accel] = 0;
           transfers_changed = true;
           on_input_ready(edge.dst, t);
           break;
@@ -402,8 +544,8 @@ void GlobalSimulator::advance(const Est& est, const SimOptions& opt) {
           break;
       }
     }
-    dispatch(t);
-    if (transfers_changed && !pending_transfers_.empty()) arbitrate(est, t);
+    dispatch<kHbm>(t);
+    if (transfers_changed && !pending_transfers_.empty()) arbitrate<Est, kHbm, kTransfers>(est, t);
   }
   r_.hbm_end = used_;
 }

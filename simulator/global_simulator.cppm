@@ -23,6 +23,7 @@
 module;
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 export module slicesched.simulator.global;
@@ -101,78 +102,126 @@ class GlobalSimulator {
   const SimulationResult& run_with(const Gmg& gmg, const Est& est, const SimOptions& opt);
   template <typename Est>
   void build(const Gmg& gmg, const Est& est);
-  template <typename Est>
+  void order_queues(const Gmg& gmg);
+  // The event loop, compiled once per estimator kind and combination of
+  // what it records.
+  template <typename Est, bool kHbm, bool kTransfers>
   void advance(const Est& est, const SimOptions& opt);
+  template <bool kHbm>
   void alloc(AccelId a, std::int64_t bytes, Nanos t);
+  template <bool kHbm>
   void free(AccelId a, std::int64_t bytes, Nanos t);
-  void release_input(std::uint32_t edge, Nanos t);
+  template <bool kHbm>
   void on_op_finish(std::uint32_t i, Nanos t);
-  void on_input_ready(std::uint32_t i, Nanos t);
-  void start_transfer(std::uint32_t x, Nanos t);
+  struct PendingTransfer;  // below
+  template <typename Est, bool kHbm, bool kTransfers>
+  void start_transfer(const Est& est, const PendingTransfer& pt, Nanos t);
+  template <bool kHbm>
   void dispatch(Nanos t);
-  template <typename Est>
+  template <typename Est, bool kHbm, bool kTransfers>
   void arbitrate(const Est& est, Nanos t);
-  template <typename Est>
+  template <typename Est, bool kHbm, bool kTransfers>
   void arbitrate_with_plugin(const Est& est, Nanos t);
-
-  SimulationResult r_;
-
-  // Structure of arrays over nodes: the event loop touches only the hot
-  // columns. Nodes [0, n_sim) are issued operators (simulated); the rest are
-  // done producers they read ("ghosts", memory bookkeeping only).
-  enum Flag : std::uint8_t { kKeepOutput = 1, kOutputHeld = 2, kRetainedHeld = 4 };
-  struct Bytes {
-    std::int64_t out, ws, ret;
-  };
-  struct SimEdge {
-    std::uint32_t src, dst;  // node indices
-    std::int64_t bytes;
-    bool remote, retained;
-  };
-  struct ReadyEntry {
-    std::uint64_t key;  // queue order: priority, then issue order
-    std::uint32_t node;
-  };
-  struct Transfer {
-    std::uint32_t edge;
-    Nanos dur;
-    Nanos since;  // when the intent appeared
-  };
+  void on_input_ready(std::uint32_t i, Nanos t);
+  void make_ready(std::uint32_t i);
+  std::uint32_t pop_ready(AccelId a);  // the first ready node of `a` in queue order; `a` must have one
+  OpId op_of(std::uint32_t node) const;
+  void note_intent(std::uint32_t edge, Nanos since);
   inline void mark_dirty(AccelId a) {
     if (!dirty_flag_[a]) {
       dirty_flag_[a] = 1;
       dirty_.push_back(a);
     }
   }
-  void make_ready(std::uint32_t i);
+
+  SimulationResult r_;
+
+  // Per-node memory state.
+  enum Flag : std::uint8_t { kKeepOutput = 1, kOutputHeld = 2, kRetainedHeld = 4 };
+  // Nodes [0, n_sim) are issued operators (simulated), in OpId order, so
+  // node index == result index; the rest are done producers they read
+  // ("ghosts", memory bookkeeping only). What the event loop reads per
+  // operator sits in one 64-byte record. Node indices stay below 2^30 (the
+  // top bits of an edge's source are flags).
+  struct alignas(64) Node {
+    Nanos dur;                  // predicted once, at build
+    std::int64_t out, ws, ret;  // bytes: output, workspace, retained state
+    AccelId accel;
+    std::uint32_t in_begin, in_end;    // in-edges: edges_[in_begin, in_end)
+    std::uint32_t out_begin, out_end;  // out-edges: out_refs_[out_begin, out_end)
+    std::uint32_t consumers;           // readers not yet finished
+    Flag flags;
+  };
+  // What an input arriving touches, kept apart from the 64-byte records so
+  // it stays in cache: where the node queues (accelerator, rank in its
+  // queue order) and how many inputs are not yet available. Simulated
+  // nodes only.
+  struct Arrival {
+    AccelId accel;
+    std::uint32_t rank;
+    std::uint32_t pending;
+  };
+  std::vector<Arrival> arrival_;
+  // A transfer intent waiting for the arbiter, with its ports at hand so a
+  // scan over the waiting ones touches nothing else.
+  struct PendingTransfer {
+    std::uint32_t edge;
+    AccelId from, to;
+  };
+  // An input edge src -> dst (node indices); src carries the flags. A
+  // remote edge is a transfer, named by the edge's index.
+  static constexpr std::uint32_t kRemote = 0x80000000u, kRetained = 0x40000000u, kNodeMask = 0x3fffffffu;
+  struct SimEdge {
+    std::uint32_t src;  // node | kRemote | kRetained
+    std::uint32_t dst;
+    std::int64_t bytes;
+  };
+  // Out-edges grouped by source: the reader, and the edge with kRemote set
+  // when it is a transfer (a local reader needs no look at the edge).
+  struct OutRef {
+    std::uint32_t dst, edge;
+  };
+  static constexpr std::uint32_t kGhost = 0x80000000u;  // in r_.index_of during the build: a ghost's node
 
   std::uint32_t n_sim_ = 0;
-  std::vector<AccelId> accel_;
-  std::vector<std::uint64_t> key_;
-  std::vector<Nanos> dur_, ready_t_;
-  std::vector<std::uint32_t> pending_, consumers_;
-  std::vector<std::uint32_t> in_begin_;   // n_sim + 1: in-edges of node i are [in_begin_[i], in_begin_[i+1])
-  std::vector<std::uint32_t> out_begin_;  // nodes + 1, into out_refs_
-  std::vector<Bytes> bytes_;
-  std::vector<std::uint8_t> flags_;
-  std::vector<std::uint32_t> node_of_;          // OpId -> node
-  std::vector<SimEdge> edges_;                  // in-edges grouped by destination
-  std::vector<std::uint32_t> out_refs_;         // out-edges grouped by source: indices into edges_
-  std::vector<std::vector<ReadyEntry>> ready_;  // per accelerator, a heap
-  std::vector<std::uint32_t> running_;          // per accelerator, node or kNotSimulated
-  std::vector<Nanos> free_at_;                  // per accelerator: not before its last known completion
-  std::vector<std::uint8_t> dirty_flag_;
+  std::vector<Node> nodes_;
+  std::vector<Nanos> ready_t_;  // per simulated node: not before (issue, local inputs, landed copies)
+  std::vector<OpId> ghost_op_;  // per ghost node
+  std::vector<SimEdge> edges_;  // in-edges grouped by destination
+  std::vector<OutRef> out_refs_;
+  std::vector<std::uint32_t> out_limit_;  // per node, during the build: end of its reserved out_refs_ region
+
+  // Ready queues. Each accelerator's simulated nodes are ranked once by
+  // queue order (queue_[a][rank] is the node); the ready ones are a bitset
+  // over ranks with summary levels (64-ary), so the first ready one is
+  // found with one countr_zero per level and no heap.
+  std::vector<std::vector<std::uint32_t>> queue_;
+  std::vector<std::uint64_t> last_key_;     // per accelerator, during the build
+  std::vector<std::uint8_t> out_of_order_;  // per accelerator: OpId order is not queue order
+  std::vector<std::uint32_t> bits_off_;     // [a * levels_ + l]: first word of level l of a's bitset
+  std::vector<std::uint64_t> bits_;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> sort_scratch_;
+  unsigned levels_ = 1;
+
+  std::vector<std::uint32_t> running_;  // per accelerator, node or kNotSimulated
+  std::vector<Nanos> free_at_;          // per accelerator: not before its last known completion
+  std::vector<std::uint32_t> dirty_flag_;
   std::vector<AccelId> dirty_;
   std::vector<std::int64_t> used_, cap_;
-  std::vector<Transfer> transfers_;
-  std::vector<std::uint32_t> pending_transfers_;  // in intent order
+  std::vector<PendingTransfer> pending_transfers_;  // in intent order
   std::vector<std::uint8_t> send_busy_, recv_busy_;
-  TransferArbiter* arbiter_ = nullptr;   // null: the default rule, inline
+  TransferArbiter* arbiter_ = nullptr;  // null: the default rule, inline
+  struct IntentInfo {
+    Nanos since;
+    std::uint64_t number;
+  };
+  std::vector<IntentInfo> intents_of_;  // per edge, only with an arbiter_
+  std::uint64_t intent_count_ = 0;
   std::vector<TransferIntent> intents_;  // the arbiter's view of pending_transfers_
   std::vector<std::size_t> picked_;
   EventQueue events_;
   Nanos now_ = 0;
-  bool record_hbm_ = false, record_transfers_ = false, stop_at_oom_ = true, stopped_ = false;
+  bool stop_at_oom_ = true, stopped_ = false;
 };
 
 // One-shot convenience over GlobalSimulator.

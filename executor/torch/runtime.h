@@ -191,6 +191,12 @@ class LlamaModel {
   // Blocks until the work queued on the device's current stream (of the
   // calling thread) is done. CPU: no-op.
   static void synchronize(const std::string& device);
+  // CUDA: makes a stream of its own (from LibTorch's pool) the calling
+  // thread's current stream on `device`, once per thread and device, so
+  // every executor thread (one worker and one receiver per accelerator)
+  // queues on its own stream and accelerators sharing a GPU overlap. CPU:
+  // no-op. Thread-safe (the state is per thread).
+  static void bind_thread_stream(const std::string& device);
 
   // Reference: a plain single-device loop with no scheduler. Loads every op
   // on `device`, then for each prompt separately: prefill it, then decode one

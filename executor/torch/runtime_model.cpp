@@ -674,6 +674,17 @@ void LlamaModel::synchronize(const std::string& device) {
           [&] { c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(d.device).synchronize(); });
 }
 
+void LlamaModel::bind_thread_stream(const std::string& device) {
+  const Dev d = parse_device(device);
+  if (!d.device.is_cuda()) return;
+  thread_local std::unordered_set<int> bound;  // device indices this thread has a stream on
+  if (!bound.insert(d.device.index()).second) return;
+  guarded("stream for " + d.label, [&] {
+    const auto* impl = c10::impl::getDeviceGuardImpl(c10::kCUDA);
+    impl->exchangeStream(impl->getStreamFromGlobalPool(d.device));
+  });
+}
+
 std::vector<std::vector<std::int64_t>> LlamaModel::generate_reference(
     const std::vector<std::vector<std::int64_t>>& prompts, int max_new, const std::string& device) {
   const LlamaConfig& c = impl_->cfg;
