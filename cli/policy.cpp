@@ -5,6 +5,7 @@ module;
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,13 @@ module;
 module slicesched.cli.policy;
 
 namespace slicesched::cli {
+
+std::optional<CalibrationProfile> read_prior(const ExperimentConfig& cfg) {
+  if (cfg.estimator_prior.empty()) return std::nullopt;
+  auto prior = read_calibration(cfg.estimator_prior);
+  if (!prior.ok()) fail(cfg.path + ": estimators.prior: " + prior.status().message());
+  return std::move(prior).value();
+}
 
 std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const PolicyConfig& policy,
                                           const PluginRegistries& plugins, const CalibrationProfile* prior,

@@ -8,6 +8,7 @@ module;
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,8 +36,14 @@ struct PolicyParts {
   std::unique_ptr<Scheduler> scheduler;
 };
 
+// The config's [estimators] prior, read and checked; none when it names
+// none. A missing or bad profile fails with one line naming the config and
+// the file. Every command that builds policies reads it this way, before
+// running anything.
+std::optional<CalibrationProfile> read_prior(const ExperimentConfig& cfg);
+
 // `prior`: a calibration profile the linear estimator starts from (may be
-// null). `time_scale`: request arrivals happen this many times sooner.
+// null; see read_prior). `time_scale`: request arrivals happen this many times sooner.
 // `plugins` must outlive the parts (the scheduler creates arbiters from it).
 std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const PolicyConfig& policy,
                                           const PluginRegistries& plugins, const CalibrationProfile* prior,

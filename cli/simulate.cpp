@@ -99,11 +99,7 @@ int simulate(const SimulateOptions& opt) {
       truths.layers = std::move(layers).value();
       truths.transfers = std::move(transfers).value();
     }
-    if (!cfg->estimator_prior.empty()) {
-      auto prior = read_calibration(cfg->estimator_prior);
-      if (!prior.ok()) fail(prior.status().message());
-      truths.prior = std::move(prior).value();
-    }
+    truths.prior = read_prior(cfg.value());
 
     check_weights_fit(cfg.value());
     // Every policy's plugins are created once up front, so a bad name or

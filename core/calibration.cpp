@@ -1,10 +1,12 @@
 module;
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 module slicesched.core.calibration;
@@ -84,8 +86,12 @@ Status write_calibration(const CalibrationProfile& p, const std::string& path) {
 }
 
 Result<CalibrationProfile> read_calibration(const std::string& path) {
+  errno = 0;
   std::ifstream f(path, std::ios::binary);
-  if (!f) return NotFound(path + ": cannot open");
+  if (!f) {
+    const int err = errno;
+    return NotFound(path + ": cannot open" + (err ? " (" + std::generic_category().message(err) + ")" : std::string()));
+  }
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(f);

@@ -1,0 +1,54 @@
+# `slicesched serve` with [estimators] prior, as simulate takes it.
+#   MODE=accepts: serve_prior.toml's prior (serve_prior.json) puts llama-tiny's
+#     head at about a second; the estimators start from it, so the head's
+#     prequential MAPE in the estimators' snapshot (each sample scored before the model
+#     learns from it, the first against the prior) is enormous. From the
+#     template's roofline prior (no [estimators] prior) it is below 100 %:
+#     the roofline underestimates a CPU.
+#   MODE=missing: a prior file that does not exist stops serve before it
+#     starts, with one line naming the config and the file, and exit 2.
+if(MODE STREQUAL "accepts")
+  file(REMOVE_RECURSE ${OUT})
+  execute_process(COMMAND ${SLICESCHED} serve ${SOURCE_DIR}/tests/cli/serve_prior.toml --out ${OUT}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "serve with a prior failed (${rc}): ${err}")
+  endif()
+  if(NOT out MATCHES "served SliceScheduler live" OR err MATCHES "request\\(s\\) failed")
+    message(FATAL_ERROR "serve with a prior did not serve every request:\n${out}\n${err}")
+  endif()
+  # The estimators' snapshot names its rows (template, op, type).
+  file(READ ${OUT}/calibration_slicescheduler.json profile)
+  string(JSON rows LENGTH "${profile}" ops)
+  set(head_mape "")
+  math(EXPR last "${rows} - 1")
+  foreach(i RANGE ${last})
+    string(JSON op GET "${profile}" ops ${i} op)
+    if(op STREQUAL "head")
+      string(JSON head_mape GET "${profile}" ops ${i} mape_pct)
+    endif()
+  endforeach()
+  if(head_mape STREQUAL "")
+    message(FATAL_ERROR "calibration_slicescheduler.json has no fit for the head:\n${profile}")
+  endif()
+  if(NOT head_mape MATCHES "^[0-9.e+-]+$" OR head_mape LESS 10000)
+    message(FATAL_ERROR "the head's MAPE is ${head_mape} %: its estimator did not start from serve_prior.json")
+  endif()
+elseif(MODE STREQUAL "missing")
+  execute_process(COMMAND ${SLICESCHED} serve ${SOURCE_DIR}/tests/cli/serve_missing_prior.toml
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 2)
+    message(FATAL_ERROR "serve with a missing prior exited ${rc}, not 2:\n${out}\n${err}")
+  endif()
+  set(config ${SOURCE_DIR}/tests/cli/serve_missing_prior.toml)
+  set(profile ${SOURCE_DIR}/tests/cli/no_such_profile.json)
+  set(expect "slicesched: ${config}: estimators.prior: ${profile}: cannot open (No such file or directory)\n")
+  if(NOT err STREQUAL expect)
+    message(FATAL_ERROR "serve with a missing prior said:\n${err}\nexpected:\n${expect}")
+  endif()
+  if(NOT out STREQUAL "")
+    message(FATAL_ERROR "serve with a missing prior ran something:\n${out}")
+  endif()
+else()
+  message(FATAL_ERROR "MODE must be accepts or missing")
+endif()
