@@ -265,7 +265,7 @@ TEST_CASE("profile ground truth times the Llama template from the measured table
   Gmg gmg(reg, accels);
   REQUIRE(gmg.place_weights(t, 0).ok());
   REQUIRE(gmg.place_weights(t, 1).ok());
-  auto inst = gmg.instantiate({t, {{"tokens", 128}, {"context", 0}}, {}, 0, 0}).value();
+  auto inst = gmg.instantiate({t, {{"tokens", 128}, {"sequences", 1}, {"context", 0}}, {}, 0, 0}).value();
   for (std::size_t i = 0; i < inst.ops.size(); ++i) REQUIRE(gmg.issue(inst.ops[i], i < 3 ? 0 : 1, 0).ok());
   ProfileGroundTruth truth(layers.value(), links.value(), /*seed=*/1, /*op_cv=*/0.0, /*transfer_cv=*/0.0);
   plugins::GreedyArbiter arbiter;
