@@ -68,8 +68,10 @@ struct Run {
   RoundStats scheduling;
 };
 
-// Four H100s, one online tenant (two lanes) and one offline load placed by
-// simulation-guided over pairs and quads, with exact profile ground truth.
+// Four H100s, one online tenant (four lanes) and one offline load (two)
+// placed by simulation-guided over pairs and quads, with exact profile
+// ground truth. The load is heavy enough that greedy moves several tensors
+// at once and the serial arbiter makes requests wait.
 // `estimator_of` makes the estimator from the seeded linear models. With
 // `what_if_arbiter` false the scheduler gets no arbiter factory (the
 // default rule).
@@ -92,8 +94,8 @@ Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimat
   auto estimator = estimator_of(std::move(seeded));
 
   std::vector<Tenant> tenants;
-  TenantSpec online{.name = "online", .priority = 10, .requests = constant_rate(16, 2, 1024, 4), .lanes = 4};
-  TenantSpec offline{.name = "offline", .online = false, .requests = constant_rate(8, 2, 2048, 4), .lanes = 2};
+  TenantSpec online{.name = "online", .priority = 10, .requests = constant_rate(24, 2, 1024, 4), .lanes = 4};
+  TenantSpec offline{.name = "offline", .online = false, .requests = constant_rate(16, 2, 2048, 4), .lanes = 2};
   tenants.emplace_back(0, std::move(online), tmpl);
   tenants.emplace_back(1, std::move(offline), tmpl);
 

@@ -265,7 +265,7 @@ TEST_CASE("profile ground truth times the Llama template from the measured table
   Gmg gmg(reg, accels);
   REQUIRE(gmg.place_weights(t, 0).ok());
   REQUIRE(gmg.place_weights(t, 1).ok());
-  auto inst = gmg.instantiate({t, {{"tokens", 128}, {"sequences", 1}, {"context", 0}}, {}, 0, 0}).value();
+  auto inst = gmg.instantiate({t, {{"tokens", 128}, {"sequences", 4}, {"context", 0}}, {}, 0, 0}).value();
   for (std::size_t i = 0; i < inst.ops.size(); ++i) REQUIRE(gmg.issue(inst.ops[i], i < 3 ? 0 : 1, 0).ok());
   ProfileGroundTruth truth(layers.value(), links.value(), /*seed=*/1, /*op_cv=*/0.0, /*transfer_cv=*/0.0);
   plugins::GreedyArbiter arbiter;
@@ -283,7 +283,10 @@ TEST_CASE("profile ground truth times the Llama template from the measured table
   REQUIRE(measured_ops.size() == 6);
   CHECK(measured_ops[0] == ns(layers->embed_seconds(128)));
   CHECK(measured_ops[1] == ns(layers->group_seconds(128, 0)));
-  CHECK(measured_ops[5] == ns(layers->head_seconds(128)));
+  // Four prompts of 32 tokens: the head computes logits for each one's
+  // last token only, four positions of the table's head, not 128.
+  CHECK(measured_ops[5] == ns(layers->head_seconds(4)));
+  CHECK(layers->head_seconds(4) < layers->head_seconds(128));
   // layers1 -> layers2 crosses a0 -> a1: 128 x 4096 bf16 activations.
   CHECK(transfer == ns(links->seconds(128 * 4096 * 2)));
 }
