@@ -3,7 +3,7 @@
 // head) is timed over a grid of iteration shapes on one device of each
 // accelerator type, every ordered accelerator pair's copies over a range of
 // sizes; a linear estimator set is fitted to the medians with exactly the
-// template's features, and snapshotted as a slicesched-calibration/1
+// template's features, and snapshotted as a slicesched-calibration/2
 // profile (simulate's ground truth or estimator prior).
 //
 // The shape grid (derived from the config, so it covers what serving asks):

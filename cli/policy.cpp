@@ -14,11 +14,19 @@ module slicesched.cli.policy;
 
 namespace slicesched::cli {
 
+CalibrationProfile read_profile(const ExperimentConfig& cfg, const std::string& key, const std::string& path) {
+  auto profile = read_calibration(path);
+  if (!profile.ok()) fail(cfg.path + ": " + key + ": " + profile.status().message());
+  TemplateRegistry templates;
+  check(templates.add(llama::make_template(cfg.model.name, model_shape(cfg.model))).status());
+  if (Status s = check_features(profile.value(), templates); !s.ok())
+    fail(cfg.path + ": " + key + ": " + path + ": " + s.message());
+  return std::move(profile).value();
+}
+
 std::optional<CalibrationProfile> read_prior(const ExperimentConfig& cfg) {
   if (cfg.estimator_prior.empty()) return std::nullopt;
-  auto prior = read_calibration(cfg.estimator_prior);
-  if (!prior.ok()) fail(cfg.path + ": estimators.prior: " + prior.status().message());
-  return std::move(prior).value();
+  return read_profile(cfg, "estimators.prior", cfg.estimator_prior);
 }
 
 std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const PolicyConfig& policy,

@@ -36,10 +36,15 @@ struct PolicyParts {
   std::unique_ptr<Scheduler> scheduler;
 };
 
-// The config's [estimators] prior, read and checked; none when it names
-// none. A missing or bad profile fails with one line naming the config and
-// the file. Every command that builds policies reads it this way, before
-// running anything.
+// Reads the calibration profile `path` that key `key` of `cfg` names (e.g.
+// "estimators.prior") and checks that its fits of the config's model were
+// fitted to the template's features. Fails with one line naming the config,
+// the key and the file.
+CalibrationProfile read_profile(const ExperimentConfig& cfg, const std::string& key, const std::string& path);
+
+// The config's [estimators] prior, read and checked (read_profile); none
+// when it names none. Every command that builds policies reads it this way,
+// before running anything.
 std::optional<CalibrationProfile> read_prior(const ExperimentConfig& cfg);
 
 // `prior`: a calibration profile the linear estimator starts from (may be

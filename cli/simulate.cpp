@@ -84,9 +84,7 @@ int simulate(const SimulateOptions& opt) {
     if (!cfg->ground_truth.present)
       fail(cfg->path + ": simulate needs a [ground_truth] section (measured profiles or a calibration profile)");
     if (!cfg->ground_truth.calibrated.empty()) {
-      auto cal = read_calibration(cfg->ground_truth.calibrated);
-      if (!cal.ok()) fail(cal.status().message());
-      truths.calibrated = std::move(cal).value();
+      truths.calibrated = read_profile(cfg.value(), "ground_truth.calibrated", cfg->ground_truth.calibrated);
     } else {
       LayerProfileOptions lopt;
       lopt.hbm_bytes_per_s = cfg->ground_truth.hbm_bytes_per_s;

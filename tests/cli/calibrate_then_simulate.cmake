@@ -23,8 +23,9 @@ if(NOT out MATCHES "\ncopy +cpu3 -> cpu2 +[0-9]+ ")
   message(FATAL_ERROR "the table lacks the copies of cpu3 -> cpu2:\n${out}")
 endif()
 file(READ ${profile} json)
-foreach(needle "\"format\": \"slicesched-calibration/1\"" "\"template\": \"llama-tiny\"" "\"op\": \"layers1\""
-               "\"type\": \"cpu\"" "\"src\": \"cpu0\"" "\"dst\": \"cpu3\"")
+foreach(needle "\"format\": \"slicesched-calibration/2\"" "\"template\": \"llama-tiny\"" "\"op\": \"layers1\""
+               "\"type\": \"cpu\"" "\"src\": \"cpu0\"" "\"dst\": \"cpu3\""
+               "\"features\": [" "\"sequences\"")
   string(FIND "${json}" "${needle}" pos)
   if(pos EQUAL -1)
     message(FATAL_ERROR "the profile lacks ${needle}:\n${json}")

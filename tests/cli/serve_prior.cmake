@@ -7,6 +7,8 @@
 #     the roofline underestimates a CPU.
 #   MODE=missing: a prior file that does not exist stops serve before it
 #     starts, with one line naming the config and the file, and exit 2.
+#   MODE=stale: so does a profile fitted to other features than the
+#     template's.
 if(MODE STREQUAL "accepts")
   file(REMOVE_RECURSE ${OUT})
   execute_process(COMMAND ${SLICESCHED} serve ${SOURCE_DIR}/tests/cli/serve_prior.toml --out ${OUT}
@@ -49,6 +51,23 @@ elseif(MODE STREQUAL "missing")
   if(NOT out STREQUAL "")
     message(FATAL_ERROR "serve with a missing prior ran something:\n${out}")
   endif()
+elseif(MODE STREQUAL "stale")
+  # A profile whose head was fitted to {tokens, 1} (the template's head now
+  # follows the sequences) is refused the same way.
+  file(REMOVE_RECURSE ${OUT})
+  file(MAKE_DIRECTORY ${OUT})
+  file(READ ${SOURCE_DIR}/tests/cli/serve_prior.json json)
+  string(REPLACE "\"features\": [\"sequences\", \"1\"]" "\"features\": [\"tokens\", \"1\"]" json "${json}")
+  file(WRITE ${OUT}/stale.json "${json}")
+  file(READ ${SOURCE_DIR}/tests/cli/serve_missing_prior.toml toml)
+  string(REPLACE "no_such_profile.json" "stale.json" toml "${toml}")
+  file(WRITE ${OUT}/stale.toml "${toml}")
+  execute_process(COMMAND ${SLICESCHED} serve ${OUT}/stale.toml RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  set(expect "slicesched: ${OUT}/stale.toml: estimators.prior: ${OUT}/stale.json: ops[0] (llama-tiny/head on cpu) was \
+fitted to features {tokens, 1}, the template's are {sequences, 1}; measure it again\n")
+  if(NOT rc EQUAL 2 OR NOT err STREQUAL expect OR NOT out STREQUAL "")
+    message(FATAL_ERROR "serve with a stale prior exited ${rc} and said:\n${out}${err}\nexpected:\n${expect}")
+  endif()
 else()
-  message(FATAL_ERROR "MODE must be accepts or missing")
+  message(FATAL_ERROR "MODE must be accepts, missing or stale")
 endif()
