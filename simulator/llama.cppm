@@ -62,7 +62,7 @@ inline GraphTemplate make_template(const std::string& name, const Shape& s = {})
       .input("tokens")
       .output({{T * k(s.hidden)}, dt})
       .features({T, k(1)})
-      .prior({2.0 * s.hidden / hbm_per_s, 5e-6})
+      .prior({static_cast<double>(eb) * s.hidden / hbm_per_s, 5e-6})  // one row read per token
       .weights(eb * s.vocab * s.hidden);
   std::string prev = "embed";
   for (int g = 0; g < s.groups; ++g) {
@@ -74,7 +74,7 @@ inline GraphTemplate make_template(const std::string& name, const Shape& s = {})
         .retain("kv", {{(C + T) * k(kv_per_token)}, dt})
         .features({T, T * (C + T), C + T, k(1)})
         .prior({2.0 * per_group * layer_params / flops_per_s, 4.0 * per_group * s.hidden / flops_per_s,
-                2.0 * kv_per_token / hbm_per_s, group_bytes / hbm_per_s})
+                static_cast<double>(eb) * kv_per_token / hbm_per_s, group_bytes / hbm_per_s})
         .weights(static_cast<std::int64_t>(group_bytes));
     prev = group_op(g);
   }
@@ -86,7 +86,8 @@ inline GraphTemplate make_template(const std::string& name, const Shape& s = {})
       .output({{S}, DType::kI64})
       .workspace(S * k(4 * (s.vocab + 2 * s.hidden)))
       .features({S, k(1)})
-      .prior({2.0 * s.vocab * s.hidden / flops_per_s, 2.0 * s.vocab * s.hidden / hbm_per_s})
+      // Per sequence: its logits' matmul; fixed: reading the LM head.
+      .prior({2.0 * s.vocab * s.hidden / flops_per_s, static_cast<double>(eb) * s.vocab * s.hidden / hbm_per_s})
       .weights(eb * (s.vocab * s.hidden + s.hidden));  // LM head and final norm
   return std::move(b).build().value();
 }

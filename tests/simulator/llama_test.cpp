@@ -95,3 +95,20 @@ TEST_CASE("llama: issue_pipelines binds one sequence per step", "[llama]") {
   }
   CHECK(heads == 3);
 }
+
+TEST_CASE("llama: the priors' bytes follow the dtype", "[llama]") {
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    llama::Shape shape;
+    shape.dtype = dt;
+    const GraphTemplate t = llama::make_template("m", shape);
+    const double eb = static_cast<double>(dtype_bytes(dt)), hbm = 3.35e12;
+    const TemplateOp& embed = t.ops().front();
+    const TemplateOp& head = t.ops().back();
+    REQUIRE(head.name == "head");
+    CHECK(embed.prior[0] == Approx(eb * 4096 / hbm));
+    // Per sequence: the logits' 2 * vocab * hidden FLOPs; fixed: reading the LM head.
+    CHECK(head.prior[0] == Approx(2.0 * 128256 * 4096 / 400e12));
+    CHECK(head.prior[1] == Approx(eb * 128256 * 4096 / hbm));
+    CHECK(t.ops()[1].prior[2] == Approx(eb * 2 * 8 * 8 * 128 / hbm));  // a cached token's K and V, 8 layers
+  }
+}
