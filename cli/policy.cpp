@@ -50,6 +50,7 @@ std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const Pol
   if (p->linear) {
     check(seed_priors(*p->linear, *p->templates, *p->accels));
     if (prior) check(apply_as_prior(*prior, *p->linear, *p->templates, *p->accels));
+    p->prior_applied = prior != nullptr;
   } else {
     std::fprintf(stderr,
                  "slicesched: policy '%s': estimator '%s' has no linear form: it starts without the priors from "
@@ -124,7 +125,9 @@ PolicyRun collect_run(const ExperimentConfig& cfg, const PolicyConfig& policy, P
   for (const auto& t : parts.tenants) run.tenant_names.push_back(t.spec().name);
   for (AccelId a = 0; a < parts.accels->size(); ++a) run.accel_names.push_back((*parts.accels)[a].name);
   run.scheduling = result.scheduling;
-  run.estimator = policy.estimator.name;
+  run.arbiter = policy.arbiter;
+  run.estimator = policy.estimator;
+  if (parts.prior_applied) run.estimator_prior = cfg.estimator_prior;
   if (parts.linear) {
     for (const auto& row : parts.linear->report()) run.estimators.push_back(row);
     run.calibration = snapshot(*parts.linear, *parts.templates, *parts.accels, origin);

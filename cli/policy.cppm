@@ -28,6 +28,7 @@ struct PolicyParts {
   std::unique_ptr<Gmg> gmg;
   PluginPtr<Estimator> estimator;
   EstimatorSet* linear = nullptr;  // the estimator's linear form, when it has one
+  bool prior_applied = false;      // the linear form started from the `prior` given
   std::vector<Tenant> tenants;
   std::vector<bool> online;
   std::unique_ptr<UnionPartitionSet> partitions;
@@ -47,9 +48,9 @@ CalibrationProfile read_profile(const ExperimentConfig& cfg, const std::string& 
 // before running anything.
 std::optional<CalibrationProfile> read_prior(const ExperimentConfig& cfg);
 
-// `prior`: a calibration profile the linear estimator starts from (may be
-// null; see read_prior). `time_scale`: request arrivals happen this many times sooner.
-// `plugins` must outlive the parts (the scheduler creates arbiters from it).
+// `prior`: the config's [estimators] prior, which the linear estimator
+// starts from (read_prior; null when the config has none). `time_scale`: request arrivals happen this many times
+// sooner. `plugins` must outlive the parts (the scheduler creates arbiters from it).
 std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const PolicyConfig& policy,
                                           const PluginRegistries& plugins, const CalibrationProfile* prior,
                                           double time_scale = 1.0);

@@ -19,6 +19,15 @@ if(MODE STREQUAL "accepts")
   if(NOT out MATCHES "served SliceScheduler live" OR err MATCHES "request\\(s\\) failed")
     message(FATAL_ERROR "serve with a prior did not serve every request:\n${out}\n${err}")
   endif()
+  # summary.json records the estimator and the prior it started from.
+  file(READ ${OUT}/summary.json summary)
+  string(JSON plugin GET "${summary}" policies SliceScheduler estimator plugin)
+  string(JSON prior GET "${summary}" policies SliceScheduler estimator prior)
+  string(JSON arbiter GET "${summary}" policies SliceScheduler arbiter plugin)
+  if(NOT plugin STREQUAL "online-linear" OR NOT prior STREQUAL "${SOURCE_DIR}/tests/cli/serve_prior.json"
+     OR NOT arbiter STREQUAL "greedy")
+    message(FATAL_ERROR "summary.json records estimator '${plugin}', prior '${prior}', arbiter '${arbiter}':\n${summary}")
+  endif()
   # The estimators' snapshot names its rows (template, op, type).
   file(READ ${OUT}/calibration_slicescheduler.json profile)
   string(JSON rows LENGTH "${profile}" ops)
