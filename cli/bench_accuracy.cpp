@@ -5,7 +5,7 @@
 //      operator and transfer the engine measured, with its features;
 //   3. simulate the same config and policy with the calibration profile as
 //      ground truth, without noise (the emulated cluster, same engine,
-//      scheduler, plugins and time scale as the live run).
+//      scheduler, plugins, estimator prior and time scale as the live run).
 // e2e_error_pct: |simulated - live| / live of the end-to-end time, from the
 // first operator's start to the last completion. op_mape_pct / transfer_mape_pct:
 // the calibrated estimators' predictions against every operator / transfer
@@ -122,8 +122,8 @@ struct SimRun {
 };
 
 SimRun simulate_calibrated(const ExperimentConfig& cfg, const PolicyConfig& policy, const PluginRegistries& plugins,
-                           const CalibrationProfile& profile) {
-  auto parts = build_policy(cfg, policy, plugins, nullptr, cfg.live.time_scale);
+                           const CalibrationProfile* prior, const CalibrationProfile& profile) {
+  auto parts = build_policy(cfg, policy, plugins, prior, cfg.live.time_scale);
   CalibratedGroundTruth truth(profile, *parts->accels, cfg.seed, 0.0, 0.0);
   check(truth.check_transfers());
   EmulatedCluster cluster(parts->accels->size(), truth, *parts->arbiter);
@@ -169,6 +169,8 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
           if (p.name == *opt.policy) policy = &p;
         if (!policy) fail("no policy named '" + *opt.policy + "'");
       }
+      // Both runs start from [estimators] prior, as serve and simulate do.
+      const std::optional<CalibrationProfile> prior = read_prior(cfg);
       const bool progress = !opt.json;
 
       // 1. Calibrate.
@@ -204,11 +206,11 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
       if (progress) std::fprintf(stderr, "bench accuracy: 2/3 serving policy '%s' live\n", policy->name.c_str());
       LiveRunOptions lopt;
       lopt.progress = progress;
-      const PolicyRun live = run_live(cfg, recorded, plugins, lopt);
+      const PolicyRun live = run_live(cfg, recorded, plugins, prior ? &*prior : nullptr, lopt);
 
       // 3. Simulate the same run on the calibration.
       if (progress) std::fprintf(stderr, "bench accuracy: 3/3 simulating it on the calibration profile\n");
-      const SimRun sim = simulate_calibrated(cfg, *policy, plugins, cal->profile);
+      const SimRun sim = simulate_calibrated(cfg, *policy, plugins, prior ? &*prior : nullptr, cal->profile);
 
       // Figures.
       const Timeline lt = timeline(live.requests, live.log), st = timeline(sim.requests, sim.log);

@@ -177,12 +177,7 @@ int bench_overhead(const BenchOverheadOptions& opt) {
       PluginRegistries plugins;
       check(plugins::register_builtins(plugins));
       for (const auto& path : cfg.plugin_paths) check(load_plugin_library(path, plugins));
-      std::optional<CalibrationProfile> prior;
-      if (!cfg.estimator_prior.empty()) {
-        auto p = read_calibration(cfg.estimator_prior);
-        if (!p.ok()) fail(p.status().message());
-        prior = std::move(p).value();
-      }
+      const std::optional<CalibrationProfile> prior = read_prior(cfg);
 
       const rt::LlamaConfig mc = runtime_model(cfg.model);
       rt::validate(mc);

@@ -61,7 +61,7 @@ int bench_scheduler(const BenchSchedulerOptions& opt) {
   std::size_t simulated_ops = 0;
   for (int round = 0; round < opt.rounds + 10; ++round) {
     Gmg gmg = base.clone();
-    auto inst = gmg.instantiate({tmpl, {{"tokens", 1}, {"context", 0}, {"kv_prev", 0}}, {}, 5, 0});
+    auto inst = gmg.instantiate({tmpl, {{"tokens", 1}, {"sequences", 1}, {"context", 0}, {"kv_prev", 0}}, {}, 5, 0});
     check(inst.status());
     Scheduler scheduler(*policy.value(), *partitions.value(), est,
                         {.issued_budget = 1u << 30, .batch_cap = inst->ops.size(), .horizon = -1});

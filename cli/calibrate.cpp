@@ -1,7 +1,7 @@
 // `slicesched calibrate CONFIG --out PROFILE`: times the config's model
 // operators on one device of each accelerator type and the copies between
 // every accelerator pair, fits the estimators to them and writes a
-// slicesched-calibration/1 profile that simulate takes as ground truth
+// slicesched-calibration/2 profile that simulate takes as ground truth
 // ([ground_truth] calibrated) or as estimator prior ([estimators] prior).
 #include <cstdio>
 #include <exception>

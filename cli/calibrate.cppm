@@ -3,7 +3,7 @@
 // head) is timed over a grid of iteration shapes on one device of each
 // accelerator type, every ordered accelerator pair's copies over a range of
 // sizes; a linear estimator set is fitted to the medians with exactly the
-// template's features, and snapshotted as a slicesched-calibration/1
+// template's features, and snapshotted as a slicesched-calibration/2
 // profile (simulate's ground truth or estimator prior).
 //
 // The shape grid (derived from the config, so it covers what serving asks):
@@ -18,6 +18,9 @@
 //           s*(c+1) <= K
 //   mixed   s decodes on P cached each plus one prefill of t tokens (continuous batching),
 //           s+t <= T
+//   The head's cost follows the sequences (features {sequences, 1}); when
+//   every shape above has one sequence, two one-token prompts are added
+//   (T >= 2), so its fit sees two sequence counts and is identifiable.
 //   copies  hidden states of t tokens, t in {1, 4, 16, ...} < T and T, and KV
 //           caches of k tokens, k in {16, 64, ...} < K and K, between every ordered pair.
 // Each point: `warmup` untimed runs, then `repeats` timed ones (each
@@ -31,6 +34,7 @@ module;
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -56,6 +60,7 @@ struct CalibrateSettings {
 struct GridShape {
   std::int64_t seqs = 1, tokens = 1, context = 0, prefill = 0;
   std::int64_t total_tokens() const { return seqs * tokens + prefill; }
+  std::int64_t total_sequences() const { return seqs + (prefill > 0 ? 1 : 0); }
   std::int64_t total_context() const { return seqs * context; }
 };
 
@@ -110,9 +115,10 @@ void print_calibration(const CalibrationResult& r, std::FILE* out);
 bool write_points_csv(const CalibrationResult& r, const std::string& path);
 
 // The features of template op `op` for an iteration of `tokens` new tokens
-// on `context` cached ones, exactly as the GMG evaluates them.
+// over `sequences` sequences on `context` cached ones, exactly as the GMG
+// evaluates them.
 std::vector<double> op_features(const GraphTemplate& t, const TemplateOp& op, std::int64_t tokens,
-                                std::int64_t context);
+                                std::int64_t sequences, std::int64_t context);
 
 }  // namespace slicesched::cli
 
@@ -202,9 +208,10 @@ class Bench {
 }  // namespace
 
 std::vector<double> op_features(const GraphTemplate& t, const TemplateOp& op, std::int64_t tokens,
-                                std::int64_t context) {
+                                std::int64_t sequences, std::int64_t context) {
   Binding b(t.dims().size());
-  const std::pair<const char*, std::int64_t> dims[] = {{"tokens", tokens}, {"context", context}, {"kv_prev", context}};
+  const std::pair<const char*, std::int64_t> dims[] = {
+      {"tokens", tokens}, {"sequences", sequences}, {"context", context}, {"kv_prev", context}};
   for (const auto& [name, v] : dims)
     if (int id = t.dims().find(name); id >= 0) b.set(static_cast<DimId>(id), v);
   std::vector<double> x;
@@ -248,6 +255,10 @@ ShapeGrid shape_grid(const ExperimentConfig& cfg) {
   for (std::int64_t s : seqs)
     for (std::int64_t t : ps)
       if (s + t <= g.max_tokens && s * (P + 1) + t <= g.max_kv) g.shapes.push_back({s, 1, P, t});
+  // The head's fit needs two sequence counts.
+  const bool one_count =
+      std::all_of(g.shapes.begin(), g.shapes.end(), [](const GridShape& s) { return s.total_sequences() == 1; });
+  if (one_count && g.max_tokens >= 2) g.shapes.push_back({2, 1, 0, 0});
   g.hidden_tokens = ladder(1, g.max_tokens);
   g.kv_tokens = ladder(16, std::max<std::int64_t>(16, g.max_kv));
   return g;
@@ -255,16 +266,21 @@ ShapeGrid shape_grid(const ExperimentConfig& cfg) {
 
 std::string describe(const ShapeGrid& g) {
   std::size_t prefill = 0, decode = 0, mixed = 0;
-  for (const GridShape& s : g.shapes) (s.prefill ? mixed : s.context ? decode : prefill) += 1;
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "shape grid: prompts <= %lld, outputs <= %lld, <= %lld sequences, <= %lld tokens and <= %lld cached "
-                "tokens per iteration\n  %zu shapes (%zu prefill, %zu decode, %zu mixed); copies of %zu hidden and "
-                "%zu KV sizes per accelerator pair\n",
-                static_cast<long long>(g.max_prompt), static_cast<long long>(g.max_output),
-                static_cast<long long>(g.max_seqs), static_cast<long long>(g.max_tokens),
-                static_cast<long long>(g.max_kv), g.shapes.size(), prefill, decode, mixed, g.hidden_tokens.size(),
-                g.kv_tokens.size());
+  std::set<std::int64_t> counts;
+  for (const GridShape& s : g.shapes) {
+    (s.prefill ? mixed : s.context ? decode : prefill) += 1;
+    counts.insert(s.total_sequences());
+  }
+  char buf[640];
+  std::snprintf(
+      buf, sizeof buf,
+      "shape grid: prompts <= %lld, outputs <= %lld, <= %lld sequences, <= %lld tokens and <= %lld cached "
+      "tokens per iteration\n  %zu shapes (%zu prefill, %zu decode, %zu mixed) of %zu sequence counts "
+      "(%lld to %lld); copies of %zu hidden and %zu KV sizes per accelerator pair\n",
+      static_cast<long long>(g.max_prompt), static_cast<long long>(g.max_output), static_cast<long long>(g.max_seqs),
+      static_cast<long long>(g.max_tokens), static_cast<long long>(g.max_kv), g.shapes.size(), prefill, decode, mixed,
+      counts.size(), static_cast<long long>(counts.empty() ? 0 : *counts.begin()),
+      static_cast<long long>(counts.empty() ? 0 : *counts.rbegin()), g.hidden_tokens.size(), g.kv_tokens.size());
   return buf;
 }
 
@@ -342,7 +358,8 @@ CalibrationResult calibrate_model(const ExperimentConfig& cfg, rt::LlamaModel& m
         std::vector<Sample> samples;
         for (std::size_t i = 0; i < grid.shapes.size(); ++i) {
           const GridShape& g = grid.shapes[i];
-          samples.push_back({op_features(tmpl, op, g.total_tokens(), g.total_context()), median(times[i])});
+          samples.push_back(
+              {op_features(tmpl, op, g.total_tokens(), g.total_sequences(), g.total_context()), median(times[i])});
           check(r.est.observe_op(op.kind, type, samples.back().x, samples.back().y));
         }
         CalibrationResult::Row row{

@@ -48,7 +48,7 @@ void check_devices(const ExperimentConfig& cfg) {
 }
 
 PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, const PluginRegistries& plugins,
-                   const LiveRunOptions& opt) {
+                   const CalibrationProfile* prior, const LiveRunOptions& opt) {
   check_devices(cfg);
   check_weights_fit(cfg);
   const rt::LlamaConfig model_cfg = runtime_model(cfg.model);
@@ -58,7 +58,7 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
     fail(cfg.path + ": model: " + e.what());
   }
   rt::set_cpu_threads(cfg.live.threads);
-  auto parts = build_policy(cfg, policy, plugins, nullptr, cfg.live.time_scale);
+  auto parts = build_policy(cfg, policy, plugins, prior, cfg.live.time_scale);
   for (Tenant& t : parts->tenants)
     t.set_prompts([model_cfg, seed = cfg.seed + t.id()](std::uint64_t request, std::int64_t n) {
       return rt::synthetic_prompt(model_cfg, seed, request, n);

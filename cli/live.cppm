@@ -21,8 +21,10 @@ struct LiveRunOptions {
 // Runs `policy` of `cfg` live on the config's devices and returns what
 // simulate returns for a policy (metrics, requests, log, estimators, the
 // calibration snapshot). Prompts are synthetic token ids from the seed.
+// `prior`: the config's [estimators] prior (read_prior(cfg), read by the
+// caller before anything runs), or null when it has none.
 PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, const PluginRegistries& plugins,
-                   const LiveRunOptions& opt = {});
+                   const CalibrationProfile* prior, const LiveRunOptions& opt = {});
 
 // Refuses an accelerator without a device, and devices that do not exist
 // here (cuda:N beyond the GPUs LibTorch sees), naming the accelerator.

@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
       "calibrate", "Time CONFIG's model operators and copies on its devices; write a calibration profile (LibTorch)");
   calibrate->add_option("config", cal_opt.config, "Experiment TOML with devices (e.g. configs/live/tiny-cpu.toml)")
       ->required();
-  calibrate->add_option("--out", cal_opt.out, "The profile to write (slicesched-calibration/1 JSON)");
+  calibrate->add_option("--out", cal_opt.out, "The profile to write (slicesched-calibration/2 JSON)");
   calibrate->add_option("--warmup", cal_opt.warmup, "Untimed runs per shape")->check(CLI::Range(0, 1000));
   calibrate->add_option("--repeats", cal_opt.repeats, "Timed runs per shape (the median counts)")
       ->check(CLI::Range(1, 1000));

@@ -5,6 +5,7 @@ module;
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,21 @@ module;
 module slicesched.cli.policy;
 
 namespace slicesched::cli {
+
+CalibrationProfile read_profile(const ExperimentConfig& cfg, const std::string& key, const std::string& path) {
+  auto profile = read_calibration(path);
+  if (!profile.ok()) fail(cfg.path + ": " + key + ": " + profile.status().message());
+  TemplateRegistry templates;
+  check(templates.add(llama::make_template(cfg.model.name, model_shape(cfg.model))).status());
+  if (Status s = check_features(profile.value(), templates); !s.ok())
+    fail(cfg.path + ": " + key + ": " + path + ": " + s.message());
+  return std::move(profile).value();
+}
+
+std::optional<CalibrationProfile> read_prior(const ExperimentConfig& cfg) {
+  if (cfg.estimator_prior.empty()) return std::nullopt;
+  return read_profile(cfg, "estimators.prior", cfg.estimator_prior);
+}
 
 std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const PolicyConfig& policy,
                                           const PluginRegistries& plugins, const CalibrationProfile* prior,
@@ -34,6 +50,7 @@ std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const Pol
   if (p->linear) {
     check(seed_priors(*p->linear, *p->templates, *p->accels));
     if (prior) check(apply_as_prior(*prior, *p->linear, *p->templates, *p->accels));
+    p->prior_applied = prior != nullptr;
   } else {
     std::fprintf(stderr,
                  "slicesched: policy '%s': estimator '%s' has no linear form: it starts without the priors from "
@@ -108,7 +125,9 @@ PolicyRun collect_run(const ExperimentConfig& cfg, const PolicyConfig& policy, P
   for (const auto& t : parts.tenants) run.tenant_names.push_back(t.spec().name);
   for (AccelId a = 0; a < parts.accels->size(); ++a) run.accel_names.push_back((*parts.accels)[a].name);
   run.scheduling = result.scheduling;
-  run.estimator = policy.estimator.name;
+  run.arbiter = policy.arbiter;
+  run.estimator = policy.estimator;
+  if (parts.prior_applied) run.estimator_prior = cfg.estimator_prior;
   if (parts.linear) {
     for (const auto& row : parts.linear->report()) run.estimators.push_back(row);
     run.calibration = snapshot(*parts.linear, *parts.templates, *parts.accels, origin);

@@ -8,6 +8,7 @@ module;
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@ struct PolicyParts {
   std::unique_ptr<Gmg> gmg;
   PluginPtr<Estimator> estimator;
   EstimatorSet* linear = nullptr;  // the estimator's linear form, when it has one
+  bool prior_applied = false;      // the linear form started from the `prior` given
   std::vector<Tenant> tenants;
   std::vector<bool> online;
   std::unique_ptr<UnionPartitionSet> partitions;
@@ -35,9 +37,20 @@ struct PolicyParts {
   std::unique_ptr<Scheduler> scheduler;
 };
 
-// `prior`: a calibration profile the linear estimator starts from (may be
-// null). `time_scale`: request arrivals happen this many times sooner.
-// `plugins` must outlive the parts (the scheduler creates arbiters from it).
+// Reads the calibration profile `path` that key `key` of `cfg` names (e.g.
+// "estimators.prior") and checks that its fits of the config's model were
+// fitted to the template's features. Fails with one line naming the config,
+// the key and the file.
+CalibrationProfile read_profile(const ExperimentConfig& cfg, const std::string& key, const std::string& path);
+
+// The config's [estimators] prior, read and checked (read_profile); none
+// when it names none. Every command that builds policies reads it this way,
+// before running anything.
+std::optional<CalibrationProfile> read_prior(const ExperimentConfig& cfg);
+
+// `prior`: the config's [estimators] prior, which the linear estimator
+// starts from (read_prior; null when the config has none). `time_scale`: request arrivals happen this many times
+// sooner. `plugins` must outlive the parts (the scheduler creates arbiters from it).
 std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const PolicyConfig& policy,
                                           const PluginRegistries& plugins, const CalibrationProfile* prior,
                                           double time_scale = 1.0);

@@ -81,6 +81,12 @@ nlohmann::json summary(const ExperimentConfig& cfg, const std::vector<PolicyRun>
                        {"candidates", r.scheduling.candidates},
                        {"simulations", r.scheduling.simulations},
                        {"deferred", r.scheduling.deferred}};
+    // Which plugins ran it, with their arguments as configured.
+    p["arbiter"] = {{"plugin", r.arbiter.name}, {"args", r.arbiter.args}};
+    p["estimator"] = {
+        {"plugin", r.estimator.name},
+        {"args", r.estimator.args},
+        {"prior", r.estimator_prior.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.estimator_prior)}};
     for (const auto& e : r.estimators)
       p["estimators"].push_back({{"what", e.what}, {"samples", e.samples}, {"mape_pct", round6(e.mape_pct)}});
     j["policies"][r.name] = p;
@@ -255,7 +261,7 @@ void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const Sim
     const fs::path calibration = dir / ("calibration_" + slug(r.name) + ".json");
     if (!r.calibration) {
       std::fprintf(stderr, "slicesched: policy '%s': not writing %s: estimator '%s' has no linear form to snapshot\n",
-                   r.name.c_str(), calibration.string().c_str(), r.estimator.c_str());
+                   r.name.c_str(), calibration.string().c_str(), r.estimator.name.c_str());
       continue;
     }
     if (Status s = write_calibration(*r.calibration, calibration.string()); !s.ok())

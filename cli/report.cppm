@@ -23,7 +23,9 @@ struct PolicyRun {
   std::vector<RequestRecord> requests;
   std::vector<RunRecord> log;
   std::vector<std::string> tenant_names, accel_names;
-  std::string estimator;                            // the estimator plugin's name
+  PluginChoice arbiter;                             // the transfer arbiter plugin and its arguments
+  PluginChoice estimator;                           // the estimator plugin and its arguments
+  std::string estimator_prior;                      // the [estimators] prior it started from, or empty
   std::vector<EstimatorSet::ReportRow> estimators;  // empty when it is not linear
   RoundStats scheduling;
   std::optional<CalibrationProfile> calibration;  // what the estimators learned, when linear

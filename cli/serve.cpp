@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,8 @@ int serve(const ServeOptions& opt) {
       fail(opt.policy ? "no policy named '" + *opt.policy + "' in " + opt.config + " (policies: " + names + ")"
                       : opt.config + " has " + std::to_string(cfg->policies.size()) +
                             " policies; pick one with --policy (" + names + ")");
+    // Like simulate: a missing or bad profile stops serve before it starts.
+    const std::optional<CalibrationProfile> prior = read_prior(cfg.value());
     PluginRegistries plugins;
     check(plugins::register_builtins(plugins));
     for (const auto& path : cfg->plugin_paths) check(load_plugin_library(path, plugins));
@@ -69,7 +72,7 @@ int serve(const ServeOptions& opt) {
     LiveRunOptions lopt;
     lopt.stop = &g_stop;
     std::vector<PolicyRun> runs;
-    runs.push_back(run_live(cfg.value(), *policy, plugins, lopt));
+    runs.push_back(run_live(cfg.value(), *policy, plugins, prior ? &*prior : nullptr, lopt));
     signal(SIGINT, SIG_DFL);
 
     SimulateOptions ropt;

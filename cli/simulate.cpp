@@ -84,9 +84,7 @@ int simulate(const SimulateOptions& opt) {
     if (!cfg->ground_truth.present)
       fail(cfg->path + ": simulate needs a [ground_truth] section (measured profiles or a calibration profile)");
     if (!cfg->ground_truth.calibrated.empty()) {
-      auto cal = read_calibration(cfg->ground_truth.calibrated);
-      if (!cal.ok()) fail(cal.status().message());
-      truths.calibrated = std::move(cal).value();
+      truths.calibrated = read_profile(cfg.value(), "ground_truth.calibrated", cfg->ground_truth.calibrated);
     } else {
       LayerProfileOptions lopt;
       lopt.hbm_bytes_per_s = cfg->ground_truth.hbm_bytes_per_s;
@@ -99,11 +97,7 @@ int simulate(const SimulateOptions& opt) {
       truths.layers = std::move(layers).value();
       truths.transfers = std::move(transfers).value();
     }
-    if (!cfg->estimator_prior.empty()) {
-      auto prior = read_calibration(cfg->estimator_prior);
-      if (!prior.ok()) fail(prior.status().message());
-      truths.prior = std::move(prior).value();
-    }
+    truths.prior = read_prior(cfg.value());
 
     check_weights_fit(cfg.value());
     // Every policy's plugins are created once up front, so a bad name or

@@ -1,10 +1,12 @@
 module;
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 module slicesched.core.calibration;
@@ -12,8 +14,20 @@ module slicesched.core.calibration;
 namespace slicesched {
 
 namespace {
-constexpr const char* kFormat = "slicesched-calibration/1";
+constexpr const char* kFormat = "slicesched-calibration/2";
+
+std::string braced(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return "{" + s + "}";
+}
 }  // namespace
+
+std::vector<std::string> feature_names(const GraphTemplate& t, const TemplateOp& op) {
+  std::vector<std::string> names;
+  for (const Expr& e : op.features) names.push_back(e.to_string(t.dims()));
+  return names;
+}
 
 const CalibrationProfile::Op* CalibrationProfile::find_op(const std::string& tmpl, const std::string& op,
                                                           const std::string& type) const {
@@ -33,10 +47,15 @@ CalibrationProfile snapshot(const EstimatorSet& est, const TemplateRegistry& tem
                             std::string source) {
   CalibrationProfile p;
   p.source = std::move(source);
-  // Kind -> (template, op) names.
-  std::vector<std::pair<std::string, std::string>> names(templates.op_kind_count());
+  // Kind -> template, op and feature names.
+  struct Names {
+    std::string tmpl, op;
+    std::vector<std::string> features;
+  };
+  std::vector<Names> names(templates.op_kind_count());
   for (TemplateId t = 0; t < templates.size(); ++t)
-    for (const auto& op : templates.get(t).ops()) names[op.kind] = {templates.get(t).name(), op.name};
+    for (const auto& op : templates.get(t).ops())
+      names[op.kind] = {templates.get(t).name(), op.name, feature_names(templates.get(t), op)};
   for (const auto& row : est.report()) {
     if (row.transfer) {
       if (row.src >= accels.size() || row.dst >= accels.size() || row.coefficients.size() != 2) continue;
@@ -44,8 +63,9 @@ CalibrationProfile snapshot(const EstimatorSet& est, const TemplateRegistry& tem
                              row.samples, row.mape_pct});
     } else {
       if (row.kind >= names.size() || row.type >= accels.type_count()) continue;
-      p.ops.push_back({names[row.kind].first, names[row.kind].second, accels.type_name(row.type), row.coefficients,
-                       row.samples, row.mape_pct});
+      const Names& n = names[row.kind];
+      p.ops.push_back(
+          {n.tmpl, n.op, accels.type_name(row.type), n.features, row.coefficients, row.samples, row.mape_pct});
     }
   }
   // Pairs that moved nothing have no fit; "*" -> "*" stands in for them:
@@ -69,6 +89,7 @@ Status write_calibration(const CalibrationProfile& p, const std::string& path) {
     j["ops"].push_back({{"template", o.tmpl},
                         {"op", o.op},
                         {"type", o.type},
+                        {"features", o.features},
                         {"coefficients", o.coefficients},
                         {"samples", o.samples},
                         {"mape_pct", o.mape_pct}});
@@ -84,14 +105,23 @@ Status write_calibration(const CalibrationProfile& p, const std::string& path) {
 }
 
 Result<CalibrationProfile> read_calibration(const std::string& path) {
+  errno = 0;
   std::ifstream f(path, std::ios::binary);
-  if (!f) return NotFound(path + ": cannot open");
+  if (!f) {
+    const int err = errno;
+    return NotFound(path + ": cannot open" + (err ? " (" + std::generic_category().message(err) + ")" : std::string()));
+  }
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(f);
   } catch (const nlohmann::json::parse_error& e) {
     return InvalidArgument(path + ": not JSON (" + std::string(e.what()) + ")");
   }
+  if (j.is_object() && j.value("format", "") == "slicesched-calibration/1")
+    return InvalidArgument(path +
+                           ": a slicesched-calibration/1 profile, fitted before the LM head's features became "
+                           "{sequences, 1} (its fits do not say which features they multiply); write it again with "
+                           "slicesched calibrate or simulate --out");
   if (!j.is_object() || j.value("format", "") != kFormat)
     return InvalidArgument(path + ": expected \"format\": \"" + kFormat + "\"");
   CalibrationProfile p;
@@ -112,6 +142,14 @@ Result<CalibrationProfile> read_calibration(const std::string& path) {
       }
       if (op.coefficients.empty() || op.coefficients.size() > static_cast<std::size_t>(kMaxFeatures))
         return InvalidArgument(where + ".coefficients: expected 1 to " + std::to_string(kMaxFeatures) + " numbers");
+      const nlohmann::json features = o.contains("features") ? o["features"] : nlohmann::json();
+      if (!features.is_array() || features.size() != op.coefficients.size())
+        return InvalidArgument(where + ".features: expected one name per coefficient (" +
+                               std::to_string(op.coefficients.size()) + ")");
+      for (const auto& f : features) {
+        if (!f.is_string()) return InvalidArgument(where + ".features: expected strings");
+        op.features.push_back(f.get<std::string>());
+      }
       op.samples = o.value("samples", std::uint64_t{0});
       op.mape_pct = o.value("mape_pct", 0.0);
       p.ops.push_back(std::move(op));
@@ -137,8 +175,26 @@ Result<CalibrationProfile> read_calibration(const std::string& path) {
   return p;
 }
 
+Status check_features(const CalibrationProfile& p, const TemplateRegistry& templates) {
+  for (std::size_t i = 0; i < p.ops.size(); ++i) {
+    const auto& o = p.ops[i];
+    auto t = templates.find(o.tmpl);
+    if (!t) continue;
+    const GraphTemplate& g = templates.get(*t);
+    const int idx = g.find_op(o.op);
+    if (idx < 0) continue;
+    const std::vector<std::string> want = feature_names(g, g.ops()[idx]);
+    if (o.features != want)
+      return FailedPrecondition("ops[" + std::to_string(i) + "] (" + o.tmpl + "/" + o.op + " on " + o.type +
+                                ") was fitted to features " + braced(o.features) + ", the template's are " +
+                                braced(want) + "; measure it again");
+  }
+  return Status::Ok();
+}
+
 Status apply_as_prior(const CalibrationProfile& p, EstimatorSet& est, const TemplateRegistry& templates,
                       const AcceleratorSet& accels) {
+  if (Status s = check_features(p, templates); !s.ok()) return s;
   for (const auto& o : p.ops) {
     auto t = templates.find(o.tmpl);
     if (!t) continue;

@@ -3,13 +3,18 @@
 // devices and `simulate --out` writes one per policy; `simulate` reads one
 // as ground truth ([ground_truth] calibrated = ...) or as estimator prior.
 //
-// Format "slicesched-calibration/1":
-//   { "format": "slicesched-calibration/1", "source": "...",
-//     "ops": [ { "template": "llama3-8b", "op": "layers0", "type": "H100",
-//                "coefficients": [...], "samples": 120, "mape_pct": 0.4 } ],
+// Format "slicesched-calibration/2":
+//   { "format": "slicesched-calibration/2", "source": "...",
+//     "ops": [ { "template": "llama3-8b", "op": "head", "type": "H100",
+//                "features": ["sequences", "1"], "coefficients": [...],
+//                "samples": 120, "mape_pct": 0.4 } ],
 //     "transfers": [ { "src": "gpu0", "dst": "gpu1", "sec_per_byte": 3.3e-12,
 //                      "fixed_s": 5e-6, "samples": 40, "mape_pct": 0.9 } ] }
-// Coefficients multiply the template operator's features in order.
+// Coefficients multiply the features in order; `features` are the template
+// operator's feature expressions as the fit saw them (Expr::to_string), so a
+// profile fitted to other features than the template's now is refused
+// instead of misread. /1 profiles had no features (and the Llama head's
+// were `tokens` then, `sequences` now): they are refused, naming the cure.
 module;
 #include <cstdint>
 #include <string>
@@ -26,6 +31,7 @@ export namespace slicesched {
 struct CalibrationProfile {
   struct Op {
     std::string tmpl, op, type;
+    std::vector<std::string> features;  // what the coefficients multiply, in order
     std::vector<double> coefficients;
     std::uint64_t samples = 0;
     double mape_pct = 0;
@@ -55,8 +61,17 @@ Status write_calibration(const CalibrationProfile& profile, const std::string& p
 // Reads and checks a profile; errors name the file and the entry.
 Result<CalibrationProfile> read_calibration(const std::string& path);
 
+// The feature expressions of a template operator, as profiles record them.
+std::vector<std::string> feature_names(const GraphTemplate& t, const TemplateOp& op);
+
+// Checks that every op fit naming a template operator of `templates` was
+// fitted to that operator's features; fails naming the first that was not
+// (entries naming nothing here are not checked).
+Status check_features(const CalibrationProfile& profile, const TemplateRegistry& templates);
+
 // Uses the profile's fits as priors: ops by (template, op, type name),
-// transfers by accelerator names. Entries naming nothing here are ignored.
+// transfers by accelerator names. Entries naming nothing here are ignored;
+// fails as check_features does.
 Status apply_as_prior(const CalibrationProfile& profile, EstimatorSet& est, const TemplateRegistry& templates,
                       const AcceleratorSet& accels);
 

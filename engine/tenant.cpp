@@ -97,7 +97,10 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   spec.tmpl = tmpl_;
   spec.priority = spec_.priority;
   spec.tenant = id_;
-  spec.dims = {{"tokens", tokens}, {"context", context}, {"kv_prev", lane.kv_tokens}};
+  spec.dims = {{"tokens", tokens},
+               {"sequences", static_cast<std::int64_t>(lane.running.size())},
+               {"context", context},
+               {"kv_prev", lane.kv_tokens}};
   for (OpId op : lane.kv_ops) {
     // Each retaining op attaches through the port its template op reads.
     const auto& top = tmpl.ops()[gmg.op(op).tmpl_op];

@@ -34,9 +34,14 @@ Result<double> ProfileGroundTruth::op_seconds(const Gmg& gmg, OpId op) {
   const GraphTemplate& t = gmg.templates().get(r.tmpl);
   auto dims = gmg.dims(op);
   const int tokens = t.dims().find("tokens"), context = t.dims().find("context");
+  const int sequences = t.dims().find("sequences");
   if (tokens < 0) return InvalidArgument("ground truth: template '" + t.name() + "' has no dim 'tokens'");
   const std::int64_t ctx = context < 0 ? 0 : dims[context];
-  auto s = layers_.op_seconds(t.ops()[r.tmpl_op].name, dims[tokens], ctx);
+  const std::string& name = t.ops()[r.tmpl_op].name;
+  // The head computes logits for each sequence's last token only: the
+  // table's head at that many positions (docs/ground-truth.md).
+  const std::int64_t positions = name == "head" && sequences >= 0 ? dims[sequences] : dims[tokens];
+  auto s = layers_.op_seconds(name, positions, ctx);
   if (!s.ok()) return InvalidArgument("ground truth for " + gmg.op_name(op) + ": " + s.status().message());
   return op_noise_.sample(s.value());
 }

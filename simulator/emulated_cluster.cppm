@@ -36,8 +36,10 @@ class GroundTruth {
 
 // Ground truth from measured profiles: layer-group operators by template op
 // name (embed, layers<g>, head) and dims `tokens` / `context` from the
-// LLMServingSim table, transfers from the Vidur send/recv table, each
-// scaled by seeded multiplicative noise. See docs/ground-truth.md.
+// LLMServingSim table (the head at `sequences` positions, when the template
+// has that dim: it computes logits for each sequence's last token only),
+// transfers from the Vidur send/recv table, each scaled by seeded
+// multiplicative noise. See docs/ground-truth.md.
 class ProfileGroundTruth final : public GroundTruth {
  public:
   ProfileGroundTruth(LayerProfile layers, TransferProfile transfers, std::uint64_t seed, double op_cv = 0.006,

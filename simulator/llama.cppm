@@ -26,15 +26,19 @@ struct Shape {
 inline std::string group_op(int g) { return "layers" + std::to_string(g); }
 inline std::string kv_port(int g) { return "kv" + std::to_string(g); }
 
-// Builds the template. Dims: `tokens` (new tokens this step), `context`
-// (cached tokens attended this step) and `kv_prev` (tokens in the cache the
-// step attaches to; equal to `context` unless sequences just finished). Cost features per group:
-// {tokens, tokens*(context+tokens), context+tokens, 1} (linear layers,
-// attention, KV reads, weight reads); priors are H100 rooflines (bf16 at
-// ~400 TFLOP/s effective, 3.35 TB/s HBM).
+// Builds the template. Dims: `tokens` (new tokens this step, summed over
+// its sequences), `sequences` (sequences in the step: 1 for one prompt's
+// prefill, the batch size for a decode batch), `context` (cached tokens
+// attended this step) and `kv_prev` (tokens in the cache the step attaches
+// to; equal to `context` unless sequences just finished). Cost features per
+// group: {tokens, tokens*(context+tokens), context+tokens, 1} (linear
+// layers, attention, KV reads, weight reads); the head's: {sequences, 1}
+// (it computes logits for each sequence's last token only, then reads its
+// weights); priors are H100 rooflines (bf16 at ~400 TFLOP/s effective,
+// 3.35 TB/s HBM).
 inline GraphTemplate make_template(const std::string& name, const Shape& s = {}) {
   TemplateBuilder b(name);
-  Expr T = b.dim("tokens"), C = b.dim("context");
+  Expr T = b.dim("tokens"), S = b.dim("sequences"), C = b.dim("context");
   auto k = [](std::int64_t v) { return Expr::constant(v); };
   const int per_group = s.layers / s.groups;
   const DType dt = s.dtype;
@@ -58,7 +62,7 @@ inline GraphTemplate make_template(const std::string& name, const Shape& s = {})
       .input("tokens")
       .output({{T * k(s.hidden)}, dt})
       .features({T, k(1)})
-      .prior({2.0 * s.hidden / hbm_per_s, 5e-6})
+      .prior({static_cast<double>(eb) * s.hidden / hbm_per_s, 5e-6})  // one row read per token
       .weights(eb * s.vocab * s.hidden);
   std::string prev = "embed";
   for (int g = 0; g < s.groups; ++g) {
@@ -70,16 +74,20 @@ inline GraphTemplate make_template(const std::string& name, const Shape& s = {})
         .retain("kv", {{(C + T) * k(kv_per_token)}, dt})
         .features({T, T * (C + T), C + T, k(1)})
         .prior({2.0 * per_group * layer_params / flops_per_s, 4.0 * per_group * s.hidden / flops_per_s,
-                2.0 * kv_per_token / hbm_per_s, group_bytes / hbm_per_s})
+                static_cast<double>(eb) * kv_per_token / hbm_per_s, group_bytes / hbm_per_s})
         .weights(static_cast<std::int64_t>(group_bytes));
     prev = group_op(g);
   }
+  // Final norm, LM head and greedy sampling on each sequence's last token:
+  // the norm's float rows and the logits (at most 4 bytes an element) per
+  // sequence, and the sampled next token of each.
   b.op("head")
       .input(prev)
-      .output({{k(1)}, DType::kI64})  // the greedily sampled next token
-      .workspace(T * k(4 * s.vocab))
-      .features({T, k(1)})
-      .prior({2.0 * s.vocab * s.hidden / flops_per_s, 2.0 * s.vocab * s.hidden / hbm_per_s})
+      .output({{S}, DType::kI64})
+      .workspace(S * k(4 * (s.vocab + 2 * s.hidden)))
+      .features({S, k(1)})
+      // Per sequence: its logits' matmul; fixed: reading the LM head.
+      .prior({2.0 * s.vocab * s.hidden / flops_per_s, static_cast<double>(eb) * s.vocab * s.hidden / hbm_per_s})
       .weights(eb * (s.vocab * s.hidden + s.hidden));  // LM head and final norm
   return std::move(b).build().value();
 }
@@ -105,7 +113,7 @@ inline Result<std::int64_t> issue_pipelines(Gmg& gmg, TemplateId tmpl, std::int6
       spec.priority = 0;
       spec.tenant = static_cast<std::uint32_t>(requests);
       const std::int64_t context = step == 0 ? 0 : prompt + step - 1;
-      spec.dims = {{"tokens", step == 0 ? prompt : 1}, {"context", context}, {"kv_prev", context}};
+      spec.dims = {{"tokens", step == 0 ? prompt : 1}, {"sequences", 1}, {"context", context}, {"kv_prev", context}};
       for (std::size_t g = 0; g < prev.size(); ++g) spec.ports.push_back({kv_port(static_cast<int>(g)), prev[g], true});
       if (prev_head != kNoOp) spec.ports.push_back({"tokens", prev_head, false});
       auto inst = gmg.instantiate(spec);

@@ -43,3 +43,8 @@ string(FIND "${c}" "\"Static-Online\"" pos)
 if(pos EQUAL -1)
   message(FATAL_ERROR "calibrated run's summary.json lacks the policy")
 endif()
+# ... and records the estimator prior it started from.
+string(JSON prior GET "${c}" policies Static-Online estimator prior)
+if(NOT prior STREQUAL profile)
+  message(FATAL_ERROR "calibrated run's summary.json records the prior '${prior}', expected ${profile}")
+endif()

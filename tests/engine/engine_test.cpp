@@ -68,8 +68,10 @@ struct Run {
   RoundStats scheduling;
 };
 
-// Four H100s, one online tenant (two lanes) and one offline load placed by
-// simulation-guided over pairs and quads, with exact profile ground truth.
+// Four H100s, one online tenant (four lanes) and one offline load (two)
+// placed by simulation-guided over pairs and quads, with exact profile
+// ground truth. The load is heavy enough that greedy moves several tensors
+// at once and the serial arbiter makes requests wait.
 // `estimator_of` makes the estimator from the seeded linear models. With
 // `what_if_arbiter` false the scheduler gets no arbiter factory (the
 // default rule).
@@ -92,8 +94,8 @@ Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimat
   auto estimator = estimator_of(std::move(seeded));
 
   std::vector<Tenant> tenants;
-  TenantSpec online{.name = "online", .priority = 10, .requests = constant_rate(16, 2, 1024, 4), .lanes = 4};
-  TenantSpec offline{.name = "offline", .online = false, .requests = constant_rate(8, 2, 2048, 4), .lanes = 2};
+  TenantSpec online{.name = "online", .priority = 10, .requests = constant_rate(24, 2, 1024, 4), .lanes = 4};
+  TenantSpec offline{.name = "offline", .online = false, .requests = constant_rate(16, 2, 2048, 4), .lanes = 2};
   tenants.emplace_back(0, std::move(online), tmpl);
   tenants.emplace_back(1, std::move(offline), tmpl);
 
@@ -256,4 +258,66 @@ TEST_CASE("global simulator: the virtual estimator path predicts exactly the fas
       }
     }
   }
+}
+
+TEST_CASE("tenant: an iteration binds its sequences, so the head's features follow them", "[engine][tenant][llama]") {
+  auto templates = std::make_shared<TemplateRegistry>();
+  const TemplateId tmpl = templates->add(llama::make_template("llama3-8b")).value();
+  auto accels = std::make_shared<AcceleratorSet>();
+  REQUIRE(accels->add_link_class("nvlink", 300e9, 5e-6).ok());
+  REQUIRE(accels->add("gpu0", "H100", 80ll << 30).ok());
+  Gmg gmg(templates, accels);
+  REQUIRE(gmg.place_weights(tmpl, 0).ok());
+  // Four 16-token prompts at t = 0, a fifth of 8 tokens at t = 1 s.
+  Trace trace;
+  for (int i = 0; i < 4; ++i) trace.requests.push_back({0.0, 16, 3});
+  trace.requests.push_back({1.0, 8, 3});
+  trace.window_s = 2;
+  Tenant tenant(0, TenantSpec{.name = "t", .requests = trace}, tmpl);
+
+  // The new iteration's last operator (its head).
+  std::vector<OpId> seen;
+  auto head_of_new_iteration = [&]() {
+    auto started = tenant.start_iterations(gmg);
+    REQUIRE(started.ok());
+    REQUIRE(started.value() == 1);
+    OpId head = kNoOp;
+    for (OpId op = 0; op < gmg.slot_count(); ++op)
+      if (gmg.contains(op) && gmg.op_name(op).ends_with("/head") &&
+          std::find(seen.begin(), seen.end(), op) == seen.end())
+        head = op;
+    REQUIRE(head != kNoOp);
+    seen.push_back(head);
+    return head;
+  };
+  auto features = [&](OpId op) {
+    auto x = gmg.features(op);
+    return std::vector<double>(x.begin(), x.end());
+  };
+  auto dim = [&](OpId op, const char* name) { return gmg.dims(op)[templates->get(tmpl).dims().find(name)]; };
+  auto finish = [&](OpId head, Nanos t) {
+    Feedback f;
+    f.op = head;
+    f.t = t;
+    tenant.on_op_done(f, gmg);
+  };
+
+  tenant.deliver_arrivals(0);
+  const OpId prefill = head_of_new_iteration();
+  CHECK(dim(prefill, "tokens") == 64);
+  CHECK(dim(prefill, "sequences") == 4);
+  CHECK(features(prefill) == std::vector<double>{4, 1});
+  finish(prefill, 1'000'000);
+
+  const OpId decode = head_of_new_iteration();  // four decodes of one token each
+  CHECK(dim(decode, "tokens") == 4);
+  CHECK(dim(decode, "sequences") == 4);
+  CHECK(features(decode) == std::vector<double>{4, 1});
+  finish(decode, 2'000'000);
+
+  tenant.deliver_arrivals(1'000'000'000);
+  const OpId mixed = head_of_new_iteration();  // four decodes and the fifth prompt
+  CHECK(dim(mixed, "tokens") == 4 + 8);
+  CHECK(dim(mixed, "sequences") == 5);
+  CHECK(features(mixed) == std::vector<double>{5, 1});
 }

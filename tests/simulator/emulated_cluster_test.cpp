@@ -265,7 +265,7 @@ TEST_CASE("profile ground truth times the Llama template from the measured table
   Gmg gmg(reg, accels);
   REQUIRE(gmg.place_weights(t, 0).ok());
   REQUIRE(gmg.place_weights(t, 1).ok());
-  auto inst = gmg.instantiate({t, {{"tokens", 128}, {"context", 0}}, {}, 0, 0}).value();
+  auto inst = gmg.instantiate({t, {{"tokens", 128}, {"sequences", 4}, {"context", 0}}, {}, 0, 0}).value();
   for (std::size_t i = 0; i < inst.ops.size(); ++i) REQUIRE(gmg.issue(inst.ops[i], i < 3 ? 0 : 1, 0).ok());
   ProfileGroundTruth truth(layers.value(), links.value(), /*seed=*/1, /*op_cv=*/0.0, /*transfer_cv=*/0.0);
   plugins::GreedyArbiter arbiter;
@@ -283,7 +283,10 @@ TEST_CASE("profile ground truth times the Llama template from the measured table
   REQUIRE(measured_ops.size() == 6);
   CHECK(measured_ops[0] == ns(layers->embed_seconds(128)));
   CHECK(measured_ops[1] == ns(layers->group_seconds(128, 0)));
-  CHECK(measured_ops[5] == ns(layers->head_seconds(128)));
+  // Four prompts of 32 tokens: the head computes logits for each one's
+  // last token only, four positions of the table's head, not 128.
+  CHECK(measured_ops[5] == ns(layers->head_seconds(4)));
+  CHECK(layers->head_seconds(4) < layers->head_seconds(128));
   // layers1 -> layers2 crosses a0 -> a1: 128 x 4096 bf16 activations.
   CHECK(transfer == ns(links->seconds(128 * 4096 * 2)));
 }
@@ -312,6 +315,7 @@ TEST_CASE("calibration profiles round-trip and drive a calibrated ground truth",
   CHECK(op->coefficients[0] == Approx(2e-6).epsilon(1e-6));
   CHECK(op->coefficients[1] == Approx(5e-4).epsilon(1e-6));
   CHECK(op->samples == 50);
+  CHECK(op->features == std::vector<std::string>{"n", "1"});
   const auto* link = back->find_transfer("a0", "a1");
   REQUIRE(link);
   CHECK(link->sec_per_byte == Approx(1e-9).epsilon(1e-6));
@@ -326,5 +330,57 @@ TEST_CASE("calibration profiles round-trip and drive a calibrated ground truth",
   CHECK(truth.transfer_seconds(1, 0, 1000) == Approx(1e-6 + 2e-6).epsilon(1e-3));  // via "*" -> "*"
 
   std::ofstream(path) << R"({"format": "other"})";
-  CHECK(read_calibration(path).status().message() == path + ": expected \"format\": \"slicesched-calibration/1\"");
+  CHECK(read_calibration(path).status().message() == path + ": expected \"format\": \"slicesched-calibration/2\"");
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("calibration profiles say which features their fits multiply", "[emulated][calibration]") {
+  const auto path = (std::filesystem::temp_directory_path() / "slicesched_calibration_features.json").string();
+  auto read = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    return read_calibration(path);
+  };
+  // A /1 profile (no feature names; the head's feature was tokens then).
+  auto old = read(R"({"format": "slicesched-calibration/1", "ops": [], "transfers": []})");
+  REQUIRE(!old.ok());
+  CHECK(old.status().message() == path +
+                                      ": a slicesched-calibration/1 profile, fitted before the LM head's features "
+                                      "became {sequences, 1} (its fits do not say which features they multiply); "
+                                      "write it again with slicesched calibrate or simulate --out");
+  auto unnamed = read(R"({"format": "slicesched-calibration/2", "transfers": [],
+    "ops": [{"template": "llama3-8b", "op": "head", "type": "gpu", "coefficients": [1e-6, 1e-4]}]})");
+  REQUIRE(!unnamed.ok());
+  CHECK(unnamed.status().message() == path + ": ops[0].features: expected one name per coefficient (2)");
+  auto short_names = read(R"({"format": "slicesched-calibration/2", "transfers": [],
+    "ops": [{"template": "llama3-8b", "op": "head", "type": "gpu", "features": ["sequences"],
+             "coefficients": [1e-6, 1e-4]}]})");
+  REQUIRE(!short_names.ok());
+  CHECK(short_names.status().message() == path + ": ops[0].features: expected one name per coefficient (2)");
+
+  // A head fitted to tokens is refused as a prior for the template whose
+  // head follows the sequences; one fitted to sequences is taken.
+  auto reg = std::make_shared<TemplateRegistry>();
+  const TemplateId t = reg->add(llama::make_template("llama3-8b")).value();
+  auto accels = cluster(1);
+  auto stale = read(R"({"format": "slicesched-calibration/2", "transfers": [],
+    "ops": [{"template": "llama3-8b", "op": "head", "type": "gpu", "features": ["tokens", "1"],
+             "coefficients": [1e-6, 1e-4]}]})");
+  REQUIRE(stale.ok());
+  EstimatorSet est;
+  REQUIRE(seed_priors(est, *reg, *accels).ok());
+  const std::string why =
+      "ops[0] (llama3-8b/head on gpu) was fitted to features {tokens, 1}, the template's are {sequences, 1}; "
+      "measure it again";
+  CHECK(check_features(stale.value(), *reg).message() == why);
+  CHECK(apply_as_prior(stale.value(), est, *reg, *accels).message() == why);
+
+  auto fresh = read(R"({"format": "slicesched-calibration/2", "transfers": [],
+    "ops": [{"template": "llama3-8b", "op": "head", "type": "gpu", "features": ["sequences", "1"],
+             "coefficients": [1e-6, 1e-4]}]})");
+  REQUIRE(fresh.ok());
+  REQUIRE(apply_as_prior(fresh.value(), est, *reg, *accels).ok());
+  const TemplateOp& head = reg->get(t).ops().back();
+  const double x[2] = {4, 1};
+  CHECK(est.predict_op(head.kind, 0, x) == Approx(4e-6 + 1e-4));
+  std::filesystem::remove(path);
 }
