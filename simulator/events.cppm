@@ -115,9 +115,7 @@ class EventQueue {
   };
   // Times as unsigned keys in the same order.
   inline static std::uint64_t ukey(Nanos t) { return static_cast<std::uint64_t>(t) ^ (std::uint64_t{1} << 63); }
-  inline unsigned bucket_of(std::uint64_t u) const {
-    return static_cast<unsigned>(64 - std::countl_zero(u ^ last_));
-  }
+  inline unsigned bucket_of(std::uint64_t u) const { return static_cast<unsigned>(64 - std::countl_zero(u ^ last_)); }
   // Bucket b < 64 is bit b of the mask (bit 0, bucket 0, is ignored: it
   // is tracked by its head); bucket 64 (times of both signs) by a flag.
   inline void mark(unsigned b) {
@@ -171,8 +169,8 @@ class EventQueue {
 
   std::array<Bucket, 65> buckets_;
   std::vector<Event> scratch_;
-  std::size_t head0_ = 0;   // bucket 0 is consumed from here
-  std::uint64_t mask_ = 0;  // bit b in 1..63: bucket b is not empty
+  std::size_t head0_ = 0;    // bucket 0 is consumed from here
+  std::uint64_t mask_ = 0;   // bit b in 1..63: bucket b is not empty
   bool top_bucket_ = false;  // bucket 64 is not empty
   std::size_t size_ = 0;
   std::uint64_t last_ = 0;  // the floor: ukey of the last time taken out
