@@ -33,8 +33,6 @@ import slicesched.cli.setup;
 import slicesched.cli.policy;
 import slicesched.cli.live;
 import slicesched.cli.calibrate;
-import slicesched.plugins.builtin;
-import slicesched.plugins.loader;
 import slicesched.simulator.emulated;
 
 namespace slicesched::cli {
@@ -191,8 +189,7 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
 
       // 2. Live, recording what the engine measures.
       PluginRegistries plugins;
-      check(plugins::register_builtins(plugins));
-      for (const auto& path : cfg.plugin_paths) check(load_plugin_library(path, plugins));
+      load_plugins(cfg, plugins);
       auto sink = std::make_shared<std::vector<Observation>>();
       const PluginRegistries* reg = &plugins;
       const std::string inner_name = policy->estimator.name;

@@ -34,8 +34,6 @@ import slicesched.cli.policy;
 import slicesched.cli.live;
 import slicesched.executor.live;
 import slicesched.executor.llama;
-import slicesched.plugins.builtin;
-import slicesched.plugins.loader;
 
 namespace slicesched::cli {
 
@@ -175,8 +173,7 @@ int bench_overhead(const BenchOverheadOptions& opt) {
       cfg.duration_s = -1;
 
       PluginRegistries plugins;
-      check(plugins::register_builtins(plugins));
-      for (const auto& path : cfg.plugin_paths) check(load_plugin_library(path, plugins));
+      load_plugins(cfg, plugins);
       const std::optional<CalibrationProfile> prior = read_prior(cfg);
 
       const rt::LlamaConfig mc = runtime_model(cfg.model);

@@ -11,6 +11,8 @@ module;
 #include <vector>
 
 module slicesched.cli.policy;
+import slicesched.plugins.builtin;
+import slicesched.plugins.loader;
 
 namespace slicesched::cli {
 
@@ -27,6 +29,11 @@ CalibrationProfile read_profile(const ExperimentConfig& cfg, const std::string& 
 std::optional<CalibrationProfile> read_prior(const ExperimentConfig& cfg) {
   if (cfg.estimator_prior.empty()) return std::nullopt;
   return read_profile(cfg, "estimators.prior", cfg.estimator_prior);
+}
+
+void load_plugins(const ExperimentConfig& cfg, PluginRegistries& into) {
+  check(plugins::register_builtins(into));
+  for (const auto& path : cfg.plugin_paths) check(load_plugin_library(path, into));
 }
 
 std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const PolicyConfig& policy,

@@ -48,6 +48,10 @@ CalibrationProfile read_profile(const ExperimentConfig& cfg, const std::string& 
 // before running anything.
 std::optional<CalibrationProfile> read_prior(const ExperimentConfig& cfg);
 
+// The built-in plugins and those of the config's plugin libraries, into
+// `into`; a library that fails to load throws (one line naming it).
+void load_plugins(const ExperimentConfig& cfg, PluginRegistries& into);
+
 // `prior`: the config's [estimators] prior, which the linear estimator
 // starts from (read_prior; null when the config has none). `time_scale`: request arrivals happen this many times
 // sooner. `plugins` must outlive the parts (the scheduler creates arbiters from it).

@@ -21,8 +21,7 @@ import slicesched.config;
 import slicesched.cli.live;
 import slicesched.cli.report;
 import slicesched.cli.setup;
-import slicesched.plugins.builtin;
-import slicesched.plugins.loader;
+import slicesched.cli.policy;
 
 namespace slicesched::cli {
 
@@ -61,8 +60,7 @@ int serve(const ServeOptions& opt) {
     // Like simulate: a missing or bad profile stops serve before it starts.
     const std::optional<CalibrationProfile> prior = read_prior(cfg.value());
     PluginRegistries plugins;
-    check(plugins::register_builtins(plugins));
-    for (const auto& path : cfg->plugin_paths) check(load_plugin_library(path, plugins));
+    load_plugins(cfg.value(), plugins);
 
     g_stop = 0;
     struct sigaction sa {};

@@ -24,8 +24,6 @@ import slicesched.cli.policy;
 import slicesched.engine;
 import slicesched.engine.metrics;
 import slicesched.engine.union_partition_set;
-import slicesched.plugins.builtin;
-import slicesched.plugins.loader;
 import slicesched.simulator.emulated;
 import slicesched.simulator.llama;
 import slicesched.workload.trace;
@@ -78,8 +76,7 @@ int simulate(const SimulateOptions& opt) {
     for (auto& t : cfg->tenants) t.stream.trace.skip_bad_lines = true;
   try {
     PluginRegistries plugins;
-    check(plugins::register_builtins(plugins));
-    for (const auto& path : cfg->plugin_paths) check(load_plugin_library(path, plugins));
+    load_plugins(cfg.value(), plugins);
     Truths truths;
     if (!cfg->ground_truth.present)
       fail(cfg->path + ": simulate needs a [ground_truth] section (measured profiles or a calibration profile)");
