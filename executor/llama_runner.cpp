@@ -27,7 +27,9 @@ struct Prepared {
 }  // namespace
 
 LlamaRunner::LlamaRunner(rt::LlamaModel& model, std::vector<std::string> devices)
-    : model_(model), devices_(std::move(devices)) {}
+    : model_(model), devices_(std::move(devices)) {
+  for (const std::string& d : devices_) cuda_.push_back(d.rfind("cuda", 0) == 0);
+}
 
 Payload LlamaRunner::wrap(const rt::Value& v) {
   if (v.empty()) return {};
@@ -93,7 +95,7 @@ Result<OpResult> LlamaRunner::run(AccelId accel, const void* prepared, std::span
   // On CUDA each executor thread queues on its own stream, and the operator
   // is done only when its stream is: the worker's finish time (the measured
   // duration the estimators learn from) must not be the time it was queued.
-  rt::LlamaModel::bind_thread_stream(device);
+  if (cuda_[accel]) rt::LlamaModel::bind_thread_stream(device);
   OpResult out;
   switch (p.kind) {
     case Prepared::Kind::kEmbed:
@@ -121,16 +123,16 @@ Result<OpResult> LlamaRunner::run(AccelId accel, const void* prepared, std::span
       break;
     }
   }
-  rt::LlamaModel::synchronize(device);
+  if (cuda_[accel]) rt::LlamaModel::synchronize(device);
   return out;
 }
 
 Result<Payload> LlamaRunner::copy(const Payload& value, AccelId to) {
   // Queued on the receiving thread's stream; complete before it is reported.
   const std::string& device = devices_[to];
-  rt::LlamaModel::bind_thread_stream(device);
+  if (cuda_[to]) rt::LlamaModel::bind_thread_stream(device);
   Payload out = wrap(rt::LlamaModel::copy_to(unwrap(value), device));
-  rt::LlamaModel::synchronize(device);
+  if (cuda_[to]) rt::LlamaModel::synchronize(device);
   return out;
 }
 

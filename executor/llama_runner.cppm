@@ -49,7 +49,8 @@ class LlamaRunner final : public OpRunner {
  private:
   rt::LlamaModel& model_;
   std::vector<std::string> devices_;
-  std::mutex mu_;  // plans_: the engine thread writes, prepare reads (same thread today; cheap insurance)
+  std::vector<char> cuda_;  // per accelerator: its device is a GPU (streams to bind and drain)
+  std::mutex mu_;           // plans_: the engine thread writes, prepare reads (same thread today; cheap insurance)
   std::unordered_map<InstanceId, std::shared_ptr<const rt::StepPlan>> plans_;
 };
 
