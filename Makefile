@@ -8,7 +8,7 @@ CMAKE = $(shell $(PY) -c 'import cmake; print(cmake.CMAKE_BIN_DIR)' 2>/dev/null)
 CTEST = $(shell $(PY) -c 'import cmake; print(cmake.CMAKE_BIN_DIR)' 2>/dev/null)/ctest
 NINJA = $(shell $(PY) -c 'import ninja, os; print(os.path.join(ninja.BIN_DIR, "ninja"))' 2>/dev/null)
 
-.PHONY: all setup configure build demo test bench clean
+.PHONY: all setup configure build demo test bench figure8 clean
 
 all: build
 
@@ -30,6 +30,13 @@ demo: build
 
 test: build
 	@cd $(BUILD) && $(CTEST) --output-on-failure -j $(JOBS)
+
+# The paper's co-location figure (section 6.2) over offline load, all five
+# policies, equal offered load: out/figure8/sweep.csv and its four panels.
+FIGURE8_RATES ?= 1,2,4,8,16,32,64
+figure8: build
+	@$(BUILD)/bin/slicesched sweep configs/experiments/colocation.toml \
+	  --set offline_rps:tenants.offline0.stream.constant_rate=$(FIGURE8_RATES) --out out/figure8
 
 bench: build
 	@$(BUILD)/bin/slicesched bench simulator

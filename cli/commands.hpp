@@ -38,6 +38,32 @@ struct SimulateOptions {
 };
 int simulate(const SimulateOptions& opt);
 
+struct SweepOptions {
+  std::string config;
+  std::vector<std::string> sets;      // "[NAME:]KEY=V1,V2,..."
+  std::vector<std::string> policies;  // report only these (all when empty)
+  std::string out;
+  int jobs = 0;                        // 0: every core
+  std::optional<std::string> shard;    // "I/N"
+};
+int sweep(const SweepOptions& opt);
+
+struct SweepMergeOptions {
+  std::vector<std::string> dirs;
+  std::string out;
+};
+int sweep_merge(const SweepMergeOptions& opt);
+
+struct PlanOptions {
+  std::string config;
+  std::string policy;
+  std::string vary;                     // "KEY=LO..HI"
+  std::vector<std::string> objectives;  // "FIGURE<=X"
+  std::vector<std::string> sets;        // fixed overrides "KEY=V" applied to every point
+  bool json = false;
+};
+int plan(const PlanOptions& opt);
+
 struct ServeOptions {
   std::string config;
   std::optional<std::string> policy;  // required when the config has several

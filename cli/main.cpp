@@ -22,6 +22,32 @@ int main(int argc, char** argv) {
   simulate->add_option("--trace-seconds", sim.trace_seconds, "Simulated seconds covered by the Chrome traces")
       ->check(CLI::NonNegativeNumber);
 
+  slicesched::cli::SweepOptions sweep_opt;
+  auto* sweep = app.add_subcommand("sweep", "Capacity planning: every policy at every point of a grid of config values");
+  sweep->add_option("config", sweep_opt.config, "Experiment TOML")->required();
+  sweep->add_option("--set", sweep_opt.sets,
+                    "[NAME:]KEY=V1,V2,...: a swept key (dotted TOML path, e.g. tenants.offline0.stream.constant_rate)")
+      ->required();
+  sweep->add_option("--policy", sweep_opt.policies, "Report only this policy (repeatable)");
+  sweep->add_option("--out", sweep_opt.out, "Write sweep.csv, sweep.json, sweep_wall.csv and plots/ here")->required();
+  sweep->add_option("--jobs,-j", sweep_opt.jobs, "Runs at once (default: every core)")->check(CLI::Range(1, 1024));
+  sweep->add_option("--shard", sweep_opt.shard, "I/N: run only every N-th point, starting at I");
+
+  slicesched::cli::SweepMergeOptions merge_opt;
+  auto* sweep_merge = app.add_subcommand("sweep-merge", "Merge the shards of one sweep into one sweep.csv");
+  sweep_merge->add_option("dirs", merge_opt.dirs, "The shards' --out folders")->required();
+  sweep_merge->add_option("--out", merge_opt.out, "Write the merged sweep.csv, sweep.json and plots/ here")->required();
+
+  slicesched::cli::PlanOptions plan_opt;
+  auto* plan = app.add_subcommand("plan", "Capacity planning: the smallest value of a key at which objectives hold");
+  plan->add_option("config", plan_opt.config, "Experiment TOML")->required();
+  plan->add_option("--policy", plan_opt.policy, "The policy to plan for")->required();
+  plan->add_option("--vary", plan_opt.vary, "KEY=LO..HI: the integer key searched (e.g. cluster.accelerators[0].count=2..16)")
+      ->required();
+  plan->add_option("--objective", plan_opt.objectives, "FIGURE<=X or >=, < , > (repeatable, all must hold)")->required();
+  plan->add_option("--set", plan_opt.sets, "KEY=VALUE fixed for every point (repeatable)");
+  plan->add_flag("--json", plan_opt.json, "Print one JSON object (answer, points)");
+
   auto* bench = app.add_subcommand("bench", "Benchmarks that print their figures");
   bench->require_subcommand(1);
   slicesched::cli::ServeOptions serve_opt;
@@ -95,6 +121,9 @@ int main(int argc, char** argv) {
   try {
     if (demo->parsed()) return slicesched::cli::demo();
     if (simulate->parsed()) return slicesched::cli::simulate(sim);
+    if (sweep->parsed()) return slicesched::cli::sweep(sweep_opt);
+    if (sweep_merge->parsed()) return slicesched::cli::sweep_merge(merge_opt);
+    if (plan->parsed()) return slicesched::cli::plan(plan_opt);
     if (serve->parsed()) {
 #ifdef SLICESCHED_LIVE
       return slicesched::cli::serve(serve_opt);

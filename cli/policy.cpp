@@ -38,7 +38,7 @@ void load_plugins(const ExperimentConfig& cfg, PluginRegistries& into) {
 
 std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const PolicyConfig& policy,
                                           const PluginRegistries& plugins, const CalibrationProfile* prior,
-                                          double time_scale) {
+                                          double time_scale, bool parallel) {
   auto p = std::make_unique<PolicyParts>();
   p->accels = make_cluster(cfg);
   p->templates = std::make_shared<TemplateRegistry>();
@@ -65,26 +65,54 @@ std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const Pol
                  policy.name.c_str(), policy.estimator.name.c_str());
   }
 
+  // Only what the measurement window offers is replayed: a request that
+  // arrives after it could neither finish nor be fairly scored.
+  const double window = cfg.duration_s > 0 ? cfg.duration_s : -1;
   for (const std::string& name : policy.tenants) {
-    const auto& tc = *std::find_if(cfg.tenants.begin(), cfg.tenants.end(), [&](auto& t) { return t.name == name; });
-    TenantSpec spec;
-    spec.name = tc.name;
-    spec.priority = tc.priority;
-    spec.online = tc.online;
-    spec.requests = make_stream(tc, cfg.seed + p->tenants.size());
-    if (time_scale != 1.0)
-      for (Request& r : spec.requests.requests) r.arrival_s /= time_scale;
-    spec.token_budget = tc.token_budget;
-    spec.max_seqs = tc.max_seqs;
-    spec.kv_budget_tokens = tc.kv_budget_tokens;
-    spec.lanes = tc.lanes;
-    p->tenants.emplace_back(static_cast<std::uint32_t>(p->tenants.size()), std::move(spec), p->tmpl);
-    p->online.push_back(tc.online);
+    const auto at = std::find_if(cfg.tenants.begin(), cfg.tenants.end(), [&](auto& t) { return t.name == name; });
+    const TenantConfig& tc = *at;
+    // Seeded by the tenant's place in the config, not in the policy, so
+    // every policy that runs a tenant gets the same requests.
+    Trace stream = make_stream(tc, cfg.seed + static_cast<std::uint64_t>(at - cfg.tenants.begin()));
+    OfferedLoad offered{tc.name};
+    const double span = window > 0 ? window : stream.window_s;
+    for (const Request& r : stream.requests) {
+      if (window > 0 && r.arrival_s >= window) {
+        ++p->requests_beyond_window;
+        continue;
+      }
+      ++offered.requests;
+      offered.input_tokens += r.input_tokens;
+      offered.output_tokens += r.output_tokens;
+    }
+    offered.window_s = span;
+    p->offered.push_back(offered);
+    // Instances deal the one stream round-robin.
+    const auto instances = static_cast<std::size_t>(instances_of(policy, tc));
+    for (std::size_t k = 0; k < instances; ++k) {
+      TenantSpec spec;
+      spec.name = instances == 1 ? tc.name : tc.name + "#" + std::to_string(k);
+      spec.priority = tc.priority;
+      spec.online = tc.online;
+      spec.requests.window_s = stream.window_s;
+      for (std::size_t i = k; i < stream.requests.size(); i += instances) {
+        Request r = stream.requests[i];
+        if (window > 0 && r.arrival_s >= window) break;
+        r.arrival_s /= time_scale;
+        spec.requests.requests.push_back(r);
+      }
+      spec.token_budget = tc.token_budget;
+      spec.max_seqs = tc.max_seqs;
+      spec.kv_budget_tokens = tc.kv_budget_tokens;
+      spec.lanes = tc.lanes;
+      p->tenants.emplace_back(static_cast<std::uint32_t>(p->tenants.size()), std::move(spec), p->tmpl);
+      p->online.push_back(tc.online);
+    }
   }
 
   std::vector<PluginPtr<PartitionSet>> sets;
   for (const auto& choice : policy.partition_sets) {
-    auto set = plugins.partition.create(choice.name, tenant_ids(policy, choice.args));
+    auto set = plugins.partition.create(choice.name, tenant_ids(cfg, policy, choice.args));
     if (!set.ok()) fail("policy '" + policy.name + "': " + set.status().message());
     sets.push_back(std::move(set).value());
   }
@@ -100,6 +128,7 @@ std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const Pol
   SchedulerOptions sopt;
   sopt.issued_budget = policy.issued_budget;
   sopt.batch_cap = policy.batch_cap;
+  sopt.parallel = parallel;
   sopt.horizon = policy.horizon_s < 0 ? -1 : static_cast<Nanos>(policy.horizon_s * 1e9);
   sopt.arbiter = [&plugins, &choice = policy.arbiter] { return plugins.arbiter.create(choice.name, choice.args); };
   p->scheduler = std::make_unique<Scheduler>(*p->placement, *p->partitions, *p->estimator, sopt);
@@ -132,6 +161,8 @@ PolicyRun collect_run(const ExperimentConfig& cfg, const PolicyConfig& policy, P
   for (const auto& t : parts.tenants) run.tenant_names.push_back(t.spec().name);
   for (AccelId a = 0; a < parts.accels->size(); ++a) run.accel_names.push_back((*parts.accels)[a].name);
   run.scheduling = result.scheduling;
+  run.offered = parts.offered;
+  run.requests_beyond_window = parts.requests_beyond_window;
   run.arbiter = policy.arbiter;
   run.estimator = policy.estimator;
   if (parts.prior_applied) run.estimator_prior = cfg.estimator_prior;

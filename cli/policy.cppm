@@ -29,8 +29,10 @@ struct PolicyParts {
   PluginPtr<Estimator> estimator;
   EstimatorSet* linear = nullptr;  // the estimator's linear form, when it has one
   bool prior_applied = false;      // the linear form started from the `prior` given
-  std::vector<Tenant> tenants;
+  std::vector<Tenant> tenants;  // one per tenant instance
   std::vector<bool> online;
+  std::vector<OfferedLoad> offered;         // per configured tenant, inside the window
+  std::size_t requests_beyond_window = 0;  // arrivals after duration_s, not replayed
   std::unique_ptr<UnionPartitionSet> partitions;
   PluginPtr<PlacementPolicy> placement;
   PluginPtr<TransferArbiter> arbiter;  // the backend's; what-if workers make their own
@@ -54,10 +56,12 @@ void load_plugins(const ExperimentConfig& cfg, PluginRegistries& into);
 
 // `prior`: the config's [estimators] prior, which the linear estimator
 // starts from (read_prior; null when the config has none). `time_scale`: request arrivals happen this many times
-// sooner. `plugins` must outlive the parts (the scheduler creates arbiters from it).
+// sooner. `parallel`: what-if candidates on oneTBB workers (sweep runs
+// whole policies in parallel instead). `plugins` must outlive the parts (the
+// scheduler creates arbiters from it).
 std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const PolicyConfig& policy,
                                           const PluginRegistries& plugins, const CalibrationProfile* prior,
-                                          double time_scale = 1.0);
+                                          double time_scale = 1.0, bool parallel = true);
 
 // A progress bar on a terminal, a line every 25 % otherwise.
 ProgressFn progress_printer(const std::string& name);

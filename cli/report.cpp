@@ -57,40 +57,7 @@ nlohmann::json summary(const ExperimentConfig& cfg, const std::vector<PolicyRun>
   j["config"] = cfg.name;
   j["seed"] = cfg.seed;
   j["slo_threshold_s"] = round6(threshold);
-  for (const PolicyRun& r : runs) {
-    const RunMetrics& m = r.metrics;
-    nlohmann::json p;
-    p["request_throughput"] = round6(m.request_throughput);
-    p["token_throughput"] = round6(m.token_throughput);
-    p["ttft_p50_s"] = round6(m.ttft_p50_s);
-    p["ttft_p90_s"] = round6(m.ttft_p90_s);
-    p["ttft_p99_s"] = round6(m.ttft_p99_s);
-    p["tpot_mean_s"] = round6(m.tpot_mean_s);
-    p["slo_attainment"] = round6(m.slo_attainment);
-    p["gpu_utilization"] = round6(m.gpu_utilization);
-    p["span_s"] = round6(m.span_s);
-    p["requests_total"] = m.requests_total;
-    p["requests_done"] = m.requests_done;
-    p["online_done"] = m.online_done;
-    p["offline_done"] = m.offline_done;
-    p["tokens_generated"] = m.tokens_generated;
-    p["idle_slice_p50_s"] = round6(percentile(m.idle_slices_s, 50));
-    p["idle_slice_p90_s"] = round6(percentile(m.idle_slices_s, 90));
-    p["idle_slice_p99_s"] = round6(percentile(m.idle_slices_s, 99));
-    p["scheduling"] = {{"batches", r.scheduling.batches},
-                       {"candidates", r.scheduling.candidates},
-                       {"simulations", r.scheduling.simulations},
-                       {"deferred", r.scheduling.deferred}};
-    // Which plugins ran it, with their arguments as configured.
-    p["arbiter"] = {{"plugin", r.arbiter.name}, {"args", r.arbiter.args}};
-    p["estimator"] = {
-        {"plugin", r.estimator.name},
-        {"args", r.estimator.args},
-        {"prior", r.estimator_prior.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.estimator_prior)}};
-    for (const auto& e : r.estimators)
-      p["estimators"].push_back({{"what", e.what}, {"samples", e.samples}, {"mape_pct", round6(e.mape_pct)}});
-    j["policies"][r.name] = p;
-  }
+  for (const PolicyRun& r : runs) j["policies"][r.name] = policy_summary(r);
   return j;
 }
 
@@ -237,6 +204,57 @@ void plots(const fs::path& dir, const std::vector<PolicyRun>& runs) {
 }
 
 }  // namespace
+
+nlohmann::json policy_summary(const PolicyRun& r) {
+  const RunMetrics& m = r.metrics;
+  nlohmann::json p;
+  p["request_throughput"] = round6(m.request_throughput);
+  p["token_throughput"] = round6(m.token_throughput);
+  p["ttft_p50_s"] = round6(m.ttft_p50_s);
+  p["ttft_p90_s"] = round6(m.ttft_p90_s);
+  p["ttft_p99_s"] = round6(m.ttft_p99_s);
+  p["tpot_mean_s"] = round6(m.tpot_mean_s);
+  p["slo_attainment"] = round6(m.slo_attainment);
+  p["gpu_utilization"] = round6(m.gpu_utilization);
+  p["span_s"] = round6(m.span_s);
+  p["requests_total"] = m.requests_total;
+  p["requests_done"] = m.requests_done;
+  p["online_done"] = m.online_done;
+  p["offline_done"] = m.offline_done;
+  p["tokens_generated"] = m.tokens_generated;
+  p["done"] = round6(m.requests_total ? static_cast<double>(m.requests_done) / static_cast<double>(m.requests_total)
+                                       : 0.0);
+  p["requests_beyond_window"] = r.requests_beyond_window;
+  // The load each tenant offered inside the window: equal across the
+  // policies that run it, so differences in throughput are the policy's.
+  double offered_rps = 0, offered_tps = 0;
+  for (const OfferedLoad& o : r.offered) {
+    p["offered"][o.tenant] = {{"requests", o.requests},
+                              {"requests_per_s", round6(o.requests_per_s())},
+                              {"input_tokens_per_s", round6(o.input_tokens_per_s())},
+                              {"output_tokens_per_s", round6(o.output_tokens_per_s())}};
+    offered_rps += o.requests_per_s();
+    offered_tps += o.output_tokens_per_s();
+  }
+  p["offered_requests_per_s"] = round6(offered_rps);
+  p["offered_output_tokens_per_s"] = round6(offered_tps);
+  p["idle_slice_p50_s"] = round6(percentile(m.idle_slices_s, 50));
+  p["idle_slice_p90_s"] = round6(percentile(m.idle_slices_s, 90));
+  p["idle_slice_p99_s"] = round6(percentile(m.idle_slices_s, 99));
+  p["scheduling"] = {{"batches", r.scheduling.batches},
+                     {"candidates", r.scheduling.candidates},
+                     {"simulations", r.scheduling.simulations},
+                     {"deferred", r.scheduling.deferred}};
+  // Which plugins ran it, with their arguments as configured.
+  p["arbiter"] = {{"plugin", r.arbiter.name}, {"args", r.arbiter.args}};
+  p["estimator"] = {
+      {"plugin", r.estimator.name},
+      {"args", r.estimator.args},
+      {"prior", r.estimator_prior.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.estimator_prior)}};
+  for (const auto& e : r.estimators)
+    p["estimators"].push_back({{"what", e.what}, {"samples", e.samples}, {"mape_pct", round6(e.mape_pct)}});
+  return p;
+}
 
 double slo_threshold(const std::vector<PolicyRun>& runs) {
   for (const PolicyRun& r : runs)

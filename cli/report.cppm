@@ -3,6 +3,7 @@
 // CSVs, a Chrome trace per policy (opens in Perfetto) and PNG plots.
 module;
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,18 @@ export import slicesched.core.calibration;
 
 export namespace slicesched::cli {
 
+// What a tenant's stream offers inside the measurement window (all its
+// instances together).
+struct OfferedLoad {
+  std::string tenant;
+  std::size_t requests = 0;
+  std::int64_t input_tokens = 0, output_tokens = 0;
+  double window_s = 0;  // duration_s, or the stream's span without a window
+  double requests_per_s() const { return window_s > 0 ? static_cast<double>(requests) / window_s : 0; }
+  double input_tokens_per_s() const { return window_s > 0 ? static_cast<double>(input_tokens) / window_s : 0; }
+  double output_tokens_per_s() const { return window_s > 0 ? static_cast<double>(output_tokens) / window_s : 0; }
+};
+
 struct PolicyRun {
   std::string name;
   double wall_s = 0;
@@ -28,8 +41,14 @@ struct PolicyRun {
   std::string estimator_prior;                      // the [estimators] prior it started from, or empty
   std::vector<EstimatorSet::ReportRow> estimators;  // empty when it is not linear
   RoundStats scheduling;
+  std::vector<OfferedLoad> offered;
+  std::size_t requests_beyond_window = 0;
   std::optional<CalibrationProfile> calibration;  // what the estimators learned, when linear
 };
+
+// A policy's entry of summary.json (after finish_slo): its figures, offered
+// load, scheduling counts and plugins.
+nlohmann::json policy_summary(const PolicyRun& r);
 
 // The SLO threshold: the p90 TTFT of the policy named "Static-Online" (the
 // paper's definition), or of the first policy run when there is none.

@@ -84,7 +84,13 @@ void check_weights_fit(const ExperimentConfig& cfg) {
     }
 }
 
-PluginArgs tenant_ids(const PolicyConfig& p, PluginArgs args) {
+const TenantConfig& tenant_config(const ExperimentConfig& cfg, const std::string& name) {
+  auto it = std::find_if(cfg.tenants.begin(), cfg.tenants.end(), [&](const TenantConfig& t) { return t.name == name; });
+  if (it == cfg.tenants.end()) fail(cfg.path + ": no tenant named '" + name + "'");
+  return *it;
+}
+
+PluginArgs tenant_ids(const ExperimentConfig& cfg, const PolicyConfig& p, PluginArgs args) {
   if (!args.is_object() || !args.contains("tenants") || !args["tenants"].is_object()) return args;
   PluginArgs ids = PluginArgs::object();
   for (auto it_ = args["tenants"].begin(); it_ != args["tenants"].end(); ++it_) {
@@ -93,7 +99,17 @@ PluginArgs tenant_ids(const PolicyConfig& p, PluginArgs args) {
     auto it = std::find(p.tenants.begin(), p.tenants.end(), name);
     if (it == p.tenants.end())
       fail("policy '" + p.name + "': partition set pins tenant '" + name + "', which the policy does not run");
-    ids[std::to_string(it - p.tenants.begin())] = groups;
+    // Tenant ids count instances: the policy's tenants in order, each
+    // taking as many ids as it has instances.
+    std::size_t first = 0;
+    for (auto t = p.tenants.begin(); t != it; ++t) first += static_cast<std::size_t>(instances_of(p, tenant_config(cfg, *t)));
+    const auto instances = static_cast<std::size_t>(instances_of(p, tenant_config(cfg, name)));
+    // A list of lists pins instance by instance; a flat list every instance alike.
+    const bool per_instance = groups.is_array() && !groups.empty() && groups[0].is_array();
+    if (per_instance && groups.size() != instances)
+      fail("policy '" + p.name + "': partition set pins tenant '" + name + "' instance by instance: expected " +
+           std::to_string(instances) + " list(s) of groups (its instances), got " + std::to_string(groups.size()));
+    for (std::size_t i = 0; i < instances; ++i) ids[std::to_string(first + i)] = per_instance ? groups[i] : groups;
   }
   args["tenants"] = ids;
   return args;

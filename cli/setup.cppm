@@ -30,8 +30,14 @@ llama::Shape model_shape(const ModelConfig& m);
 // layer group anywhere): refuses a cluster they do not fit, naming the
 // accelerator.
 void check_weights_fit(const ExperimentConfig& cfg);
-// Partition-set arguments name tenants; plugins see tenant ids.
-PluginArgs tenant_ids(const PolicyConfig& p, PluginArgs args);
+// The tenant of that name (the config reader checked that policies name
+// only known tenants).
+const TenantConfig& tenant_config(const ExperimentConfig& cfg, const std::string& name);
+// Partition-set arguments name tenants; plugins see tenant ids, one per
+// tenant instance (a policy's tenants in order, each taking `instances`
+// ids). `offline0 = [4]` pins every instance to group 4; with instances = 2,
+// `offline0 = [[4], [5]]` pins instance 0 to group 4 and instance 1 to 5.
+PluginArgs tenant_ids(const ExperimentConfig& cfg, const PolicyConfig& p, PluginArgs args);
 bool stderr_is_tty();
 
 }  // namespace slicesched::cli

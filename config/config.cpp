@@ -6,6 +6,7 @@ module;
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -48,6 +49,8 @@ class Table {
 
   [[noreturn]] void fail(const toml::node* at, const std::string& key, const std::string& what) const {
     const auto& src = at ? at->source() : t_.source();
+    // A value set from the command line has the override as its "file".
+    if (src.path && *src.path != file_) throw ConfigError(*src.path + ": " + qualified(key) + ": " + what);
     std::string hint;
     if (!at)  // a missing key: maybe it is there, misspelt
       for (const auto& [k, v] : t_)
@@ -283,6 +286,9 @@ StreamConfig read_stream(Table& s, const fs::path& dir) {
                                        : StreamConfig::Kind::kPoisson;
     st.rate_per_s =
         s.num(st.kind == StreamConfig::Kind::kConstant ? "constant_rate" : "poisson_rate", 0, 1e-9, 1e9, true);
+    // rate_scale means the same for every stream kind: more load.
+    st.rate_per_s *= s.num("rate_scale", 1, 1e-9, 1e9);
+    if (st.rate_per_s > 1e9) s.fail(s.node("rate_scale"), "rate_scale", "the scaled rate exceeds 1e9 requests/s");
     st.duration_s = s.num("duration_s", 0, 1e-9, 1e12, true);
     st.input_tokens = s.integer("input_tokens", 0, 1, 1 << 24, true);
     st.output_tokens = s.integer("output_tokens", 0, 1, 1 << 24, true);
@@ -369,6 +375,7 @@ ExperimentConfig read(const toml::table& doc, const std::string& file) {
     tc.max_seqs = t.integer("max_seqs", 64, 1, 1 << 20);
     tc.kv_budget_tokens = t.integer("kv_budget_tokens", 65536, 1, INT64_MAX / 2);
     tc.lanes = static_cast<int>(t.integer("lanes", 1, 1, 1024));
+    tc.instances = static_cast<int>(t.integer("instances", 1, 1, 1024));
     const toml::table* st = t.table("stream", true);
     Table s(*st, t.qualified("stream"), file);
     tc.stream = read_stream(s, dir);
@@ -386,6 +393,16 @@ ExperimentConfig read(const toml::table& doc, const std::string& file) {
       bool known = false;
       for (const auto& t : cfg.tenants) known |= t.name == name;
       if (!known) p.fail(p.node("tenants"), "tenants", "no tenant named '" + name + "'");
+    }
+    if (const toml::table* it = p.table("instances", false)) {
+      Table inst(*it, p.qualified("instances"), file);
+      for (const auto& [k, v] : *it) {
+        const std::string name(k.str());
+        if (std::find(pc.tenants.begin(), pc.tenants.end(), name) == pc.tenants.end())
+          inst.fail(&v, name, "the policy runs no tenant named '" + name + "'");
+        pc.instances.emplace_back(name, static_cast<int>(inst.integer(name, 1, 1, 1024)));
+      }
+      inst.finish();
     }
     const toml::table* pt = p.table("placement", true);
     Table placement(*pt, p.qualified("placement"), file);
@@ -448,7 +465,111 @@ Status validate(const ExperimentConfig& cfg) {
   return Status::Ok();
 }
 
-Result<ExperimentConfig> load_config(const std::string& path) {
+namespace {
+
+// The nodes a dotted override path names (see ConfigOverride). Throws
+// ConfigError naming the override.
+struct OverridePath {
+  const ConfigOverride& o;
+
+  [[noreturn]] void fail(const std::string& what) const { throw ConfigError("--set " + o.key + ": " + what); }
+
+  static std::vector<std::string> split(const std::string& key) {
+    // "a.b[2].c" -> a, b, 2, c
+    std::vector<std::string> out;
+    std::string cur;
+    for (char c : key) {
+      if (c == '.' || c == '[') {
+        out.push_back(cur);
+        cur.clear();
+      } else if (c != ']') {
+        cur += c;
+      }
+    }
+    out.push_back(cur);
+    return out;
+  }
+
+  // The elements of `arr` that segment `seg` selects: "*", an index, or a name.
+  std::vector<toml::node*> select(toml::array& arr, const std::string& seg, const std::string& where) const {
+    std::vector<toml::node*> out;
+    if (seg == "*") {
+      for (auto& n : arr) out.push_back(&n);
+      if (out.empty()) fail("'" + where + "' is empty");
+      return out;
+    }
+    if (!seg.empty() && seg.find_first_not_of("0123456789") == std::string::npos) {
+      const std::size_t i = std::stoul(seg.size() > 9 ? std::string("999999999") : seg);
+      if (i >= arr.size()) fail("'" + where + "' has " + std::to_string(arr.size()) + " element(s), no [" + seg + "]");
+      out.push_back(arr.get(i));
+      return out;
+    }
+    std::string names;
+    for (auto& n : arr) {
+      const toml::table* t = n.as_table();
+      const auto name = t ? (*t)["name"].value<std::string>() : std::nullopt;
+      if (!name) continue;
+      if (*name == seg) out.push_back(&n);
+      names += (names.empty() ? "" : ", ") + *name;
+    }
+    if (out.empty())
+      fail("no element of '" + where + "' is named '" + seg + "'" + (names.empty() ? "" : " (names: " + names + ")"));
+    return out;
+  }
+
+  void apply(toml::table& doc, const std::string& file) const {
+    if (o.key.empty()) fail("expected KEY=VALUE with a dotted KEY");
+    const std::vector<std::string> segs = split(o.key);
+    for (const auto& seg : segs)
+      if (seg.empty()) fail("empty path segment (expected e.g. tenants.offline0.stream.constant_rate)");
+    // The value, as TOML; a bare word that is not TOML is a string.
+    toml::table parsed;
+    const std::string source = "--set " + o.key + "=" + o.value;
+    try {
+      parsed = toml::parse("v = " + o.value, source);
+    } catch (const toml::parse_error&) {
+      if (o.value.find_first_of("\"'[]{}=\n") != std::string::npos || o.value.empty())
+        fail("'" + o.value + "' is not a TOML value (strings with quotes, arrays in [...])");
+      parsed = toml::parse("v = \"" + o.value + "\"", source);
+    }
+    std::vector<toml::node*> at{&doc};
+    std::string where;
+    for (std::size_t i = 0; i + 1 < segs.size(); ++i) {
+      std::vector<toml::node*> next;
+      const std::string& seg = segs[i];
+      for (toml::node* n : at) {
+        if (toml::array* arr = n->as_array()) {
+          for (toml::node* e : select(*arr, seg, where)) next.push_back(e);
+        } else if (toml::table* t = n->as_table()) {
+          toml::node* child = t->get(seg);
+          if (!child) fail("'" + (where.empty() ? file : where) + "' has no key '" + seg + "'");
+          next.push_back(child);
+        } else {
+          fail("'" + where + "' is a value, not a table or an array");
+        }
+      }
+      where += (where.empty() ? "" : ".") + seg;
+      at = std::move(next);
+    }
+    const std::string& last = segs.back();
+    for (toml::node* n : at) {
+      if (toml::table* t = n->as_table()) {
+        parsed.get("v")->visit([&](auto& v) { t->insert_or_assign(last, v); });
+      } else if (toml::array* arr = n->as_array()) {
+        const std::vector<toml::node*> chosen = select(*arr, last, where);
+        for (std::size_t k = 0; k < arr->size(); ++k)
+          if (std::find(chosen.begin(), chosen.end(), arr->get(k)) != chosen.end())
+            parsed.get("v")->visit([&](auto& v) { arr->replace(arr->cbegin() + static_cast<std::ptrdiff_t>(k), v); });
+      } else {
+        fail("'" + where + "' is a value, not a table or an array");
+      }
+    }
+  }
+};
+
+}  // namespace
+
+Result<ExperimentConfig> load_config(const std::string& path, const std::vector<ConfigOverride>& overrides) {
   toml::table doc;
   try {
     doc = toml::parse_file(path);
@@ -460,6 +581,7 @@ Result<ExperimentConfig> load_config(const std::string& path) {
                            std::string(e.description()));
   }
   try {
+    for (const ConfigOverride& o : overrides) OverridePath{o}.apply(doc, path);
     ExperimentConfig cfg = read(doc, path);
     if (Status s = validate(cfg); !s.ok()) return s;
     return cfg;

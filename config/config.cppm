@@ -6,6 +6,7 @@ module;
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 export module slicesched.config;
@@ -46,6 +47,10 @@ struct TenantConfig {
   bool online = true;
   std::int64_t token_budget = 2048, max_seqs = 64, kv_budget_tokens = 65536;
   int lanes = 1;
+  // Serving instances of this tenant (e.g. Dual-Share's two offline
+  // copies). They share one request stream, dealt round-robin, so the
+  // offered load does not grow with the instance count.
+  int instances = 1;
   StreamConfig stream;
 };
 
@@ -62,6 +67,9 @@ struct PolicyConfig {
   std::vector<PluginChoice> partition_sets;  // candidates are their union, in order
   PluginChoice arbiter{"greedy"};            // starts transfers: in the emulated cluster and the what-if
   PluginChoice estimator{"online-linear"};   // predicts for the what-if, learns from the cluster's feedback
+  // Instances per tenant where this policy differs from the tenant's own
+  // `instances` (e.g. Dual-Share serves one offline stream with two).
+  std::vector<std::pair<std::string, int>> instances;
   std::size_t issued_budget = 256, batch_cap = 16;
   double horizon_s = -1;
 };
@@ -108,9 +116,29 @@ struct ExperimentConfig {
   std::string estimator_prior;            // a calibration profile used as estimator prior (resolved), or empty
 };
 
-// Reads and validates `path`. Never throws; errors are one line:
-// "configs/x.toml:12: cluster.accelerators[0].hbm_gib: expected a number > 0, got -1".
-Result<ExperimentConfig> load_config(const std::string& path);
+// How many instances `policy` runs of tenant `t`.
+inline int instances_of(const PolicyConfig& policy, const TenantConfig& t) {
+  for (const auto& [name, n] : policy.instances)
+    if (name == t.name) return n;
+  return t.instances;
+}
+
+// One `--set KEY=VALUE` of sweep and plan: KEY is a dotted path into the
+// TOML document, VALUE a TOML value (a bare word that is not one is taken
+// as a string). Path segments: a table key (`cluster.duration_s`), an array
+// index (`accelerators[0]` or `accelerators.0`), an array element by its
+// `name` key (`tenants.offline0`), or `*` for every element of an array
+// (`tenants.*.stream.rate_scale`). Every segment but the last must exist;
+// the last is created when absent (the reader then checks it like any key).
+struct ConfigOverride {
+  std::string key, value;
+};
+
+// Reads and validates `path`, with `overrides` applied in order first.
+// Never throws; errors are one line:
+// "configs/x.toml:12: cluster.accelerators[0].hbm_gib: expected a number > 0, got -1",
+// or for an override "--set tenants.x.stream.constant_rate=-1: ...".
+Result<ExperimentConfig> load_config(const std::string& path, const std::vector<ConfigOverride>& overrides = {});
 
 // Cross-checks between sections (duplicate accelerators, links naming
 // nothing); `load_config` calls it. Whether the model fits is checked by

@@ -1,0 +1,89 @@
+module;
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+module slicesched.cli.offline;
+import slicesched.engine;
+import slicesched.simulator.emulated;
+
+namespace slicesched::cli {
+
+Truths load_truths(const ExperimentConfig& cfg) {
+  Truths truths;
+  if (!cfg.ground_truth.present)
+    fail(cfg.path + ": this command needs a [ground_truth] section (measured profiles or a calibration profile)");
+  if (!cfg.ground_truth.calibrated.empty()) {
+    truths.calibrated = read_profile(cfg, "ground_truth.calibrated", cfg.ground_truth.calibrated);
+  } else {
+    LayerProfileOptions lopt;
+    lopt.hbm_bytes_per_s = cfg.ground_truth.hbm_bytes_per_s;
+    lopt.groups = cfg.model.groups;
+    lopt.layers_per_group = cfg.model.layers / cfg.model.groups;
+    auto layers = LayerProfile::load(cfg.ground_truth.layers_csv, 1, lopt);
+    if (!layers.ok()) fail(layers.status().message());
+    auto transfers = TransferProfile::load(cfg.ground_truth.transfers_csv);
+    if (!transfers.ok()) fail(transfers.status().message());
+    truths.layers = std::move(layers).value();
+    truths.transfers = std::move(transfers).value();
+  }
+  truths.prior = read_prior(cfg);
+  return truths;
+}
+
+void check_policies(const ExperimentConfig& cfg, const PluginRegistries& plugins,
+                    const std::optional<std::string>& filter) {
+  check_weights_fit(cfg);
+  const auto cluster = make_cluster(cfg);
+  for (const auto& p : cfg.policies) {
+    if (filter && *filter != p.name) continue;
+    for (const auto& choice : p.partition_sets) {
+      auto set = plugins.partition.create(choice.name, tenant_ids(cfg, p, choice.args));
+      if (!set.ok()) fail("policy '" + p.name + "': " + set.status().message());
+      if (Status s = set.value()->bind(*cluster); !s.ok()) fail("policy '" + p.name + "': " + s.message());
+    }
+    auto placement = plugins.placement.create(p.placement.name, p.placement.args);
+    if (!placement.ok()) fail("policy '" + p.name + "': " + placement.status().message());
+    auto arbiter = plugins.arbiter.create(p.arbiter.name, p.arbiter.args);
+    if (!arbiter.ok()) fail("policy '" + p.name + "': " + arbiter.status().message());
+    auto estimator = plugins.estimator.create(p.estimator.name, p.estimator.args);
+    if (!estimator.ok()) fail("policy '" + p.name + "': " + estimator.status().message());
+  }
+}
+
+PolicyRun run_offline(const ExperimentConfig& cfg, const PolicyConfig& policy, const PluginRegistries& plugins,
+                      const Truths& truths, const OfflineRunOptions& opt) {
+  auto parts = build_policy(cfg, policy, plugins, truths.prior ? &*truths.prior : nullptr, 1.0, opt.parallel);
+  std::unique_ptr<GroundTruth> truth;
+  if (truths.calibrated) {
+    auto cal = std::make_unique<CalibratedGroundTruth>(
+        *truths.calibrated, *parts->accels, cfg.seed, cfg.ground_truth.op_noise_cv, cfg.ground_truth.transfer_noise_cv);
+    if (Status s = cal->check_transfers(); !s.ok()) fail(cfg.ground_truth.calibrated + ": " + s.message());
+    truth = std::move(cal);
+  } else {
+    truth = std::make_unique<ProfileGroundTruth>(*truths.layers, *truths.transfers, cfg.seed,
+                                                 cfg.ground_truth.op_noise_cv, cfg.ground_truth.transfer_noise_cv);
+  }
+  EmulatedCluster cluster(parts->accels->size(), *truth, *parts->arbiter);
+  EngineOptions eopt;
+  eopt.stop_at = cfg.duration_s > 0 ? static_cast<Nanos>(cfg.duration_s * 1e9) : -1;
+  Engine engine(*parts->gmg, parts->tenants, *parts->scheduler, *parts->estimator, cluster, eopt);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto result = engine.run(opt.progress ? progress_printer(policy.name) : ProgressFn{});
+  if (opt.progress && stderr_is_tty()) std::fprintf(stderr, "\n");
+  if (!result.ok()) fail("policy '" + policy.name + "': " + result.status().message());
+  PolicyRun run = collect_run(cfg, policy, *parts, result.value(), cluster.log(),
+                              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                              "simulate " + cfg.path + ", policy " + policy.name);
+  if (!opt.keep_log) {
+    run.log = {};
+    run.requests = {};
+  }
+  return run;
+}
+
+}  // namespace slicesched::cli

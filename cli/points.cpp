@@ -1,0 +1,164 @@
+module;
+#include <tbb/parallel_for_each.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+module slicesched.cli.points;
+
+namespace slicesched::cli {
+
+std::string describe(const std::vector<planning::SweepAxis>& axes, const planning::SweepPoint& point) {
+  std::string s;
+  for (std::size_t a = 0; a < axes.size(); ++a)
+    s += (a ? ", " : "") + axes[a].name + "=" + planning::display(point.values[a]);
+  return s.empty() ? "the config as it is" : s;
+}
+
+PreparedPoint prepare_point(const std::string& config, const std::vector<ConfigOverride>& base,
+                            const planning::SweepPoint& point, const std::vector<planning::SweepAxis>& axes,
+                            const std::vector<std::string>& filter, const PluginRegistries& plugins) {
+  std::vector<ConfigOverride> all = base;
+  for (const auto& o : planning::overrides(axes, point)) all.push_back(o);
+  auto cfg = load_config(config, all);
+  if (!cfg.ok()) fail(cfg.status().message());
+  PreparedPoint p;
+  p.point = point;
+  p.cfg = std::move(cfg).value();
+  const std::string where = "point " + std::to_string(point.index) + " (" + describe(axes, point) + ")";
+  for (const std::string& name : filter)
+    if (std::none_of(p.cfg.policies.begin(), p.cfg.policies.end(), [&](auto& q) { return q.name == name; })) {
+      std::string names;
+      for (const auto& q : p.cfg.policies) names += (names.empty() ? "" : ", ") + q.name;
+      fail("no policy named '" + name + "' in " + config + " (policies: " + names + ")");
+    }
+  bool has_baseline = false;
+  for (const auto& q : p.cfg.policies) {
+    has_baseline |= q.name == "Static-Online";
+    if (filter.empty() || std::find(filter.begin(), filter.end(), q.name) != filter.end()) p.policies.push_back(q.name);
+  }
+  if (has_baseline && std::find(p.policies.begin(), p.policies.end(), "Static-Online") == p.policies.end())
+    p.reference = "Static-Online";
+  try {
+    for (const auto& q : p.cfg.policies)
+      if (std::find(p.policies.begin(), p.policies.end(), q.name) != p.policies.end() || p.reference == q.name)
+        check_policies(p.cfg, plugins, q.name);
+    p.truths = load_truths(p.cfg);
+  } catch (const std::exception& e) {
+    fail(where + ": " + e.what());
+  }
+  return p;
+}
+
+namespace {
+
+std::string clock(double s) {
+  char b[32];
+  const long t = static_cast<long>(s + 0.5);
+  if (t >= 3600)
+    std::snprintf(b, sizeof b, "%ldh%02ldm", t / 3600, t / 60 % 60);
+  else
+    std::snprintf(b, sizeof b, "%ldm%02lds", t / 60, t % 60);
+  return b;
+}
+
+}  // namespace
+
+std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, const PluginRegistries& plugins,
+                                    int jobs, const std::string& label) {
+  struct Task {
+    std::size_t point;
+    const PolicyConfig* policy;
+    bool simulated;  // a what-if policy: the long runs, started first
+  };
+  std::vector<Task> tasks;
+  for (std::size_t i = 0; i < points.size(); ++i)
+    for (const auto& q : points[i].cfg.policies)
+      if (std::find(points[i].policies.begin(), points[i].policies.end(), q.name) != points[i].policies.end() ||
+          points[i].reference == q.name)
+        tasks.push_back({i, &q, q.placement.name == "simulation-guided"});
+  std::stable_sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) { return a.simulated > b.simulated; });
+
+  std::vector<std::vector<std::optional<PolicyRun>>> runs(points.size());
+  for (std::size_t i = 0; i < points.size(); ++i) runs[i].resize(points[i].cfg.policies.size());
+  std::mutex mu;
+  std::size_t done = 0;
+  std::string error;
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool tty = stderr_is_tty();
+  int last_decile = -1;
+  auto report = [&] {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double eta = done ? elapsed / static_cast<double>(done) * static_cast<double>(tasks.size() - done) : 0;
+    const int pct = tasks.empty() ? 100 : static_cast<int>(100 * done / tasks.size());
+    if (tty) {
+      std::fprintf(stderr, "\r  %s [%-40s] %3d%%  %zu/%zu runs  elapsed %s  ETA %s ", label.c_str(),
+                   std::string(static_cast<std::size_t>(pct * 40 / 100), '#').c_str(), pct, done, tasks.size(),
+                   clock(elapsed).c_str(), done ? clock(eta).c_str() : "?");
+    } else if (pct / 10 != last_decile) {
+      last_decile = pct / 10;
+      std::fprintf(stderr, "  %s: %d%% (%zu/%zu runs, elapsed %s, ETA %s)\n", label.c_str(), pct, done, tasks.size(),
+                   clock(elapsed).c_str(), done ? clock(eta).c_str() : "?");
+    }
+  };
+  {
+    std::lock_guard lock(mu);
+    report();
+  }
+  tbb::task_arena arena(std::max(1, jobs));
+  arena.execute([&] {
+    tbb::parallel_for_each(tasks.begin(), tasks.end(), [&](const Task& t) {
+      {
+        std::lock_guard lock(mu);
+        if (!error.empty()) return;
+      }
+      const PreparedPoint& p = points[t.point];
+      std::optional<PolicyRun> run;
+      std::string failure;
+      try {
+        // One run per worker: what-ifs stay on this thread.
+        run = run_offline(p.cfg, *t.policy, plugins, p.truths, {.progress = false, .parallel = false, .keep_log = false});
+      } catch (const std::exception& e) {
+        failure = "point " + std::to_string(p.point.index) + ": " + e.what();
+      }
+      std::lock_guard lock(mu);
+      if (!failure.empty()) {
+        if (error.empty()) error = failure;
+        return;
+      }
+      const auto index = static_cast<std::size_t>(t.policy - p.cfg.policies.data());
+      runs[t.point][index] = std::move(run);
+      ++done;
+      report();
+    });
+  });
+  if (tty) std::fprintf(stderr, "\n");
+  if (!error.empty()) fail(error);
+
+  std::vector<PointResult> out(points.size());
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const PreparedPoint& p = points[i];
+    std::vector<PolicyRun> ran;
+    for (auto& r : runs[i])
+      if (r) ran.push_back(std::move(*r));
+    const double threshold = slo_threshold(ran);
+    for (const std::string& name : p.policies)
+      for (PolicyRun& r : ran)
+        if (r.name == name) {
+          finish_slo(r.metrics, threshold);
+          out[i].entries.push_back(policy_summary(r));
+          out[i].wall_s.push_back(r.wall_s);
+        }
+  }
+  return out;
+}
+
+}  // namespace slicesched::cli

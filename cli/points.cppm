@@ -1,0 +1,46 @@
+// Running the points of a sweep or a plan: each point is the config with
+// some overrides; each (point, policy) pair is one offline run. SLO
+// attainment at a point is against that point's Static-Online run (the
+// paper's definition), which is run as a reference even when not asked for.
+// Failures throw std::runtime_error with one line naming the point.
+module;
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+export module slicesched.cli.points;
+export import slicesched.cli.offline;
+export import slicesched.planning.grid;
+
+export namespace slicesched::cli {
+
+struct PreparedPoint {
+  planning::SweepPoint point;
+  ExperimentConfig cfg;
+  Truths truths;
+  std::vector<std::string> policies;  // to report, in the config's order
+  std::optional<std::string> reference;  // run only for the SLO threshold
+};
+
+// Loads and checks the point's config (overrides, plugins, ground truth);
+// `filter`: the policies to report (all when empty). Nothing runs.
+PreparedPoint prepare_point(const std::string& config, const std::vector<ConfigOverride>& base,
+                            const planning::SweepPoint& point, const std::vector<planning::SweepAxis>& axes,
+                            const std::vector<std::string>& filter, const PluginRegistries& plugins);
+
+// Every (point, policy) run, on `jobs` threads (oneTBB), with a progress
+// bar and an ETA on stderr. Returns, per point, the summary.json entry of
+// each reported policy (SLO filled in) and its wall time.
+struct PointResult {
+  std::vector<nlohmann::json> entries;  // parallel to PreparedPoint::policies
+  std::vector<double> wall_s;
+};
+std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, const PluginRegistries& plugins,
+                                    int jobs, const std::string& label);
+
+// "k=v, k2=v2" for messages.
+std::string describe(const std::vector<planning::SweepAxis>& axes, const planning::SweepPoint& point);
+
+}  // namespace slicesched::cli

@@ -1,0 +1,249 @@
+// `slicesched sweep CONFIG --set KEY=V1,V2 ... --out DIR`: every policy at
+// every point of a grid of config overrides, run in parallel; sweep.csv,
+// sweep.json and plots of each figure against each swept key.
+// `slicesched sweep-merge DIR... --out DIR` joins the shards of one sweep.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "commands.hpp"
+
+import slicesched.cli.points;
+import slicesched.core.files;
+import slicesched.planning.rows;
+
+namespace slicesched::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using planning::SweepTable;
+
+void write(const fs::path& path, const std::string& content) {
+  if (Status s = write_file_atomically(path.string(), content); !s.ok()) throw std::runtime_error(s.message());
+}
+
+// The output folder must be creatable and writable before anything runs.
+void check_out(const std::string& out) {
+  const fs::path dir(out);
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) fail("--out " + out + ": exists and is not a folder");
+  fs::create_directories(dir, ec);
+  if (ec) fail("--out " + out + ": cannot create (" + ec.message() + ")");
+  const fs::path probe = dir / ".slicesched-write-check";
+  std::ofstream f(probe);
+  if (!f) fail("--out " + out + ": not writable");
+  f.close();
+  fs::remove(probe, ec);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(path + ": cannot read");
+  std::ostringstream o;
+  o << f.rdbuf();
+  return o.str();
+}
+
+std::string slug(const std::string& s) {
+  std::string o;
+  for (char c : s) o += std::isalnum(static_cast<unsigned char>(c)) ? static_cast<char>(std::tolower(c)) : '_';
+  return o;
+}
+
+bool numeric(const std::string& v, double& out) {
+  char* end = nullptr;
+  out = std::strtod(v.c_str(), &end);
+  return !v.empty() && end && *end == '\0' && std::isfinite(out);
+}
+
+// One PNG per (figure, swept key): a line per policy (and per value of the
+// other keys, when there are several).
+void plots(const fs::path& dir, const SweepTable& t) {
+  static const std::vector<std::pair<std::string, std::string>> figures = {
+      {"token_throughput", "token throughput (tokens/s)"},
+      {"request_throughput", "request throughput (requests/s)"},
+      {"slo_attainment", "SLO attainment"},
+      {"gpu_utilization", "GPU utilization"},
+      {"ttft_p90_s", "TTFT p90 (s)"}};
+  const fs::path pd = dir / "plots";
+  fs::create_directories(pd);
+  std::ostringstream gp;
+  gp << "set terminal png size 900,560\nset grid\nset key outside right\n";
+  for (std::size_t a = 0; a < t.axes.size(); ++a) {
+    const auto& axis = t.axes[a];
+    if (axis.values.size() < 2) continue;  // nothing to draw a line through
+    bool all_numeric = true;
+    double lo = 1e300, hi = -1e300;
+    for (const auto& v : axis.values) {
+      double x;
+      all_numeric &= numeric(planning::display(v), x);
+      if (all_numeric) lo = std::min(lo, x), hi = std::max(hi, x);
+    }
+    const bool logx = all_numeric && lo > 0 && hi / lo >= 16;
+    // Lines: policy x the other axes' values.
+    std::map<std::string, std::vector<const planning::SweepRow*>> lines;
+    std::vector<std::string> order;
+    for (const auto& r : t.rows) {
+      std::string name = r.policy;
+      for (std::size_t b = 0; b < t.axes.size(); ++b)
+        if (b != a) name += ", " + t.axes[b].name + "=" + planning::display(r.values[b]);
+      if (!lines.count(name)) order.push_back(name);
+      lines[name].push_back(&r);
+    }
+    for (const auto& [figure, title] : figures) {
+      const std::string png = slug(figure) + "_vs_" + slug(axis.name) + ".png";
+      gp << "set output '" << png << "'\nset title '" << title << " vs " << axis.name << "'\nset xlabel '"
+         << axis.name << "'\nset ylabel '" << title << "'\n"
+         << (logx ? "set logscale x 2\n" : "unset logscale x\n") << "set yrange [0:*]\nplot ";
+      for (std::size_t l = 0; l < order.size(); ++l) {
+        std::ostringstream d;
+        for (const planning::SweepRow* r : lines[order[l]]) {
+          const auto pos = std::find(axis.values.begin(), axis.values.end(), r->values[a]) - axis.values.begin();
+          const std::string x = planning::display(r->values[a]);
+          d << (all_numeric ? x : std::to_string(pos)) << ' ' << planning::figure(*r, figure) << " \"" << x << "\"\n";
+        }
+        const std::string f = slug(figure) + "_" + slug(axis.name) + "_" + std::to_string(l) + ".dat";
+        write(pd / f, d.str());
+        gp << (l ? ", " : "") << "'" << f << "' using 1:2" << (all_numeric ? "" : ":xtic(3)")
+           << " with linespoints lw 2 title '" << order[l] << "'";
+      }
+      gp << "\n";
+    }
+  }
+  write(pd / "plots.gp", gp.str());
+  if (t.axes.empty()) return;
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    std::fprintf(stderr, "slicesched: gnuplot not found: plot data and script are in %s (apt-get install gnuplot-nox)\n",
+                 pd.string().c_str());
+    return;
+  }
+  if (std::system(("cd '" + pd.string() + "' && gnuplot plots.gp 2>/dev/null").c_str()) != 0)
+    std::fprintf(stderr, "slicesched: gnuplot failed on %s/plots.gp\n", pd.string().c_str());
+}
+
+void print_table(const SweepTable& t) {
+  std::printf("\n");
+  for (const auto& a : t.axes) std::printf("%-14s ", a.name.c_str());
+  std::printf("%-16s %9s %9s %9s %7s %7s %7s\n", "policy", "req/s", "tok/s", "TTFT p90", "SLO", "GPU", "done");
+  for (const auto& r : t.rows) {
+    for (const auto& v : r.values) std::printf("%-14s ", planning::display(v).c_str());
+    std::printf("%-16s %9.3f %9.1f %8.3fs %6.1f%% %6.1f%% %6.1f%%\n", r.policy.c_str(),
+                planning::figure(r, "request_throughput"), planning::figure(r, "token_throughput"),
+                planning::figure(r, "ttft_p90_s"), 100 * planning::figure(r, "slo_attainment"),
+                100 * planning::figure(r, "gpu_utilization"), 100 * planning::figure(r, "done"));
+  }
+}
+
+void write_outputs(const fs::path& dir, const SweepTable& t, bool wall) {
+  write(dir / "sweep.csv", planning::to_csv(t));
+  write(dir / "sweep.json", planning::to_json(t).dump(2) + "\n");
+  if (wall) write(dir / "sweep_wall.csv", planning::wall_csv(t));
+  plots(dir, t);
+}
+
+}  // namespace
+
+int sweep(const SweepOptions& opt) {
+  try {
+    std::vector<planning::SweepAxis> axes;
+    for (const auto& s : opt.sets) {
+      auto axis = planning::parse_axis(s);
+      if (!axis.ok()) fail(axis.status().message());
+      axes.push_back(std::move(axis).value());
+    }
+    check(planning::check_axes(axes));
+    planning::Shard shard;
+    if (opt.shard) {
+      auto s = planning::parse_shard(*opt.shard);
+      if (!s.ok()) fail(s.status().message());
+      shard = s.value();
+    }
+    auto base = load_config(opt.config);
+    if (!base.ok()) fail(base.status().message());
+    check_out(opt.out);
+    PluginRegistries plugins;
+    load_plugins(base.value(), plugins);
+
+    const auto grid = planning::expand(axes);
+    const auto mine = planning::select(grid, shard);
+    // Every point's config is loaded and checked before anything runs.
+    std::vector<PreparedPoint> points;
+    for (const auto& p : mine) points.push_back(prepare_point(opt.config, {}, p, axes, opt.policies, plugins));
+
+    const int jobs = opt.jobs > 0 ? opt.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    std::fprintf(stderr, "sweep: %zu point(s)%s x %zu polic%s on %d thread(s)\n", points.size(),
+                 opt.shard ? (" (shard " + *opt.shard + " of " + std::to_string(grid.size()) + ")").c_str() : "",
+                 points.empty() ? 0 : points[0].policies.size(),
+                 !points.empty() && points[0].policies.size() == 1 ? "y" : "ies", jobs);
+    const auto results = run_points(points, plugins, jobs, "sweep");
+
+    SweepTable t;
+    t.config = opt.config;
+    t.config_hash = planning::fnv1a64_hex(read_text(opt.config));
+    t.seed = base->seed;
+    t.axes = axes;
+    for (const auto& q : base->policies)
+      if (opt.policies.empty() || std::find(opt.policies.begin(), opt.policies.end(), q.name) != opt.policies.end())
+        t.policies.push_back(q.name);
+    t.points_total = grid.size();
+    if (opt.shard) t.shard = shard;
+    for (std::size_t i = 0; i < points.size(); ++i)
+      for (std::size_t k = 0; k < points[i].policies.size(); ++k) {
+        auto row = planning::make_row(points[i].point, points[i].policies[k], results[i].entries[k]);
+        row.wall_s = results[i].wall_s[k];
+        t.rows.push_back(std::move(row));
+      }
+    planning::sort_rows(t);
+    print_table(t);
+    write_outputs(opt.out, t, true);
+    std::printf("\nwrote %s/sweep.csv, sweep.json, sweep_wall.csv and plots/\n", opt.out.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "slicesched: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
+
+int sweep_merge(const SweepMergeOptions& opt) {
+  try {
+    std::vector<SweepTable> shards;
+    std::vector<std::string> names;
+    for (const auto& d : opt.dirs) {
+      const std::string path = (fs::path(d) / "sweep.json").string();
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(read_text(path));
+      } catch (const nlohmann::json::parse_error& e) {
+        fail(path + ": not JSON (" + e.what() + ")");
+      }
+      auto t = planning::from_json(j, path);
+      if (!t.ok()) fail(t.status().message());
+      shards.push_back(std::move(t).value());
+      names.push_back(path);
+    }
+    check_out(opt.out);
+    auto merged = planning::merge(std::move(shards), names);
+    if (!merged.ok()) fail(merged.status().message());
+    print_table(merged.value());
+    write_outputs(opt.out, merged.value(), false);
+    std::printf("\nmerged %zu shard(s) into %s/sweep.csv, sweep.json and plots/\n", opt.dirs.size(), opt.out.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "slicesched: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
+
+}  // namespace slicesched::cli

@@ -1,0 +1,136 @@
+module;
+#include <cstddef>
+#include <string>
+#include <vector>
+
+module slicesched.planning.grid;
+
+namespace slicesched::planning {
+
+namespace {
+
+std::vector<std::string> split_values(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  int depth = 0;
+  char quote = 0;
+  for (char c : s) {
+    if (quote) {
+      if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '[' || c == '{') {
+      ++depth;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    } else if (c == ',' && depth == 0) {
+      out.push_back(cur);
+      cur.clear();
+      continue;
+    }
+    cur += c;
+  }
+  out.push_back(cur);
+  return out;
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return {};
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+}  // namespace
+
+Result<SweepAxis> parse_axis(const std::string& arg) {
+  const auto eq = arg.find('=');
+  if (eq == std::string::npos)
+    return InvalidArgument("--set " + arg + ": expected [NAME:]KEY=V1,V2,... (e.g. tenants.offline0.stream.constant_rate=1,2,4)");
+  SweepAxis axis;
+  std::string key = trim(arg.substr(0, eq));
+  if (const auto colon = key.find(':'); colon != std::string::npos) {
+    axis.name = trim(key.substr(0, colon));
+    key = trim(key.substr(colon + 1));
+    if (axis.name.empty()) return InvalidArgument("--set " + arg + ": empty NAME before ':'");
+  }
+  if (key.empty()) return InvalidArgument("--set " + arg + ": empty KEY before '='");
+  axis.key = key;
+  if (axis.name.empty()) {
+    // The last path component, without an index: accelerators[0].count -> count.
+    std::string last = key.substr(key.find_last_of('.') == std::string::npos ? 0 : key.find_last_of('.') + 1);
+    if (const auto b = last.find('['); b != std::string::npos) last = last.substr(0, b);
+    axis.name = last.empty() ? key : last;
+  }
+  for (const std::string& v : split_values(arg.substr(eq + 1))) {
+    const std::string t = trim(v);
+    if (t.empty()) return InvalidArgument("--set " + arg + ": empty value in the list");
+    axis.values.push_back(t);
+  }
+  return axis;
+}
+
+Status check_axes(const std::vector<SweepAxis>& axes, std::size_t max_points) {
+  std::size_t points = 1;
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j)
+      if (axes[i].name == axes[j].name)
+        return InvalidArgument("--set " + axes[i].key + ": a second axis named '" + axes[i].name +
+                               "' (name one with --set NAME:KEY=...)");
+    if (axes[i].name == "policy")
+      return InvalidArgument("--set " + axes[i].key + ": 'policy' is a column of its own; name the axis with --set NAME:KEY=...");
+    points *= axes[i].values.size();
+    if (points > max_points)
+      return InvalidArgument("--set: the grid has more than " + std::to_string(max_points) + " points");
+  }
+  return Status::Ok();
+}
+
+std::vector<SweepPoint> expand(const std::vector<SweepAxis>& axes) {
+  std::size_t total = 1;
+  for (const auto& a : axes) total *= a.values.size();
+  std::vector<SweepPoint> out(total);
+  for (std::size_t p = 0; p < total; ++p) {
+    out[p].index = p;
+    out[p].values.resize(axes.size());
+    std::size_t rest = p;
+    for (std::size_t a = axes.size(); a-- > 0;) {
+      out[p].values[a] = axes[a].values[rest % axes[a].values.size()];
+      rest /= axes[a].values.size();
+    }
+  }
+  return out;
+}
+
+Result<Shard> parse_shard(const std::string& arg) {
+  const auto slash = arg.find('/');
+  auto number = [](const std::string& s) -> long long {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) return -1;
+    return std::stoll(s);
+  };
+  if (slash != std::string::npos) {
+    const long long i = number(arg.substr(0, slash)), n = number(arg.substr(slash + 1));
+    if (i >= 0 && n >= 1 && i < n) return Shard{static_cast<std::size_t>(i), static_cast<std::size_t>(n)};
+  }
+  return InvalidArgument("--shard " + arg + ": expected I/N with 0 <= I < N (e.g. 0/4)");
+}
+
+std::vector<SweepPoint> select(const std::vector<SweepPoint>& points, Shard shard) {
+  std::vector<SweepPoint> out;
+  for (const auto& p : points)
+    if (p.index % shard.count == shard.index) out.push_back(p);
+  return out;
+}
+
+std::vector<ConfigOverride> overrides(const std::vector<SweepAxis>& axes, const SweepPoint& point) {
+  std::vector<ConfigOverride> out;
+  for (std::size_t a = 0; a < axes.size(); ++a) out.push_back({axes[a].key, point.values[a]});
+  return out;
+}
+
+std::string display(const std::string& value) {
+  if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') && value.back() == value.front())
+    return value.substr(1, value.size() - 2);
+  return value;
+}
+
+}  // namespace slicesched::planning
