@@ -55,7 +55,7 @@ int plan(const PlanOptions& opt) {
     const int jobs = 2;  // the policy and its Static-Online reference side by side
     auto holds = [&](std::int64_t v) {
       const PreparedPoint p = prepare_point(opt.config, base, point_at(v), axes, {opt.policy}, plugins);
-      const auto result = run_points({p}, plugins, jobs, axes[0].name + "=" + std::to_string(v));
+      const auto result = run_points({p}, plugins, jobs, "");
       const nlohmann::json& e = result[0].entries[0];
       const auto row = planning::make_row(p.point, opt.policy, e);
       bool ok = true;

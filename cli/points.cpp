@@ -96,6 +96,7 @@ std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, co
   const bool tty = stderr_is_tty();
   int last_decile = -1;
   auto report = [&] {
+    if (label.empty()) return;  // the caller reports
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double eta = done ? elapsed / static_cast<double>(done) * static_cast<double>(tasks.size() - done) : 0;
     const int pct = tasks.empty() ? 100 : static_cast<int>(100 * done / tasks.size());
@@ -140,7 +141,7 @@ std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, co
       report();
     });
   });
-  if (tty) std::fprintf(stderr, "\n");
+  if (tty && !label.empty()) std::fprintf(stderr, "\n");
   if (!error.empty()) fail(error);
 
   std::vector<PointResult> out(points.size());

@@ -31,7 +31,7 @@ PreparedPoint prepare_point(const std::string& config, const std::vector<ConfigO
                             const std::vector<std::string>& filter, const PluginRegistries& plugins);
 
 // Every (point, policy) run, on `jobs` threads (oneTBB), with a progress
-// bar and an ETA on stderr. Returns, per point, the summary.json entry of
+// bar and an ETA on stderr (none when `label` is empty). Returns, per point, the summary.json entry of
 // each reported policy (SLO filled in) and its wall time.
 struct PointResult {
   std::vector<nlohmann::json> entries;  // parallel to PreparedPoint::policies

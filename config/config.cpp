@@ -4,6 +4,7 @@ module;
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -20,6 +21,11 @@ namespace slicesched {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Nodes that came from a --set override, with the override's text: errors
+// at them name the override instead of a line. Set by load_config while it
+// reads (one config per thread at a time).
+thread_local const std::vector<std::pair<const toml::node*, std::string>>* g_overridden = nullptr;
 
 // Thrown inside the reader only; load_config turns it into a Status.
 struct ConfigError : std::runtime_error {
@@ -49,8 +55,9 @@ class Table {
 
   [[noreturn]] void fail(const toml::node* at, const std::string& key, const std::string& what) const {
     const auto& src = at ? at->source() : t_.source();
-    // A value set from the command line has the override as its "file".
-    if (src.path && *src.path != file_) throw ConfigError(*src.path + ": " + qualified(key) + ": " + what);
+    if (at && g_overridden)
+      for (const auto& [node, label] : *g_overridden)
+        if (node == at) throw ConfigError(label + ": " + qualified(key) + ": " + what);
     std::string hint;
     if (!at)  // a missing key: maybe it is there, misspelt
       for (const auto& [k, v] : t_)
@@ -143,10 +150,10 @@ class Table {
   const std::string& path() const { return path_; }
 
  private:
+  // Shortest text that names the bound exactly (1e-09, not 0).
   static std::string fmt(double v) {
-    std::string s = std::to_string(v);
-    while (s.size() > 1 && s.back() == '0') s.pop_back();
-    if (!s.empty() && s.back() == '.') s.pop_back();
+    char s[32];
+    std::snprintf(s, sizeof s, "%.9g", v);
     return s;
   }
   const toml::table& t_;
@@ -517,7 +524,8 @@ struct OverridePath {
     return out;
   }
 
-  void apply(toml::table& doc, const std::string& file) const {
+  void apply(toml::table& doc, const std::string& file,
+             std::vector<std::pair<const toml::node*, std::string>>& set) const {
     if (o.key.empty()) fail("expected KEY=VALUE with a dotted KEY");
     const std::vector<std::string> segs = split(o.key);
     for (const auto& seg : segs)
@@ -555,11 +563,14 @@ struct OverridePath {
     for (toml::node* n : at) {
       if (toml::table* t = n->as_table()) {
         parsed.get("v")->visit([&](auto& v) { t->insert_or_assign(last, v); });
+        set.emplace_back(t->get(last), source);
       } else if (toml::array* arr = n->as_array()) {
         const std::vector<toml::node*> chosen = select(*arr, last, where);
         for (std::size_t k = 0; k < arr->size(); ++k)
-          if (std::find(chosen.begin(), chosen.end(), arr->get(k)) != chosen.end())
+          if (std::find(chosen.begin(), chosen.end(), arr->get(k)) != chosen.end()) {
             parsed.get("v")->visit([&](auto& v) { arr->replace(arr->cbegin() + static_cast<std::ptrdiff_t>(k), v); });
+            set.emplace_back(arr->get(k), source);
+          }
       } else {
         fail("'" + where + "' is a value, not a table or an array");
       }
@@ -581,7 +592,14 @@ Result<ExperimentConfig> load_config(const std::string& path, const std::vector<
                            std::string(e.description()));
   }
   try {
-    for (const ConfigOverride& o : overrides) OverridePath{o}.apply(doc, path);
+    std::vector<std::pair<const toml::node*, std::string>> set;
+    for (const ConfigOverride& o : overrides) OverridePath{o}.apply(doc, path, set);
+    // A later override of the same key replaced the node: the last label wins.
+    std::reverse(set.begin(), set.end());
+    g_overridden = &set;
+    struct Reset {
+      ~Reset() { g_overridden = nullptr; }
+    } reset;
     ExperimentConfig cfg = read(doc, path);
     if (Status s = validate(cfg); !s.ok()) return s;
     return cfg;

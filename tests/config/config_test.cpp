@@ -60,8 +60,11 @@ TEST_CASE("the colocation experiment loads", "[config]") {
   CHECK(cfg->accelerators.size() == 8);
   CHECK(cfg->accelerators[7].name == "gpu7");
   CHECK(cfg->accelerators[0].hbm_bytes == 80ll << 30);
-  CHECK(cfg->tenants.size() == 6);
+  // One offline stream; Dual-Share serves it with two instances.
+  CHECK(cfg->tenants.size() == 5);
   CHECK(cfg->policies.size() == 5);
+  CHECK(instances_of(cfg->policies[2], cfg->tenants[4]) == 2);
+  CHECK(instances_of(cfg->policies[1], cfg->tenants[4]) == 1);
   CHECK(cfg->policies[4].placement.name == "simulation-guided");
   CHECK(cfg->policies[4].partition_sets.size() == 2);
   CHECK(cfg->policies[0].partition_sets[0].args["groups"].size() == 4);
@@ -87,7 +90,7 @@ TEST_CASE("a valid minimal config loads with defaults", "[config]") {
 TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
   CHECK(load_error(replace(base(), "name = \"t\"", "name = \"t")).find(":1:") == 0);
   CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = -1")) ==
-        ":4: cluster.accelerators[0].hbm_gib: expected a number in [0.000001, 1000000], got -1");
+        ":4: cluster.accelerators[0].hbm_gib: expected a number in [1e-06, 1000000], got -1");
   CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = \"80\"")) ==
         ":4: cluster.accelerators[0].hbm_gib: expected a number");
   CHECK(load_error(replace(base(), "[ground_truth]", "[ground_truht]")) ==
@@ -99,7 +102,7 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
   CHECK(load_error(replace(base(), "constant_rate = 1.0,", "constant_rate = 1.0, poisson_rate = 2.0,")) ==
         ":10: tenants[0].stream.trace: exactly one of trace, constant_rate, poisson_rate is required");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nbatch_cap = 3")) ==
-        ":13: policies[0].batch_cap: unknown key (known here: arbiter, estimator, name, partition_sets, placement, "
+        ":13: policies[0].batch_cap: unknown key (known here: arbiter, estimator, instances, name, partition_sets, placement, "
         "scheduler, tenants)");
   CHECK(load_error(replace(base(), "count = 2", "count = 0")) ==
         ":4: cluster.accelerators[0].count: expected an integer in [1, 100000], got 0");
