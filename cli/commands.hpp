@@ -43,8 +43,8 @@ struct SweepOptions {
   std::vector<std::string> sets;      // "[NAME:]KEY=V1,V2,..."
   std::vector<std::string> policies;  // report only these (all when empty)
   std::string out;
-  int jobs = 0;                        // 0: every core
-  std::optional<std::string> shard;    // "I/N"
+  int jobs = 0;                      // 0: every core
+  std::optional<std::string> shard;  // "I/N"
 };
 int sweep(const SweepOptions& opt);
 

@@ -23,10 +23,12 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
 
   slicesched::cli::SweepOptions sweep_opt;
-  auto* sweep = app.add_subcommand("sweep", "Capacity planning: every policy at every point of a grid of config values");
+  auto* sweep =
+      app.add_subcommand("sweep", "Capacity planning: every policy at every point of a grid of config values");
   sweep->add_option("config", sweep_opt.config, "Experiment TOML")->required();
-  sweep->add_option("--set", sweep_opt.sets,
-                    "[NAME:]KEY=V1,V2,...: a swept key (dotted TOML path, e.g. tenants.offline0.stream.constant_rate)")
+  sweep
+      ->add_option("--set", sweep_opt.sets,
+                   "[NAME:]KEY=V1,V2,...: a swept key (dotted TOML path, e.g. tenants.offline0.stream.constant_rate)")
       ->required();
   sweep->add_option("--policy", sweep_opt.policies, "Report only this policy (repeatable)");
   sweep->add_option("--out", sweep_opt.out, "Write sweep.csv, sweep.json, sweep_wall.csv and plots/ here")->required();
@@ -42,9 +44,11 @@ int main(int argc, char** argv) {
   auto* plan = app.add_subcommand("plan", "Capacity planning: the smallest value of a key at which objectives hold");
   plan->add_option("config", plan_opt.config, "Experiment TOML")->required();
   plan->add_option("--policy", plan_opt.policy, "The policy to plan for")->required();
-  plan->add_option("--vary", plan_opt.vary, "KEY=LO..HI: the integer key searched (e.g. cluster.accelerators[0].count=2..16)")
+  plan->add_option("--vary", plan_opt.vary,
+                   "KEY=LO..HI: the integer key searched (e.g. cluster.accelerators[0].count=2..16)")
       ->required();
-  plan->add_option("--objective", plan_opt.objectives, "FIGURE<=X or >=, < , > (repeatable, all must hold)")->required();
+  plan->add_option("--objective", plan_opt.objectives, "FIGURE<=X or >=, < , > (repeatable, all must hold)")
+      ->required();
   plan->add_option("--set", plan_opt.sets, "KEY=VALUE fixed for every point (repeatable)");
   plan->add_flag("--json", plan_opt.json, "Print one JSON object (answer, points)");
 

@@ -41,7 +41,9 @@ int plan(const PlanOptions& opt) {
     load_plugins(cfg.value(), plugins);
 
     const std::vector<planning::SweepAxis> axes = {{vary->key.substr(vary->key.find_last_of('.') + 1), vary->key, {}}};
-    auto point_at = [&](std::int64_t v) { return planning::SweepPoint{static_cast<std::size_t>(v - vary->lo), {std::to_string(v)}}; };
+    auto point_at = [&](std::int64_t v) {
+      return planning::SweepPoint{static_cast<std::size_t>(v - vary->lo), {std::to_string(v)}};
+    };
     // Both ends must make valid configs before anything runs.
     prepare_point(opt.config, base, point_at(vary->lo), axes, {opt.policy}, plugins);
     prepare_point(opt.config, base, point_at(vary->hi), axes, {opt.policy}, plugins);

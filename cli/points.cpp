@@ -72,8 +72,8 @@ std::string clock(double s) {
 
 }  // namespace
 
-std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, const PluginRegistries& plugins,
-                                    int jobs, const std::string& label) {
+std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, const PluginRegistries& plugins, int jobs,
+                                    const std::string& label) {
   struct Task {
     std::size_t point;
     const PolicyConfig* policy;
@@ -126,7 +126,8 @@ std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, co
       std::string failure;
       try {
         // One run per worker: what-ifs stay on this thread.
-        run = run_offline(p.cfg, *t.policy, plugins, p.truths, {.progress = false, .parallel = false, .keep_log = false});
+        run =
+            run_offline(p.cfg, *t.policy, plugins, p.truths, {.progress = false, .parallel = false, .keep_log = false});
       } catch (const std::exception& e) {
         failure = "point " + std::to_string(p.point.index) + ": " + e.what();
       }

@@ -20,7 +20,7 @@ struct PreparedPoint {
   planning::SweepPoint point;
   ExperimentConfig cfg;
   Truths truths;
-  std::vector<std::string> policies;  // to report, in the config's order
+  std::vector<std::string> policies;     // to report, in the config's order
   std::optional<std::string> reference;  // run only for the SLO threshold
 };
 
@@ -37,8 +37,8 @@ struct PointResult {
   std::vector<nlohmann::json> entries;  // parallel to PreparedPoint::policies
   std::vector<double> wall_s;
 };
-std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, const PluginRegistries& plugins,
-                                    int jobs, const std::string& label);
+std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, const PluginRegistries& plugins, int jobs,
+                                    const std::string& label);
 
 // "k=v, k2=v2" for messages.
 std::string describe(const std::vector<planning::SweepAxis>& axes, const planning::SweepPoint& point);

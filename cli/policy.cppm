@@ -29,9 +29,9 @@ struct PolicyParts {
   PluginPtr<Estimator> estimator;
   EstimatorSet* linear = nullptr;  // the estimator's linear form, when it has one
   bool prior_applied = false;      // the linear form started from the `prior` given
-  std::vector<Tenant> tenants;  // one per tenant instance
+  std::vector<Tenant> tenants;     // one per tenant instance
   std::vector<bool> online;
-  std::vector<OfferedLoad> offered;         // per configured tenant, inside the window
+  std::vector<OfferedLoad> offered;        // per configured tenant, inside the window
   std::size_t requests_beyond_window = 0;  // arrivals after duration_s, not replayed
   std::unique_ptr<UnionPartitionSet> partitions;
   PluginPtr<PlacementPolicy> placement;

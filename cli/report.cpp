@@ -222,8 +222,8 @@ nlohmann::json policy_summary(const PolicyRun& r) {
   p["online_done"] = m.online_done;
   p["offline_done"] = m.offline_done;
   p["tokens_generated"] = m.tokens_generated;
-  p["done"] = round6(m.requests_total ? static_cast<double>(m.requests_done) / static_cast<double>(m.requests_total)
-                                       : 0.0);
+  p["done"] =
+      round6(m.requests_total ? static_cast<double>(m.requests_done) / static_cast<double>(m.requests_total) : 0.0);
   p["requests_beyond_window"] = r.requests_beyond_window;
   // The load each tenant offered inside the window: equal across the
   // policies that run it, so differences in throughput are the policy's.
@@ -247,10 +247,9 @@ nlohmann::json policy_summary(const PolicyRun& r) {
                      {"deferred", r.scheduling.deferred}};
   // Which plugins ran it, with their arguments as configured.
   p["arbiter"] = {{"plugin", r.arbiter.name}, {"args", r.arbiter.args}};
-  p["estimator"] = {
-      {"plugin", r.estimator.name},
-      {"args", r.estimator.args},
-      {"prior", r.estimator_prior.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.estimator_prior)}};
+  p["estimator"] = {{"plugin", r.estimator.name},
+                    {"args", r.estimator.args},
+                    {"prior", r.estimator_prior.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.estimator_prior)}};
   for (const auto& e : r.estimators)
     p["estimators"].push_back({{"what", e.what}, {"samples", e.samples}, {"mape_pct", round6(e.mape_pct)}});
   return p;

@@ -102,7 +102,8 @@ PluginArgs tenant_ids(const ExperimentConfig& cfg, const PolicyConfig& p, Plugin
     // Tenant ids count instances: the policy's tenants in order, each
     // taking as many ids as it has instances.
     std::size_t first = 0;
-    for (auto t = p.tenants.begin(); t != it; ++t) first += static_cast<std::size_t>(instances_of(p, tenant_config(cfg, *t)));
+    for (auto t = p.tenants.begin(); t != it; ++t)
+      first += static_cast<std::size_t>(instances_of(p, tenant_config(cfg, *t)));
     const auto instances = static_cast<std::size_t>(instances_of(p, tenant_config(cfg, name)));
     // A list of lists pins instance by instance; a flat list every instance alike.
     const bool per_instance = groups.is_array() && !groups.empty() && groups[0].is_array();

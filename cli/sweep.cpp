@@ -104,8 +104,8 @@ void plots(const fs::path& dir, const SweepTable& t) {
     }
     for (const auto& [figure, title] : figures) {
       const std::string png = slug(figure) + "_vs_" + slug(axis.name) + ".png";
-      gp << "set output '" << png << "'\nset title '" << title << " vs " << axis.name << "'\nset xlabel '"
-         << axis.name << "'\nset ylabel '" << title << "'\n"
+      gp << "set output '" << png << "'\nset title '" << title << " vs " << axis.name << "'\nset xlabel '" << axis.name
+         << "'\nset ylabel '" << title << "'\n"
          << (logx ? "set logscale x 2\n" : "unset logscale x\n") << "set yrange [0:*]\nplot ";
       for (std::size_t l = 0; l < order.size(); ++l) {
         std::ostringstream d;
@@ -125,7 +125,8 @@ void plots(const fs::path& dir, const SweepTable& t) {
   write(pd / "plots.gp", gp.str());
   if (t.axes.empty()) return;
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    std::fprintf(stderr, "slicesched: gnuplot not found: plot data and script are in %s (apt-get install gnuplot-nox)\n",
+    std::fprintf(stderr,
+                 "slicesched: gnuplot not found: plot data and script are in %s (apt-get install gnuplot-nox)\n",
                  pd.string().c_str());
     return;
   }

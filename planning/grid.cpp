@@ -45,7 +45,8 @@ std::string trim(const std::string& s) {
 Result<SweepAxis> parse_axis(const std::string& arg) {
   const auto eq = arg.find('=');
   if (eq == std::string::npos)
-    return InvalidArgument("--set " + arg + ": expected [NAME:]KEY=V1,V2,... (e.g. tenants.offline0.stream.constant_rate=1,2,4)");
+    return InvalidArgument("--set " + arg +
+                           ": expected [NAME:]KEY=V1,V2,... (e.g. tenants.offline0.stream.constant_rate=1,2,4)");
   SweepAxis axis;
   std::string key = trim(arg.substr(0, eq));
   if (const auto colon = key.find(':'); colon != std::string::npos) {
@@ -77,7 +78,8 @@ Status check_axes(const std::vector<SweepAxis>& axes, std::size_t max_points) {
         return InvalidArgument("--set " + axes[i].key + ": a second axis named '" + axes[i].name +
                                "' (name one with --set NAME:KEY=...)");
     if (axes[i].name == "policy")
-      return InvalidArgument("--set " + axes[i].key + ": 'policy' is a column of its own; name the axis with --set NAME:KEY=...");
+      return InvalidArgument("--set " + axes[i].key +
+                             ": 'policy' is a column of its own; name the axis with --set NAME:KEY=...");
     points *= axes[i].values.size();
     if (points > max_points)
       return InvalidArgument("--set: the grid has more than " + std::to_string(max_points) + " points");

@@ -15,12 +15,26 @@ module slicesched.planning.rows;
 namespace slicesched::planning {
 
 const std::vector<std::string>& figure_names() {
-  static const std::vector<std::string> names = {
-      "request_throughput", "token_throughput",  "ttft_p50_s",      "ttft_p90_s",
-      "ttft_p99_s",         "tpot_mean_s",       "slo_attainment",  "gpu_utilization",
-      "done",               "requests_total",    "requests_done",   "online_done",
-      "offline_done",       "tokens_generated",  "offered_requests_per_s", "offered_output_tokens_per_s",
-      "requests_beyond_window", "idle_slice_p50_s", "idle_slice_p90_s", "idle_slice_p99_s"};
+  static const std::vector<std::string> names = {"request_throughput",
+                                                 "token_throughput",
+                                                 "ttft_p50_s",
+                                                 "ttft_p90_s",
+                                                 "ttft_p99_s",
+                                                 "tpot_mean_s",
+                                                 "slo_attainment",
+                                                 "gpu_utilization",
+                                                 "done",
+                                                 "requests_total",
+                                                 "requests_done",
+                                                 "online_done",
+                                                 "offline_done",
+                                                 "tokens_generated",
+                                                 "offered_requests_per_s",
+                                                 "offered_output_tokens_per_s",
+                                                 "requests_beyond_window",
+                                                 "idle_slice_p50_s",
+                                                 "idle_slice_p90_s",
+                                                 "idle_slice_p99_s"};
   return names;
 }
 

@@ -15,10 +15,14 @@ namespace slicesched::planning {
 
 bool Objective::holds(double v) const {
   switch (op) {
-    case Op::kLe: return v <= bound;
-    case Op::kGe: return v >= bound;
-    case Op::kLt: return v < bound;
-    case Op::kGt: return v > bound;
+    case Op::kLe:
+      return v <= bound;
+    case Op::kGe:
+      return v >= bound;
+    case Op::kLt:
+      return v < bound;
+    case Op::kGt:
+      return v > bound;
   }
   return false;
 }
@@ -32,7 +36,8 @@ Result<Objective> parse_objective(const std::string& arg) {
   std::size_t len = 1;
   const bool eq = at + 1 < arg.size() && arg[at + 1] == '=';
   if (eq) len = 2;
-  o.op = arg[at] == '<' ? (eq ? Objective::Op::kLe : Objective::Op::kLt) : (eq ? Objective::Op::kGe : Objective::Op::kGt);
+  o.op =
+      arg[at] == '<' ? (eq ? Objective::Op::kLe : Objective::Op::kLt) : (eq ? Objective::Op::kGe : Objective::Op::kGt);
   std::string name = arg.substr(0, at);
   while (!name.empty() && name.back() == ' ') name.pop_back();
   while (!name.empty() && name.front() == ' ') name.erase(name.begin());
@@ -70,7 +75,8 @@ Result<VaryRange> parse_vary(const std::string& arg) {
     if (integer(arg.substr(eq + 1, dots - eq - 1), v.lo) && integer(arg.substr(dots + 2), v.hi) && v.lo <= v.hi)
       return v;
   }
-  return InvalidArgument("--vary " + arg + ": expected KEY=LO..HI with integers LO <= HI (e.g. cluster.accelerators[0].count=2..16)");
+  return InvalidArgument("--vary " + arg +
+                         ": expected KEY=LO..HI with integers LO <= HI (e.g. cluster.accelerators[0].count=2..16)");
 }
 
 SearchResult smallest_holding(std::int64_t lo, std::int64_t hi, const std::function<bool(std::int64_t)>& holds) {

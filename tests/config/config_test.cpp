@@ -102,7 +102,8 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
   CHECK(load_error(replace(base(), "constant_rate = 1.0,", "constant_rate = 1.0, poisson_rate = 2.0,")) ==
         ":10: tenants[0].stream.trace: exactly one of trace, constant_rate, poisson_rate is required");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nbatch_cap = 3")) ==
-        ":13: policies[0].batch_cap: unknown key (known here: arbiter, estimator, instances, name, partition_sets, placement, "
+        ":13: policies[0].batch_cap: unknown key (known here: arbiter, estimator, instances, name, partition_sets, "
+        "placement, "
         "scheduler, tenants)");
   CHECK(load_error(replace(base(), "count = 2", "count = 0")) ==
         ":4: cluster.accelerators[0].count: expected an integer in [1, 100000], got 0");

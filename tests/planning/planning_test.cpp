@@ -60,7 +60,7 @@ TEST_CASE("sweep axes: names, values and errors", "[planning]") {
   // Commas inside arrays, tables and quotes do not split.
   CHECK(axis("k=[1, 2],\"a,b\",{ x = 1, y = 2 }").values ==
         std::vector<std::string>{"[1, 2]", "\"a,b\"", "{ x = 1, y = 2 }"});
-  CHECK(error_of("tenants.x.stream.rate") .find("expected [NAME:]KEY=V1,V2") != std::string::npos);
+  CHECK(error_of("tenants.x.stream.rate").find("expected [NAME:]KEY=V1,V2") != std::string::npos);
   CHECK(error_of("=1,2").find("empty KEY") != std::string::npos);
   CHECK(error_of("k=1,,2").find("empty value") != std::string::npos);
   CHECK(error_of(":k=1").find("empty NAME") != std::string::npos);
@@ -162,8 +162,8 @@ TEST_CASE("plan's bisection finds the smallest value that holds", "[planning]") 
     std::optional<std::int64_t> answer;
   };
   const std::vector<Case> cases = {
-      {1, 100, 37, 37}, {1, 100, 1, 1},   {1, 100, 100, 100}, {1, 100, 101, std::nullopt},
-      {5, 5, 5, 5},     {5, 5, 6, std::nullopt}, {-10, 10, -3, -3}, {0, 1'000'000, 654'321, 654'321}};
+      {1, 100, 37, 37}, {1, 100, 1, 1},          {1, 100, 100, 100}, {1, 100, 101, std::nullopt},
+      {5, 5, 5, 5},     {5, 5, 6, std::nullopt}, {-10, 10, -3, -3},  {0, 1'000'000, 654'321, 654'321}};
   for (const Case& c : cases) {
     int calls = 0;
     const auto r = smallest_holding(c.lo, c.hi, [&](std::int64_t v) {
