@@ -129,6 +129,7 @@ std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const Pol
   sopt.issued_budget = policy.issued_budget;
   sopt.batch_cap = policy.batch_cap;
   sopt.parallel = parallel;
+  sopt.scoped = policy.scoped_what_if;
   sopt.horizon = policy.horizon_s < 0 ? -1 : static_cast<Nanos>(policy.horizon_s * 1e9);
   sopt.arbiter = [&plugins, &choice = policy.arbiter] { return plugins.arbiter.create(choice.name, choice.args); };
   p->scheduler = std::make_unique<Scheduler>(*p->placement, *p->partitions, *p->estimator, sopt);

@@ -431,6 +431,12 @@ ExperimentConfig read(const toml::table& doc, const std::string& file) {
       pc.issued_budget = static_cast<std::size_t>(sc.integer("issued_budget", 256, 1, 1 << 30));
       pc.batch_cap = static_cast<std::size_t>(sc.integer("batch_cap", 16, 1, 1 << 20));
       pc.horizon_s = sc.num("horizon_s", -1, -1, 1e9);
+      static const std::string kComponent = "component";
+      const std::string scope = sc.str("what_if_scope", &kComponent);
+      if (scope != "component" && scope != "cluster")
+        sc.fail(sc.node("what_if_scope"), "what_if_scope",
+                "expected \"component\" or \"cluster\", got \"" + scope + "\"");
+      pc.scoped_what_if = scope == "component";
       sc.finish();
     }
     p.finish();

@@ -72,6 +72,7 @@ struct PolicyConfig {
   std::vector<std::pair<std::string, int>> instances;
   std::size_t issued_budget = 256, batch_cap = 16;
   double horizon_s = -1;
+  bool scoped_what_if = true;  // scheduler.what_if_scope: "component" (true) or "cluster"
 };
 
 // A Llama model: "llama3-8b" (Llama-3-8B shapes) or "llama-tiny" (small

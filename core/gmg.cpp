@@ -21,26 +21,29 @@ std::string shape_str(const ConcreteShape& s) {
 }
 
 // Evaluates a tensor spec under a binding; `what` prefixes errors.
-Result<ConcreteShape> eval_tensor(const TensorSpec& t, const Binding& b, const DimTable& dims,
-                                  const std::string& what) {
+// `what` names the tensor in an error; it is called only on one, so the
+// hot path (an instantiation per iteration) builds no strings.
+template <typename What>
+Result<ConcreteShape> eval_tensor(const TensorSpec& t, const Binding& b, const DimTable& dims, const What& what) {
   if (t.shape.size() > static_cast<std::size_t>(kMaxRank))
-    return InvalidArgument(what + ": rank " + std::to_string(t.shape.size()) + " exceeds the maximum " +
+    return InvalidArgument(what() + ": rank " + std::to_string(t.shape.size()) + " exceeds the maximum " +
                            std::to_string(kMaxRank));
   ConcreteShape s;
   s.rank = static_cast<std::uint8_t>(t.shape.size());
   s.dtype = t.dtype;
   for (std::size_t i = 0; i < t.shape.size(); ++i) {
     auto v = t.shape[i].eval(b, dims);
-    if (!v.ok()) return InvalidArgument(what + ": " + v.status().message());
+    if (!v.ok()) return InvalidArgument(what() + ": " + v.status().message());
     s.dims[i] = v.value();
   }
   return s;
 }
 
-Result<std::int64_t> bytes_of(const ConcreteShape& s, const std::string& what) {
+template <typename What>
+Result<std::int64_t> bytes_of(const ConcreteShape& s, const What& what) {
   std::int64_t n = dtype_bytes(s.dtype);
   for (int i = 0; i < s.rank; ++i)
-    if (__builtin_mul_overflow(n, s.dims[i], &n)) return InvalidArgument(what + ": tensor size overflows 64 bits");
+    if (__builtin_mul_overflow(n, s.dims[i], &n)) return InvalidArgument(what() + ": tensor size overflows 64 bits");
   return n;
 }
 
@@ -50,6 +53,7 @@ Gmg::Gmg(std::shared_ptr<const TemplateRegistry> templates, std::shared_ptr<cons
     : templates_(std::move(templates)), accels_(std::move(accels)) {
   hbm_.resize(accels_->size());
   last_done_.assign(accels_->size(), -1);
+  done_resident_.assign(accels_->size(), 0);
 }
 
 std::string Gmg::op_name(OpId id) const {
@@ -140,9 +144,9 @@ void Gmg::frontier_remove(std::vector<OpId>& f, std::uint32_t OpRecord::*pos, Op
 Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
   if (spec.tmpl >= templates_->size()) return NotFound("no template with id " + std::to_string(spec.tmpl));
   const GraphTemplate& t = templates_->get(spec.tmpl);
-  const std::string where = "template '" + t.name() + "'";
+  auto where = [&] { return "template '" + t.name() + "'"; };
   if (spec.priority < -32768 || spec.priority > 32767)
-    return InvalidArgument(where + ": priority " + std::to_string(spec.priority) + " is outside [-32768, 32767]");
+    return InvalidArgument(where() + ": priority " + std::to_string(spec.priority) + " is outside [-32768, 32767]");
 
   Binding binding(t.dims().size());
   for (const auto& [name, value] : spec.dims) {
@@ -150,7 +154,7 @@ Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
     if (id < 0) {
       std::string known;
       for (std::size_t i = 0; i < t.dims().size(); ++i) known += (i ? ", " : "") + t.dims().name(static_cast<DimId>(i));
-      return InvalidArgument(where + " has no dim '" + name + "' (its dims: " + known + ")");
+      return InvalidArgument(where() + " has no dim '" + name + "' (its dims: " + known + ")");
     }
     binding.set(static_cast<DimId>(id), value);
   }
@@ -160,36 +164,38 @@ Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
   std::vector<const PortBinding*> port_of(t.ports().size(), nullptr);
   for (const auto& pb : spec.ports) {
     int p = t.find_port(pb.port);
-    if (p < 0) return InvalidArgument(where + " has no port '" + pb.port + "'");
-    if (port_of[p]) return InvalidArgument(where + ": port '" + pb.port + "' is bound twice");
-    if (!contains(pb.producer)) return NotFound(where + ": port '" + pb.port + "' is bound to " + op_name(pb.producer));
+    if (p < 0) return InvalidArgument(where() + " has no port '" + pb.port + "'");
+    if (port_of[p]) return InvalidArgument(where() + ": port '" + pb.port + "' is bound twice");
+    if (!contains(pb.producer))
+      return NotFound(where() + ": port '" + pb.port + "' is bound to " + op_name(pb.producer));
     const OpRecord& prod = ops_[pb.producer];
     if (pb.retained) {
       if (prod.retained_bytes == 0 && !templates_->get(prod.tmpl).ops()[prod.tmpl_op].retained)
-        return FailedPrecondition(where + ": port '" + pb.port + "' attaches to the retained state of " +
+        return FailedPrecondition(where() + ": port '" + pb.port + "' attaches to the retained state of " +
                                   op_name(pb.producer) + ", which retains nothing");
       if (prod.retained_attached)
-        return FailedPrecondition(where + ": port '" + pb.port + "': the retained state of " + op_name(pb.producer) +
+        return FailedPrecondition(where() + ": port '" + pb.port + "': the retained state of " + op_name(pb.producer) +
                                   " is already attached by another instance");
       if (prod.state == OpState::kDone && !prod.retained_held)
-        return FailedPrecondition(where + ": port '" + pb.port + "': the retained state of " + op_name(pb.producer) +
+        return FailedPrecondition(where() + ": port '" + pb.port + "': the retained state of " + op_name(pb.producer) +
                                   " was released");
     } else if (prod.state == OpState::kDone && !prod.output_held) {
-      return FailedPrecondition(where + ": port '" + pb.port + "': the output of " + op_name(pb.producer) +
+      return FailedPrecondition(where() + ": port '" + pb.port + "': the output of " + op_name(pb.producer) +
                                 " was already freed");
     }
     port_of[p] = &pb;
   }
   for (std::size_t p = 0; p < t.ports().size(); ++p) {
     if (!port_of[p] && !t.ports()[p].optional)
-      return InvalidArgument(where + ": required port '" + t.ports()[p].name + "' is not bound");
+      return InvalidArgument(where() + ": required port '" + t.ports()[p].name + "' is not bound");
     if (!port_of[p]) continue;
     const PortBinding& pb = *port_of[p];
-    auto want = eval_tensor(t.ports()[p].tensor, binding, t.dims(), where + " port '" + t.ports()[p].name + "'");
+    auto want = eval_tensor(t.ports()[p].tensor, binding, t.dims(),
+                            [&] { return where() + " port '" + t.ports()[p].name + "'"; });
     if (!want.ok()) return want.status();
     const ConcreteShape& have = pb.retained ? shapes_[pb.producer].retained : shapes_[pb.producer].output;
     if (!(want.value() == have))
-      return InvalidArgument(where + ": port '" + pb.port + "' expects " + shape_str(want.value()) + " but " +
+      return InvalidArgument(where() + ": port '" + pb.port + "' expects " + shape_str(want.value()) + " but " +
                              op_name(pb.producer) + (pb.retained ? " retains " : " produces ") + shape_str(have));
   }
 
@@ -203,18 +209,19 @@ Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
   std::vector<Eval> ev(tops.size());
   for (std::size_t i = 0; i < tops.size(); ++i) {
     const TemplateOp& op = tops[i];
-    const std::string ow = where + " op '" + op.name + "'";
-    auto out = eval_tensor(op.output, binding, t.dims(), ow + " output");
+    auto ow = [&] { return where() + " op '" + op.name + "'"; };
+    auto out = eval_tensor(op.output, binding, t.dims(), [&] { return ow() + " output"; });
     if (!out.ok()) return out.status();
     ev[i].out = out.value();
     auto ob = bytes_of(ev[i].out, ow);
     if (!ob.ok()) return ob.status();
     ev[i].out_bytes = ob.value();
     auto ws = op.workspace_bytes.eval(binding, t.dims());
-    if (!ws.ok()) return InvalidArgument(ow + " workspace: " + ws.status().message());
+    if (!ws.ok()) return InvalidArgument(ow() + " workspace: " + ws.status().message());
     ev[i].ws = ws.value();
     if (op.retained) {
-      auto r = eval_tensor(op.retained->tensor, binding, t.dims(), ow + " retained '" + op.retained->name + "'");
+      auto r = eval_tensor(op.retained->tensor, binding, t.dims(),
+                           [&] { return ow() + " retained '" + op.retained->name + "'"; });
       if (!r.ok()) return r.status();
       ev[i].ret = r.value();
       auto rb = bytes_of(ev[i].ret, ow);
@@ -223,12 +230,12 @@ Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
     }
     for (std::size_t f = 0; f < op.features.size(); ++f) {
       auto v = op.features[f].eval(binding, t.dims());
-      if (!v.ok()) return InvalidArgument(ow + " feature " + std::to_string(f) + ": " + v.status().message());
+      if (!v.ok()) return InvalidArgument(ow() + " feature " + std::to_string(f) + ": " + v.status().message());
       ev[i].feat[f] = static_cast<double>(v.value());
     }
     for (const auto& in : op.inputs) {
       if (!in.expect) continue;
-      auto want = eval_tensor(*in.expect, binding, t.dims(), ow + " input '" + in.from + "'");
+      auto want = eval_tensor(*in.expect, binding, t.dims(), [&] { return ow() + " input '" + in.from + "'"; });
       if (!want.ok()) return want.status();
       const ConcreteShape* have = nullptr;
       if (!in.is_port)
@@ -237,7 +244,7 @@ Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
         have = port_of[in.index]->retained ? &shapes_[port_of[in.index]->producer].retained
                                            : &shapes_[port_of[in.index]->producer].output;
       if (have && !(*have == want.value()))
-        return InvalidArgument(ow + ": input '" + in.from + "' expects " + shape_str(want.value()) + " but gets " +
+        return InvalidArgument(ow() + ": input '" + in.from + "' expects " + shape_str(want.value()) + " but gets " +
                                shape_str(*have));
     }
   }
@@ -294,26 +301,55 @@ Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
   return info;
 }
 
-Status Gmg::issue(OpId id, AccelId accel, Nanos t) {
+// The checks of issue(), with `unscheduled_preds` as the caller counts them.
+Status Gmg::check_one(OpId id, AccelId accel, std::uint32_t unscheduled_preds) const {
   if (!contains(id)) return NotFound("issue: " + op_name(id));
-  OpRecord& r = ops_[id];
+  const OpRecord& r = ops_[id];
   if (r.state != OpState::kUnscheduled)
     return FailedPrecondition("issue: " + op_name(id) + " is already " +
                               (r.state == OpState::kIssued ? "issued" : "done"));
   if (!accels_->contains(accel))
     return NotFound("issue: " + op_name(id) + " onto accelerator " + std::to_string(accel) +
                     ", which does not exist (cluster has " + std::to_string(accels_->size()) + ")");
-  if (r.unscheduled_preds > 0)
-    return FailedPrecondition("issue: " + op_name(id) + " has " + std::to_string(r.unscheduled_preds) +
+  if (unscheduled_preds > 0)
+    return FailedPrecondition("issue: " + op_name(id) + " has " + std::to_string(unscheduled_preds) +
                               " unscheduled predecessor(s)");
   if (r.weight_bytes > 0 && !weights_on(r.kind, accel))
     return FailedPrecondition("issue: the weights of " + op_name(id) + " are not resident on accelerator " +
                               accels_->operator[](accel).name);
+  return Status::Ok();
+}
+
+Status Gmg::check_issue(std::span<const OpId> ops, std::span<const AccelId> accels) const {
+  if (accels.size() != ops.size())
+    return InvalidArgument("issue: " + std::to_string(ops.size()) + " operator(s) but " +
+                           std::to_string(accels.size()) + " accelerator(s)");
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    const OpId id = ops[k];
+    const auto earlier = ops.first(k);
+    if (std::find(earlier.begin(), earlier.end(), id) != earlier.end())
+      return FailedPrecondition("issue: " + op_name(id) + " is already issued");
+    std::uint32_t unscheduled = 0;
+    if (contains(id)) {
+      unscheduled = ops_[id].unscheduled_preds;
+      // Predecessors issued earlier in the batch no longer count.
+      for (std::uint32_t e = ops_[id].first_in; e != kNoEdge && unscheduled > 0; e = edges_[e].next_in)
+        if (std::find(earlier.begin(), earlier.end(), edges_[e].src) != earlier.end()) --unscheduled;
+    }
+    if (Status s = check_one(id, accels[k], unscheduled); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+Status Gmg::issue(OpId id, AccelId accel, Nanos t) {
+  if (Status s = check_one(id, accel, contains(id) ? ops_[id].unscheduled_preds : 0); !s.ok()) return s;
+  OpRecord& r = ops_[id];
   r.state = OpState::kIssued;
   r.accel = accel;
   r.issue_t = t;
   r.issue_seq = ++issue_seq_;
   ++issued_;
+  issued_ops_.insert(std::lower_bound(issued_ops_.begin(), issued_ops_.end(), id), id);
   advance_clock(t);
   // Reserve what the executor will allocate: output, workspace, retained
   // state, and a receive buffer for every remote input.
@@ -341,6 +377,7 @@ void Gmg::maybe_free_output(OpId id) {
   OpRecord& r = ops_[id];
   if (r.state == OpState::kDone && r.output_held && r.pending_succs == 0) {
     hbm_[r.accel].transient -= r.out_bytes;
+    done_resident_[r.accel] -= r.out_bytes;
     r.output_held = false;
   }
   note_retire_candidate(id);
@@ -368,6 +405,8 @@ Status Gmg::complete(OpId id, Nanos t, Nanos measured) {
   r.done_t = t;
   r.measured = measured;
   --issued_;
+  issued_ops_.erase(std::lower_bound(issued_ops_.begin(), issued_ops_.end(), id));
+  done_resident_[r.accel] += (r.output_held ? r.out_bytes : 0) + (r.retained_held ? r.retained_bytes : 0);
   advance_clock(t);
   if (t > last_done_[r.accel]) last_done_[r.accel] = t;
   hbm_[r.accel].transient -= r.workspace_bytes;
@@ -378,6 +417,7 @@ Status Gmg::complete(OpId id, Nanos t, Nanos measured) {
     if (edge.retained && p.retained_held) {
       // The consumer took the state over (e.g. a KV cache grown in place).
       hbm_[p.accel].retained -= p.retained_bytes;
+      if (p.state == OpState::kDone) done_resident_[p.accel] -= p.retained_bytes;
       p.retained_held = false;
     }
     --p.pending_succs;
@@ -415,6 +455,7 @@ Status Gmg::release_retained(OpId id) {
   if (r.state != OpState::kDone) return FailedPrecondition("release_retained: " + op_name(id) + " is not done");
   if (!r.retained_held) return FailedPrecondition("release_retained: " + op_name(id) + " was already released");
   hbm_[r.accel].retained -= r.retained_bytes;
+  done_resident_[r.accel] -= r.retained_bytes;
   r.retained_held = false;
   note_retire_candidate(id);
   return Status::Ok();

@@ -123,6 +123,11 @@ class Gmg {
 
   // Places an unscheduled operator whose predecessors are all issued or done.
   Status issue(OpId op, AccelId accel, Nanos t);
+  // Whether issuing ops[k] onto accels[k], in order, would succeed: the
+  // checks issue() makes, without changing anything (the scheduler's
+  // what-if simulates such a batch as an overlay instead of a clone).
+  // accels must be as long as ops.
+  Status check_issue(std::span<const OpId> ops, std::span<const AccelId> accels) const;
   // Marks an issued operator done at `t` after running `measured` ns.
   Status complete(OpId op, Nanos t, Nanos measured);
   // Records that the cross-accelerator copy src -> dst landed at `t`.
@@ -150,6 +155,14 @@ class Gmg {
   inline std::size_t slot_count() const { return ops_.size(); }  // OpIds are < slot_count()
   inline std::size_t live_count() const { return live_; }
   inline std::size_t issued_count() const { return issued_; }
+  // The issued operators, in OpId order (the simulator's snapshot visits
+  // only these, not every slot).
+  inline std::span<const OpId> issued_ops() const { return issued_ops_; }
+  // Bytes that done operators still hold on `a` (outputs not yet read by
+  // every successor, retained state not yet taken over or released).
+  inline std::int64_t done_resident(AccelId a) const { return done_resident_[a]; }
+  // The issue sequence number of the latest issue (0: none yet).
+  inline std::uint64_t last_issue_seq() const { return issue_seq_; }
   inline std::span<const OpId> unscheduled_frontier() const { return frontier_u_; }
   inline std::span<const OpId> scheduled_frontier() const { return frontier_s_; }
   inline const HbmUsage& hbm(AccelId a) const { return hbm_[a]; }
@@ -158,6 +171,7 @@ class Gmg {
   std::string op_name(OpId id) const;
 
  private:
+  Status check_one(OpId id, AccelId accel, std::uint32_t unscheduled_preds) const;
   OpId alloc_op();
   std::uint32_t add_edge(OpId src, OpId dst, std::int64_t bytes, bool retained);
   void frontier_add(std::vector<OpId>& f, std::uint32_t OpRecord::*pos, OpId id);
@@ -177,10 +191,11 @@ class Gmg {
   std::vector<OpId> free_ops_;
   std::vector<Edge> edges_;
   std::vector<std::uint32_t> free_edges_;
-  std::vector<OpId> frontier_u_, frontier_s_;
+  std::vector<OpId> frontier_u_, frontier_s_, issued_ops_;
   std::vector<OpId> retire_candidates_;
   std::vector<HbmUsage> hbm_;
   std::vector<Nanos> last_done_;
+  std::vector<std::int64_t> done_resident_;
   std::vector<std::uint8_t> weights_;  // [kind * accels + accel]
   std::size_t live_ = 0, issued_ = 0;
   std::uint64_t issue_seq_ = 0;

@@ -23,6 +23,11 @@ struct Scheduler::Workers {
     Status error;                        // the factory's failure, if it failed
   };
   tbb::enumerable_thread_specific<Worker> local;
+  // Per round, on the engine thread: which accelerators the snapshot ties
+  // together, and each candidate's closed scope (empty: the whole cluster).
+  AccelComponents components;
+  std::vector<std::vector<AccelId>> scopes;
+  std::vector<AccelId> seeds;
 };
 
 Scheduler::Scheduler(PlacementPolicy& policy, PartitionSet& partitions, Estimator& estimator, SchedulerOptions opt)
@@ -65,6 +70,20 @@ Batch Scheduler::collect(const Gmg& gmg, OpId seed) const {
 Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<Candidate>& cands,
                                                 Nanos now) {
   std::vector<Outcome> out(cands.size());
+  Workers& ws = *workers_;
+  if (ws.scopes.size() < cands.size()) ws.scopes.resize(cands.size());
+  const std::size_t n_acc = gmg.accels().size();
+  if (opt_.scoped && n_acc > 1) {
+    ws.components.build(gmg);
+    for (std::size_t c = 0; c < cands.size(); ++c) {
+      ws.seeds.assign(cands[c].accel.begin(), cands[c].accel.end());
+      std::erase_if(ws.seeds, [&](AccelId a) { return a >= n_acc; });  // refused by check_issue below
+      ws.components.closure(gmg, ws.seeds, batch.ops, ws.scopes[c]);
+      if (ws.scopes[c].size() == n_acc) ws.scopes[c].clear();  // all of it: the plain path
+    }
+  } else {
+    for (std::size_t c = 0; c < cands.size(); ++c) ws.scopes[c].clear();
+  }
   auto one = [&](std::size_t c) {
     Outcome& o = out[c];
     if (cands[c].accel.size() != batch.ops.size()) return;  // malformed candidate: infeasible
@@ -77,11 +96,13 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
       }
       w.arbiter = std::move(made).value();
     }
-    Gmg copy = gmg.clone();
-    for (std::size_t i = 0; i < batch.ops.size(); ++i)
-      if (!copy.issue(batch.ops[i], cands[c].accel[i], now).ok()) return;  // e.g. weights not resident
-    const SimOptions sim_opt{.horizon = opt_.horizon, .arbiter = w.arbiter.get()};
-    const SimulationResult& r = linear_ ? w.sim.run(copy, *linear_, sim_opt) : w.sim.run(copy, est_, sim_opt);
+    if (!gmg.check_issue(batch.ops, cands[c].accel).ok()) return;  // e.g. weights not resident
+    // The batch is simulated as issued without copying the GMG.
+    const SimOptions sim_opt{.horizon = opt_.horizon,
+                             .arbiter = w.arbiter.get(),
+                             .tentative = {.ops = batch.ops, .accels = cands[c].accel, .at = now},
+                             .scope = ws.scopes[c]};
+    const SimulationResult& r = linear_ ? w.sim.run(gmg, *linear_, sim_opt) : w.sim.run(gmg, est_, sim_opt);
     if (!r.feasible()) return;
     o.feasible = true;
     o.finish.resize(batch.ops.size());

@@ -45,14 +45,21 @@ std::int64_t Tenant::kv_held() const {
 }
 
 Result<int> Tenant::start_iterations(Gmg& gmg) {
-  // Emptiest free lane first, so new requests spread over the lanes.
-  std::vector<Lane*> order;
+  // The engine calls this at every event, for every tenant: look only at
+  // free lanes that start() would change (work to run or admit, or an idle
+  // cache to release), and allocate nothing.
+  startable_.clear();
   for (Lane& l : lanes_)
-    if (!l.in_flight) order.push_back(&l);
-  std::stable_sort(order.begin(), order.end(),
-                   [](const Lane* a, const Lane* b) { return a->running.size() < b->running.size(); });
+    if (!l.in_flight && (!l.running.empty() || !waiting_.empty() || !l.kv_ops.empty() || l.kv_tokens != 0))
+      startable_.push_back(&l);
+  if (startable_.empty()) return 0;
+  // Emptiest free lane first, so new requests spread over the lanes.
+  // (A stable insertion sort: a handful of lanes, and no buffer to allocate.)
+  for (std::size_t i = 1; i < startable_.size(); ++i)
+    for (std::size_t j = i; j > 0 && startable_[j]->running.size() < startable_[j - 1]->running.size(); --j)
+      std::swap(startable_[j], startable_[j - 1]);
   int started = 0;
-  for (Lane* l : order) {
+  for (Lane* l : startable_) {
     auto r = start(*l, gmg);
     if (!r.ok()) return r.status();
     started += r.value();

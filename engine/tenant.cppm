@@ -104,6 +104,7 @@ class Tenant {
   std::size_t next_request_ = 0;
   std::deque<std::size_t> waiting_;
   std::vector<Lane> lanes_;
+  std::vector<Lane*> startable_;  // start_iterations' scratch
   std::vector<RequestRecord> records_;
   std::size_t done_ = 0;
   PromptFn prompts_;

@@ -39,7 +39,10 @@ struct Event {
 class EventQueue {
  public:
   inline void clear() {
-    for (auto& b : buckets_) b.reset();
+    // Only the buckets in use: a what-if clears its queue for every candidate.
+    buckets_[0].reset();
+    for (std::uint64_t m = mask_ & ~std::uint64_t{1}; m != 0; m &= m - 1) buckets_[std::countr_zero(m)].reset();
+    buckets_[64].reset();
     head0_ = 0;
     mask_ = 0;
     top_bucket_ = false;

@@ -3,7 +3,9 @@ module;
 #include <bit>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -39,7 +41,9 @@ template <typename Est>
 const SimulationResult& GlobalSimulator::run_with(const Gmg& gmg, const Est& est, const SimOptions& opt) {
   stop_at_oom_ = opt.stop_at_oom;
   arbiter_ = opt.arbiter && !opt.arbiter->is_default_greedy() ? opt.arbiter : nullptr;
-  build(gmg, est);
+  // A plugin arbiter sees every pending intent, so it gets the whole cluster.
+  build(gmg, est, opt.tentative, arbiter_ ? std::span<const AccelId>{} : opt.scope);
+  timelines_dirty_ = opt.record_hbm_timeline;
   if (opt.record_hbm_timeline)
     opt.record_transfers ? advance<Est, true, true>(est, opt) : advance<Est, true, false>(est, opt);
   else
@@ -49,44 +53,123 @@ const SimulationResult& GlobalSimulator::run_with(const Gmg& gmg, const Est& est
 }
 
 template <typename Est>
-void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
+void GlobalSimulator::build(const Gmg& gmg, const Est& est, const TentativeIssue& tent,
+                            std::span<const AccelId> scope) {
   const AcceleratorSet& accels = gmg.accels();
   const std::size_t n_acc = accels.size();
   const std::size_t slots = gmg.slot_count();
   if (slots > kNodeMask) throw std::length_error("global simulator: a GMG of more than 2^30 operator slots");
-  now_ = gmg.now();
+  const bool overlay = !tent.ops.empty();
+  now_ = overlay ? std::max(gmg.now(), tent.at) : gmg.now();
   stopped_ = false;
+  if (overlay) {
+    if (tent_.size() < slots) {
+      tent_.resize(slots, 0);
+      tent_succs_.resize(slots, 0);
+    }
+    for (AccelId a : tent.accels)
+      if (!scope.empty() && std::find(scope.begin(), scope.end(), a) == scope.end()) [[unlikely]]
+        throw std::invalid_argument("global simulator: a tentative operator's accelerator is outside the scope");
+    for (std::size_t k = 0; k < tent.ops.size(); ++k) {
+      tent_[tent.ops[k]] = static_cast<std::uint32_t>(k + 1);
+      for (std::uint32_t e = gmg.op(tent.ops[k]).first_in; e != kNoEdge; e = gmg.edge(e).next_in)
+        ++tent_succs_[gmg.edge(e).src];
+    }
+  }
+  // An op's successors still unscheduled once the batch is issued.
+  auto unscheduled_succs = [&](OpId id, const OpRecord& op) {
+    return overlay ? op.unscheduled_succs - tent_succs_[id] : op.unscheduled_succs;
+  };
 
-  r_.index_of.assign(slots, kNotSimulated);
+  // Only the last run's entries are set: reset those, not every slot.
+  if (r_.index_of.size() != slots) {
+    r_.index_of.assign(slots, kNotSimulated);
+  } else {
+    for (OpId id : r_.ops) r_.index_of[id] = kNotSimulated;
+  }
+  // Per-accelerator work below is plain fills over the cluster and logic
+  // over the scope only, so a what-if on a large cluster costs what its
+  // scope holds.
+  scoped_ = !scope.empty();
+  if (scoped_) {
+    in_scope_.resize(n_acc, 0);
+    for (AccelId a : scope) in_scope_[a] = 1;
+  }
+  auto each_accel = [&](auto&& f) {
+    if (scoped_)
+      for (AccelId a : scope) f(a);
+    else
+      for (AccelId a = 0; a < n_acc; ++a) f(a);
+  };
+  // Undoes the build's per-slot and per-accelerator marks (they must be
+  // zero outside a build); ghosts' index_of entries too.
+  auto clear_marks = [&] {
+    for (OpId id : ghost_op_) r_.index_of[id] = kNotSimulated;
+    if (overlay)
+      for (OpId id : tent.ops) {
+        tent_[id] = 0;
+        for (std::uint32_t e = gmg.op(id).first_in; e != kNoEdge; e = gmg.edge(e).next_in)
+          tent_succs_[gmg.edge(e).src] = 0;
+      }
+    if (scoped_)
+      for (AccelId a : scope) in_scope_[a] = 0;
+  };
   r_.busy.assign(n_acc, 0);
   r_.transfers.clear();
   r_.oom.reset();
   r_.finished = 0;
   r_.begin = r_.end = 0;
   r_.hbm_timeline.resize(n_acc);
-  for (auto& tl : r_.hbm_timeline) tl.clear();
+  if (timelines_dirty_) {
+    for (auto& tl : r_.hbm_timeline) tl.clear();
+    timelines_dirty_ = false;
+  }
 
   used_.assign(n_acc, 0);
   cap_.resize(n_acc);
-  for (AccelId a = 0; a < n_acc; ++a) {
+  each_accel([&](AccelId a) {
     cap_[a] = accels.hbm_bytes(a);
-    used_[a] = gmg.hbm(a).weights;
-  }
+    used_[a] = gmg.hbm(a).weights + gmg.done_resident(a);  // and, below, landed copies
+  });
 
-  // Pass 1, over the GMG's operator records in OpId order: simulated nodes
-  // (issued ops) first, so node index == result index. Each op's time is
+  // Pass 1, over the issued (and tentative) ops in OpId order: simulated
+  // nodes first, so node index == result index. Each op's time is
   // predicted here, once; its rank is its place on its accelerator in OpId
   // order, re-ranked in order_queues() where that is not queue order.
   // in_end holds the GMG's first in-edge until pass 2.
-  n_sim_ = static_cast<std::uint32_t>(gmg.issued_count());
-  r_.ops.resize(n_sim_);
+  n_sim_ = static_cast<std::uint32_t>(gmg.issued_count() + tent.ops.size());
+  const std::span<const OpId> issued = gmg.issued_ops();
+  std::span<const OpId> base = issued;
+  if (scoped_) {  // the issued ops inside the scope
+    scoped_ops_.clear();
+    for (OpId id : issued)
+      if (in_scope_[gmg.op(id).accel]) scoped_ops_.push_back(id);
+    base = scoped_ops_;
+    n_sim_ = static_cast<std::uint32_t>(base.size() + tent.ops.size());
+  }
+  if (overlay) {  // merge the batch (a few ops, sorted here) into the issued ones, in OpId order
+    tent_sorted_.assign(tent.ops.begin(), tent.ops.end());
+    for (std::size_t k = 1; k < tent_sorted_.size(); ++k)
+      for (std::size_t j = k; j > 0 && tent_sorted_[j] < tent_sorted_[j - 1]; --j)
+        std::swap(tent_sorted_[j], tent_sorted_[j - 1]);
+    r_.ops.resize(n_sim_);
+    std::merge(base.begin(), base.end(), tent_sorted_.begin(), tent_sorted_.end(), r_.ops.begin());
+  } else {
+    r_.ops.assign(base.begin(), base.end());
+  }
+  key_.resize(n_sim_);
+  issue_t_.resize(n_sim_);
   nodes_.resize(n_sim_);
   arrival_.resize(n_sim_);
   ready_t_.resize(n_sim_);
   queue_.resize(n_acc);
-  for (auto& q : queue_) q.clear();
-  last_key_.assign(n_acc, 0);
-  out_of_order_.assign(n_acc, 0);
+  last_key_.resize(n_acc);
+  out_of_order_.resize(n_acc);
+  each_accel([&](AccelId a) {
+    queue_[a].clear();
+    last_key_[a] = 0;
+    out_of_order_[a] = 0;
+  });
   out_limit_.resize(n_sim_);
   // Out-edges are laid out as they are found (pass 2), in regions reserved
   // here from the GMG's successor counts: an op's successors that are not
@@ -98,14 +181,14 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
     Node* nodes = nodes_.data();
     Arrival* arrival = arrival_.data();
     std::uint32_t* index_of = r_.index_of.data();
-    for (OpId id = 0; id < slots; ++id) {
+    for (; i < n_sim_; ++i) {
+      const OpId id = ops[i];
       const OpRecord& op = gmg.op(id);
-      if (!op.live) continue;
-      if (op.state == OpState::kIssued) {
-        const AccelId a = op.accel;
+      const std::uint32_t k = overlay ? tent_[id] : 0;
+      {
+        const AccelId a = k > 0 ? tent.accels[k - 1] : op.accel;
         auto& q = queue_[a];
         index_of[id] = i;
-        ops[i] = id;
         nodes[i] = {to_nanos(est.predict_op(op.kind, accels.type(a), gmg.features(id))),
                     op.out_bytes,
                     op.workspace_bytes,
@@ -116,21 +199,18 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
                     0,
                     0,
                     0,
-                    op.unscheduled_succs > 0 ? kKeepOutput : Flag{}};
+                    unscheduled_succs(id, op) > 0 ? kKeepOutput : Flag{}};
         arrival[i] = {a, static_cast<std::uint32_t>(q.size()), 0};
         q.push_back(i);
-        const std::uint64_t key = queue_key(op.priority, op.issue_seq);
+        const std::uint64_t key = queue_key(op.priority, k > 0 ? gmg.last_issue_seq() + k : op.issue_seq);
         out_of_order_[a] |= key < last_key_[a];
         last_key_[a] = key;
-        ready_t_[i] = op.issue_t;
+        key_[i] = key;
+        issue_t_[i] = ready_t_[i] = k > 0 ? tent.at : op.issue_t;
         nodes[i].out_begin = nodes[i].out_end = out_total;
-        out_total += op.pending_succs > op.unscheduled_succs ? op.pending_succs - op.unscheduled_succs : 0;
+        const std::uint32_t unscheduled = unscheduled_succs(id, op);
+        out_total += op.pending_succs > unscheduled ? op.pending_succs - unscheduled : 0;
         out_limit_[i] = out_total;
-        ++i;
-      } else if (op.state == OpState::kDone) {
-        // Resident at the snapshot: held outputs and retained state.
-        if (op.output_held) used_[op.accel] += op.out_bytes;
-        if (op.retained_held) used_[op.accel] += op.retained_bytes;
       }
     }
   }
@@ -172,6 +252,11 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
         continue;
       }
       const OpRecord& src = gmg.op(ge.src);  // a done producer
+      if (src.state != OpState::kDone) [[unlikely]] {
+        clear_marks();  // the simulator stays usable
+        throw std::invalid_argument("global simulator: the scope is not closed: " + gmg.op_name(r_.ops[i]) + " reads " +
+                                    gmg.op_name(ge.src) + ", issued outside it");
+      }
       if (s != kNotSimulated) {
         s &= ~kGhost;
       } else {
@@ -179,9 +264,10 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
         r_.index_of[ge.src] = s | kGhost;  // until the end of the build
         nodes_.push_back(
             {0, src.out_bytes, 0, src.retained_bytes, src.accel, 0, 0, out_total, out_total, 0,
-             static_cast<Flag>((src.unscheduled_succs > 0 ? kKeepOutput : 0) | (src.output_held ? kOutputHeld : 0) |
-                               (src.retained_held ? kRetainedHeld : 0))});
-        out_total += src.pending_succs > src.unscheduled_succs ? src.pending_succs - src.unscheduled_succs : 0;
+             static_cast<Flag>((unscheduled_succs(ge.src, src) > 0 ? kKeepOutput : 0) |
+                               (src.output_held ? kOutputHeld : 0) | (src.retained_held ? kRetainedHeld : 0))});
+        const std::uint32_t unscheduled = unscheduled_succs(ge.src, src);
+        out_total += src.pending_succs > unscheduled ? src.pending_succs - unscheduled : 0;
         out_limit_.push_back(out_total);
         out_refs_.resize(out_total);
         ghost_op_.push_back(ge.src);
@@ -203,7 +289,7 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
         ++arrival_[i].pending;
         // Its intent appears once the producer is done and the consumer
         // issued (the backend is handed the consumer at its issue).
-        const Nanos since = std::max(src.done_t, gmg.op(r_.ops[i]).issue_t);
+        const Nanos since = std::max(src.done_t, issue_t_[i]);
         if (arbiter_) note_intent(edge, since);
         events_.push(since, kTransferReady, edge);
       }
@@ -214,7 +300,7 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
     // interleaving the two kinds here changes neither order.
     if (arrival_[i].pending == 0) events_.push(ready_t_[i], kReady, i);
   }
-  for (OpId id : ghost_op_) r_.index_of[id] = kNotSimulated;
+  clear_marks();
 
   // A GMG whose successor counts disagree with its edges would overflow a
   // region: lay the out-edges out again by counting sort (same order).
@@ -234,10 +320,10 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
     }
   }
 
-  order_queues(gmg);
+  order_queues(scope);
   running_.assign(n_acc, kNotSimulated);
   free_at_.resize(n_acc);
-  for (AccelId a = 0; a < n_acc; ++a) free_at_[a] = gmg.last_done(a);
+  each_accel([&](AccelId a) { free_at_[a] = gmg.last_done(a); });
   dirty_flag_.assign(n_acc, 0);
   dirty_.clear();
   send_busy_.assign(n_acc, 0);
@@ -248,35 +334,41 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est) {
 
 // Puts every accelerator's queue in queue order where OpId order is not
 // (reused slots, priorities) and sizes the ready bitsets.
-void GlobalSimulator::order_queues(const Gmg& gmg) {
+void GlobalSimulator::order_queues(std::span<const AccelId> scope) {
   const std::size_t n_acc = queue_.size();
   std::size_t most = 0;
-  for (std::size_t a = 0; a < n_acc; ++a) {
+  auto each_accel = [&](auto&& f) {
+    if (!scope.empty())
+      for (AccelId a : scope) f(a);
+    else
+      for (AccelId a = 0; a < n_acc; ++a) f(a);
+  };
+  each_accel([&](AccelId a) {
     auto& q = queue_[a];
     most = std::max(most, q.size());
-    if (!out_of_order_[a]) continue;
+    if (!out_of_order_[a]) return;
     sort_scratch_.clear();
-    for (std::uint32_t i : q)
-      sort_scratch_.push_back({queue_key(gmg.op(r_.ops[i]).priority, gmg.op(r_.ops[i]).issue_seq), i});
+    for (std::uint32_t i : q) sort_scratch_.push_back({key_[i], i});
     std::sort(sort_scratch_.begin(), sort_scratch_.end());
     for (std::uint32_t rank = 0; rank < q.size(); ++rank) {
       q[rank] = sort_scratch_[rank].second;
       arrival_[q[rank]].rank = rank;
     }
-  }
-  // Bitset levels: 64^levels_ >= the longest queue.
+  });
+  // Bitset levels: 64^levels_ >= the longest queue. Accelerators outside
+  // the scope get no words: nothing marks them dirty.
   levels_ = 1;
   for (std::uint64_t span = 64; span < most; span *= 64) ++levels_;
   bits_off_.resize(n_acc * levels_);
   std::uint32_t words = 0;
-  for (std::size_t a = 0; a < n_acc; ++a) {
+  each_accel([&](AccelId a) {
     std::uint64_t count = queue_[a].size();
     for (unsigned l = 0; l < levels_; ++l) {
       count = (count + 63) / 64;
       bits_off_[a * levels_ + l] = words;
       words += static_cast<std::uint32_t>(std::max<std::uint64_t>(count, 1));
     }
-  }
+  });
   bits_.assign(words, 0);
 }
 
@@ -548,6 +640,78 @@ void GlobalSimulator::advance(const Est& est, const SimOptions& opt) {
     if (transfers_changed && !pending_transfers_.empty()) arbitrate<Est, kHbm, kTransfers>(est, t);
   }
   r_.hbm_end = used_;
+}
+
+AccelId AccelComponents::find(AccelId a) {
+  while (parent_[a] != a) {
+    parent_[a] = parent_[parent_[a]];  // path halving
+    a = parent_[a];
+  }
+  return a;
+}
+
+void AccelComponents::join(AccelId a, AccelId b) {
+  a = find(a);
+  b = find(b);
+  if (a == b) return;
+  if (size_[a] < size_[b]) std::swap(a, b);
+  parent_[b] = a;
+  size_[a] += size_[b];
+}
+
+void AccelComponents::build(const Gmg& gmg) {
+  const std::size_t n = gmg.accels().size();
+  parent_.resize(n);
+  size_.assign(n, 1);
+  for (AccelId a = 0; a < n; ++a) parent_[a] = a;
+  mark_.assign(n, 0);
+  for (OpId id : gmg.issued_ops()) {
+    const OpRecord& op = gmg.op(id);
+    for (std::uint32_t e = op.first_in; e != kNoEdge; e = gmg.edge(e).next_in) {
+      const OpRecord& src = gmg.op(gmg.edge(e).src);
+      if (src.state != OpState::kUnscheduled) join(op.accel, src.accel);
+    }
+  }
+  // Members grouped by root (counting sort), so a closure visits only the
+  // components it takes.
+  root_of_.resize(n);
+  first_.assign(n + 1, 0);
+  for (AccelId a = 0; a < n; ++a) ++first_[(root_of_[a] = find(a)) + 1];
+  for (std::size_t r = 0; r < n; ++r) first_[r + 1] += first_[r];
+  members_.resize(n);
+  fill_.assign(first_.begin(), first_.end() - 1);
+  for (AccelId a = 0; a < n; ++a) members_[fill_[root_of_[a]]++] = a;
+}
+
+void AccelComponents::closure(const Gmg& gmg, std::span<const AccelId> seeds, std::span<const OpId> ops,
+                              std::vector<AccelId>& out) {
+  roots_.clear();
+  auto add = [&](AccelId a) {
+    const AccelId r = root_of_[a];
+    if (!mark_[r]) {
+      mark_[r] = 1;
+      roots_.push_back(r);
+    }
+  };
+  for (AccelId a : seeds) add(a);
+  for (OpId id : ops)
+    for (std::uint32_t e = gmg.op(id).first_in; e != kNoEdge; e = gmg.edge(e).next_in) {
+      const OpRecord& src = gmg.op(gmg.edge(e).src);
+      if (src.state != OpState::kUnscheduled) add(src.accel);
+    }
+  out.clear();
+  for (AccelId r : roots_) {
+    out.insert(out.end(), members_.begin() + first_[r], members_.begin() + first_[r + 1]);
+    mark_[r] = 0;
+  }
+  std::sort(out.begin(), out.end());
+}
+
+std::size_t AccelComponents::largest() const {
+  std::size_t most = 0;
+  for (AccelId a = 0; a < parent_.size(); ++a)
+    if (parent_[a] == a) most = std::max<std::size_t>(most, size_[a]);
+  return most;
 }
 
 }  // namespace slicesched

@@ -23,6 +23,7 @@
 module;
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,17 @@ export import slicesched.core.plugin;
 import slicesched.simulator.events;
 
 export namespace slicesched {
+
+// Operators to simulate as if issued at `at`, in this order, onto these
+// accelerators, though the GMG has them unscheduled: the scheduler's
+// what-if, without a clone. The caller checks them first with
+// Gmg::check_issue (the simulator assumes they pass). The result is the one
+// for a clone with the same issue() calls made.
+struct TentativeIssue {
+  std::span<const OpId> ops;
+  std::span<const AccelId> accels;  // parallel to ops
+  Nanos at = 0;
+};
 
 struct SimOptions {
   Nanos horizon = -1;                // simulate until now + horizon; < 0: until everything is done
@@ -45,6 +57,43 @@ struct SimOptions {
   // the simulator applies that rule inline. Not thread-safe, like any
   // arbiter: one per simulator thread. Used only during run().
   TransferArbiter* arbiter = nullptr;
+  TentativeIssue tentative{};  // empty: the snapshot as it is
+  // Simulate only the operators on these accelerators (and the tentative
+  // ones, whose accelerators must be listed). The set must be closed: no
+  // issued operator inside reads from or feeds one outside, and no done
+  // producer inside feeds an issued operator outside (AccelComponents gives
+  // such sets); a set that is not closed throws std::invalid_argument. Per-
+  // accelerator results outside it are zero. Empty: the whole cluster.
+  // Inside, the result equals the whole cluster's with two exceptions: an
+  // OOM outside is not seen, and the default transfer rule reserves the
+  // ports of the oldest blocked intent inside (not of the oldest anywhere).
+  std::span<const AccelId> scope;
+};
+
+// Which accelerators a snapshot ties together: two are joined when an issued
+// operator on one reads from an issued or done operator on the other. A
+// what-if of a batch needs only the closure of its candidate accelerators
+// (and of where its inputs live), not the whole cluster. Not thread-safe.
+class AccelComponents {
+ public:
+  // Recomputes from the snapshot: O(issued operators and their in-edges).
+  void build(const Gmg& gmg);
+  // The closed set holding `seeds` and the accelerators of the producers of
+  // `ops` (a batch about to be issued), in id order, into `out`.
+  void closure(const Gmg& gmg, std::span<const AccelId> seeds, std::span<const OpId> ops, std::vector<AccelId>& out);
+  // How many accelerators the largest component spans (1 when none are tied).
+  std::size_t largest() const;
+
+ private:
+  AccelId find(AccelId a);
+  void join(AccelId a, AccelId b);
+  std::vector<AccelId> parent_;
+  std::vector<std::uint32_t> size_;
+  std::vector<AccelId> root_of_;             // per accelerator, after build()
+  std::vector<std::uint32_t> first_, fill_;  // members_[first_[r], first_[r + 1]): root r's component
+  std::vector<AccelId> members_;
+  std::vector<AccelId> roots_;      // closure's scratch
+  std::vector<std::uint8_t> mark_;  // closure's scratch, per root
 };
 
 struct OomEvent {
@@ -101,8 +150,8 @@ class GlobalSimulator {
   template <typename Est>
   const SimulationResult& run_with(const Gmg& gmg, const Est& est, const SimOptions& opt);
   template <typename Est>
-  void build(const Gmg& gmg, const Est& est);
-  void order_queues(const Gmg& gmg);
+  void build(const Gmg& gmg, const Est& est, const TentativeIssue& tent, std::span<const AccelId> scope);
+  void order_queues(std::span<const AccelId> scope);
   // The event loop, compiled once per estimator kind and combination of
   // what it records.
   template <typename Est, bool kHbm, bool kTransfers>
@@ -190,6 +239,17 @@ class GlobalSimulator {
   std::vector<SimEdge> edges_;  // in-edges grouped by destination
   std::vector<OutRef> out_refs_;
   std::vector<std::uint32_t> out_limit_;  // per node, during the build: end of its reserved out_refs_ region
+  std::vector<std::uint64_t> key_;        // per simulated node, during the build: its queue key
+  std::vector<Nanos> issue_t_;            // per simulated node, during the build: its issue time
+  // A tentative issue, during the build: per GMG slot, 1 + its place in the
+  // batch (0: not in it), and how many of its successors the batch issues.
+  // Zero outside a build.
+  std::vector<std::uint32_t> tent_, tent_succs_;
+  std::vector<OpId> tent_sorted_;
+  std::vector<std::uint8_t> in_scope_;  // per accelerator, during a scoped build
+  std::vector<OpId> scoped_ops_;        // the issued ops inside the scope, during a scoped build
+  bool scoped_ = false;
+  bool timelines_dirty_ = false;  // a run recorded timelines: the next build clears them all
 
   // Ready queues. Each accelerator's simulated nodes are ranked once by
   // queue order (queue_[a][rank] is the node); the ready ones are a bitset

@@ -478,7 +478,7 @@ void require_same(const SimulationResult& want, const SimulationResult& got) {
 TEST_CASE("the global simulator agrees exactly with its reference implementation", "[simulator][differential]") {
   std::mt19937_64 rng(20261123);
   GlobalSimulator reused;  // scratch buffers carried across very different snapshots
-  int compared_ops = 0, with_oom = 0, with_ghosts = 0;
+  int compared_ops = 0, with_oom = 0, with_ghosts = 0, tentative_trials = 0, scoped_trials = 0;
   for (int trial = 0; trial < 600; ++trial) {
     INFO("trial " << trial);
     const int n_acc = std::uniform_int_distribution<int>(1, 5)(rng);
@@ -570,7 +570,111 @@ TEST_CASE("the global simulator agrees exactly with its reference implementation
       require_same(want, reused.run(gmg, est, opt));
     }
     compared_ops += static_cast<int>(want.ops.size());
+
+    // A tentative batch (the scheduler's what-if) gives exactly what a
+    // clone with the batch issued gives.
+    std::vector<OpId> batch;
+    std::vector<AccelId> where;
+    if (std::uniform_int_distribution<int>(0, 2)(rng)) {  // work that is not yet issued at all
+      InstanceSpec spec{std::uniform_int_distribution<int>(0, 1)(rng) ? ta : tb,
+                        {},
+                        {},
+                        std::uniform_int_distribution<int>(0, 3)(rng),
+                        0};
+      REQUIRE(gmg.instantiate(spec).ok());
+    }
+    for (bool grew = true; grew && batch.size() < 6;) {
+      grew = false;
+      for (OpId id = 0; id < gmg.slot_count() && batch.size() < 6; ++id) {
+        if (!gmg.contains(id) || gmg.op(id).state != OpState::kUnscheduled) continue;
+        if (std::find(batch.begin(), batch.end(), id) != batch.end()) continue;
+        bool ready = true;
+        for (std::uint32_t e = gmg.op(id).first_in; e != kNoEdge && ready; e = gmg.edge(e).next_in) {
+          const OpId p = gmg.edge(e).src;
+          ready = gmg.op(p).state != OpState::kUnscheduled || std::find(batch.begin(), batch.end(), p) != batch.end();
+        }
+        if (!ready || std::uniform_int_distribution<int>(0, 2)(rng) == 0) continue;
+        batch.push_back(id);
+        where.push_back(static_cast<AccelId>(pick_acc(rng)));
+        grew = true;
+      }
+    }
+    if (batch.empty()) continue;
+    ++tentative_trials;
+    REQUIRE(gmg.check_issue(batch, where).ok());
+    const Nanos at = gmg.now() + std::uniform_int_distribution<int>(0, 1)(rng) * 250'000;
+    Gmg copy = gmg.clone();
+    for (std::size_t k = 0; k < batch.size(); ++k) REQUIRE(copy.issue(batch[k], where[k], at).ok());
+    const SimulationResult with_clone = simulate(copy, est, opt);
+    SimOptions overlay = opt;
+    overlay.tentative = {.ops = batch, .accels = where, .at = at};
+    {
+      INFO("a tentative batch of " << batch.size());
+      require_same(with_clone, reused.run(gmg, est, overlay));
+      // and the snapshot itself is untouched, marks and all
+      require_same(simulate(gmg, est, opt), reused.run(gmg, est, opt));
+    }
+    // Scoped to the closure of the batch's accelerators, the simulation
+    // agrees with the whole cluster's inside the scope whenever nothing
+    // outside could reach in: no transfer outside (the default rule
+    // reserves the ports of the oldest intent anywhere) and no OOM outside.
+    {
+      AccelComponents comps;
+      comps.build(gmg);
+      std::vector<AccelId> scope;
+      comps.closure(gmg, where, batch, scope);
+      REQUIRE(std::is_sorted(scope.begin(), scope.end()));
+      for (AccelId a : where) REQUIRE(std::find(scope.begin(), scope.end(), a) != scope.end());
+      SimOptions scoped = overlay;
+      scoped.record_transfers = true;
+      scoped.record_hbm_timeline = false;
+      const SimulationResult full = simulate(gmg, est,
+                                             {.horizon = scoped.horizon,
+                                              .stop_at_oom = scoped.stop_at_oom,
+                                              .record_transfers = true,
+                                              .tentative = overlay.tentative});
+      auto inside = [&](AccelId a) { return std::find(scope.begin(), scope.end(), a) != scope.end(); };
+      bool outside_reaches = full.oom && !inside(full.oom->accel);
+      for (const TransferRecord& x : full.transfers) outside_reaches |= !inside(x.from) || !inside(x.to);
+      if (scope.size() < static_cast<std::size_t>(n_acc) && !outside_reaches) {
+        scoped.scope = scope;
+        const SimulationResult& part = reused.run(gmg, est, scoped);
+        ++scoped_trials;
+        std::size_t in_scope_ops = 0;
+        for (std::size_t i = 0; i < full.ops.size(); ++i) {
+          const OpId op = full.ops[i];
+          const AccelId a = copy.op(op).accel;
+          if (!inside(a)) {
+            REQUIRE(part.index_of[op] == kNotSimulated);
+            continue;
+          }
+          ++in_scope_ops;
+          INFO("op " << op);
+          REQUIRE(part.start_of(op) == full.start[i]);
+          REQUIRE(part.finish_of(op) == full.finish[i]);
+        }
+        REQUIRE(part.ops.size() == in_scope_ops);
+        for (AccelId a : scope) {
+          REQUIRE(part.busy[a] == full.busy[a]);
+          REQUIRE(part.hbm_peak[a] == full.hbm_peak[a]);
+          REQUIRE(part.hbm_end[a] == full.hbm_end[a]);
+        }
+        REQUIRE(part.oom.has_value() == full.oom.has_value());
+        REQUIRE(part.transfers.size() == full.transfers.size());
+        // and the simulator is left as it was: a whole-cluster run after it agrees
+        require_same(with_clone, reused.run(gmg, est, overlay));
+      }
+    }
+    // Out of order, a batch is refused as issue() would refuse it.
+    if (batch.size() > 1 && gmg.op(batch[1]).unscheduled_preds > 0) {
+      std::vector<OpId> swapped{batch[1], batch[0]};
+      std::vector<AccelId> swapped_where{where[1], where[0]};
+      CHECK_FALSE(gmg.check_issue(swapped, swapped_where).ok());
+    }
+    CHECK_FALSE(gmg.check_issue(std::vector<OpId>{batch[0], batch[0]}, std::vector<AccelId>{0, 0}).ok());
   }
+  CHECK(tentative_trials > 200);
+  CHECK(scoped_trials > 25);
   CHECK(compared_ops > 3000);
   CHECK(with_oom > 20);
   CHECK(with_ghosts > 100);
