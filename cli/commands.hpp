@@ -35,6 +35,7 @@ struct SimulateOptions {
   std::optional<std::uint64_t> seed;  // overrides the config's seed
   double trace_seconds = 60;          // Chrome traces cover the first this many simulated seconds
   bool skip_bad_lines = false;        // skip (and count) corrupt trace lines in every trace stream
+  std::vector<std::string> sets;      // "KEY=VALUE" config overrides
 };
 int simulate(const SimulateOptions& opt);
 

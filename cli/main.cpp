@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   simulate->add_option("--policy", sim.policy, "Run only this policy");
   simulate->add_option("--out", sim.out, "Write summary.json, CSVs, Chrome traces and plots into this folder");
   simulate->add_option("--seed", sim.seed, "Override the config's seed");
+  simulate->add_option("--set", sim.sets, "KEY=VALUE: override one config value (repeatable), as in sweep");
   simulate->add_flag("--skip-bad-lines", sim.skip_bad_lines, "Skip and count corrupt trace lines instead of failing");
   simulate->add_option("--trace-seconds", sim.trace_seconds, "Simulated seconds covered by the Chrome traces")
       ->check(CLI::NonNegativeNumber);

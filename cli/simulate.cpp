@@ -21,7 +21,16 @@ import slicesched.cli.offline;
 namespace slicesched::cli {
 
 int simulate(const SimulateOptions& opt) {
-  auto cfg = load_config(opt.config);
+  std::vector<ConfigOverride> overrides;
+  for (const auto& s : opt.sets) {
+    const auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::fprintf(stderr, "slicesched: --set %s: expected KEY=VALUE\n", s.c_str());
+      return 2;
+    }
+    overrides.push_back({s.substr(0, eq), s.substr(eq + 1)});
+  }
+  auto cfg = load_config(opt.config, overrides);
   if (!cfg.ok()) {
     std::fprintf(stderr, "slicesched: %s\n", cfg.status().message().c_str());
     return 2;

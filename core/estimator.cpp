@@ -72,7 +72,9 @@ void LinearEstimator::observe(std::span<const double> x, double y) {
   for (std::size_t k = 0; k < n_; ++k) {
     if (u[k] == 0) continue;  // also every column not yet opened
     const double rkk = r(k, k);
-    const double h = std::hypot(rkk, u[k]);
+    // (sqrt, not hypot: rows are scaled to about 1, so the squares cannot
+    // overflow, and glibc's hypot costs several times as much.)
+    const double h = std::sqrt(rkk * rkk + u[k] * u[k]);
     const double c = rkk / h, s = u[k] / h;
     r(k, k) = h;
     for (std::size_t j = k + 1; j < n_; ++j) {

@@ -1,6 +1,9 @@
 module;
+#include <tbb/blocked_range.h>
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -21,14 +24,19 @@ struct Scheduler::Workers {
     GlobalSimulator sim;
     PluginPtr<TransferArbiter> arbiter;  // null: the default rule
     Status error;                        // the factory's failure, if it failed
+    std::uint64_t prepared_round = 0;    // the round `sim` is prepared for
   };
   tbb::enumerable_thread_specific<Worker> local;
   // Per round, on the engine thread: which accelerators the snapshot ties
-  // together, and each candidate's closed scope (empty: the whole cluster).
+  // together, and the round's closed scope (empty: the whole cluster).
   AccelComponents components;
-  std::vector<std::vector<AccelId>> scopes;
+  std::vector<AccelId> scope;
   std::vector<AccelId> seeds;
+  std::vector<std::size_t> same_as;  // per candidate: an earlier one placing the batch the same way
+  std::uint64_t round = 0;           // what-if calls so far (a worker's prepare is for one of them)
 };
+
+constexpr std::size_t kNoCandidate = ~std::size_t{0};
 
 Scheduler::Scheduler(PlacementPolicy& policy, PartitionSet& partitions, Estimator& estimator, SchedulerOptions opt)
     : policy_(policy),
@@ -71,20 +79,31 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
                                                 Nanos now) {
   std::vector<Outcome> out(cands.size());
   Workers& ws = *workers_;
-  if (ws.scopes.size() < cands.size()) ws.scopes.resize(cands.size());
+  ++ws.round;
+  // One scope for the round: the closure of every candidate's accelerators,
+  // so all candidates are judged on the same part of the cluster.
   const std::size_t n_acc = gmg.accels().size();
+  ws.scope.clear();
   if (opt_.scoped && n_acc > 1) {
     ws.components.build(gmg);
-    for (std::size_t c = 0; c < cands.size(); ++c) {
-      ws.seeds.assign(cands[c].accel.begin(), cands[c].accel.end());
-      std::erase_if(ws.seeds, [&](AccelId a) { return a >= n_acc; });  // refused by check_issue below
-      ws.components.closure(gmg, ws.seeds, batch.ops, ws.scopes[c]);
-      if (ws.scopes[c].size() == n_acc) ws.scopes[c].clear();  // all of it: the plain path
-    }
-  } else {
-    for (std::size_t c = 0; c < cands.size(); ++c) ws.scopes[c].clear();
+    ws.seeds.clear();
+    for (const Candidate& c : cands)
+      for (AccelId a : c.accel)
+        if (a < n_acc) ws.seeds.push_back(a);  // (others are refused by check_issue below)
+    ws.components.closure(gmg, ws.seeds, batch.ops, ws.scope);
+    if (ws.scope.size() == n_acc) ws.scope.clear();  // all of it: the plain path
+  }
+  // A candidate that places the batch exactly as an earlier one does (a
+  // one-op batch on a pair and on a quad) shares its outcome.
+  ws.same_as.assign(cands.size(), kNoCandidate);
+  std::size_t distinct = 0;
+  for (std::size_t c = 0; c < cands.size(); ++c) {
+    for (std::size_t d = 0; d < c && ws.same_as[c] == kNoCandidate; ++d)
+      if (ws.same_as[d] == kNoCandidate && cands[d].accel == cands[c].accel) ws.same_as[c] = d;
+    distinct += ws.same_as[c] == kNoCandidate;
   }
   auto one = [&](std::size_t c) {
+    if (ws.same_as[c] != kNoCandidate) return;
     Outcome& o = out[c];
     if (cands[c].accel.size() != batch.ops.size()) return;  // malformed candidate: infeasible
     Workers::Worker& w = workers_->local.local();
@@ -97,12 +116,16 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
       w.arbiter = std::move(made).value();
     }
     if (!gmg.check_issue(batch.ops, cands[c].accel).ok()) return;  // e.g. weights not resident
-    // The batch is simulated as issued without copying the GMG.
-    const SimOptions sim_opt{.horizon = opt_.horizon,
-                             .arbiter = w.arbiter.get(),
-                             .tentative = {.ops = batch.ops, .accels = cands[c].accel, .at = now},
-                             .scope = ws.scopes[c]};
-    const SimulationResult& r = linear_ ? w.sim.run(gmg, *linear_, sim_opt) : w.sim.run(gmg, est_, sim_opt);
+    // The batch is simulated as issued, without copying the GMG; what every
+    // candidate shares is built once per round on each thread.
+    if (w.prepared_round != ws.round) {
+      if (linear_)
+        w.sim.prepare(gmg, *linear_, batch.ops, now, ws.scope);
+      else
+        w.sim.prepare(gmg, est_, batch.ops, now, ws.scope);
+      w.prepared_round = ws.round;
+    }
+    const SimulationResult& r = w.sim.place(cands[c].accel, {.horizon = opt_.horizon, .arbiter = w.arbiter.get()});
     if (!r.feasible()) return;
     o.feasible = true;
     o.finish.resize(batch.ops.size());
@@ -118,11 +141,23 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
     o.mean_completion_s = sum / static_cast<double>(batch.ops.size());
     o.makespan_s = worst;
   };
-  if (opt_.parallel && cands.size() > 1)
-    tbb::parallel_for(std::size_t{0}, cands.size(), one);
-  else
+  if (opt_.parallel && cands.size() > 1) {
+    // One chunk per thread: a what-if takes microseconds, so finer tasks
+    // cost more in stealing than they gain. A chunk no worker takes in time
+    // runs here, so this is never slower than serial by more than a steal.
+    const auto threads = static_cast<std::size_t>(tbb::this_task_arena::max_concurrency());
+    const std::size_t grain = (cands.size() + threads - 1) / threads;
+    tbb::parallel_for(
+        tbb::blocked_range<std::size_t>(0, cands.size(), grain),
+        [&](const tbb::blocked_range<std::size_t>& r) {
+          for (std::size_t c = r.begin(); c < r.end(); ++c) one(c);
+        },
+        tbb::simple_partitioner());
+  } else
     for (std::size_t c = 0; c < cands.size(); ++c) one(c);
-  stats_.simulations += cands.size();
+  for (std::size_t c = 0; c < cands.size(); ++c)
+    if (ws.same_as[c] != kNoCandidate) out[c] = out[ws.same_as[c]];
+  stats_.simulations += distinct;
   for (const Workers::Worker& w : workers_->local)
     if (!w.error.ok()) return Status(w.error.code(), "scheduler: what-if arbiter: " + w.error.message());
   return out;

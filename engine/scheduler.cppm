@@ -29,9 +29,10 @@ struct SchedulerOptions {
   std::size_t batch_cap = 16;       // operators per batch
   Nanos horizon = -1;               // what-if horizon past now; < 0: until the snapshot drains
   bool parallel = true;             // what-if candidates on oneTBB workers
-  // Each what-if simulates only the accelerators its candidate is tied to
-  // (AccelComponents), not the whole cluster: what keeps rounds cheap on a
-  // large cluster. See SimOptions::scope for how the outcome can differ.
+  // A round's what-ifs simulate only the accelerators its candidates are
+  // tied to (AccelComponents), not the whole cluster: what keeps rounds
+  // cheap on a large cluster. See SimOptions::scope for how an outcome can
+  // differ from the whole cluster's.
   bool scoped = true;
   // The backend's transfer rule, for the what-if to predict with; empty:
   // the default rule (built-in "greedy", reserve_oldest = true).

@@ -6,6 +6,7 @@ module;
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -39,40 +40,58 @@ const SimulationResult& GlobalSimulator::run(const Gmg& gmg, const Estimator& es
 
 template <typename Est>
 const SimulationResult& GlobalSimulator::run_with(const Gmg& gmg, const Est& est, const SimOptions& opt) {
-  stop_at_oom_ = opt.stop_at_oom;
-  arbiter_ = opt.arbiter && !opt.arbiter->is_default_greedy() ? opt.arbiter : nullptr;
-  // A plugin arbiter sees every pending intent, so it gets the whole cluster.
-  build(gmg, est, opt.tentative, arbiter_ ? std::span<const AccelId>{} : opt.scope);
-  timelines_dirty_ = opt.record_hbm_timeline;
-  if (opt.record_hbm_timeline)
-    opt.record_transfers ? advance<Est, true, true>(est, opt) : advance<Est, true, false>(est, opt);
-  else
-    opt.record_transfers ? advance<Est, false, true>(est, opt) : advance<Est, false, false>(est, opt);
-  arbiter_ = nullptr;
-  return r_;
+  if (opt.tentative.accels.size() != opt.tentative.ops.size())
+    throw std::invalid_argument("global simulator: a tentative issue needs one accelerator per operator");
+  prepare_with(gmg, est, opt.tentative.ops, opt.tentative.at, opt.scope);
+  return place_with(est, opt.tentative.accels, opt);
 }
 
+void GlobalSimulator::prepare(const Gmg& gmg, const EstimatorSet& est, std::span<const OpId> batch, Nanos at,
+                              std::span<const AccelId> scope) {
+  prepare_with(gmg, est, batch, at, scope);
+}
+
+void GlobalSimulator::prepare(const Gmg& gmg, const Estimator& est, std::span<const OpId> batch, Nanos at,
+                              std::span<const AccelId> scope) {
+  prepare_with(gmg, est, batch, at, scope);
+}
+
+const SimulationResult& GlobalSimulator::place(std::span<const AccelId> accels, const SimOptions& opt) {
+  if (!gmg_) throw std::logic_error("global simulator: place() before prepare()");
+  return est_set_ ? place_with(*est_set_, accels, opt) : place_with(*est_virtual_, accels, opt);
+}
+
+// What every placement of the batch shares: the simulated nodes (issued
+// ops and the batch's, in OpId order), their edges and ghosts, the base
+// queues (without the batch), the resident bytes, and the events of the
+// issued ops. Where the batch's ops go is left to place().
 template <typename Est>
-void GlobalSimulator::build(const Gmg& gmg, const Est& est, const TentativeIssue& tent,
-                            std::span<const AccelId> scope) {
+void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<const OpId> batch, Nanos at,
+                                   std::span<const AccelId> scope) {
   const AcceleratorSet& accels = gmg.accels();
   const std::size_t n_acc = accels.size();
   const std::size_t slots = gmg.slot_count();
   if (slots > kNodeMask) throw std::length_error("global simulator: a GMG of more than 2^30 operator slots");
-  const bool overlay = !tent.ops.empty();
-  now_ = overlay ? std::max(gmg.now(), tent.at) : gmg.now();
-  stopped_ = false;
+  gmg_ = &gmg;
+  if constexpr (std::is_same_v<Est, EstimatorSet>) {
+    est_set_ = &est;
+    est_virtual_ = nullptr;
+  } else {
+    est_set_ = nullptr;
+    est_virtual_ = &est;
+  }
+  const bool overlay = !batch.empty();
+  batch_.assign(batch.begin(), batch.end());
+  at_ = at;
+  now_ = overlay ? std::max(gmg.now(), at) : gmg.now();
   if (overlay) {
     if (tent_.size() < slots) {
       tent_.resize(slots, 0);
       tent_succs_.resize(slots, 0);
     }
-    for (AccelId a : tent.accels)
-      if (!scope.empty() && std::find(scope.begin(), scope.end(), a) == scope.end()) [[unlikely]]
-        throw std::invalid_argument("global simulator: a tentative operator's accelerator is outside the scope");
-    for (std::size_t k = 0; k < tent.ops.size(); ++k) {
-      tent_[tent.ops[k]] = static_cast<std::uint32_t>(k + 1);
-      for (std::uint32_t e = gmg.op(tent.ops[k]).first_in; e != kNoEdge; e = gmg.edge(e).next_in)
+    for (std::size_t k = 0; k < batch.size(); ++k) {
+      tent_[batch[k]] = static_cast<std::uint32_t>(k + 1);
+      for (std::uint32_t e = gmg.op(batch[k]).first_in; e != kNoEdge; e = gmg.edge(e).next_in)
         ++tent_succs_[gmg.edge(e).src];
     }
   }
@@ -81,74 +100,95 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est, const TentativeIssue
     return overlay ? op.unscheduled_succs - tent_succs_[id] : op.unscheduled_succs;
   };
 
-  // Only the last run's entries are set: reset those, not every slot.
+  // Per-accelerator work is plain fills over the cluster and logic over the
+  // scope only, so a what-if on a large cluster costs what its scope holds.
+  const bool scoped = !scope.empty();
+  if (scoped) {
+    in_scope_.resize(n_acc, 0);
+    for (AccelId a : scope) in_scope_[a] = 1;
+  }
+  scope_.assign(scope.begin(), scope.end());
+  std::sort(scope_.begin(), scope_.end());
+  auto each_accel = [&](auto&& f) {
+    if (scoped)
+      for (AccelId a : scope) f(a);
+    else
+      for (AccelId a = 0; a < n_acc; ++a) f(a);
+  };
+  // Undoes the per-slot and per-accelerator marks (zero outside a
+  // prepare), and the ghosts' index_of entries.
+  auto clear_marks = [&] {
+    for (OpId id : ghost_op_) r_.index_of[id] = kNotSimulated;
+    if (overlay)
+      for (OpId id : batch) {
+        tent_[id] = 0;
+        for (std::uint32_t e = gmg.op(id).first_in; e != kNoEdge; e = gmg.edge(e).next_in)
+          tent_succs_[gmg.edge(e).src] = 0;
+      }
+    if (scoped)
+      for (AccelId a : scope) in_scope_[a] = 0;
+  };
+
+  // Only the last run's index_of entries are set: reset those, not every slot.
   if (r_.index_of.size() != slots) {
     r_.index_of.assign(slots, kNotSimulated);
   } else {
     for (OpId id : r_.ops) r_.index_of[id] = kNotSimulated;
   }
-  // Per-accelerator work below is plain fills over the cluster and logic
-  // over the scope only, so a what-if on a large cluster costs what its
-  // scope holds.
-  scoped_ = !scope.empty();
-  if (scoped_) {
-    in_scope_.resize(n_acc, 0);
-    for (AccelId a : scope) in_scope_[a] = 1;
+  // Per-accelerator arrays: the whole cluster is reset when unscoped or
+  // when the previous prepare was; otherwise only the previous scope is
+  // cleared, so results outside the scope read zero.
+  if (r_.busy.size() != n_acc || !scoped || reset_all_) {
+    r_.busy.assign(n_acc, 0);
+    r_.hbm_start.assign(n_acc, 0);
+    r_.hbm_peak.assign(n_acc, 0);
+    r_.hbm_end.assign(n_acc, 0);
+    used_.assign(n_acc, 0);
+    cap_.assign(n_acc, 0);
+    running_.assign(n_acc, kNotSimulated);
+    free_at_.assign(n_acc, -1);
+    dirty_flag_.assign(n_acc, 0);
+    send_busy_.assign(n_acc, 0);
+    recv_busy_.assign(n_acc, 0);
+  } else {
+    for (AccelId a : last_scope_) {
+      r_.busy[a] = r_.hbm_start[a] = r_.hbm_peak[a] = r_.hbm_end[a] = 0;
+      used_[a] = cap_[a] = 0;
+      running_[a] = kNotSimulated;
+      free_at_[a] = -1;
+      dirty_flag_[a] = send_busy_[a] = recv_busy_[a] = 0;
+    }
   }
-  auto each_accel = [&](auto&& f) {
-    if (scoped_)
-      for (AccelId a : scope) f(a);
-    else
-      for (AccelId a = 0; a < n_acc; ++a) f(a);
-  };
-  // Undoes the build's per-slot and per-accelerator marks (they must be
-  // zero outside a build); ghosts' index_of entries too.
-  auto clear_marks = [&] {
-    for (OpId id : ghost_op_) r_.index_of[id] = kNotSimulated;
-    if (overlay)
-      for (OpId id : tent.ops) {
-        tent_[id] = 0;
-        for (std::uint32_t e = gmg.op(id).first_in; e != kNoEdge; e = gmg.edge(e).next_in)
-          tent_succs_[gmg.edge(e).src] = 0;
-      }
-    if (scoped_)
-      for (AccelId a : scope) in_scope_[a] = 0;
-  };
-  r_.busy.assign(n_acc, 0);
-  r_.transfers.clear();
-  r_.oom.reset();
-  r_.finished = 0;
-  r_.begin = r_.end = 0;
+  reset_all_ = !scoped;
+  last_scope_.assign(scope.begin(), scope.end());
   r_.hbm_timeline.resize(n_acc);
   if (timelines_dirty_) {
     for (auto& tl : r_.hbm_timeline) tl.clear();
     timelines_dirty_ = false;
   }
-
-  used_.assign(n_acc, 0);
-  cap_.resize(n_acc);
   each_accel([&](AccelId a) {
     cap_[a] = accels.hbm_bytes(a);
     used_[a] = gmg.hbm(a).weights + gmg.done_resident(a);  // and, below, landed copies
+    free_at_[a] = gmg.last_done(a);
   });
 
-  // Pass 1, over the issued (and tentative) ops in OpId order: simulated
-  // nodes first, so node index == result index. Each op's time is
+  // Pass 1, over the issued (and the batch's) ops in OpId order: simulated
+  // nodes first, so node index == result index. Each issued op's time is
   // predicted here, once; its rank is its place on its accelerator in OpId
-  // order, re-ranked in order_queues() where that is not queue order.
+  // order, re-ranked in order_queues() where that is not queue order. The
+  // batch's ops join no queue here (place() puts them in).
   // in_end holds the GMG's first in-edge until pass 2.
-  n_sim_ = static_cast<std::uint32_t>(gmg.issued_count() + tent.ops.size());
   const std::span<const OpId> issued = gmg.issued_ops();
   std::span<const OpId> base = issued;
-  if (scoped_) {  // the issued ops inside the scope
+  if (scoped) {  // the issued ops inside the scope
     scoped_ops_.clear();
     for (OpId id : issued)
       if (in_scope_[gmg.op(id).accel]) scoped_ops_.push_back(id);
     base = scoped_ops_;
-    n_sim_ = static_cast<std::uint32_t>(base.size() + tent.ops.size());
   }
+  n_sim_ = static_cast<std::uint32_t>(base.size() + batch.size());
   if (overlay) {  // merge the batch (a few ops, sorted here) into the issued ones, in OpId order
-    tent_sorted_.assign(tent.ops.begin(), tent.ops.end());
+    tent_sorted_.assign(batch.begin(), batch.end());
     for (std::size_t k = 1; k < tent_sorted_.size(); ++k)
       for (std::size_t j = k; j > 0 && tent_sorted_[j] < tent_sorted_[j - 1]; --j)
         std::swap(tent_sorted_[j], tent_sorted_[j - 1]);
@@ -162,6 +202,8 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est, const TentativeIssue
   nodes_.resize(n_sim_);
   arrival_.resize(n_sim_);
   ready_t_.resize(n_sim_);
+  is_tent_.assign(n_sim_, 0);
+  tnode_.resize(batch.size());
   queue_.resize(n_acc);
   last_key_.resize(n_acc);
   out_of_order_.resize(n_acc);
@@ -170,25 +212,34 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est, const TentativeIssue
     last_key_[a] = 0;
     out_of_order_[a] = 0;
   });
+  tent_accels_.clear();  // no batch op sits in a queue yet
   out_limit_.resize(n_sim_);
   // Out-edges are laid out as they are found (pass 2), in regions reserved
   // here from the GMG's successor counts: an op's successors that are not
   // done and not unscheduled are exactly the issued ones, its readers here.
   std::uint32_t out_total = 0;
   {
-    std::uint32_t i = 0;
     OpId* ops = r_.ops.data();
     Node* nodes = nodes_.data();
     Arrival* arrival = arrival_.data();
     std::uint32_t* index_of = r_.index_of.data();
-    for (; i < n_sim_; ++i) {
+    for (std::uint32_t i = 0; i < n_sim_; ++i) {
       const OpId id = ops[i];
       const OpRecord& op = gmg.op(id);
       const std::uint32_t k = overlay ? tent_[id] : 0;
-      {
-        const AccelId a = k > 0 ? tent.accels[k - 1] : op.accel;
+      index_of[id] = i;
+      const std::uint32_t unscheduled = unscheduled_succs(id, op);
+      const Flag keep = unscheduled > 0 ? kKeepOutput : Flag{};
+      if (k > 0) {  // a batch op: its accelerator and time come with the placement
+        nodes[i] = {0, op.out_bytes, op.workspace_bytes, op.retained_bytes, kNoAccel, 0, op.first_in, 0, 0, 0, keep};
+        arrival[i] = {kNoAccel, 0, 0};
+        key_[i] = queue_key(op.priority, gmg.last_issue_seq() + k);
+        issue_t_[i] = ready_t_[i] = at;
+        is_tent_[i] = 1;
+        tnode_[k - 1] = i;
+      } else {
+        const AccelId a = op.accel;
         auto& q = queue_[a];
-        index_of[id] = i;
         nodes[i] = {to_nanos(est.predict_op(op.kind, accels.type(a), gmg.features(id))),
                     op.out_bytes,
                     op.workspace_bytes,
@@ -199,37 +250,36 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est, const TentativeIssue
                     0,
                     0,
                     0,
-                    unscheduled_succs(id, op) > 0 ? kKeepOutput : Flag{}};
+                    keep};
         arrival[i] = {a, static_cast<std::uint32_t>(q.size()), 0};
         q.push_back(i);
-        const std::uint64_t key = queue_key(op.priority, k > 0 ? gmg.last_issue_seq() + k : op.issue_seq);
+        const std::uint64_t key = queue_key(op.priority, op.issue_seq);
         out_of_order_[a] |= key < last_key_[a];
         last_key_[a] = key;
         key_[i] = key;
-        issue_t_[i] = ready_t_[i] = k > 0 ? tent.at : op.issue_t;
-        nodes[i].out_begin = nodes[i].out_end = out_total;
-        const std::uint32_t unscheduled = unscheduled_succs(id, op);
-        out_total += op.pending_succs > unscheduled ? op.pending_succs - unscheduled : 0;
-        out_limit_[i] = out_total;
+        issue_t_[i] = ready_t_[i] = op.issue_t;
       }
+      nodes[i].out_begin = nodes[i].out_end = out_total;
+      out_total += op.pending_succs > unscheduled ? op.pending_succs - unscheduled : 0;
+      out_limit_[i] = out_total;
     }
   }
-  r_.start.assign(n_sim_, -1);
-  r_.finish.assign(n_sim_, -1);
   out_refs_.resize(out_total);
   bool out_overflow = false;
 
   // Pass 2: in-edges of simulated nodes, grouped by destination; done
-  // producers become ghost nodes (memory bookkeeping only). A node with
-  // every input available is ready at its ready time.
+  // producers become ghost nodes (memory bookkeeping only). An issued op's
+  // events are recorded (place() pushes them, in node order); a batch op's
+  // in-edges are left to place(), which knows which are remote.
   edges_.clear();
-  intents_of_.clear();
-  intent_count_ = 0;
   ghost_op_.clear();
-  pending_transfers_.clear();
-  events_.clear();
+  deferred_.clear();
+  node_events_.clear();
+  ev_begin_.resize(n_sim_ + 1);
   for (std::uint32_t i = 0; i < n_sim_; ++i) {
     // (nodes_ may grow by ghosts in this loop: no references into it.)
+    ev_begin_[i] = static_cast<std::uint32_t>(node_events_.size());
+    const bool tentative = is_tent_[i];
     const AccelId here = nodes_[i].accel;
     const std::uint32_t first_in = nodes_[i].in_end;
     nodes_[i].in_begin = static_cast<std::uint32_t>(edges_.size());
@@ -238,22 +288,26 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est, const TentativeIssue
       e = ge.next_in;
       std::uint32_t s = r_.index_of[ge.src];
       const std::uint32_t retained = ge.retained ? kRetained : 0;
+      const auto edge = static_cast<std::uint32_t>(edges_.size());
       if (s < n_sim_) {  // finishes inside the simulation
         Node& src = nodes_[s];
-        const std::uint32_t remote = src.accel != here ? kRemote : 0;
-        const auto edge = static_cast<std::uint32_t>(edges_.size());
+        const std::uint32_t remote = !tentative && !is_tent_[s] && src.accel != here ? kRemote : 0;
         edges_.push_back({s | remote | retained, i, ge.bytes});
         ++src.consumers;
         if (src.out_end < out_limit_[s])
           out_refs_[src.out_end++] = {i, edge | remote};
         else
           out_overflow = true;
-        ++arrival_[i].pending;
+        if (tentative)
+          deferred_.push_back({edge, 0, -1, -1, 0});
+        else
+          ++arrival_[i].pending;
         continue;
       }
       const OpRecord& src = gmg.op(ge.src);  // a done producer
       if (src.state != OpState::kDone) [[unlikely]] {
         clear_marks();  // the simulator stays usable
+        gmg_ = nullptr;
         throw std::invalid_argument("global simulator: the scope is not closed: " + gmg.op_name(r_.ops[i]) + " reads " +
                                     gmg.op_name(ge.src) + ", issued outside it");
       }
@@ -261,7 +315,7 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est, const TentativeIssue
         s &= ~kGhost;
       } else {
         s = static_cast<std::uint32_t>(nodes_.size());
-        r_.index_of[ge.src] = s | kGhost;  // until the end of the build
+        r_.index_of[ge.src] = s | kGhost;  // until the end of the prepare
         nodes_.push_back(
             {0, src.out_bytes, 0, src.retained_bytes, src.accel, 0, 0, out_total, out_total, 0,
              static_cast<Flag>((unscheduled_succs(ge.src, src) > 0 ? kKeepOutput : 0) |
@@ -272,15 +326,16 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est, const TentativeIssue
         out_refs_.resize(out_total);
         ghost_op_.push_back(ge.src);
       }
-      const bool remote = src.accel != here;
-      const auto edge = static_cast<std::uint32_t>(edges_.size());
+      const bool remote = !tentative && src.accel != here;
       edges_.push_back({s | (remote ? kRemote : 0) | retained, i, ge.bytes});
       ++nodes_[s].consumers;
       if (nodes_[s].out_end < out_limit_[s])
         out_refs_[nodes_[s].out_end++] = {i, edge | (remote ? kRemote : 0)};
       else
         out_overflow = true;
-      if (!remote) {
+      if (tentative) {
+        deferred_.push_back({edge, 0, src.done_t, ge.arrived, 1});
+      } else if (!remote) {
         ready_t_[i] = std::max(ready_t_[i], src.done_t);
       } else if (ge.arrived >= 0) {
         ready_t_[i] = std::max(ready_t_[i], ge.arrived);
@@ -289,17 +344,13 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est, const TentativeIssue
         ++arrival_[i].pending;
         // Its intent appears once the producer is done and the consumer
         // issued (the backend is handed the consumer at its issue).
-        const Nanos since = std::max(src.done_t, issue_t_[i]);
-        if (arbiter_) note_intent(edge, since);
-        events_.push(since, kTransferReady, edge);
+        node_events_.push_back({std::max(src.done_t, issue_t_[i]), kTransferReady, edge});
       }
     }
     nodes_[i].in_end = static_cast<std::uint32_t>(edges_.size());
-    // Events of equal time keep push order; a ready event only marks its
-    // accelerator and a transfer-ready one only queues an intent, so
-    // interleaving the two kinds here changes neither order.
-    if (arrival_[i].pending == 0) events_.push(ready_t_[i], kReady, i);
+    if (!tentative && arrival_[i].pending == 0) node_events_.push_back({ready_t_[i], kReady, i});
   }
+  ev_begin_[n_sim_] = static_cast<std::uint32_t>(node_events_.size());
   clear_marks();
 
   // A GMG whose successor counts disagree with its edges would overflow a
@@ -319,33 +370,149 @@ void GlobalSimulator::build(const Gmg& gmg, const Est& est, const TentativeIssue
       out_refs_[nodes_[edge.src & kNodeMask].out_end++] = {edge.dst, e | (edge.src & kRemote)};
     }
   }
+  // Where each deferred edge sits among its source's out-edges.
+  for (Deferred& d : deferred_) {
+    const Node& src = nodes_[edges_[d.edge].src & kNodeMask];
+    for (std::uint32_t k = src.out_begin; k < src.out_end; ++k)
+      if ((out_refs_[k].edge & ~kRemote) == d.edge) d.out_ref = k;
+  }
 
   order_queues(scope);
-  running_.assign(n_acc, kNotSimulated);
-  free_at_.resize(n_acc);
-  each_accel([&](AccelId a) { free_at_[a] = gmg.last_done(a); });
-  dirty_flag_.assign(n_acc, 0);
-  dirty_.clear();
-  send_busy_.assign(n_acc, 0);
-  recv_busy_.assign(n_acc, 0);
-  r_.hbm_start = used_;
-  r_.hbm_peak = used_;
+  // What place() starts every placement from.
+  base_nodes_.assign(nodes_.begin(), nodes_.end());
+  base_arrival_.assign(arrival_.begin(), arrival_.end());
+  base_used_.assign(used_.begin(), used_.end());
 }
 
-// Puts every accelerator's queue in queue order where OpId order is not
-// (reused slots, priorities) and sizes the ready bitsets.
-void GlobalSimulator::order_queues(std::span<const AccelId> scope) {
-  const std::size_t n_acc = queue_.size();
-  std::size_t most = 0;
+// Simulates one placement of the prepared batch: restores the shared state,
+// puts the batch's ops on their accelerators (time, queue, remote inputs),
+// pushes every node's events in node order, and runs.
+template <typename Est>
+const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<const AccelId> accels,
+                                                    const SimOptions& opt) {
+  const Gmg& gmg = *gmg_;
+  const std::size_t n_acc = gmg.accels().size();
+  if (accels.size() != batch_.size())
+    throw std::invalid_argument("global simulator: a placement of " + std::to_string(accels.size()) +
+                                " accelerator(s) for a batch of " + std::to_string(batch_.size()));
+  for (AccelId a : accels)
+    if (a >= n_acc || (!scope_.empty() && !std::binary_search(scope_.begin(), scope_.end(), a)))
+      throw std::invalid_argument("global simulator: a batch operator's accelerator is outside the scope");
+  stop_at_oom_ = opt.stop_at_oom;
+  stopped_ = false;
+  arbiter_ = opt.arbiter && !opt.arbiter->is_default_greedy() ? opt.arbiter : nullptr;
   auto each_accel = [&](auto&& f) {
-    if (!scope.empty())
-      for (AccelId a : scope) f(a);
+    if (!scope_.empty())
+      for (AccelId a : scope_) f(a);
     else
       for (AccelId a = 0; a < n_acc; ++a) f(a);
   };
+
+  // Shared state back to what prepare() left.
+  std::copy(base_nodes_.begin(), base_nodes_.end(), nodes_.begin());
+  std::copy(base_arrival_.begin(), base_arrival_.end(), arrival_.begin());
   each_accel([&](AccelId a) {
+    used_[a] = base_used_[a];
+    r_.busy[a] = 0;
+    running_[a] = kNotSimulated;
+    dirty_flag_[a] = send_busy_[a] = recv_busy_[a] = 0;
+  });
+  // The last placement's batch ops leave their queues (ranks come back
+  // with arrival_).
+  for (AccelId a : tent_accels_) std::erase_if(queue_[a], [&](std::uint32_t i) { return is_tent_[i] != 0; });
+  tent_accels_.clear();
+
+  // The batch's ops: accelerator, time, queue place.
+  const AcceleratorSet& set = gmg.accels();
+  for (std::size_t k = 0; k < batch_.size(); ++k) {
+    const std::uint32_t i = tnode_[k];
+    const AccelId a = accels[k];
+    const OpRecord& op = gmg.op(batch_[k]);
+    nodes_[i].accel = a;
+    nodes_[i].dur = to_nanos(est.predict_op(op.kind, set.type(a), gmg.features(batch_[k])));
+    arrival_[i].accel = a;
+    ready_t_[i] = at_;
     auto& q = queue_[a];
-    most = std::max(most, q.size());
+    // After every op of higher or equal key (its key is the newest of its
+    // priority), before the lower ones.
+    q.insert(std::upper_bound(q.begin(), q.end(), key_[i],
+                              [&](std::uint64_t key, std::uint32_t node) { return key < key_[node]; }),
+             i);
+    if (std::find(tent_accels_.begin(), tent_accels_.end(), a) == tent_accels_.end()) tent_accels_.push_back(a);
+  }
+  for (AccelId a : tent_accels_)
+    for (std::uint32_t rank = 0; rank < queue_[a].size(); ++rank) arrival_[queue_[a][rank]].rank = rank;
+  size_bitsets(scope_);
+
+  // The batch's inputs: which are remote, which wait for a transfer.
+  tent_events_.clear();
+  for (const Deferred& d : deferred_) {
+    SimEdge& edge = edges_[d.edge];
+    const std::uint32_t s = edge.src & kNodeMask;
+    const std::uint32_t i = edge.dst;
+    const bool remote = nodes_[s].accel != nodes_[i].accel;
+    edge.src = remote ? edge.src | kRemote : edge.src & ~kRemote;
+    out_refs_[d.out_ref].edge = remote ? d.edge | kRemote : d.edge;
+    if (!d.ghost) {
+      ++arrival_[i].pending;
+    } else if (!remote) {
+      ready_t_[i] = std::max(ready_t_[i], d.done_t);
+    } else if (d.arrived >= 0) {  // (a batch op has no landed copies; kept for symmetry)
+      ready_t_[i] = std::max(ready_t_[i], d.arrived);
+      used_[nodes_[i].accel] += edge.bytes;
+    } else {
+      ++arrival_[i].pending;
+      tent_events_.push_back({std::max(d.done_t, at_), kTransferReady, d.edge});
+    }
+  }
+
+  // Events, in node order (equal times leave in push order): an issued
+  // op's recorded ones, a batch op's transfers then its ready event.
+  events_.clear();
+  pending_transfers_.clear();
+  intents_of_.clear();
+  intent_count_ = 0;
+  auto push = [&](const Event& ev) {
+    if (ev.kind == kTransferReady && arbiter_) note_intent(ev.id, ev.t);
+    events_.push(ev.t, ev.kind, ev.id);
+  };
+  std::size_t next_tent_event = 0;
+  for (std::uint32_t i = 0; i < n_sim_; ++i) {
+    if (!is_tent_[i]) {
+      for (std::uint32_t x = ev_begin_[i]; x < ev_begin_[i + 1]; ++x) push(node_events_[x]);
+      continue;
+    }
+    while (next_tent_event < tent_events_.size() && edges_[tent_events_[next_tent_event].id].dst == i)
+      push(tent_events_[next_tent_event++]);
+    if (arrival_[i].pending == 0) push({ready_t_[i], kReady, i});
+  }
+
+  r_.start.assign(n_sim_, -1);
+  r_.finish.assign(n_sim_, -1);
+  r_.transfers.clear();
+  r_.oom.reset();
+  r_.finished = 0;
+  r_.begin = r_.end = 0;
+  dirty_.clear();
+  each_accel([&](AccelId a) {
+    r_.hbm_start[a] = r_.hbm_peak[a] = used_[a];
+    if (timelines_dirty_) r_.hbm_timeline[a].clear();
+  });
+  timelines_dirty_ = timelines_dirty_ || opt.record_hbm_timeline;
+  if (opt.record_hbm_timeline)
+    opt.record_transfers ? advance<Est, true, true>(est, opt) : advance<Est, true, false>(est, opt);
+  else
+    opt.record_transfers ? advance<Est, false, true>(est, opt) : advance<Est, false, false>(est, opt);
+  arbiter_ = nullptr;
+  return r_;
+}
+
+// Puts every accelerator's queue in queue order where OpId order is not
+// (reused slots, priorities).
+void GlobalSimulator::order_queues(std::span<const AccelId> scope) {
+  const std::size_t n_acc = queue_.size();
+  auto sort_one = [&](AccelId a) {
+    auto& q = queue_[a];
     if (!out_of_order_[a]) return;
     sort_scratch_.clear();
     for (std::uint32_t i : q) sort_scratch_.push_back({key_[i], i});
@@ -354,9 +521,26 @@ void GlobalSimulator::order_queues(std::span<const AccelId> scope) {
       q[rank] = sort_scratch_[rank].second;
       arrival_[q[rank]].rank = rank;
     }
-  });
-  // Bitset levels: 64^levels_ >= the longest queue. Accelerators outside
-  // the scope get no words: nothing marks them dirty.
+  };
+  if (!scope.empty())
+    for (AccelId a : scope) sort_one(a);
+  else
+    for (AccelId a = 0; a < n_acc; ++a) sort_one(a);
+}
+
+// Sizes the ready bitsets for the queues as they are: 64^levels_ >= the
+// longest. Accelerators outside the scope get no words: nothing marks them
+// dirty.
+void GlobalSimulator::size_bitsets(std::span<const AccelId> scope) {
+  const std::size_t n_acc = queue_.size();
+  std::size_t most = 0;
+  auto each_accel = [&](auto&& f) {
+    if (!scope.empty())
+      for (AccelId a : scope) f(a);
+    else
+      for (AccelId a = 0; a < n_acc; ++a) f(a);
+  };
+  each_accel([&](AccelId a) { most = std::max(most, queue_[a].size()); });
   levels_ = 1;
   for (std::uint64_t span = 64; span < most; span *= 64) ++levels_;
   bits_off_.resize(n_acc * levels_);
@@ -639,7 +823,10 @@ void GlobalSimulator::advance(const Est& est, const SimOptions& opt) {
     dispatch<kHbm>(t);
     if (transfers_changed && !pending_transfers_.empty()) arbitrate<Est, kHbm, kTransfers>(est, t);
   }
-  r_.hbm_end = used_;
+  if (!scope_.empty())
+    for (AccelId a : scope_) r_.hbm_end[a] = used_[a];
+  else
+    r_.hbm_end = used_;
 }
 
 AccelId AccelComponents::find(AccelId a) {

@@ -146,12 +146,30 @@ class GlobalSimulator {
   // linear() is null; otherwise pass the set, it is faster).
   const SimulationResult& run(const Gmg& gmg, const Estimator& est, const SimOptions& opt = {});
 
+  // A what-if over many placements of one batch (the scheduler's round):
+  // prepare() builds what every placement shares (the snapshot, scoped,
+  // with the batch's ops issued at `at` wherever they go), then each
+  // place() simulates the batch on `accels` (one per batch op, inside the
+  // scope; it throws std::invalid_argument otherwise). place() gives what
+  // run() gives with the same tentative issue and scope; opt.tentative and
+  // opt.scope are ignored there. The GMG and the estimator must stay alive
+  // and unchanged from prepare() to the last place().
+  void prepare(const Gmg& gmg, const EstimatorSet& est, std::span<const OpId> batch, Nanos at,
+               std::span<const AccelId> scope = {});
+  void prepare(const Gmg& gmg, const Estimator& est, std::span<const OpId> batch, Nanos at,
+               std::span<const AccelId> scope = {});
+  const SimulationResult& place(std::span<const AccelId> accels, const SimOptions& opt = {});
+
  private:
   template <typename Est>
   const SimulationResult& run_with(const Gmg& gmg, const Est& est, const SimOptions& opt);
   template <typename Est>
-  void build(const Gmg& gmg, const Est& est, const TentativeIssue& tent, std::span<const AccelId> scope);
+  void prepare_with(const Gmg& gmg, const Est& est, std::span<const OpId> batch, Nanos at,
+                    std::span<const AccelId> scope);
+  template <typename Est>
+  const SimulationResult& place_with(const Est& est, std::span<const AccelId> accels, const SimOptions& opt);
   void order_queues(std::span<const AccelId> scope);
+  void size_bitsets(std::span<const AccelId> scope);
   // The event loop, compiled once per estimator kind and combination of
   // what it records.
   template <typename Est, bool kHbm, bool kTransfers>
@@ -246,10 +264,33 @@ class GlobalSimulator {
   // Zero outside a build.
   std::vector<std::uint32_t> tent_, tent_succs_;
   std::vector<OpId> tent_sorted_;
+  // Between prepare() and place(): the snapshot, the estimator (one of the
+  // two), the batch, and what every placement starts from.
+  const Gmg* gmg_ = nullptr;
+  const EstimatorSet* est_set_ = nullptr;
+  const Estimator* est_virtual_ = nullptr;
+  std::vector<OpId> batch_;
+  Nanos at_ = 0;
+  std::vector<AccelId> scope_;         // sorted; empty: the cluster
+  std::vector<std::uint32_t> tnode_;   // per batch op: its node
+  std::vector<std::uint8_t> is_tent_;  // per simulated node: a batch op
+  std::vector<AccelId> tent_accels_;   // accelerators whose queues hold batch ops now
+  struct Deferred {                    // an in-edge of a batch op: remote or not is the placement's
+    std::uint32_t edge, out_ref;
+    Nanos done_t, arrived;  // of a ghost source
+    std::uint8_t ghost;
+  };
+  std::vector<Deferred> deferred_;
+  std::vector<Event> node_events_, tent_events_;  // issued ops' events by node; a placement's batch transfers
+  std::vector<std::uint32_t> ev_begin_;           // node_events_[ev_begin_[i], ev_begin_[i + 1]): node i's
+  std::vector<Node> base_nodes_;
+  std::vector<Arrival> base_arrival_;
+  std::vector<std::int64_t> base_used_;
   std::vector<std::uint8_t> in_scope_;  // per accelerator, during a scoped build
   std::vector<OpId> scoped_ops_;        // the issued ops inside the scope, during a scoped build
-  bool scoped_ = false;
-  bool timelines_dirty_ = false;  // a run recorded timelines: the next build clears them all
+  bool reset_all_ = true;               // the next build resets every accelerator's entries
+  std::vector<AccelId> last_scope_;     // the scope of the last build (empty: the cluster)
+  bool timelines_dirty_ = false;        // a run recorded timelines: the next build clears them all
 
   // Ready queues. Each accelerator's simulated nodes are ranked once by
   // queue order (queue_[a][rank] is the node); the ready ones are a bitset

@@ -661,6 +661,17 @@ TEST_CASE("the global simulator agrees exactly with its reference implementation
         }
         REQUIRE(part.oom.has_value() == full.oom.has_value());
         REQUIRE(part.transfers.size() == full.transfers.size());
+        // Scoped runs back to back (as the scheduler makes them) reset what
+        // the last one left: another scope, then this one again, agree.
+        const SimulationResult first = part;
+        std::vector<AccelId> other;
+        for (AccelId a = 0; a < static_cast<AccelId>(n_acc); ++a)
+          if (!inside(a)) other.push_back(a);
+        comps.closure(gmg, std::vector<AccelId>{other.front()}, {}, other);
+        SimOptions elsewhere = opt;
+        elsewhere.scope = other;
+        (void)reused.run(gmg, est, elsewhere);
+        require_same(first, reused.run(gmg, est, scoped));
         // and the simulator is left as it was: a whole-cluster run after it agrees
         require_same(with_clone, reused.run(gmg, est, overlay));
       }
