@@ -614,6 +614,21 @@ TEST_CASE("the global simulator agrees exactly with its reference implementation
       // and the snapshot itself is untouched, marks and all
       require_same(simulate(gmg, est, opt), reused.run(gmg, est, opt));
     }
+    // Prepared once, placed many times (the scheduler's round): each
+    // placement gives what a clone with that placement issued gives.
+    {
+      GlobalSimulator round;
+      round.prepare(gmg, est, batch, at);
+      for (int p = 0; p < 3; ++p) {
+        std::vector<AccelId> there;
+        for (std::size_t k = 0; k < batch.size(); ++k) there.push_back(static_cast<AccelId>(pick_acc(rng)));
+        Gmg placed = gmg.clone();
+        for (std::size_t k = 0; k < batch.size(); ++k) REQUIRE(placed.issue(batch[k], there[k], at).ok());
+        INFO("placement " << p);
+        require_same(simulate(placed, est, opt), round.place(there, opt));
+      }
+      CHECK_THROWS_AS(round.place(std::vector<AccelId>(batch.size() + 1, 0), opt), std::invalid_argument);
+    }
     // Scoped to the closure of the batch's accelerators, the simulation
     // agrees with the whole cluster's inside the scope whenever nothing
     // outside could reach in: no transfer outside (the default rule
