@@ -73,8 +73,9 @@ PolicyRun run_offline(const ExperimentConfig& cfg, const PolicyConfig& policy, c
   Engine engine(*parts->gmg, parts->tenants, *parts->scheduler, *parts->estimator, cluster, eopt);
 
   const auto t0 = std::chrono::steady_clock::now();
-  auto result = engine.run(opt.progress ? progress_printer(policy.name) : ProgressFn{});
-  if (opt.progress && stderr_is_tty()) std::fprintf(stderr, "\n");
+  const bool own_line = opt.progress && !opt.on_progress;
+  auto result = engine.run(opt.on_progress ? opt.on_progress : own_line ? progress_printer(policy.name) : ProgressFn{});
+  if (own_line && stderr_is_tty()) std::fprintf(stderr, "\n");
   if (!result.ok()) fail("policy '" + policy.name + "': " + result.status().message());
   PolicyRun run = collect_run(cfg, policy, *parts, result.value(), cluster.log(),
                               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),

@@ -32,9 +32,10 @@ void check_policies(const ExperimentConfig& cfg, const PluginRegistries& plugins
                     const std::optional<std::string>& filter = std::nullopt);
 
 struct OfflineRunOptions {
-  bool progress = true;  // a progress line (bar on a terminal) on stderr
-  bool parallel = true;  // what-if candidates on oneTBB workers
-  bool keep_log = true;  // keep per-op records (traces, CSVs); sweep needs only figures
+  bool progress = true;         // a progress line (bar on a terminal) on stderr
+  ProgressFn on_progress = {};  // when set, called instead (and `progress` ignored)
+  bool parallel = true;         // what-if candidates on oneTBB workers
+  bool keep_log = true;         // keep per-op records (traces, CSVs); sweep needs only figures
 };
 
 // Runs `policy` to the end of the window. Thread-safe for distinct calls

@@ -1,13 +1,18 @@
 // `slicesched simulate CONFIG`: offline capacity planning. Every policy of
 // the config runs on the same engine against the emulated cluster; the
 // result is a comparison table, summary.json, CSVs, Chrome traces and plots.
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -46,15 +51,52 @@ int simulate(const SimulateOptions& opt) {
     // argument stops the run before anything is simulated.
     check_policies(cfg.value(), plugins, opt.policy);
 
-    std::vector<PolicyRun> runs;
+    std::vector<const PolicyConfig*> chosen;
+    for (const auto& p : cfg->policies)
+      if (!opt.policy || *opt.policy == p.name) chosen.push_back(&p);
     const auto t0 = std::chrono::steady_clock::now();
-    bool matched = false;
-    for (const auto& p : cfg->policies) {
-      if (opt.policy && *opt.policy != p.name) continue;
-      matched = true;
-      runs.push_back(run_offline(cfg.value(), p, plugins, truths));
+    std::vector<PolicyRun> runs(chosen.size());
+    if (chosen.size() == 1) {
+      runs[0] = run_offline(cfg.value(), *chosen[0], plugins, truths);
+    } else if (!chosen.empty()) {
+      // Policies run side by side, one per core (each with serial
+      // what-ifs), under one progress line over all of them.
+      std::vector<std::atomic<double>> done(chosen.size());  // each run's finished fraction
+      std::mutex print;
+      const bool tty = stderr_is_tty();
+      int last_pct = -1;
+      auto report_progress = [&] {
+        double sum = 0;
+        for (const auto& d : done) sum += d.load(std::memory_order_relaxed);
+        const int pct = static_cast<int>(100 * sum / static_cast<double>(done.size()));
+        const std::lock_guard lock(print);
+        if (pct == last_pct || (!tty && pct % 25 != 0)) return;
+        last_pct = pct;
+        if (tty)
+          std::fprintf(stderr, "\r  %zu policies [%-40s] %3d%%", chosen.size(),
+                       std::string(static_cast<std::size_t>(pct * 40 / 100), '#').c_str(), pct);
+        else
+          std::fprintf(stderr, "  %zu policies: %d%%\n", chosen.size(), pct);
+      };
+      std::exception_ptr error;
+      std::mutex error_lock;
+      tbb::parallel_for(std::size_t{0}, chosen.size(), [&](std::size_t k) {
+        try {
+          OfflineRunOptions ro{.parallel = false};
+          ro.on_progress = [&, k](Nanos, std::size_t d, std::size_t total) {
+            done[k].store(total ? static_cast<double>(d) / static_cast<double>(total) : 1.0, std::memory_order_relaxed);
+            report_progress();
+          };
+          runs[k] = run_offline(cfg.value(), *chosen[k], plugins, truths, ro);
+        } catch (...) {
+          const std::lock_guard lock(error_lock);
+          if (!error) error = std::current_exception();
+        }
+      });
+      if (tty) std::fprintf(stderr, "\n");
+      if (error) std::rethrow_exception(error);
     }
-    if (!matched) {
+    if (chosen.empty()) {
       std::string names;
       for (const auto& p : cfg->policies) names += (names.empty() ? "" : ", ") + p.name;
       fail("no policy named '" + *opt.policy + "' in " + opt.config + " (policies: " + names + ")");

@@ -37,6 +37,9 @@ struct Scheduler::Workers {
 };
 
 constexpr std::size_t kNoCandidate = ~std::size_t{0};
+// Operator-placements per round (operators simulated x distinct candidates)
+// from which what-ifs fan out to oneTBB workers: some 50 us of simulation.
+constexpr std::size_t kParallelWork = 1024;
 
 Scheduler::Scheduler(PlacementPolicy& policy, PartitionSet& partitions, Estimator& estimator, SchedulerOptions opt)
     : policy_(policy),
@@ -84,13 +87,14 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
   // so all candidates are judged on the same part of the cluster.
   const std::size_t n_acc = gmg.accels().size();
   ws.scope.clear();
+  std::size_t simulated = gmg.issued_count();  // operators each what-if simulates (before the batch)
   if (opt_.scoped && n_acc > 1) {
     ws.components.build(gmg);
     ws.seeds.clear();
     for (const Candidate& c : cands)
       for (AccelId a : c.accel)
         if (a < n_acc) ws.seeds.push_back(a);  // (others are refused by check_issue below)
-    ws.components.closure(gmg, ws.seeds, batch.ops, ws.scope);
+    simulated = ws.components.closure(gmg, ws.seeds, batch.ops, ws.scope);
     if (ws.scope.size() == n_acc) ws.scope.clear();  // all of it: the plain path
   }
   // A candidate that places the batch exactly as an earlier one does (a
@@ -141,7 +145,9 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
     o.mean_completion_s = sum / static_cast<double>(batch.ops.size());
     o.makespan_s = worst;
   };
-  if (opt_.parallel && cands.size() > 1) {
+  // Worth a fan-out only when the round's simulations outweigh handing
+  // them to another thread (a few microseconds).
+  if (opt_.parallel && distinct > 1 && (simulated + batch.ops.size()) * distinct >= kParallelWork) {
     // One chunk per thread: a what-if takes microseconds, so finer tasks
     // cost more in stealing than they gain. A chunk no worker takes in time
     // runs here, so this is never slower than serial by more than a steal.

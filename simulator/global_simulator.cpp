@@ -868,10 +868,12 @@ void AccelComponents::build(const Gmg& gmg) {
   members_.resize(n);
   fill_.assign(first_.begin(), first_.end() - 1);
   for (AccelId a = 0; a < n; ++a) members_[fill_[root_of_[a]]++] = a;
+  ops_of_.assign(n, 0);
+  for (OpId id : gmg.issued_ops()) ++ops_of_[root_of_[gmg.op(id).accel]];
 }
 
-void AccelComponents::closure(const Gmg& gmg, std::span<const AccelId> seeds, std::span<const OpId> ops,
-                              std::vector<AccelId>& out) {
+std::size_t AccelComponents::closure(const Gmg& gmg, std::span<const AccelId> seeds, std::span<const OpId> ops,
+                                     std::vector<AccelId>& out) {
   roots_.clear();
   auto add = [&](AccelId a) {
     const AccelId r = root_of_[a];
@@ -887,11 +889,14 @@ void AccelComponents::closure(const Gmg& gmg, std::span<const AccelId> seeds, st
       if (src.state != OpState::kUnscheduled) add(src.accel);
     }
   out.clear();
+  std::size_t issued = 0;
   for (AccelId r : roots_) {
     out.insert(out.end(), members_.begin() + first_[r], members_.begin() + first_[r + 1]);
+    issued += ops_of_[r];
     mark_[r] = 0;
   }
   std::sort(out.begin(), out.end());
+  return issued;
 }
 
 std::size_t AccelComponents::largest() const {

@@ -79,8 +79,10 @@ class AccelComponents {
   // Recomputes from the snapshot: O(issued operators and their in-edges).
   void build(const Gmg& gmg);
   // The closed set holding `seeds` and the accelerators of the producers of
-  // `ops` (a batch about to be issued), in id order, into `out`.
-  void closure(const Gmg& gmg, std::span<const AccelId> seeds, std::span<const OpId> ops, std::vector<AccelId>& out);
+  // `ops` (a batch about to be issued), in id order, into `out`. Returns how
+  // many issued operators it holds (what a what-if over it simulates).
+  std::size_t closure(const Gmg& gmg, std::span<const AccelId> seeds, std::span<const OpId> ops,
+                      std::vector<AccelId>& out);
   // How many accelerators the largest component spans (1 when none are tied).
   std::size_t largest() const;
 
@@ -92,8 +94,9 @@ class AccelComponents {
   std::vector<AccelId> root_of_;             // per accelerator, after build()
   std::vector<std::uint32_t> first_, fill_;  // members_[first_[r], first_[r + 1]): root r's component
   std::vector<AccelId> members_;
-  std::vector<AccelId> roots_;      // closure's scratch
-  std::vector<std::uint8_t> mark_;  // closure's scratch, per root
+  std::vector<std::uint32_t> ops_of_;  // per root: issued operators in its component
+  std::vector<AccelId> roots_;         // closure's scratch
+  std::vector<std::uint8_t> mark_;     // closure's scratch, per root
 };
 
 struct OomEvent {
