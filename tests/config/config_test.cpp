@@ -107,6 +107,20 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
         "scheduler, tenants)");
   CHECK(load_error(replace(base(), "count = 2", "count = 0")) ==
         ":4: cluster.accelerators[0].count: expected an integer in [1, 100000], got 0");
+  CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nscheduler = { what_if_scope = \"half\" }")) ==
+        ":13: policies[0].scheduler.what_if_scope: expected \"component\" or \"cluster\", got \"half\"");
+}
+
+TEST_CASE("a what-if's scope is the component by default, the cluster on request", "[config]") {
+  const fs::path p = fs::temp_directory_path() / "slicesched_config_scope.toml";
+  std::ofstream(p) << base();
+  auto cfg = load_config(p.string());
+  REQUIRE(cfg.ok());
+  CHECK(cfg->policies[0].scoped_what_if);
+  std::ofstream(p) << replace(base(), "name = \"p\"", "name = \"p\"\nscheduler = { what_if_scope = \"cluster\" }");
+  cfg = load_config(p.string());
+  REQUIRE(cfg.ok());
+  CHECK_FALSE(cfg->policies[0].scoped_what_if);
 }
 
 TEST_CASE("a policy's arbiter and estimator default to the built-ins and take arguments", "[config]") {
