@@ -29,6 +29,11 @@ int plan(const PlanOptions& opt) {
       objectives.push_back(std::move(parsed).value());
     }
     if (objectives.empty()) fail("plan: give at least one --objective (e.g. ttft_p90_s<=1.0)");
+    // The Static-Online reference run sets the SLO threshold: run it only
+    // when an objective reads SLO attainment (it also pins GPUs by name, so
+    // without it a range may start below them).
+    const bool slo = std::any_of(objectives.begin(), objectives.end(),
+                                 [](const planning::Objective& o) { return o.figure.starts_with("slo"); });
     std::vector<ConfigOverride> base;
     for (const auto& s : opt.sets) {
       const auto eq = s.find('=');
@@ -45,8 +50,8 @@ int plan(const PlanOptions& opt) {
       return planning::SweepPoint{static_cast<std::size_t>(v - vary->lo), {std::to_string(v)}};
     };
     // Both ends must make valid configs before anything runs.
-    prepare_point(opt.config, base, point_at(vary->lo), axes, {opt.policy}, plugins);
-    prepare_point(opt.config, base, point_at(vary->hi), axes, {opt.policy}, plugins);
+    prepare_point(opt.config, base, point_at(vary->lo), axes, {opt.policy}, plugins, slo);
+    prepare_point(opt.config, base, point_at(vary->hi), axes, {opt.policy}, plugins, slo);
 
     struct Tried {
       std::int64_t value;
@@ -54,9 +59,9 @@ int plan(const PlanOptions& opt) {
       nlohmann::json entry;
     };
     std::vector<Tried> tried;
-    const int jobs = 2;  // the policy and its Static-Online reference side by side
+    const int jobs = slo ? 2 : 1;  // the policy and its reference side by side
     auto holds = [&](std::int64_t v) {
-      const PreparedPoint p = prepare_point(opt.config, base, point_at(v), axes, {opt.policy}, plugins);
+      const PreparedPoint p = prepare_point(opt.config, base, point_at(v), axes, {opt.policy}, plugins, slo);
       const auto result = run_points({p}, plugins, jobs, "");
       const nlohmann::json& e = result[0].entries[0];
       const auto row = planning::make_row(p.point, opt.policy, e);

@@ -25,7 +25,8 @@ std::string describe(const std::vector<planning::SweepAxis>& axes, const plannin
 
 PreparedPoint prepare_point(const std::string& config, const std::vector<ConfigOverride>& base,
                             const planning::SweepPoint& point, const std::vector<planning::SweepAxis>& axes,
-                            const std::vector<std::string>& filter, const PluginRegistries& plugins) {
+                            const std::vector<std::string>& filter, const PluginRegistries& plugins,
+                            bool with_reference) {
   std::vector<ConfigOverride> all = base;
   for (const auto& o : planning::overrides(axes, point)) all.push_back(o);
   auto cfg = load_config(config, all);
@@ -45,7 +46,8 @@ PreparedPoint prepare_point(const std::string& config, const std::vector<ConfigO
     has_baseline |= q.name == "Static-Online";
     if (filter.empty() || std::find(filter.begin(), filter.end(), q.name) != filter.end()) p.policies.push_back(q.name);
   }
-  if (has_baseline && std::find(p.policies.begin(), p.policies.end(), "Static-Online") == p.policies.end())
+  if (with_reference && has_baseline &&
+      std::find(p.policies.begin(), p.policies.end(), "Static-Online") == p.policies.end())
     p.reference = "Static-Online";
   try {
     for (const auto& q : p.cfg.policies)

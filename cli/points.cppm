@@ -28,7 +28,8 @@ struct PreparedPoint {
 // `filter`: the policies to report (all when empty). Nothing runs.
 PreparedPoint prepare_point(const std::string& config, const std::vector<ConfigOverride>& base,
                             const planning::SweepPoint& point, const std::vector<planning::SweepAxis>& axes,
-                            const std::vector<std::string>& filter, const PluginRegistries& plugins);
+                            const std::vector<std::string>& filter, const PluginRegistries& plugins,
+                            bool with_reference = true);
 
 // Every (point, policy) run, on `jobs` threads (oneTBB), with a progress
 // bar and an ETA on stderr (none when `label` is empty). Returns, per point, the summary.json entry of
