@@ -8,7 +8,7 @@ CMAKE = $(shell $(PY) -c 'import cmake; print(cmake.CMAKE_BIN_DIR)' 2>/dev/null)
 CTEST = $(shell $(PY) -c 'import cmake; print(cmake.CMAKE_BIN_DIR)' 2>/dev/null)/ctest
 NINJA = $(shell $(PY) -c 'import ninja, os; print(os.path.join(ninja.BIN_DIR, "ninja"))' 2>/dev/null)
 
-.PHONY: all setup configure build demo test bench figure8 clean
+.PHONY: all setup configure build demo test bench figure8 sanitize clean
 
 all: build
 
@@ -38,8 +38,23 @@ figure8: build
 	@$(BUILD)/bin/slicesched sweep configs/experiments/colocation.toml \
 	  --set offline_rps:tenants.offline0.stream.constant_rate=$(FIGURE8_RATES) --out out/figure8
 
+# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer
+# (RelWithDebInfo, undefined behaviour is fatal) in its own build directory.
+SANITIZE_BUILD ?= build-sanitize
+SANITIZE_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+sanitize: setup
+	@$(CMAKE) -S . -B $(SANITIZE_BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(NINJA) \
+	  -DCMAKE_CXX_COMPILER=clang++-19 -DCMAKE_CXX_COMPILER_CLANG_SCAN_DEPS=clang-scan-deps-19 \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS=$(SANITIZE_FLAGS)" \
+	  "-DCMAKE_EXE_LINKER_FLAGS=$(SANITIZE_FLAGS)" "-DCMAKE_SHARED_LINKER_FLAGS=$(SANITIZE_FLAGS)" \
+	  "-DCMAKE_MODULE_LINKER_FLAGS=$(SANITIZE_FLAGS)" > $(SANITIZE_BUILD).configure.log 2>&1 \
+	  || (cat $(SANITIZE_BUILD).configure.log; exit 1)
+	@$(CMAKE) --build $(SANITIZE_BUILD) -j $(JOBS)
+	@cd $(SANITIZE_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(CTEST) --output-on-failure -j $(JOBS)
+
 bench: build
 	@$(BUILD)/bin/slicesched bench simulator
 
 clean:
-	rm -rf $(BUILD) $(BUILD).configure.log
+	rm -rf $(BUILD) $(BUILD).configure.log $(SANITIZE_BUILD) $(SANITIZE_BUILD).configure.log

@@ -67,7 +67,7 @@ struct SimOptions {
   // Inside, the result equals the whole cluster's with two exceptions: an
   // OOM outside is not seen, and the default transfer rule reserves the
   // ports of the oldest blocked intent inside (not of the oldest anywhere).
-  std::span<const AccelId> scope;
+  std::span<const AccelId> scope{};
 };
 
 // Which accelerators a snapshot ties together: two are joined when an issued
