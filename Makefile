@@ -8,7 +8,7 @@ CMAKE = $(shell $(PY) -c 'import cmake; print(cmake.CMAKE_BIN_DIR)' 2>/dev/null)
 CTEST = $(shell $(PY) -c 'import cmake; print(cmake.CMAKE_BIN_DIR)' 2>/dev/null)/ctest
 NINJA = $(shell $(PY) -c 'import ninja, os; print(os.path.join(ninja.BIN_DIR, "ninja"))' 2>/dev/null)
 
-.PHONY: all setup configure build demo test bench figure8 sanitize clean
+.PHONY: all setup configure build demo test bench figure8 sanitize fuzz clean
 
 all: build
 
@@ -53,8 +53,23 @@ sanitize: setup
 	@cd $(SANITIZE_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(CTEST) --output-on-failure -j $(JOBS)
 
+# Every parser under libFuzzer (+ ASan, UBSan) for SECONDS each, from seed
+# corpora of the project's own inputs; see docs/reliability.md.
+FUZZ_BUILD ?= build-fuzz
+SECONDS ?= 60
+FUZZ_FLAGS = -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+fuzz: setup
+	@$(CMAKE) -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(NINJA) \
+	  -DCMAKE_CXX_COMPILER=clang++-19 -DCMAKE_CXX_COMPILER_CLANG_SCAN_DEPS=clang-scan-deps-19 \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLICESCHED_FUZZ=ON -DSLICESCHED_BUILD_TESTS=OFF \
+	  "-DCMAKE_CXX_FLAGS=$(FUZZ_FLAGS)" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined" \
+	  > $(FUZZ_BUILD).configure.log 2>&1 || (cat $(FUZZ_BUILD).configure.log; exit 1)
+	@$(CMAKE) --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
+	@scripts/fuzz.sh $(FUZZ_BUILD) $(SECONDS)
+
 bench: build
 	@$(BUILD)/bin/slicesched bench simulator
 
 clean:
-	rm -rf $(BUILD) $(BUILD).configure.log $(SANITIZE_BUILD) $(SANITIZE_BUILD).configure.log
+	rm -rf $(BUILD) $(BUILD).configure.log $(SANITIZE_BUILD) $(SANITIZE_BUILD).configure.log \
+	  $(FUZZ_BUILD) $(FUZZ_BUILD).configure.log

@@ -226,7 +226,7 @@ int sweep_merge(const SweepMergeOptions& opt) {
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(read_text(path));
-      } catch (const nlohmann::json::parse_error& e) {
+      } catch (const nlohmann::json::exception& e) {  // not JSON, or a number out of range
         fail(path + ": not JSON (" + e.what() + ")");
       }
       auto t = planning::from_json(j, path);

@@ -114,18 +114,23 @@ Result<CalibrationProfile> read_calibration(const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // not JSON, or a number out of range (found by fuzzing)
     return InvalidArgument(path + ": not JSON (" + std::string(e.what()) + ")");
   }
-  if (j.is_object() && j.value("format", "") == "slicesched-calibration/1")
+  // A "format" or "source" that is not a string is refused, not thrown.
+  auto text = [&](const char* key) {
+    const auto it = j.is_object() ? j.find(key) : j.end();
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  if (j.is_object() && text("format") == "slicesched-calibration/1")
     return InvalidArgument(path +
                            ": a slicesched-calibration/1 profile, fitted before the LM head's features became "
                            "{sequences, 1} (its fits do not say which features they multiply); write it again with "
                            "slicesched calibrate or simulate --out");
-  if (!j.is_object() || j.value("format", "") != kFormat)
+  if (!j.is_object() || text("format") != kFormat)
     return InvalidArgument(path + ": expected \"format\": \"" + kFormat + "\"");
   CalibrationProfile p;
-  p.source = j.value("source", "");
+  p.source = text("source");
   auto number = [](const nlohmann::json& v) { return v.is_number() && std::isfinite(v.get<double>()); };
   try {
     const auto& ops = j.at("ops");

@@ -3,7 +3,7 @@
 # everything is already there.
 set -euo pipefail
 
-APT_PACKAGES=(clang-19 clang-tools-19 libboost-dev libboost-filesystem-dev libtomlplusplus-dev libtbb-dev
+APT_PACKAGES=(clang-19 clang-tools-19 libclang-rt-19-dev libboost-dev libboost-filesystem-dev libtomlplusplus-dev libtbb-dev
   libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev libcli11-dev python3-pip gnuplot-nox
   libtorch-dev libopenblas0-pthread)
 

@@ -63,6 +63,8 @@ std::string parse_line(std::string_view line, RawRequest& r, std::string& shown_
     // e.byte is 1-based, one past the end when the line stops mid-value.
     const std::string where = e.byte > line.size() ? " (the line ends early)" : " at column " + std::to_string(e.byte);
     return "expected a JSON object, got invalid JSON" + where + ": " + quote(line);
+  } catch (const json::exception& e) {  // e.g. a number too large for a double
+    return std::string("expected a JSON object, got ") + e.what() + ": " + quote(line);
   }
   if (!j.is_object()) return "expected a JSON object, got " + std::string(j.type_name()) + " " + quote(line);
   constexpr std::string_view kKeys = "timestamp, input_length, output_length";

@@ -356,6 +356,14 @@ TEST_CASE("calibration profiles say which features their fits multiply", "[emula
              "coefficients": [1e-6, 1e-4]}]})");
   REQUIRE(!short_names.ok());
   CHECK(short_names.status().message() == path + ": ops[0].features: expected one name per coefficient (2)");
+  // Found by tests/fuzz/calibration_fuzz: a number beyond a double, and a
+  // format that is not a string, are errors, not exceptions.
+  auto huge = read(R"({"source": 3e999, "format": "slicesched-calibration/2", "ops": [], "transfers": []})");
+  REQUIRE(!huge.ok());
+  CHECK(huge.status().message().starts_with(path + ": not JSON ("));
+  auto numeric = read(R"({"format": 3, "ops": [], "transfers": []})");
+  REQUIRE(!numeric.ok());
+  CHECK(numeric.status().message() == path + ": expected \"format\": \"slicesched-calibration/2\"");
 
   // A head fitted to tokens is refused as a prior for the template whose
   // head follows the sequences; one fitted to sequences is taken.

@@ -382,6 +382,12 @@ TEST_CASE("JSONL errors name the file, the line and what was expected", "[trace]
         ":2: output_length: expected a non-negative integer, got '-2'");
   CHECK(error_for(dir, "x.jsonl", ok + "\n{\"timestamp\": 9.5, \"input_length\": 1, \"output_length\": 2}\n") ==
         ":3: timestamp: expected time order, got '9.5' after '10' (line 1)");
+  // A number beyond a double is an error on its line, not an exception
+  // (found by tests/fuzz/trace_jsonl_fuzz).
+  const std::string huge =
+      error_for(dir, "x.jsonl", ok + "{\"timestamp\": 1e999, \"input_length\": 1, \"output_length\": 2}\n");
+  CHECK(huge.starts_with(":2: expected a JSON object, got "));
+  CHECK(huge.find("number overflow") != std::string::npos);
 }
 
 TEST_CASE("out-of-range options are refused, naming the option", "[trace][bad-input]") {
