@@ -177,7 +177,9 @@ class Parser {
     }
     if (c == '(') {
       ++pos_;
+      if (++depth_ > kMaxDepth) return error("parentheses nested deeper than " + std::to_string(kMaxDepth));
       auto e = sum();
+      --depth_;
       if (!e.ok()) return e;
       if (!accept(')')) return error("expected ')'");
       return e;
@@ -189,10 +191,12 @@ class Parser {
       std::string_view name = text_.substr(start, pos_ - start);
       if (name == "max") {
         if (!accept('(')) return error("expected '(' after max");
+        if (++depth_ > kMaxDepth) return error("parentheses nested deeper than " + std::to_string(kMaxDepth));
         auto a = sum();
         if (!a.ok()) return a;
         if (!accept(',')) return error("expected ',' in max(a, b)");
         auto b = sum();
+        --depth_;
         if (!b.ok()) return b;
         if (!accept(')')) return error("expected ')' closing max(");
         return max(a.value(), b.value());
@@ -210,6 +214,11 @@ class Parser {
     }
     return false;
   }
+  // Nesting is bounded so a hostile expression cannot overflow the stack
+  // (found by tests/fuzz/shape_fuzz); real shapes nest two or three deep.
+  static constexpr int kMaxDepth = 64;
+  int depth_ = 0;
+
   void skip_space() {
     while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
   }

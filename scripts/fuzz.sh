@@ -48,7 +48,7 @@ for target in config_fuzz trace_csv_fuzz trace_jsonl_fuzz calibration_fuzz layer
   fi
   log="$BUILD/$target.log"
   if "$BUILD/fuzz/$target" "$corpus" "$BUILD/seeds/$target" -max_total_time="$SECONDS_EACH" -timeout=1 \
-       -rss_limit_mb=2048 -max_len=16384 -print_final_stats=1 -artifact_prefix="$BUILD/artifacts/$target-" \
+       -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 -artifact_prefix="$BUILD/artifacts/$target-" \
        > "$log" 2>&1; then
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || echo '?')

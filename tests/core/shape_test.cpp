@@ -68,4 +68,15 @@ TEST_CASE("parse errors say where and what", "[shape][bad-input]") {
     REQUIRE(!e.ok());
     CHECK(e.status().message().find(expect) != std::string::npos);
   }
+  // Nesting is bounded, so no input overflows the parser's stack (found by
+  // tests/fuzz/shape_fuzz with 100,000 '('); 64 levels still parse.
+  const std::string deep = std::string(100000, '(') + "a" + std::string(100000, ')');
+  auto too_deep = Expr::parse(deep, dims);
+  REQUIRE(!too_deep.ok());
+  CHECK(too_deep.status().message().find("parentheses nested deeper than 64") != std::string::npos);
+  std::string maxes = "a";
+  for (int i = 0; i < 1000; ++i) maxes = "max(" + maxes + ",1)";
+  CHECK(!Expr::parse(maxes, dims).ok());
+  auto fine = Expr::parse(std::string(64, '(') + "a" + std::string(64, ')'), dims);
+  CHECK(fine.ok());
 }
