@@ -95,31 +95,46 @@ Result<std::int64_t> Expr::eval(const Binding& binding, const DimTable& dims) co
   return stack[0];
 }
 
+// Prints what parses back to the same program: a sum is parenthesized (as
+// it always was, so feature names in calibration profiles stay the same),
+// a left-nested chain of sums prints flat ("(a + b + c)", not
+// "((a + b) + c)"), and a right operand of the same operator keeps its own
+// parentheses, so association (and with it where a 64-bit overflow can
+// happen) survives the round trip. Nesting in the text then follows the
+// expression's own, which the parser bounds.
 std::string Expr::to_string(const DimTable& dims) const {
-  std::vector<std::string> stack;
+  struct Text {
+    std::string s;  // as printed (a sum includes its parentheses)
+    int prec;       // 1 sum, 2 product, 3 atom or max
+  };
+  std::vector<Text> stack;
   for (const Node& n : prog_) {
     switch (n.kind) {
       case Kind::kConst:
-        stack.push_back(std::to_string(n.value));
+        stack.push_back({std::to_string(n.value), 3});
         break;
       case Kind::kDim:
-        stack.push_back(dims.name(static_cast<DimId>(n.value)));
+        stack.push_back({dims.name(static_cast<DimId>(n.value)), 3});
         break;
       default: {
-        std::string b = std::move(stack.back());
+        Text b = std::move(stack.back());
         stack.pop_back();
-        std::string a = std::move(stack.back());
+        Text a = std::move(stack.back());
         stack.pop_back();
-        if (n.kind == Kind::kMax)
-          stack.push_back("max(" + a + ", " + b + ")");
-        else if (n.kind == Kind::kAdd)
-          stack.push_back("(" + a + " + " + b + ")");
-        else
-          stack.push_back(a + "*" + b);
+        if (n.kind == Kind::kMax) {
+          stack.push_back({"max(" + a.s + ", " + b.s + ")", 3});
+        } else if (n.kind == Kind::kAdd) {
+          // A sum on the left continues the chain without its parentheses.
+          const std::string left = a.prec == 1 ? a.s.substr(1, a.s.size() - 2) : a.s;
+          stack.push_back({"(" + left + " + " + b.s + ")", 1});
+        } else {
+          const std::string right = b.prec == 2 ? "(" + b.s + ")" : b.s;
+          stack.push_back({a.s + "*" + right, 2});
+        }
       }
     }
   }
-  return stack.empty() ? "0" : stack.back();
+  return stack.empty() ? "0" : stack.back().s;
 }
 
 namespace {

@@ -54,7 +54,7 @@ for target in config_fuzz trace_csv_fuzz trace_jsonl_fuzz calibration_fuzz layer
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || echo '?')
     printf 'fuzz: %-22s %10s executions  %6s edges covered  ok\n' "$target" "$runs" "$cov"
   else
-    echo "fuzz: $target FAILED; its log: $log; the input: $(ls "$BUILD"/artifacts/"$target"-* 2>/dev/null | head -1)"
+    echo "fuzz: $target FAILED; its log: $log; the input: $(ls -t "$BUILD"/artifacts/"$target"-* 2>/dev/null | head -1)"
     grep -E "ERROR|SUMMARY|==[0-9]+==" "$log" | head -5 || true
     status=1
   fi

@@ -32,6 +32,22 @@ TEST_CASE("expressions built in code match parsed ones", "[shape]") {
   bind.set(1, 100);
   CHECK(built.eval(bind, dims).value() == 403);
   CHECK(built.to_string(dims) == "(batch*context + 3)");
+  // Printing keeps association (so overflow happens where it did) without
+  // nesting a chain: found by tests/fuzz/shape_fuzz.
+  for (const char* text : {"a + b + c + d", "a + (b + c)", "a*(b*c)", "(a + b)*c*d", "max(a + 1, b*(c + d))"}) {
+    INFO(text);
+    DimTable d2;
+    auto e = Expr::parse(text, d2);
+    REQUIRE(e.ok());
+    DimTable d3;
+    auto again = Expr::parse(e->to_string(d2), d3);
+    REQUIRE(again.ok());
+    CHECK(again->to_string(d3) == e->to_string(d2));
+  }
+  DimTable d4;
+  CHECK(Expr::parse("a + b + c + d", d4)->to_string(d4) == "(a + b + c + d)");
+  CHECK(Expr::parse("a + (b + c)", d4)->to_string(d4) == "(a + (b + c))");
+  CHECK(Expr::parse("a*(b*c)", d4)->to_string(d4) == "a*(b*c)");
   CHECK(!built.is_constant());
   CHECK(Expr::constant(5).is_constant());
 }

