@@ -321,3 +321,71 @@ TEST_CASE("tenant: an iteration binds its sequences, so the head's features foll
   CHECK(dim(mixed, "sequences") == 5);
   CHECK(features(mixed) == std::vector<double>{5, 1});
 }
+
+namespace {
+
+// Defers every batch: what a policy does when no candidate is feasible.
+class NeverPlace final : public PlacementPolicy {
+ public:
+  bool needs_simulation() const override { return false; }
+  std::optional<std::size_t> choose(const Gmg&, const Batch&, std::span<const Candidate>,
+                                    std::span<const Outcome>) override {
+    ++calls;
+    return std::nullopt;
+  }
+  std::size_t calls = 0;
+};
+
+}  // namespace
+
+TEST_CASE("engine: a policy that defers every batch ends in a deadlock naming what waits", "[engine][deadlock]") {
+  PluginRegistries plugins;
+  REQUIRE(plugins::register_builtins(plugins).ok());
+  auto accels = std::make_shared<AcceleratorSet>();
+  REQUIRE(accels->add_link_class("nvlink", 300e9, 5e-6).ok());
+  for (int i = 0; i < 2; ++i) REQUIRE(accels->add("gpu" + std::to_string(i), "H100", 80ll << 30).ok());
+  auto templates = std::make_shared<TemplateRegistry>();
+  const TemplateId tmpl = templates->add(llama::make_template("llama3-8b")).value();
+  Gmg gmg(templates, accels);
+  for (AccelId a = 0; a < accels->size(); ++a) REQUIRE(gmg.place_weights(tmpl, a).ok());
+  EstimatorSet seeded;
+  REQUIRE(seed_priors(seeded, *templates, *accels).ok());
+  auto estimator = online_linear(plugins)(std::move(seeded));
+  Estimator& est = *estimator;
+
+  std::vector<Tenant> tenants;
+  tenants.emplace_back(
+      0, TenantSpec{.name = "online", .priority = 10, .requests = constant_rate(2, 1, 128, 2), .lanes = 1}, tmpl);
+  auto pairs = plugins.partition.create("pairs");
+  REQUIRE(pairs.ok());
+  std::vector<PluginPtr<PartitionSet>> sets;
+  sets.push_back(std::move(pairs).value());
+  UnionPartitionSet partitions(std::move(sets));
+  REQUIRE(partitions.bind(*accels).ok());
+  NeverPlace policy;
+  Scheduler scheduler(policy, partitions, est, SchedulerOptions{.issued_budget = 64, .batch_cap = 6});
+
+  const std::filesystem::path dir = std::filesystem::path(SLICESCHED_SOURCE_DIR) / "data" / "profiles";
+  auto layers = LayerProfile::load(dir / "llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv");
+  auto links = TransferProfile::load(dir / "vidur_network_h100_dgx_send_recv.csv");
+  REQUIRE(layers.ok());
+  REQUIRE(links.ok());
+  ProfileGroundTruth truth(layers.value(), links.value(), /*seed=*/3);
+  auto arbiter = plugins.arbiter.create("greedy");
+  REQUIRE(arbiter.ok());
+  EmulatedCluster cluster(accels->size(), truth, *arbiter.value());
+  Engine engine(gmg, tenants, scheduler, est, cluster);
+  auto result = engine.run();
+  // The first request's iteration (its one lane) waits for a placement
+  // that never comes; once the second request has arrived (0.5 s) nothing
+  // else can happen: the engine says so instead of spinning, and the batch
+  // was deferred at every round, not dropped.
+  REQUIRE(!result.ok());
+  CHECK(result.status().message() ==
+        "engine: deadlock at 0.500000 s: 1 operator(s) wait for a placement and nothing else can run (is HBM too "
+        "small?)");
+  CHECK(policy.calls > 0);
+  CHECK(scheduler.stats().deferred == policy.calls);
+  CHECK(scheduler.stats().batches == policy.calls);
+  CHECK(gmg.issued_count() == 0);
+}
