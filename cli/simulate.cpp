@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <exception>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -78,23 +77,16 @@ int simulate(const SimulateOptions& opt) {
         else
           std::fprintf(stderr, "  %zu policies: %d%%\n", chosen.size(), pct);
       };
-      std::exception_ptr error;
-      std::mutex error_lock;
+      // (A run that fails throws; oneTBB cancels the others and rethrows it here.)
       tbb::parallel_for(std::size_t{0}, chosen.size(), [&](std::size_t k) {
-        try {
-          OfflineRunOptions ro{.parallel = false};
-          ro.on_progress = [&, k](Nanos, std::size_t d, std::size_t total) {
-            done[k].store(total ? static_cast<double>(d) / static_cast<double>(total) : 1.0, std::memory_order_relaxed);
-            report_progress();
-          };
-          runs[k] = run_offline(cfg.value(), *chosen[k], plugins, truths, ro);
-        } catch (...) {
-          const std::lock_guard lock(error_lock);
-          if (!error) error = std::current_exception();
-        }
+        OfflineRunOptions ro{.parallel = false};
+        ro.on_progress = [&, k](Nanos, std::size_t d, std::size_t total) {
+          done[k].store(total ? static_cast<double>(d) / static_cast<double>(total) : 1.0, std::memory_order_relaxed);
+          report_progress();
+        };
+        runs[k] = run_offline(cfg.value(), *chosen[k], plugins, truths, ro);
       });
       if (tty) std::fprintf(stderr, "\n");
-      if (error) std::rethrow_exception(error);
     }
     if (chosen.empty()) {
       std::string names;

@@ -27,8 +27,7 @@ seeds() {
   done
 }
 seeds config_fuzz configs/experiments/*.toml configs/live/*.toml tests/cli/*.toml docs/examples/*/*.toml
-seeds trace_csv_fuzz data/traces/*.csv
-seeds trace_jsonl_fuzz data/traces/*.jsonl
+seeds trace_fuzz data/traces/*.csv data/traces/*.jsonl
 seeds calibration_fuzz tests/cli/*.json
 seeds layer_profile_fuzz data/profiles/llmservingsim*.csv
 seeds transfer_profile_fuzz data/profiles/vidur*.csv
@@ -37,7 +36,7 @@ printf '\x01\x02\x03\x04\x05\x06\x07\x08b*m*n*k + 2*max(tokens, 1)' > "$BUILD/se
 printf '\x10\x20\x30\x40\x50\x60\x70\x80(tokens+kv_prev)*4096*2' > "$BUILD/seeds/shape_fuzz/seed1"
 
 status=0
-for target in config_fuzz trace_csv_fuzz trace_jsonl_fuzz calibration_fuzz layer_profile_fuzz \
+for target in config_fuzz trace_fuzz calibration_fuzz layer_profile_fuzz \
               transfer_profile_fuzz shape_fuzz; do
   corpus="$BUILD/corpus/$target"
   mkdir -p "$corpus"

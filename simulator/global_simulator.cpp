@@ -40,8 +40,6 @@ const SimulationResult& GlobalSimulator::run(const Gmg& gmg, const Estimator& es
 
 template <typename Est>
 const SimulationResult& GlobalSimulator::run_with(const Gmg& gmg, const Est& est, const SimOptions& opt) {
-  if (opt.tentative.accels.size() != opt.tentative.ops.size())
-    throw std::invalid_argument("global simulator: a tentative issue needs one accelerator per operator");
   prepare_with(gmg, est, opt.tentative.ops, opt.tentative.at, opt.scope);
   return place_with(est, opt.tentative.accels, opt);
 }
@@ -107,14 +105,7 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
     in_scope_.resize(n_acc, 0);
     for (AccelId a : scope) in_scope_[a] = 1;
   }
-  scope_.assign(scope.begin(), scope.end());
-  std::sort(scope_.begin(), scope_.end());
-  auto each_accel = [&](auto&& f) {
-    if (scoped)
-      for (AccelId a : scope) f(a);
-    else
-      for (AccelId a = 0; a < n_acc; ++a) f(a);
-  };
+
   // Undoes the per-slot and per-accelerator marks (zero outside a
   // prepare), and the ghosts' index_of entries.
   auto clear_marks = [&] {
@@ -138,7 +129,7 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
   // Per-accelerator arrays: the whole cluster is reset when unscoped or
   // when the previous prepare was; otherwise only the previous scope is
   // cleared, so results outside the scope read zero.
-  if (r_.busy.size() != n_acc || !scoped || reset_all_) {
+  if (r_.busy.size() != n_acc || !scoped || scope_.empty()) {
     r_.busy.assign(n_acc, 0);
     r_.hbm_start.assign(n_acc, 0);
     r_.hbm_peak.assign(n_acc, 0);
@@ -151,7 +142,7 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
     send_busy_.assign(n_acc, 0);
     recv_busy_.assign(n_acc, 0);
   } else {
-    for (AccelId a : last_scope_) {
+    for (AccelId a : scope_) {  // the previous prepare's scope
       r_.busy[a] = r_.hbm_start[a] = r_.hbm_peak[a] = r_.hbm_end[a] = 0;
       used_[a] = cap_[a] = 0;
       running_[a] = kNotSimulated;
@@ -159,14 +150,10 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
       dirty_flag_[a] = send_busy_[a] = recv_busy_[a] = 0;
     }
   }
-  reset_all_ = !scoped;
-  last_scope_.assign(scope.begin(), scope.end());
   r_.hbm_timeline.resize(n_acc);
-  if (timelines_dirty_) {
-    for (auto& tl : r_.hbm_timeline) tl.clear();
-    timelines_dirty_ = false;
-  }
-  each_accel([&](AccelId a) {
+  scope_.assign(scope.begin(), scope.end());
+  std::sort(scope_.begin(), scope_.end());
+  each_accel(n_acc, [&](AccelId a) {
     cap_[a] = accels.hbm_bytes(a);
     used_[a] = gmg.hbm(a).weights + gmg.done_resident(a);  // and, below, landed copies
     free_at_[a] = gmg.last_done(a);
@@ -207,7 +194,7 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
   queue_.resize(n_acc);
   last_key_.resize(n_acc);
   out_of_order_.resize(n_acc);
-  each_accel([&](AccelId a) {
+  each_accel(n_acc, [&](AccelId a) {
     queue_[a].clear();
     last_key_[a] = 0;
     out_of_order_[a] = 0;
@@ -377,7 +364,7 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
       if ((out_refs_[k].edge & ~kRemote) == d.edge) d.out_ref = k;
   }
 
-  order_queues(scope);
+  order_queues();
   // What place() starts every placement from.
   base_nodes_.assign(nodes_.begin(), nodes_.end());
   base_arrival_.assign(arrival_.begin(), arrival_.end());
@@ -401,17 +388,11 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
   stop_at_oom_ = opt.stop_at_oom;
   stopped_ = false;
   arbiter_ = opt.arbiter && !opt.arbiter->is_default_greedy() ? opt.arbiter : nullptr;
-  auto each_accel = [&](auto&& f) {
-    if (!scope_.empty())
-      for (AccelId a : scope_) f(a);
-    else
-      for (AccelId a = 0; a < n_acc; ++a) f(a);
-  };
 
   // Shared state back to what prepare() left.
   std::copy(base_nodes_.begin(), base_nodes_.end(), nodes_.begin());
   std::copy(base_arrival_.begin(), base_arrival_.end(), arrival_.begin());
-  each_accel([&](AccelId a) {
+  each_accel(n_acc, [&](AccelId a) {
     used_[a] = base_used_[a];
     r_.busy[a] = 0;
     running_[a] = kNotSimulated;
@@ -442,7 +423,7 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
   }
   for (AccelId a : tent_accels_)
     for (std::uint32_t rank = 0; rank < queue_[a].size(); ++rank) arrival_[queue_[a][rank]].rank = rank;
-  size_bitsets(scope_);
+  size_bitsets();
 
   // The batch's inputs: which are remote, which wait for a transfer.
   tent_events_.clear();
@@ -494,11 +475,10 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
   r_.finished = 0;
   r_.begin = r_.end = 0;
   dirty_.clear();
-  each_accel([&](AccelId a) {
-    r_.hbm_start[a] = r_.hbm_peak[a] = used_[a];
-    if (timelines_dirty_) r_.hbm_timeline[a].clear();
-  });
-  timelines_dirty_ = timelines_dirty_ || opt.record_hbm_timeline;
+  each_accel(n_acc, [&](AccelId a) { r_.hbm_start[a] = r_.hbm_peak[a] = used_[a]; });
+  if (timelines_dirty_)
+    for (auto& tl : r_.hbm_timeline) tl.clear();
+  timelines_dirty_ = opt.record_hbm_timeline;
   if (opt.record_hbm_timeline)
     opt.record_transfers ? advance<Est, true, true>(est, opt) : advance<Est, true, false>(est, opt);
   else
@@ -509,9 +489,8 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
 
 // Puts every accelerator's queue in queue order where OpId order is not
 // (reused slots, priorities).
-void GlobalSimulator::order_queues(std::span<const AccelId> scope) {
-  const std::size_t n_acc = queue_.size();
-  auto sort_one = [&](AccelId a) {
+void GlobalSimulator::order_queues() {
+  each_accel(queue_.size(), [&](AccelId a) {
     auto& q = queue_[a];
     if (!out_of_order_[a]) return;
     sort_scratch_.clear();
@@ -521,31 +500,21 @@ void GlobalSimulator::order_queues(std::span<const AccelId> scope) {
       q[rank] = sort_scratch_[rank].second;
       arrival_[q[rank]].rank = rank;
     }
-  };
-  if (!scope.empty())
-    for (AccelId a : scope) sort_one(a);
-  else
-    for (AccelId a = 0; a < n_acc; ++a) sort_one(a);
+  });
 }
 
 // Sizes the ready bitsets for the queues as they are: 64^levels_ >= the
 // longest. Accelerators outside the scope get no words: nothing marks them
 // dirty.
-void GlobalSimulator::size_bitsets(std::span<const AccelId> scope) {
+void GlobalSimulator::size_bitsets() {
   const std::size_t n_acc = queue_.size();
   std::size_t most = 0;
-  auto each_accel = [&](auto&& f) {
-    if (!scope.empty())
-      for (AccelId a : scope) f(a);
-    else
-      for (AccelId a = 0; a < n_acc; ++a) f(a);
-  };
-  each_accel([&](AccelId a) { most = std::max(most, queue_[a].size()); });
+  each_accel(n_acc, [&](AccelId a) { most = std::max(most, queue_[a].size()); });
   levels_ = 1;
   for (std::uint64_t span = 64; span < most; span *= 64) ++levels_;
   bits_off_.resize(n_acc * levels_);
   std::uint32_t words = 0;
-  each_accel([&](AccelId a) {
+  each_accel(n_acc, [&](AccelId a) {
     std::uint64_t count = queue_[a].size();
     for (unsigned l = 0; l < levels_; ++l) {
       count = (count + 63) / 64;
@@ -897,13 +866,6 @@ std::size_t AccelComponents::closure(const Gmg& gmg, std::span<const AccelId> se
   }
   std::sort(out.begin(), out.end());
   return issued;
-}
-
-std::size_t AccelComponents::largest() const {
-  std::size_t most = 0;
-  for (AccelId a = 0; a < parent_.size(); ++a)
-    if (parent_[a] == a) most = std::max<std::size_t>(most, size_[a]);
-  return most;
 }
 
 }  // namespace slicesched

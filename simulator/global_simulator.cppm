@@ -83,8 +83,6 @@ class AccelComponents {
   // many issued operators it holds (what a what-if over it simulates).
   std::size_t closure(const Gmg& gmg, std::span<const AccelId> seeds, std::span<const OpId> ops,
                       std::vector<AccelId>& out);
-  // How many accelerators the largest component spans (1 when none are tied).
-  std::size_t largest() const;
 
  private:
   AccelId find(AccelId a);
@@ -171,8 +169,17 @@ class GlobalSimulator {
                     std::span<const AccelId> scope);
   template <typename Est>
   const SimulationResult& place_with(const Est& est, std::span<const AccelId> accels, const SimOptions& opt);
-  void order_queues(std::span<const AccelId> scope);
-  void size_bitsets(std::span<const AccelId> scope);
+  void order_queues();
+  void size_bitsets();
+  // Calls f(a) for every accelerator of the scope (scope_), or of the
+  // cluster when there is none.
+  template <typename F>
+  void each_accel(std::size_t n_acc, F&& f) const {
+    if (!scope_.empty())
+      for (AccelId a : scope_) f(a);
+    else
+      for (AccelId a = 0; a < n_acc; ++a) f(a);
+  }
   // The event loop, compiled once per estimator kind and combination of
   // what it records.
   template <typename Est, bool kHbm, bool kTransfers>
@@ -291,9 +298,7 @@ class GlobalSimulator {
   std::vector<std::int64_t> base_used_;
   std::vector<std::uint8_t> in_scope_;  // per accelerator, during a scoped build
   std::vector<OpId> scoped_ops_;        // the issued ops inside the scope, during a scoped build
-  bool reset_all_ = true;               // the next build resets every accelerator's entries
-  std::vector<AccelId> last_scope_;     // the scope of the last build (empty: the cluster)
-  bool timelines_dirty_ = false;        // a run recorded timelines: the next build clears them all
+  bool timelines_dirty_ = false;        // a run recorded timelines: the next placement clears them all
 
   // Ready queues. Each accelerator's simulated nodes are ranked once by
   // queue order (queue_[a][rank] is the node); the ready ones are a bitset

@@ -68,6 +68,34 @@ struct Run {
   RoundStats scheduling;
 };
 
+// n H100s on NVLink, each holding Llama-3-8B's weights, and their measured
+// ground truth (exact profiles, noise seed 3).
+struct H100Cluster {
+  std::shared_ptr<AcceleratorSet> accels = std::make_shared<AcceleratorSet>();
+  std::shared_ptr<TemplateRegistry> templates = std::make_shared<TemplateRegistry>();
+  TemplateId tmpl = 0;
+  std::optional<Gmg> gmg;
+};
+
+H100Cluster h100_cluster(int n) {
+  H100Cluster c;
+  REQUIRE(c.accels->add_link_class("nvlink", 300e9, 5e-6).ok());
+  for (int i = 0; i < n; ++i) REQUIRE(c.accels->add("gpu" + std::to_string(i), "H100", 80ll << 30).ok());
+  c.tmpl = c.templates->add(llama::make_template("llama3-8b")).value();
+  c.gmg.emplace(c.templates, c.accels);
+  for (AccelId a = 0; a < c.accels->size(); ++a) REQUIRE(c.gmg->place_weights(c.tmpl, a).ok());
+  return c;
+}
+
+ProfileGroundTruth h100_truth() {
+  const std::filesystem::path dir = std::filesystem::path(SLICESCHED_SOURCE_DIR) / "data" / "profiles";
+  auto layers = LayerProfile::load(dir / "llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv");
+  auto links = TransferProfile::load(dir / "vidur_network_h100_dgx_send_recv.csv");
+  REQUIRE(layers.ok());
+  REQUIRE(links.ok());
+  return ProfileGroundTruth(std::move(layers).value(), std::move(links).value(), /*seed=*/3);
+}
+
 // Four H100s, one online tenant (four lanes) and one offline load (two)
 // placed by simulation-guided over pairs and quads, with exact profile
 // ground truth. The load is heavy enough that greedy moves several tensors
@@ -78,16 +106,13 @@ struct Run {
 template <typename MakeEstimator>
 Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimator estimator_of,
                bool what_if_arbiter = true) {
-  namespace fs = std::filesystem;
   PluginRegistries plugins;
   REQUIRE(plugins::register_builtins(plugins).ok());
-  auto accels = std::make_shared<AcceleratorSet>();
-  REQUIRE(accels->add_link_class("nvlink", 300e9, 5e-6).ok());
-  for (int i = 0; i < 4; ++i) REQUIRE(accels->add("gpu" + std::to_string(i), "H100", 80ll << 30).ok());
-  auto templates = std::make_shared<TemplateRegistry>();
-  const TemplateId tmpl = templates->add(llama::make_template("llama3-8b")).value();
-  Gmg gmg(templates, accels);
-  for (AccelId a = 0; a < accels->size(); ++a) REQUIRE(gmg.place_weights(tmpl, a).ok());
+  H100Cluster c = h100_cluster(4);
+  auto& accels = c.accels;
+  auto& templates = c.templates;
+  const TemplateId tmpl = c.tmpl;
+  Gmg& gmg = *c.gmg;
 
   EstimatorSet seeded;
   REQUIRE(seed_priors(seeded, *templates, *accels).ok());
@@ -115,12 +140,7 @@ Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimat
   if (what_if_arbiter) sopt.arbiter = [&] { return plugins.arbiter.create(arbiter, arbiter_args); };
   Scheduler scheduler(*placement.value(), partitions, *estimator, sopt);
 
-  const fs::path dir = fs::path(SLICESCHED_SOURCE_DIR) / "data" / "profiles";
-  auto layers = LayerProfile::load(dir / "llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv");
-  auto links = TransferProfile::load(dir / "vidur_network_h100_dgx_send_recv.csv");
-  REQUIRE(layers.ok());
-  REQUIRE(links.ok());
-  ProfileGroundTruth truth(layers.value(), links.value(), /*seed=*/3);
+  ProfileGroundTruth truth = h100_truth();
   EmulatedCluster cluster(accels->size(), truth, *backend_arbiter.value());
   Engine engine(gmg, tenants, scheduler, *estimator, cluster);
   auto result = engine.run();
@@ -341,14 +361,12 @@ class NeverPlace final : public PlacementPolicy {
 TEST_CASE("engine: a policy that defers every batch ends in a deadlock naming what waits", "[engine][deadlock]") {
   PluginRegistries plugins;
   REQUIRE(plugins::register_builtins(plugins).ok());
-  auto accels = std::make_shared<AcceleratorSet>();
-  REQUIRE(accels->add_link_class("nvlink", 300e9, 5e-6).ok());
-  for (int i = 0; i < 2; ++i) REQUIRE(accels->add("gpu" + std::to_string(i), "H100", 80ll << 30).ok());
-  auto templates = std::make_shared<TemplateRegistry>();
-  const TemplateId tmpl = templates->add(llama::make_template("llama3-8b")).value();
-  Gmg gmg(templates, accels);
-  for (AccelId a = 0; a < accels->size(); ++a) REQUIRE(gmg.place_weights(tmpl, a).ok());
+  H100Cluster c = h100_cluster(2);
+  auto& accels = c.accels;
+  const TemplateId tmpl = c.tmpl;
+  Gmg& gmg = *c.gmg;
   EstimatorSet seeded;
+  auto& templates = c.templates;
   REQUIRE(seed_priors(seeded, *templates, *accels).ok());
   auto estimator = online_linear(plugins)(std::move(seeded));
   Estimator& est = *estimator;
@@ -365,12 +383,7 @@ TEST_CASE("engine: a policy that defers every batch ends in a deadlock naming wh
   NeverPlace policy;
   Scheduler scheduler(policy, partitions, est, SchedulerOptions{.issued_budget = 64, .batch_cap = 6});
 
-  const std::filesystem::path dir = std::filesystem::path(SLICESCHED_SOURCE_DIR) / "data" / "profiles";
-  auto layers = LayerProfile::load(dir / "llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv");
-  auto links = TransferProfile::load(dir / "vidur_network_h100_dgx_send_recv.csv");
-  REQUIRE(layers.ok());
-  REQUIRE(links.ok());
-  ProfileGroundTruth truth(layers.value(), links.value(), /*seed=*/3);
+  ProfileGroundTruth truth = h100_truth();
   auto arbiter = plugins.arbiter.create("greedy");
   REQUIRE(arbiter.ok());
   EmulatedCluster cluster(accels->size(), truth, *arbiter.value());

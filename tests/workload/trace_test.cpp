@@ -383,7 +383,7 @@ TEST_CASE("JSONL errors name the file, the line and what was expected", "[trace]
   CHECK(error_for(dir, "x.jsonl", ok + "\n{\"timestamp\": 9.5, \"input_length\": 1, \"output_length\": 2}\n") ==
         ":3: timestamp: expected time order, got '9.5' after '10' (line 1)");
   // A number beyond a double is an error on its line, not an exception
-  // (found by tests/fuzz/trace_jsonl_fuzz).
+  // (found by tests/fuzz/trace_fuzz).
   const std::string huge =
       error_for(dir, "x.jsonl", ok + "{\"timestamp\": 1e999, \"input_length\": 1, \"output_length\": 2}\n");
   CHECK(huge.starts_with(":2: expected a JSON object, got "));
