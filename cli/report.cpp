@@ -244,6 +244,7 @@ nlohmann::json policy_summary(const PolicyRun& r) {
   p["scheduling"] = {{"batches", r.scheduling.batches},
                      {"candidates", r.scheduling.candidates},
                      {"simulations", r.scheduling.simulations},
+                     {"dominated", r.scheduling.dominated},
                      {"deferred", r.scheduling.deferred}};
   // Which plugins ran it, with their arguments as configured.
   p["arbiter"] = {{"plugin", r.arbiter.name}, {"args", r.arbiter.args}};

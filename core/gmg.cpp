@@ -324,19 +324,30 @@ Status Gmg::check_issue(std::span<const OpId> ops, std::span<const AccelId> acce
   if (accels.size() != ops.size())
     return InvalidArgument("issue: " + std::to_string(ops.size()) + " operator(s) but " +
                            std::to_string(accels.size()) + " accelerator(s)");
+  if (Status s = check_batch(ops); !s.ok()) return s;
+  for (std::size_t k = 0; k < ops.size(); ++k)
+    if (!placeable(ops[k], accels[k])) return check_one(ops[k], accels[k], 0);  // (names what is wrong)
+  return Status::Ok();
+}
+
+Status Gmg::check_batch(std::span<const OpId> ops) const {
   for (std::size_t k = 0; k < ops.size(); ++k) {
     const OpId id = ops[k];
     const auto earlier = ops.first(k);
     if (std::find(earlier.begin(), earlier.end(), id) != earlier.end())
       return FailedPrecondition("issue: " + op_name(id) + " is already issued");
-    std::uint32_t unscheduled = 0;
-    if (contains(id)) {
-      unscheduled = ops_[id].unscheduled_preds;
-      // Predecessors issued earlier in the batch no longer count.
-      for (std::uint32_t e = ops_[id].first_in; e != kNoEdge && unscheduled > 0; e = edges_[e].next_in)
-        if (std::find(earlier.begin(), earlier.end(), edges_[e].src) != earlier.end()) --unscheduled;
-    }
-    if (Status s = check_one(id, accels[k], unscheduled); !s.ok()) return s;
+    if (!contains(id)) return NotFound("issue: " + op_name(id));
+    const OpRecord& r = ops_[id];
+    std::uint32_t unscheduled = r.unscheduled_preds;
+    // Predecessors issued earlier in the batch no longer count.
+    for (std::uint32_t e = r.first_in; e != kNoEdge && unscheduled > 0; e = edges_[e].next_in)
+      if (std::find(earlier.begin(), earlier.end(), edges_[e].src) != earlier.end()) --unscheduled;
+    if (r.state != OpState::kUnscheduled)
+      return FailedPrecondition("issue: " + op_name(id) + " is already " +
+                                (r.state == OpState::kIssued ? "issued" : "done"));
+    if (unscheduled > 0)
+      return FailedPrecondition("issue: " + op_name(id) + " has " + std::to_string(unscheduled) +
+                                " unscheduled predecessor(s)");
   }
   return Status::Ok();
 }

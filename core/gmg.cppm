@@ -128,6 +128,15 @@ class Gmg {
   // what-if simulates such a batch as an overlay instead of a clone).
   // accels must be as long as ops.
   Status check_issue(std::span<const OpId> ops, std::span<const AccelId> accels) const;
+  // The same checks split for a round that tries one batch on many
+  // placements: what does not depend on where the ops go, once, then per
+  // op and accelerator whether it may go there (the accelerator exists and
+  // holds the op's weights). check_issue(ops, accels).ok() is
+  // check_batch(ops).ok() and placeable(ops[k], accels[k]) for every k.
+  Status check_batch(std::span<const OpId> ops) const;
+  inline bool placeable(OpId op, AccelId accel) const {
+    return accels_->contains(accel) && (ops_[op].weight_bytes == 0 || weights_on(ops_[op].kind, accel));
+  }
   // Marks an issued operator done at `t` after running `measured` ns.
   Status complete(OpId op, Nanos t, Nanos measured);
   // Records that the cross-accelerator copy src -> dst landed at `t`.

@@ -65,7 +65,7 @@ struct TemplateOp {
 class GraphTemplate {
  public:
   const std::string& name() const { return name_; }
-  const DimTable& dims() const { return dims_; }
+  inline const DimTable& dims() const { return dims_; }
   const std::vector<PortSpec>& ports() const { return ports_; }
   const std::vector<TemplateOp>& ops() const { return ops_; }
   TemplateId id() const { return id_; }

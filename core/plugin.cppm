@@ -58,10 +58,14 @@ struct Candidate {
 // What the what-if simulation predicted for one candidate (filled by the
 // scheduler).
 struct Outcome {
-  bool feasible = false;         // false: predicted to exceed HBM
+  bool feasible = false;         // false: predicted to exceed HBM, or dominated
   std::vector<Nanos> finish;     // per batch op, absolute; -1: past the horizon
   double mean_completion_s = 0;  // mean over batch ops of finish - now
   double makespan_s = 0;
+  // Not simulated to the end: under the policy's objective() it could no
+  // longer beat another feasible candidate (feasible is false and finish
+  // is empty). Never set for a policy whose objective() is kNone.
+  bool dominated = false;
 };
 
 // Turns a batch into the candidate placements a round tries. Not
@@ -87,6 +91,15 @@ class BOOST_SYMBOL_VISIBLE PlacementPolicy {
   // False: the scheduler skips the what-if simulation (static policies) and
   // passes one default Outcome per candidate (feasible == false, not simulated).
   virtual bool needs_simulation() const { return true; }
+  // What choose() minimises, when it is one the scheduler knows. With
+  // kMeanCompletion the policy promises never to pick a candidate whose
+  // mean_completion_s is greater than that of another feasible one; the
+  // scheduler may then stop a what-if as soon as its mean must end up
+  // greater, and hands that candidate over as dominated (the pick is the
+  // same as with every candidate simulated to the end, only cheaper).
+  // kNone (the default): every candidate is simulated to the end.
+  enum class Objective { kNone, kMeanCompletion };
+  virtual Objective objective() const { return Objective::kNone; }
   // Index into candidates (outcomes has the same size), or
   // nullopt to defer the batch to a later round. "Nothing feasible" is a
   // nullopt, never an exception.

@@ -28,10 +28,12 @@ class [[nodiscard]] Status {
   Status() = default;
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
-  static Status Ok() { return {}; }
-  bool ok() const { return code_ == StatusCode::kOk; }
-  StatusCode code() const { return code_; }
-  const std::string& message() const { return message_; }
+  // inline: members of a module's classes are not implicitly inline, and
+  // these are on every hot path.
+  inline static Status Ok() { return {}; }
+  inline bool ok() const { return code_ == StatusCode::kOk; }
+  inline StatusCode code() const { return code_; }
+  inline const std::string& message() const { return message_; }
 
  private:
   StatusCode code_ = StatusCode::kOk;

@@ -17,6 +17,8 @@ module slicesched.engine.scheduler;
 
 namespace slicesched {
 
+constexpr std::size_t kNoCandidate = ~std::size_t{0};
+
 // One reusable simulator (and arbiter) per worker thread, so what-if
 // allocates nothing after warm-up.
 struct Scheduler::Workers {
@@ -34,9 +36,10 @@ struct Scheduler::Workers {
   std::vector<AccelId> seeds;
   std::vector<std::size_t> same_as;  // per candidate: an earlier one placing the batch the same way
   std::uint64_t round = 0;           // what-if calls so far (a worker's prepare is for one of them)
+  std::vector<std::uint32_t> load;                         // per accelerator: issued operators
+  std::vector<std::pair<std::uint32_t, std::size_t>> order;  // candidates in the order they are simulated
 };
 
-constexpr std::size_t kNoCandidate = ~std::size_t{0};
 // When a round's what-ifs fan out to oneTBB workers: enough candidates to
 // amortize the hand-off (measured on 2 cores: 6 candidates of 70 operators
 // ran faster serially, 15 of about 30 faster in parallel), and enough
@@ -109,10 +112,19 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
       if (ws.same_as[d] == kNoCandidate && cands[d].accel == cands[c].accel) ws.same_as[c] = d;
     distinct += ws.same_as[c] == kNoCandidate;
   }
-  auto one = [&](std::size_t c) {
+  // With a mean-completion objective a what-if stops once it must lose to
+  // the best feasible candidate its thread has seen (`bound`: that one's
+  // summed completion in ns; < 0: none yet). Which candidates come out
+  // dominated depends on the order they are simulated in; the pick does
+  // not: ties are never cut short, and only a strictly worse mean is.
+  const bool prune = policy_.objective() == PlacementPolicy::Objective::kMeanCompletion;
+  // What issuing the batch needs wherever it goes (check_issue's other half
+  // is per candidate, below).
+  const bool batch_ok = gmg.check_batch(batch.ops).ok();
+  auto one = [&](std::size_t c, std::int64_t& bound) {
     if (ws.same_as[c] != kNoCandidate) return;
     Outcome& o = out[c];
-    if (cands[c].accel.size() != batch.ops.size()) return;  // malformed candidate: infeasible
+    if (!batch_ok || cands[c].accel.size() != batch.ops.size()) return;  // malformed candidate: infeasible
     Workers::Worker& w = workers_->local.local();
     if (opt_.arbiter && !w.arbiter) {
       auto made = opt_.arbiter();
@@ -122,7 +134,8 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
       }
       w.arbiter = std::move(made).value();
     }
-    if (!gmg.check_issue(batch.ops, cands[c].accel).ok()) return;  // e.g. weights not resident
+    for (std::size_t i = 0; i < batch.ops.size(); ++i)
+      if (!gmg.placeable(batch.ops[i], cands[c].accel[i])) return;  // e.g. weights not resident
     // The batch is simulated as issued, without copying the GMG; what every
     // candidate shares is built once per round on each thread.
     if (w.prepared_round != ws.round) {
@@ -132,21 +145,30 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
         w.sim.prepare(gmg, est_, batch.ops, now, ws.scope);
       w.prepared_round = ws.round;
     }
-    const SimulationResult& r = w.sim.place(cands[c].accel, {.horizon = opt_.horizon, .arbiter = w.arbiter.get()});
+    const SimulationResult& r = w.sim.place(
+        cands[c].accel, {.horizon = opt_.horizon, .arbiter = w.arbiter.get(), .dominated_above = prune ? bound : -1});
+    if (r.dominated) {
+      o.dominated = true;
+      return;
+    }
     if (!r.feasible()) return;
     o.feasible = true;
     o.finish.resize(batch.ops.size());
     double sum = 0, worst = 0;
+    std::int64_t sum_ns = 0;
     const Nanos end = opt_.horizon >= 0 ? now + opt_.horizon : r.end;
     for (std::size_t i = 0; i < batch.ops.size(); ++i) {
       const Nanos f = r.finish_of(batch.ops[i]);
       o.finish[i] = f;
-      const double s = static_cast<double>((f < 0 ? end : f) - now) / 1e9;  // past the horizon: at its end
+      const Nanos done = (f < 0 ? end : f) - now;  // past the horizon: at its end
+      sum_ns += done;
+      const double s = static_cast<double>(done) / 1e9;
       sum += s;
       worst = std::max(worst, s);
     }
     o.mean_completion_s = sum / static_cast<double>(batch.ops.size());
     o.makespan_s = worst;
+    if (bound < 0 || sum_ns < bound) bound = sum_ns;
   };
   // Worth a fan-out only when the round's simulations outweigh handing
   // them to another thread (a few microseconds).
@@ -159,14 +181,35 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
     tbb::parallel_for(
         tbb::blocked_range<std::size_t>(0, cands.size(), grain),
         [&](const tbb::blocked_range<std::size_t>& r) {
-          for (std::size_t c = r.begin(); c < r.end(); ++c) one(c);
+          std::int64_t bound = -1;
+          for (std::size_t c = r.begin(); c < r.end(); ++c) one(c, bound);
         },
         tbb::simple_partitioner());
-  } else
-    for (std::size_t c = 0; c < cands.size(); ++c) one(c);
+  } else if (prune) {
+    // Least loaded first (by the busiest of its accelerators' issued
+    // operators): the soonest-completing candidate is usually there, and
+    // the sooner the best is seen the more of the others stop early. (The
+    // order changes which come out dominated, never the pick.)
+    ws.load.assign(n_acc, 0);
+    for (OpId id : gmg.issued_ops()) ++ws.load[gmg.op(id).accel];
+    ws.order.clear();
+    for (std::size_t c = 0; c < cands.size(); ++c) {
+      std::uint32_t busiest = 0;
+      for (AccelId a : cands[c].accel) busiest = std::max(busiest, a < n_acc ? ws.load[a] : 0);
+      ws.order.push_back({busiest, c});
+    }
+    std::stable_sort(ws.order.begin(), ws.order.end(),
+                     [](const auto& x, const auto& y) { return x.first < y.first; });
+    std::int64_t bound = -1;
+    for (const auto& [busiest, c] : ws.order) one(c, bound);
+  } else {
+    std::int64_t bound = -1;
+    for (std::size_t c = 0; c < cands.size(); ++c) one(c, bound);
+  }
   for (std::size_t c = 0; c < cands.size(); ++c)
     if (ws.same_as[c] != kNoCandidate) out[c] = out[ws.same_as[c]];
   stats_.simulations += distinct;
+  for (std::size_t c = 0; c < cands.size(); ++c) stats_.dominated += ws.same_as[c] == kNoCandidate && out[c].dominated;
   for (const Workers::Worker& w : workers_->local)
     if (!w.error.ok()) return Status(w.error.code(), "scheduler: what-if arbiter: " + w.error.message());
   return out;

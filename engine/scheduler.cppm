@@ -41,6 +41,7 @@ struct SchedulerOptions {
 
 struct RoundStats {
   std::size_t rounds = 0, batches = 0, candidates = 0, simulations = 0, deferred = 0;
+  std::size_t dominated = 0;  // what-ifs stopped early: they could not beat an earlier candidate
 };
 
 // Not thread-safe: the engine thread calls schedule(); what-if work fans

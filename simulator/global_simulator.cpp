@@ -218,7 +218,8 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
       const std::uint32_t unscheduled = unscheduled_succs(id, op);
       const Flag keep = unscheduled > 0 ? kKeepOutput : Flag{};
       if (k > 0) {  // a batch op: its accelerator and time come with the placement
-        nodes[i] = {0, op.out_bytes, op.workspace_bytes, op.retained_bytes, kNoAccel, 0, op.first_in, 0, 0, 0, keep};
+        nodes[i] = {0,        op.out_bytes, op.workspace_bytes, op.retained_bytes, kNoAccel, 0, op.first_in, 0, 0, 0,
+                    static_cast<Flag>(keep | kBatchOp)};
         arrival[i] = {kNoAccel, 0, 0};
         key_[i] = queue_key(op.priority, gmg.last_issue_seq() + k);
         issue_t_[i] = ready_t_[i] = at;
@@ -364,6 +365,19 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
       if ((out_refs_[k].edge & ~kRemote) == d.edge) d.out_ref = k;
   }
 
+  // The batch's edges among its own ops, for dominated_from().
+  batch_edges_.clear();
+  for (std::uint32_t k = 0; k < tnode_.size(); ++k) {
+    const Node& n = nodes_[tnode_[k]];
+    for (std::uint32_t e = n.in_begin; e < n.in_end; ++e) {
+      const std::uint32_t s = edges_[e].src & kNodeMask;
+      if (s >= n_sim_ || !is_tent_[s]) continue;
+      std::uint32_t p = 0;
+      while (tnode_[p] != s) ++p;
+      if (p < k) batch_edges_.push_back({k, p, edges_[e].bytes, 0});  // (a later p: left out, the bound stays valid)
+    }
+  }
+
   order_queues();
   // What place() starts every placement from.
   base_nodes_.assign(nodes_.begin(), nodes_.end());
@@ -387,6 +401,32 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
       throw std::invalid_argument("global simulator: a batch operator's accelerator is outside the scope");
   stop_at_oom_ = opt.stop_at_oom;
   stopped_ = false;
+
+  // The batch's predicted times on these accelerators, and whether the
+  // placement is dominated before anything runs (then nothing is touched).
+  const AcceleratorSet& set = gmg.accels();
+  const std::size_t nb = batch_.size();
+  batch_dur_.resize(nb);
+  for (std::size_t k = 0; k < nb; ++k) {
+    const OpRecord& op = gmg.op(batch_[k]);
+    batch_dur_[k] = to_nanos(est.predict_op(op.kind, set.type(accels[k]), gmg.features(batch_[k])));
+  }
+  pruning_ = opt.dominated_above >= 0 && opt.dominated_above < INT64_MAX / 4 && nb > 0 && nb <= kMaxPrunedBatch;
+  dominated_at_ = kNever;
+  r_.dominated = false;
+  if (pruning_) {
+    batch_finish_.assign(nb, -1);
+    for (BatchEdge& be : batch_edges_)
+      be.x = accels[be.p] == accels[be.k] ? 0 : to_nanos(est.predict_transfer(accels[be.p], accels[be.k], be.bytes));
+    bound_sum_ = opt.dominated_above + static_cast<Nanos>(nb) * at_;
+    horizon_end_ = opt.horizon >= 0 ? now_ + opt.horizon : kNever;
+    constexpr Nanos kBeforeAll = INT64_MIN / 4;  // before any event
+    dominated_at_ = dominated_from(kBeforeAll);
+    if (dominated_at_ == kBeforeAll) {  // even alone on its accelerators it loses
+      r_.dominated = true;
+      return r_;
+    }
+  }
   arbiter_ = opt.arbiter && !opt.arbiter->is_default_greedy() ? opt.arbiter : nullptr;
 
   // Shared state back to what prepare() left.
@@ -404,13 +444,11 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
   tent_accels_.clear();
 
   // The batch's ops: accelerator, time, queue place.
-  const AcceleratorSet& set = gmg.accels();
   for (std::size_t k = 0; k < batch_.size(); ++k) {
     const std::uint32_t i = tnode_[k];
     const AccelId a = accels[k];
-    const OpRecord& op = gmg.op(batch_[k]);
     nodes_[i].accel = a;
-    nodes_[i].dur = to_nanos(est.predict_op(op.kind, set.type(a), gmg.features(batch_[k])));
+    nodes_[i].dur = batch_dur_[k];
     arrival_[i].accel = a;
     ready_t_[i] = at_;
     auto& q = queue_[a];
@@ -485,6 +523,82 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
     opt.record_transfers ? advance<Est, false, true>(est, opt) : advance<Est, false, false>(est, opt);
   arbiter_ = nullptr;
   return r_;
+}
+
+// The first time >= t at which the batch's summed finishes must exceed
+// bound_sum_, or kNever. Each batch op's finish F_k is at least
+// max(A_k, t + B_k): a started op's is known (A_k, no B_k); an op not yet
+// started starts no earlier than t, at_, and its batch predecessors'
+// finishes plus transfers, so B_k is its longest chain of unstarted batch
+// ops and A_k the same chain from at_ or from started predecessors (and
+// never before now_). With a horizon, a finish counts at most horizon_end_.
+// The sum of those bounds is piecewise linear and nondecreasing in t; its
+// breakpoints are walked in order.
+Nanos GlobalSimulator::dominated_from(Nanos t) const {
+  constexpr Nanos kNone = INT64_MIN / 4;
+  const std::size_t nb = batch_dur_.size();  // <= kMaxPrunedBatch
+  Nanos a[kMaxPrunedBatch], b[kMaxPrunedBatch];
+  std::size_t e = 0;
+  const BatchEdge* edges = batch_edges_.data();
+  const std::size_t n_edges = batch_edges_.size();
+  for (std::size_t k = 0; k < nb; ++k) {
+    if (batch_finish_[k] >= 0) {
+      a[k] = batch_finish_[k];
+      b[k] = kNone;
+      while (e < n_edges && edges[e].k == k) ++e;
+      continue;
+    }
+    const Nanos dur = batch_dur_[k];
+    Nanos ak = now_, bk = dur;
+    for (; e < n_edges && edges[e].k == k; ++e) {
+      const Nanos c = edges[e].x + dur;
+      const std::uint32_t p = edges[e].p;
+      ak = std::max(ak, a[p] + c);
+      if (b[p] != kNone) bk = std::max(bk, b[p] + c);
+    }
+    a[k] = std::max(ak, at_ + bk);
+    b[k] = bk;
+  }
+  // Times past now_ + a few days never occur: plain 64-bit sums suffice.
+  const Nanos end = horizon_end_;
+  auto sum_at = [&](Nanos x) {
+    Nanos sum = 0;
+    for (std::size_t k = 0; k < nb; ++k) {
+      const Nanos f = b[k] == kNone ? a[k] : std::max(a[k], x + b[k]);
+      sum += f < end ? f : end;
+    }
+    return sum;
+  };
+  const Nanos t0 = std::max(t, at_);  // before at_ nothing of the batch moves
+  Nanos f_prev = sum_at(t0);
+  if (f_prev > bound_sum_) return t;
+  Nanos breaks[2 * kMaxPrunedBatch];
+  std::size_t n_breaks = 0, rising = 0;  // rising: ops whose bound grows with t for good (no horizon)
+  for (std::size_t k = 0; k < nb; ++k) {
+    if (b[k] == kNone) continue;
+    if (a[k] - b[k] > t0) breaks[n_breaks++] = a[k] - b[k];
+    if (end != kNever) {
+      if (end - b[k] > t0) breaks[n_breaks++] = end - b[k];
+    } else {
+      ++rising;
+    }
+  }
+  for (std::size_t i = 1; i < n_breaks; ++i)  // a handful: insertion sort
+    for (std::size_t j = i; j > 0 && breaks[j] < breaks[j - 1]; --j) std::swap(breaks[j], breaks[j - 1]);
+  Nanos prev = t0;
+  for (std::size_t i = 0; i < n_breaks; ++i) {
+    const Nanos x = breaks[i];
+    if (x == prev) continue;
+    const Nanos f = sum_at(x);
+    if (f > bound_sum_) {
+      const Nanos slope = (f - f_prev) / (x - prev);  // linear between breakpoints
+      return prev + (bound_sum_ - f_prev) / slope + 1;
+    }
+    prev = x;
+    f_prev = f;
+  }
+  if (rising == 0) return kNever;
+  return prev + (bound_sum_ - f_prev) / static_cast<Nanos>(rising) + 1;
 }
 
 // Puts every accelerator's queue in queue order where OpId order is not
@@ -689,7 +803,14 @@ inline void GlobalSimulator::dispatch(Nanos t) {
     n.flags = static_cast<Flag>(n.flags | kOutputHeld | (n.ret > 0 ? kRetainedHeld : 0));
     running_[a] = i;
     r_.start[i] = t;
-    events_.push(std::max(t + n.dur, now_), kOpFinish, i);
+    const Nanos finish = std::max(t + n.dur, now_);
+    events_.push(finish, kOpFinish, i);
+    if (pruning_ && (n.flags & kBatchOp)) [[unlikely]] {
+      std::size_t k = 0;
+      while (tnode_[k] != i) ++k;
+      batch_finish_[k] = finish;
+      dominated_at_ = dominated_from(t);
+    }
   }
   dirty_.clear();
 }
@@ -754,6 +875,10 @@ void GlobalSimulator::advance(const Est& est, const SimOptions& opt) {
   while (!events_.empty() && !stopped_) {
     const Nanos t = events_.next_time();
     if (horizon_end >= 0 && t > horizon_end) break;
+    if (t >= dominated_at_) {
+      r_.dominated = true;
+      break;
+    }
     if (first) {
       r_.begin = t;
       first = false;

@@ -21,6 +21,7 @@
 // Estimator through its virtual predict_* (same results, slower). Callers
 // holding an Estimator pass its linear() when it has one.
 module;
+#include <climits>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -58,6 +59,12 @@ struct SimOptions {
   // arbiter: one per simulator thread. Used only during run().
   TransferArbiter* arbiter = nullptr;
   TentativeIssue tentative{};  // empty: the snapshot as it is
+  // A what-if that only has to beat a known placement: stop (and set
+  // SimulationResult::dominated) as soon as the tentative ops' summed
+  // completion times, sum over them of finish - tentative.at in ns (an op
+  // still running at the horizon counts as finishing there), must exceed
+  // this. < 0: run to the end.
+  std::int64_t dominated_above = -1;
   // Simulate only the operators on these accelerators (and the tentative
   // ones, whose accelerators must be listed). The set must be closed: no
   // issued operator inside reads from or feeds one outside, and no done
@@ -130,10 +137,13 @@ struct SimulationResult {
   std::optional<OomEvent> oom;                             // the first OOM, if any
   Nanos begin = 0, end = 0;                                // first and last event time
   std::size_t finished = 0;                                // operators finished within the horizon
+  // Stopped early: the tentative ops' summed completion must exceed
+  // SimOptions::dominated_above. Nothing else in the result is complete.
+  bool dominated = false;
 
-  bool feasible() const { return !oom.has_value(); }
-  Nanos start_of(OpId op) const { return index_of[op] == kNotSimulated ? -1 : start[index_of[op]]; }
-  Nanos finish_of(OpId op) const { return index_of[op] == kNotSimulated ? -1 : finish[index_of[op]]; }
+  inline bool feasible() const { return !oom.has_value(); }
+  inline Nanos start_of(OpId op) const { return index_of[op] == kNotSimulated ? -1 : start[index_of[op]]; }
+  inline Nanos finish_of(OpId op) const { return index_of[op] == kNotSimulated ? -1 : finish[index_of[op]]; }
 };
 
 // Reusable simulator: keeps its scratch buffers between runs, so a what-if
@@ -214,7 +224,7 @@ class GlobalSimulator {
   SimulationResult r_;
 
   // Per-node memory state.
-  enum Flag : std::uint8_t { kKeepOutput = 1, kOutputHeld = 2, kRetainedHeld = 4 };
+  enum Flag : std::uint8_t { kKeepOutput = 1, kOutputHeld = 2, kRetainedHeld = 4, kBatchOp = 8 };
   // Nodes [0, n_sim) are issued operators (simulated), in OpId order, so
   // node index == result index; the rest are done producers they read
   // ("ghosts", memory bookkeeping only). What the event loop reads per
@@ -331,6 +341,29 @@ class GlobalSimulator {
   EventQueue events_;
   Nanos now_ = 0;
   bool stop_at_oom_ = true, stopped_ = false;
+
+  // Cutting a dominated placement short (SimOptions::dominated_above).
+  // Each batch op's finish is bounded below by the batch's own structure:
+  // it starts no earlier than the current time, at_, and its batch
+  // predecessors' finishes plus their transfers' predicted times. That
+  // bound is recomputed when a batch op starts (a started op's finish is
+  // known) and gives the first event time at which the summed completion
+  // must exceed the bound, dominated_at_.
+  static constexpr Nanos kNever = INT64_MAX;
+  static constexpr std::size_t kMaxPrunedBatch = 64;  // larger batches run to the end
+  struct BatchEdge {
+    std::uint32_t k, p;  // batch op k reads batch op p (p < k)
+    std::int64_t bytes;
+    Nanos x;  // its predicted transfer time in this placement (0: local)
+  };
+  Nanos dominated_from(Nanos t) const;
+  std::vector<BatchEdge> batch_edges_;   // from prepare(), grouped by k ascending
+  std::vector<Nanos> batch_dur_;         // per batch op, in this placement
+  std::vector<Nanos> batch_finish_;      // per batch op: its finish once started, else -1
+  bool pruning_ = false;
+  Nanos bound_sum_ = 0;  // dominated_above + batch size * at_: a bound on the summed finishes
+  Nanos horizon_end_ = kNever;
+  Nanos dominated_at_ = kNever;
 };
 
 // One-shot convenience over GlobalSimulator.

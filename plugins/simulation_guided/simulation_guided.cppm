@@ -23,6 +23,7 @@ inline constexpr std::string_view kSimulationGuided = "simulation-guided";
 // is feasible: the batch waits for a later round. Stateless.
 class SimulationGuided final : public PlacementPolicy {
  public:
+  Objective objective() const override { return Objective::kMeanCompletion; }
   std::optional<std::size_t> choose(const Gmg&, const Batch&, std::span<const Candidate> candidates,
                                     std::span<const Outcome> outcomes) override {
     std::optional<std::size_t> best;

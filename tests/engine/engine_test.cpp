@@ -103,9 +103,23 @@ ProfileGroundTruth h100_truth() {
 // `estimator_of` makes the estimator from the seeded linear models. With
 // `what_if_arbiter` false the scheduler gets no arbiter factory (the
 // default rule).
+// simulation-guided's choices from a policy that does not declare its
+// objective, so the scheduler runs every what-if to the end.
+class Undeclared final : public PlacementPolicy {
+ public:
+  explicit Undeclared(PluginPtr<PlacementPolicy> inner) : inner_(std::move(inner)) {}
+  std::optional<std::size_t> choose(const Gmg& gmg, const Batch& batch, std::span<const Candidate> candidates,
+                                    std::span<const Outcome> outcomes) override {
+    return inner_->choose(gmg, batch, candidates, outcomes);
+  }
+
+ private:
+  PluginPtr<PlacementPolicy> inner_;
+};
+
 template <typename MakeEstimator>
 Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimator estimator_of,
-               bool what_if_arbiter = true) {
+               bool what_if_arbiter = true, bool declared_objective = true) {
   PluginRegistries plugins;
   REQUIRE(plugins::register_builtins(plugins).ok());
   H100Cluster c = h100_cluster(4);
@@ -138,7 +152,9 @@ Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimat
   REQUIRE(backend_arbiter.ok());
   SchedulerOptions sopt{.issued_budget = 64, .batch_cap = 6};
   if (what_if_arbiter) sopt.arbiter = [&] { return plugins.arbiter.create(arbiter, arbiter_args); };
-  Scheduler scheduler(*placement.value(), partitions, *estimator, sopt);
+  PluginPtr<PlacementPolicy> policy = std::move(placement).value();
+  if (!declared_objective) policy = PluginPtr<PlacementPolicy>(new Undeclared(std::move(policy)));
+  Scheduler scheduler(*policy, partitions, *estimator, sopt);
 
   ProfileGroundTruth truth = h100_truth();
   EmulatedCluster cluster(accels->size(), truth, *backend_arbiter.value());
@@ -214,6 +230,21 @@ TEST_CASE("engine: a scheduler without an arbiter factory predicts with the defa
   const Run without = run_engine("greedy", json::object(), online_linear(plugins), /*what_if_arbiter=*/false);
   REQUIRE(with.log.size() == without.log.size());
   for (std::size_t i = 0; i < with.log.size(); ++i) REQUIRE(same(with.log[i], without.log[i]));
+}
+
+TEST_CASE("engine: what-ifs cut short as dominated leave every pick as it was", "[engine][scheduler]") {
+  PluginRegistries plugins;
+  REQUIRE(plugins::register_builtins(plugins).ok());
+  for (const char* arbiter : {"greedy", "serial"}) {
+    INFO(arbiter);
+    const Run cut = run_engine(arbiter, json::object(), online_linear(plugins));
+    const Run whole = run_engine(arbiter, json::object(), online_linear(plugins), true, /*declared_objective=*/false);
+    CHECK(cut.scheduling.dominated > cut.scheduling.simulations / 10);  // it does cut
+    CHECK(whole.scheduling.dominated == 0);
+    CHECK(cut.scheduling.simulations == whole.scheduling.simulations);
+    REQUIRE(cut.log.size() == whole.log.size());
+    for (std::size_t i = 0; i < cut.log.size(); ++i) REQUIRE(same(cut.log[i], whole.log[i]));
+  }
 }
 
 TEST_CASE("engine: an estimator without a linear form gives the fast path's run", "[engine][estimator]") {

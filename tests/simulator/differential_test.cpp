@@ -478,7 +478,7 @@ void require_same(const SimulationResult& want, const SimulationResult& got) {
 TEST_CASE("the global simulator agrees exactly with its reference implementation", "[simulator][differential]") {
   std::mt19937_64 rng(20261123);
   GlobalSimulator reused;  // scratch buffers carried across very different snapshots
-  int compared_ops = 0, with_oom = 0, with_ghosts = 0, tentative_trials = 0, scoped_trials = 0;
+  int compared_ops = 0, with_oom = 0, with_ghosts = 0, tentative_trials = 0, scoped_trials = 0, dominated_trials = 0;
   for (int trial = 0; trial < 600; ++trial) {
     INFO("trial " << trial);
     const int n_acc = std::uniform_int_distribution<int>(1, 5)(rng);
@@ -625,7 +625,28 @@ TEST_CASE("the global simulator agrees exactly with its reference implementation
         Gmg placed = gmg.clone();
         for (std::size_t k = 0; k < batch.size(); ++k) REQUIRE(placed.issue(batch[k], there[k], at).ok());
         INFO("placement " << p);
-        require_same(simulate(placed, est, opt), round.place(there, opt));
+        const SimulationResult want_placed = simulate(placed, est, opt);
+        require_same(want_placed, round.place(there, opt));
+        // Given a bound on the batch's summed completion, a placement that
+        // beats or ties it runs to the end exactly as without; one that
+        // is stopped as dominated really is worse.
+        if (!want_placed.feasible() || opt.horizon >= 0) continue;
+        Nanos sum = 0;
+        for (OpId op : batch) sum += want_placed.finish_of(op) - at;
+        for (const Nanos slack : {Nanos{0}, Nanos{1}, std::uniform_int_distribution<Nanos>(2, 1'000'000)(rng)}) {
+          SimOptions bounded = opt;
+          bounded.dominated_above = sum + slack;
+          const SimulationResult& kept = round.place(there, bounded);
+          REQUIRE_FALSE(kept.dominated);
+          require_same(want_placed, kept);
+          bounded.dominated_above = std::max<Nanos>(0, sum - 1 - slack);
+          if (bounded.dominated_above >= sum) continue;
+          const SimulationResult& cut = round.place(there, bounded);
+          if (cut.dominated)
+            ++dominated_trials;
+          else
+            require_same(want_placed, cut);  // (it ran to the end: nothing to cut)
+        }
       }
       CHECK_THROWS_AS(round.place(std::vector<AccelId>(batch.size() + 1, 0), opt), std::invalid_argument);
     }
@@ -701,6 +722,7 @@ TEST_CASE("the global simulator agrees exactly with its reference implementation
   }
   CHECK(tentative_trials > 200);
   CHECK(scoped_trials > 25);
+  CHECK(dominated_trials > 100);
   CHECK(compared_ops > 3000);
   CHECK(with_oom > 20);
   CHECK(with_ghosts > 100);
