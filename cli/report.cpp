@@ -4,6 +4,8 @@ module;
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fmt/format.h>
+#include <iterator>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -85,44 +87,46 @@ std::string accelerators_csv(const PolicyRun& r) {
 
 // Chrome trace JSON: one lane per accelerator and per link (source ->
 // destination); slices are named by tenant so Perfetto colours them by
-// tenant.
+// tenant. Written straight into one string, not through a JSON document:
+// a large cluster's trace holds hundreds of thousands of slices, and a
+// document of them took gigabytes and seconds.
 std::string chrome_trace(const PolicyRun& r, double seconds) {
-  nlohmann::json events = nlohmann::json::array();
   const Nanos until = static_cast<Nanos>(seconds * 1e9);
+  auto quoted = [](const std::string& s) { return nlohmann::json(s).dump(); };  // escaped
+  std::vector<std::string> tenants;
+  for (const auto& t : r.tenant_names) tenants.push_back(quoted(t));
+  std::string out = R"({"displayTimeUnit":"ms","traceEvents":[)";
+  bool first = true;
+  auto lane = [&](int tid, const std::string& name) {
+    fmt::format_to(std::back_inserter(out), R"({}{{"args":{{"name":{}}},"name":"thread_name","ph":"M","pid":1,"tid":{}}})",
+                   first ? "" : ",", quoted(name), tid);
+    first = false;
+  };
   std::map<std::pair<AccelId, AccelId>, int> link_lane;
   const int n = static_cast<int>(r.accel_names.size());
-  for (int a = 0; a < n; ++a)
-    events.push_back(
-        {{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", a}, {"args", {{"name", r.accel_names[a]}}}});
+  for (int a = 0; a < n; ++a) lane(a, r.accel_names[a]);
   for (const RunRecord& x : r.log) {
     if (x.start > until) continue;
     int tid = static_cast<int>(x.accel);
-    std::string what = "op";
+    const char* what = "op";
     if (x.to != kNoAccel) {
       auto key = std::pair{x.accel, x.to};
       auto it = link_lane.find(key);
       if (it == link_lane.end()) {
         it = link_lane.emplace(key, n + static_cast<int>(link_lane.size())).first;
-        events.push_back({{"name", "thread_name"},
-                          {"ph", "M"},
-                          {"pid", 1},
-                          {"tid", it->second},
-                          {"args", {{"name", r.accel_names[x.accel] + " -> " + r.accel_names[x.to]}}}});
+        lane(it->second, r.accel_names[x.accel] + " -> " + r.accel_names[x.to]);
       }
       tid = it->second;
       what = "transfer";
     }
-    events.push_back({{"name", r.tenant_names[x.tenant]},
-                      {"cat", what},
-                      {"ph", "X"},
-                      {"pid", 1},
-                      {"tid", tid},
-                      {"ts", static_cast<double>(x.start) / 1e3},
-                      {"dur", static_cast<double>(x.finish - x.start) / 1e3},
-                      {"args", {{"op", x.op}}}});
+    fmt::format_to(std::back_inserter(out),
+                   R"({}{{"args":{{"op":{}}},"cat":"{}","dur":{},"name":{},"ph":"X","pid":1,"tid":{},"ts":{}}})",
+                   first ? "" : ",", x.op, what, static_cast<double>(x.finish - x.start) / 1e3, tenants[x.tenant],
+                   tid, static_cast<double>(x.start) / 1e3);
+    first = false;
   }
-  nlohmann::json j{{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-  return j.dump();
+  out += "]}";
+  return out;
 }
 
 // PNG plots through gnuplot (Debian's gnuplot-nox): the data files and the

@@ -119,10 +119,10 @@ class Undeclared final : public PlacementPolicy {
 
 template <typename MakeEstimator>
 Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimator estimator_of,
-               bool what_if_arbiter = true, bool declared_objective = true) {
+               bool what_if_arbiter = true, bool declared_objective = true, int gpus = 4, bool parallel = true) {
   PluginRegistries plugins;
   REQUIRE(plugins::register_builtins(plugins).ok());
-  H100Cluster c = h100_cluster(4);
+  H100Cluster c = h100_cluster(gpus);
   auto& accels = c.accels;
   auto& templates = c.templates;
   const TemplateId tmpl = c.tmpl;
@@ -150,7 +150,7 @@ Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimat
   REQUIRE(placement.ok());
   auto backend_arbiter = plugins.arbiter.create(arbiter, arbiter_args);
   REQUIRE(backend_arbiter.ok());
-  SchedulerOptions sopt{.issued_budget = 64, .batch_cap = 6};
+  SchedulerOptions sopt{.issued_budget = 64, .batch_cap = 6, .parallel = parallel};
   if (what_if_arbiter) sopt.arbiter = [&] { return plugins.arbiter.create(arbiter, arbiter_args); };
   PluginPtr<PlacementPolicy> policy = std::move(placement).value();
   if (!declared_objective) policy = PluginPtr<PlacementPolicy>(new Undeclared(std::move(policy)));
@@ -244,6 +244,25 @@ TEST_CASE("engine: what-ifs cut short as dominated leave every pick as it was", 
     CHECK(cut.scheduling.simulations == whole.scheduling.simulations);
     REQUIRE(cut.log.size() == whole.log.size());
     for (std::size_t i = 0; i < cut.log.size(); ++i) REQUIRE(same(cut.log[i], whole.log[i]));
+  }
+}
+
+TEST_CASE("engine: what-ifs fanned out to oneTBB workers pick as serial ones do", "[engine][scheduler][parallel]") {
+  // Sixteen GPUs give twelve candidates (eight pairs, four quads), enough
+  // for the scheduler to hand a round's what-ifs to oneTBB workers; each
+  // worker cuts its own dominated ones short.
+  PluginRegistries plugins;
+  REQUIRE(plugins::register_builtins(plugins).ok());
+  const Run parallel = run_engine("greedy", json::object(), online_linear(plugins), true, true, 16, true);
+  const Run serial = run_engine("greedy", json::object(), online_linear(plugins), true, true, 16, false);
+  const Run whole = run_engine("greedy", json::object(), online_linear(plugins), true, false, 16, true);
+  CHECK(parallel.scheduling.dominated > 0);
+  CHECK(whole.scheduling.dominated == 0);
+  REQUIRE(parallel.log.size() == serial.log.size());
+  REQUIRE(parallel.log.size() == whole.log.size());
+  for (std::size_t i = 0; i < parallel.log.size(); ++i) {
+    REQUIRE(same(parallel.log[i], serial.log[i]));
+    REQUIRE(same(parallel.log[i], whole.log[i]));
   }
 }
 
