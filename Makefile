@@ -8,7 +8,7 @@ CMAKE = $(shell $(PY) -c 'import cmake; print(cmake.CMAKE_BIN_DIR)' 2>/dev/null)
 CTEST = $(shell $(PY) -c 'import cmake; print(cmake.CMAKE_BIN_DIR)' 2>/dev/null)/ctest
 NINJA = $(shell $(PY) -c 'import ninja, os; print(os.path.join(ninja.BIN_DIR, "ninja"))' 2>/dev/null)
 
-.PHONY: all setup configure build demo test bench figure8 sanitize fuzz clean
+.PHONY: all setup configure build demo test bench figure8 sanitize tsan fuzz clean
 
 all: build
 
@@ -53,6 +53,26 @@ sanitize: setup
 	@cd $(SANITIZE_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(CTEST) --output-on-failure -j $(JOBS)
 
+# The threaded parts (engine and scheduler with their parallel what-ifs, the
+# live executor with and without LibTorch) under ThreadSanitizer, against a
+# oneTBB instrumented the same way: scripts/tsan-tbb.sh builds Debian's own
+# onetbb source package into build-tsan-deps/ once (see docs/reliability.md).
+TSAN_BUILD ?= build-tsan
+TSAN_TBB = $(CURDIR)/build-tsan-deps/tbb
+TSAN_FLAGS = -fsanitize=thread -fno-omit-frame-pointer
+TSAN_TESTS ?= [engine],[executor],[scheduler],[parallel]
+tsan: setup
+	@scripts/tsan-tbb.sh $(TSAN_TBB)
+	@$(CMAKE) -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(NINJA) \
+	  -DCMAKE_CXX_COMPILER=clang++-19 -DCMAKE_CXX_COMPILER_CLANG_SCAN_DEPS=clang-scan-deps-19 \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS=$(TSAN_FLAGS)" -DTBB_DIR=$(TSAN_TBB)/lib/cmake/TBB \
+	  "-DCMAKE_EXE_LINKER_FLAGS=$(TSAN_FLAGS)" "-DCMAKE_SHARED_LINKER_FLAGS=$(TSAN_FLAGS)" \
+	  "-DCMAKE_MODULE_LINKER_FLAGS=$(TSAN_FLAGS)" > $(TSAN_BUILD).configure.log 2>&1 \
+	  || (cat $(TSAN_BUILD).configure.log; exit 1)
+	@$(CMAKE) --build $(TSAN_BUILD) -j $(JOBS) --target slicesched_tests
+	@LD_LIBRARY_PATH=$(TSAN_TBB)/lib TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  $(TSAN_BUILD)/bin/slicesched_tests "$(TSAN_TESTS)"
+
 # Every parser under libFuzzer (+ ASan, UBSan) for SECONDS each, from seed
 # corpora of the project's own inputs; see docs/reliability.md.
 FUZZ_BUILD ?= build-fuzz
@@ -72,4 +92,4 @@ bench: build
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log $(SANITIZE_BUILD) $(SANITIZE_BUILD).configure.log \
-	  $(FUZZ_BUILD) $(FUZZ_BUILD).configure.log
+	  $(FUZZ_BUILD) $(FUZZ_BUILD).configure.log $(TSAN_BUILD) $(TSAN_BUILD).configure.log build-tsan-deps
