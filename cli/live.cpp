@@ -30,6 +30,8 @@ rt::LlamaConfig runtime_model(const ModelConfig& m) {
 }
 
 void check_devices(const ExperimentConfig& cfg) {
+  if (!cfg.faults.empty())
+    fail(cfg.path + ": faults: [[faults]] are simulated only (slicesched simulate); live serving loses real devices");
   const int gpus = rt::cuda_device_count();
   for (const auto& a : cfg.accelerators) {
     if (a.device.empty())

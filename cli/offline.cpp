@@ -1,4 +1,5 @@
 module;
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -70,6 +71,13 @@ PolicyRun run_offline(const ExperimentConfig& cfg, const PolicyConfig& policy, c
   EmulatedCluster cluster(parts->accels->size(), *truth, *parts->arbiter);
   EngineOptions eopt;
   eopt.stop_at = cfg.duration_s > 0 ? static_cast<Nanos>(cfg.duration_s * 1e9) : -1;
+  for (const FaultConfig& f : cfg.faults) {  // (names were checked when the config was read)
+    const auto a = static_cast<AccelId>(parts->accels->find(f.accelerator));
+    eopt.faults.push_back({static_cast<Nanos>(f.at_s * 1e9), a, true});
+    if (f.duration_s > 0) eopt.faults.push_back({static_cast<Nanos>((f.at_s + f.duration_s) * 1e9), a, false});
+  }
+  std::stable_sort(eopt.faults.begin(), eopt.faults.end(),
+                   [](const FaultEvent& x, const FaultEvent& y) { return x.at < y.at; });
   Engine engine(*parts->gmg, parts->tenants, *parts->scheduler, *parts->estimator, cluster, eopt);
 
   const auto t0 = std::chrono::steady_clock::now();

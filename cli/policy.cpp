@@ -162,6 +162,8 @@ PolicyRun collect_run(const ExperimentConfig& cfg, const PolicyConfig& policy, P
   for (const auto& t : parts.tenants) run.tenant_names.push_back(t.spec().name);
   for (AccelId a = 0; a < parts.accels->size(); ++a) run.accel_names.push_back((*parts.accels)[a].name);
   run.scheduling = result.scheduling;
+  run.lost_ops = result.lost_ops;
+  run.rebuilt_sequences = result.rebuilt_sequences;
   run.offered = parts.offered;
   run.requests_beyond_window = parts.requests_beyond_window;
   run.arbiter = policy.arbiter;

@@ -63,15 +63,23 @@ nlohmann::json summary(const ExperimentConfig& cfg, const std::vector<PolicyRun>
   return j;
 }
 
+// A CSV field: quoted (quotes doubled) when it holds a comma, quote or line break.
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
 std::string requests_csv(const PolicyRun& r) {
   std::ostringstream o;
-  o << "tenant,arrival_s,input_tokens,output_tokens,generated,first_token_s,done_s,ttft_s\n";
+  o << "tenant,arrival_s,input_tokens,output_tokens,generated,first_token_s,done_s,ttft_s,error\n";
   for (const RequestRecord& q : r.requests) {
     auto s = [](Nanos t) { return t < 0 ? std::string() : std::to_string(static_cast<double>(t) / 1e9); };
     o << r.tenant_names[q.tenant] << ',' << s(q.arrival) << ',' << q.input_tokens << ',' << q.output_tokens << ','
       << q.generated << ',' << s(q.first_token) << ',' << s(q.done) << ','
       << (q.first_token < 0 ? std::string() : std::to_string(static_cast<double>(q.first_token - q.arrival) / 1e9))
-      << '\n';
+      << ',' << csv_field(q.error) << '\n';
   }
   return o.str();
 }
@@ -245,6 +253,9 @@ nlohmann::json policy_summary(const PolicyRun& r) {
   p["idle_slice_p50_s"] = round6(percentile(m.idle_slices_s, 50));
   p["idle_slice_p90_s"] = round6(percentile(m.idle_slices_s, 90));
   p["idle_slice_p99_s"] = round6(percentile(m.idle_slices_s, 99));
+  p["faults"] = {{"replaced_ops", r.lost_ops},
+                 {"rebuilt_sequences", r.rebuilt_sequences},
+                 {"failed_requests", m.requests_failed}};
   p["scheduling"] = {{"batches", r.scheduling.batches},
                      {"candidates", r.scheduling.candidates},
                      {"simulations", r.scheduling.simulations},

@@ -445,6 +445,32 @@ ExperimentConfig read(const toml::table& doc, const std::string& file) {
     cfg.policies.push_back(std::move(pc));
   }
 
+  for (Table& f : tables_of(root, "faults", false, file)) {
+    FaultConfig fc;
+    fc.accelerator = f.str("accelerator");
+    bool known = false;
+    for (const auto& a : cfg.accelerators) known |= a.name == fc.accelerator;
+    if (!known)
+      f.fail(f.node("accelerator"), "accelerator", "no accelerator named '" + fc.accelerator + "' in [cluster]");
+    fc.at_s = f.num("at_s", 0, 0, 1e9, true);
+    if (f.has("duration_s")) {
+      fc.duration_s = f.num("duration_s", -1, 0, 1e9);
+      if (fc.duration_s == 0) f.fail(f.node("duration_s"), "duration_s", "expected > 0 (leave it out: lost for good)");
+    }
+    f.finish();
+    cfg.faults.push_back(std::move(fc));
+  }
+  std::stable_sort(cfg.faults.begin(), cfg.faults.end(),
+                   [](const FaultConfig& a, const FaultConfig& b) { return a.at_s < b.at_s; });
+  for (std::size_t i = 0; i < cfg.faults.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j) {
+      const FaultConfig &a = cfg.faults[j], &b = cfg.faults[i];
+      if (a.accelerator == b.accelerator && (a.duration_s < 0 || b.at_s < a.at_s + a.duration_s))
+        root.fail(root.node("faults"), "faults",
+                  "the fault of '" + b.accelerator + "' at " + std::to_string(b.at_s) +
+                      " s starts while its fault at " + std::to_string(a.at_s) + " s lasts");
+    }
+
   if (const toml::table* et = root.table("estimators", false)) {
     Table e(*et, "estimators", file);
     cfg.estimator_prior = resolve(dir, e.str("prior"));

@@ -100,6 +100,14 @@ struct GroundTruthConfig {
   double hbm_bytes_per_s = 3.35e12;
 };
 
+// A lost accelerator (`[[faults]]`, simulate only): lost at `at_s`, back
+// after `duration_s` (< 0: lost for good).
+struct FaultConfig {
+  std::string accelerator;
+  double at_s = 0;
+  double duration_s = -1;
+};
+
 struct ExperimentConfig {
   std::string path;  // the file read
   std::string name;
@@ -113,6 +121,7 @@ struct ExperimentConfig {
   GroundTruthConfig ground_truth;
   std::vector<TenantConfig> tenants;
   std::vector<PolicyConfig> policies;
+  std::vector<FaultConfig> faults;  // in time order
   std::vector<std::string> plugin_paths;  // resolved
   std::string estimator_prior;            // a calibration profile used as estimator prior (resolved), or empty
 };

@@ -28,6 +28,10 @@ struct Feedback {
   std::vector<std::int64_t> tokens;
   bool failed = false;
   std::string error;
+  // Failed because an accelerator was lost (Backend::fail_accelerator): its
+  // input or its accelerator is gone. The work is to be redone elsewhere,
+  // not given up.
+  bool lost = false;
 };
 
 // What one iteration of a tenant computes, for backends that run real
@@ -75,6 +79,19 @@ class Backend {
   // Why nothing can progress although work is queued (e.g. every queued
   // operator waits for memory), or empty.
   virtual std::string stall_reason() const { return {}; }
+  // A fault at now(): accelerator `a` is lost with everything on it. Every
+  // operator running or queued there, every transfer from or to it, and
+  // every operator whose input only it held (now, or when it is submitted
+  // later) fails with Feedback::lost, in completion order. `gmg` is the
+  // engine's, with `a` already marked down. Backends that cannot lose an
+  // accelerator refuse.
+  virtual Status fail_accelerator(const Gmg& /*gmg*/, AccelId /*a*/, std::vector<Feedback>& /*out*/) {
+    return FailedPrecondition("this backend cannot lose an accelerator ([[faults]] are simulated only)");
+  }
+  // The lost accelerator is back, empty (what it held before stays lost).
+  virtual Status restore_accelerator(AccelId /*a*/) {
+    return FailedPrecondition("this backend cannot lose an accelerator ([[faults]] are simulated only)");
+  }
 };
 
 }  // namespace slicesched

@@ -54,6 +54,7 @@ Gmg::Gmg(std::shared_ptr<const TemplateRegistry> templates, std::shared_ptr<cons
   hbm_.resize(accels_->size());
   last_done_.assign(accels_->size(), -1);
   done_resident_.assign(accels_->size(), 0);
+  down_.assign(accels_->size(), 0);
 }
 
 std::string Gmg::op_name(OpId id) const {
@@ -314,6 +315,9 @@ Status Gmg::check_one(OpId id, AccelId accel, std::uint32_t unscheduled_preds) c
   if (unscheduled_preds > 0)
     return FailedPrecondition("issue: " + op_name(id) + " has " + std::to_string(unscheduled_preds) +
                               " unscheduled predecessor(s)");
+  if (down_[accel])
+    return FailedPrecondition("issue: " + op_name(id) + " onto accelerator " + accels_->operator[](accel).name +
+                              ", which is lost");
   if (r.weight_bytes > 0 && !weights_on(r.kind, accel))
     return FailedPrecondition("issue: the weights of " + op_name(id) + " are not resident on accelerator " +
                               accels_->operator[](accel).name);

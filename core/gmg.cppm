@@ -135,8 +135,14 @@ class Gmg {
   // check_batch(ops).ok() and placeable(ops[k], accels[k]) for every k.
   Status check_batch(std::span<const OpId> ops) const;
   inline bool placeable(OpId op, AccelId accel) const {
-    return accels_->contains(accel) && (ops_[op].weight_bytes == 0 || weights_on(ops_[op].kind, accel));
+    return accels_->contains(accel) && !down_[accel] &&
+           (ops_[op].weight_bytes == 0 || weights_on(ops_[op].kind, accel));
   }
+  // A lost accelerator (a fault): nothing is issued onto it until it is
+  // back. What ran or waited there is the backend's to fail; its weights
+  // count as resident again when it comes back.
+  inline void set_down(AccelId a, bool down) { down_[a] = down ? 1 : 0; }
+  inline bool is_down(AccelId a) const { return down_[a] != 0; }
   // Marks an issued operator done at `t` after running `measured` ns.
   Status complete(OpId op, Nanos t, Nanos measured);
   // Records that the cross-accelerator copy src -> dst landed at `t`.
@@ -204,6 +210,7 @@ class Gmg {
   std::vector<OpId> retire_candidates_;
   std::vector<HbmUsage> hbm_;
   std::vector<Nanos> last_done_;
+  std::vector<std::uint8_t> down_;  // per accelerator: lost (set_down)
   std::vector<std::int64_t> done_resident_;
   std::vector<std::uint8_t> weights_;  // [kind * accels + accel]
   std::size_t live_ = 0, issued_ = 0;

@@ -13,6 +13,30 @@ Engine::Engine(Gmg& gmg, std::vector<Tenant>& tenants, Scheduler& scheduler, Est
                EngineOptions opt)
     : gmg_(gmg), tenants_(tenants), scheduler_(scheduler), est_(estimator), backend_(backend), opt_(opt) {}
 
+// Applies the faults due by `now`: the GMG stops placing onto a lost
+// accelerator, the backend fails what it loses, and the feedback flows as
+// any completion does.
+Status Engine::apply_faults(Nanos now) {
+  std::vector<Feedback> lost;
+  for (; next_fault_ < opt_.faults.size() && opt_.faults[next_fault_].at <= now; ++next_fault_) {
+    const FaultEvent& f = opt_.faults[next_fault_];
+    if (f.accel >= gmg_.accels().size())
+      return InvalidArgument("engine: a fault names accelerator " + std::to_string(f.accel) + ", which does not exist");
+    gmg_.set_down(f.accel, f.down);
+    if (!f.down) {
+      if (Status s = backend_.restore_accelerator(f.accel); !s.ok()) return s;
+      continue;
+    }
+    lost.clear();
+    if (Status s = backend_.fail_accelerator(gmg_, f.accel, lost); !s.ok()) return s;
+    if (!lost_names_.empty()) lost_names_ += ", ";
+    lost_names_ += gmg_.accels()[f.accel].name + " at " + std::to_string(static_cast<double>(now) / 1e9) + " s";
+    for (const Feedback& x : lost)
+      if (Status s = apply(x); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
 Status Engine::apply(const Feedback& f) {
   if (f.kind == Feedback::Kind::kTransfer) {
     if (Status s = gmg_.complete_transfer(f.src, f.op, f.t); !s.ok()) return s;
@@ -20,6 +44,7 @@ Status Engine::apply(const Feedback& f) {
                                  static_cast<double>(f.measured) / 1e9);
   }
   const OpRecord& r = gmg_.op(f.op);
+  lost_ops_ += f.lost;
   const OpKindId kind = r.kind;
   const AccelTypeId type = gmg_.accels().type(r.accel);
   const std::uint32_t tenant = r.tenant;
@@ -51,6 +76,7 @@ Result<EngineResult> Engine::run(const ProgressFn& progress) {
       interrupted = true;
       break;
     }
+    if (Status s = apply_faults(now); !s.ok()) return s;
     for (Tenant& t : tenants_) {
       if (stop == 0) t.deliver_arrivals(now);
       auto started = t.start_iterations(gmg_);
@@ -73,8 +99,21 @@ Result<EngineResult> Engine::run(const ProgressFn& progress) {
         if (a >= 0 && (next < 0 || a < next)) next = std::max(a, now);
       }
     bool all_done = std::all_of(tenants_.begin(), tenants_.end(), [](const Tenant& t) { return t.finished(); });
+    if (next < 0 && all_done) break;
+    if (next_fault_ < opt_.faults.size()) {
+      const Nanos f = std::max(opt_.faults[next_fault_].at, now);
+      if (next < 0 || f < next) next = f;
+    }
+    bool any_down = false;
+    for (AccelId a = 0; a < gmg_.accels().size(); ++a) any_down |= gmg_.is_down(a);
     if (next < 0) {
-      if (all_done) break;
+      if (any_down) {
+        // Nothing left can run what waits: its placements need a lost
+        // accelerator. Those requests fail, with the reason.
+        const std::string why = "no placement left that can run it (lost: " + lost_names_ + ")";
+        for (Tenant& t : tenants_) t.fail_unfinished(why, now);
+        break;
+      }
       if (stop == 1 && std::all_of(tenants_.begin(), tenants_.end(), [](const Tenant& t) { return t.idle(); })) {
         interrupted = true;  // drained: what was admitted has finished
         break;
@@ -110,6 +149,8 @@ Result<EngineResult> Engine::run(const ProgressFn& progress) {
   result.scheduling = scheduler_.stats();
   result.complete = std::all_of(tenants_.begin(), tenants_.end(), [](const Tenant& t) { return t.finished(); });
   result.interrupted = interrupted;
+  result.lost_ops = lost_ops_;
+  for (const Tenant& t : tenants_) result.rebuilt_sequences += t.rebuilt();
   return result;
 }
 

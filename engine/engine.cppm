@@ -16,12 +16,27 @@ export import slicesched.core.backend;
 
 export namespace slicesched {
 
+// A fault on the engine's timeline: at `at`, accelerator `accel` is lost
+// (down) or comes back.
+struct FaultEvent {
+  Nanos at = 0;
+  AccelId accel = kNoAccel;
+  bool down = true;
+};
+
 struct EngineOptions {
   Nanos stop_at = -1;  // stop the clock here even if work remains (< 0: run until every tenant finished)
   // Set from another thread (e.g. a signal handler): 1 drains (no more
   // arrivals are delivered; admitted requests finish), 2 cancels (the run
   // stops at once; unfinished requests stay unfinished). Null: never.
   const std::atomic<int>* stop = nullptr;
+  // Lost accelerators, in time order (the backend must support them; see
+  // Backend::fail_accelerator). Lost work is redone elsewhere: a tenant's
+  // iteration that lost anything starts again, rebuilding its sequences'
+  // KV caches by prefill. When nothing is left that can run a waiting
+  // request (its placements all need a lost accelerator, for good), the
+  // request fails with the reason.
+  std::vector<FaultEvent> faults;
 };
 
 struct EngineResult {
@@ -30,6 +45,10 @@ struct EngineResult {
   RoundStats scheduling;
   bool complete = false;     // every request finished
   bool interrupted = false;  // stopped by EngineOptions::stop
+  // Faults: operators lost with an accelerator (run, queued, or waiting on
+  // data it held), whose work was placed again; sequences whose KV cache
+  // was rebuilt by prefill.
+  std::size_t lost_ops = 0, rebuilt_sequences = 0;
 };
 
 // Progress: (now, requests done, requests total), called about every 1 %.
@@ -48,6 +67,7 @@ class Engine {
 
  private:
   Status apply(const Feedback& f);
+  Status apply_faults(Nanos now);
 
   Gmg& gmg_;
   std::vector<Tenant>& tenants_;
@@ -55,6 +75,8 @@ class Engine {
   Estimator& est_;
   Backend& backend_;
   EngineOptions opt_;
+  std::size_t next_fault_ = 0, lost_ops_ = 0;
+  std::string lost_names_;  // "gpu3 at 600.000 s, ..." for failure reasons
 };
 
 }  // namespace slicesched

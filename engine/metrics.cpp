@@ -31,6 +31,10 @@ RunMetrics compute_metrics(const std::string& policy, const EngineResult& result
     m.online_total += is_online;
     if (is_online && r.first_token >= 0)
       m.online_ttft_s.push_back(static_cast<double>(r.first_token - r.arrival) / 1e9);
+    if (!r.error.empty()) {
+      ++m.requests_failed;
+      continue;
+    }
     if (r.done < 0) continue;
     ++m.requests_done;
     last = std::max(last, r.done);

@@ -15,6 +15,7 @@ struct RunMetrics {
   std::string policy;
   double span_s = 0;  // from time 0 to the last completion
   std::size_t requests_total = 0, requests_done = 0, online_total = 0, online_done = 0, offline_done = 0;
+  std::size_t requests_failed = 0;  // ended with an error (RequestRecord::error): not done
   std::int64_t tokens_generated = 0;
   double request_throughput = 0, token_throughput = 0;    // per second of span
   double ttft_p50_s = 0, ttft_p90_s = 0, ttft_p99_s = 0;  // online requests

@@ -251,7 +251,13 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
       outcomes.resize(cands.size());  // a static policy does not look at them
     }
     std::optional<std::size_t> pick = cands.empty() ? std::nullopt : policy_.choose(gmg, batch, cands, outcomes);
-    if (!pick || *pick >= cands.size() || cands[*pick].accel.size() != batch.ops.size()) {
+    // A pick onto a lost accelerator waits too: a static policy's pinned
+    // instance is down until its accelerator is back.
+    const auto lost = [&](const Candidate& c) {
+      return std::any_of(c.accel.begin(), c.accel.end(),
+                         [&](AccelId a) { return a < gmg.accels().size() && gmg.is_down(a); });
+    };
+    if (!pick || *pick >= cands.size() || cands[*pick].accel.size() != batch.ops.size() || lost(cands[*pick])) {
       ++stats_.deferred;
       deferred.push_back(seed);
       continue;

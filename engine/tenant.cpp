@@ -17,6 +17,7 @@ Nanos to_ns(double s) { return static_cast<Nanos>(s * 1e9 + 0.5); }
 Tenant::Tenant(std::uint32_t id, TenantSpec spec, TemplateId tmpl)
     : id_(id), spec_(std::move(spec)), tmpl_(tmpl), lanes_(static_cast<std::size_t>(std::max(1, spec_.lanes))) {
   records_.reserve(spec_.requests.requests.size());
+  redo_.assign(spec_.requests.requests.size(), 0);
   for (const Request& r : spec_.requests.requests)
     records_.push_back(
         {id_, to_ns(r.arrival_s), -1, -1, r.input_tokens, std::max<std::int64_t>(1, r.output_tokens), 0, {}, {}});
@@ -78,17 +79,18 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   bool admitted = false;
   while (!waiting_.empty()) {
     const RequestRecord& r = records_[waiting_.front()];
+    const std::int64_t prefill = r.input_tokens + redo_[waiting_.front()];
     // The queue's head is admitted even over the token budget (a long
     // prompt must not wait for every decode to drain), but never over the
     // KV budget unless nothing else holds KV (then it could never fit).
-    const bool tokens_ok = tokens + r.input_tokens <= spec_.token_budget || !admitted;
+    const bool tokens_ok = tokens + prefill <= spec_.token_budget || !admitted;
     const bool kv_ok = kv_after + r.input_tokens + r.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
     const bool seqs_ok = static_cast<std::int64_t>(lane.running.size()) < spec_.max_seqs;
     if (!(tokens_ok && kv_ok && seqs_ok)) break;
     lane.running.push_back({waiting_.front(), 0, true});
     admitted = true;
-    tokens += r.input_tokens;
-    kv_after += r.input_tokens;
+    tokens += prefill;
+    kv_after += prefill;
     waiting_.pop_front();
   }
   if (tokens == 0) {
@@ -147,6 +149,22 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
   for (Lane& lane : lanes_) {
     if (!lane.in_flight || op != lane.head) continue;
     lane.in_flight = false;
+    if (f.lost) {
+      // Lost with an accelerator: the iteration is redone. Its sequences
+      // queue again first, in order, and prefill what they hold.
+      for (auto s = lane.running.rbegin(); s != lane.running.rend(); ++s) {
+        rebuilt_ += s->context > 0;
+        redo_[s->request] = records_[s->request].generated;
+        waiting_.push_front(s->request);
+      }
+      lane.running.clear();
+      for (OpId kv : lane.kv_ops)
+        if (gmg.contains(kv) && gmg.op(kv).retained_held && !gmg.op(kv).retained_attached)
+          (void)gmg.release_retained(kv);
+      lane.kv_ops.clear();
+      lane.kv_tokens = 0;
+      return;
+    }
     std::string error = f.error;
     if (!f.failed && prompts_ && f.tokens.size() != lane.running.size())
       error = "the head sampled " + std::to_string(f.tokens.size()) + " token(s) for " +
@@ -174,8 +192,9 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
       if (prompts_) r.tokens.push_back(f.tokens[i]);
       ++i;
       if (s.prefill) {
-        r.first_token = t;
-        s.context = r.input_tokens;
+        if (r.first_token < 0) r.first_token = t;  // (a rebuilt sequence keeps its first token's time)
+        s.context = r.input_tokens + redo_[s.request];
+        redo_[s.request] = 0;
         s.prefill = false;
       } else {
         s.context += 1;
@@ -189,6 +208,23 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
     }
     lane.running = std::move(still);
     return;
+  }
+}
+
+void Tenant::fail_unfinished(const std::string& reason, Nanos t) {
+  auto fail = [&](std::size_t i) {
+    RequestRecord& r = records_[i];
+    if (r.done >= 0) return;
+    r.error = reason;
+    r.done = t;
+    ++done_;
+  };
+  for (std::size_t i : waiting_) fail(i);
+  waiting_.clear();
+  for (Lane& l : lanes_) {
+    for (const Seq& s : l.running) fail(s.request);
+    l.running.clear();
+    l.in_flight = false;
   }
 }
 

@@ -68,8 +68,16 @@ class Tenant {
   // Feedback that an operator finished. When it is an in-flight
   // iteration's head, tokens are emitted and the iteration ends; when it
   // failed, the iteration's requests fail and the lane starts afresh
-  // (its KV chain is released in `gmg`).
+  // (its KV chain is released in `gmg`). When it was lost with an
+  // accelerator (Feedback::lost), the requests do not fail: they queue
+  // again first, and their next iteration prefills everything they hold
+  // (prompt and generated tokens), which rebuilds their KV caches.
   void on_op_done(const Feedback& f, Gmg& gmg);
+  // Every request not yet finished fails now with `reason` (nothing is
+  // left that can run it). Timing-only: live plans are not rebuilt.
+  void fail_unfinished(const std::string& reason, Nanos t);
+  // Sequences whose KV cache was rebuilt after a loss.
+  std::size_t rebuilt() const { return rebuilt_; }
   // Live mode: from now on every iteration also gets an IterationPlan
   // (prompt ids from `prompts`, decode ids from the sampled tokens).
   void set_prompts(PromptFn prompts) { prompts_ = std::move(prompts); }
@@ -107,6 +115,8 @@ class Tenant {
   std::vector<Lane*> startable_;  // start_iterations' scratch
   std::vector<RequestRecord> records_;
   std::size_t done_ = 0;
+  std::size_t rebuilt_ = 0;
+  std::vector<std::int64_t> redo_;  // per request: generated tokens its next prefill recomputes
   PromptFn prompts_;
   std::vector<std::pair<InstanceId, IterationPlan>> plans_;
 };

@@ -99,7 +99,9 @@ EmulatedCluster::EmulatedCluster(std::size_t accelerators, GroundTruth& truth, T
       send_busy_(accelerators, 0),
       recv_busy_(accelerators, 0),
       dirty_flag_(accelerators, 0),
-      busy_(accelerators, 0) {}
+      busy_(accelerators, 0),
+      down_(accelerators, 0),
+      lost_at_(accelerators, -1) {}
 
 void EmulatedCluster::mark_dirty(AccelId a) {
   if (!dirty_flag_[a]) {
@@ -117,6 +119,9 @@ Status EmulatedCluster::submit(const Gmg& gmg, OpId op) {
   if (r.accel >= ready_.size())
     return NotFound("emulated cluster: " + gmg.op_name(op) + " is on accelerator " + std::to_string(r.accel) +
                     ", which the cluster does not have");
+  if (down_[r.accel])
+    return FailedPrecondition("emulated cluster: " + gmg.op_name(op) + " is on accelerator " +
+                              std::to_string(r.accel) + ", which is lost");
   // Check every input before changing any state.
   for (std::uint32_t e = r.first_in; e != kNoEdge; e = gmg.edge(e).next_in) {
     const OpId src = gmg.edge(e).src;
@@ -139,6 +144,7 @@ Status EmulatedCluster::submit(const Gmg& gmg, OpId op) {
   }
   if (task_of_.size() <= op) task_of_.resize(op + 1u, kNoTask);
   task_of_[op] = id;
+  if (op < lost_op_.size()) lost_op_[op] = 0;  // a new operator in a reused slot
   ++live_;
   {
     Task& task = tasks_[id];
@@ -156,6 +162,8 @@ Status EmulatedCluster::submit(const Gmg& gmg, OpId op) {
     if (submitted) {  // still queued or running here: it will notify us
       tasks_[task_of_[edge.src]].succs.push_back({id, edge.bytes, remote});
       ++tasks_[id].pending;
+    } else if (output_lost(gmg, edge.src)) {  // done, but on an accelerator lost since
+      tasks_[id].lost = true;
     } else if (remote) {  // done elsewhere: its output moves now
       ++tasks_[id].pending;
       add_intent(edge.src, src.accel, id, edge.bytes);
@@ -176,13 +184,17 @@ void EmulatedCluster::add_intent(OpId src, AccelId from, std::uint32_t dst_task,
   }
   const Task& dst = tasks_[dst_task];
   const Nanos dur = to_nanos(truth_.transfer_seconds(from, dst.accel, bytes));
-  xfers_[x] = Xfer{src, dst_task, dst.tenant, from, dst.accel, bytes, dur, -1, now_, next_intent_++};
+  xfers_[x] = Xfer{src, dst_task, dst.tenant, from, dst.accel, bytes, dur, -1, now_, next_intent_++, true, false};
   intents_.push_back(x);
   arbitrate_ = true;
 }
 
 void EmulatedCluster::input_ready(std::uint32_t task) {
   Task& t = tasks_[task];
+  if (t.lost) {  // nothing to run on: it fails at once
+    fail_now_.push_back(task);
+    return;
+  }
   ready_[t.accel].push_back({t.key, task});
   std::push_heap(ready_[t.accel].begin(), ready_[t.accel].end(), RunsLater{});
   mark_dirty(t.accel);
@@ -199,6 +211,7 @@ Status EmulatedCluster::start_ready() {
     ready_[a].pop_back();
     running_[a] = task;
     tasks_[task].start = now_;
+    tasks_[task].event_pending = true;
     events_.push(now_ + tasks_[task].dur, kOpFinish, task);
   }
   dirty_.clear();
@@ -237,17 +250,22 @@ Status EmulatedCluster::arbitrate() {
 
 void EmulatedCluster::on_op_finish(std::uint32_t task, std::vector<Feedback>& out) {
   Task& t = tasks_[task];
+  t.event_pending = false;
+  if (t.dead) {  // failed with its accelerator while it ran
+    free_dead(task);
+    return;
+  }
   running_[t.accel] = kNotRunning;
   mark_dirty(t.accel);
   busy_[t.accel] += now_ - t.start;
   log_.push_back({t.op, t.tenant, t.accel, kNoAccel, t.start, now_});
   out.push_back({Feedback::Kind::kOp, t.op, kNoOp, t.accel, kNoAccel, 0, now_, now_ - t.start, {}, false, {}});
   for (const Succ& s : t.succs) {
-    if (s.remote) {
+    const Task& d = tasks_[s.task];
+    if (s.remote && !d.lost && !d.dead)
       add_intent(t.op, t.accel, s.task, s.bytes);
-    } else if (--tasks_[s.task].pending == 0) {
-      input_ready(s.task);
-    }
+    else  // local, or a reader that fails anyway: nothing moves
+      input_arrived(s.task);
   }
   task_of_[t.op] = kNoTask;
   t.succs.clear();
@@ -257,19 +275,123 @@ void EmulatedCluster::on_op_finish(std::uint32_t task, std::vector<Feedback>& ou
 }
 
 void EmulatedCluster::on_transfer_finish(std::uint32_t x, std::vector<Feedback>& out) {
-  const Xfer& xf = xfers_[x];
+  Xfer& xf = xfers_[x];
+  if (xf.cancelled) {  // its ports were freed when its accelerator was lost
+    xf.cancelled = false;
+    free_xfers_.push_back(x);
+    return;
+  }
+  xf.active = false;
   send_busy_[xf.from] = recv_busy_[xf.to] = 0;
   const Task& dst = tasks_[xf.dst_task];
   log_.push_back({dst.op, xf.tenant, xf.from, xf.to, xf.start, now_});
   out.push_back(
       {Feedback::Kind::kTransfer, dst.op, xf.src, xf.from, xf.to, xf.bytes, now_, now_ - xf.start, {}, false, {}});
-  if (--tasks_[xf.dst_task].pending == 0) input_ready(xf.dst_task);
+  input_arrived(xf.dst_task);
   free_xfers_.push_back(x);
   arbitrate_ = true;
 }
 
+// One input of `task` is in (or will never matter): once all are, it runs,
+// fails (lost), or, already failed, gives its slot back.
+void EmulatedCluster::input_arrived(std::uint32_t task) {
+  Task& t = tasks_[task];
+  if (--t.pending != 0) return;
+  if (t.dead)
+    free_dead(task);
+  else
+    input_ready(task);
+}
+
+void EmulatedCluster::free_dead(std::uint32_t task) {
+  const Task& t = tasks_[task];
+  if (t.pending == 0 && !t.event_pending) free_tasks_.push_back(task);
+}
+
+bool EmulatedCluster::output_lost(const Gmg& gmg, OpId src) const {
+  if (src < lost_op_.size() && lost_op_[src]) return true;
+  const OpRecord& p = gmg.op(src);
+  return p.accel < down_.size() && (down_[p.accel] || (lost_at_[p.accel] >= 0 && p.done_t <= lost_at_[p.accel]));
+}
+
+// Reports `task` failed now, as lost: what it ran so far counts as busy,
+// and its readers will fail too (they get no transfer).
+void EmulatedCluster::fail_task(std::uint32_t task, std::vector<Feedback>& out) {
+  Task& t = tasks_[task];
+  if (t.dead) return;
+  const bool ran = running_[t.accel] == task;
+  if (ran) {
+    running_[t.accel] = kNotRunning;
+    busy_[t.accel] += now_ - t.start;
+    log_.push_back({t.op, t.tenant, t.accel, kNoAccel, t.start, now_});
+    mark_dirty(t.accel);
+  }
+  Feedback f{Feedback::Kind::kOp, t.op, kNoOp, t.accel, kNoAccel, 0, now_, ran ? now_ - t.start : 0, {}, true, {}};
+  f.lost = true;
+  out.push_back(std::move(f));
+  if (lost_op_.size() <= t.op) lost_op_.resize(t.op + 1u, 0);
+  lost_op_[t.op] = 1;
+  task_of_[t.op] = kNoTask;
+  --live_;
+  t.dead = true;
+  std::vector<Succ> succs = std::move(t.succs);
+  t.succs.clear();
+  for (const Succ& s : succs) {
+    tasks_[s.task].lost = true;
+    input_arrived(s.task);
+  }
+  free_dead(task);  // (t may have moved: tasks_ does not grow here)
+}
+
+void EmulatedCluster::fail_pending(std::vector<Feedback>& out) {
+  for (std::size_t k = 0; k < fail_now_.size(); ++k) fail_task(fail_now_[k], out);  // (it may grow)
+  fail_now_.clear();
+}
+
+Status EmulatedCluster::fail_accelerator(const Gmg&, AccelId a, std::vector<Feedback>& out) {
+  if (a >= down_.size())
+    return NotFound("emulated cluster: accelerator " + std::to_string(a) + " does not exist (cluster has " +
+                    std::to_string(down_.size()) + ")");
+  if (down_[a]) return FailedPrecondition("emulated cluster: accelerator " + std::to_string(a) + " is already lost");
+  fail_pending(out);
+  down_[a] = 1;
+  lost_at_[a] = now_;
+  // Everything there, running or queued, in task order...
+  for (std::uint32_t task = 0; task < tasks_.size(); ++task) {
+    const Task& t = tasks_[task];
+    if (t.accel == a && !t.dead && t.op != kNoOp && t.op < task_of_.size() && task_of_[t.op] == task)
+      fail_task(task, out);
+  }
+  ready_[a].clear();
+  // ...then every transfer from or to it: a moving one frees its ports now.
+  for (std::uint32_t x = 0; x < xfers_.size(); ++x) {
+    Xfer& xf = xfers_[x];
+    if (!xf.active || (xf.from != a && xf.to != a)) continue;
+    xf.active = false;
+    if (xf.start >= 0) {
+      send_busy_[xf.from] = recv_busy_[xf.to] = 0;
+      xf.cancelled = true;
+    } else {
+      std::erase(intents_, x);
+      free_xfers_.push_back(x);
+    }
+    tasks_[xf.dst_task].lost = true;
+    input_arrived(xf.dst_task);
+  }
+  arbitrate_ = true;
+  fail_pending(out);
+  return Status::Ok();
+}
+
+Status EmulatedCluster::restore_accelerator(AccelId a) {
+  if (a >= down_.size() || !down_[a])
+    return FailedPrecondition("emulated cluster: accelerator " + std::to_string(a) + " is not lost");
+  down_[a] = 0;
+  return Status::Ok();
+}
+
 Nanos EmulatedCluster::next_event() const {
-  if (!dirty_.empty() || (arbitrate_ && !intents_.empty())) return now_;
+  if (!fail_now_.empty() || !dirty_.empty() || (arbitrate_ && !intents_.empty())) return now_;
   return events_.empty() ? -1 : events_.top().t;
 }
 
@@ -278,6 +400,7 @@ Status EmulatedCluster::advance_to(Nanos t, std::vector<Feedback>& out) {
     return InvalidArgument("emulated cluster: cannot go back from " + std::to_string(now_) + " ns to " +
                            std::to_string(t) + " ns");
   for (;;) {
+    fail_pending(out);
     if (Status s = start_ready(); !s.ok()) return s;
     if (events_.empty() || events_.top().t > t) break;
     now_ = events_.next_time();

@@ -93,6 +93,12 @@ class EmulatedCluster final : public Backend {
   Status advance_to(Nanos t, std::vector<Feedback>& out) override;
   Nanos now() const override { return now_; }
   bool idle() const { return live_ == 0; }
+  // A lost accelerator (see Backend): what ran or waited there, transfers
+  // from or to it, and what waits on data only it held fail now with
+  // Feedback::lost; operators submitted later that read such data fail as
+  // soon as their other inputs are in. Work cut short counts as busy.
+  Status fail_accelerator(const Gmg& gmg, AccelId a, std::vector<Feedback>& out) override;
+  Status restore_accelerator(AccelId a) override;
 
   const std::vector<RunRecord>& log() const override { return log_; }
   const std::vector<Nanos>& busy() const { return busy_; }
@@ -111,6 +117,9 @@ class EmulatedCluster final : public Backend {
     Nanos dur = 0, start = -1;
     std::uint32_t pending = 0;
     std::vector<Succ> succs;
+    bool lost = false;           // an input died with its accelerator: it fails once its inputs are in
+    bool dead = false;           // failed and reported; the slot waits for its inputs and finish event
+    bool event_pending = false;  // its finish event is queued
   };
   struct Xfer {
     OpId src = kNoOp;
@@ -121,6 +130,8 @@ class EmulatedCluster final : public Backend {
     Nanos dur = 0, start = -1;
     Nanos since = 0;        // when the intent appeared
     std::uint64_t seq = 0;  // intent number: the age tie-break
+    bool active = false;     // waiting or moving
+    bool cancelled = false;  // its accelerator was lost while it moved: the finish event is void
   };
   Status start_ready();
   Status arbitrate();
@@ -128,6 +139,11 @@ class EmulatedCluster final : public Backend {
   void on_transfer_finish(std::uint32_t x, std::vector<Feedback>& out);
   void add_intent(OpId src, AccelId from, std::uint32_t dst_task, std::int64_t bytes);
   void input_ready(std::uint32_t task);
+  void input_arrived(std::uint32_t task);
+  void fail_task(std::uint32_t task, std::vector<Feedback>& out);
+  void fail_pending(std::vector<Feedback>& out);
+  void free_dead(std::uint32_t task);
+  bool output_lost(const Gmg& gmg, OpId src) const;
   void mark_dirty(AccelId a);
 
   static constexpr std::uint32_t kNoTask = 0xffffffffu, kNotRunning = 0xffffffffu;
@@ -152,6 +168,10 @@ class EmulatedCluster final : public Backend {
   EventQueue events_;
   Nanos now_ = 0;
   std::size_t live_ = 0;
+  std::vector<std::uint8_t> down_;        // per accelerator: lost now
+  std::vector<Nanos> lost_at_;            // per accelerator: its last loss (-1: never)
+  std::vector<std::uint8_t> lost_op_;     // per OpId: failed as lost (its output is garbage)
+  std::vector<std::uint32_t> fail_now_;   // lost tasks whose inputs are all in: they fail at now_
 };
 
 }  // namespace slicesched

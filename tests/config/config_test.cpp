@@ -94,9 +94,8 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
   CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = \"80\"")) ==
         ":4: cluster.accelerators[0].hbm_gib: expected a number");
   CHECK(load_error(replace(base(), "[ground_truth]", "[ground_truht]")) ==
-        ":5: ground_truht: unknown key (known here: cluster, duration_s, estimators, ground_truth, live, model, name, "
-        "plugins, "
-        "policies, seed, tenants)");
+        ":5: ground_truht: unknown key (known here: cluster, duration_s, estimators, faults, ground_truth, live, model, "
+        "name, plugins, policies, seed, tenants)");
   CHECK(load_error(replace(base(), "tenants = [\"on\"]", "tenants = [\"off\"]")) ==
         ":13: policies[0].tenants: no tenant named 'off'");
   CHECK(load_error(replace(base(), "constant_rate = 1.0,", "constant_rate = 1.0, poisson_rate = 2.0,")) ==
@@ -191,4 +190,34 @@ TEST_CASE("live keys: bad devices and model shapes name the key", "[config][bad-
   CHECK(load_error(base() + "[model]\ndtype = \"int4\"\n") ==
         ":17: model.dtype: expected \"bfloat16\", \"float16\" or \"float32\", got \"int4\"");
   CHECK(load_error(base() + "[live]\nthreads = 0\n").find(":17: live.threads: expected") == 0);
+}
+
+TEST_CASE("faults: lost accelerators from the config, and their errors", "[config][faults][bad-input]") {
+  const fs::path p = fs::temp_directory_path() / "slicesched_config_faults.toml";
+  std::ofstream(p) << base() + "[[faults]]\naccelerator = \"gpu1\"\nat_s = 20\nduration_s = 5\n"
+                              "[[faults]]\naccelerator = \"gpu0\"\nat_s = 3\n";
+  auto cfg = load_config(p.string());
+  REQUIRE(cfg.ok());
+  REQUIRE(cfg->faults.size() == 2);  // in time order
+  CHECK(cfg->faults[0].accelerator == "gpu0");
+  CHECK(cfg->faults[0].at_s == 3);
+  CHECK(cfg->faults[0].duration_s < 0);  // for good
+  CHECK(cfg->faults[1].accelerator == "gpu1");
+  CHECK(cfg->faults[1].duration_s == 5);
+
+  const std::string one = "[[faults]]\naccelerator = \"gpu1\"\nat_s = 20\n";
+  CHECK(load_error(base() + replace(one, "gpu1", "gpu7")) ==
+        ":17: faults[0].accelerator: no accelerator named 'gpu7' in [cluster]");
+  CHECK(load_error(base() + replace(one, "at_s = 20", "at_s = -1")).find(":18: faults[0].at_s: expected") == 0);
+  CHECK(load_error(base() + replace(one, "at_s = 20", "at_s = nan")) == ":18: faults[0].at_s: expected a number");
+  CHECK(load_error(base() + replace(one, "at_s = 20", "")) == ":16: faults[0].at_s: is required (a number)");
+  CHECK(load_error(base() + one + "duration_s = 0\n") ==
+        ":19: faults[0].duration_s: expected > 0 (leave it out: lost for good)");
+  CHECK(load_error(base() + one + "dur = 3\n").find(":19: faults[0].dur: unknown key") == 0);
+  // A second loss of the same accelerator while the first lasts.
+  CHECK(load_error(base() + one + "duration_s = 10\n" + replace(one, "at_s = 20", "at_s = 25"))
+            .find("faults: the fault of 'gpu1' at 25.000000 s starts while its fault at 20.000000 s lasts") !=
+        std::string::npos);
+  CHECK(load_error(base() + one + replace(one, "at_s = 20", "at_s = 900"))
+            .find("starts while its fault at 20.000000 s lasts") != std::string::npos);
 }

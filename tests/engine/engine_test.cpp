@@ -66,6 +66,7 @@ struct Run {
   std::vector<RunRecord> log;
   std::vector<RequestRecord> requests;
   RoundStats scheduling;
+  std::size_t lost_ops = 0, rebuilt = 0;
 };
 
 // n H100s on NVLink, each holding Llama-3-8B's weights, and their measured
@@ -119,7 +120,8 @@ class Undeclared final : public PlacementPolicy {
 
 template <typename MakeEstimator>
 Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimator estimator_of,
-               bool what_if_arbiter = true, bool declared_objective = true, int gpus = 4, bool parallel = true) {
+               bool what_if_arbiter = true, bool declared_objective = true, int gpus = 4, bool parallel = true,
+               std::vector<FaultEvent> faults = {}, const char* placement_name = "simulation-guided") {
   PluginRegistries plugins;
   REQUIRE(plugins::register_builtins(plugins).ok());
   H100Cluster c = h100_cluster(gpus);
@@ -146,7 +148,7 @@ Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimat
   }
   UnionPartitionSet partitions(std::move(sets));
   REQUIRE(partitions.bind(*accels).ok());
-  auto placement = plugins.placement.create("simulation-guided");
+  auto placement = plugins.placement.create(placement_name);
   REQUIRE(placement.ok());
   auto backend_arbiter = plugins.arbiter.create(arbiter, arbiter_args);
   REQUIRE(backend_arbiter.ok());
@@ -158,11 +160,11 @@ Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimat
 
   ProfileGroundTruth truth = h100_truth();
   EmulatedCluster cluster(accels->size(), truth, *backend_arbiter.value());
-  Engine engine(gmg, tenants, scheduler, *estimator, cluster);
+  Engine engine(gmg, tenants, scheduler, *estimator, cluster, {.faults = std::move(faults)});
   auto result = engine.run();
   REQUIRE(result.ok());
   REQUIRE(result->complete);
-  return {cluster.log(), result->requests, result->scheduling};
+  return {cluster.log(), result->requests, result->scheduling, result->lost_ops, result->rebuilt_sequences};
 }
 
 auto online_linear(PluginRegistries& plugins) {
@@ -264,6 +266,60 @@ TEST_CASE("engine: what-ifs fanned out to oneTBB workers pick as serial ones do"
     REQUIRE(same(parallel.log[i], serial.log[i]));
     REQUIRE(same(parallel.log[i], whole.log[i]));
   }
+}
+
+TEST_CASE("engine: a lost GPU's work is placed again and every request completes", "[engine][faults]") {
+  PluginRegistries plugins;
+  REQUIRE(plugins::register_builtins(plugins).ok());
+  const Run healthy = run_engine("greedy", json::object(), online_linear(plugins));
+  // gpu1 is lost while the load is in full swing, for good; then gpu2 for
+  // a while, and back.
+  const Nanos lost_at = healthy.log[healthy.log.size() / 3].start, back = lost_at + 200'000'000;
+  const Run faulty = run_engine("greedy", json::object(), online_linear(plugins), true, true, 4, true,
+                                {{lost_at, 1, true}, {lost_at + 50'000'000, 2, true}, {back, 2, false}});
+  CHECK(faulty.lost_ops > 0);
+  CHECK(faulty.rebuilt > 0);  // decodes whose KV cache died with gpu1 prefilled again
+  REQUIRE(faulty.requests.size() == healthy.requests.size());
+  for (std::size_t i = 0; i < faulty.requests.size(); ++i) {
+    INFO("request " << i);
+    const RequestRecord& r = faulty.requests[i];
+    CHECK(r.error.empty());
+    CHECK(r.done >= 0);
+    CHECK(r.generated == r.output_tokens);  // every token, none twice
+    CHECK(r.first_token >= r.arrival);
+  }
+  // Nothing runs on a GPU while it is lost: what ran there was cut short.
+  const Nanos lost2 = lost_at + 50'000'000;
+  for (const RunRecord& x : faulty.log) {
+    if (x.accel == 1 || x.to == 1) CHECK(x.finish <= lost_at);
+    if (x.accel == 2 || x.to == 2) CHECK((x.finish <= lost2 || x.start >= back));
+  }
+  // Lost work costs time: the run ends later than the healthy one.
+  CHECK(faulty.log.back().finish > healthy.log.back().finish);
+}
+
+TEST_CASE("engine: a static placement pinned to a lost GPU waits for it, or fails its requests with the reason",
+          "[engine][faults]") {
+  PluginRegistries plugins;
+  REQUIRE(plugins::register_builtins(plugins).ok());
+  // "static" takes the first candidate: gpu0-gpu1 (pairs come first).
+  const Run healthy = run_engine("greedy", json::object(), online_linear(plugins), true, true, 4, true, {}, "static");
+  const Nanos lost_at = healthy.log[healthy.log.size() / 4].start;
+  const Run back = run_engine("greedy", json::object(), online_linear(plugins), true, true, 4, true,
+                              {{lost_at, 0, true}, {lost_at + 300'000'000, 0, false}}, "static");
+  for (const RequestRecord& r : back.requests) CHECK((r.error.empty() && r.generated == r.output_tokens));
+  for (const RunRecord& x : back.log)  // nothing touches gpu0 while it is lost
+    if (x.accel == 0 || x.to == 0) CHECK((x.start <= lost_at || x.start >= lost_at + 300'000'000));
+  const Run gone = run_engine("greedy", json::object(), online_linear(plugins), true, true, 4, true,
+                              {{lost_at, 0, true}}, "static");
+  std::size_t failed = 0;
+  for (const RequestRecord& r : gone.requests)
+    if (!r.error.empty()) {
+      ++failed;
+      CHECK(r.error.find("no placement left that can run it (lost: gpu0 at ") == 0);
+    }
+  CHECK(failed > 0);
+  CHECK(failed < gone.requests.size());  // what finished before the loss stays finished
 }
 
 TEST_CASE("engine: an estimator without a linear form gives the fast path's run", "[engine][estimator]") {

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -120,6 +121,122 @@ TEST_CASE("emulated cluster: a chain with a transfer, exact times", "[emulated][
   CHECK(emu.busy()[1] == 3'000'000);
   CHECK(emu.idle());
   CHECK(emu.log().size() == 3);
+}
+
+// x (1 ms) on a0 -> 2 MB -> y (3 ms) on a1 -> 1 B -> z (2 ms) on a2.
+struct LossChain {
+  std::shared_ptr<TemplateRegistry> reg = std::make_shared<TemplateRegistry>();
+  std::optional<Gmg> gmg;
+  InstanceInfo inst;
+  PriorTruth truth;
+  plugins::GreedyArbiter arbiter;
+  std::optional<EmulatedCluster> emu;
+  LossChain() {
+    TemplateBuilder b("chain");
+    b.op("x").output({{Expr::constant(2'000'000)}, DType::kI8}).features({Expr::constant(1)}).prior({0.001});
+    b.op("y").input("x").output({{Expr::constant(1)}, DType::kI8}).features({Expr::constant(1)}).prior({0.003});
+    b.op("z").input("y").output({{Expr::constant(1)}, DType::kI8}).features({Expr::constant(1)}).prior({0.002});
+    TemplateId t = reg->add(std::move(b).build().value()).value();
+    gmg.emplace(reg, cluster(3));
+    inst = gmg->instantiate({t, {}, {}, 0, 0}).value();
+    emu.emplace(3, truth, arbiter);
+  }
+  void issue(std::size_t k, AccelId a) {
+    REQUIRE(gmg->issue(inst.ops[k], a, emu->now()).ok());
+    REQUIRE(emu->submit(*gmg, inst.ops[k]).ok());
+  }
+  std::vector<Feedback> advance(Nanos t) {
+    std::vector<Feedback> out;
+    REQUIRE(emu->advance_to(t, out).ok());
+    apply(out);
+    return out;
+  }
+  std::vector<Feedback> lose(AccelId a) {
+    gmg->set_down(a, true);
+    std::vector<Feedback> out;
+    REQUIRE(emu->fail_accelerator(*gmg, a, out).ok());
+    apply(out);
+    return out;
+  }
+  void apply(const std::vector<Feedback>& out) {
+    for (const Feedback& f : out) {
+      if (f.kind == Feedback::Kind::kOp)
+        REQUIRE(gmg->complete(f.op, f.t, f.measured).ok());
+      else
+        REQUIRE(gmg->complete_transfer(f.src, f.op, f.t).ok());
+    }
+  }
+};
+
+TEST_CASE("emulated cluster: a lost accelerator fails what runs there and what reads it, exact times",
+          "[emulated][golden][faults]") {
+  LossChain c;
+  c.issue(0, 0);
+  c.issue(1, 1);
+  c.issue(2, 2);
+  // x [0,1 ms]; x moves [1,3]; y runs from 3 ms on a1 ...
+  auto before = c.advance(4'000'000);
+  REQUIRE(before.size() == 2);
+  CHECK(before[1].kind == Feedback::Kind::kTransfer);
+  // ... until a1 is lost at 4 ms: y fails then (1 ms of it counts as busy),
+  // and z, whose only input was y, fails at once without running.
+  auto lost = c.lose(1);
+  REQUIRE(lost.size() == 2);
+  CHECK(lost[0].op == c.inst.ops[1]);
+  CHECK((lost[0].failed && lost[0].lost));
+  CHECK(lost[0].t == 4'000'000);
+  CHECK(lost[0].measured == 1'000'000);
+  CHECK(lost[1].op == c.inst.ops[2]);
+  CHECK((lost[1].failed && lost[1].lost));
+  CHECK(lost[1].t == 4'000'000);
+  CHECK(lost[1].measured == 0);
+  CHECK(c.emu->busy()[1] == 1'000'000);
+  CHECK(c.emu->busy()[2] == 0);
+  CHECK(c.emu->idle());
+  CHECK(c.advance(10'000'000).empty());
+  CHECK(c.emu->next_event() == -1);
+  CHECK(c.emu->log().back().finish == 4'000'000);
+  // Nothing more goes onto a lost accelerator, and it cannot be lost twice.
+  std::vector<Feedback> out;
+  CHECK_FALSE(c.emu->fail_accelerator(*c.gmg, 1, out).ok());
+  CHECK(c.emu->restore_accelerator(1).ok());
+  CHECK_FALSE(c.emu->restore_accelerator(1).ok());
+}
+
+TEST_CASE("emulated cluster: a transfer from a lost accelerator is cut and its ports freed",
+          "[emulated][golden][faults]") {
+  LossChain c;
+  c.issue(0, 0);
+  c.issue(1, 1);
+  REQUIRE(c.advance(2'000'000).size() == 1);  // x done at 1 ms; x moves [1,3]
+  auto lost = c.lose(0);                      // the source, mid-move
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0].op == c.inst.ops[1]);  // y, on a1, never gets its input
+  CHECK((lost[0].lost && lost[0].t == 2'000'000 && lost[0].measured == 0));
+  // The move's old finish event (3 ms) is void; a1 is free at once.
+  CHECK(c.advance(5'000'000).empty());
+  CHECK(c.emu->idle());
+  c.issue(2, 1);  // z reads y, which failed as lost: z fails too, at once
+  CHECK(c.emu->next_event() == 5'000'000);
+  auto z = c.advance(5'000'000);
+  REQUIRE(z.size() == 1);
+  CHECK((z[0].op == c.inst.ops[2] && z[0].lost && z[0].measured == 0));
+}
+
+TEST_CASE("emulated cluster: data held by an accelerator stays lost after it is back", "[emulated][golden][faults]") {
+  LossChain c;
+  c.issue(0, 1);  // x on a1, done at 1 ms, its output held there
+  REQUIRE(c.advance(2'000'000).size() == 1);
+  CHECK(c.lose(1).empty());  // nothing ran or waited there
+  CHECK(c.emu->restore_accelerator(1).ok());
+  c.gmg->set_down(1, false);
+  c.issue(1, 1);  // y reads x on a1 itself: x's output died with the loss
+  auto y = c.advance(2'000'000);
+  REQUIRE(y.size() == 1);
+  CHECK((y[0].op == c.inst.ops[1] && y[0].lost && y[0].t == 2'000'000));
+  c.issue(2, 1);  // and what reads y
+  REQUIRE(c.advance(3'000'000).size() == 1);
+  CHECK(c.emu->busy()[1] == 1'000'000);  // only x ever ran
 }
 
 TEST_CASE("emulated cluster agrees with the global simulator when truth equals the estimators",
