@@ -21,6 +21,7 @@
 #include "commands.hpp"
 
 import slicesched.cli.offline;
+import slicesched.cli.report;
 
 namespace slicesched::cli {
 
@@ -53,11 +54,22 @@ int simulate(const SimulateOptions& opt) {
     std::vector<const PolicyConfig*> chosen;
     for (const auto& p : cfg->policies)
       if (!opt.policy || *opt.policy == p.name) chosen.push_back(&p);
+    if (chosen.empty()) {
+      std::string names;
+      for (const auto& p : cfg->policies) names += (names.empty() ? "" : ", ") + p.name;
+      fail("no policy named '" + *opt.policy + "' in " + opt.config + " (policies: " + names + ")");
+    }
+    // So is an --out the results could not be written to.
+    if (opt.out) {
+      std::vector<std::string> names;
+      for (const PolicyConfig* p : chosen) names.push_back(p->name);
+      check_out(*opt.out, names);
+    }
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<PolicyRun> runs(chosen.size());
     if (chosen.size() == 1) {
       runs[0] = run_offline(cfg.value(), *chosen[0], plugins, truths);
-    } else if (!chosen.empty()) {
+    } else {
       // Policies run side by side, one per core (each with serial
       // what-ifs), under one progress line over all of them.
       std::vector<std::atomic<double>> done(chosen.size());  // each run's finished fraction
@@ -87,11 +99,6 @@ int simulate(const SimulateOptions& opt) {
         runs[k] = run_offline(cfg.value(), *chosen[k], plugins, truths, ro);
       });
       if (tty) std::fprintf(stderr, "\n");
-    }
-    if (chosen.empty()) {
-      std::string names;
-      for (const auto& p : cfg->policies) names += (names.empty() ? "" : ", ") + p.name;
-      fail("no policy named '" + *opt.policy + "' in " + opt.config + " (policies: " + names + ")");
     }
     report(cfg.value(), runs, opt);
     std::printf("%zu polic%s simulated in %.1f s wall\n", runs.size(), runs.size() == 1 ? "y" : "ies",
