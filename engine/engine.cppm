@@ -48,6 +48,9 @@ class Engine {
 
  private:
   Status apply(const Feedback& f);
+  // Why the operators still waiting cannot be placed, from the scheduler's
+  // last round (a hint in the deadlock error).
+  std::string deadlock_cause() const;
 
   Gmg& gmg_;
   std::vector<Tenant>& tenants_;
