@@ -2,6 +2,7 @@ module;
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -82,17 +83,27 @@ PolicyRun run_offline(const ExperimentConfig& cfg, const PolicyConfig& policy, c
 
   const auto t0 = std::chrono::steady_clock::now();
   const bool own_line = opt.progress && !opt.on_progress;
-  auto result = engine.run(opt.on_progress ? opt.on_progress : own_line ? progress_printer(policy.name) : ProgressFn{});
+  // A failure names the policy and its placement plugin, whether the
+  // engine reports it or a plugin throws through it.
+  const std::string who = "policy '" + policy.name + "' (placement '" + policy.placement.name + "')";
+  auto run = [&]() -> Result<EngineResult> {
+    try {
+      return engine.run(opt.on_progress ? opt.on_progress : own_line ? progress_printer(policy.name) : ProgressFn{});
+    } catch (const std::exception& e) {
+      fail(who + ": " + e.what());
+    }
+  };
+  auto result = run();
   if (own_line && stderr_is_tty()) std::fprintf(stderr, "\n");
-  if (!result.ok()) fail("policy '" + policy.name + "': " + result.status().message());
-  PolicyRun run = collect_run(cfg, policy, *parts, result.value(), cluster.log(),
+  if (!result.ok()) fail(who + ": " + result.status().message());
+  PolicyRun done = collect_run(cfg, policy, *parts, result.value(), cluster.log(),
                               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                               "simulate " + cfg.path + ", policy " + policy.name);
   if (!opt.keep_log) {
-    run.log = {};
-    run.requests = {};
+    done.log = {};
+    done.requests = {};
   }
-  return run;
+  return done;
 }
 
 }  // namespace slicesched::cli

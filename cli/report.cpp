@@ -39,6 +39,29 @@ std::string slug(const std::string& name) {
 
 double round6(double v) { return std::round(v * 1e6) / 1e6; }
 
+// What report() writes, relative to --out: named once here, so check_out
+// looks for clashes at exactly the paths that are written.
+const fs::path kSummary = "summary.json", kPlots = "plots";
+fs::path requests_file(const std::string& policy) { return "requests_" + slug(policy) + ".csv"; }
+fs::path accelerators_file(const std::string& policy) { return "accelerators_" + slug(policy) + ".csv"; }
+fs::path trace_file(const std::string& policy) { return "trace_" + slug(policy) + ".json"; }
+fs::path calibration_file(const std::string& policy) { return "calibration_" + slug(policy) + ".json"; }
+fs::path plot_data(const std::string& figure, const std::string& policy) {
+  return kPlots / (figure + "_" + slug(policy) + ".dat");
+}
+const char* const kPlotFiles[] = {"throughput.dat", "plots.gp", "ttft_cdf.png", "idle_slices_cdf.png",
+                                  "utilization.png", "throughput.png"};
+
+std::vector<fs::path> output_files(const std::vector<std::string>& policies) {
+  std::vector<fs::path> files{kSummary};
+  for (const std::string& p : policies)
+    for (const fs::path& f : {requests_file(p), accelerators_file(p), trace_file(p), calibration_file(p),
+                              plot_data("ttft", p), plot_data("idle", p), plot_data("util", p)})
+      files.push_back(f);
+  for (const char* f : kPlotFiles) files.push_back(kPlots / f);
+  return files;
+}
+
 void print_table(const std::vector<PolicyRun>& runs, double threshold) {
   std::printf("\n%-16s %9s %9s %9s %9s %9s %9s %8s %7s %6s %7s\n", "policy", "req/s", "tok/s", "TTFT p50", "TTFT p90",
               "TTFT p99", "TPOT ms", "SLO", "GPU", "done", "wall s");
@@ -140,7 +163,7 @@ std::string chrome_trace(const PolicyRun& r, double seconds) {
 // PNG plots through gnuplot (Debian's gnuplot-nox): the data files and the
 // script stay next to the images, so a user can restyle them.
 void plots(const fs::path& dir, const std::vector<PolicyRun>& runs) {
-  const fs::path pd = dir / "plots";
+  const fs::path pd = dir / kPlots;
   fs::create_directories(pd);
   std::ostringstream gp;
   gp << "set terminal png size 900,560\nset grid\nset key bottom right\n";
@@ -151,7 +174,7 @@ void plots(const fs::path& dir, const std::vector<PolicyRun>& runs) {
     std::ostringstream d;
     const auto& v = runs[i].metrics.online_ttft_s;
     for (std::size_t k = 0; k < v.size(); ++k) d << v[k] << ' ' << static_cast<double>(k + 1) / v.size() << '\n';
-    const std::string f = "ttft_" + slug(runs[i].name) + ".dat";
+    const std::string f = plot_data("ttft", runs[i].name).filename().string();
     write_file(pd / f, d.str());
     gp << (i ? ", " : "") << "'" << f << "' using 1:2 with lines lw 2 title '" << runs[i].name << "'";
   }
@@ -164,7 +187,7 @@ void plots(const fs::path& dir, const std::vector<PolicyRun>& runs) {
     const auto& v = runs[i].metrics.idle_slices_s;
     for (std::size_t k = 0; k < v.size(); k += std::max<std::size_t>(1, v.size() / 2000))
       d << std::max(v[k], 1e-6) << ' ' << static_cast<double>(k + 1) / v.size() << '\n';
-    const std::string f = "idle_" + slug(runs[i].name) + ".dat";
+    const std::string f = plot_data("idle", runs[i].name).filename().string();
     write_file(pd / f, d.str());
     gp << (i ? ", " : "") << "'" << f << "' using 1:2 with lines lw 2 title '" << runs[i].name << "'";
   }
@@ -189,7 +212,7 @@ void plots(const fs::path& dir, const std::vector<PolicyRun>& runs) {
     for (std::size_t b = 0; b < busy.size(); ++b)
       d << (static_cast<double>(b) + 0.5) * bin << ' '
         << busy[b] / (bin * static_cast<double>(runs[i].accel_names.size())) << '\n';
-    const std::string f = "util_" + slug(runs[i].name) + ".dat";
+    const std::string f = plot_data("util", runs[i].name).filename().string();
     write_file(pd / f, d.str());
     gp << (i ? ", " : "") << "'" << f << "' using 1:2 with lines lw 2 title '" << runs[i].name << "'";
   }
@@ -204,18 +227,57 @@ void plots(const fs::path& dir, const std::vector<PolicyRun>& runs) {
           "plot 'throughput.dat' using 0:2:xtic(1) with boxes\n";
   }
   write_file(pd / "plots.gp", gp.str());
-  const std::string cmd = "cd '" + pd.string() + "' && gnuplot plots.gp 2>/dev/null";
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     std::fprintf(stderr,
                  "slicesched: gnuplot not found: plot data and script are in %s (apt-get install gnuplot-nox)\n",
                  pd.string().c_str());
     return;
   }
-  if (std::system(cmd.c_str()) != 0)
-    std::fprintf(stderr, "slicesched: gnuplot failed on %s/plots.gp\n", pd.string().c_str());
+  // gnuplot draws each image under a temporary name, renamed once all are
+  // drawn, so a failed run leaves no half-drawn PNG (plots.gp itself keeps
+  // the final names, for a user to run again).
+  std::string script = gp.str();
+  for (std::size_t at = 0; (at = script.find(".png'", at)) != std::string::npos; at += 9) script.insert(at + 4, ".tmp");
+  bool drawn = false;
+  if (FILE* g = popen(("cd '" + pd.string() + "' && gnuplot 2>/dev/null").c_str(), "w")) {
+    const bool sent = std::fwrite(script.data(), 1, script.size(), g) == script.size();
+    drawn = pclose(g) == 0 && sent;
+  }
+  std::error_code ec;
+  for (std::string f : kPlotFiles) {
+    if (!f.ends_with(".png")) continue;
+    const fs::path tmp = pd / (f + ".tmp");
+    if (drawn) fs::rename(tmp, pd / f, ec);
+    if (!drawn || ec) fs::remove(tmp, ec);
+  }
+  if (!drawn) std::fprintf(stderr, "slicesched: gnuplot failed on %s/plots.gp\n", pd.string().c_str());
 }
 
 }  // namespace
+
+void check_out(const std::string& out, const std::vector<std::string>& policies) {
+  const fs::path dir(out);
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw std::runtime_error("--out " + out + ": exists and is not a folder (expected a folder or a new path)");
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("--out " + out + ": cannot create the folder (" + ec.message() + ")");
+  // Permissions alone do not tell (root, read-only mounts): try a file.
+  const fs::path probe = dir / ".slicesched-write-check";
+  if (!std::ofstream(probe))
+    throw std::runtime_error("--out " + out + ": the folder is not writable (expected a writable folder)");
+  fs::remove(probe, ec);
+  // A leftover of another kind where a result goes would stop the writes
+  // halfway through: refuse it now, naming it.
+  if (fs::exists(dir / kPlots, ec) && !fs::is_directory(dir / kPlots, ec))
+    throw std::runtime_error("--out " + out + ": " + (dir / kPlots).string() +
+                             " exists and is not a folder (expected the plots folder or nothing there)");
+  for (const fs::path& f : output_files(policies))
+    for (const fs::path& p : {dir / f, fs::path((dir / f).string() + ".tmp")})
+      if (fs::is_directory(p, ec))
+        throw std::runtime_error("--out " + out + ": " + p.string() +
+                                 " is a folder (expected a file to replace or nothing there)");
+}
 
 nlohmann::json policy_summary(const PolicyRun& r) {
   const RunMetrics& m = r.metrics;
@@ -286,12 +348,12 @@ void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const Sim
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error(dir.string() + ": cannot create (" + ec.message() + ")");
-  write_file(dir / "summary.json", summary(cfg, runs, threshold).dump(2) + "\n");
+  write_file(dir / kSummary, summary(cfg, runs, threshold).dump(2) + "\n");
   for (const PolicyRun& r : runs) {
-    write_file(dir / ("requests_" + slug(r.name) + ".csv"), requests_csv(r));
-    write_file(dir / ("accelerators_" + slug(r.name) + ".csv"), accelerators_csv(r));
-    write_file(dir / ("trace_" + slug(r.name) + ".json"), chrome_trace(r, opt.trace_seconds));
-    const fs::path calibration = dir / ("calibration_" + slug(r.name) + ".json");
+    write_file(dir / requests_file(r.name), requests_csv(r));
+    write_file(dir / accelerators_file(r.name), accelerators_csv(r));
+    write_file(dir / trace_file(r.name), chrome_trace(r, opt.trace_seconds));
+    const fs::path calibration = dir / calibration_file(r.name);
     if (!r.calibration) {
       std::fprintf(stderr, "slicesched: policy '%s': not writing %s: estimator '%s' has no linear form to snapshot\n",
                    r.name.c_str(), calibration.string().c_str(), r.estimator.name.c_str());

@@ -55,6 +55,13 @@ nlohmann::json policy_summary(const PolicyRun& r);
 // paper's definition), or of the first policy run when there is none.
 double slo_threshold(const std::vector<PolicyRun>& runs);
 
+// Refuses an --out that report() could not write for these policies,
+// before anything runs: `out` must be a folder or creatable as one, and
+// writable, and no result's path may hold something of another kind (a
+// file named plots, a folder named summary.json). Throws
+// std::runtime_error with one line naming the path and what was expected.
+void check_out(const std::string& out, const std::vector<std::string>& policies);
+
 // Fills SLO attainment, prints the table, writes the files when opt.out is
 // set. Throws std::runtime_error naming the path on a write failure.
 void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const SimulateOptions& opt);

@@ -61,6 +61,7 @@ int serve(const ServeOptions& opt) {
     const std::optional<CalibrationProfile> prior = read_prior(cfg.value());
     PluginRegistries plugins;
     load_plugins(cfg.value(), plugins);
+    if (opt.out) check_out(*opt.out, {policy->name});
 
     g_stop = 0;
     struct sigaction sa {};

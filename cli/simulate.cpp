@@ -21,6 +21,7 @@
 #include "commands.hpp"
 
 import slicesched.cli.offline;
+import slicesched.cli.report;
 
 namespace slicesched::cli {
 
@@ -53,11 +54,33 @@ int simulate(const SimulateOptions& opt) {
     std::vector<const PolicyConfig*> chosen;
     for (const auto& p : cfg->policies)
       if (!opt.policy || *opt.policy == p.name) chosen.push_back(&p);
+    if (chosen.empty()) {
+      std::string names;
+      for (const auto& p : cfg->policies) names += (names.empty() ? "" : ", ") + p.name;
+      fail("no policy named '" + *opt.policy + "' in " + opt.config + " (policies: " + names + ")");
+    }
+    // So is an --out the results could not be written to.
+    if (opt.out) {
+      std::vector<std::string> names;
+      for (const PolicyConfig* p : chosen) names.push_back(p->name);
+      check_out(*opt.out, names);
+    }
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<PolicyRun> runs(chosen.size());
+    // A policy that fails does not take the others' results with it: its
+    // error is kept (one line naming it), the others run to the end, and
+    // what finished is reported and written before the command fails.
+    std::vector<std::optional<PolicyRun>> runs(chosen.size());
+    std::vector<std::string> failures(chosen.size());
+    auto run_one = [&](std::size_t k, const OfflineRunOptions& ro) {
+      try {
+        runs[k] = run_offline(cfg.value(), *chosen[k], plugins, truths, ro);
+      } catch (const std::exception& e) {
+        failures[k] = e.what();
+      }
+    };
     if (chosen.size() == 1) {
-      runs[0] = run_offline(cfg.value(), *chosen[0], plugins, truths);
-    } else if (!chosen.empty()) {
+      run_one(0, OfflineRunOptions{});
+    } else {
       // Policies run side by side, one per core (each with serial
       // what-ifs), under one progress line over all of them.
       std::vector<std::atomic<double>> done(chosen.size());  // each run's finished fraction
@@ -77,24 +100,29 @@ int simulate(const SimulateOptions& opt) {
         else
           std::fprintf(stderr, "  %zu policies: %d%%\n", chosen.size(), pct);
       };
-      // (A run that fails throws; oneTBB cancels the others and rethrows it here.)
       tbb::parallel_for(std::size_t{0}, chosen.size(), [&](std::size_t k) {
         OfflineRunOptions ro{.parallel = false};
         ro.on_progress = [&, k](Nanos, std::size_t d, std::size_t total) {
           done[k].store(total ? static_cast<double>(d) / static_cast<double>(total) : 1.0, std::memory_order_relaxed);
           report_progress();
         };
-        runs[k] = run_offline(cfg.value(), *chosen[k], plugins, truths, ro);
+        run_one(k, ro);
+        done[k].store(1.0, std::memory_order_relaxed);  // a failed run counts as over
       });
       if (tty) std::fprintf(stderr, "\n");
     }
-    if (chosen.empty()) {
-      std::string names;
-      for (const auto& p : cfg->policies) names += (names.empty() ? "" : ", ") + p.name;
-      fail("no policy named '" + *opt.policy + "' in " + opt.config + " (policies: " + names + ")");
-    }
-    report(cfg.value(), runs, opt);
-    std::printf("%zu polic%s simulated in %.1f s wall\n", runs.size(), runs.size() == 1 ? "y" : "ies",
+    std::vector<PolicyRun> finished;
+    for (auto& r : runs)
+      if (r) finished.push_back(std::move(*r));
+    if (!finished.empty()) report(cfg.value(), finished, opt);
+    std::size_t failed = 0;
+    for (const std::string& f : failures)
+      if (!f.empty()) {
+        std::fprintf(stderr, "slicesched: %s\n", f.c_str());
+        ++failed;
+      }
+    if (failed > 0) return 2;
+    std::printf("%zu polic%s simulated in %.1f s wall\n", finished.size(), finished.size() == 1 ? "y" : "ies",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "slicesched: %s\n", e.what());

@@ -95,6 +95,32 @@ class Table {
     if (*v < lo || *v > hi) fail(n, key, "expected a number in [" + fmt(lo) + ", " + fmt(hi) + "], got " + fmt(*v));
     return *v;
   }
+  // A number in (0, hi]: for keys where any positive value works, so the
+  // error states the bound a user reads in the docs ("> 0") instead of a
+  // made-up smallest value, and never "[0, ...]" for a 0 it refuses.
+  double positive(const std::string& key, double fallback, double hi, bool required = false) {
+    const toml::node* n = node(key);
+    if (!n) {
+      if (required) fail(nullptr, key, "is required (a number > 0)");
+      return fallback;
+    }
+    auto v = n->value<double>();
+    if (!v || !std::isfinite(*v)) fail(n, key, "expected a number");
+    if (!(*v > 0) || *v > hi) fail(n, key, "expected a number > 0 and <= " + fmt(hi) + ", got " + fmt(*v));
+    return *v;
+  }
+  // A number in (0, hi], or exactly `sentinel`, which `meaning` explains
+  // ("-1 to run until done"): nothing between them.
+  double positive_or(const std::string& key, double fallback, double hi, double sentinel, const std::string& meaning) {
+    const toml::node* n = node(key);
+    if (!n) return fallback;
+    auto v = n->value<double>();
+    if (!v || !std::isfinite(*v)) fail(n, key, "expected a number");
+    if (*v != sentinel && (!(*v > 0) || *v > hi))
+      fail(n, key,
+           "expected a number > 0 and <= " + fmt(hi) + ", or " + fmt(sentinel) + " " + meaning + ", got " + fmt(*v));
+    return *v;
+  }
   std::int64_t integer(const std::string& key, std::int64_t fallback, std::int64_t lo, std::int64_t hi,
                        bool required = false) {
     const toml::node* n = node(key);
@@ -156,6 +182,7 @@ class Table {
     std::snprintf(s, sizeof s, "%.9g", v);
     return s;
   }
+
   const toml::table& t_;
   std::string path_;
   const std::string& file_;
@@ -233,7 +260,7 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file) {
   }
   for (Table& a : tables_of(cluster, "accelerators", true, file)) {
     const std::string type = a.str("type");
-    const double hbm_gib = a.num("hbm_gib", 0, 1e-6, 1e6, true);
+    const double hbm_gib = a.positive("hbm_gib", 0, 1e6, true);
     const auto hbm = static_cast<std::int64_t>(hbm_gib * 1073741824.0);
     const std::string none;
     const std::string device = a.str("device", &none);
@@ -282,8 +309,7 @@ StreamConfig read_stream(Table& s, const fs::path& dir) {
     st.kind = StreamConfig::Kind::kTrace;
     st.path = resolve(dir, s.str("trace"));
     st.trace.start_offset_s = s.num("start_offset_s", 0, 0, 1e12);
-    st.trace.duration_s = s.num("duration_s", -1, -1, 1e12);
-    if (st.trace.duration_s == 0) s.fail(s.node("duration_s"), "duration_s", "expected > 0, or -1 for all");
+    st.trace.duration_s = s.positive_or("duration_s", -1, 1e12, -1, "for all");
     st.trace.rate_scale = s.num("rate_scale", 1, 1e-9, 1e9);
     st.trace.time_shift_s = s.num("time_shift_s", 0, -1e12, 1e12);
     st.trace.skip_bad_lines = s.boolean("skip_bad_lines", false);
@@ -296,7 +322,7 @@ StreamConfig read_stream(Table& s, const fs::path& dir) {
     // rate_scale means the same for every stream kind: more load.
     st.rate_per_s *= s.num("rate_scale", 1, 1e-9, 1e9);
     if (st.rate_per_s > 1e9) s.fail(s.node("rate_scale"), "rate_scale", "the scaled rate exceeds 1e9 requests/s");
-    st.duration_s = s.num("duration_s", 0, 1e-9, 1e12, true);
+    st.duration_s = s.positive("duration_s", 0, 1e12, true);
     st.input_tokens = s.integer("input_tokens", 0, 1, 1 << 24, true);
     st.output_tokens = s.integer("output_tokens", 0, 1, 1 << 24, true);
   }
@@ -312,8 +338,7 @@ ExperimentConfig read(const toml::table& doc, const std::string& file) {
   const std::string stem = fs::path(file).stem().string();
   cfg.name = root.str("name", &stem);
   cfg.seed = static_cast<std::uint64_t>(root.integer("seed", 1, 0, INT64_MAX));
-  cfg.duration_s = root.num("duration_s", -1, -1, 1e9);
-  if (cfg.duration_s == 0) root.fail(root.node("duration_s"), "duration_s", "expected > 0, or -1 to run until done");
+  cfg.duration_s = root.positive_or("duration_s", -1, 1e9, -1, "to run until done");
   read_cluster(root, cfg, file);
 
   if (const toml::table* mt = root.table("model", false)) {

@@ -57,6 +57,22 @@ Status Engine::apply(const Feedback& f) {
   return Status::Ok();
 }
 
+std::string Engine::deadlock_cause() const {
+  const std::vector<Deferral>& deferred = scheduler_.last_deferrals();
+  if (deferred.empty()) return "is HBM too small?";
+  auto tenant = [&](const Deferral& d) { return "tenant '" + tenants_[d.tenant].spec().name + "'"; };
+  // A batch that fits on no candidate with nothing else running never
+  // will: that is the cause, whatever the policy did with the others.
+  for (const Deferral& d : deferred)
+    if (d.simulated && d.candidates > 0 && d.infeasible == d.candidates)
+      return tenant(d) + ": its batch of " + std::to_string(d.ops) + " operator(s) exceeds the free HBM of all " +
+             std::to_string(d.candidates) + " candidate placement(s) (its KV cache cannot fit anywhere)";
+  for (const Deferral& d : deferred)
+    if (d.candidates == 0) return tenant(d) + ": the partition sets offer no placement for its batch";
+  return "the placement policy deferred every batch: " + std::to_string(deferred.size()) +
+         " in the last round, " + std::to_string(scheduler_.stats().deferred) + " deferral(s) in all";
+}
+
 Result<EngineResult> Engine::run(const ProgressFn& progress) {
   std::size_t total = 0;
   for (const Tenant& t : tenants_) total += t.records().size();
@@ -121,8 +137,8 @@ Result<EngineResult> Engine::run(const ProgressFn& progress) {
       std::string why = backend_.stall_reason();
       return FailedPrecondition("engine: deadlock at " + std::to_string(static_cast<double>(now) / 1e9) +
                                 " s: " + std::to_string(gmg_.unscheduled_frontier().size()) +
-                                " operator(s) wait for a placement and nothing else can run " +
-                                (why.empty() ? std::string("(is HBM too small?)") : "(" + why + ")"));
+                                " operator(s) wait for a placement and nothing else can run (" +
+                                (why.empty() ? deadlock_cause() : why) + ")");
     }
     if (opt_.stop_at >= 0 && next > opt_.stop_at) {
       now = opt_.stop_at;

@@ -68,6 +68,9 @@ class Engine {
  private:
   Status apply(const Feedback& f);
   Status apply_faults(Nanos now);
+  // Why the operators still waiting cannot be placed, from the scheduler's
+  // last round (a hint in the deadlock error).
+  std::string deadlock_cause() const;
 
   Gmg& gmg_;
   std::vector<Tenant>& tenants_;

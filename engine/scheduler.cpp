@@ -220,6 +220,7 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
   gmg.advance_clock(now);
   // Batches the policy deferred this call: skip them, try lower priorities.
   std::vector<OpId> deferred;
+  last_deferrals_.clear();
   for (;;) {
     ++stats_.rounds;
     if (gmg.issued_count() >= opt_.issued_budget) break;
@@ -260,6 +261,14 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
     if (!pick || *pick >= cands.size() || cands[*pick].accel.size() != batch.ops.size() || lost(cands[*pick])) {
       ++stats_.deferred;
       deferred.push_back(seed);
+      Deferral d{.tenant = batch.tenant,
+                 .ops = batch.ops.size(),
+                 .candidates = cands.size(),
+                 .simulated = policy_.needs_simulation()};
+      // Dominated candidates were stopped early, not found not to fit.
+      if (d.simulated)
+        for (const Outcome& o : outcomes) d.infeasible += !o.feasible && !o.dominated;
+      last_deferrals_.push_back(d);
       continue;
     }
     for (std::size_t i = 0; i < batch.ops.size(); ++i) {

@@ -44,6 +44,17 @@ struct RoundStats {
   std::size_t dominated = 0;  // what-ifs stopped early: they could not beat an earlier candidate
 };
 
+// A batch the placement policy deferred in the latest schedule() call, and
+// what it had to choose from: enough for the engine to say why nothing
+// runs when nothing can.
+struct Deferral {
+  std::uint32_t tenant = 0;     // the batch's tenant (index into the engine's tenants)
+  std::size_t ops = 0;          // operators in the batch
+  std::size_t candidates = 0;   // placements the partition sets offered
+  bool simulated = false;       // the what-if ran (the policy needs it)
+  std::size_t infeasible = 0;   // of the candidates, predicted to exceed HBM (when simulated)
+};
+
 // Not thread-safe: the engine thread calls schedule(); what-if work fans
 // out to oneTBB workers inside the call, which share the estimator (its
 // predict_* only; through linear() when it has one) and each have their own
@@ -58,6 +69,8 @@ class Scheduler {
   // order (the backend must be handed them in this order).
   Result<std::vector<OpId>> schedule(Gmg& gmg, Nanos now);
   const RoundStats& stats() const { return stats_; }
+  // The batches deferred in the latest schedule() call, in round order.
+  const std::vector<Deferral>& last_deferrals() const { return last_deferrals_; }
 
  private:
   Batch collect(const Gmg& gmg, OpId seed) const;
@@ -70,6 +83,7 @@ class Scheduler {
   const EstimatorSet* linear_;  // est_'s fast path, or null
   SchedulerOptions opt_;
   RoundStats stats_;
+  std::vector<Deferral> last_deferrals_;
   struct Workers;
   std::unique_ptr<Workers> workers_;
 };

@@ -90,7 +90,7 @@ TEST_CASE("a valid minimal config loads with defaults", "[config]") {
 TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
   CHECK(load_error(replace(base(), "name = \"t\"", "name = \"t")).find(":1:") == 0);
   CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = -1")) ==
-        ":4: cluster.accelerators[0].hbm_gib: expected a number in [1e-06, 1000000], got -1");
+        ":4: cluster.accelerators[0].hbm_gib: expected a number > 0 and <= 1000000, got -1");
   CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = \"80\"")) ==
         ":4: cluster.accelerators[0].hbm_gib: expected a number");
   CHECK(load_error(replace(base(), "[ground_truth]", "[ground_truht]")) ==
@@ -108,6 +108,32 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
         ":4: cluster.accelerators[0].count: expected an integer in [1, 100000], got 0");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nscheduler = { what_if_scope = \"half\" }")) ==
         ":13: policies[0].scheduler.what_if_scope: expected \"component\" or \"cluster\", got \"half\"");
+}
+
+// A bound the value is refused by is stated as it is: an exclusive one as
+// "> 0" (never "[0, ...], got 0"), a sentinel as the one value it is.
+TEST_CASE("range errors state the bound they enforce", "[config][bad-input]") {
+  CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = 0")) ==
+        ":4: cluster.accelerators[0].hbm_gib: expected a number > 0 and <= 1000000, got 0");
+  CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = 2e6")) ==
+        ":4: cluster.accelerators[0].hbm_gib: expected a number > 0 and <= 1000000, got 2000000");
+  CHECK(load_error(replace(base(), "duration_s = 10,", "duration_s = 0,")) ==
+        ":10: tenants[0].stream.duration_s: expected a number > 0 and <= 1e+12, got 0");
+  // The measurement window: > 0, or -1; nothing in between is "run until
+  // done" by accident.
+  CHECK(load_error(replace(base(), "name = \"t\"", "name = \"t\"\nduration_s = 0")) ==
+        ":2: duration_s: expected a number > 0 and <= 1e+09, or -1 to run until done, got 0");
+  CHECK(load_error(replace(base(), "name = \"t\"", "name = \"t\"\nduration_s = -0.5")) ==
+        ":2: duration_s: expected a number > 0 and <= 1e+09, or -1 to run until done, got -0.5");
+  CHECK(load_error(replace(base(), "constant_rate = 1.0, duration_s = 10, input_tokens = 16, output_tokens = 2",
+                           "trace = \"x.csv\", duration_s = -2")) ==
+        ":10: tenants[0].stream.duration_s: expected a number > 0 and <= 1e+12, or -1 for all, got -2");
+  // Any positive value is taken; a type error stays a type error.
+  const fs::path tiny = fs::temp_directory_path() / "slicesched_config_tiny_hbm.toml";
+  std::ofstream(tiny) << replace(base(), "hbm_gib = 80", "hbm_gib = 1e-7");
+  CHECK(load_config(tiny.string()).ok());
+  CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = \"80\"")) ==
+        ":4: cluster.accelerators[0].hbm_gib: expected a number");
 }
 
 TEST_CASE("a what-if's scope is the component by default, the cluster on request", "[config]") {

@@ -497,14 +497,62 @@ TEST_CASE("engine: a policy that defers every batch ends in a deadlock naming wh
   auto result = engine.run();
   // The first request's iteration (its one lane) waits for a placement
   // that never comes; once the second request has arrived (0.5 s) nothing
-  // else can happen: the engine says so instead of spinning, and the batch
-  // was deferred at every round, not dropped.
+  // else can happen: the engine says so instead of spinning, blames the
+  // policy (not HBM), and the batch was deferred at every round, not
+  // dropped.
   REQUIRE(!result.ok());
   CHECK(result.status().message() ==
-        "engine: deadlock at 0.500000 s: 1 operator(s) wait for a placement and nothing else can run (is HBM too "
-        "small?)");
+        "engine: deadlock at 0.500000 s: 1 operator(s) wait for a placement and nothing else can run (the placement "
+        "policy deferred every batch: 1 in the last round, " +
+            std::to_string(policy.calls) + " deferral(s) in all)");
   CHECK(policy.calls > 0);
   CHECK(scheduler.stats().deferred == policy.calls);
   CHECK(scheduler.stats().batches == policy.calls);
   CHECK(gmg.issued_count() == 0);
+}
+
+TEST_CASE("engine: a request whose KV cache fits on no accelerator ends in a deadlock naming its tenant",
+          "[engine][deadlock]") {
+  PluginRegistries plugins;
+  REQUIRE(plugins::register_builtins(plugins).ok());
+  H100Cluster c = h100_cluster(2);
+  auto& accels = c.accels;
+  Gmg& gmg = *c.gmg;
+  EstimatorSet seeded;
+  REQUIRE(seed_priors(seeded, *c.templates, *accels).ok());
+  auto estimator = online_linear(plugins)(std::move(seeded));
+
+  // A 4M-token prompt: a layer group's KV cache alone (128 GiB) exceeds
+  // what an H100 has left beside the weights, however the batch is placed.
+  std::vector<Tenant> tenants;
+  tenants.emplace_back(0,
+                       TenantSpec{.name = "huge",
+                                  .requests = constant_rate(1, 1, 4'000'000, 2),
+                                  .token_budget = 1 << 23,
+                                  .kv_budget_tokens = 1 << 23},
+                       c.tmpl);
+  auto pairs = plugins.partition.create("pairs");
+  REQUIRE(pairs.ok());
+  std::vector<PluginPtr<PartitionSet>> sets;
+  sets.push_back(std::move(pairs).value());
+  UnionPartitionSet partitions(std::move(sets));
+  REQUIRE(partitions.bind(*accels).ok());
+  auto policy = plugins.placement.create("simulation-guided");
+  REQUIRE(policy.ok());
+  Scheduler scheduler(*policy.value(), partitions, *estimator, SchedulerOptions{.issued_budget = 64, .batch_cap = 6});
+
+  ProfileGroundTruth truth = h100_truth();
+  auto arbiter = plugins.arbiter.create("greedy");
+  REQUIRE(arbiter.ok());
+  EmulatedCluster cluster(accels->size(), truth, *arbiter.value());
+  Engine engine(gmg, tenants, scheduler, *estimator, cluster);
+  auto result = engine.run();
+  REQUIRE(!result.ok());
+  // Not "is HBM too small?" in general, nor the policy's fault: the hint
+  // names the tenant whose batch fits nowhere.
+  const std::string& message = result.status().message();
+  INFO(message);
+  CHECK(message.find("nothing else can run (tenant 'huge': its batch of ") != std::string::npos);
+  CHECK(message.ends_with(" candidate placement(s) (its KV cache cannot fit anywhere))"));
+  CHECK(scheduler.stats().deferred > 0);
 }

@@ -1,0 +1,32 @@
+# A result's path that holds something of another kind (MODE plots_file: a
+# file named plots; summary_folder: a folder named summary.json) is refused
+# before anything is simulated, in one line naming it: no table, nothing
+# written, no temporary left, and what was there stays.
+file(REMOVE_RECURSE ${OUT})
+file(MAKE_DIRECTORY ${OUT})
+if(MODE STREQUAL "plots_file")
+  file(WRITE ${OUT}/plots "not a folder\n")
+  set(message "${OUT}/plots exists and is not a folder \\(expected the plots folder or nothing there\\)")
+elseif(MODE STREQUAL "summary_folder")
+  file(MAKE_DIRECTORY ${OUT}/summary.json)
+  set(message "${OUT}/summary.json is a folder \\(expected a file to replace or nothing there\\)")
+else()
+  message(FATAL_ERROR "unknown MODE '${MODE}'")
+endif()
+execute_process(COMMAND ${SLICESCHED} simulate ${CONFIG} --out ${OUT}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc STREQUAL "0" OR NOT rc MATCHES "^[0-9]+$")
+  message(FATAL_ERROR "expected a non-zero exit status (not a crash), got '${rc}':\n${out}${err}")
+endif()
+if(NOT "${out}${err}" MATCHES "^slicesched: --out ${OUT}: ${message}\n$")
+  message(FATAL_ERROR "expected one line naming the clash, got:\n${out}${err}")
+endif()
+file(GLOB_RECURSE left RELATIVE ${OUT} LIST_DIRECTORIES true ${OUT}/*)
+if(MODE STREQUAL "plots_file")
+  set(expected plots)
+else()
+  set(expected summary.json)
+endif()
+if(NOT left STREQUAL expected)
+  message(FATAL_ERROR "expected only '${expected}' in ${OUT}, found: ${left}")
+endif()
