@@ -72,6 +72,7 @@ PolicyRun run_offline(const ExperimentConfig& cfg, const PolicyConfig& policy, c
   EmulatedCluster cluster(parts->accels->size(), *truth, *parts->arbiter);
   EngineOptions eopt;
   eopt.stop_at = cfg.duration_s > 0 ? static_cast<Nanos>(cfg.duration_s * 1e9) : -1;
+  eopt.stop = opt.stop;
   for (const FaultConfig& f : cfg.faults) {  // (names were checked when the config was read)
     const auto a = static_cast<AccelId>(parts->accels->find(f.accelerator));
     eopt.faults.push_back({static_cast<Nanos>(f.at_s * 1e9), a, true});
@@ -96,6 +97,7 @@ PolicyRun run_offline(const ExperimentConfig& cfg, const PolicyConfig& policy, c
   auto result = run();
   if (own_line && stderr_is_tty()) std::fprintf(stderr, "\n");
   if (!result.ok()) fail(who + ": " + result.status().message());
+  if (result->interrupted) throw Interrupted();
   PolicyRun done = collect_run(cfg, policy, *parts, result.value(), cluster.log(),
                               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                               "simulate " + cfg.path + ", policy " + policy.name);

@@ -3,6 +3,8 @@
 // `simulate`, `sweep` and `plan`. Failures throw std::runtime_error with a
 // one-line message naming the config or the policy.
 module;
+#include <atomic>
+#include <stdexcept>
 #include <optional>
 #include <string>
 
@@ -36,6 +38,14 @@ struct OfflineRunOptions {
   ProgressFn on_progress = {};  // when set, called instead (and `progress` ignored)
   bool parallel = true;         // what-if candidates on oneTBB workers
   bool keep_log = true;         // keep per-op records (traces, CSVs); sweep needs only figures
+  // Set from a signal handler: non-zero cancels the run (see
+  // EngineOptions::stop); run_offline then throws Interrupted.
+  const std::atomic<int>* stop = nullptr;
+};
+
+// A run cancelled through OfflineRunOptions::stop.
+struct Interrupted : std::runtime_error {
+  Interrupted() : std::runtime_error("interrupted") {}
 };
 
 // Runs `policy` to the end of the window. Thread-safe for distinct calls

@@ -4,6 +4,7 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <csignal>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -24,6 +25,44 @@ import slicesched.cli.offline;
 import slicesched.cli.report;
 
 namespace slicesched::cli {
+
+namespace {
+
+// Ctrl-C (SIGINT) or SIGTERM: the first cancels the runs at their next
+// event and nothing is written (results cut short would look complete);
+// once writing has begun it finishes. A second one stops the process at
+// once (a file being written is then left under its temporary name, never
+// under its own).
+std::atomic<int> g_stop{0};
+std::atomic<int> g_signal{0};
+
+extern "C" void on_stop_signal(int sig) {
+  g_signal.store(sig);
+  if (g_stop.fetch_add(1) >= 1) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+}
+
+struct StopSignals {
+  struct sigaction old_int {}, old_term {};
+  StopSignals() {
+    g_stop.store(0);
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+  }
+};
+
+const char* signal_name() { return g_signal.load() == SIGTERM ? "SIGTERM" : "SIGINT"; }
+
+}  // namespace
 
 int simulate(const SimulateOptions& opt) {
   std::vector<ConfigOverride> overrides;
@@ -54,6 +93,14 @@ int simulate(const SimulateOptions& opt) {
     std::vector<const PolicyConfig*> chosen;
     for (const auto& p : cfg->policies)
       if (!opt.policy || *opt.policy == p.name) chosen.push_back(&p);
+    // Every trace is read once up front: a bad one is one error, before
+    // anything runs, not one per policy.
+    for (const TenantConfig& t : cfg->tenants)
+      if (t.stream.kind == StreamConfig::Kind::kTrace &&
+          std::any_of(chosen.begin(), chosen.end(), [&](const PolicyConfig* p) {
+            return std::find(p->tenants.begin(), p->tenants.end(), t.name) != p->tenants.end();
+          }))
+        (void)make_stream(t, cfg->seed);
     if (chosen.empty()) {
       std::string names;
       for (const auto& p : cfg->policies) names += (names.empty() ? "" : ", ") + p.name;
@@ -65,15 +112,19 @@ int simulate(const SimulateOptions& opt) {
       for (const PolicyConfig* p : chosen) names.push_back(p->name);
       check_out(*opt.out, names);
     }
+    const StopSignals signals;
     const auto t0 = std::chrono::steady_clock::now();
     // A policy that fails does not take the others' results with it: its
     // error is kept (one line naming it), the others run to the end, and
     // what finished is reported and written before the command fails.
     std::vector<std::optional<PolicyRun>> runs(chosen.size());
     std::vector<std::string> failures(chosen.size());
-    auto run_one = [&](std::size_t k, const OfflineRunOptions& ro) {
+    auto run_one = [&](std::size_t k, OfflineRunOptions ro) {
+      ro.stop = &g_stop;
       try {
         runs[k] = run_offline(cfg.value(), *chosen[k], plugins, truths, ro);
+      } catch (const Interrupted&) {
+        // (reported once, below)
       } catch (const std::exception& e) {
         failures[k] = e.what();
       }
@@ -111,17 +162,28 @@ int simulate(const SimulateOptions& opt) {
       });
       if (tty) std::fprintf(stderr, "\n");
     }
+    if (g_stop.load() > 0) {
+      std::fprintf(stderr, "\nslicesched: %s: stopped while simulating; nothing written\n", signal_name());
+      return 130;
+    }
     std::vector<PolicyRun> finished;
     for (auto& r : runs)
       if (r) finished.push_back(std::move(*r));
     if (!finished.empty()) report(cfg.value(), finished, opt);
     std::size_t failed = 0;
-    for (const std::string& f : failures)
-      if (!f.empty()) {
-        std::fprintf(stderr, "slicesched: %s\n", f.c_str());
+    for (std::size_t k = 0; k < failures.size(); ++k)
+      if (!failures[k].empty()) {
         ++failed;
+        // The same failure in several policies (e.g. a shared input) is said once.
+        if (std::find(failures.begin(), failures.begin() + static_cast<std::ptrdiff_t>(k), failures[k]) ==
+            failures.begin() + static_cast<std::ptrdiff_t>(k))
+          std::fprintf(stderr, "slicesched: %s\n", failures[k].c_str());
       }
     if (failed > 0) return 2;
+    if (g_stop.load() > 0) {
+      std::fprintf(stderr, "slicesched: %s: came while writing; every output was written\n", signal_name());
+      return 130;
+    }
     std::printf("%zu polic%s simulated in %.1f s wall\n", finished.size(), finished.size() == 1 ? "y" : "ies",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   } catch (const std::exception& e) {

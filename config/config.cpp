@@ -91,7 +91,8 @@ class Table {
       return fallback;
     }
     auto v = n->value<double>();
-    if (!v || !std::isfinite(*v)) fail(n, key, "expected a number");
+    if (!v) fail(n, key, "expected a number");
+    if (!std::isfinite(*v)) fail(n, key, "expected a finite number, got " + fmt(*v));
     if (*v < lo || *v > hi) fail(n, key, "expected a number in [" + fmt(lo) + ", " + fmt(hi) + "], got " + fmt(*v));
     return *v;
   }
@@ -105,7 +106,8 @@ class Table {
       return fallback;
     }
     auto v = n->value<double>();
-    if (!v || !std::isfinite(*v)) fail(n, key, "expected a number");
+    if (!v) fail(n, key, "expected a number");
+    if (!std::isfinite(*v)) fail(n, key, "expected a finite number, got " + fmt(*v));
     if (!(*v > 0) || *v > hi) fail(n, key, "expected a number > 0 and <= " + fmt(hi) + ", got " + fmt(*v));
     return *v;
   }
@@ -115,7 +117,8 @@ class Table {
     const toml::node* n = node(key);
     if (!n) return fallback;
     auto v = n->value<double>();
-    if (!v || !std::isfinite(*v)) fail(n, key, "expected a number");
+    if (!v) fail(n, key, "expected a number");
+    if (!std::isfinite(*v)) fail(n, key, "expected a finite number, got " + fmt(*v));
     if (*v != sentinel && (!(*v > 0) || *v > hi))
       fail(n, key,
            "expected a number > 0 and <= " + fmt(hi) + ", or " + fmt(sentinel) + " " + meaning + ", got " + fmt(*v));
@@ -643,7 +646,7 @@ Result<ExperimentConfig> load_config(const std::string& path, const std::vector<
     doc = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
     const auto& src = e.source();
-    if (!src.path && src.begin.line == 0)
+    if (src.begin.line == 0)
       return InvalidArgument(path + ": cannot read (" + std::string(e.description()) + ")");
     return InvalidArgument(path + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column) + ": " +
                            std::string(e.description()));

@@ -69,9 +69,25 @@ std::int64_t parse_count(std::string_view s) {
 }
 
 std::string quote(std::string_view s) {
+  // Bytes that are not printable ASCII (a binary file, a stray \r) are
+  // shown as \xNN, so the message stays one readable line.
   constexpr std::size_t kMax = 80;
-  if (s.size() <= kMax) return "'" + std::string(s) + "'";
-  return "'" + std::string(s.substr(0, kMax - 3)) + "...'";
+  std::string shown;
+  std::size_t cut = 0;  // where the first kMax - 3 characters end, on an escape's boundary
+  for (std::size_t i = 0; i < s.size() && shown.size() <= kMax; ++i) {
+    if (shown.size() <= kMax - 3) cut = shown.size();
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      shown += static_cast<char>(c);
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      shown += "\\x";
+      shown += kHex[c >> 4];
+      shown += kHex[c & 15];
+    }
+  }
+  if (shown.size() <= kMax) return "'" + shown + "'";
+  return "'" + shown.substr(0, cut) + "...'";
 }
 
 std::string format_number(double v) {

@@ -142,6 +142,8 @@ std::string_view trim(std::string_view s);
 std::int64_t parse_count(std::string_view s);
 // `s` in single quotes for a message, cut short when long (a corrupt line
 // can be megabytes; the message stays one readable line).
+// `s` in single quotes, at most about 80 characters, bytes that are not
+// printable ASCII as \xNN.
 std::string quote(std::string_view s);
 // Shortest round-trip text of `v` ("0.25", "1e+300", "nan").
 std::string format_number(double v);

@@ -235,7 +235,8 @@ TEST_CASE("faults: lost accelerators from the config, and their errors", "[confi
   CHECK(load_error(base() + replace(one, "gpu1", "gpu7")) ==
         ":17: faults[0].accelerator: no accelerator named 'gpu7' in [cluster]");
   CHECK(load_error(base() + replace(one, "at_s = 20", "at_s = -1")).find(":18: faults[0].at_s: expected") == 0);
-  CHECK(load_error(base() + replace(one, "at_s = 20", "at_s = nan")) == ":18: faults[0].at_s: expected a number");
+  CHECK(load_error(base() + replace(one, "at_s = 20", "at_s = nan")) ==
+        ":18: faults[0].at_s: expected a finite number, got nan");
   CHECK(load_error(base() + replace(one, "at_s = 20", "")) == ":16: faults[0].at_s: is required (a number)");
   CHECK(load_error(base() + one + "duration_s = 0\n") ==
         ":19: faults[0].duration_s: expected > 0 (leave it out: lost for good)");
