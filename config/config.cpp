@@ -247,6 +247,12 @@ std::string resolve(const fs::path& dir, const std::string& p) {
   return (path.is_absolute() ? path : dir / path).lexically_normal().string();
 }
 
+// The most accelerators a cluster may have, in all its entries together.
+// Memory grows linearly with the count (about 2 KB an accelerator), and a
+// run at this size with static placement takes about a second; beyond it
+// nothing has been measured.
+constexpr std::int64_t kMaxAccelerators = 100000;
+
 void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file) {
   const toml::table* ct = root.table("cluster", true);
   Table cluster(*ct, "cluster", file);
@@ -280,15 +286,25 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file) {
                  std::string(a.has("count") ? " or \"cpu:*\" / \"cuda:*\"" : "") + ", got \"" + device + "\"");
     if (a.has("count")) {
       const std::string prefix = a.str("name_prefix", &none);
-      const std::int64_t count = a.integer("count", 1, 1, 100000, true);
+      const std::int64_t count = a.integer("count", 1, 1, kMaxAccelerators, true);
       const std::int64_t first = a.integer("first_index", 0, 0, 1000000);
+      const auto total = static_cast<std::int64_t>(cfg.accelerators.size()) + count;
+      if (total > kMaxAccelerators)
+        a.fail(a.node("count"), "count",
+               "the cluster would have " + std::to_string(total) + " accelerators; at most " +
+                   std::to_string(kMaxAccelerators) + " are supported");
       for (std::int64_t i = 0; i < count; ++i) {
         std::string d = device;
         if (auto star = d.find('*'); star != std::string::npos) d.replace(star, 1, std::to_string(i));
         cfg.accelerators.push_back({(prefix.empty() ? type : prefix) + std::to_string(first + i), type, hbm, d});
       }
     } else {
-      cfg.accelerators.push_back({a.str("name"), type, hbm, device});
+      const std::string name = a.str("name");
+      if (static_cast<std::int64_t>(cfg.accelerators.size()) >= kMaxAccelerators)
+        a.fail(a.node("name"), "name",
+               "the cluster would have " + std::to_string(cfg.accelerators.size() + 1) + " accelerators; at most " +
+                   std::to_string(kMaxAccelerators) + " are supported");
+      cfg.accelerators.push_back({name, type, hbm, device});
     }
     a.finish();
   }

@@ -247,3 +247,19 @@ TEST_CASE("faults: lost accelerators from the config, and their errors", "[confi
   CHECK(load_error(base() + one + replace(one, "at_s = 20", "at_s = 900"))
             .find("starts while its fault at 20.000000 s lasts") != std::string::npos);
 }
+
+// The accelerator count is bounded in all, not per entry: two entries of
+// 100,000 made a cluster of 200,000 that nothing had been measured at.
+TEST_CASE("a cluster beyond the documented accelerator count is refused", "[config][bad-input]") {
+  const std::string two = "accelerators = [{ name_prefix = \"gpu\", count = 60000, type = \"H100\", hbm_gib = 80 },\n"
+                          "  { name_prefix = \"gpv\", count = 40001, type = \"H100\", hbm_gib = 80 }]";
+  CHECK(load_error(replace(base(), "accelerators = [{ name_prefix = \"gpu\", count = 2, type = \"H100\", hbm_gib = 80 }]",
+                           two)) ==
+        ":5: cluster.accelerators[1].count: the cluster would have 100001 accelerators; at most 100000 are supported");
+  const std::string one_more =
+      "accelerators = [{ name_prefix = \"gpu\", count = 100000, type = \"H100\", hbm_gib = 80 },\n"
+      "  { name = \"extra\", type = \"H100\", hbm_gib = 80 }]";
+  CHECK(load_error(replace(base(), "accelerators = [{ name_prefix = \"gpu\", count = 2, type = \"H100\", hbm_gib = 80 }]",
+                           one_more)) ==
+        ":5: cluster.accelerators[1].name: the cluster would have 100001 accelerators; at most 100000 are supported");
+}
