@@ -227,7 +227,8 @@ ShapeGrid shape_grid(const ExperimentConfig& cfg) {
   ShapeGrid g;
   for (std::size_t i = 0; i < cfg.tenants.size(); ++i) {
     const TenantConfig& t = cfg.tenants[i];
-    const Trace trace = make_stream(t, cfg.seed + i);
+    // What the window replays, as build_policy does.
+    const Trace trace = make_stream(t, cfg.seed + i, cfg.duration_s > 0 ? cfg.duration_s : -1);
     std::int64_t p = 1, o = 1;
     for (const Request& r : trace.requests) {
       p = std::max(p, r.input_tokens);

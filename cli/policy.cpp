@@ -73,9 +73,12 @@ std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const Pol
     const TenantConfig& tc = *at;
     // Seeded by the tenant's place in the config, not in the policy, so
     // every policy that runs a tenant gets the same requests.
-    Trace stream = make_stream(tc, cfg.seed + static_cast<std::uint64_t>(at - cfg.tenants.begin()));
+    Trace stream = make_stream(tc, cfg.seed + static_cast<std::uint64_t>(at - cfg.tenants.begin()), window);
     OfferedLoad offered{tc.name};
     const double span = window > 0 ? window : stream.window_s;
+    // A synthetic stream was cut at the window and counted what it left out;
+    // a trace is read whole and counted here.
+    p->requests_beyond_window += stream.beyond_cut;
     for (const Request& r : stream.requests) {
       if (window > 0 && r.arrival_s >= window) {
         ++p->requests_beyond_window;

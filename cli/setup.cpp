@@ -19,7 +19,7 @@ void check(const Status& s) {
   if (!s.ok()) fail(s.message());
 }
 
-Trace make_stream(const TenantConfig& t, std::uint64_t seed) {
+Trace make_stream(const TenantConfig& t, std::uint64_t seed, double window_s) {
   const StreamConfig& s = t.stream;
   switch (s.kind) {
     case StreamConfig::Kind::kTrace: {
@@ -31,9 +31,9 @@ Trace make_stream(const TenantConfig& t, std::uint64_t seed) {
       return std::move(trace).value();
     }
     case StreamConfig::Kind::kConstant:
-      return constant_rate(s.rate_per_s, s.duration_s, s.input_tokens, s.output_tokens);
+      return constant_rate(s.rate_per_s, s.duration_s, s.input_tokens, s.output_tokens, window_s);
     case StreamConfig::Kind::kPoisson:
-      return poisson(s.rate_per_s, s.duration_s, s.input_tokens, s.output_tokens, seed);
+      return poisson(s.rate_per_s, s.duration_s, s.input_tokens, s.output_tokens, seed, window_s);
   }
   return {};
 }

@@ -21,8 +21,11 @@ export namespace slicesched::cli {
 [[noreturn]] void fail(const std::string& message);
 void check(const Status& s);
 
-// The tenant's requests (trace, constant or Poisson stream).
-Trace make_stream(const TenantConfig& t, std::uint64_t seed);
+// The tenant's requests (trace, constant or Poisson stream). A synthetic
+// stream is generated only up to `window_s` (the measurement window; < 0:
+// all of it), the rest counted in Trace::beyond_cut: what arrives after the
+// window is never replayed.
+Trace make_stream(const TenantConfig& t, std::uint64_t seed, double window_s = -1);
 std::shared_ptr<AcceleratorSet> make_cluster(const ExperimentConfig& cfg);
 // The scheduler's view of the config's model.
 llama::Shape model_shape(const ModelConfig& m);

@@ -178,7 +178,6 @@ class Table {
   const toml::table& raw() const { return t_; }
   const std::string& path() const { return path_; }
 
- private:
   // Shortest text that names the bound exactly (1e-09, not 0).
   static std::string fmt(double v) {
     char s[32];
@@ -186,6 +185,7 @@ class Table {
     return s;
   }
 
+ private:
   const toml::table& t_;
   std::string path_;
   const std::string& file_;
@@ -250,6 +250,12 @@ std::string resolve(const fs::path& dir, const std::string& p) {
   return (path.is_absolute() ? path : dir / path).lexically_normal().string();
 }
 
+// The most accelerators a cluster may have, in all its entries together.
+// Memory grows linearly with the count (about 2 KB an accelerator), and a
+// run at this size with static placement takes about a second; beyond it
+// nothing has been measured.
+constexpr std::int64_t kMaxAccelerators = 100000;
+
 void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file) {
   const toml::table* ct = root.table("cluster", true);
   Table cluster(*ct, "cluster", file);
@@ -283,15 +289,25 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file) {
                  std::string(a.has("count") ? " or \"cpu:*\" / \"cuda:*\"" : "") + ", got \"" + device + "\"");
     if (a.has("count")) {
       const std::string prefix = a.str("name_prefix", &none);
-      const std::int64_t count = a.integer("count", 1, 1, 100000, true);
+      const std::int64_t count = a.integer("count", 1, 1, kMaxAccelerators, true);
       const std::int64_t first = a.integer("first_index", 0, 0, 1000000);
+      const auto total = static_cast<std::int64_t>(cfg.accelerators.size()) + count;
+      if (total > kMaxAccelerators)
+        a.fail(a.node("count"), "count",
+               "the cluster would have " + std::to_string(total) + " accelerators; at most " +
+                   std::to_string(kMaxAccelerators) + " are supported");
       for (std::int64_t i = 0; i < count; ++i) {
         std::string d = device;
         if (auto star = d.find('*'); star != std::string::npos) d.replace(star, 1, std::to_string(i));
         cfg.accelerators.push_back({(prefix.empty() ? type : prefix) + std::to_string(first + i), type, hbm, d});
       }
     } else {
-      cfg.accelerators.push_back({a.str("name"), type, hbm, device});
+      const std::string name = a.str("name");
+      if (static_cast<std::int64_t>(cfg.accelerators.size()) >= kMaxAccelerators)
+        a.fail(a.node("name"), "name",
+               "the cluster would have " + std::to_string(cfg.accelerators.size() + 1) + " accelerators; at most " +
+                   std::to_string(kMaxAccelerators) + " are supported");
+      cfg.accelerators.push_back({name, type, hbm, device});
     }
     a.finish();
   }
@@ -304,7 +320,15 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file) {
   cluster.finish();
 }
 
-StreamConfig read_stream(Table& s, const fs::path& dir) {
+// The most requests a synthetic stream may offer inside the measurement
+// window. Each replayed request costs a few hundred bytes through the run
+// (stream, tenant queue, record), so this is several GB; beyond it a run
+// ended in a bare std::bad_alloc.
+constexpr double kMaxStreamRequests = 20'000'000;
+
+// `window_s` is the measurement window (top-level duration_s, < 0: none):
+// only what arrives inside it is generated.
+StreamConfig read_stream(Table& s, const fs::path& dir, double window_s) {
   StreamConfig st;
   const int kinds = s.has("trace") + s.has("constant_rate") + s.has("poisson_rate");
   if (kinds != 1) s.fail(nullptr, "trace", "exactly one of trace, constant_rate, poisson_rate is required");
@@ -328,6 +352,15 @@ StreamConfig read_stream(Table& s, const fs::path& dir) {
     st.duration_s = s.positive("duration_s", 0, 1e12, true);
     st.input_tokens = s.integer("input_tokens", 0, 1, 1 << 24, true);
     st.output_tokens = s.integer("output_tokens", 0, 1, 1 << 24, true);
+    const bool cut = window_s > 0 && window_s < st.duration_s;
+    const double span = cut ? window_s : st.duration_s;
+    if (const double n = st.rate_per_s * span; n > kMaxStreamRequests) {
+      const std::string key = st.kind == StreamConfig::Kind::kConstant ? "constant_rate" : "poisson_rate";
+      s.fail(s.node(key), key,
+             "expected at most " + Table::fmt(kMaxStreamRequests) + " requests inside the measurement window, got " +
+                 Table::fmt(n) + " (" + Table::fmt(st.rate_per_s) + " requests/s for " + Table::fmt(span) + " s" +
+                 (cut ? ", the top-level duration_s" : ", the stream's duration_s") + ")");
+    }
   }
   s.finish();
   return st;
@@ -413,7 +446,7 @@ ExperimentConfig read(const toml::table& doc, const std::string& file) {
     tc.instances = static_cast<int>(t.integer("instances", 1, 1, 1024));
     const toml::table* st = t.table("stream", true);
     Table s(*st, t.qualified("stream"), file);
-    tc.stream = read_stream(s, dir);
+    tc.stream = read_stream(s, dir, cfg.duration_s);
     t.finish();
     for (const auto& other : cfg.tenants)
       if (other.name == tc.name) t.fail(t.node("name"), "name", "duplicate tenant name '" + tc.name + "'");

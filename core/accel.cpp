@@ -1,7 +1,10 @@
 module;
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 module slicesched.core.accel;
@@ -10,6 +13,12 @@ namespace slicesched {
 
 namespace {
 constexpr LinkClassId kDefaultLink = 0;
+
+// The unordered pair {a, b} as one key.
+std::uint64_t pair_key(AccelId a, AccelId b) {
+  if (a > b) std::swap(a, b);
+  return (static_cast<std::uint64_t>(a) << 32) | b;
+}
 }
 
 AccelTypeId AcceleratorSet::add_type(std::string_view name) {
@@ -32,10 +41,10 @@ Result<AccelId> AcceleratorSet::add(std::string name, std::string_view type, std
   if (hbm_bytes <= 0) return InvalidArgument("accelerator '" + name + "': hbm must be > 0 bytes");
   if (find(name) >= 0) return AlreadyExists("accelerator '" + name + "' already exists");
   AccelTypeId t = add_type(type);
+  const auto id = static_cast<AccelId>(accels_.size());
+  by_name_.emplace(name, id);
   accels_.push_back({std::move(name), t, hbm_bytes});
-  for (auto& row : pair_) row.push_back(kDefaultLink);
-  pair_.emplace_back(accels_.size(), kDefaultLink);
-  return static_cast<AccelId>(accels_.size() - 1);
+  return id;
 }
 
 Status AcceleratorSet::link(AccelId a, AccelId b, LinkClassId cls) {
@@ -43,17 +52,32 @@ Status AcceleratorSet::link(AccelId a, AccelId b, LinkClassId cls) {
     return NotFound("link " + std::to_string(a) + "-" + std::to_string(b) + ": no such accelerator (cluster has " +
                     std::to_string(size()) + ")");
   if (cls >= links_.size()) return NotFound("link class " + std::to_string(cls) + " does not exist");
-  pair_[a][b] = cls;
-  pair_[b][a] = cls;
+  // Storing the default would only cost memory: a pair not stored has it.
+  if (cls == kDefaultLink)
+    pair_.erase(pair_key(a, b));
+  else
+    pair_[pair_key(a, b)] = cls;
   return Status::Ok();
 }
 
 int AcceleratorSet::find(std::string_view name) const {
-  for (std::size_t i = 0; i < accels_.size(); ++i)
-    if (accels_[i].name == name) return static_cast<int>(i);
-  return -1;
+  const auto it = by_name_.find(std::string(name));
+  return it == by_name_.end() ? -1 : static_cast<int>(it->second);
 }
 
-LinkClassId AcceleratorSet::link_class(AccelId a, AccelId b) const { return pair_[a][b]; }
+LinkClassId AcceleratorSet::link_class(AccelId a, AccelId b) const {
+  if (pair_.empty()) return kDefaultLink;
+  const auto it = pair_.find(pair_key(a, b));
+  return it == pair_.end() ? kDefaultLink : it->second;
+}
+
+std::vector<std::pair<AccelId, AccelId>> AcceleratorSet::linked_pairs() const {
+  std::vector<std::pair<AccelId, AccelId>> out;
+  out.reserve(pair_.size());
+  for (const auto& [key, cls] : pair_) out.emplace_back(static_cast<AccelId>(key >> 32), static_cast<AccelId>(key));
+  // Hash order is not an order anyone should see.
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 }  // namespace slicesched

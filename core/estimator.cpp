@@ -7,6 +7,8 @@ module;
 #include <cstdint>
 #include <span>
 #include <string>
+#include <tuple>
+#include <unordered_map>
 #include <vector>
 
 module slicesched.core.estimator;
@@ -250,6 +252,17 @@ void EstimatorSet::grow_transfers(std::size_t accel_stride) {
   accel_stride_ = accel_stride;
 }
 
+EstimatorSet::TransferSlot& EstimatorSet::transfer_slot(AccelId src, AccelId dst) {
+  if (src < kMaxAccelerators && dst < kMaxAccelerators) {
+    grow_transfers(std::size_t{std::max(src, dst)} + 1);
+    return transfers_[src * accel_stride_ + dst];
+  }
+  TransferSlot fresh;
+  fresh.sec_per_byte = default_sec_per_byte_;
+  fresh.fixed_sec = default_fixed_sec_;
+  return far_.try_emplace(far_key(src, dst), fresh).first->second;
+}
+
 void EstimatorSet::reprior(TransferSlot& slot, double sec_per_byte, double fixed_sec, bool own) {
   slot.sec_per_byte = sec_per_byte;
   slot.fixed_sec = fixed_sec;
@@ -261,11 +274,8 @@ void EstimatorSet::reprior(TransferSlot& slot, double sec_per_byte, double fixed
 }
 
 Status EstimatorSet::set_transfer_prior(AccelId src, AccelId dst, double sec_per_byte, double fixed_sec) {
-  if (src >= kMaxAccelerators || dst >= kMaxAccelerators)
-    return InvalidArgument(pair_name(src, dst) + ": accelerator id beyond the table bound");
   if (Status s = check_transfer_prior(sec_per_byte, fixed_sec, pair_name(src, dst)); !s.ok()) return s;
-  grow_transfers(std::size_t{std::max(src, dst)} + 1);
-  reprior(transfers_[src * accel_stride_ + dst], sec_per_byte, fixed_sec, true);
+  reprior(transfer_slot(src, dst), sec_per_byte, fixed_sec, true);
   return Status::Ok();
 }
 
@@ -275,15 +285,14 @@ Status EstimatorSet::set_default_transfer_prior(double sec_per_byte, double fixe
   default_fixed_sec_ = fixed_sec;
   for (TransferSlot& s : transfers_)
     if (!s.own_prior) reprior(s, sec_per_byte, fixed_sec, false);
+  for (auto& [key, s] : far_)
+    if (!s.own_prior) reprior(s, sec_per_byte, fixed_sec, false);
   return Status::Ok();
 }
 
 Status EstimatorSet::observe_transfer(AccelId src, AccelId dst, std::uint64_t bytes, double seconds) {
-  if (src >= kMaxAccelerators || dst >= kMaxAccelerators)
-    return InvalidArgument(pair_name(src, dst) + ": accelerator id beyond the table bound");
   if (!std::isfinite(seconds) || seconds <= 0) return Status::Ok();
-  grow_transfers(std::size_t{std::max(src, dst)} + 1);
-  TransferSlot& s = transfers_[src * accel_stride_ + dst];
+  TransferSlot& s = transfer_slot(src, dst);
   if (s.est < 0) {
     s.est = static_cast<std::int32_t>(ests_.size());
     const std::array<double, 2> p{s.sec_per_byte, s.fixed_sec};
@@ -322,6 +331,21 @@ std::vector<EstimatorSet::ReportRow> EstimatorSet::report() const {
         r->src = static_cast<AccelId>(i);
         r->dst = static_cast<AccelId>(j);
       }
+  // Pairs beyond the flat table, merged into the (src, dst) order.
+  const std::size_t dense_end = rows.size();
+  for (const auto& [key, slot] : far_) {
+    const auto src = static_cast<AccelId>(key >> 32), dst = static_cast<AccelId>(key);
+    if (ReportRow* r = add(slot.est, pair_name(src, dst))) {
+      r->transfer = true;
+      r->src = src;
+      r->dst = dst;
+    }
+  }
+  if (rows.size() > dense_end) {
+    const auto first_transfer = std::find_if(rows.begin(), rows.end(), [](const ReportRow& r) { return r.transfer; });
+    std::sort(first_transfer, rows.end(),
+              [](const ReportRow& a, const ReportRow& b) { return std::tie(a.src, a.dst) < std::tie(b.src, b.dst); });
+  }
   return rows;
 }
 

@@ -12,6 +12,7 @@ module;
 #include <cstdint>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 export module slicesched.core.estimator;
@@ -130,6 +131,9 @@ class EstimatorSet {
   // instead of a huge table. Larger ids predict from the defaults.
   static constexpr OpKindId kMaxOpKinds = OpKindId{1} << 20;
   static constexpr AccelTypeId kMaxAccelTypes = 1024;
+  // Transfer pairs of accelerators below this id live in a flat table (at
+  // most 1024^2 slots); a pair with a larger id lives in a hash map, so a
+  // cluster of 100,000 costs what its pairs use, not n^2.
   static constexpr AccelId kMaxAccelerators = 1024;
 
   // Prior for one op kind, for every accelerator type without its own
@@ -139,7 +143,7 @@ class EstimatorSet {
   Status set_op_prior(OpKindId kind, std::span<const double> prior);
   Status set_op_prior_for_type(OpKindId kind, AccelTypeId type, std::span<const double> prior);
   // Prior for the ordered pair src -> dst. Fails on a negative or non-finite
-  // value, or an id beyond kMaxAccelerators.
+  // value.
   Status set_transfer_prior(AccelId src, AccelId dst, double sec_per_byte, double fixed_sec);
   // Prior for every pair without its own. Fails on a negative or non-finite
   // value.
@@ -161,7 +165,7 @@ class EstimatorSet {
   // prior of x.size() features (1..kMaxFeatures): templates may leave priors
   // out, and such ops should not stay at the 1 ms default forever.
   Status observe_op(OpKindId kind, AccelTypeId type, std::span<const double> x, double seconds);
-  // Fails only on an id beyond kMaxAccelerators.
+  // Never fails (Status kept for the interface's callers).
   Status observe_transfer(AccelId src, AccelId dst, std::uint64_t bytes, double seconds);
 
   // One row per estimator that has samples, ops (by kind, then type) before
@@ -199,6 +203,9 @@ class EstimatorSet {
   static inline double dot(const OpSlot& s, std::span<const double> x);
   void grow_ops(std::size_t kinds, std::size_t type_stride);
   void grow_transfers(std::size_t accel_stride);
+  // The slot of src -> dst, created (from the default prior) when absent.
+  TransferSlot& transfer_slot(AccelId src, AccelId dst);
+  static std::uint64_t far_key(AccelId src, AccelId dst) { return (std::uint64_t{src} << 32) | dst; }
   // Points the slot (and its estimator, if any) at `prior`, dropping samples.
   void reprior(OpSlot& slot, const OpSlot& prior, Source source);
   void reprior(TransferSlot& slot, double sec_per_byte, double fixed_sec, bool own);
@@ -208,6 +215,7 @@ class EstimatorSet {
   std::size_t type_stride_ = 0;
   std::vector<TransferSlot> transfers_;  // accel_stride_^2
   std::size_t accel_stride_ = 0;
+  std::unordered_map<std::uint64_t, TransferSlot> far_;  // pairs with an id >= kMaxAccelerators
   double default_sec_per_byte_ = kDefaultTransferSecPerByte;
   double default_fixed_sec_ = kDefaultTransferFixedSec;
   std::vector<LinearEstimator> ests_;
@@ -234,6 +242,11 @@ inline double EstimatorSet::predict_transfer(AccelId src, AccelId dst, std::uint
     const TransferSlot& s = transfers_[src * accel_stride_ + dst];
     a = s.sec_per_byte;
     c = s.fixed_sec;
+  } else if (!far_.empty()) {
+    if (const auto it = far_.find(far_key(src, dst)); it != far_.end()) {
+      a = it->second.sec_per_byte;
+      c = it->second.fixed_sec;
+    }
   }
   const double t = a * static_cast<double>(bytes) + c;
   return t > 0 ? t : 0.0;

@@ -24,13 +24,14 @@ inline Status seed_priors(EstimatorSet& est, const TemplateRegistry& templates, 
   if (accels.link_class_count() == 0) return Status::Ok();
   const LinkClass& def = accels.link(0);
   if (Status s = est.set_default_transfer_prior(1.0 / def.bandwidth_bytes_per_s, def.latency_s); !s.ok()) return s;
-  for (AccelId a = 0; a < accels.size(); ++a)
-    for (AccelId b = 0; b < accels.size(); ++b) {
-      LinkClassId c = accels.link_class(a, b);
-      if (a == b || c == 0) continue;
-      const LinkClass& l = accels.link(c);
-      if (Status s = est.set_transfer_prior(a, b, 1.0 / l.bandwidth_bytes_per_s, l.latency_s); !s.ok()) return s;
-    }
+  // Only pairs with an explicit link differ from the default: visiting every
+  // pair would cost n^2 in a big cluster.
+  for (const auto& [a, b] : accels.linked_pairs()) {
+    if (a == b) continue;
+    const LinkClass& l = accels.link(accels.link_class(a, b));
+    if (Status s = est.set_transfer_prior(a, b, 1.0 / l.bandwidth_bytes_per_s, l.latency_s); !s.ok()) return s;
+    if (Status s = est.set_transfer_prior(b, a, 1.0 / l.bandwidth_bytes_per_s, l.latency_s); !s.ok()) return s;
+  }
   return Status::Ok();
 }
 

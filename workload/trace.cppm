@@ -46,6 +46,9 @@ struct Trace {
   // reading to the end): every arrival_s lies in [0, window_s], and a
   // replay that wants to loop the stream should loop with this period.
   double window_s = 0;
+  // Synthetic streams cut at `cut_s`: requests at or after the cut, counted
+  // and not generated (not in `requests`).
+  std::size_t beyond_cut = 0;
   std::size_t skipped_lines = 0;  // corrupt lines skipped (skip_bad_lines only)
   std::string first_skipped;      // the error the first skipped line would have given
   std::string source;             // the path read, or a description of the generator
@@ -85,18 +88,27 @@ Result<std::int64_t> parse_datetime_ticks(std::string_view text);
 
 // `rate_per_s` requests a second, the k-th at exactly k / rate_per_s, for
 // every k with arrival < duration_s (so ceil(rate * duration) requests).
+// With cut_s >= 0 (a measurement window) only arrivals before cut_s are
+// generated; those from cut_s to duration_s are counted in beyond_cut,
+// arithmetically (a 1e6 s stream cut at 30 s costs 30 s of requests).
 // Preconditions: rate_per_s > 0 and duration_s >= 0, both finite, token
 // counts >= 0; a violation is a programming error: asserts, and release
-// builds return an empty trace. Allocates one Request per arrival.
-Trace constant_rate(double rate_per_s, double duration_s, std::int64_t input_tokens, std::int64_t output_tokens);
+// builds return an empty trace. Allocates one Request per generated arrival.
+Trace constant_rate(double rate_per_s, double duration_s, std::int64_t input_tokens, std::int64_t output_tokens,
+                    double cut_s = -1);
 
 // A Poisson process of `rate_per_s` on [0, duration_s): exponential gaps
 // from a std::mt19937_64 seeded with `seed` and inverse-CDF sampling done
 // here (not std::exponential_distribution, whose algorithm differs between
 // standard libraries), so a seed gives the same stream on every platform.
-// Same preconditions as constant_rate.
+// Same preconditions as constant_rate, and the same cut: the requests
+// before cut_s are those of the uncut stream; beyond_cut is the exact count
+// of the rest (drawn on without storing them) when at most
+// kCountedArrivals are expected there, else that expectation, rounded
+// (drawing a billion arrivals nobody replays would take minutes).
+inline constexpr double kCountedArrivals = 1e7;
 Trace poisson(double rate_per_s, double duration_s, std::int64_t input_tokens, std::int64_t output_tokens,
-              std::uint64_t seed);
+              std::uint64_t seed, double cut_s = -1);
 
 }  // namespace slicesched
 

@@ -248,3 +248,37 @@ TEST_CASE("faults: lost accelerators from the config, and their errors", "[confi
   CHECK(load_error(base() + one + replace(one, "at_s = 20", "at_s = 900"))
             .find("starts while its fault at 20.000000 s lasts") != std::string::npos);
 }
+
+// The accelerator count is bounded in all, not per entry: two entries of
+// 100,000 made a cluster of 200,000 that nothing had been measured at.
+TEST_CASE("a cluster beyond the documented accelerator count is refused", "[config][bad-input]") {
+  const std::string two = "accelerators = [{ name_prefix = \"gpu\", count = 60000, type = \"H100\", hbm_gib = 80 },\n"
+                          "  { name_prefix = \"gpv\", count = 40001, type = \"H100\", hbm_gib = 80 }]";
+  CHECK(load_error(replace(base(), "accelerators = [{ name_prefix = \"gpu\", count = 2, type = \"H100\", hbm_gib = 80 }]",
+                           two)) ==
+        ":5: cluster.accelerators[1].count: the cluster would have 100001 accelerators; at most 100000 are supported");
+  const std::string one_more =
+      "accelerators = [{ name_prefix = \"gpu\", count = 100000, type = \"H100\", hbm_gib = 80 },\n"
+      "  { name = \"extra\", type = \"H100\", hbm_gib = 80 }]";
+  CHECK(load_error(replace(base(), "accelerators = [{ name_prefix = \"gpu\", count = 2, type = \"H100\", hbm_gib = 80 }]",
+                           one_more)) ==
+        ":5: cluster.accelerators[1].name: the cluster would have 100001 accelerators; at most 100000 are supported");
+}
+
+// A synthetic stream is generated inside the measurement window only; one
+// with more requests there than memory holds is refused with the numbers.
+TEST_CASE("a stream with too many requests inside the window is refused", "[config][bad-input]") {
+  CHECK(load_error(replace(base(), "constant_rate = 1.0, duration_s = 10", "constant_rate = 1e6, duration_s = 100")) ==
+        ":10: tenants[0].stream.constant_rate: expected at most 20000000 requests inside the measurement window, got "
+        "100000000 (1000000 requests/s for 100 s, the stream's duration_s)");
+  CHECK(load_error(replace(replace(base(), "constant_rate = 1.0, duration_s = 10",
+                                   "poisson_rate = 1e3, rate_scale = 2, duration_s = 1e9"),
+                           "name = \"t\"", "name = \"t\"\nduration_s = 30000")) ==
+        ":11: tenants[0].stream.poisson_rate: expected at most 20000000 requests inside the measurement window, got "
+        "60000000 (2000 requests/s for 30000 s, the top-level duration_s)");
+  // A long stream is fine when the window is short: only the window is made.
+  const fs::path p = fs::temp_directory_path() / "slicesched_config_long_stream.toml";
+  std::ofstream(p) << replace(replace(base(), "constant_rate = 1.0, duration_s = 10", "constant_rate = 1e3, duration_s = 1e12"),
+                              "name = \"t\"", "name = \"t\"\nduration_s = 30");
+  CHECK(load_config(p.string()).ok());
+}

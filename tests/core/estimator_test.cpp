@@ -362,3 +362,40 @@ TEST_CASE("EstimatorSet keeps separate estimators per type and per pair", "[esti
     CHECK(rows[0].samples == 3);
   }
 }
+
+// Clusters beyond the flat table (1,024 accelerators) learn their pairs too:
+// a transfer between accelerators 5000 and 70000 used to fail the run with
+// "accelerator id beyond the table bound".
+TEST_CASE("EstimatorSet learns transfers between accelerators beyond the flat table", "[estimator]") {
+  EstimatorSet set;
+  REQUIRE(set.set_default_transfer_prior(1.0 / 25e9, 10e-6).ok());
+  CHECK(set.predict_transfer(5000, 70000, 0) == Approx(10e-6));
+  REQUIRE(set.set_transfer_prior(70000, 5000, 1.0 / 50e9, 2e-6).ok());
+  CHECK(set.predict_transfer(70000, 5000, 0) == Approx(2e-6));
+  CHECK(set.predict_transfer(5000, 70000, 0) == Approx(10e-6));  // ordered pairs
+
+  // A new default reaches far pairs without their own prior, as near ones,
+  // and drops what they learned.
+  REQUIRE(set.observe_transfer(2000, 3000, 1, 0.5).ok());
+  REQUIRE(set.set_default_transfer_prior(1.0 / 10e9, 30e-6).ok());
+  CHECK(set.predict_transfer(2000, 3000, 0) == Approx(30e-6));
+  CHECK(set.predict_transfer(70000, 5000, 0) == Approx(2e-6));
+  CHECK(set.report().empty());
+
+  for (double bytes : {1e6, 1e7, 1e8, 1e9})
+    for (int i = 0; i < 3; ++i) {
+      REQUIRE(set.observe_transfer(5000, 70000, static_cast<std::uint64_t>(bytes), bytes / 100e9 + 4e-6).ok());
+      REQUIRE(set.observe_transfer(1, 2, static_cast<std::uint64_t>(bytes), bytes / 100e9 + 4e-6).ok());
+    }
+  CHECK(set.predict_transfer(5000, 70000, 1'000'000'000) == Approx(0.01 + 4e-6).epsilon(1e-3));
+  CHECK(set.predict_transfer(70000, 5000, 0) == Approx(2e-6));  // its own prior, no samples
+
+  // Reported in (src, dst) order with the near pairs.
+  REQUIRE(set.observe_transfer(1, 2000, 1, 0.5).ok());
+  const auto rows = set.report();
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].what == "transfer 1->2");
+  CHECK(rows[1].what == "transfer 1->2000");
+  CHECK(rows[2].what == "transfer 5000->70000");
+  CHECK(rows[2].samples == 12);
+}

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -537,4 +538,53 @@ TEST_CASE("poisson is reproducible by seed and has the asked rate", "[trace][syn
   for (double g : gaps) var += (g - mean) * (g - mean);
   var /= static_cast<double>(gaps.size() - 1);
   CHECK(std::fabs(std::sqrt(var) / mean - 1) < 0.05);
+}
+
+// A stream cut at the measurement window keeps exactly the requests of the
+// whole stream that arrive before the cut and counts the rest: a 1e9 s
+// stream used to be built whole (a bare std::bad_alloc).
+TEST_CASE("synthetic streams cut at the window count what they leave out", "[trace][synthetic]") {
+  SECTION("constant rate: the same prefix, the rest counted arithmetically") {
+    const Trace whole = constant_rate(3, 10, 1, 1);
+    const Trace cut = constant_rate(3, 10, 1, 1, 1.0);  // k / 3 < 1: k = 0, 1, 2
+    CHECK(arrivals(cut) == std::vector<double>{0, 1.0 / 3, 2.0 / 3});
+    CHECK(cut.beyond_cut == 27);
+    CHECK(cut.requests.size() + cut.beyond_cut == whole.requests.size());
+    CHECK(cut.window_s == 10);  // the stream's period, not the cut's
+    CHECK(constant_rate(3, 10, 1, 1, 20).beyond_cut == 0);  // a cut after the end cuts nothing
+    CHECK(constant_rate(3, 10, 1, 1, 20).requests.size() == 30);
+    CHECK(constant_rate(3, 10, 1, 1).beyond_cut == 0);
+    // Rounded boundaries: 0.1 * 30 is not 3 in binary.
+    for (double rate : {0.1, 0.3, 7.0, 1e3 / 3})
+      for (double at : {0.1, 1.0, 29.9, 30.0, 100.0 / 3}) {
+        const Trace w = constant_rate(rate, 100, 1, 1), c = constant_rate(rate, 100, 1, 1, at);
+        CHECK(c.requests.size() + c.beyond_cut == w.requests.size());
+        const std::vector<double> all = arrivals(w);
+        CHECK(arrivals(c) == std::vector<double>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(c.requests.size())));
+        if (!c.requests.empty()) CHECK(c.requests.back().arrival_s < at);
+        if (c.requests.size() < w.requests.size()) CHECK(w.requests[c.requests.size()].arrival_s >= at);
+      }
+    // 2e10 requests in all, 600 in a 30 s window: generated in no time.
+    const Trace huge = constant_rate(20, 1e9, 1, 1, 30);
+    CHECK(huge.requests.size() == 600);
+    CHECK(huge.beyond_cut == 19'999'999'400ull);
+  }
+
+  SECTION("poisson: the same prefix, the rest drawn and counted, or its expectation when huge") {
+    const Trace whole = poisson(5, 1000, 1, 1, 42);
+    const Trace cut = poisson(5, 1000, 1, 1, 42, 100);
+    std::size_t before = 0;
+    while (before < whole.requests.size() && whole.requests[before].arrival_s < 100) ++before;
+    REQUIRE(cut.requests.size() == before);
+    const std::vector<double> all = arrivals(whole);
+    CHECK(arrivals(cut) == std::vector<double>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(before)));
+    CHECK(cut.beyond_cut == whole.requests.size() - before);
+    // 1e21 arrivals in all: the expectation, saturated at what a count holds.
+    const Trace huge = poisson(1e9, 1e12, 1, 1, 7, 1e-6);
+    CHECK(huge.requests.size() > 900);
+    CHECK(huge.requests.size() < 1100);
+    CHECK(huge.beyond_cut == std::numeric_limits<std::size_t>::max());
+    const Trace big = poisson(1e6, 1e3, 1, 1, 7, 1e-3);  // 1e9 beyond: not drawn
+    CHECK(big.beyond_cut == 999'999'000ull);
+  }
 }
