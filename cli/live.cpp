@@ -79,6 +79,7 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
   auto weights = runner.load_weights();
   if (!weights.ok()) fail(cfg.path + ": " + weights.status().message());
   LiveCluster cluster(budgets, runner, *parts->arbiter);
+  cluster.set_interrupt(opt.stop);
   for (AccelId a = 0; a < devices.size(); ++a)
     if (Status s = cluster.reserve_resident(a, weights.value()[a]); !s.ok())
       fail(cfg.path + ": cluster: accelerator '" + cfg.accelerators[a].name + "': " + s.message());
@@ -87,6 +88,11 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
   eopt.stop_at = cfg.duration_s > 0 ? static_cast<Nanos>(cfg.duration_s / cfg.live.time_scale * 1e9) : -1;
   eopt.stop = opt.stop;
   Engine engine(*parts->gmg, parts->tenants, *parts->scheduler, *parts->estimator, cluster, eopt);
+  // Said once everything is loaded: from here a signal drains or cancels.
+  if (opt.stop)
+    std::fprintf(stderr,
+                 "slicesched: serving %s on %zu accelerator(s); Ctrl-C or SIGTERM drains, a second one cancels\n",
+                 policy.name.c_str(), devices.size());
   const auto t0 = std::chrono::steady_clock::now();
   auto result = engine.run(opt.progress ? progress_printer(policy.name) : ProgressFn{});
   if (opt.progress && stderr_is_tty()) std::fprintf(stderr, "\n");

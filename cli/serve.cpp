@@ -1,8 +1,9 @@
 // `slicesched serve CONFIG`: live serving. One policy of the config runs on
 // the config's devices (CPU virtual accelerators or CUDA GPUs) through the
 // same engine as simulate; trace tenants replay in real time (sped up by
-// [live] time_scale). Ctrl-C once drains (no new arrivals; admitted
-// requests finish), twice cancels; either way the summary is written.
+// [live] time_scale). Ctrl-C or SIGTERM once drains (no new arrivals;
+// admitted requests finish), twice cancels; either way the summary is
+// written. A service manager's stop (SIGTERM) is a drain, like Ctrl-C.
 #include <unistd.h>
 
 #include <atomic>
@@ -28,10 +29,12 @@ namespace slicesched::cli {
 namespace {
 
 std::atomic<int> g_stop{0};
+std::atomic<int> g_signal{0};  // the last one received, for the exit status
 
-extern "C" void on_interrupt(int) {
+extern "C" void on_interrupt(int sig) {
+  g_signal = sig;
   const int n = g_stop.fetch_add(1) + 1;
-  const char* msg = n == 1 ? "\nslicesched: draining (admitted requests finish); Ctrl-C again to cancel\n"
+  const char* msg = n == 1 ? "\nslicesched: draining (admitted requests finish); Ctrl-C or SIGTERM again to cancel\n"
                            : "\nslicesched: cancelling\n";
   ssize_t ignored = write(STDERR_FILENO, msg, std::char_traits<char>::length(msg));
   (void)ignored;
@@ -67,12 +70,14 @@ int serve(const ServeOptions& opt) {
     struct sigaction sa {};
     sa.sa_handler = on_interrupt;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, nullptr);
+    for (int sig : {SIGINT, SIGTERM}) sigaction(sig, &sa, nullptr);
     LiveRunOptions lopt;
     lopt.stop = &g_stop;
     std::vector<PolicyRun> runs;
     runs.push_back(run_live(cfg.value(), *policy, plugins, prior ? &*prior : nullptr, lopt));
-    signal(SIGINT, SIG_DFL);
+    // Back to the defaults: a signal while the summary is written ends the
+    // process as usual (outputs are replaced atomically: nothing half-written).
+    for (int sig : {SIGINT, SIGTERM}) signal(sig, SIG_DFL);
 
     SimulateOptions ropt;
     ropt.config = opt.config;
@@ -84,7 +89,9 @@ int serve(const ServeOptions& opt) {
     std::fprintf(stderr, "slicesched: %s\n", e.what());
     return 2;
   }
-  return g_stop.load() >= 2 ? 130 : 0;
+  // Cancelled: 128 + the signal, as a shell reports a process it ended
+  // (130 for Ctrl-C, 143 for SIGTERM); drained: 0.
+  return g_stop.load() >= 2 ? 128 + g_signal.load() : 0;
 }
 
 }  // namespace slicesched::cli

@@ -21,6 +21,10 @@ namespace {
 // at the first completion anyway.
 constexpr Nanos kPollHorizon = 1'000'000'000;
 
+// How often a wait looks at the interrupt flag: a signal handler cannot
+// notify a condition variable (not async-signal-safe), so the wait polls.
+constexpr auto kInterruptPoll = std::chrono::milliseconds(20);
+
 }  // namespace
 
 LiveCluster::LiveCluster(std::vector<std::int64_t> budgets, OpRunner& runner, TransferArbiter& arbiter)
@@ -470,7 +474,16 @@ Status LiveCluster::advance_to(Nanos t, std::vector<Feedback>& out) {
   sweep();
   sweep_due_ = false;
   const auto deadline = start_ + std::chrono::nanoseconds(t);
-  engine_cv_.wait_until(lk, deadline, [&] { return !done_.empty() || !fault_.empty() || stalled(); });
+  auto ready = [&] { return !done_.empty() || !fault_.empty() || stalled(); };
+  if (!interrupt_) {
+    engine_cv_.wait_until(lk, deadline, ready);
+  } else {
+    // With sparse arrivals the deadline can be minutes away; a drain or a
+    // cancel must not wait for it.
+    const int seen = interrupt_->load();
+    while (!ready() && interrupt_->load() == seen && std::chrono::steady_clock::now() < deadline)
+      engine_cv_.wait_until(lk, std::min(deadline, std::chrono::steady_clock::now() + kInterruptPoll), ready);
+  }
   if (!fault_.empty()) return Internal("live cluster: " + fault_);
   for (Done& d : done_) {
     if (d.feedback.kind == Feedback::Kind::kOp) {

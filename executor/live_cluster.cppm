@@ -67,10 +67,16 @@ class LiveCluster final : public Backend {
   // now() while completions wait to be collected; a poll horizon while work
   // is in flight; -1 when idle or stalled (see stall_reason()).
   Nanos next_event() const override;
-  // Blocks until a completion arrives or the wall clock reaches `t`, then
-  // appends every completion so far. Also drops the values the GMG no
-  // longer holds (the GMG passed to submit must still be alive).
+  // Blocks until a completion arrives, the wall clock reaches `t`, or the
+  // interrupt flag (set_interrupt) changes, then appends every completion so
+  // far. Also drops the values the GMG no longer holds (the GMG passed to
+  // submit must still be alive).
   Status advance_to(Nanos t, std::vector<Feedback>& out) override;
+  // A counter a signal handler bumps (serve's Ctrl-C / SIGTERM, the same
+  // as EngineOptions::stop): a wait in advance_to returns within
+  // kInterruptPoll of a change, so the engine sees a drain or a cancel
+  // at once instead of at the next arrival. Null: waits are not cut short.
+  void set_interrupt(const std::atomic<int>* flag) { interrupt_ = flag; }
   // Wall-clock nanoseconds since construction.
   Nanos now() const override;
   const std::vector<RunRecord>& log() const override { return log_; }
@@ -155,6 +161,7 @@ class LiveCluster final : public Backend {
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<std::condition_variable>> work_cv_, recv_cv_;
   std::condition_variable engine_cv_;
+  const std::atomic<int>* interrupt_ = nullptr;
   bool stop_ = false;
 
   std::deque<Task> tasks_;  // stable addresses: workers read a running task unlocked
