@@ -1,0 +1,122 @@
+// Every figure of a run that users read (summary.json, the table), on a
+// small run worked out by hand.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+import slicesched.core;
+import slicesched.engine;
+import slicesched.engine.metrics;
+
+using namespace slicesched;
+
+namespace {
+
+constexpr Nanos kS = 1'000'000'000;
+
+RequestRecord request(std::uint32_t tenant, double arrival, double first, double done, std::int64_t generated,
+                      std::string error = {}) {
+  auto ns = [](double s) { return s < 0 ? Nanos{-1} : static_cast<Nanos>(s * 1e9); };
+  return {tenant, ns(arrival), ns(first), ns(done), 16, generated, generated, {}, std::move(error)};
+}
+
+// Tenant 0 online, tenant 1 offline, two accelerators:
+//   r0 online  arrives 0.0, first token 1.0, done 3.0, 3 tokens  -> TTFT 1.0, TPOT (3-1)/2 = 1.0
+//   r1 online  arrives 1.0, first token 1.5, done 2.5, 5 tokens  -> TTFT 0.5, TPOT 1/4 = 0.25
+//   r2 online  arrives 2.0, never started                         -> counts, no TTFT
+//   r3 offline arrives 0.0, first token 2.0, done 3.6, 2 tokens  -> done, no TTFT or TPOT
+//   r4 online  arrives 0.1, first token 0.6, failed, 1 token      -> TTFT 0.5, failed, not done
+// Operators: gpu0 [0,1] [2,3] [3.5,4]; gpu1 [1,2]; a transfer gpu0 -> gpu1 [0.5,0.7].
+EngineResult hand_worked() {
+  EngineResult r;
+  r.requests = {request(0, 0.0, 1.0, 3.0, 3), request(0, 1.0, 1.5, 2.5, 5), request(0, 2.0, -1, -1, 0),
+                request(1, 0.0, 2.0, 3.6, 2), request(0, 0.1, 0.6, 0.6, 1, "no placement left that can run it")};
+  return r;
+}
+
+std::vector<RunRecord> hand_log() {
+  return {{1, 0, 0, kNoAccel, 0, kS},
+          {2, 0, 0, kNoAccel, 2 * kS, 3 * kS},
+          {3, 1, 0, kNoAccel, 7 * kS / 2, 4 * kS},
+          {4, 0, 1, kNoAccel, kS, 2 * kS},
+          {5, 0, 0, 1, kS / 2, 7 * kS / 10}};
+}
+
+}  // namespace
+
+TEST_CASE("metrics: every figure of a hand-worked run", "[engine][metrics]") {
+  RunMetrics m = compute_metrics("p", hand_worked(), hand_log(), 2, {true, false});
+  struct Row {
+    const char* figure;
+    double got, want;
+  };
+  const std::vector<Row> rows = {
+      {"requests_total", static_cast<double>(m.requests_total), 5},
+      {"requests_done", static_cast<double>(m.requests_done), 3},  // r0, r1, r3
+      {"requests_failed", static_cast<double>(m.requests_failed), 1},
+      {"online_total", static_cast<double>(m.online_total), 4},
+      {"online_done", static_cast<double>(m.online_done), 2},
+      {"offline_done", static_cast<double>(m.offline_done), 1},
+      {"tokens_generated", static_cast<double>(m.tokens_generated), 11},
+      {"span_s (the last completion, an operator's)", m.span_s, 4.0},
+      {"request_throughput (3 done / 4 s)", m.request_throughput, 0.75},
+      {"token_throughput (11 / 4 s)", m.token_throughput, 2.75},
+      {"ttft_p50_s of 0.5, 0.5, 1.0", m.ttft_p50_s, 0.5},
+      {"ttft_p90_s (interpolated)", m.ttft_p90_s, 0.9},
+      {"ttft_p99_s (interpolated)", m.ttft_p99_s, 0.99},
+      {"tpot_mean_s (1.0 and 0.25)", m.tpot_mean_s, 0.625},
+      {"gpu busy gpu0 (transfers do not count)", m.accel_busy_s.at(0), 2.5},
+      {"gpu busy gpu1", m.accel_busy_s.at(1), 1.0},
+      {"gpu_utilization (3.5 / (2 x 4))", m.gpu_utilization, 0.4375},
+      {"idle slices", static_cast<double>(m.idle_slices_s.size()), 2},
+      {"shortest idle slice (gpu0 3 -> 3.5)", m.idle_slices_s.at(0), 0.5},
+      {"longest idle slice (gpu0 1 -> 2)", m.idle_slices_s.at(1), 1.0},
+  };
+  for (const Row& row : rows) {
+    INFO(row.figure);
+    CHECK(row.got == Approx(row.want).margin(1e-12));
+  }
+  // SLO attainment: of all four online requests (the one that never
+  // started counts as a miss), those within the threshold.
+  finish_slo(m, 0.5);
+  CHECK(m.slo_attainment == Approx(0.5));
+  finish_slo(m, 1.0);
+  CHECK(m.slo_attainment == Approx(0.75));
+  finish_slo(m, 0.1);
+  CHECK(m.slo_attainment == 0);
+}
+
+TEST_CASE("metrics: inside a measurement window work is clipped to it", "[engine][metrics]") {
+  // gpu0's [3.5, 4] is cut to [3.5, 3.75]; rates are per second of the window.
+  const RunMetrics m = compute_metrics("p", hand_worked(), hand_log(), 2, {true, false}, 3.75);
+  CHECK(m.span_s == 3.75);
+  CHECK(m.accel_busy_s.at(0) == Approx(2.25));
+  CHECK(m.gpu_utilization == Approx(3.25 / 7.5));
+  CHECK(m.request_throughput == Approx(3 / 3.75));
+  CHECK(m.token_throughput == Approx(11 / 3.75));
+}
+
+TEST_CASE("metrics: percentiles interpolate between sorted values, and an empty run is all zeros",
+          "[engine][metrics]") {
+  struct Row {
+    std::vector<double> v;
+    double p, want;
+  };
+  for (const Row& row : std::vector<Row>{{{}, 50, 0},
+                                         {{2}, 99, 2},
+                                         {{1, 3}, 50, 2},
+                                         {{1, 2, 3, 4}, 0, 1},
+                                         {{1, 2, 3, 4}, 100, 4},
+                                         {{1, 2, 3, 4}, 25, 1.75},
+                                         {{1, 2, 3, 4}, 150, 4}}) {
+    INFO("p" << row.p << " of " << row.v.size() << " values");
+    CHECK(percentile(row.v, row.p) == Approx(row.want));
+  }
+  const RunMetrics m = compute_metrics("p", EngineResult{}, {}, 3, {});
+  CHECK(m.requests_total == 0);
+  CHECK(m.span_s == 0);
+  CHECK(m.gpu_utilization == 0);
+  CHECK(m.request_throughput == 0);
+  CHECK(m.accel_busy_s.size() == 3);
+}
