@@ -99,8 +99,8 @@ PolicyRun run_offline(const ExperimentConfig& cfg, const PolicyConfig& policy, c
   if (!result.ok()) fail(who + ": " + result.status().message());
   if (result->interrupted) throw Interrupted();
   PolicyRun done = collect_run(cfg, policy, *parts, result.value(), cluster.log(),
-                              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                              "simulate " + cfg.path + ", policy " + policy.name);
+                               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                               "simulate " + cfg.path + ", policy " + policy.name);
   if (!opt.keep_log) {
     done.log = {};
     done.requests = {};

@@ -4,8 +4,8 @@
 // one-line message naming the config or the policy.
 module;
 #include <atomic>
-#include <stdexcept>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 export module slicesched.cli.offline;

@@ -1,12 +1,13 @@
 module;
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fmt/format.h>
-#include <iterator>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -49,8 +50,8 @@ fs::path calibration_file(const std::string& policy) { return "calibration_" + s
 fs::path plot_data(const std::string& figure, const std::string& policy) {
   return kPlots / (figure + "_" + slug(policy) + ".dat");
 }
-const char* const kPlotFiles[] = {"throughput.dat", "plots.gp", "ttft_cdf.png", "idle_slices_cdf.png",
-                                  "utilization.png", "throughput.png"};
+const char* const kPlotFiles[] = {"throughput.dat",      "plots.gp",        "ttft_cdf.png",
+                                  "idle_slices_cdf.png", "utilization.png", "throughput.png"};
 
 std::vector<fs::path> output_files(const std::vector<std::string>& policies) {
   std::vector<fs::path> files{kSummary};
@@ -129,8 +130,9 @@ std::string chrome_trace(const PolicyRun& r, double seconds) {
   std::string out = R"({"displayTimeUnit":"ms","traceEvents":[)";
   bool first = true;
   auto lane = [&](int tid, const std::string& name) {
-    fmt::format_to(std::back_inserter(out), R"({}{{"args":{{"name":{}}},"name":"thread_name","ph":"M","pid":1,"tid":{}}})",
-                   first ? "" : ",", quoted(name), tid);
+    fmt::format_to(std::back_inserter(out),
+                   R"({}{{"args":{{"name":{}}},"name":"thread_name","ph":"M","pid":1,"tid":{}}})", first ? "" : ",",
+                   quoted(name), tid);
     first = false;
   };
   std::map<std::pair<AccelId, AccelId>, int> link_lane;
@@ -152,8 +154,8 @@ std::string chrome_trace(const PolicyRun& r, double seconds) {
     }
     fmt::format_to(std::back_inserter(out),
                    R"({}{{"args":{{"op":{}}},"cat":"{}","dur":{},"name":{},"ph":"X","pid":1,"tid":{},"ts":{}}})",
-                   first ? "" : ",", x.op, what, static_cast<double>(x.finish - x.start) / 1e3, tenants[x.tenant],
-                   tid, static_cast<double>(x.start) / 1e3);
+                   first ? "" : ",", x.op, what, static_cast<double>(x.finish - x.start) / 1e3, tenants[x.tenant], tid,
+                   static_cast<double>(x.start) / 1e3);
     first = false;
   }
   out += "]}";
@@ -315,9 +317,8 @@ nlohmann::json policy_summary(const PolicyRun& r) {
   p["idle_slice_p50_s"] = round6(percentile(m.idle_slices_s, 50));
   p["idle_slice_p90_s"] = round6(percentile(m.idle_slices_s, 90));
   p["idle_slice_p99_s"] = round6(percentile(m.idle_slices_s, 99));
-  p["faults"] = {{"replaced_ops", r.lost_ops},
-                 {"rebuilt_sequences", r.rebuilt_sequences},
-                 {"failed_requests", m.requests_failed}};
+  p["faults"] = {
+      {"replaced_ops", r.lost_ops}, {"rebuilt_sequences", r.rebuilt_sequences}, {"failed_requests", m.requests_failed}};
   p["scheduling"] = {{"batches", r.scheduling.batches},
                      {"candidates", r.scheduling.candidates},
                      {"simulations", r.scheduling.simulations},

@@ -90,11 +90,9 @@ class Table {
       if (required) fail(nullptr, key, "is required (a number)");
       return fallback;
     }
-    auto v = n->value<double>();
-    if (!v) fail(n, key, "expected a number");
-    if (!std::isfinite(*v)) fail(n, key, "expected a finite number, got " + fmt(*v));
-    if (*v < lo || *v > hi) fail(n, key, "expected a number in [" + fmt(lo) + ", " + fmt(hi) + "], got " + fmt(*v));
-    return *v;
+    const double v = finite(n, key);
+    if (v < lo || v > hi) fail(n, key, "expected a number in [" + fmt(lo) + ", " + fmt(hi) + "], got " + fmt(v));
+    return v;
   }
   // A number in (0, hi]: for keys where any positive value works, so the
   // error states the bound a user reads in the docs ("> 0") instead of a
@@ -105,23 +103,26 @@ class Table {
       if (required) fail(nullptr, key, "is required (a number > 0)");
       return fallback;
     }
-    auto v = n->value<double>();
-    if (!v) fail(n, key, "expected a number");
-    if (!std::isfinite(*v)) fail(n, key, "expected a finite number, got " + fmt(*v));
-    if (!(*v > 0) || *v > hi) fail(n, key, "expected a number > 0 and <= " + fmt(hi) + ", got " + fmt(*v));
-    return *v;
+    const double v = finite(n, key);
+    if (!(v > 0) || v > hi) fail(n, key, "expected a number > 0 and <= " + fmt(hi) + ", got " + fmt(v));
+    return v;
   }
   // A number in (0, hi], or exactly `sentinel`, which `meaning` explains
   // ("-1 to run until done"): nothing between them.
   double positive_or(const std::string& key, double fallback, double hi, double sentinel, const std::string& meaning) {
     const toml::node* n = node(key);
     if (!n) return fallback;
+    const double v = finite(n, key);
+    if (v != sentinel && (!(v > 0) || v > hi))
+      fail(n, key,
+           "expected a number > 0 and <= " + fmt(hi) + ", or " + fmt(sentinel) + " " + meaning + ", got " + fmt(v));
+    return v;
+  }
+  // The number at `n` (an integer counts), or a one-line error.
+  double finite(const toml::node* n, const std::string& key) const {
     auto v = n->value<double>();
     if (!v) fail(n, key, "expected a number");
     if (!std::isfinite(*v)) fail(n, key, "expected a finite number, got " + fmt(*v));
-    if (*v != sentinel && (!(*v > 0) || *v > hi))
-      fail(n, key,
-           "expected a number > 0 and <= " + fmt(hi) + ", or " + fmt(sentinel) + " " + meaning + ", got " + fmt(*v));
     return *v;
   }
   std::int64_t integer(const std::string& key, std::int64_t fallback, std::int64_t lo, std::int64_t hi,
@@ -679,8 +680,7 @@ Result<ExperimentConfig> load_config(const std::string& path, const std::vector<
     doc = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
     const auto& src = e.source();
-    if (src.begin.line == 0)
-      return InvalidArgument(path + ": cannot read (" + std::string(e.description()) + ")");
+    if (src.begin.line == 0) return InvalidArgument(path + ": cannot read (" + std::string(e.description()) + ")");
     return InvalidArgument(path + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column) + ": " +
                            std::string(e.description()));
   }

@@ -121,7 +121,7 @@ struct ExperimentConfig {
   GroundTruthConfig ground_truth;
   std::vector<TenantConfig> tenants;
   std::vector<PolicyConfig> policies;
-  std::vector<FaultConfig> faults;  // in time order
+  std::vector<FaultConfig> faults;        // in time order
   std::vector<std::string> plugin_paths;  // resolved
   std::string estimator_prior;            // a calibration profile used as estimator prior (resolved), or empty
 };

@@ -19,7 +19,7 @@ std::uint64_t pair_key(AccelId a, AccelId b) {
   if (a > b) std::swap(a, b);
   return (static_cast<std::uint64_t>(a) << 32) | b;
 }
-}
+}  // namespace
 
 AccelTypeId AcceleratorSet::add_type(std::string_view name) {
   for (std::size_t i = 0; i < types_.size(); ++i)

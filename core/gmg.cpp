@@ -126,13 +126,13 @@ std::uint32_t Gmg::add_edge(OpId src, OpId dst, std::int64_t bytes, bool retaine
   return e;
 }
 
-void Gmg::frontier_add(std::vector<OpId>& f, std::uint32_t OpRecord::*pos, OpId id) {
+void Gmg::frontier_add(std::vector<OpId>& f, std::uint32_t OpRecord::* pos, OpId id) {
   if (ops_[id].*pos != kNoEdge) return;
   ops_[id].*pos = static_cast<std::uint32_t>(f.size());
   f.push_back(id);
 }
 
-void Gmg::frontier_remove(std::vector<OpId>& f, std::uint32_t OpRecord::*pos, OpId id) {
+void Gmg::frontier_remove(std::vector<OpId>& f, std::uint32_t OpRecord::* pos, OpId id) {
   std::uint32_t p = ops_[id].*pos;
   if (p == kNoEdge) return;
   OpId last = f.back();

@@ -189,8 +189,8 @@ class Gmg {
   Status check_one(OpId id, AccelId accel, std::uint32_t unscheduled_preds) const;
   OpId alloc_op();
   std::uint32_t add_edge(OpId src, OpId dst, std::int64_t bytes, bool retained);
-  void frontier_add(std::vector<OpId>& f, std::uint32_t OpRecord::*pos, OpId id);
-  void frontier_remove(std::vector<OpId>& f, std::uint32_t OpRecord::*pos, OpId id);
+  void frontier_add(std::vector<OpId>& f, std::uint32_t OpRecord::* pos, OpId id);
+  void frontier_remove(std::vector<OpId>& f, std::uint32_t OpRecord::* pos, OpId id);
   void maybe_free_output(OpId id);
   void note_retire_candidate(OpId id);
 

@@ -22,6 +22,7 @@ Status Engine::apply_faults(Nanos now) {
     const FaultEvent& f = opt_.faults[next_fault_];
     if (f.accel >= gmg_.accels().size())
       return InvalidArgument("engine: a fault names accelerator " + std::to_string(f.accel) + ", which does not exist");
+    if (gmg_.is_down(f.accel) != f.down) down_count_ += f.down ? 1 : -1;
     gmg_.set_down(f.accel, f.down);
     if (!f.down) {
       if (Status s = backend_.restore_accelerator(f.accel); !s.ok()) return s;
@@ -69,8 +70,8 @@ std::string Engine::deadlock_cause() const {
              std::to_string(d.candidates) + " candidate placement(s) (its KV cache cannot fit anywhere)";
   for (const Deferral& d : deferred)
     if (d.candidates == 0) return tenant(d) + ": the partition sets offer no placement for its batch";
-  return "the placement policy deferred every batch: " + std::to_string(deferred.size()) +
-         " in the last round, " + std::to_string(scheduler_.stats().deferred) + " deferral(s) in all";
+  return "the placement policy deferred every batch: " + std::to_string(deferred.size()) + " in the last round, " +
+         std::to_string(scheduler_.stats().deferred) + " deferral(s) in all";
 }
 
 Result<EngineResult> Engine::run(const ProgressFn& progress) {
@@ -120,10 +121,8 @@ Result<EngineResult> Engine::run(const ProgressFn& progress) {
       const Nanos f = std::max(opt_.faults[next_fault_].at, now);
       if (next < 0 || f < next) next = f;
     }
-    bool any_down = false;
-    for (AccelId a = 0; a < gmg_.accels().size(); ++a) any_down |= gmg_.is_down(a);
     if (next < 0) {
-      if (any_down) {
+      if (down_count_ > 0) {
         // Nothing left can run what waits: its placements need a lost
         // accelerator. Those requests fail, with the reason.
         const std::string why = "no placement left that can run it (lost: " + lost_names_ + ")";

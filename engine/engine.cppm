@@ -79,7 +79,8 @@ class Engine {
   Backend& backend_;
   EngineOptions opt_;
   std::size_t next_fault_ = 0, lost_ops_ = 0;
-  std::string lost_names_;  // "gpu3 at 600.000 s, ..." for failure reasons
+  std::string lost_names_;      // "gpu3 at 600.000 s, ..." for failure reasons
+  std::size_t down_count_ = 0;  // accelerators lost now
 };
 
 }  // namespace slicesched

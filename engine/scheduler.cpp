@@ -36,7 +36,7 @@ struct Scheduler::Workers {
   std::vector<AccelId> seeds;
   std::vector<std::size_t> same_as;  // per candidate: an earlier one placing the batch the same way
   std::uint64_t round = 0;           // what-if calls so far (a worker's prepare is for one of them)
-  std::vector<std::uint32_t> load;                         // per accelerator: issued operators
+  std::vector<std::uint32_t> load;   // per accelerator: issued operators
   std::vector<std::pair<std::uint32_t, std::size_t>> order;  // candidates in the order they are simulated
 };
 
@@ -198,8 +198,7 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
       for (AccelId a : cands[c].accel) busiest = std::max(busiest, a < n_acc ? ws.load[a] : 0);
       ws.order.push_back({busiest, c});
     }
-    std::stable_sort(ws.order.begin(), ws.order.end(),
-                     [](const auto& x, const auto& y) { return x.first < y.first; });
+    std::stable_sort(ws.order.begin(), ws.order.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
     std::int64_t bound = -1;
     for (const auto& [busiest, c] : ws.order) one(c, bound);
   } else {

@@ -48,11 +48,11 @@ struct RoundStats {
 // what it had to choose from: enough for the engine to say why nothing
 // runs when nothing can.
 struct Deferral {
-  std::uint32_t tenant = 0;     // the batch's tenant (index into the engine's tenants)
-  std::size_t ops = 0;          // operators in the batch
-  std::size_t candidates = 0;   // placements the partition sets offered
-  bool simulated = false;       // the what-if ran (the policy needs it)
-  std::size_t infeasible = 0;   // of the candidates, predicted to exceed HBM (when simulated)
+  std::uint32_t tenant = 0;    // the batch's tenant (index into the engine's tenants)
+  std::size_t ops = 0;         // operators in the batch
+  std::size_t candidates = 0;  // placements the partition sets offered
+  bool simulated = false;      // the what-if ran (the policy needs it)
+  std::size_t infeasible = 0;  // of the candidates, predicted to exceed HBM (when simulated)
 };
 
 // Not thread-safe: the engine thread calls schedule(); what-if work fans

@@ -157,12 +157,7 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
         redo_[s->request] = records_[s->request].generated;
         waiting_.push_front(s->request);
       }
-      lane.running.clear();
-      for (OpId kv : lane.kv_ops)
-        if (gmg.contains(kv) && gmg.op(kv).retained_held && !gmg.op(kv).retained_attached)
-          (void)gmg.release_retained(kv);
-      lane.kv_ops.clear();
-      lane.kv_tokens = 0;
+      drop_iteration(lane, gmg);
       return;
     }
     std::string error = f.error;
@@ -177,12 +172,7 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
         r.done = t;
         ++done_;
       }
-      lane.running.clear();
-      for (OpId kv : lane.kv_ops)
-        if (gmg.contains(kv) && gmg.op(kv).retained_held && !gmg.op(kv).retained_attached)
-          (void)gmg.release_retained(kv);
-      lane.kv_ops.clear();
-      lane.kv_tokens = 0;
+      drop_iteration(lane, gmg);
       return;
     }
     std::size_t i = 0;
@@ -209,6 +199,16 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
     lane.running = std::move(still);
     return;
   }
+}
+
+// The lane's sequences are gone from it and its KV chain is released: the
+// iteration failed or was lost.
+void Tenant::drop_iteration(Lane& lane, Gmg& gmg) {
+  lane.running.clear();
+  for (OpId kv : lane.kv_ops)
+    if (gmg.contains(kv) && gmg.op(kv).retained_held && !gmg.op(kv).retained_attached) (void)gmg.release_retained(kv);
+  lane.kv_ops.clear();
+  lane.kv_tokens = 0;
 }
 
 void Tenant::fail_unfinished(const std::string& reason, Nanos t) {

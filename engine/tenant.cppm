@@ -104,6 +104,7 @@ class Tenant {
     bool in_flight = false;
   };
   Result<bool> start(Lane& lane, Gmg& gmg);
+  void drop_iteration(Lane& lane, Gmg& gmg);
   std::int64_t kv_held() const;
 
   std::uint32_t id_;

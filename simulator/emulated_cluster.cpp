@@ -120,8 +120,8 @@ Status EmulatedCluster::submit(const Gmg& gmg, OpId op) {
     return NotFound("emulated cluster: " + gmg.op_name(op) + " is on accelerator " + std::to_string(r.accel) +
                     ", which the cluster does not have");
   if (down_[r.accel])
-    return FailedPrecondition("emulated cluster: " + gmg.op_name(op) + " is on accelerator " +
-                              std::to_string(r.accel) + ", which is lost");
+    return FailedPrecondition("emulated cluster: " + gmg.op_name(op) + " is on accelerator " + std::to_string(r.accel) +
+                              ", which is lost");
   // Check every input before changing any state.
   for (std::uint32_t e = r.first_in; e != kNoEdge; e = gmg.edge(e).next_in) {
     const OpId src = gmg.edge(e).src;

@@ -128,8 +128,8 @@ class EmulatedCluster final : public Backend {
     AccelId from = kNoAccel, to = kNoAccel;
     std::int64_t bytes = 0;
     Nanos dur = 0, start = -1;
-    Nanos since = 0;        // when the intent appeared
-    std::uint64_t seq = 0;  // intent number: the age tie-break
+    Nanos since = 0;         // when the intent appeared
+    std::uint64_t seq = 0;   // intent number: the age tie-break
     bool active = false;     // waiting or moving
     bool cancelled = false;  // its accelerator was lost while it moved: the finish event is void
   };
@@ -168,10 +168,10 @@ class EmulatedCluster final : public Backend {
   EventQueue events_;
   Nanos now_ = 0;
   std::size_t live_ = 0;
-  std::vector<std::uint8_t> down_;        // per accelerator: lost now
-  std::vector<Nanos> lost_at_;            // per accelerator: its last loss (-1: never)
-  std::vector<std::uint8_t> lost_op_;     // per OpId: failed as lost (its output is garbage)
-  std::vector<std::uint32_t> fail_now_;   // lost tasks whose inputs are all in: they fail at now_
+  std::vector<std::uint8_t> down_;       // per accelerator: lost now
+  std::vector<Nanos> lost_at_;           // per accelerator: its last loss (-1: never)
+  std::vector<std::uint8_t> lost_op_;    // per OpId: failed as lost (its output is garbage)
+  std::vector<std::uint32_t> fail_now_;  // lost tasks whose inputs are all in: they fail at now_
 };
 
 }  // namespace slicesched

@@ -218,8 +218,8 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
       const std::uint32_t unscheduled = unscheduled_succs(id, op);
       const Flag keep = unscheduled > 0 ? kKeepOutput : Flag{};
       if (k > 0) {  // a batch op: its accelerator and time come with the placement
-        nodes[i] = {0,        op.out_bytes, op.workspace_bytes, op.retained_bytes, kNoAccel, 0, op.first_in, 0, 0, 0,
-                    static_cast<Flag>(keep | kBatchOp)};
+        const auto flags = static_cast<Flag>(keep | kBatchOp);
+        nodes[i] = {0, op.out_bytes, op.workspace_bytes, op.retained_bytes, kNoAccel, 0, op.first_in, 0, 0, 0, flags};
         arrival[i] = {kNoAccel, 0, 0};
         key_[i] = queue_key(op.priority, gmg.last_issue_seq() + k);
         issue_t_[i] = ready_t_[i] = at;

@@ -357,9 +357,9 @@ class GlobalSimulator {
     Nanos x;  // its predicted transfer time in this placement (0: local)
   };
   Nanos dominated_from(Nanos t) const;
-  std::vector<BatchEdge> batch_edges_;   // from prepare(), grouped by k ascending
-  std::vector<Nanos> batch_dur_;         // per batch op, in this placement
-  std::vector<Nanos> batch_finish_;      // per batch op: its finish once started, else -1
+  std::vector<BatchEdge> batch_edges_;  // from prepare(), grouped by k ascending
+  std::vector<Nanos> batch_dur_;        // per batch op, in this placement
+  std::vector<Nanos> batch_finish_;     // per batch op: its finish once started, else -1
   bool pruning_ = false;
   Nanos bound_sum_ = 0;  // dominated_above + batch size * at_: a bound on the summed finishes
   Nanos horizon_end_ = kNever;

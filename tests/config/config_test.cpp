@@ -93,9 +93,10 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
         ":4: cluster.accelerators[0].hbm_gib: expected a number > 0 and <= 1000000, got -1");
   CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = \"80\"")) ==
         ":4: cluster.accelerators[0].hbm_gib: expected a number");
-  CHECK(load_error(replace(base(), "[ground_truth]", "[ground_truht]")) ==
-        ":5: ground_truht: unknown key (known here: cluster, duration_s, estimators, faults, ground_truth, live, model, "
-        "name, plugins, policies, seed, tenants)");
+  CHECK(
+      load_error(replace(base(), "[ground_truth]", "[ground_truht]")) ==
+      ":5: ground_truht: unknown key (known here: cluster, duration_s, estimators, faults, ground_truth, live, model, "
+      "name, plugins, policies, seed, tenants)");
   CHECK(load_error(replace(base(), "tenants = [\"on\"]", "tenants = [\"off\"]")) ==
         ":13: policies[0].tenants: no tenant named 'off'");
   CHECK(load_error(replace(base(), "constant_rate = 1.0,", "constant_rate = 1.0, poisson_rate = 2.0,")) ==
@@ -220,8 +221,9 @@ TEST_CASE("live keys: bad devices and model shapes name the key", "[config][bad-
 
 TEST_CASE("faults: lost accelerators from the config, and their errors", "[config][faults][bad-input]") {
   const fs::path p = fs::temp_directory_path() / "slicesched_config_faults.toml";
-  std::ofstream(p) << base() + "[[faults]]\naccelerator = \"gpu1\"\nat_s = 20\nduration_s = 5\n"
-                              "[[faults]]\naccelerator = \"gpu0\"\nat_s = 3\n";
+  std::ofstream(p) << base() +
+                          "[[faults]]\naccelerator = \"gpu1\"\nat_s = 20\nduration_s = 5\n"
+                          "[[faults]]\naccelerator = \"gpu0\"\nat_s = 3\n";
   auto cfg = load_config(p.string());
   REQUIRE(cfg.ok());
   REQUIRE(cfg->faults.size() == 2);  // in time order
@@ -252,17 +254,19 @@ TEST_CASE("faults: lost accelerators from the config, and their errors", "[confi
 // The accelerator count is bounded in all, not per entry: two entries of
 // 100,000 made a cluster of 200,000 that nothing had been measured at.
 TEST_CASE("a cluster beyond the documented accelerator count is refused", "[config][bad-input]") {
-  const std::string two = "accelerators = [{ name_prefix = \"gpu\", count = 60000, type = \"H100\", hbm_gib = 80 },\n"
-                          "  { name_prefix = \"gpv\", count = 40001, type = \"H100\", hbm_gib = 80 }]";
-  CHECK(load_error(replace(base(), "accelerators = [{ name_prefix = \"gpu\", count = 2, type = \"H100\", hbm_gib = 80 }]",
-                           two)) ==
+  const std::string two =
+      "accelerators = [{ name_prefix = \"gpu\", count = 60000, type = \"H100\", hbm_gib = 80 },\n"
+      "  { name_prefix = \"gpv\", count = 40001, type = \"H100\", hbm_gib = 80 }]";
+  CHECK(load_error(replace(
+            base(), "accelerators = [{ name_prefix = \"gpu\", count = 2, type = \"H100\", hbm_gib = 80 }]", two)) ==
         ":5: cluster.accelerators[1].count: the cluster would have 100001 accelerators; at most 100000 are supported");
   const std::string one_more =
       "accelerators = [{ name_prefix = \"gpu\", count = 100000, type = \"H100\", hbm_gib = 80 },\n"
       "  { name = \"extra\", type = \"H100\", hbm_gib = 80 }]";
-  CHECK(load_error(replace(base(), "accelerators = [{ name_prefix = \"gpu\", count = 2, type = \"H100\", hbm_gib = 80 }]",
-                           one_more)) ==
-        ":5: cluster.accelerators[1].name: the cluster would have 100001 accelerators; at most 100000 are supported");
+  CHECK(
+      load_error(replace(base(), "accelerators = [{ name_prefix = \"gpu\", count = 2, type = \"H100\", hbm_gib = 80 }]",
+                         one_more)) ==
+      ":5: cluster.accelerators[1].name: the cluster would have 100001 accelerators; at most 100000 are supported");
 }
 
 // A synthetic stream is generated inside the measurement window only; one
@@ -278,7 +282,8 @@ TEST_CASE("a stream with too many requests inside the window is refused", "[conf
         "60000000 (2000 requests/s for 30000 s, the top-level duration_s)");
   // A long stream is fine when the window is short: only the window is made.
   const fs::path p = fs::temp_directory_path() / "slicesched_config_long_stream.toml";
-  std::ofstream(p) << replace(replace(base(), "constant_rate = 1.0, duration_s = 10", "constant_rate = 1e3, duration_s = 1e12"),
-                              "name = \"t\"", "name = \"t\"\nduration_s = 30");
+  std::ofstream(p) << replace(
+      replace(base(), "constant_rate = 1.0, duration_s = 10", "constant_rate = 1e3, duration_s = 1e12"), "name = \"t\"",
+      "name = \"t\"\nduration_s = 30");
   CHECK(load_config(p.string()).ok());
 }

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -118,13 +119,37 @@ class Undeclared final : public PlacementPolicy {
   PluginPtr<PlacementPolicy> inner_;
 };
 
+// The union of the named built-in partition sets, bound to `accels`.
+UnionPartitionSet partition_sets(PluginRegistries& plugins, const AcceleratorSet& accels,
+                                 std::initializer_list<const char*> names) {
+  std::vector<PluginPtr<PartitionSet>> sets;
+  for (const char* name : names) {
+    auto made = plugins.partition.create(name);
+    REQUIRE(made.ok());
+    sets.push_back(std::move(made).value());
+  }
+  UnionPartitionSet partitions(std::move(sets));
+  REQUIRE(partitions.bind(accels).ok());
+  return partitions;
+}
+
+// What a run varies: whether the scheduler gets an arbiter factory (false:
+// the default rule), whether the policy declares its objective, the
+// cluster's size, parallel what-ifs, lost GPUs, the placement policy.
+struct RunOptions {
+  bool what_if_arbiter = true;
+  bool declared_objective = true;
+  int gpus = 4;
+  bool parallel = true;
+  std::vector<FaultEvent> faults = {};
+  const char* placement = "simulation-guided";
+};
+
 template <typename MakeEstimator>
-Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimator estimator_of,
-               bool what_if_arbiter = true, bool declared_objective = true, int gpus = 4, bool parallel = true,
-               std::vector<FaultEvent> faults = {}, const char* placement_name = "simulation-guided") {
+Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimator estimator_of, RunOptions opt = {}) {
   PluginRegistries plugins;
   REQUIRE(plugins::register_builtins(plugins).ok());
-  H100Cluster c = h100_cluster(gpus);
+  H100Cluster c = h100_cluster(opt.gpus);
   auto& accels = c.accels;
   auto& templates = c.templates;
   const TemplateId tmpl = c.tmpl;
@@ -140,27 +165,20 @@ Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimat
   tenants.emplace_back(0, std::move(online), tmpl);
   tenants.emplace_back(1, std::move(offline), tmpl);
 
-  std::vector<PluginPtr<PartitionSet>> sets;
-  for (const char* name : {"pairs", "quads"}) {
-    auto made = plugins.partition.create(name);
-    REQUIRE(made.ok());
-    sets.push_back(std::move(made).value());
-  }
-  UnionPartitionSet partitions(std::move(sets));
-  REQUIRE(partitions.bind(*accels).ok());
-  auto placement = plugins.placement.create(placement_name);
+  UnionPartitionSet partitions = partition_sets(plugins, *accels, {"pairs", "quads"});
+  auto placement = plugins.placement.create(opt.placement);
   REQUIRE(placement.ok());
   auto backend_arbiter = plugins.arbiter.create(arbiter, arbiter_args);
   REQUIRE(backend_arbiter.ok());
-  SchedulerOptions sopt{.issued_budget = 64, .batch_cap = 6, .parallel = parallel};
-  if (what_if_arbiter) sopt.arbiter = [&] { return plugins.arbiter.create(arbiter, arbiter_args); };
+  SchedulerOptions sopt{.issued_budget = 64, .batch_cap = 6, .parallel = opt.parallel};
+  if (opt.what_if_arbiter) sopt.arbiter = [&] { return plugins.arbiter.create(arbiter, arbiter_args); };
   PluginPtr<PlacementPolicy> policy = std::move(placement).value();
-  if (!declared_objective) policy = PluginPtr<PlacementPolicy>(new Undeclared(std::move(policy)));
+  if (!opt.declared_objective) policy = PluginPtr<PlacementPolicy>(new Undeclared(std::move(policy)));
   Scheduler scheduler(*policy, partitions, *estimator, sopt);
 
   ProfileGroundTruth truth = h100_truth();
   EmulatedCluster cluster(accels->size(), truth, *backend_arbiter.value());
-  Engine engine(gmg, tenants, scheduler, *estimator, cluster, {.faults = std::move(faults)});
+  Engine engine(gmg, tenants, scheduler, *estimator, cluster, {.faults = std::move(opt.faults)});
   auto result = engine.run();
   REQUIRE(result.ok());
   REQUIRE(result->complete);
@@ -229,7 +247,7 @@ TEST_CASE("engine: a scheduler without an arbiter factory predicts with the defa
   PluginRegistries plugins;
   REQUIRE(plugins::register_builtins(plugins).ok());
   const Run with = run_engine("greedy", json{{"reserve_oldest", true}}, online_linear(plugins));
-  const Run without = run_engine("greedy", json::object(), online_linear(plugins), /*what_if_arbiter=*/false);
+  const Run without = run_engine("greedy", json::object(), online_linear(plugins), {.what_if_arbiter = false});
   REQUIRE(with.log.size() == without.log.size());
   for (std::size_t i = 0; i < with.log.size(); ++i) REQUIRE(same(with.log[i], without.log[i]));
 }
@@ -240,7 +258,7 @@ TEST_CASE("engine: what-ifs cut short as dominated leave every pick as it was", 
   for (const char* arbiter : {"greedy", "serial"}) {
     INFO(arbiter);
     const Run cut = run_engine(arbiter, json::object(), online_linear(plugins));
-    const Run whole = run_engine(arbiter, json::object(), online_linear(plugins), true, /*declared_objective=*/false);
+    const Run whole = run_engine(arbiter, json::object(), online_linear(plugins), {.declared_objective = false});
     CHECK(cut.scheduling.dominated > cut.scheduling.simulations / 10);  // it does cut
     CHECK(whole.scheduling.dominated == 0);
     CHECK(cut.scheduling.simulations == whole.scheduling.simulations);
@@ -255,9 +273,10 @@ TEST_CASE("engine: what-ifs fanned out to oneTBB workers pick as serial ones do"
   // worker cuts its own dominated ones short.
   PluginRegistries plugins;
   REQUIRE(plugins::register_builtins(plugins).ok());
-  const Run parallel = run_engine("greedy", json::object(), online_linear(plugins), true, true, 16, true);
-  const Run serial = run_engine("greedy", json::object(), online_linear(plugins), true, true, 16, false);
-  const Run whole = run_engine("greedy", json::object(), online_linear(plugins), true, false, 16, true);
+  const Run parallel = run_engine("greedy", json::object(), online_linear(plugins), {.gpus = 16});
+  const Run serial = run_engine("greedy", json::object(), online_linear(plugins), {.gpus = 16, .parallel = false});
+  const Run whole =
+      run_engine("greedy", json::object(), online_linear(plugins), {.declared_objective = false, .gpus = 16});
   CHECK(parallel.scheduling.dominated > 0);
   CHECK(whole.scheduling.dominated == 0);
   REQUIRE(parallel.log.size() == serial.log.size());
@@ -275,8 +294,8 @@ TEST_CASE("engine: a lost GPU's work is placed again and every request completes
   // gpu1 is lost while the load is in full swing, for good; then gpu2 for
   // a while, and back.
   const Nanos lost_at = healthy.log[healthy.log.size() / 3].start, back = lost_at + 200'000'000;
-  const Run faulty = run_engine("greedy", json::object(), online_linear(plugins), true, true, 4, true,
-                                {{lost_at, 1, true}, {lost_at + 50'000'000, 2, true}, {back, 2, false}});
+  const Run faulty = run_engine("greedy", json::object(), online_linear(plugins),
+                                {.faults = {{lost_at, 1, true}, {lost_at + 50'000'000, 2, true}, {back, 2, false}}});
   CHECK(faulty.lost_ops > 0);
   CHECK(faulty.rebuilt > 0);  // decodes whose KV cache died with gpu1 prefilled again
   REQUIRE(faulty.requests.size() == healthy.requests.size());
@@ -303,15 +322,16 @@ TEST_CASE("engine: a static placement pinned to a lost GPU waits for it, or fail
   PluginRegistries plugins;
   REQUIRE(plugins::register_builtins(plugins).ok());
   // "static" takes the first candidate: gpu0-gpu1 (pairs come first).
-  const Run healthy = run_engine("greedy", json::object(), online_linear(plugins), true, true, 4, true, {}, "static");
+  const Run healthy = run_engine("greedy", json::object(), online_linear(plugins), {.placement = "static"});
   const Nanos lost_at = healthy.log[healthy.log.size() / 4].start;
-  const Run back = run_engine("greedy", json::object(), online_linear(plugins), true, true, 4, true,
-                              {{lost_at, 0, true}, {lost_at + 300'000'000, 0, false}}, "static");
+  const Run back =
+      run_engine("greedy", json::object(), online_linear(plugins),
+                 {.faults = {{lost_at, 0, true}, {lost_at + 300'000'000, 0, false}}, .placement = "static"});
   for (const RequestRecord& r : back.requests) CHECK((r.error.empty() && r.generated == r.output_tokens));
   for (const RunRecord& x : back.log)  // nothing touches gpu0 while it is lost
     if (x.accel == 0 || x.to == 0) CHECK((x.start <= lost_at || x.start >= lost_at + 300'000'000));
-  const Run gone = run_engine("greedy", json::object(), online_linear(plugins), true, true, 4, true,
-                              {{lost_at, 0, true}}, "static");
+  const Run gone = run_engine("greedy", json::object(), online_linear(plugins),
+                              {.faults = {{lost_at, 0, true}}, .placement = "static"});
   std::size_t failed = 0;
   for (const RequestRecord& r : gone.requests)
     if (!r.error.empty()) {
@@ -480,12 +500,7 @@ TEST_CASE("engine: a policy that defers every batch ends in a deadlock naming wh
   std::vector<Tenant> tenants;
   tenants.emplace_back(
       0, TenantSpec{.name = "online", .priority = 10, .requests = constant_rate(2, 1, 128, 2), .lanes = 1}, tmpl);
-  auto pairs = plugins.partition.create("pairs");
-  REQUIRE(pairs.ok());
-  std::vector<PluginPtr<PartitionSet>> sets;
-  sets.push_back(std::move(pairs).value());
-  UnionPartitionSet partitions(std::move(sets));
-  REQUIRE(partitions.bind(*accels).ok());
+  UnionPartitionSet partitions = partition_sets(plugins, *accels, {"pairs"});
   NeverPlace policy;
   Scheduler scheduler(policy, partitions, est, SchedulerOptions{.issued_budget = 64, .batch_cap = 6});
 
@@ -531,12 +546,7 @@ TEST_CASE("engine: a request whose KV cache fits on no accelerator ends in a dea
                                   .token_budget = 1 << 23,
                                   .kv_budget_tokens = 1 << 23},
                        c.tmpl);
-  auto pairs = plugins.partition.create("pairs");
-  REQUIRE(pairs.ok());
-  std::vector<PluginPtr<PartitionSet>> sets;
-  sets.push_back(std::move(pairs).value());
-  UnionPartitionSet partitions(std::move(sets));
-  REQUIRE(partitions.bind(*accels).ok());
+  UnionPartitionSet partitions = partition_sets(plugins, *accels, {"pairs"});
   auto policy = plugins.placement.create("simulation-guided");
   REQUIRE(policy.ok());
   Scheduler scheduler(*policy.value(), partitions, *estimator, SchedulerOptions{.issued_budget = 64, .batch_cap = 6});

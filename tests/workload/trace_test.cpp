@@ -550,7 +550,7 @@ TEST_CASE("synthetic streams cut at the window count what they leave out", "[tra
     CHECK(arrivals(cut) == std::vector<double>{0, 1.0 / 3, 2.0 / 3});
     CHECK(cut.beyond_cut == 27);
     CHECK(cut.requests.size() + cut.beyond_cut == whole.requests.size());
-    CHECK(cut.window_s == 10);  // the stream's period, not the cut's
+    CHECK(cut.window_s == 10);                              // the stream's period, not the cut's
     CHECK(constant_rate(3, 10, 1, 1, 20).beyond_cut == 0);  // a cut after the end cuts nothing
     CHECK(constant_rate(3, 10, 1, 1, 20).requests.size() == 30);
     CHECK(constant_rate(3, 10, 1, 1).beyond_cut == 0);
@@ -560,7 +560,8 @@ TEST_CASE("synthetic streams cut at the window count what they leave out", "[tra
         const Trace w = constant_rate(rate, 100, 1, 1), c = constant_rate(rate, 100, 1, 1, at);
         CHECK(c.requests.size() + c.beyond_cut == w.requests.size());
         const std::vector<double> all = arrivals(w);
-        CHECK(arrivals(c) == std::vector<double>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(c.requests.size())));
+        CHECK(arrivals(c) ==
+              std::vector<double>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(c.requests.size())));
         if (!c.requests.empty()) CHECK(c.requests.back().arrival_s < at);
         if (c.requests.size() < w.requests.size()) CHECK(w.requests[c.requests.size()].arrival_s >= at);
       }
