@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -29,8 +30,6 @@
 #include "executor/torch/runtime.h"
 
 import slicesched.config;
-import slicesched.cli.setup;
-import slicesched.cli.policy;
 import slicesched.cli.live;
 import slicesched.cli.calibrate;
 import slicesched.simulator.emulated;
@@ -50,33 +49,23 @@ struct Observation {
   double seconds = 0;
 };
 
-// The policy's estimator, unchanged, that also records every measurement.
-class Recorder final : public Estimator {
+// Records every measurement the engine feeds the estimator (operators that
+// did not fail, and every transfer), with the operator's features.
+class Recorder final : public EngineObserver {
  public:
-  Recorder(PluginPtr<Estimator> inner, std::shared_ptr<std::vector<Observation>> sink)
-      : inner_(std::move(inner)), sink_(std::move(sink)) {}
-  double predict_op(OpKindId kind, AccelTypeId type, std::span<const double> x) const override {
-    return inner_->predict_op(kind, type, x);
+  void on_feedback(const Gmg& gmg, const Feedback& f) override {
+    const double seconds = static_cast<double>(f.measured) / 1e9;
+    if (f.kind == Feedback::Kind::kTransfer) {
+      seen.push_back({true, 0, 0, {}, f.from, f.to, static_cast<std::uint64_t>(f.bytes), seconds});
+      return;
+    }
+    if (f.failed) return;
+    const OpRecord& r = gmg.op(f.op);
+    const auto x = gmg.features(f.op);
+    seen.push_back({false, r.kind, gmg.accels().type(r.accel), {x.begin(), x.end()}, 0, 0, 0, seconds});
   }
-  double predict_transfer(AccelId src, AccelId dst, std::uint64_t bytes) const override {
-    return inner_->predict_transfer(src, dst, bytes);
-  }
-  Status observe_op(OpKindId kind, AccelTypeId type, std::span<const double> x, double seconds) override {
-    sink_->push_back({false, kind, type, {x.begin(), x.end()}, 0, 0, 0, seconds});
-    return inner_->observe_op(kind, type, x, seconds);
-  }
-  Status observe_transfer(AccelId src, AccelId dst, std::uint64_t bytes, double seconds) override {
-    sink_->push_back({true, 0, 0, {}, src, dst, bytes, seconds});
-    return inner_->observe_transfer(src, dst, bytes, seconds);
-  }
-  EstimatorSet* linear() override { return inner_->linear(); }
-
- private:
-  PluginPtr<Estimator> inner_;
-  std::shared_ptr<std::vector<Observation>> sink_;
+  std::vector<Observation> seen;
 };
-
-constexpr const char* kRecorder = "bench-accuracy-recorder";
 
 struct Timeline {
   double e2e_s = 0, mean_latency_s = 0, mean_ttft_s = 0;
@@ -121,16 +110,15 @@ struct SimRun {
 
 SimRun simulate_calibrated(const ExperimentConfig& cfg, const PolicyConfig& policy, const PluginRegistries& plugins,
                            const CalibrationProfile* prior, const CalibrationProfile& profile) {
-  auto parts = build_policy(cfg, policy, plugins, prior, cfg.live.time_scale);
+  auto parts = value_or_fail(build_policy(cfg, policy, plugins, {.prior = prior, .time_scale = cfg.live.time_scale}));
   CalibratedGroundTruth truth(profile, *parts->accels, cfg.seed, 0.0, 0.0);
   check(truth.check_transfers());
-  EmulatedCluster cluster(parts->accels->size(), truth, *parts->arbiter);
-  EngineOptions eopt;
-  eopt.stop_at = cfg.duration_s > 0 ? static_cast<Nanos>(cfg.duration_s / cfg.live.time_scale * 1e9) : -1;
-  Engine engine(*parts->gmg, parts->tenants, *parts->scheduler, *parts->estimator, cluster, eopt);
-  auto result = engine.run();
-  if (!result.ok()) fail("simulated policy '" + policy.name + "': " + result.status().message());
-  return {result->requests, cluster.log()};
+  EmulatedCluster cluster(parts->accels->size(), truth, *parts->plugins.arbiter);
+  TimelineRecorder log(std::numeric_limits<Nanos>::max());
+  EngineObserver* observers[] = {&log};
+  auto result = run(*parts, cluster, observers);
+  if (!result.ok()) fail("simulated " + result.status().message());
+  return {result->requests, std::move(log.log())};
 }
 
 struct Mape {
@@ -159,16 +147,9 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
     try {
       check_devices(cfg);
       check_weights_fit(cfg);
-      if (cfg.policies.empty()) fail("no policies");
-      const PolicyConfig* policy = &cfg.policies[0];
-      if (opt.policy) {
-        policy = nullptr;
-        for (const auto& p : cfg.policies)
-          if (p.name == *opt.policy) policy = &p;
-        if (!policy) fail("no policy named '" + *opt.policy + "'");
-      }
+      const PolicyConfig* policy = value_or_fail(find_policy(cfg, opt.policy, /*first_by_default=*/true));
       // Both runs start from [estimators] prior, as serve and simulate do.
-      const std::optional<CalibrationProfile> prior = read_prior(cfg);
+      const std::optional<CalibrationProfile> prior = value_or_fail(read_prior(cfg));
       const bool progress = !opt.json;
 
       // 1. Calibrate.
@@ -189,21 +170,15 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
 
       // 2. Live, recording what the engine measures.
       PluginRegistries plugins;
-      load_plugins(cfg, plugins);
-      auto sink = std::make_shared<std::vector<Observation>>();
-      const PluginRegistries* reg = &plugins;
-      const std::string inner_name = policy->estimator.name;
-      check(plugins.estimator.add(kRecorder, [reg, inner_name, sink](const PluginArgs& args) {
-        auto inner = reg->estimator.create(inner_name, args);
-        if (!inner.ok()) throw std::invalid_argument(inner.status().message());
-        return std::make_unique<Recorder>(std::move(inner).value(), sink);
-      }));
-      PolicyConfig recorded = *policy;
-      recorded.estimator.name = kRecorder;
+      check(load_plugins(cfg, plugins));
+      Recorder recorder;
+      EngineObserver* recorders[] = {&recorder};
       if (progress) std::fprintf(stderr, "bench accuracy: 2/3 serving policy '%s' live\n", policy->name.c_str());
       LiveRunOptions lopt;
       lopt.progress = progress;
-      const PolicyRun live = run_live(cfg, recorded, plugins, prior ? &*prior : nullptr, lopt);
+      lopt.trace_seconds = 1e9;  // the whole run: its first operator's start counts
+      lopt.observers = recorders;
+      const PolicyRun live = run_live(cfg, *policy, plugins, prior ? &*prior : nullptr, lopt);
 
       // 3. Simulate the same run on the calibration.
       if (progress) std::fprintf(stderr, "bench accuracy: 3/3 simulating it on the calibration profile\n");
@@ -216,7 +191,7 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
       const double lat_err = std::abs(st.mean_latency_s - lt.mean_latency_s) / lt.mean_latency_s * 100.0;
       Mape ops, transfers;
       std::map<std::pair<OpKindId, AccelTypeId>, Mape> by_op;
-      for (const Observation& o : *sink) {
+      for (const Observation& o : recorder.seen) {
         if (!(o.seconds > 0)) continue;
         if (o.transfer) {
           transfers.add(cal->est.predict_transfer(o.src, o.dst, o.bytes), o.seconds);
@@ -231,7 +206,7 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
         std::FILE* f = std::fopen(opt.observations->c_str(), "w");
         if (!f) fail("cannot write " + *opt.observations);
         std::fprintf(f, "what,type,src,dst,bytes,features,seconds,predicted\n");
-        for (const Observation& o : *sink) {
+        for (const Observation& o : recorder.seen) {
           if (o.transfer) {
             std::fprintf(f, "copy,,%s,%s,%llu,,%.9g,%.9g\n", (*cal->accels)[o.src].name.c_str(),
                          (*cal->accels)[o.dst].name.c_str(), static_cast<unsigned long long>(o.bytes), o.seconds,

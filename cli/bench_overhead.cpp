@@ -29,8 +29,6 @@
 #include "executor/torch/runtime.h"
 
 import slicesched.config;
-import slicesched.cli.setup;
-import slicesched.cli.policy;
 import slicesched.cli.live;
 import slicesched.executor.live;
 import slicesched.executor.llama;
@@ -85,45 +83,54 @@ struct ScheduledRun {
   std::vector<std::int64_t> tokens;
 };
 
+// Counts the operators the executor ran and their busy time.
+class OpCounter final : public EngineObserver {
+ public:
+  void on_finish(const RunRecord& r) override {
+    if (r.to != kNoAccel) return;
+    ++ops;
+    busy_s += static_cast<double>(r.finish - r.start) / 1e9;
+  }
+  std::size_t ops = 0;
+  double busy_s = 0;
+};
+
 ScheduledRun run_scheduled(const ExperimentConfig& cfg, const PolicyConfig& policy, const PluginRegistries& plugins,
-                           const CalibrationProfile* prior, rt::LlamaModel& model, const Prompts& p, int n, int lanes) {
-  auto parts = build_policy(cfg, policy, plugins, prior, 1.0);
-  // Exactly n one-token prefills, all at t = 0, one per iteration.
-  TenantSpec spec;
-  spec.name = "bench";
-  spec.token_budget = 1;
-  spec.max_seqs = 1;
-  spec.lanes = lanes;
-  spec.requests.requests.assign(static_cast<std::size_t>(n), Request{0.0, 1, 1});
-  parts->tenants.clear();
-  parts->tenants.emplace_back(0, std::move(spec), parts->tmpl);
+                           const CalibrationProfile* prior, rt::LlamaModel& model, const Prompts& p, int n) {
+  // Exactly n one-token prefills, all at t = 0 (the bench tenant's
+  // token_budget and max_seqs of 1 make it one per iteration).
+  BuildOptions bopt{.prior = prior};
+  bopt.stream = [n](const TenantConfig&) {
+    Trace t;
+    t.requests.assign(static_cast<std::size_t>(n), Request{0.0, 1, 1});
+    return t;
+  };
+  auto parts = value_or_fail(build_policy(cfg, policy, plugins, bopt));
   parts->tenants[0].set_prompts(
       [&p](std::uint64_t request, std::int64_t) { return p.ids[static_cast<std::size_t>(request)]; });
 
   const auto& accel = cfg.accelerators[0];
   LlamaRunner runner(model, {accel.device});
-  LiveCluster cluster({accel.hbm_bytes}, runner, *parts->arbiter);
+  LiveCluster cluster({accel.hbm_bytes}, runner, *parts->plugins.arbiter);
   auto weights = runner.load_weights();
   if (!weights.ok()) fail(weights.status().message());
   check(cluster.reserve_resident(0, weights.value()[0]));
-  Engine engine(*parts->gmg, parts->tenants, *parts->scheduler, *parts->estimator, cluster);
+  OpCounter counter;
+  EngineObserver* observers[] = {&counter};
   const auto t0 = Clock::now();
   const double c0 = cpu_now();
-  auto result = engine.run();
+  auto result = run(*parts, cluster, observers);
   ScheduledRun r;
   r.wall_s = since(t0);
   r.cpu_s = cpu_now() - c0;
-  if (!result.ok()) fail("policy '" + policy.name + "': " + result.status().message());
+  if (!result.ok()) fail(result.status().message());
   if (!result->complete) fail("policy '" + policy.name + "': the run did not finish every request");
   for (const RequestRecord& q : result->requests) {
     if (!q.error.empty()) fail("policy '" + policy.name + "': a request failed: " + q.error);
     r.tokens.push_back(q.tokens.empty() ? -1 : q.tokens[0]);
   }
-  for (const RunRecord& rec : cluster.log())
-    if (rec.to == kNoAccel) {
-      ++r.ops;
-      r.busy_s += static_cast<double>(rec.finish - rec.start) / 1e9;
-    }
+  r.ops = counter.ops;
+  r.busy_s = counter.busy_s;
   r.rounds = result->scheduling.rounds;
   return r;
 }
@@ -153,14 +160,7 @@ int bench_overhead(const BenchOverheadOptions& opt) {
       cfg.links.clear();
       check_devices(cfg);
       check_weights_fit(cfg);
-      if (full.policies.empty()) fail("no policies");
-      const PolicyConfig* base = &full.policies[0];
-      if (opt.policy) {
-        base = nullptr;
-        for (const auto& p : full.policies)
-          if (p.name == *opt.policy) base = &p;
-        if (!base) fail("no policy named '" + *opt.policy + "'");
-      }
+      const PolicyConfig* base = value_or_fail(find_policy(full, opt.policy, /*first_by_default=*/true));
       PolicyConfig policy = *base;
       policy.tenants = {"bench"};
       policy.partition_sets = {PluginChoice{"singles"}};
@@ -169,12 +169,15 @@ int bench_overhead(const BenchOverheadOptions& opt) {
       tenant.stream.kind = StreamConfig::Kind::kConstant;
       tenant.stream.rate_per_s = 1, tenant.stream.duration_s = 1, tenant.stream.input_tokens = 1,
       tenant.stream.output_tokens = 1;
+      tenant.token_budget = 1;  // one one-token prefill per iteration: the direct loop's operators
+      tenant.max_seqs = 1;
+      tenant.lanes = opt.lanes;
       cfg.tenants = {tenant};
       cfg.duration_s = -1;
 
       PluginRegistries plugins;
-      load_plugins(cfg, plugins);
-      const std::optional<CalibrationProfile> prior = read_prior(cfg);
+      check(load_plugins(cfg, plugins));
+      const std::optional<CalibrationProfile> prior = value_or_fail(read_prior(cfg));
 
       const rt::LlamaConfig mc = runtime_model(cfg.model);
       rt::validate(mc);
@@ -194,14 +197,14 @@ int bench_overhead(const BenchOverheadOptions& opt) {
                      cfg.model.name.c_str(), cfg.accelerators[0].name.c_str(), device.c_str(), opt.rounds);
       const int warm = std::min(n, 50);
       (void)run_direct(model, device, prompts, warm);
-      (void)run_scheduled(cfg, policy, plugins, prior ? &*prior : nullptr, model, prompts, warm, opt.lanes);
+      (void)run_scheduled(cfg, policy, plugins, prior ? &*prior : nullptr, model, prompts, warm);
 
       std::vector<double> direct_s, scheduled_s;
       DirectRun best_direct;
       ScheduledRun best_sched;
       for (int round = 0; round < opt.rounds; ++round) {
         DirectRun d = run_direct(model, device, prompts, n);
-        ScheduledRun s = run_scheduled(cfg, policy, plugins, prior ? &*prior : nullptr, model, prompts, n, opt.lanes);
+        ScheduledRun s = run_scheduled(cfg, policy, plugins, prior ? &*prior : nullptr, model, prompts, n);
         if (progress)
           std::fprintf(stderr, "  round %d: direct %.4f s, scheduled %.4f s\n", round + 1, d.wall_s, s.wall_s);
         direct_s.push_back(d.wall_s);

@@ -11,7 +11,7 @@
 #include "executor/torch/runtime.h"
 
 import slicesched.config;
-import slicesched.cli.setup;
+import slicesched.compose.setup;
 import slicesched.cli.live;
 import slicesched.cli.calibrate;
 

@@ -43,7 +43,7 @@ module;
 #include "executor/torch/runtime.h"
 
 export module slicesched.cli.calibrate;
-export import slicesched.cli.setup;
+export import slicesched.compose.setup;
 export import slicesched.core.calibration;
 
 export namespace slicesched::cli {

@@ -36,8 +36,18 @@ struct SimulateOptions {
   double trace_seconds = 60;          // Chrome traces cover the first this many simulated seconds
   bool skip_bad_lines = false;        // skip (and count) corrupt trace lines in every trace stream
   std::vector<std::string> sets;      // "KEY=VALUE" config overrides
+  bool explain = false;               // record every scheduling round (decisions.jsonl, the trace's scheduler lane)
 };
 int simulate(const SimulateOptions& opt);
+
+// `slicesched explain DIR --request ID`: the rounds that placed one
+// request's operators, from DIR/decisions.jsonl.
+struct ExplainOptions {
+  std::string dir;
+  std::uint64_t request = 0;
+  std::optional<std::string> policy;  // default: every policy in the file
+};
+int explain(const ExplainOptions& opt);
 
 struct SweepOptions {
   std::string config;
@@ -71,6 +81,7 @@ struct ServeOptions {
   std::optional<std::string> out;     // summary.json, CSVs, trace and plots, as simulate
   std::optional<std::uint64_t> seed;
   double trace_seconds = 60;
+  bool explain = false;  // as simulate's --explain
 };
 // Only built with LibTorch (live mode); main says so otherwise.
 int serve(const ServeOptions& opt);

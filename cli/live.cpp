@@ -15,6 +15,7 @@ module slicesched.cli.live;
 
 import slicesched.executor.live;
 import slicesched.executor.llama;
+import slicesched.cli.progress;
 
 namespace slicesched::cli {
 
@@ -60,7 +61,7 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
     fail(cfg.path + ": model: " + e.what());
   }
   rt::set_cpu_threads(cfg.live.threads);
-  auto parts = build_policy(cfg, policy, plugins, prior, cfg.live.time_scale);
+  auto parts = value_or_fail(build_policy(cfg, policy, plugins, {.prior = prior, .time_scale = cfg.live.time_scale}));
   for (Tenant& t : parts->tenants)
     t.set_prompts([model_cfg, seed = cfg.seed + t.id()](std::uint64_t request, std::int64_t n) {
       return rt::synthetic_prompt(model_cfg, seed, request, n);
@@ -78,42 +79,41 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
   // requests arriving during a load would wait for it.
   auto weights = runner.load_weights();
   if (!weights.ok()) fail(cfg.path + ": " + weights.status().message());
-  LiveCluster cluster(budgets, runner, *parts->arbiter);
+  LiveCluster cluster(budgets, runner, *parts->plugins.arbiter);
   cluster.set_interrupt(opt.stop);
   for (AccelId a = 0; a < devices.size(); ++a)
     if (Status s = cluster.reserve_resident(a, weights.value()[a]); !s.ok())
       fail(cfg.path + ": cluster: accelerator '" + cfg.accelerators[a].name + "': " + s.message());
 
-  EngineOptions eopt;
-  eopt.stop_at = cfg.duration_s > 0 ? static_cast<Nanos>(cfg.duration_s / cfg.live.time_scale * 1e9) : -1;
-  eopt.stop = opt.stop;
-  Engine engine(*parts->gmg, parts->tenants, *parts->scheduler, *parts->estimator, cluster, eopt);
   // Said once everything is loaded: from here a signal drains or cancels.
   if (opt.stop)
     std::fprintf(stderr,
                  "slicesched: serving %s on %zu accelerator(s); Ctrl-C or SIGTERM drains, a second one cancels\n",
                  policy.name.c_str(), devices.size());
-  const auto t0 = std::chrono::steady_clock::now();
-  auto result = engine.run(opt.progress ? progress_printer(policy.name) : ProgressFn{});
+  RecordOptions ro;
+  ro.timeline_s = opt.trace_seconds;
+  ro.decisions = opt.explain;
+  ro.stop = opt.stop;
+  ro.origin = "serve " + cfg.path + ", policy " + policy.name;
+  if (opt.progress) ro.progress = progress_printer(policy.name);
+  auto run = run_recorded(cfg, *parts, cluster, ro, opt.observers);
   if (opt.progress && stderr_is_tty()) std::fprintf(stderr, "\n");
-  if (!result.ok()) fail("policy '" + policy.name + "': " + result.status().message());
+  PolicyRun result = value_or_fail(std::move(run));
   std::size_t failed = 0;
-  for (const auto& r : result->requests) failed += !r.error.empty();
+  for (const auto& r : result.requests) failed += !r.error.empty();
   if (failed) {
-    for (const auto& r : result->requests)
+    for (const auto& r : result.requests)
       if (!r.error.empty()) {
         std::fprintf(stderr, "slicesched: %zu request(s) failed; the first: %s\n", failed, r.error.c_str());
         break;
       }
   }
-  if (result->interrupted)
+  if (result.interrupted)
     std::fprintf(stderr, "slicesched: interrupted: %zu of %zu request(s) finished\n",
-                 static_cast<std::size_t>(std::count_if(result->requests.begin(), result->requests.end(),
+                 static_cast<std::size_t>(std::count_if(result.requests.begin(), result.requests.end(),
                                                         [](const RequestRecord& r) { return r.done >= 0; })),
-                 result->requests.size());
-  return collect_run(cfg, policy, *parts, result.value(), cluster.log(),
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                     "serve " + cfg.path + ", policy " + policy.name);
+                 result.requests.size());
+  return result;
 }
 
 }  // namespace slicesched::cli

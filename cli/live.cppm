@@ -4,25 +4,29 @@
 // overhead`. Failures throw std::runtime_error with a one-line message.
 module;
 #include <atomic>
+#include <span>
 #include <string>
 
 #include "executor/torch/runtime.h"
 
 export module slicesched.cli.live;
-export import slicesched.cli.policy;
+export import slicesched.compose.run;
 
 export namespace slicesched::cli {
 
 struct LiveRunOptions {
   const std::atomic<int>* stop = nullptr;  // see EngineOptions::stop
   bool progress = true;
+  double trace_seconds = 60;  // the timeline kept for the Chrome trace
+  bool explain = false;       // record the scheduler's decisions
+  std::span<EngineObserver* const> observers = {};  // watch the run too (the caller's)
 };
 
 // Runs `policy` of `cfg` live on the config's devices and returns what
-// simulate returns for a policy (metrics, requests, log, estimators, the
-// calibration snapshot). Prompts are synthetic token ids from the seed.
-// `prior`: the config's [estimators] prior (read_prior(cfg), read by the
-// caller before anything runs), or null when it has none.
+// simulate returns for a policy (metrics, requests, timeline, estimators,
+// predictions, the calibration snapshot). Prompts are synthetic token ids
+// from the seed. `prior`: the config's [estimators] prior (read_prior(cfg),
+// read by the caller before anything runs), or null when it has none.
 PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, const PluginRegistries& plugins,
                    const CalibrationProfile* prior, const LiveRunOptions& opt = {});
 

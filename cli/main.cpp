@@ -22,6 +22,16 @@ int main(int argc, char** argv) {
   simulate->add_flag("--skip-bad-lines", sim.skip_bad_lines, "Skip and count corrupt trace lines instead of failing");
   simulate->add_option("--trace-seconds", sim.trace_seconds, "Simulated seconds covered by the Chrome traces")
       ->check(CLI::NonNegativeNumber);
+  simulate->add_flag("--explain", sim.explain,
+                     "Record every scheduling round of the traced seconds: decisions.jsonl and the trace's "
+                     "scheduler lane (see `slicesched explain`)");
+
+  slicesched::cli::ExplainOptions explain_opt;
+  auto* explain = app.add_subcommand("explain", "Print the scheduling rounds that placed one request's operators");
+  explain->add_option("dir", explain_opt.dir, "An --out folder written with --explain")->required();
+  explain->add_option("--request", explain_opt.request, "The request's id (its row in requests_<policy>.csv)")
+      ->required();
+  explain->add_option("--policy", explain_opt.policy, "Only this policy's rounds");
 
   slicesched::cli::SweepOptions sweep_opt;
   auto* sweep =
@@ -64,6 +74,7 @@ int main(int argc, char** argv) {
   serve->add_option("--seed", serve_opt.seed, "Override the config's seed");
   serve->add_option("--trace-seconds", serve_opt.trace_seconds, "Seconds covered by the Chrome trace")
       ->check(CLI::PositiveNumber);
+  serve->add_flag("--explain", serve_opt.explain, "Record every scheduling round of the traced seconds, as simulate");
 
   slicesched::cli::BenchSimulatorOptions sim_opt;
   auto* bench_sim =
@@ -126,6 +137,7 @@ int main(int argc, char** argv) {
   try {
     if (demo->parsed()) return slicesched::cli::demo();
     if (simulate->parsed()) return slicesched::cli::simulate(sim);
+    if (explain->parsed()) return slicesched::cli::explain(explain_opt);
     if (sweep->parsed()) return slicesched::cli::sweep(sweep_opt);
     if (sweep_merge->parsed()) return slicesched::cli::sweep_merge(merge_opt);
     if (plan->parsed()) return slicesched::cli::plan(plan_opt);

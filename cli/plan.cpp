@@ -43,7 +43,7 @@ int plan(const PlanOptions& opt) {
     auto cfg = load_config(opt.config, base);
     if (!cfg.ok()) fail(cfg.status().message());
     PluginRegistries plugins;
-    load_plugins(cfg.value(), plugins);
+    check(load_plugins(cfg.value(), plugins));
 
     const std::vector<planning::SweepAxis> axes = {{vary->key.substr(vary->key.find_last_of('.') + 1), vary->key, {}}};
     auto point_at = [&](std::int64_t v) {

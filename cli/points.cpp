@@ -13,6 +13,8 @@ module;
 #include <vector>
 
 module slicesched.cli.points;
+import slicesched.cli.progress;
+import slicesched.cli.report;
 
 namespace slicesched::cli {
 
@@ -35,12 +37,7 @@ PreparedPoint prepare_point(const std::string& config, const std::vector<ConfigO
   p.point = point;
   p.cfg = std::move(cfg).value();
   const std::string where = "point " + std::to_string(point.index) + " (" + describe(axes, point) + ")";
-  for (const std::string& name : filter)
-    if (std::none_of(p.cfg.policies.begin(), p.cfg.policies.end(), [&](auto& q) { return q.name == name; })) {
-      std::string names;
-      for (const auto& q : p.cfg.policies) names += (names.empty() ? "" : ", ") + q.name;
-      fail("no policy named '" + name + "' in " + config + " (policies: " + names + ")");
-    }
+  for (const std::string& name : filter) (void)value_or_fail(find_policy(p.cfg, name));
   bool has_baseline = false;
   for (const auto& q : p.cfg.policies) {
     has_baseline |= q.name == "Static-Online";
@@ -52,8 +49,8 @@ PreparedPoint prepare_point(const std::string& config, const std::vector<ConfigO
   try {
     for (const auto& q : p.cfg.policies)
       if (std::find(p.policies.begin(), p.policies.end(), q.name) != p.policies.end() || p.reference == q.name)
-        check_policies(p.cfg, plugins, q.name);
-    p.truths = load_truths(p.cfg);
+        check(check_policies(p.cfg, plugins, q.name));
+    p.truths = value_or_fail(load_truths(p.cfg));
   } catch (const std::exception& e) {
     fail(where + ": " + e.what());
   }
@@ -126,13 +123,16 @@ std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, co
       const PreparedPoint& p = points[t.point];
       std::optional<PolicyRun> run;
       std::string failure;
-      try {
-        // One run per worker: what-ifs stay on this thread.
-        run =
-            run_offline(p.cfg, *t.policy, plugins, p.truths, {.progress = false, .parallel = false, .keep_log = false});
-      } catch (const std::exception& e) {
-        failure = "point " + std::to_string(p.point.index) + ": " + e.what();
-      }
+      // One run per worker: what-ifs stay on this thread. Only the
+      // figures are kept (no timeline, no request records).
+      auto parts = build_policy(p.cfg, *t.policy, plugins,
+                                {.prior = p.truths.prior ? &*p.truths.prior : nullptr, .parallel = false});
+      auto ran = parts.ok() ? run_offline(p.cfg, *parts.value(), p.truths, {.timeline_s = -1, .keep_requests = false})
+                            : Result<PolicyRun>(parts.status());
+      if (ran.ok())
+        run = std::move(ran).value();
+      else
+        failure = "point " + std::to_string(p.point.index) + ": " + ran.status().message();
       std::lock_guard lock(mu);
       if (!failure.empty()) {
         if (error.empty()) error = failure;

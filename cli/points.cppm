@@ -11,7 +11,7 @@ module;
 #include <vector>
 
 export module slicesched.cli.points;
-export import slicesched.cli.offline;
+export import slicesched.compose.offline;
 export import slicesched.planning.grid;
 
 export namespace slicesched::cli {

@@ -42,7 +42,7 @@ double round6(double v) { return std::round(v * 1e6) / 1e6; }
 
 // What report() writes, relative to --out: named once here, so check_out
 // looks for clashes at exactly the paths that are written.
-const fs::path kSummary = "summary.json", kPlots = "plots";
+const fs::path kSummary = "summary.json", kPlots = "plots", kDecisions = "decisions.jsonl";
 fs::path requests_file(const std::string& policy) { return "requests_" + slug(policy) + ".csv"; }
 fs::path accelerators_file(const std::string& policy) { return "accelerators_" + slug(policy) + ".csv"; }
 fs::path trace_file(const std::string& policy) { return "trace_" + slug(policy) + ".json"; }
@@ -53,8 +53,9 @@ fs::path plot_data(const std::string& figure, const std::string& policy) {
 const char* const kPlotFiles[] = {"throughput.dat",      "plots.gp",        "ttft_cdf.png",
                                   "idle_slices_cdf.png", "utilization.png", "throughput.png"};
 
-std::vector<fs::path> output_files(const std::vector<std::string>& policies) {
+std::vector<fs::path> output_files(const std::vector<std::string>& policies, bool explain) {
   std::vector<fs::path> files{kSummary};
+  if (explain) files.push_back(kDecisions);
   for (const std::string& p : policies)
     for (const fs::path& f : {requests_file(p), accelerators_file(p), trace_file(p), calibration_file(p),
                               plot_data("ttft", p), plot_data("idle", p), plot_data("util", p)})
@@ -97,10 +98,13 @@ std::string csv_field(const std::string& s) {
 
 std::string requests_csv(const PolicyRun& r) {
   std::ostringstream o;
-  o << "tenant,arrival_s,input_tokens,output_tokens,generated,first_token_s,done_s,ttft_s,error\n";
+  // `id` is the request's row (from 0): what decisions.jsonl and
+  // `slicesched explain --request` call it.
+  o << "id,tenant,arrival_s,input_tokens,output_tokens,generated,first_token_s,done_s,ttft_s,error\n";
+  std::size_t id = 0;
   for (const RequestRecord& q : r.requests) {
     auto s = [](Nanos t) { return t < 0 ? std::string() : std::to_string(static_cast<double>(t) / 1e9); };
-    o << r.tenant_names[q.tenant] << ',' << s(q.arrival) << ',' << q.input_tokens << ',' << q.output_tokens << ','
+    o << id++ << ',' << r.tenant_names[q.tenant] << ',' << s(q.arrival) << ',' << q.input_tokens << ',' << q.output_tokens << ','
       << q.generated << ',' << s(q.first_token) << ',' << s(q.done) << ','
       << (q.first_token < 0 ? std::string() : std::to_string(static_cast<double>(q.first_token - q.arrival) / 1e9))
       << ',' << csv_field(q.error) << '\n';
@@ -119,9 +123,12 @@ std::string accelerators_csv(const PolicyRun& r) {
 
 // Chrome trace JSON: one lane per accelerator and per link (source ->
 // destination); slices are named by tenant so Perfetto colours them by
-// tenant. Written straight into one string, not through a JSON document:
-// a large cluster's trace holds hundreds of thousands of slices, and a
-// document of them took gigabytes and seconds.
+// tenant. Beside each accelerator's lane, a "predicted" lane holds where
+// the what-if expected each operator (simulating policies only), and a
+// "scheduler" lane the rounds as instant events (with --explain). Written
+// straight into one string, not through a JSON document: a large
+// cluster's trace holds hundreds of thousands of slices, and a document of
+// them took gigabytes and seconds.
 std::string chrome_trace(const PolicyRun& r, double seconds) {
   const Nanos until = static_cast<Nanos>(seconds * 1e9);
   auto quoted = [](const std::string& s) { return nlohmann::json(s).dump(); };  // escaped
@@ -138,8 +145,34 @@ std::string chrome_trace(const PolicyRun& r, double seconds) {
   std::map<std::pair<AccelId, AccelId>, int> link_lane;
   const int n = static_cast<int>(r.accel_names.size());
   for (int a = 0; a < n; ++a) lane(a, r.accel_names[a]);
+  // Lane ids: accelerators 0..n-1, links from n up, predicted lanes from
+  // 1,000,000 + a, the scheduler at 2,000,000 (apart from any link's).
+  constexpr int kPredicted = 1'000'000, kScheduler = 2'000'000;
+  std::vector<bool> predicted_lane(static_cast<std::size_t>(n), false);
+  if (!r.decisions.empty()) {
+    lane(kScheduler, "scheduler");
+    for (const DecisionLog::Line& d : r.decisions) {
+      if (d.t > until) continue;
+      fmt::format_to(std::back_inserter(out),
+                     R"(,{{"args":{},"cat":"round","name":"round","ph":"i","pid":1,"s":"t","tid":{},"ts":{}}})", d.json,
+                     kScheduler, static_cast<double>(d.t) / 1e3);
+    }
+  }
   for (const RunRecord& x : r.log) {
     if (x.start > until) continue;
+    if (x.to == kNoAccel && x.predicted_start >= 0 && x.predicted_finish >= x.predicted_start &&
+        x.accel < predicted_lane.size()) {
+      if (!predicted_lane[x.accel]) {
+        predicted_lane[x.accel] = true;
+        lane(kPredicted + static_cast<int>(x.accel), r.accel_names[x.accel] + " (predicted)");
+      }
+      fmt::format_to(
+          std::back_inserter(out),
+          R"(,{{"args":{{"op":{},"actual_start_us":{},"actual_finish_us":{}}},"cat":"predicted","dur":{},"name":{},"ph":"X","pid":1,"tid":{},"ts":{}}})",
+          x.op, static_cast<double>(x.start) / 1e3, static_cast<double>(x.finish) / 1e3,
+          static_cast<double>(x.predicted_finish - x.predicted_start) / 1e3, tenants[x.tenant],
+          kPredicted + static_cast<int>(x.accel), static_cast<double>(x.predicted_start) / 1e3);
+    }
     int tid = static_cast<int>(x.accel);
     const char* what = "op";
     if (x.to != kNoAccel) {
@@ -152,9 +185,13 @@ std::string chrome_trace(const PolicyRun& r, double seconds) {
       tid = it->second;
       what = "transfer";
     }
+    std::string args = fmt::format(R"("op":{})", x.op);
+    if (x.predicted_start >= 0 && x.predicted_finish >= 0)
+      fmt::format_to(std::back_inserter(args), R"(,"predicted_start_us":{},"predicted_finish_us":{})",
+                     static_cast<double>(x.predicted_start) / 1e3, static_cast<double>(x.predicted_finish) / 1e3);
     fmt::format_to(std::back_inserter(out),
-                   R"({}{{"args":{{"op":{}}},"cat":"{}","dur":{},"name":{},"ph":"X","pid":1,"tid":{},"ts":{}}})",
-                   first ? "" : ",", x.op, what, static_cast<double>(x.finish - x.start) / 1e3, tenants[x.tenant], tid,
+                   R"({}{{"args":{{{}}},"cat":"{}","dur":{},"name":{},"ph":"X","pid":1,"tid":{},"ts":{}}})",
+                   first ? "" : ",", args, what, static_cast<double>(x.finish - x.start) / 1e3, tenants[x.tenant], tid,
                    static_cast<double>(x.start) / 1e3);
     first = false;
   }
@@ -198,18 +235,8 @@ void plots(const fs::path& dir, const std::vector<PolicyRun>& runs) {
   gp << "set output 'utilization.png'\nset title 'GPU utilization over time (10 s bins)'\nset xlabel 'time (s)'\n"
         "set ylabel 'busy fraction'\nset yrange [0:1]\nplot ";
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    const double bin = 10;
-    std::vector<double> busy(static_cast<std::size_t>(runs[i].metrics.span_s / bin) + 1, 0.0);
-    for (const RunRecord& x : runs[i].log) {
-      if (x.to != kNoAccel) continue;
-      double s = static_cast<double>(x.start) / 1e9, e = static_cast<double>(x.finish) / 1e9;
-      while (s < e) {
-        const auto b = static_cast<std::size_t>(s / bin);
-        const double edge = std::min(e, (static_cast<double>(b) + 1) * bin);
-        if (b < busy.size()) busy[b] += edge - s;
-        s = edge;
-      }
-    }
+    const double bin = RunMetrics::kBusyBinS;
+    const std::vector<double>& busy = runs[i].metrics.busy_bins_s;
     std::ostringstream d;
     for (std::size_t b = 0; b < busy.size(); ++b)
       d << (static_cast<double>(b) + 0.5) * bin << ' '
@@ -257,7 +284,7 @@ void plots(const fs::path& dir, const std::vector<PolicyRun>& runs) {
 
 }  // namespace
 
-void check_out(const std::string& out, const std::vector<std::string>& policies) {
+void check_out(const std::string& out, const std::vector<std::string>& policies, bool explain) {
   const fs::path dir(out);
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
@@ -274,7 +301,7 @@ void check_out(const std::string& out, const std::vector<std::string>& policies)
   if (fs::exists(dir / kPlots, ec) && !fs::is_directory(dir / kPlots, ec))
     throw std::runtime_error("--out " + out + ": " + (dir / kPlots).string() +
                              " exists and is not a folder (expected the plots folder or nothing there)");
-  for (const fs::path& f : output_files(policies))
+  for (const fs::path& f : output_files(policies, explain))
     for (const fs::path& p : {dir / f, fs::path((dir / f).string() + ".tmp")})
       if (fs::is_directory(p, ec))
         throw std::runtime_error("--out " + out + ": " + p.string() +
@@ -331,6 +358,15 @@ nlohmann::json policy_summary(const PolicyRun& r) {
                     {"prior", r.estimator_prior.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.estimator_prior)}};
   for (const auto& e : r.estimators)
     p["estimators"].push_back({{"what", e.what}, {"samples", e.samples}, {"mape_pct", round6(e.mape_pct)}});
+  // The what-if's predictions against what ran, per operator kind (null
+  // for a policy that does not simulate).
+  p["prediction"] = nullptr;
+  for (const PredictionError& e : r.predictions)
+    p["prediction"][e.kind] = {{"ops", e.ops},
+                               {"duration_mape_pct", round6(e.duration_mape_pct)},
+                               {"duration_bias_pct", round6(e.duration_bias_pct)},
+                               {"completion_mape_pct", round6(e.completion_mape_pct)},
+                               {"completion_bias_pct", round6(e.completion_bias_pct)}};
   return p;
 }
 
@@ -340,7 +376,7 @@ double slo_threshold(const std::vector<PolicyRun>& runs) {
   return runs.empty() ? 0 : runs.front().metrics.ttft_p90_s;
 }
 
-void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const SimulateOptions& opt) {
+void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const ReportOptions& opt) {
   const double threshold = slo_threshold(runs);
   for (PolicyRun& r : runs) finish_slo(r.metrics, threshold);
   print_table(runs, threshold);
@@ -350,6 +386,12 @@ void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const Sim
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error(dir.string() + ": cannot create (" + ec.message() + ")");
   write_file(dir / kSummary, summary(cfg, runs, threshold).dump(2) + "\n");
+  if (opt.explain) {
+    std::string lines;
+    for (const PolicyRun& r : runs)
+      for (const DecisionLog::Line& d : r.decisions) (lines += d.json) += '\n';
+    write_file(dir / kDecisions, lines);
+  }
   for (const PolicyRun& r : runs) {
     write_file(dir / requests_file(r.name), requests_csv(r));
     write_file(dir / accelerators_file(r.name), accelerators_csv(r));
@@ -365,8 +407,8 @@ void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const Sim
   }
   plots(dir, runs);
   std::printf(
-      "wrote %s/summary.json, per-policy CSVs, calibration profiles, Chrome traces (open in Perfetto) and plots/\n",
-      dir.string().c_str());
+      "wrote %s/summary.json, per-policy CSVs, calibration profiles, Chrome traces (open in Perfetto)%s and plots/\n",
+      dir.string().c_str(), opt.explain ? ", decisions.jsonl" : "");
 }
 
 }  // namespace slicesched::cli

@@ -21,8 +21,6 @@ import slicesched.core;
 import slicesched.config;
 import slicesched.cli.live;
 import slicesched.cli.report;
-import slicesched.cli.setup;
-import slicesched.cli.policy;
 
 namespace slicesched::cli {
 
@@ -50,21 +48,12 @@ int serve(const ServeOptions& opt) {
   }
   if (opt.seed) cfg->seed = *opt.seed;
   try {
-    const PolicyConfig* policy = nullptr;
-    std::string names;
-    for (const auto& p : cfg->policies) {
-      names += (names.empty() ? "" : ", ") + p.name;
-      if (opt.policy ? p.name == *opt.policy : cfg->policies.size() == 1) policy = &p;
-    }
-    if (!policy)
-      fail(opt.policy ? "no policy named '" + *opt.policy + "' in " + opt.config + " (policies: " + names + ")"
-                      : opt.config + " has " + std::to_string(cfg->policies.size()) +
-                            " policies; pick one with --policy (" + names + ")");
+    const PolicyConfig* policy = value_or_fail(find_policy(cfg.value(), opt.policy));
     // Like simulate: a missing or bad profile stops serve before it starts.
-    const std::optional<CalibrationProfile> prior = read_prior(cfg.value());
+    const std::optional<CalibrationProfile> prior = value_or_fail(read_prior(cfg.value()));
     PluginRegistries plugins;
-    load_plugins(cfg.value(), plugins);
-    if (opt.out) check_out(*opt.out, {policy->name});
+    check(load_plugins(cfg.value(), plugins));
+    if (opt.out) check_out(*opt.out, {policy->name}, opt.explain);
 
     g_stop = 0;
     struct sigaction sa{};
@@ -73,17 +62,15 @@ int serve(const ServeOptions& opt) {
     for (int sig : {SIGINT, SIGTERM}) sigaction(sig, &sa, nullptr);
     LiveRunOptions lopt;
     lopt.stop = &g_stop;
+    lopt.trace_seconds = opt.trace_seconds;
+    lopt.explain = opt.explain;
     std::vector<PolicyRun> runs;
     runs.push_back(run_live(cfg.value(), *policy, plugins, prior ? &*prior : nullptr, lopt));
     // Back to the defaults: a signal while the summary is written ends the
     // process as usual (outputs are replaced atomically: nothing half-written).
     for (int sig : {SIGINT, SIGTERM}) signal(sig, SIG_DFL);
 
-    SimulateOptions ropt;
-    ropt.config = opt.config;
-    ropt.out = opt.out;
-    ropt.trace_seconds = opt.trace_seconds;
-    report(cfg.value(), runs, ropt);
+    report(cfg.value(), runs, {.out = opt.out, .trace_seconds = opt.trace_seconds, .explain = opt.explain});
     std::printf("served %s live in %.1f s wall\n", policy->name.c_str(), runs[0].wall_s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "slicesched: %s\n", e.what());

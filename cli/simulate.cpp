@@ -21,7 +21,8 @@
 
 #include "commands.hpp"
 
-import slicesched.cli.offline;
+import slicesched.compose.offline;
+import slicesched.cli.progress;
 import slicesched.cli.report;
 
 namespace slicesched::cli {
@@ -84,34 +85,36 @@ int simulate(const SimulateOptions& opt) {
     for (auto& t : cfg->tenants) t.stream.trace.skip_bad_lines = true;
   try {
     PluginRegistries plugins;
-    load_plugins(cfg.value(), plugins);
-    const Truths truths = load_truths(cfg.value());
-    // Every policy's plugins are created once up front, so a bad name or
-    // argument stops the run before anything is simulated.
-    check_policies(cfg.value(), plugins, opt.policy);
-
+    check(load_plugins(cfg.value(), plugins));
+    const Truths truths = value_or_fail(load_truths(cfg.value()));
     std::vector<const PolicyConfig*> chosen;
-    for (const auto& p : cfg->policies)
-      if (!opt.policy || *opt.policy == p.name) chosen.push_back(&p);
-    // Every trace is read once up front: a bad one is one error, before
-    // anything runs, not one per policy.
-    for (const TenantConfig& t : cfg->tenants)
-      if (t.stream.kind == StreamConfig::Kind::kTrace &&
-          std::any_of(chosen.begin(), chosen.end(), [&](const PolicyConfig* p) {
-            return std::find(p->tenants.begin(), p->tenants.end(), t.name) != p->tenants.end();
-          }))
-        (void)make_stream(t, cfg->seed);
-    if (chosen.empty()) {
-      std::string names;
-      for (const auto& p : cfg->policies) names += (names.empty() ? "" : ", ") + p.name;
-      fail("no policy named '" + *opt.policy + "' in " + opt.config + " (policies: " + names + ")");
-    }
+    if (opt.policy)
+      chosen.push_back(value_or_fail(find_policy(cfg.value(), opt.policy)));
+    else
+      for (const auto& p : cfg->policies) chosen.push_back(&p);
     // So is an --out the results could not be written to.
     if (opt.out) {
       std::vector<std::string> names;
       for (const PolicyConfig* p : chosen) names.push_back(p->name);
-      check_out(*opt.out, names);
+      check_out(*opt.out, names, opt.explain);
     }
+    // Every policy is built up front (side by side: each reads its
+    // streams), once: a bad plugin name or argument, a bad trace or a
+    // cluster the model does not fit stops the command before anything is
+    // simulated, with the first policy's error.
+    std::vector<std::unique_ptr<PolicyParts>> parts(chosen.size());
+    std::vector<Status> built(chosen.size());
+    const bool parallel_whatifs = chosen.size() == 1;  // several policies: one per core instead
+    tbb::parallel_for(std::size_t{0}, chosen.size(), [&](std::size_t k) {
+      auto made = build_policy(cfg.value(), *chosen[k], plugins,
+                               {.prior = truths.prior ? &*truths.prior : nullptr, .parallel = parallel_whatifs});
+      if (made.ok())
+        parts[k] = std::move(made).value();
+      else
+        built[k] = made.status();
+    });
+    for (const Status& s : built) check(s);
+
     const StopSignals signals;
     const auto t0 = std::chrono::steady_clock::now();
     // A policy that fails does not take the others' results with it: its
@@ -119,18 +122,21 @@ int simulate(const SimulateOptions& opt) {
     // what finished is reported and written before the command fails.
     std::vector<std::optional<PolicyRun>> runs(chosen.size());
     std::vector<std::string> failures(chosen.size());
-    auto run_one = [&](std::size_t k, OfflineRunOptions ro) {
+    auto run_one = [&](std::size_t k, RecordOptions ro) {
       ro.stop = &g_stop;
-      try {
-        runs[k] = run_offline(cfg.value(), *chosen[k], plugins, truths, ro);
-      } catch (const Interrupted&) {
-        // (reported once, below)
-      } catch (const std::exception& e) {
-        failures[k] = e.what();
-      }
+      ro.timeline_s = opt.trace_seconds;
+      ro.decisions = opt.explain;
+      ro.origin = "simulate " + cfg->path + ", policy " + chosen[k]->name;
+      auto run = run_offline(cfg.value(), *parts[k], truths, ro);
+      parts[k].reset();  // what a run held is not needed for the report
+      if (!run.ok())
+        failures[k] = run.status().message();
+      else if (!run->interrupted)
+        runs[k] = std::move(run).value();
     };
     if (chosen.size() == 1) {
-      run_one(0, OfflineRunOptions{});
+      run_one(0, {.progress = progress_printer(chosen[0]->name)});
+      if (stderr_is_tty()) std::fprintf(stderr, "\n");
     } else {
       // Policies run side by side, one per core (each with serial
       // what-ifs), under one progress line over all of them.
@@ -152,8 +158,8 @@ int simulate(const SimulateOptions& opt) {
           std::fprintf(stderr, "  %zu policies: %d%%\n", chosen.size(), pct);
       };
       tbb::parallel_for(std::size_t{0}, chosen.size(), [&](std::size_t k) {
-        OfflineRunOptions ro{.parallel = false};
-        ro.on_progress = [&, k](Nanos, std::size_t d, std::size_t total) {
+        RecordOptions ro;
+        ro.progress = [&, k](Nanos, std::size_t d, std::size_t total) {
           done[k].store(total ? static_cast<double>(d) / static_cast<double>(total) : 1.0, std::memory_order_relaxed);
           report_progress();
         };
@@ -169,7 +175,8 @@ int simulate(const SimulateOptions& opt) {
     std::vector<PolicyRun> finished;
     for (auto& r : runs)
       if (r) finished.push_back(std::move(*r));
-    if (!finished.empty()) report(cfg.value(), finished, opt);
+    if (!finished.empty())
+      report(cfg.value(), finished, {.out = opt.out, .trace_seconds = opt.trace_seconds, .explain = opt.explain});
     std::size_t failed = 0;
     for (std::size_t k = 0; k < failures.size(); ++k)
       if (!failures[k].empty()) {

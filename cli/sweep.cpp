@@ -175,7 +175,7 @@ int sweep(const SweepOptions& opt) {
     if (!base.ok()) fail(base.status().message());
     check_out(opt.out);
     PluginRegistries plugins;
-    load_plugins(base.value(), plugins);
+    check(load_plugins(base.value(), plugins));
 
     const auto grid = planning::expand(axes);
     const auto mine = planning::select(grid, shard);

@@ -1,6 +1,8 @@
 // Where issued operators run: the emulated cluster (offline) or the live
 // executors. The engine drives either through this interface, so scheduling,
-// feedback and metrics are the same code in both modes.
+// feedback and metrics are the same code in both modes. A backend reports
+// what happened only as Feedback; what is recorded for users (intervals,
+// utilization, traces) is the engine observers' business, not the backend's.
 module;
 #include <cstdint>
 #include <string>
@@ -32,6 +34,11 @@ struct Feedback {
   // input or its accelerator is gone. The work is to be redone elsewhere,
   // not given up.
   bool lost = false;
+  // When it started on the backend's clock (an operator on `from`, a
+  // transfer on the link from -> to), so [start, t] is the interval it
+  // occupied; -1 when it never ran (lost while queued). In live mode
+  // `measured` is timed inside the worker and may be shorter.
+  Nanos start = -1;
 };
 
 // What one iteration of a tenant computes, for backends that run real
@@ -47,15 +54,6 @@ struct IterationPlan {
   std::vector<Seq> seqs;
 };
 
-// One interval of work, for utilization, idle slices and traces.
-struct RunRecord {
-  OpId op = kNoOp;
-  std::uint32_t tenant = 0;
-  AccelId accel = kNoAccel;  // the accelerator, or a transfer's source
-  AccelId to = kNoAccel;     // a transfer's destination; kNoAccel for an operator
-  Nanos start = 0, finish = 0;
-};
-
 // Called from the engine thread only.
 class Backend {
  public:
@@ -68,8 +66,6 @@ class Backend {
   // Moves to `t`, appending every completion up to and including `t`.
   virtual Status advance_to(Nanos t, std::vector<Feedback>& out) = 0;
   virtual Nanos now() const = 0;
-  // Every operator and transfer interval so far.
-  virtual const std::vector<RunRecord>& log() const = 0;
   // Whether the backend computes real values and so needs on_iteration()
   // (and the tenants need token ids). Timing-only backends say false.
   virtual bool wants_plans() const { return false; }

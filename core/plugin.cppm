@@ -58,7 +58,7 @@ struct Candidate {
 // What the what-if simulation predicted for one candidate (filled by the
 // scheduler).
 struct Outcome {
-  bool feasible = false;         // false: predicted to exceed HBM, or dominated
+  bool feasible = false;         // false: see why
   std::vector<Nanos> finish;     // per batch op, absolute; -1: past the horizon
   double mean_completion_s = 0;  // mean over batch ops of finish - now
   double makespan_s = 0;
@@ -66,6 +66,19 @@ struct Outcome {
   // longer beat another feasible candidate (feasible is false and finish
   // is empty). Never set for a policy whose objective() is kNone.
   bool dominated = false;
+  std::vector<Nanos> start;  // per batch op, absolute, as finish
+  // Why it is not feasible (kNone when it is).
+  enum class Why : std::uint8_t {
+    kNone,
+    kNotSimulated,  // the policy needs no simulation
+    kOutOfMemory,   // predicted to exceed HBM: at_op's allocation on at_accel
+    kNotPlaceable,  // at_op may not go on at_accel (weights absent, accelerator lost or unknown)
+    kMalformed,     // not one accelerator per batch operator, or the batch cannot be issued as is
+    kDominated,     // see dominated
+  };
+  Why why = Why::kNotSimulated;
+  OpId at_op = kNoOp;
+  AccelId at_accel = kNoAccel;
 };
 
 // Turns a batch into the candidate placements a round tries. Not

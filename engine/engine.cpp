@@ -2,6 +2,7 @@ module;
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,11 +35,47 @@ Status Engine::apply_faults(Nanos now) {
     lost_names_ += gmg_.accels()[f.accel].name + " at " + std::to_string(static_cast<double>(now) / 1e9) + " s";
     for (const Feedback& x : lost)
       if (Status s = apply(x); !s.ok()) return s;
+    flush_requests();
   }
   return Status::Ok();
 }
 
+void Engine::flush_requests() {
+  for (const RequestEvent& e : request_events_)
+    for (EngineObserver* o : observers_) o->on_request(e, tenants_[e.tenant].records()[e.request]);
+  request_events_.clear();
+}
+
+void Engine::on_decision(const Gmg& gmg, const Decision& d) {
+  if (d.pick) {
+    const Outcome& o = d.outcomes[*d.pick];
+    for (std::size_t i = 0; i < d.batch->ops.size(); ++i) {
+      const OpId op = d.batch->ops[i];
+      if (op >= issued_.size()) issued_.resize(std::max<std::size_t>(op + 1, issued_.size() * 2));
+      issued_[op] = {d.now, o.feasible ? o.start[i] : -1, o.feasible ? o.finish[i] : -1};
+    }
+  }
+  for (EngineObserver* x : observers_) x->on_decision(gmg, d);
+}
+
 Status Engine::apply(const Feedback& f) {
+  for (EngineObserver* o : observers_) o->on_feedback(gmg_, f);
+  if (f.start >= 0 && !observers_.empty()) {
+    const OpRecord& r = gmg_.op(f.op);
+    RunRecord rec{.op = f.op, .tenant = r.tenant, .start = f.start, .finish = f.t, .kind = r.kind, .failed = f.failed};
+    if (f.kind == Feedback::Kind::kTransfer) {
+      rec.accel = f.from;
+      rec.to = f.to;
+    } else {
+      rec.accel = r.accel;
+      if (f.op < issued_.size()) {
+        rec.issued = issued_[f.op].at;
+        rec.predicted_start = issued_[f.op].predicted_start;
+        rec.predicted_finish = issued_[f.op].predicted_finish;
+      }
+    }
+    for (EngineObserver* o : observers_) o->on_finish(rec);
+  }
   if (f.kind == Feedback::Kind::kTransfer) {
     if (Status s = gmg_.complete_transfer(f.src, f.op, f.t); !s.ok()) return s;
     return est_.observe_transfer(f.from, f.to, static_cast<std::uint64_t>(f.bytes),
@@ -74,17 +111,23 @@ std::string Engine::deadlock_cause() const {
          std::to_string(scheduler_.stats().deferred) + " deferral(s) in all";
 }
 
-Result<EngineResult> Engine::run(const ProgressFn& progress) {
-  std::size_t total = 0;
-  for (const Tenant& t : tenants_) total += t.records().size();
+Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
+  observers_ = observers;
+  const bool iterations =
+      std::any_of(observers.begin(), observers.end(), [](const EngineObserver* o) { return o->iterations(); });
+  for (Tenant& t : tenants_) t.set_events(observers.empty() ? nullptr : &request_events_, iterations);
+  if (!observers.empty()) scheduler_.on_decision([this](const Gmg& gmg, const Decision& d) { on_decision(gmg, d); });
+  // Whatever way run() ends, nothing keeps pointing into this call's frame.
+  struct Detach {
+    Engine& e;
+    ~Detach() {
+      for (Tenant& t : e.tenants_) t.set_events(nullptr, false);
+      e.scheduler_.on_decision({});
+      e.observers_ = {};
+    }
+  } detach{*this};
   std::vector<Feedback> feedback;
   Nanos now = backend_.now();
-  std::size_t last_reported = 0;
-  auto done_count = [&] {
-    std::size_t n = 0;
-    for (const Tenant& t : tenants_) n += t.done();
-    return n;
-  };
   const bool plans = backend_.wants_plans();
   bool interrupted = false;
   for (;;) {
@@ -94,6 +137,7 @@ Result<EngineResult> Engine::run(const ProgressFn& progress) {
       break;
     }
     if (Status s = apply_faults(now); !s.ok()) return s;
+    gmg_.advance_clock(now);  // (iterations started now are stamped now)
     for (Tenant& t : tenants_) {
       if (stop == 0) t.deliver_arrivals(now);
       auto started = t.start_iterations(gmg_);
@@ -103,11 +147,14 @@ Result<EngineResult> Engine::run(const ProgressFn& progress) {
         for (auto& [instance, plan] : t.take_plans())
           if (Status s = backend_.on_iteration(instance, std::move(plan)); !s.ok()) return s;
     }
+    flush_requests();
     gmg_.retire();
     auto issued = scheduler_.schedule(gmg_, now);
     if (!issued.ok()) return issued.status();
-    for (OpId op : issued.value())
+    for (OpId op : issued.value()) {
+      for (EngineObserver* o : observers_) o->on_issue(gmg_, op, now);
       if (Status s = backend_.submit(gmg_, op); !s.ok()) return s;
+    }
 
     Nanos next = backend_.next_event();
     if (stop == 0)
@@ -127,6 +174,7 @@ Result<EngineResult> Engine::run(const ProgressFn& progress) {
         // accelerator. Those requests fail, with the reason.
         const std::string why = "no placement left that can run it (lost: " + lost_names_ + ")";
         for (Tenant& t : tenants_) t.fail_unfinished(why, now);
+        flush_requests();
         break;
       }
       if (stop == 1 && std::all_of(tenants_.begin(), tenants_.end(), [](const Tenant& t) { return t.idle(); })) {
@@ -149,13 +197,7 @@ Result<EngineResult> Engine::run(const ProgressFn& progress) {
     now = backend_.now();
     for (const Feedback& f : feedback)
       if (Status s = apply(f); !s.ok()) return s;
-    if (progress && !feedback.empty()) {
-      const std::size_t done = done_count();
-      if (done == total || (done - last_reported) * 100 >= total) {
-        progress(now, done, total);
-        last_reported = done;
-      }
-    }
+    flush_requests();
   }
   EngineResult result;
   for (const Tenant& t : tenants_)

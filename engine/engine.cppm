@@ -1,11 +1,12 @@
 // The engine: one loop for both modes. Tenants turn requests into graph
 // instances, the scheduler places them, the backend (emulated cluster or
 // live executors) runs them, and feedback flows back into the GMG, the
-// estimators and the tenants.
+// estimators and the tenants. Observers (engine.observer) see it happen.
 module;
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@ export module slicesched.engine;
 export import slicesched.engine.tenant;
 export import slicesched.engine.scheduler;
 export import slicesched.core.backend;
+export import slicesched.engine.observer;
 
 export namespace slicesched {
 
@@ -51,9 +53,6 @@ struct EngineResult {
   std::size_t lost_ops = 0, rebuilt_sequences = 0;
 };
 
-// Progress: (now, requests done, requests total), called about every 1 %.
-using ProgressFn = std::function<void(Nanos, std::size_t, std::size_t)>;
-
 // Owns nothing; every argument must outlive run(). Not thread-safe.
 class Engine {
  public:
@@ -62,11 +61,16 @@ class Engine {
   Engine(Gmg& gmg, std::vector<Tenant>& tenants, Scheduler& scheduler, Estimator& estimator, Backend& backend,
          EngineOptions opt = {});
   // Runs to the end; fails with a one-line reason if the cluster deadlocks
-  // (work left that nothing can place or run) or a component fails.
-  Result<EngineResult> run(const ProgressFn& progress = {});
+  // (work left that nothing can place or run) or a component fails. Every
+  // observer sees every event of the run, in order (see EngineObserver);
+  // they are the caller's and must outlive the call. Run once.
+  Result<EngineResult> run(std::span<EngineObserver* const> observers = {});
 
  private:
   Status apply(const Feedback& f);
+  // Hands the request events the tenants recorded to the observers.
+  void flush_requests();
+  void on_decision(const Gmg& gmg, const Decision& d);
   Status apply_faults(Nanos now);
   // Why the operators still waiting cannot be placed, from the scheduler's
   // last round (a hint in the deadlock error).
@@ -81,6 +85,14 @@ class Engine {
   std::size_t next_fault_ = 0, lost_ops_ = 0;
   std::string lost_names_;      // "gpu3 at 600.000 s, ..." for failure reasons
   std::size_t down_count_ = 0;  // accelerators lost now
+  std::span<EngineObserver* const> observers_;
+  std::vector<RequestEvent> request_events_;
+  // Per OpId (slots are reused; rewritten at each issue): when it was
+  // issued and the what-if's prediction for the placement picked.
+  struct Issued {
+    Nanos at = -1, predicted_start = -1, predicted_finish = -1;
+  };
+  std::vector<Issued> issued_;
 };
 
 }  // namespace slicesched

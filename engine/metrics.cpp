@@ -19,12 +19,19 @@ double percentile(const std::vector<double>& v, double p) {
 
 RunMetrics compute_metrics(const std::string& policy, const EngineResult& result, const std::vector<RunRecord>& log,
                            std::size_t accelerators, const std::vector<bool>& online, double window_s) {
+  IntervalRecorder intervals(accelerators);
+  for (const RunRecord& r : log) intervals.add(r);
+  return compute_metrics(policy, result.requests, intervals, online, window_s);
+}
+
+RunMetrics compute_metrics(const std::string& policy, const std::vector<RequestRecord>& requests,
+                           const IntervalRecorder& intervals, const std::vector<bool>& online, double window_s) {
   RunMetrics m;
   m.policy = policy;
   Nanos last = 0;
   double tpot_sum = 0;
   std::size_t tpot_n = 0;
-  for (const RequestRecord& r : result.requests) {
+  for (const RequestRecord& r : requests) {
     ++m.requests_total;
     m.tokens_generated += r.generated;
     const bool is_online = r.tenant < online.size() && online[r.tenant];
@@ -54,13 +61,27 @@ RunMetrics compute_metrics(const std::string& policy, const EngineResult& result
   // Busy time and idle slices from the operator intervals (not transfers).
   // Inside a measurement window, work is clipped to it.
   const Nanos clip = window_s > 0 ? static_cast<Nanos>(window_s * 1e9) : INT64_MAX;
+  const std::size_t accelerators = intervals.intervals().size();
   std::vector<std::vector<std::pair<Nanos, Nanos>>> per(accelerators);
-  for (const RunRecord& r : log)
-    if (r.to == kNoAccel && r.accel < accelerators && r.start < clip) {
-      per[r.accel].push_back({r.start, std::min(r.finish, clip)});
-      last = std::max(last, r.finish);
-    }
+  for (std::size_t a = 0; a < accelerators; ++a)
+    for (const auto& [start, finish] : intervals.intervals()[a])
+      if (start < clip) {
+        per[a].push_back({start, std::min(finish, clip)});
+        last = std::max(last, finish);
+      }
   m.span_s = window_s > 0 ? window_s : static_cast<double>(last) / 1e9;
+  // Utilization over time, unclipped: the bins cover the span.
+  m.busy_bins_s.assign(static_cast<std::size_t>(m.span_s / RunMetrics::kBusyBinS) + 1, 0.0);
+  for (const auto& v : intervals.intervals())
+    for (const auto& [start, finish] : v) {
+      double s = static_cast<double>(start) / 1e9, e = static_cast<double>(finish) / 1e9;
+      while (s < e) {
+        const auto b = static_cast<std::size_t>(s / RunMetrics::kBusyBinS);
+        const double edge = std::min(e, (static_cast<double>(b) + 1) * RunMetrics::kBusyBinS);
+        if (b < m.busy_bins_s.size()) m.busy_bins_s[b] += edge - s;
+        s = edge;
+      }
+    }
   m.accel_busy_s.assign(accelerators, 0);
   double busy = 0;
   for (std::size_t a = 0; a < accelerators; ++a) {

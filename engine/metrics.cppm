@@ -4,6 +4,7 @@
 module;
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 export module slicesched.engine.metrics;
@@ -25,6 +26,27 @@ struct RunMetrics {
   std::vector<double> online_ttft_s;  // sorted
   std::vector<double> idle_slices_s;  // sorted gaps between operators on each accelerator
   std::vector<double> accel_busy_s;   // per accelerator
+  // Operator time of all accelerators per kBusyBinS-second bin from time
+  // 0 through the span (utilization over time; not clipped to a window).
+  static constexpr double kBusyBinS = 10;
+  std::vector<double> busy_bins_s;
+};
+
+// What compute_metrics needs of a run's timeline: every operator interval,
+// per accelerator (16 bytes each, whatever the run's length; transfers are
+// not kept). An engine observer; not thread-safe.
+class IntervalRecorder final : public EngineObserver {
+ public:
+  explicit IntervalRecorder(std::size_t accelerators) : per_(accelerators) {}
+  void on_finish(const RunRecord& r) override { add(r); }
+  // Keeps `r` when it is an operator on a known accelerator.
+  void add(const RunRecord& r) {
+    if (r.to == kNoAccel && r.accel < per_.size()) per_[r.accel].push_back({r.start, r.finish});
+  }
+  const std::vector<std::vector<std::pair<Nanos, Nanos>>>& intervals() const { return per_; }
+
+ private:
+  std::vector<std::vector<std::pair<Nanos, Nanos>>> per_;
 };
 
 // Linear-interpolated percentile (p in [0, 100]) of sorted values; 0 if empty.
@@ -33,6 +55,9 @@ double percentile(const std::vector<double>& sorted, double p);
 // `online[t]` tells whether tenant t is SLO-bound. With `window_s` > 0 the
 // rates are per second of that window (requests done inside it); otherwise
 // per second of the span up to the last completion.
+RunMetrics compute_metrics(const std::string& policy, const std::vector<RequestRecord>& requests,
+                           const IntervalRecorder& intervals, const std::vector<bool>& online, double window_s = -1);
+// The same from a whole log (operators and transfers) on `accelerators`.
 RunMetrics compute_metrics(const std::string& policy, const EngineResult& result, const std::vector<RunRecord>& log,
                            std::size_t accelerators, const std::vector<bool>& online, double window_s = -1);
 

@@ -124,7 +124,10 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
   auto one = [&](std::size_t c, std::int64_t& bound) {
     if (ws.same_as[c] != kNoCandidate) return;
     Outcome& o = out[c];
-    if (!batch_ok || cands[c].accel.size() != batch.ops.size()) return;  // malformed candidate: infeasible
+    if (!batch_ok || cands[c].accel.size() != batch.ops.size()) {  // malformed candidate: infeasible
+      o.why = Outcome::Why::kMalformed;
+      return;
+    }
     Workers::Worker& w = workers_->local.local();
     if (opt_.arbiter && !w.arbiter) {
       auto made = opt_.arbiter();
@@ -135,7 +138,12 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
       w.arbiter = std::move(made).value();
     }
     for (std::size_t i = 0; i < batch.ops.size(); ++i)
-      if (!gmg.placeable(batch.ops[i], cands[c].accel[i])) return;  // e.g. weights not resident
+      if (!gmg.placeable(batch.ops[i], cands[c].accel[i])) {  // e.g. weights not resident
+        o.why = Outcome::Why::kNotPlaceable;
+        o.at_op = batch.ops[i];
+        o.at_accel = cands[c].accel[i];
+        return;
+      }
     // The batch is simulated as issued, without copying the GMG; what every
     // candidate shares is built once per round on each thread.
     if (w.prepared_round != ws.round) {
@@ -149,16 +157,25 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
         cands[c].accel, {.horizon = opt_.horizon, .arbiter = w.arbiter.get(), .dominated_above = prune ? bound : -1});
     if (r.dominated) {
       o.dominated = true;
+      o.why = Outcome::Why::kDominated;
       return;
     }
-    if (!r.feasible()) return;
+    if (!r.feasible()) {
+      o.why = Outcome::Why::kOutOfMemory;
+      o.at_op = r.oom->op;
+      o.at_accel = r.oom->accel;
+      return;
+    }
     o.feasible = true;
+    o.why = Outcome::Why::kNone;
+    o.start.resize(batch.ops.size());
     o.finish.resize(batch.ops.size());
     double sum = 0, worst = 0;
     std::int64_t sum_ns = 0;
     const Nanos end = opt_.horizon >= 0 ? now + opt_.horizon : r.end;
     for (std::size_t i = 0; i < batch.ops.size(); ++i) {
       const Nanos f = r.finish_of(batch.ops[i]);
+      o.start[i] = r.start_of(batch.ops[i]);
       o.finish[i] = f;
       const Nanos done = (f < 0 ? end : f) - now;  // past the horizon: at its end
       sum_ns += done;
@@ -257,7 +274,10 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
       return std::any_of(c.accel.begin(), c.accel.end(),
                          [&](AccelId a) { return a < gmg.accels().size() && gmg.is_down(a); });
     };
-    if (!pick || *pick >= cands.size() || cands[*pick].accel.size() != batch.ops.size() || lost(cands[*pick])) {
+    const bool issuable =
+        pick && *pick < cands.size() && cands[*pick].accel.size() == batch.ops.size() && !lost(cands[*pick]);
+    if (!issuable) {
+      if (on_decision_) on_decision_(gmg, {now, &batch, cands, outcomes, policy_.needs_simulation(), std::nullopt});
       ++stats_.deferred;
       deferred.push_back(seed);
       Deferral d{.tenant = batch.tenant,
@@ -275,6 +295,7 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
         return Status(s.code(), "scheduler: candidate '" + cands[*pick].label + "': " + s.message());
       issued.push_back(batch.ops[i]);
     }
+    if (on_decision_) on_decision_(gmg, {now, &batch, cands, outcomes, policy_.needs_simulation(), pick});
   }
   return issued;
 }

@@ -8,11 +8,13 @@ module;
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 export module slicesched.engine.scheduler;
 export import slicesched.core;
 export import slicesched.core.plugin;
+export import slicesched.engine.observer;
 import slicesched.simulator.global;
 
 export namespace slicesched {
@@ -71,6 +73,10 @@ class Scheduler {
   const RoundStats& stats() const { return stats_; }
   // The batches deferred in the latest schedule() call, in round order.
   const std::vector<Deferral>& last_deferrals() const { return last_deferrals_; }
+  // Called at the end of every round that had a batch (issued or
+  // deferred), on the scheduler's thread; null: nobody listens.
+  using DecisionFn = std::function<void(const Gmg&, const Decision&)>;
+  void on_decision(DecisionFn fn) { on_decision_ = std::move(fn); }
 
  private:
   Batch collect(const Gmg& gmg, OpId seed) const;
@@ -84,6 +90,7 @@ class Scheduler {
   SchedulerOptions opt_;
   RoundStats stats_;
   std::vector<Deferral> last_deferrals_;
+  DecisionFn on_decision_;
   struct Workers;
   std::unique_ptr<Workers> workers_;
 };

@@ -26,7 +26,10 @@ Tenant::Tenant(std::uint32_t id, TenantSpec spec, TemplateId tmpl)
 Nanos Tenant::next_arrival() const { return next_request_ < records_.size() ? records_[next_request_].arrival : -1; }
 
 void Tenant::deliver_arrivals(Nanos t) {
-  while (next_request_ < records_.size() && records_[next_request_].arrival <= t) waiting_.push_back(next_request_++);
+  while (next_request_ < records_.size() && records_[next_request_].arrival <= t) {
+    event(RequestEvent::Kind::kArrived, next_request_, records_[next_request_].arrival);
+    waiting_.push_back(next_request_++);
+  }
 }
 
 bool Tenant::finished() const { return done_ == records_.size(); }
@@ -122,6 +125,8 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   for (OpId op : inst->ops)
     if (gmg.op(op).retained_bytes > 0) lane.kv_ops.push_back(op);
   lane.head = inst->ops.back();  // topological order: the head is last
+  if (iteration_events_)
+    for (const Seq& q : lane.running) event(RequestEvent::Kind::kIteration, q.request, gmg.now(), inst->id);
   if (prompts_) {
     IterationPlan plan;
     plan.tenant = id_;
@@ -171,6 +176,7 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
         r.error = error.empty() ? "operator failed" : error;
         r.done = t;
         ++done_;
+        event(RequestEvent::Kind::kFailed, s.request, t);
       }
       drop_iteration(lane, gmg);
       return;
@@ -182,7 +188,10 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
       if (prompts_) r.tokens.push_back(f.tokens[i]);
       ++i;
       if (s.prefill) {
-        if (r.first_token < 0) r.first_token = t;  // (a rebuilt sequence keeps its first token's time)
+        if (r.first_token < 0) {  // (a rebuilt sequence keeps its first token's time)
+          r.first_token = t;
+          event(RequestEvent::Kind::kFirstToken, s.request, t);
+        }
         s.context = r.input_tokens + redo_[s.request];
         redo_[s.request] = 0;
         s.prefill = false;
@@ -192,6 +201,7 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
       if (++r.generated >= r.output_tokens) {
         r.done = t;
         ++done_;
+        event(RequestEvent::Kind::kDone, s.request, t);
       } else {
         still.push_back(s);
       }
@@ -218,6 +228,7 @@ void Tenant::fail_unfinished(const std::string& reason, Nanos t) {
     r.error = reason;
     r.done = t;
     ++done_;
+    event(RequestEvent::Kind::kFailed, i, t);
   };
   for (std::size_t i : waiting_) fail(i);
   waiting_.clear();

@@ -47,6 +47,24 @@ struct RequestRecord {
   std::string error;
 };
 
+// Something that happened to one request. `request` indexes the tenant's
+// records (Tenant::records()).
+struct RequestEvent {
+  enum class Kind : std::uint8_t {
+    kArrived,     // delivered to the tenant's queue
+    kIteration,   // part of iteration `instance` (a prefill or a decode step)
+    kFirstToken,  // its first output token was sampled
+    kDone,        // finished every output token
+    kFailed,      // ended with an error (RequestRecord::error)
+  };
+  Kind kind = Kind::kArrived;
+  std::uint32_t tenant = 0;
+  std::uint32_t request = 0;
+  Nanos t = 0;
+  InstanceId instance = 0;  // kIteration only
+};
+
+
 // Token ids of request `request`'s prompt of `n` tokens (live mode).
 using PromptFn = std::function<std::vector<std::int64_t>(std::uint64_t request, std::int64_t n)>;
 
@@ -83,6 +101,13 @@ class Tenant {
   void set_prompts(PromptFn prompts) { prompts_ = std::move(prompts); }
   // The plans of the iterations started since the last call.
   std::vector<std::pair<InstanceId, IterationPlan>> take_plans() { return std::exchange(plans_, {}); }
+  // From now on, what happens to requests is appended to `sink` (null:
+  // nothing is recorded); kIteration events only with `iterations`. The
+  // sink is the caller's and must outlive the tenant's use of it.
+  void set_events(std::vector<RequestEvent>* sink, bool iterations) {
+    events_ = sink;
+    iteration_events_ = iterations;
+  }
   // True once every request arrived and finished.
   bool finished() const;
   // No iteration in flight and nobody waiting (arrivals may still come).
@@ -120,6 +145,11 @@ class Tenant {
   std::vector<std::int64_t> redo_;  // per request: generated tokens its next prefill recomputes
   PromptFn prompts_;
   std::vector<std::pair<InstanceId, IterationPlan>> plans_;
+  std::vector<RequestEvent>* events_ = nullptr;
+  bool iteration_events_ = false;
+  void event(RequestEvent::Kind kind, std::size_t request, Nanos t, InstanceId instance = 0) {
+    if (events_) events_->push_back({kind, id_, static_cast<std::uint32_t>(request), t, instance});
+  }
 };
 
 }  // namespace slicesched

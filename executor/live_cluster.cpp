@@ -38,8 +38,7 @@ LiveCluster::LiveCluster(std::vector<std::int64_t> budgets, OpRunner& runner, Tr
       send_busy_(budget_.size(), 0),
       recv_busy_(budget_.size(), 0),
       used_(budget_.size(), 0),
-      peak_(budget_.size(), 0),
-      busy_(budget_.size(), 0) {
+      peak_(budget_.size(), 0) {
   for (std::size_t a = 0; a < budget_.size(); ++a) {
     work_cv_.push_back(std::make_unique<std::condition_variable>());
     recv_cv_.push_back(std::make_unique<std::condition_variable>());
@@ -127,7 +126,6 @@ Status LiveCluster::submit(const Gmg& gmg, OpId op) {
   Task& t = tasks_[id];
   t.op = op;
   t.seq = r.issue_seq;
-  t.tenant = r.tenant;
   t.accel = r.accel;
   t.key = queue_key(r.priority, r.issue_seq);
   t.prepared = std::move(prepared).value();
@@ -316,7 +314,7 @@ void LiveCluster::worker(AccelId a) {
     d.feedback.from = a;
     d.feedback.t = finish;
     d.feedback.measured = finish - start;
-    d.record = {t.op, t.tenant, a, kNoAccel, start, finish};
+    d.feedback.start = start;
     if (result.ok()) {
       OpResult& res = result.value();
       h.output = std::move(res.output);
@@ -388,7 +386,7 @@ void LiveCluster::receiver(AccelId a) {
     d.feedback.bytes = bytes;
     d.feedback.t = finish;
     d.feedback.measured = finish - start;
-    d.record = {t.op, t.tenant, xf.from, a, start, finish};
+    d.feedback.start = start;
     if (copy.ok()) {
       used_[a] += copy->bytes - bytes;  // the real size, if it differs
       peak_[a] = std::max(peak_[a], used_[a]);
@@ -486,11 +484,7 @@ Status LiveCluster::advance_to(Nanos t, std::vector<Feedback>& out) {
   }
   if (!fault_.empty()) return Internal("live cluster: " + fault_);
   for (Done& d : done_) {
-    if (d.feedback.kind == Feedback::Kind::kOp) {
-      --live_;
-      busy_[d.record.accel] += d.record.finish - d.record.start;
-    }
-    log_.push_back(d.record);
+    if (d.feedback.kind == Feedback::Kind::kOp) --live_;
     out.push_back(std::move(d.feedback));
   }
   sweep_due_ = !done_.empty();

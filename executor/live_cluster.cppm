@@ -79,7 +79,6 @@ class LiveCluster final : public Backend {
   void set_interrupt(const std::atomic<int>* flag) { interrupt_ = flag; }
   // Wall-clock nanoseconds since construction.
   Nanos now() const override;
-  const std::vector<RunRecord>& log() const override { return log_; }
   bool wants_plans() const override { return true; }
   Status on_iteration(InstanceId instance, IterationPlan plan) override;
 
@@ -90,8 +89,6 @@ class LiveCluster final : public Backend {
   std::int64_t used(AccelId a) const;
   std::int64_t peak(AccelId a) const;
   std::int64_t budget(AccelId a) const { return budget_[a]; }
-  // Busy nanoseconds per accelerator (operators only).
-  const std::vector<Nanos>& busy() const { return busy_; }
   // Receives refused for memory, and operators that had to wait for memory.
   std::size_t refused_receives() const;
   std::size_t memory_waits() const;
@@ -104,7 +101,6 @@ class LiveCluster final : public Backend {
   struct Task {
     OpId op = kNoOp;
     std::uint64_t seq = 0;
-    std::uint32_t tenant = 0;
     AccelId accel = kNoAccel;
     std::uint64_t key = 0;
     std::shared_ptr<const void> prepared;
@@ -134,7 +130,6 @@ class LiveCluster final : public Backend {
   };
   struct Done {
     Feedback feedback;
-    RunRecord record;
   };
 
   void worker(AccelId a);
@@ -185,8 +180,6 @@ class LiveCluster final : public Backend {
   bool sweep_due_ = false;
   std::string fault_;  // an internal error to report from advance_to
 
-  std::vector<Nanos> busy_;  // engine thread
-  std::vector<RunRecord> log_;
   Nanos now_ = 0;
   std::vector<std::thread> threads_;
 };

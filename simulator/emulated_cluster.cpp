@@ -99,7 +99,6 @@ EmulatedCluster::EmulatedCluster(std::size_t accelerators, GroundTruth& truth, T
       send_busy_(accelerators, 0),
       recv_busy_(accelerators, 0),
       dirty_flag_(accelerators, 0),
-      busy_(accelerators, 0),
       down_(accelerators, 0),
       lost_at_(accelerators, -1) {}
 
@@ -149,7 +148,6 @@ Status EmulatedCluster::submit(const Gmg& gmg, OpId op) {
   {
     Task& task = tasks_[id];
     task.op = op;
-    task.tenant = r.tenant;
     task.accel = r.accel;
     task.key = queue_key(r.priority, r.issue_seq);
     task.dur = to_nanos(seconds.value());
@@ -184,7 +182,7 @@ void EmulatedCluster::add_intent(OpId src, AccelId from, std::uint32_t dst_task,
   }
   const Task& dst = tasks_[dst_task];
   const Nanos dur = to_nanos(truth_.transfer_seconds(from, dst.accel, bytes));
-  xfers_[x] = Xfer{src, dst_task, dst.tenant, from, dst.accel, bytes, dur, -1, now_, next_intent_++, true, false};
+  xfers_[x] = Xfer{src, dst_task, from, dst.accel, bytes, dur, -1, now_, next_intent_++, true, false};
   intents_.push_back(x);
   arbitrate_ = true;
 }
@@ -257,9 +255,8 @@ void EmulatedCluster::on_op_finish(std::uint32_t task, std::vector<Feedback>& ou
   }
   running_[t.accel] = kNotRunning;
   mark_dirty(t.accel);
-  busy_[t.accel] += now_ - t.start;
-  log_.push_back({t.op, t.tenant, t.accel, kNoAccel, t.start, now_});
-  out.push_back({Feedback::Kind::kOp, t.op, kNoOp, t.accel, kNoAccel, 0, now_, now_ - t.start, {}, false, {}});
+  out.push_back({Feedback::Kind::kOp, t.op, kNoOp, t.accel, kNoAccel, 0, now_, now_ - t.start, {}, false, {}, false,
+                 t.start});
   for (const Succ& s : t.succs) {
     const Task& d = tasks_[s.task];
     if (s.remote && !d.lost && !d.dead)
@@ -284,9 +281,8 @@ void EmulatedCluster::on_transfer_finish(std::uint32_t x, std::vector<Feedback>&
   xf.active = false;
   send_busy_[xf.from] = recv_busy_[xf.to] = 0;
   const Task& dst = tasks_[xf.dst_task];
-  log_.push_back({dst.op, xf.tenant, xf.from, xf.to, xf.start, now_});
-  out.push_back(
-      {Feedback::Kind::kTransfer, dst.op, xf.src, xf.from, xf.to, xf.bytes, now_, now_ - xf.start, {}, false, {}});
+  out.push_back({Feedback::Kind::kTransfer, dst.op, xf.src, xf.from, xf.to, xf.bytes, now_, now_ - xf.start, {}, false,
+                 {}, false, xf.start});
   input_arrived(xf.dst_task);
   free_xfers_.push_back(x);
   arbitrate_ = true;
@@ -322,12 +318,11 @@ void EmulatedCluster::fail_task(std::uint32_t task, std::vector<Feedback>& out) 
   const bool ran = running_[t.accel] == task;
   if (ran) {
     running_[t.accel] = kNotRunning;
-    busy_[t.accel] += now_ - t.start;
-    log_.push_back({t.op, t.tenant, t.accel, kNoAccel, t.start, now_});
     mark_dirty(t.accel);
   }
   Feedback f{Feedback::Kind::kOp, t.op, kNoOp, t.accel, kNoAccel, 0, now_, ran ? now_ - t.start : 0, {}, true, {}};
   f.lost = true;
+  if (ran) f.start = t.start;
   out.push_back(std::move(f));
   if (lost_op_.size() <= t.op) lost_op_.resize(t.op + 1u, 0);
   lost_op_[t.op] = 1;

@@ -100,8 +100,6 @@ class EmulatedCluster final : public Backend {
   Status fail_accelerator(const Gmg& gmg, AccelId a, std::vector<Feedback>& out) override;
   Status restore_accelerator(AccelId a) override;
 
-  const std::vector<RunRecord>& log() const override { return log_; }
-  const std::vector<Nanos>& busy() const { return busy_; }
 
  private:
   struct Succ {
@@ -111,7 +109,6 @@ class EmulatedCluster final : public Backend {
   };
   struct Task {
     OpId op = kNoOp;
-    std::uint32_t tenant = 0;
     AccelId accel = kNoAccel;
     std::uint64_t key = 0;  // priority, then issue order
     Nanos dur = 0, start = -1;
@@ -124,7 +121,6 @@ class EmulatedCluster final : public Backend {
   struct Xfer {
     OpId src = kNoOp;
     std::uint32_t dst_task = 0;
-    std::uint32_t tenant = 0;
     AccelId from = kNoAccel, to = kNoAccel;
     std::int64_t bytes = 0;
     Nanos dur = 0, start = -1;
@@ -163,8 +159,6 @@ class EmulatedCluster final : public Backend {
   std::vector<std::uint32_t> running_;
   std::vector<std::uint8_t> send_busy_, recv_busy_, dirty_flag_;
   std::vector<AccelId> dirty_;
-  std::vector<Nanos> busy_;
-  std::vector<RunRecord> log_;
   EventQueue events_;
   Nanos now_ = 0;
   std::size_t live_ = 0;

@@ -3,6 +3,7 @@
 // without a linear form drives the scheduler through its virtual path with
 // the same predictions as the fast path.
 #include <algorithm>
+#include <limits>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstddef>
@@ -22,6 +23,7 @@
 import slicesched.core;
 import slicesched.core.plugin;
 import slicesched.engine;
+import slicesched.engine.recorders;
 import slicesched.engine.union_partition_set;
 import slicesched.plugins.builtin;
 import slicesched.plugins.greedy_arbiter;
@@ -179,10 +181,13 @@ Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimat
   ProfileGroundTruth truth = h100_truth();
   EmulatedCluster cluster(accels->size(), truth, *backend_arbiter.value());
   Engine engine(gmg, tenants, scheduler, *estimator, cluster, {.faults = std::move(opt.faults)});
-  auto result = engine.run();
+  TimelineRecorder timeline(std::numeric_limits<Nanos>::max());
+  EngineObserver* observers[] = {&timeline};
+  auto result = engine.run(observers);
   REQUIRE(result.ok());
   REQUIRE(result->complete);
-  return {cluster.log(), result->requests, result->scheduling, result->lost_ops, result->rebuilt_sequences};
+  return {std::move(timeline.log()), result->requests, result->scheduling, result->lost_ops,
+          result->rebuilt_sequences};
 }
 
 auto online_linear(PluginRegistries& plugins) {

@@ -4,6 +4,7 @@
 // the same weights and prompts, while layer groups and KV caches land on
 // different accelerators and move between them.
 #include <catch2/catch.hpp>
+#include <limits>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 import slicesched.core;
 import slicesched.core.plugin;
 import slicesched.engine;
+import slicesched.engine.recorders;
 import slicesched.engine.union_partition_set;
 import slicesched.executor.live;
 import slicesched.executor.llama;
@@ -112,12 +114,14 @@ Run serve(const std::vector<std::int64_t>& prompt_lengths, int output_tokens, in
   REQUIRE(weights.ok());
   for (AccelId a = 0; a < cluster->size(); ++a) REQUIRE(live.reserve_resident(a, weights.value()[a]).ok());
   Engine engine(gmg, tenants, scheduler, est, live);
-  auto result = engine.run();
+  TimelineRecorder timeline(std::numeric_limits<Nanos>::max());
+  EngineObserver* observers[] = {&timeline};
+  auto result = engine.run(observers);
   if (!result.ok()) FAIL(result.status().message());
   REQUIRE(result->complete);
   Run run;
   run.records = result->requests;
-  run.log = live.log();
+  run.log = std::move(timeline.log());
   for (AccelId a = 0; a < cluster->size(); ++a) {
     run.peak.push_back(live.peak(a));
     run.budget.push_back(live.budget(a));

@@ -1,6 +1,4 @@
 module;
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -9,9 +7,9 @@ module;
 #include <stdexcept>
 #include <string>
 
-module slicesched.cli.setup;
+module slicesched.compose.setup;
 
-namespace slicesched::cli {
+namespace slicesched {
 
 void fail(const std::string& message) { throw std::runtime_error(message); }
 
@@ -116,6 +114,4 @@ PluginArgs tenant_ids(const ExperimentConfig& cfg, const PolicyConfig& p, Plugin
   return args;
 }
 
-bool stderr_is_tty() { return isatty(fileno(stderr)) != 0; }
-
-}  // namespace slicesched::cli
+}  // namespace slicesched

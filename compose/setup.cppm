@@ -1,25 +1,33 @@
-// What `simulate`, `serve`, `calibrate` and the live benchmarks build from
-// a config in the same way: the cluster, the model template, request
-// streams, plugin arguments, and the checks made before anything runs.
-// Failures throw std::runtime_error with a one-line message; the commands
-// print it and exit non-zero.
+// The pieces every command builds from a config in the same way: the
+// cluster, the model template, request streams, plugin arguments, and the
+// checks made before anything runs. Failures throw std::runtime_error with
+// a one-line message (build_policy turns them into a Status; the commands
+// print it and exit non-zero).
 module;
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
-export module slicesched.cli.setup;
+export module slicesched.compose.setup;
 export import slicesched.core;
 export import slicesched.core.plugin;
 export import slicesched.config;
 export import slicesched.simulator.llama;
 export import slicesched.workload.trace;
 
-export namespace slicesched::cli {
+export namespace slicesched {
 
+// Throw std::runtime_error with the message (of a failed Status).
 [[noreturn]] void fail(const std::string& message);
 void check(const Status& s);
+// The value of `r`, or fail() with its message.
+template <typename T>
+T value_or_fail(Result<T> r) {
+  if (!r.ok()) fail(r.status().message());
+  return std::move(r).value();
+}
 
 // The tenant's requests (trace, constant or Poisson stream). A synthetic
 // stream is generated only up to `window_s` (the measurement window; < 0:
@@ -41,6 +49,5 @@ const TenantConfig& tenant_config(const ExperimentConfig& cfg, const std::string
 // ids). `offline0 = [4]` pins every instance to group 4; with instances = 2,
 // `offline0 = [[4], [5]]` pins instance 0 to group 4 and instance 1 to 5.
 PluginArgs tenant_ids(const ExperimentConfig& cfg, const PolicyConfig& p, PluginArgs args);
-bool stderr_is_tty();
 
-}  // namespace slicesched::cli
+}  // namespace slicesched

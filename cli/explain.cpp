@@ -1,0 +1,106 @@
+// `slicesched explain DIR --request ID`: the scheduling rounds that placed
+// one request's operators, read back from DIR/decisions.jsonl (written by
+// `simulate --explain` or `serve --explain`): per round the batch, every
+// candidate with its predicted mean completion and makespan or why it was
+// infeasible, and the pick.
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+
+namespace slicesched::cli {
+
+namespace {
+
+std::string batch_text(const nlohmann::json& batch) {
+  std::string kinds;
+  for (const auto& op : batch) kinds += (kinds.empty() ? "" : ", ") + op.value("kind", std::string("?"));
+  return kinds + " (" + std::to_string(batch.size()) + " op" + (batch.size() == 1 ? "" : "s") + ")";
+}
+
+void print_round(const nlohmann::json& d) {
+  const nlohmann::json pick = d.value("pick", nlohmann::json());
+  std::printf("  t=%.6f s  round %llu  tenant %s  batch: %s  -> %s\n", d.value("t", 0.0),
+              static_cast<unsigned long long>(d.value("round", 0ull)), d.value("tenant", std::string("?")).c_str(),
+              batch_text(d.value("batch", nlohmann::json::array())).c_str(),
+              pick.is_string() ? ("picked " + pick.get<std::string>()).c_str() : "deferred");
+  const bool simulated = d.value("simulated", false);
+  std::printf("      %-20s %12s %12s  %s\n", "candidate", "mean s", "makespan s", simulated ? "verdict" : "");
+  for (const auto& c : d.value("candidates", nlohmann::json::array())) {
+    const std::string label = c.value("label", std::string("?"));
+    const bool picked = pick.is_string() && pick.get<std::string>() == label;
+    if (c.contains("mean_completion_s")) {
+      std::string note;
+      if (c.contains("past_horizon_ops"))
+        note = std::to_string(c["past_horizon_ops"].get<std::size_t>()) + " op(s) past the horizon";
+      std::printf("    %s %-20s %12.6f %12.6f  %s\n", picked ? "*" : " ", label.c_str(), c["mean_completion_s"].get<double>(),
+                  c["makespan_s"].get<double>(), note.c_str());
+    } else {
+      std::printf("    %s %-20s %12s %12s  %s\n", picked ? "*" : " ", label.c_str(), "-", "-",
+                  c.value("infeasible", std::string(simulated ? "" : "not simulated (static policy)")).c_str());
+    }
+  }
+}
+
+}  // namespace
+
+int explain(const ExplainOptions& opt) {
+  const std::filesystem::path path = std::filesystem::path(opt.dir) / "decisions.jsonl";
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "slicesched: %s: cannot open (write it with `slicesched simulate CONFIG --explain --out %s`)\n",
+                 path.string().c_str(), opt.dir.c_str());
+    return 2;
+  }
+  std::map<std::string, std::vector<nlohmann::json>> rounds;  // per policy, in file order
+  std::size_t lineno = 0, lines = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty()) continue;
+    nlohmann::json d;
+    try {
+      d = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "slicesched: %s:%zu: expected one JSON object per line (%s)\n", path.string().c_str(),
+                   lineno, e.what());
+      return 2;
+    }
+    if (!d.is_object() || !d.contains("requests") || !d["requests"].is_array()) {
+      std::fprintf(stderr, "slicesched: %s:%zu: expected a decision object with a \"requests\" array\n",
+                   path.string().c_str(), lineno);
+      return 2;
+    }
+    ++lines;
+    const std::string policy = d.value("policy", std::string());
+    if (opt.policy && policy != *opt.policy) continue;
+    for (const auto& r : d["requests"])
+      if (r.is_number_unsigned() && r.get<std::uint64_t>() == opt.request) {
+        rounds[policy].push_back(std::move(d));
+        break;
+      }
+  }
+  if (rounds.empty()) {
+    std::fprintf(stderr,
+                 "slicesched: request %llu is in none of the %zu recorded round(s)%s of %s (rounds are recorded for "
+                 "the first --trace-seconds of a run; ids are rows of requests_<policy>.csv)\n",
+                 static_cast<unsigned long long>(opt.request), lines,
+                 opt.policy ? (" of policy '" + *opt.policy + "'").c_str() : "", path.string().c_str());
+    return 1;
+  }
+  for (const auto& [policy, list] : rounds) {
+    std::printf("policy %s: request %llu was placed in %zu round(s)\n", policy.c_str(),
+                static_cast<unsigned long long>(opt.request), list.size());
+    for (const auto& d : list) print_round(d);
+  }
+  return 0;
+}
+
+}  // namespace slicesched::cli

@@ -1,0 +1,75 @@
+module;
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+module slicesched.compose.offline;
+
+namespace slicesched {
+
+Result<Truths> load_truths(const ExperimentConfig& cfg) {
+  Truths truths;
+  if (!cfg.ground_truth.present)
+    return InvalidArgument(cfg.path +
+                           ": this command needs a [ground_truth] section (measured profiles or a calibration profile)");
+  if (!cfg.ground_truth.calibrated.empty()) {
+    auto cal = read_profile(cfg, "ground_truth.calibrated", cfg.ground_truth.calibrated);
+    if (!cal.ok()) return cal.status();
+    truths.calibrated = std::move(cal).value();
+  } else {
+    LayerProfileOptions lopt;
+    lopt.hbm_bytes_per_s = cfg.ground_truth.hbm_bytes_per_s;
+    lopt.groups = cfg.model.groups;
+    lopt.layers_per_group = cfg.model.layers / cfg.model.groups;
+    auto layers = LayerProfile::load(cfg.ground_truth.layers_csv, 1, lopt);
+    if (!layers.ok()) return layers.status();
+    auto transfers = TransferProfile::load(cfg.ground_truth.transfers_csv);
+    if (!transfers.ok()) return transfers.status();
+    truths.layers = std::move(layers).value();
+    truths.transfers = std::move(transfers).value();
+  }
+  auto prior = read_prior(cfg);
+  if (!prior.ok()) return prior.status();
+  truths.prior = std::move(prior).value();
+  return truths;
+}
+
+Result<std::unique_ptr<GroundTruth>> make_ground_truth(const ExperimentConfig& cfg, const Truths& truths,
+                                                       const AcceleratorSet& accels) {
+  const GroundTruthConfig& g = cfg.ground_truth;
+  if (truths.calibrated) {
+    auto cal = std::make_unique<CalibratedGroundTruth>(*truths.calibrated, accels, cfg.seed, g.op_noise_cv,
+                                                       g.transfer_noise_cv);
+    if (Status s = cal->check_transfers(); !s.ok()) return Status(s.code(), g.calibrated + ": " + s.message());
+    return std::unique_ptr<GroundTruth>(std::move(cal));
+  }
+  return std::unique_ptr<GroundTruth>(std::make_unique<ProfileGroundTruth>(
+      *truths.layers, *truths.transfers, cfg.seed, g.op_noise_cv, g.transfer_noise_cv));
+}
+
+Status check_policies(const ExperimentConfig& cfg, const PluginRegistries& plugins,
+                      const std::optional<std::string>& filter) {
+  try {
+    check_weights_fit(cfg);
+    const auto cluster = make_cluster(cfg);
+    for (const auto& p : cfg.policies) {
+      if (filter && *filter != p.name) continue;
+      if (auto made = build_plugins(cfg, p, plugins, *cluster); !made.ok()) return made.status();
+    }
+  } catch (const std::exception& e) {
+    return InvalidArgument(e.what());
+  }
+  return Status::Ok();
+}
+
+Result<PolicyRun> run_offline(const ExperimentConfig& cfg, PolicyParts& parts, const Truths& truths,
+                              const RecordOptions& opt) {
+  auto truth = make_ground_truth(cfg, truths, *parts.accels);
+  if (!truth.ok()) return truth.status();
+  EmulatedCluster cluster(parts.accels->size(), *truth.value(), *parts.plugins.arbiter);
+  return run_recorded(cfg, parts, cluster, opt);
+}
+
+}  // namespace slicesched

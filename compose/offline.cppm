@@ -1,0 +1,48 @@
+// Offline runs: a policy's parts on the emulated cluster, playing a ground
+// truth (measured profiles or a calibration profile). Used by `simulate`,
+// `sweep`, `plan` and `bench accuracy`. Failures are Statuses with one line
+// naming the config or the policy.
+module;
+#include <memory>
+#include <optional>
+#include <string>
+
+export module slicesched.compose.offline;
+export import slicesched.compose.run;
+export import slicesched.simulator.emulated;
+import slicesched.simulator.profile;
+
+export namespace slicesched {
+
+// The ground truth a run plays, and the estimators' prior. Read once per
+// config; shared read-only by runs on any thread.
+struct Truths {
+  std::optional<LayerProfile> layers;
+  std::optional<TransferProfile> transfers;
+  std::optional<CalibrationProfile> calibrated;
+  std::optional<CalibrationProfile> prior;
+};
+
+// Reads what `cfg`'s [ground_truth] and [estimators] name; fails when the
+// config has no [ground_truth].
+Result<Truths> load_truths(const ExperimentConfig& cfg);
+
+// The ground truth `truths` describes for the cluster `accels`, with the
+// config's seed and noise. The truths must outlive it.
+Result<std::unique_ptr<GroundTruth>> make_ground_truth(const ExperimentConfig& cfg, const Truths& truths,
+                                                       const AcceleratorSet& accels);
+
+// Creates (and drops) the plugins of every policy `filter` admits (all when
+// empty), so a bad name or argument stops a command before anything runs;
+// and checks that the model's weights fit every accelerator. For commands
+// that build their policies later, one run at a time (sweep, plan).
+Status check_policies(const ExperimentConfig& cfg, const PluginRegistries& plugins,
+                      const std::optional<std::string>& filter = std::nullopt);
+
+// Runs `parts` (built from `cfg`) to the end of the window on an emulated
+// cluster playing `truths`. Thread-safe for distinct parts; `truths` is
+// only read.
+Result<PolicyRun> run_offline(const ExperimentConfig& cfg, PolicyParts& parts, const Truths& truths,
+                              const RecordOptions& opt = {});
+
+}  // namespace slicesched

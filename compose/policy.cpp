@@ -1,0 +1,214 @@
+module;
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+module slicesched.compose.policy;
+import slicesched.plugins.builtin;
+import slicesched.plugins.loader;
+
+namespace slicesched {
+
+namespace {
+
+// The building blocks below throw (fail, check) as the setup helpers do;
+// the exported functions turn that into a Status at their boundary.
+template <typename F>
+auto guarded(F&& f) -> Result<decltype(f())> {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return InvalidArgument(e.what());
+  }
+}
+
+template <typename T>
+T made(Result<T> r, const std::string& who) {
+  if (!r.ok()) fail(who + r.status().message());
+  return std::move(r).value();
+}
+
+// The tenants of `policy`, each instance with its share of its stream.
+void build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, PolicyParts& p) {
+  // Only what the measurement window offers is replayed: a request that
+  // arrives after it could neither finish nor be fairly scored.
+  const double window = cfg.duration_s > 0 ? cfg.duration_s : -1;
+  for (const std::string& name : p.policy.tenants) {
+    const auto at = std::find_if(cfg.tenants.begin(), cfg.tenants.end(), [&](auto& t) { return t.name == name; });
+    const TenantConfig& tc = *at;
+    // Seeded by the tenant's place in the config, not in the policy, so
+    // every policy that runs a tenant gets the same requests.
+    Trace stream =
+        opt.stream ? opt.stream(tc) : make_stream(tc, cfg.seed + static_cast<std::uint64_t>(at - cfg.tenants.begin()), window);
+    OfferedLoad offered{tc.name};
+    const double span = window > 0 ? window : stream.window_s;
+    // A synthetic stream was cut at the window and counted what it left out;
+    // a trace is read whole and counted here.
+    p.requests_beyond_window += stream.beyond_cut;
+    for (const Request& r : stream.requests) {
+      if (window > 0 && r.arrival_s >= window) {
+        ++p.requests_beyond_window;
+        continue;
+      }
+      ++offered.requests;
+      offered.input_tokens += r.input_tokens;
+      offered.output_tokens += r.output_tokens;
+    }
+    offered.window_s = span;
+    p.offered.push_back(offered);
+    // Instances deal the one stream round-robin.
+    const auto instances = static_cast<std::size_t>(instances_of(p.policy, tc));
+    for (std::size_t k = 0; k < instances; ++k) {
+      TenantSpec spec;
+      spec.name = instances == 1 ? tc.name : tc.name + "#" + std::to_string(k);
+      spec.priority = tc.priority;
+      spec.online = tc.online;
+      spec.requests.window_s = stream.window_s;
+      for (std::size_t i = k; i < stream.requests.size(); i += instances) {
+        Request r = stream.requests[i];
+        if (window > 0 && r.arrival_s >= window) break;
+        r.arrival_s /= opt.time_scale;
+        spec.requests.requests.push_back(r);
+      }
+      spec.token_budget = tc.token_budget;
+      spec.max_seqs = tc.max_seqs;
+      spec.kv_budget_tokens = tc.kv_budget_tokens;
+      spec.lanes = tc.lanes;
+      p.tenants.emplace_back(static_cast<std::uint32_t>(p.tenants.size()), std::move(spec), p.tmpl);
+      p.online.push_back(tc.online);
+    }
+  }
+}
+
+// The estimator predicts for the what-if and learns from the backend's
+// feedback; the linear built-in starts from the template and link-class
+// priors (and [estimators] prior), a model without a linear form from
+// whatever it knows itself.
+void seed_estimator(const BuildOptions& opt, PolicyParts& p) {
+  p.linear = p.plugins.estimator->linear();
+  if (!p.linear) {
+    std::fprintf(stderr,
+                 "slicesched: policy '%s': estimator '%s' has no linear form: it starts without the priors from "
+                 "the model, the link classes and [estimators] prior\n",
+                 p.policy.name.c_str(), p.policy.estimator.name.c_str());
+    return;
+  }
+  check(seed_priors(*p.linear, *p.templates, *p.accels));
+  if (opt.prior) check(apply_as_prior(*opt.prior, *p.linear, *p.templates, *p.accels));
+  p.prior_applied = opt.prior != nullptr;
+}
+
+// The window's end on the run's clock, and the faults in time order.
+EngineOptions engine_options(const ExperimentConfig& cfg, const BuildOptions& opt, const AcceleratorSet& accels) {
+  EngineOptions e;
+  e.stop_at = cfg.duration_s > 0 ? static_cast<Nanos>(cfg.duration_s / opt.time_scale * 1e9) : -1;
+  for (const FaultConfig& f : cfg.faults) {  // (names were checked when the config was read)
+    const auto a = static_cast<AccelId>(accels.find(f.accelerator));
+    e.faults.push_back({static_cast<Nanos>(f.at_s * 1e9), a, true});
+    if (f.duration_s > 0) e.faults.push_back({static_cast<Nanos>((f.at_s + f.duration_s) * 1e9), a, false});
+  }
+  std::stable_sort(e.faults.begin(), e.faults.end(), [](const FaultEvent& x, const FaultEvent& y) { return x.at < y.at; });
+  return e;
+}
+
+}  // namespace
+
+std::size_t PolicyParts::requests() const {
+  std::size_t n = 0;
+  for (const Tenant& t : tenants) n += t.records().size();
+  return n;
+}
+
+Result<PolicyPlugins> build_plugins(const ExperimentConfig& cfg, const PolicyConfig& policy,
+                                    const PluginRegistries& plugins, const AcceleratorSet& accels) {
+  return guarded([&] {
+    const std::string who = "policy '" + policy.name + "': ";
+    PolicyPlugins p;
+    std::vector<PluginPtr<PartitionSet>> sets;
+    for (const auto& choice : policy.partition_sets)
+      sets.push_back(made(plugins.partition.create(choice.name, tenant_ids(cfg, policy, choice.args)), who));
+    p.partitions = std::make_unique<UnionPartitionSet>(std::move(sets));
+    if (Status s = p.partitions->bind(accels); !s.ok()) fail(who + s.message());
+    p.placement = made(plugins.placement.create(policy.placement.name, policy.placement.args), who);
+    p.arbiter = made(plugins.arbiter.create(policy.arbiter.name, policy.arbiter.args), who);
+    p.estimator = made(plugins.estimator.create(policy.estimator.name, policy.estimator.args), who);
+    return p;
+  });
+}
+
+Result<std::unique_ptr<PolicyParts>> build_policy(const ExperimentConfig& cfg, const PolicyConfig& policy,
+                                                  const PluginRegistries& plugins, const BuildOptions& opt) {
+  return guarded([&] {
+    check_weights_fit(cfg);
+    auto p = std::make_unique<PolicyParts>();
+    p->policy = policy;
+    p->accels = make_cluster(cfg);
+    p->templates = std::make_shared<TemplateRegistry>();
+    p->tmpl = p->templates->add(llama::make_template(cfg.model.name, model_shape(cfg.model))).value();
+    p->gmg = std::make_unique<Gmg>(p->templates, p->accels);
+    for (AccelId a = 0; a < p->accels->size(); ++a) check(p->gmg->place_weights(p->tmpl, a));
+    p->plugins = made(build_plugins(cfg, policy, plugins, *p->accels), "");
+    seed_estimator(opt, *p);
+    build_tenants(cfg, opt, *p);
+
+    SchedulerOptions sopt;
+    sopt.issued_budget = policy.issued_budget;
+    sopt.batch_cap = policy.batch_cap;
+    sopt.parallel = opt.parallel;
+    sopt.scoped = policy.scoped_what_if;
+    sopt.horizon = policy.horizon_s < 0 ? -1 : static_cast<Nanos>(policy.horizon_s * 1e9);
+    sopt.arbiter = [&plugins, &choice = p->policy.arbiter] { return plugins.arbiter.create(choice.name, choice.args); };
+    p->scheduler =
+        std::make_unique<Scheduler>(*p->plugins.placement, *p->plugins.partitions, *p->plugins.estimator, sopt);
+    p->engine = engine_options(cfg, opt, *p->accels);
+    return p;
+  });
+}
+
+Result<const PolicyConfig*> find_policy(const ExperimentConfig& cfg, const std::optional<std::string>& name,
+                                        bool first_by_default) {
+  std::string names;
+  for (const auto& p : cfg.policies) names += (names.empty() ? "" : ", ") + p.name;
+  if (name) {
+    for (const auto& p : cfg.policies)
+      if (p.name == *name) return &p;
+    return NotFound("no policy named '" + *name + "' in " + cfg.path + " (policies: " + names + ")");
+  }
+  if (cfg.policies.empty()) return NotFound(cfg.path + " has no policies");
+  if (first_by_default || cfg.policies.size() == 1) return &cfg.policies.front();
+  return InvalidArgument(cfg.path + " has " + std::to_string(cfg.policies.size()) +
+                         " policies; pick one with --policy (" + names + ")");
+}
+
+Result<CalibrationProfile> read_profile(const ExperimentConfig& cfg, const std::string& key, const std::string& path) {
+  auto profile = read_calibration(path);
+  if (!profile.ok()) return Status(profile.status().code(), cfg.path + ": " + key + ": " + profile.status().message());
+  TemplateRegistry templates;
+  if (auto added = templates.add(llama::make_template(cfg.model.name, model_shape(cfg.model))); !added.ok())
+    return added.status();
+  if (Status s = check_features(profile.value(), templates); !s.ok())
+    return Status(s.code(), cfg.path + ": " + key + ": " + path + ": " + s.message());
+  return std::move(profile).value();
+}
+
+Result<std::optional<CalibrationProfile>> read_prior(const ExperimentConfig& cfg) {
+  if (cfg.estimator_prior.empty()) return std::optional<CalibrationProfile>();
+  auto profile = read_profile(cfg, "estimators.prior", cfg.estimator_prior);
+  if (!profile.ok()) return profile.status();
+  return std::optional<CalibrationProfile>(std::move(profile).value());
+}
+
+Status load_plugins(const ExperimentConfig& cfg, PluginRegistries& into) {
+  if (Status s = plugins::register_builtins(into); !s.ok()) return s;
+  for (const auto& path : cfg.plugin_paths)
+    if (Status s = load_plugin_library(path, into); !s.ok()) return s;
+  return Status::Ok();
+}
+
+}  // namespace slicesched

@@ -1,0 +1,122 @@
+// One policy's run, assembled from a config the same way for every backend:
+// the cluster, the model template and GMG, the estimator, the tenants, the
+// partition sets, the placement policy, the transfer arbiter, the scheduler
+// and the engine's options. `simulate`, `sweep` and `plan` run the parts on
+// an emulated cluster (compose.offline), `serve` on live executors.
+//
+// Failures are Statuses with a one-line message naming the config or the
+// policy; nothing here prints except the one warning build_policy gives for
+// an estimator without a linear form.
+module;
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+export module slicesched.compose.policy;
+export import slicesched.compose.setup;
+export import slicesched.core.calibration;
+export import slicesched.engine;
+export import slicesched.engine.union_partition_set;
+
+export namespace slicesched {
+
+// What a tenant's stream offers inside the measurement window (all its
+// instances together).
+struct OfferedLoad {
+  std::string tenant;
+  std::size_t requests = 0;
+  std::int64_t input_tokens = 0, output_tokens = 0;
+  double window_s = 0;  // duration_s, or the stream's span without a window
+  double requests_per_s() const { return window_s > 0 ? static_cast<double>(requests) / window_s : 0; }
+  double input_tokens_per_s() const { return window_s > 0 ? static_cast<double>(input_tokens) / window_s : 0; }
+  double output_tokens_per_s() const { return window_s > 0 ? static_cast<double>(output_tokens) / window_s : 0; }
+};
+
+// A policy's plugins, each created once from its configured name and
+// arguments (the partition sets already bound to the cluster).
+struct PolicyPlugins {
+  PluginPtr<Estimator> estimator;
+  std::unique_ptr<UnionPartitionSet> partitions;
+  PluginPtr<PlacementPolicy> placement;
+  PluginPtr<TransferArbiter> arbiter;  // the backend's; what-if workers make their own
+};
+
+// Creates `policy`'s plugins for `accels`. Fails with one line naming the
+// policy and the plugin (unknown name, bad argument, a partition set that
+// does not fit the cluster).
+Result<PolicyPlugins> build_plugins(const ExperimentConfig& cfg, const PolicyConfig& policy,
+                                    const PluginRegistries& plugins, const AcceleratorSet& accels);
+
+// Everything one policy's run needs, owned together. The scheduler and the
+// engine options point into the parts themselves and into the registries
+// they were built from, which must outlive them.
+struct PolicyParts {
+  PolicyConfig policy;  // a copy: the parts do not depend on the config's lifetime
+  std::shared_ptr<AcceleratorSet> accels;
+  std::shared_ptr<TemplateRegistry> templates;
+  TemplateId tmpl = 0;
+  std::unique_ptr<Gmg> gmg;
+  PolicyPlugins plugins;
+  // The estimator's linear form when it has one, and whether it started
+  // from the [estimators] prior given.
+  EstimatorSet* linear = nullptr;
+  bool prior_applied = false;
+  std::vector<Tenant> tenants;  // one per tenant instance
+  std::vector<bool> online;     // per tenant instance: SLO-bound
+  std::vector<OfferedLoad> offered;        // per configured tenant, inside the window
+  std::size_t requests_beyond_window = 0;  // arrivals after duration_s, not replayed
+  std::unique_ptr<Scheduler> scheduler;
+  EngineOptions engine;  // the window's end on the run's clock, and the faults
+
+  // Requests the tenants replay, in all.
+  std::size_t requests() const;
+};
+
+struct BuildOptions {
+  // The config's [estimators] prior, which a linear estimator starts from
+  // (read_prior; null when the config has none).
+  const CalibrationProfile* prior = nullptr;
+  // Request arrivals (and the window's end) come this many times sooner
+  // (live mode's [live] time_scale).
+  double time_scale = 1.0;
+  // What-if candidates on oneTBB workers (sweep runs whole policies in
+  // parallel instead).
+  bool parallel = true;
+  // When set, the requests tenant `t` replays instead of its configured
+  // stream (a benchmark's fixed load). Called once per tenant.
+  std::function<Trace(const TenantConfig& t)> stream = {};
+};
+
+// Builds `policy` of `cfg`. Fails with one line naming the config or the
+// policy. `plugins` must outlive the parts (the scheduler creates what-if
+// arbiters from it).
+Result<std::unique_ptr<PolicyParts>> build_policy(const ExperimentConfig& cfg, const PolicyConfig& policy,
+                                                  const PluginRegistries& plugins, const BuildOptions& opt = {});
+
+// The policy a command runs: the one named `name`; without a name, the
+// config's first (`first_by_default`) or its only one. The one lookup every
+// command uses, so every command says the same:
+//   "no policy named 'x' in cfg.toml (policies: a, b)"
+//   "cfg.toml has 2 policies; pick one with --policy (a, b)"
+Result<const PolicyConfig*> find_policy(const ExperimentConfig& cfg, const std::optional<std::string>& name,
+                                        bool first_by_default = false);
+
+// Reads the calibration profile `path` that key `key` of `cfg` names (e.g.
+// "estimators.prior") and checks that its fits of the config's model were
+// fitted to the template's features. Fails with one line naming the config,
+// the key and the file.
+Result<CalibrationProfile> read_profile(const ExperimentConfig& cfg, const std::string& key, const std::string& path);
+
+// The config's [estimators] prior, read and checked (read_profile); none
+// when it names none. Every command that builds policies reads it this way,
+// before running anything.
+Result<std::optional<CalibrationProfile>> read_prior(const ExperimentConfig& cfg);
+
+// The built-in plugins and those of the config's plugin libraries, into
+// `into`; fails naming a library that does not load.
+Status load_plugins(const ExperimentConfig& cfg, PluginRegistries& into);
+
+}  // namespace slicesched

@@ -1,0 +1,82 @@
+module;
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+module slicesched.compose.run;
+
+namespace slicesched {
+
+Result<EngineResult> run(PolicyParts& parts, Backend& backend, std::span<EngineObserver* const> observers,
+                         const std::atomic<int>* stop) {
+  EngineOptions eopt = parts.engine;
+  eopt.stop = stop;
+  Engine engine(*parts.gmg, parts.tenants, *parts.scheduler, *parts.plugins.estimator, backend, eopt);
+  // A failure names the policy and its placement plugin, whether the
+  // engine reports it or a plugin throws through it.
+  const std::string who = "policy '" + parts.policy.name + "' (placement '" + parts.policy.placement.name + "'): ";
+  try {
+    auto result = engine.run(observers);
+    if (!result.ok()) return Status(result.status().code(), who + result.status().message());
+    return result;
+  } catch (const std::exception& e) {
+    return Internal(who + e.what());
+  }
+}
+
+Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, Backend& backend,
+                               const RecordOptions& opt, std::span<EngineObserver* const> extra) {
+  const Nanos until = opt.timeline_s < 0 ? -1 : static_cast<Nanos>(opt.timeline_s * 1e9);
+  IntervalRecorder intervals(parts.accels->size());
+  TimelineRecorder timeline(until);
+  PredictionRecorder predictions;
+  ProgressObserver progress(opt.progress, parts.requests());
+  std::vector<std::string> tenant_names;
+  std::vector<std::size_t> tenant_requests;
+  for (const Tenant& t : parts.tenants) {
+    tenant_names.push_back(t.spec().name);
+    tenant_requests.push_back(t.records().size());
+  }
+  std::optional<DecisionLog> decisions;
+  std::vector<EngineObserver*> observers{&intervals, &predictions};
+  if (until > 0) observers.push_back(&timeline);
+  if (opt.decisions) observers.push_back(&decisions.emplace(parts.policy.name, tenant_names, tenant_requests, until));
+  if (opt.progress) observers.push_back(&progress);
+  observers.insert(observers.end(), extra.begin(), extra.end());
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto result = run(parts, backend, observers, opt.stop);
+  if (!result.ok()) return result.status();
+  PolicyRun r;
+  r.name = parts.policy.name;
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.metrics = compute_metrics(parts.policy.name, result->requests, intervals, parts.online, cfg.duration_s);
+  if (opt.keep_requests) r.requests = std::move(result->requests);
+  r.log = std::move(timeline.log());
+  r.tenant_names = std::move(tenant_names);
+  for (AccelId a = 0; a < parts.accels->size(); ++a) r.accel_names.push_back((*parts.accels)[a].name);
+  r.scheduling = result->scheduling;
+  r.lost_ops = result->lost_ops;
+  r.rebuilt_sequences = result->rebuilt_sequences;
+  r.offered = parts.offered;
+  r.requests_beyond_window = parts.requests_beyond_window;
+  r.arbiter = parts.policy.arbiter;
+  r.estimator = parts.policy.estimator;
+  if (parts.prior_applied) r.estimator_prior = cfg.estimator_prior;
+  if (parts.linear) {
+    for (const auto& row : parts.linear->report()) r.estimators.push_back(row);
+    r.calibration = snapshot(*parts.linear, *parts.templates, *parts.accels, opt.origin);
+  }
+  r.predictions = predictions.errors(*parts.templates);
+  if (decisions) r.decisions = decisions->lines();
+  r.interrupted = result->interrupted;
+  return r;
+}
+
+}  // namespace slicesched

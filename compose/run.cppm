@@ -1,0 +1,64 @@
+// Running a policy's parts: the engine over a backend with observers, and
+// the recorders every command reports from (metrics, timeline, predictions,
+// decisions, progress), gathered into a PolicyRun.
+module;
+#include <atomic>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+export module slicesched.compose.run;
+export import slicesched.compose.policy;
+export import slicesched.engine.metrics;
+export import slicesched.engine.progress;
+export import slicesched.engine.recorders;
+
+export namespace slicesched {
+
+// The engine over `parts` and `backend`, with `observers` watching. `stop`:
+// see EngineOptions::stop (null: never). Fails as Engine::run does, or when
+// a plugin throws through it, naming the policy and its placement plugin.
+// The parts are used up: run them once.
+Result<EngineResult> run(PolicyParts& parts, Backend& backend, std::span<EngineObserver* const> observers = {},
+                         const std::atomic<int>* stop = nullptr);
+
+// What every command reports of one policy's run.
+struct PolicyRun {
+  std::string name;
+  double wall_s = 0;
+  RunMetrics metrics;
+  std::vector<RequestRecord> requests;  // every tenant's, tenant by tenant (empty when not kept)
+  std::vector<RunRecord> log;           // the intervals that started inside the timeline window
+  std::vector<std::string> tenant_names, accel_names;
+  PluginChoice arbiter;                             // the transfer arbiter plugin and its arguments
+  PluginChoice estimator;                           // the estimator plugin and its arguments
+  std::string estimator_prior;                      // the [estimators] prior it started from, or empty
+  std::vector<EstimatorSet::ReportRow> estimators;  // empty when it is not linear
+  RoundStats scheduling;
+  std::size_t lost_ops = 0, rebuilt_sequences = 0;  // faults (EngineResult)
+  std::vector<OfferedLoad> offered;
+  std::size_t requests_beyond_window = 0;
+  std::optional<CalibrationProfile> calibration;  // what the estimators learned, when linear
+  std::vector<PredictionError> predictions;       // empty when the policy does not simulate
+  std::vector<DecisionLog::Line> decisions;       // with RecordOptions::decisions
+  bool interrupted = false;                       // stopped by the stop flag
+};
+
+struct RecordOptions {
+  // Intervals (and decisions) that start before this many seconds of the
+  // run's clock are kept for the timeline (Chrome traces); < 0: none.
+  double timeline_s = 60;
+  bool decisions = false;     // record the scheduler's rounds (--explain)
+  bool keep_requests = true;  // keep every request's record (the requests CSV)
+  ProgressFn progress = {};   // called about every 1 % of requests ended
+  const std::atomic<int>* stop = nullptr;
+  std::string origin;  // where the calibration snapshot comes from, e.g. "simulate cfg.toml, policy P"
+};
+
+// run() with the recorders, then the PolicyRun from them. `extra` observers
+// watch too (after the recorders). Fails as run() does.
+Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, Backend& backend,
+                               const RecordOptions& opt, std::span<EngineObserver* const> extra = {});
+
+}  // namespace slicesched
