@@ -136,21 +136,26 @@ std::string chrome_trace(const PolicyRun& r, double seconds) {
   for (const auto& t : r.tenant_names) tenants.push_back(quoted(t));
   std::string out = R"({"displayTimeUnit":"ms","traceEvents":[)";
   bool first = true;
-  auto lane = [&](int tid, const std::string& name) {
+  // Lanes are shown in `order`: each accelerator, its predicted lane right
+  // after it, then the links, then the scheduler.
+  auto lane = [&](int tid, const std::string& name, long order) {
     fmt::format_to(std::back_inserter(out),
                    R"({}{{"args":{{"name":{}}},"name":"thread_name","ph":"M","pid":1,"tid":{}}})", first ? "" : ",",
                    quoted(name), tid);
+    fmt::format_to(std::back_inserter(out),
+                   R"(,{{"args":{{"sort_index":{}}},"name":"thread_sort_index","ph":"M","pid":1,"tid":{}}})", order,
+                   tid);
     first = false;
   };
   std::map<std::pair<AccelId, AccelId>, int> link_lane;
   const int n = static_cast<int>(r.accel_names.size());
-  for (int a = 0; a < n; ++a) lane(a, r.accel_names[a]);
+  for (int a = 0; a < n; ++a) lane(a, r.accel_names[a], 2L * a);
   // Lane ids: accelerators 0..n-1, links from n up, predicted lanes from
-  // 1,000,000 + a, the scheduler at 2,000,000 (apart from any link's).
-  constexpr int kPredicted = 1'000'000, kScheduler = 2'000'000;
+  // 2^29 + a, the scheduler at 2^30 (apart from any link's).
+  constexpr int kPredicted = 1 << 29, kScheduler = 1 << 30;
   std::vector<bool> predicted_lane(static_cast<std::size_t>(n), false);
   if (!r.decisions.empty()) {
-    lane(kScheduler, "scheduler");
+    lane(kScheduler, "scheduler", 1L << 40);
     for (const DecisionLog::Line& d : r.decisions) {
       if (d.t > until) continue;
       fmt::format_to(std::back_inserter(out),
@@ -164,7 +169,7 @@ std::string chrome_trace(const PolicyRun& r, double seconds) {
         x.accel < predicted_lane.size()) {
       if (!predicted_lane[x.accel]) {
         predicted_lane[x.accel] = true;
-        lane(kPredicted + static_cast<int>(x.accel), r.accel_names[x.accel] + " (predicted)");
+        lane(kPredicted + static_cast<int>(x.accel), r.accel_names[x.accel] + " (predicted)", 2L * x.accel + 1);
       }
       fmt::format_to(
           std::back_inserter(out),
@@ -180,7 +185,7 @@ std::string chrome_trace(const PolicyRun& r, double seconds) {
       auto it = link_lane.find(key);
       if (it == link_lane.end()) {
         it = link_lane.emplace(key, n + static_cast<int>(link_lane.size())).first;
-        lane(it->second, r.accel_names[x.accel] + " -> " + r.accel_names[x.to]);
+        lane(it->second, r.accel_names[x.accel] + " -> " + r.accel_names[x.to], 2L * n + it->second);
       }
       tid = it->second;
       what = "transfer";

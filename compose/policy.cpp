@@ -161,6 +161,7 @@ Result<std::unique_ptr<PolicyParts>> build_policy(const ExperimentConfig& cfg, c
     sopt.issued_budget = policy.issued_budget;
     sopt.batch_cap = policy.batch_cap;
     sopt.parallel = opt.parallel;
+    sopt.prune = !opt.explain;
     sopt.scoped = policy.scoped_what_if;
     sopt.horizon = policy.horizon_s < 0 ? -1 : static_cast<Nanos>(policy.horizon_s * 1e9);
     sopt.arbiter = [&plugins, &choice = p->policy.arbiter] { return plugins.arbiter.create(choice.name, choice.args); };

@@ -85,6 +85,9 @@ struct BuildOptions {
   // What-if candidates on oneTBB workers (sweep runs whole policies in
   // parallel instead).
   bool parallel = true;
+  // Simulate every candidate to the end, not only those that can still win
+  // (SchedulerOptions::prune off): what --explain records. Same picks.
+  bool explain = false;
   // When set, the requests tenant `t` replays instead of its configured
   // stream (a benchmark's fixed load). Called once per tenant.
   std::function<Trace(const TenantConfig& t)> stream = {};

@@ -117,7 +117,7 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
   // summed completion in ns; < 0: none yet). Which candidates come out
   // dominated depends on the order they are simulated in; the pick does
   // not: ties are never cut short, and only a strictly worse mean is.
-  const bool prune = policy_.objective() == PlacementPolicy::Objective::kMeanCompletion;
+  const bool prune = opt_.prune && policy_.objective() == PlacementPolicy::Objective::kMeanCompletion;
   // What issuing the batch needs wherever it goes (check_issue's other half
   // is per candidate, below).
   const bool batch_ok = gmg.check_batch(batch.ops).ok();

@@ -39,6 +39,10 @@ struct SchedulerOptions {
   // The backend's transfer rule, for the what-if to predict with; empty:
   // the default rule (built-in "greedy", reserve_oldest = true).
   ArbiterFactory arbiter = {};
+  // Stop a what-if early once it cannot win (see
+  // PlacementPolicy::objective()); off, every candidate is simulated to
+  // the end (what --explain shows). The pick is the same either way.
+  bool prune = true;
 };
 
 struct RoundStats {

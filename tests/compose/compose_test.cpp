@@ -1,0 +1,392 @@
+// The composition library (compose/) and the engine's observers, on the
+// small end-to-end config (tests/cli/small.toml): one policy lookup, a
+// policy's parts built once with errors naming the policy, a run watched by
+// observers that see every issue, finish, decision and request event, and
+// the engine's drain and cancel paths.
+#include <catch2/catch.hpp>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+import slicesched.compose.offline;
+import slicesched.config;
+
+using namespace slicesched;
+
+namespace {
+
+const std::string kSmall = std::string(SLICESCHED_SOURCE_DIR) + "/tests/cli/small.toml";
+
+struct Small {
+  ExperimentConfig cfg;
+  PluginRegistries plugins;
+  Truths truths;
+  explicit Small(std::vector<ConfigOverride> sets = {}) {
+    auto c = load_config(kSmall, sets);
+    REQUIRE(c.ok());
+    cfg = std::move(c).value();
+    REQUIRE(load_plugins(cfg, plugins).ok());
+    auto t = load_truths(cfg);
+    REQUIRE(t.ok());
+    truths = std::move(t).value();
+  }
+  std::unique_ptr<PolicyParts> build(const std::string& policy, BuildOptions opt = {}) {
+    auto p = find_policy(cfg, policy);
+    REQUIRE(p.ok());
+    auto parts = build_policy(cfg, *p.value(), plugins, opt);
+    if (!parts.ok()) FAIL(parts.status().message());
+    return std::move(parts).value();
+  }
+  // Runs `parts` on the emulated cluster playing the config's ground truth.
+  Result<EngineResult> run(PolicyParts& parts, std::span<EngineObserver* const> observers,
+                           const std::atomic<int>* stop = nullptr) {
+    auto truth = make_ground_truth(cfg, truths, *parts.accels);
+    REQUIRE(truth.ok());
+    EmulatedCluster cluster(parts.accels->size(), *truth.value(), *parts.plugins.arbiter);
+    return slicesched::run(parts, cluster, observers, stop);
+  }
+};
+
+// Counts every event and checks the order the contract promises.
+class Counting final : public EngineObserver {
+ public:
+  void on_issue(const Gmg& gmg, OpId op, Nanos now) override {
+    CHECK(gmg.op(op).state == OpState::kIssued);
+    issued_at[op] = now;
+    ++issues;
+  }
+  void on_finish(const RunRecord& r) override {
+    CHECK(r.start <= r.finish);
+    if (r.to != kNoAccel) {
+      ++transfers;
+      return;
+    }
+    ++ops;
+    // Issued before it started, and the engine says when.
+    REQUIRE(issued_at.count(r.op));
+    CHECK(r.issued == issued_at[r.op]);
+    CHECK(r.start >= r.issued);
+    predicted += r.predicted_start >= 0 && r.predicted_finish >= r.predicted_start;
+    issued_at.erase(r.op);
+  }
+  void on_feedback(const Gmg& gmg, const Feedback& f) override {
+    CHECK(gmg.contains(f.op));  // shown before the engine applies it
+    ++feedback;
+  }
+  void on_decision(const Gmg& /*gmg*/, const Decision& d) override {
+    REQUIRE(d.batch != nullptr);
+    CHECK(d.outcomes.size() == d.candidates.size());
+    ++decisions;
+    if (!d.pick) {
+      ++deferred;
+      return;
+    }
+    REQUIRE(*d.pick < d.candidates.size());
+    picked_ops += d.batch->ops.size();
+    if (d.simulated) CHECK(d.outcomes[*d.pick].feasible);
+  }
+  void on_request(const RequestEvent& e, const RequestRecord& r) override {
+    ++by_kind[e.kind];
+    if (e.kind == RequestEvent::Kind::kDone) CHECK(r.done == e.t);
+    if (e.kind == RequestEvent::Kind::kFirstToken) CHECK(r.first_token == e.t);
+    if (e.kind == RequestEvent::Kind::kArrived) CHECK(r.arrival == e.t);
+  }
+  bool iterations() const override { return true; }
+
+  std::map<OpId, Nanos> issued_at;
+  std::size_t issues = 0, ops = 0, transfers = 0, predicted = 0, feedback = 0, decisions = 0, deferred = 0,
+              picked_ops = 0;
+  std::map<RequestEvent::Kind, std::size_t> by_kind;
+};
+
+// Sets the stop flag to `level` at the first request event of `kind`, and
+// remembers when.
+class StopAt final : public EngineObserver {
+ public:
+  StopAt(std::atomic<int>& flag, RequestEvent::Kind kind, int level) : flag_(flag), kind_(kind), level_(level) {}
+  void on_request(const RequestEvent& e, const RequestRecord& /*r*/) override {
+    if (e.kind == RequestEvent::Kind::kArrived && at >= 0) ++arrivals_after;
+    if (e.kind != kind_ || at >= 0) return;
+    at = e.t;
+    flag_.store(level_);
+  }
+  Nanos at = -1;
+  std::size_t arrivals_after = 0;
+
+ private:
+  std::atomic<int>& flag_;
+  RequestEvent::Kind kind_;
+  int level_;
+};
+
+// Defers every batch.
+class NeverPlace final : public PlacementPolicy {
+ public:
+  std::optional<std::size_t> choose(const Gmg&, const Batch&, std::span<const Candidate>,
+                                    std::span<const Outcome>) override {
+    return std::nullopt;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("compose: one policy lookup, one message", "[compose]") {
+  Small s;
+  struct Row {
+    std::optional<std::string> name;
+    bool first_by_default;
+    std::string found;  // or the error
+  };
+  const std::string path = s.cfg.path;
+  const Row rows[] = {
+      {"SliceScheduler", false, "SliceScheduler"},
+      {"Static-Online", true, "Static-Online"},
+      {std::nullopt, true, "Static-Online"},
+      {"Nope", false, "no policy named 'Nope' in " + path + " (policies: Static-Online, SliceScheduler)"},
+      {std::nullopt, false, path + " has 2 policies; pick one with --policy (Static-Online, SliceScheduler)"},
+  };
+  for (const Row& row : rows) {
+    auto p = find_policy(s.cfg, row.name, row.first_by_default);
+    INFO(row.found);
+    CHECK((p.ok() ? p.value()->name : p.status().message()) == row.found);
+  }
+}
+
+TEST_CASE("compose: a bad plugin fails the build with one line naming the policy", "[compose]") {
+  Small s;
+  s.cfg.policies[1].placement.name = "nope";
+  auto parts = build_policy(s.cfg, s.cfg.policies[1], s.plugins);
+  REQUIRE_FALSE(parts.ok());
+  CHECK(parts.status().message().rfind("policy 'SliceScheduler': unknown placement policy 'nope' (available: ", 0) ==
+        0);
+  s.cfg.policies[1].placement.name = "simulation-guided";
+  s.cfg.policies[1].arbiter.args = nlohmann::json{{"bogus", 1}};
+  parts = build_policy(s.cfg, s.cfg.policies[1], s.plugins);
+  REQUIRE_FALSE(parts.ok());
+  CHECK(parts.status().message().rfind("policy 'SliceScheduler': transfer arbiter 'greedy': ", 0) == 0);
+}
+
+TEST_CASE("compose: the parts hold the tenants, the window's end on the run's clock and the faults in order",
+          "[compose]") {
+  Small s;
+  auto parts = s.build("SliceScheduler");
+  REQUIRE(parts->tenants.size() == 2);
+  CHECK(parts->tenants[0].spec().name == "online0");
+  CHECK(parts->online == std::vector<bool>{true, false});
+  CHECK(parts->engine.stop_at == 60'000'000'000);
+  CHECK(parts->requests() == parts->tenants[0].records().size() + parts->tenants[1].records().size());
+  // Live mode replays time_scale times faster: the window ends sooner.
+  CHECK(s.build("SliceScheduler", {.time_scale = 4})->engine.stop_at == 15'000'000'000);
+  s.cfg.faults = {{"gpu2", 30, 0}, {"gpu1", 10, 5}};
+  auto faulty = s.build("SliceScheduler");
+  REQUIRE(faulty->engine.faults.size() == 3);
+  CHECK(faulty->engine.faults[0].at == 10'000'000'000);
+  CHECK(faulty->engine.faults[1].at == 15'000'000'000);
+  CHECK_FALSE(faulty->engine.faults[1].down);
+  CHECK(faulty->engine.faults[2].accel == 2);
+}
+
+TEST_CASE("observers: every issued operator finishes once, predicted; every request arrives and ends", "[observer]") {
+  Small s;
+  auto parts = s.build("SliceScheduler");
+  const std::size_t requests = parts->requests();
+  Counting count;
+  PredictionRecorder predictions;
+  EngineObserver* observers[] = {&count, &predictions};
+  auto result = s.run(*parts, observers);
+  REQUIRE(result.ok());
+  CHECK(count.issues > 0);
+  CHECK(count.ops == count.issues);  // no faults: every issue runs once
+  CHECK(count.issued_at.empty());
+  CHECK(count.picked_ops == count.issues);
+  CHECK(count.predicted == count.ops);  // simulation-guided predicts every pick (no horizon)
+  CHECK(count.feedback == count.ops + count.transfers);
+  CHECK(count.decisions == result->scheduling.batches);
+  CHECK(count.deferred == result->scheduling.deferred);
+  // Inside the 60 s window every request arrives; those that end, end once.
+  CHECK(count.by_kind[RequestEvent::Kind::kArrived] == requests);
+  std::size_t done = 0;
+  for (const RequestRecord& r : result->requests) done += r.done >= 0;
+  CHECK(count.by_kind[RequestEvent::Kind::kDone] == done);
+  CHECK(count.by_kind[RequestEvent::Kind::kFirstToken] >= done);
+  CHECK(count.by_kind[RequestEvent::Kind::kIteration] > done);
+  const auto errors = predictions.errors(*parts->templates);
+  REQUIRE(errors.size() == 7);  // embed, four layer groups, head, all
+  CHECK(errors.back().kind == "all");
+  CHECK(errors.back().ops == count.ops);
+  CHECK(errors.back().duration_mape_pct > 0);
+}
+
+TEST_CASE("observers: a static policy predicts nothing", "[observer]") {
+  Small s;
+  auto parts = s.build("Static-Online");
+  Counting count;
+  PredictionRecorder predictions;
+  EngineObserver* observers[] = {&count, &predictions};
+  REQUIRE(s.run(*parts, observers).ok());
+  CHECK(count.ops > 0);
+  CHECK(count.predicted == 0);
+  CHECK(predictions.errors(*parts->templates).empty());
+}
+
+TEST_CASE("engine: a drain admits no more arrivals and lets what was admitted finish", "[engine][stop]") {
+  Small s({{"duration_s", "-1"}});
+  auto parts = s.build("SliceScheduler");
+  std::atomic<int> stop{0};
+  StopAt drain(stop, RequestEvent::Kind::kDone, 1);
+  EngineObserver* observers[] = {&drain};
+  auto result = s.run(*parts, observers, &stop);
+  REQUIRE(result.ok());
+  REQUIRE(drain.at > 0);
+  CHECK(result->interrupted);
+  CHECK_FALSE(result->complete);
+  CHECK(drain.arrivals_after == 0);
+  std::size_t finished = 0, never_admitted = 0;
+  for (const RequestRecord& r : result->requests) {
+    if (r.arrival <= drain.at) {
+      CHECK(r.done >= 0);  // admitted before the drain: finished
+      ++finished;
+    } else {
+      CHECK(r.first_token < 0);  // after it: never delivered
+      ++never_admitted;
+    }
+  }
+  CHECK(finished > 0);
+  CHECK(never_admitted > 0);
+}
+
+TEST_CASE("engine: a cancel stops at once, leaving what runs unfinished", "[engine][stop]") {
+  Small s;
+  auto parts = s.build("SliceScheduler");
+  std::atomic<int> stop{0};
+  StopAt cancel(stop, RequestEvent::Kind::kFirstToken, 2);
+  EngineObserver* observers[] = {&cancel};
+  auto result = s.run(*parts, observers, &stop);
+  REQUIRE(result.ok());
+  REQUIRE(cancel.at > 0);
+  CHECK(result->interrupted);
+  CHECK(result->end == cancel.at);
+  std::size_t unfinished = 0;
+  for (const RequestRecord& r : result->requests) {
+    CHECK(r.done <= cancel.at);
+    unfinished += r.done < 0;
+  }
+  CHECK(unfinished > 0);
+}
+
+TEST_CASE("scheduler: a policy that defers every batch is a decision without a pick, then a deadlock naming it",
+          "[engine][scheduler][deadlock]") {
+  Small s;
+  REQUIRE(s.plugins.placement.add("never", [](const PluginArgs&) { return std::make_unique<NeverPlace>(); }).ok());
+  s.cfg.policies[1].placement.name = "never";
+  auto parts = s.build("SliceScheduler");
+  Counting count;
+  EngineObserver* observers[] = {&count};
+  auto result = s.run(*parts, observers);
+  REQUIRE_FALSE(result.ok());
+  CHECK(result.status().message().rfind("policy 'SliceScheduler' (placement 'never'): engine: deadlock at ", 0) == 0);
+  CHECK(count.decisions > 0);
+  CHECK(count.deferred == count.decisions);
+  CHECK(count.issues == 0);
+}
+
+TEST_CASE("decision log: every round of the window, with each candidate's verdict and the pick", "[observer][explain]") {
+  Small s;
+  auto parts = s.build("SliceScheduler", {.explain = true});
+  std::vector<std::string> names;
+  std::vector<std::size_t> counts;
+  for (const Tenant& t : parts->tenants) {
+    names.push_back(t.spec().name);
+    counts.push_back(t.records().size());
+  }
+  DecisionLog log("SliceScheduler", names, counts, 5'000'000'000);
+  EngineObserver* observers[] = {&log};
+  auto result = s.run(*parts, observers);
+  REQUIRE(result.ok());
+  REQUIRE_FALSE(log.lines().empty());
+  CHECK(log.lines().size() < result->scheduling.batches);  // only the first 5 s
+  std::set<std::uint64_t> requests;
+  for (const auto& line : log.lines()) {
+    CHECK(line.t < 5'000'000'000);
+    const auto j = nlohmann::json::parse(line.json);
+    CHECK(j["policy"] == "SliceScheduler");
+    CHECK(j["simulated"] == true);
+    bool picked = false;
+    for (const auto& c : j["candidates"]) {
+      // --explain simulates every candidate to the end: none is dominated.
+      CHECK((c.contains("mean_completion_s") || c["infeasible"].get<std::string>().rfind("dominated", 0) != 0));
+      picked |= j["pick"].is_string() && c["label"] == j["pick"];
+    }
+    CHECK(picked);
+    for (const auto& q : j["requests"]) requests.insert(q.get<std::uint64_t>());
+  }
+  CHECK(requests.count(0));  // the first request's rounds are there
+}
+
+TEST_CASE("prediction error: MAPE and bias per kind, of duration and completion", "[observer][metrics]") {
+  constexpr Nanos kMs = 1'000'000;
+  PredictionRecorder p;
+  auto op = [](OpKindId kind, Nanos issued, Nanos ps, Nanos pf, Nanos s, Nanos f, bool failed = false) {
+    RunRecord r;
+    r.kind = kind, r.accel = 0, r.issued = issued, r.predicted_start = ps, r.predicted_finish = pf, r.start = s,
+    r.finish = f, r.failed = failed;
+    return r;
+  };
+  // kind 0: predicted [0,10] ran [0,8]: duration and completion both 25 % over, bias -25 %;
+  //         predicted [5,10] ran [4,14]: duration 50 % under (bias +50 %), completion 10 vs 14.
+  p.on_finish(op(0, 0, 0, 10 * kMs, 0, 8 * kMs));
+  p.on_finish(op(0, 0, 5 * kMs, 10 * kMs, 4 * kMs, 14 * kMs));
+  // kind 1: exact. Ignored: failed, unpredicted, and transfers.
+  p.on_finish(op(1, kMs, 2 * kMs, 3 * kMs, 2 * kMs, 3 * kMs));
+  p.on_finish(op(1, 0, 0, kMs, 0, 9 * kMs, /*failed=*/true));
+  p.on_finish(op(1, 0, -1, -1, 0, 9 * kMs));
+  RunRecord transfer = op(1, 0, 0, kMs, 0, 9 * kMs);
+  transfer.to = 1;
+  p.on_finish(transfer);
+
+  TemplateRegistry templates;
+  TemplateBuilder a("a"), b("b");
+  a.op("x").output({{Expr::constant(1)}, DType::kI8});
+  b.op("y").output({{Expr::constant(1)}, DType::kI8});
+  REQUIRE(templates.add(std::move(a).build().value()).ok());
+  REQUIRE(templates.add(std::move(b).build().value()).ok());
+  const auto e = p.errors(templates);
+  REQUIRE(e.size() == 3);
+  CHECK(e[0].kind == "a/x");
+  CHECK(e[0].ops == 2);
+  CHECK(e[0].duration_mape_pct == Approx(37.5));
+  CHECK(e[0].duration_bias_pct == Approx(12.5));
+  CHECK(e[0].completion_mape_pct == Approx((25.0 + 400.0 / 14) / 2));
+  CHECK(e[0].completion_bias_pct == Approx((-25.0 + 400.0 / 14) / 2));
+  CHECK(e[1].kind == "b/y");
+  CHECK(e[1].ops == 1);
+  CHECK(e[1].duration_mape_pct == 0);
+  CHECK(e[1].completion_bias_pct == 0);
+  CHECK(e[2].kind == "all");
+  CHECK(e[2].ops == 3);
+  CHECK(e[2].duration_mape_pct == Approx(25.0));
+}
+
+TEST_CASE("progress: a call per 1 % of requests ended, and at the last", "[observer]") {
+  std::vector<std::size_t> calls;
+  ProgressObserver p([&](Nanos, std::size_t done, std::size_t total) {
+    CHECK(total == 250);
+    calls.push_back(done);
+  }, 250);
+  RequestRecord r;
+  for (std::uint32_t i = 0; i < 250; ++i) {
+    p.on_request({RequestEvent::Kind::kArrived, 0, i, 0}, r);
+    p.on_request({i % 10 == 0 ? RequestEvent::Kind::kFailed : RequestEvent::Kind::kDone, 0, i, 0}, r);
+  }
+  REQUIRE(calls.size() == 84);  // every 3rd of 250 (3 * 100 >= 250), and the last
+  CHECK(calls.front() == 3);
+  CHECK(calls.back() == 250);
+}
