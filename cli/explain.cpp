@@ -40,8 +40,8 @@ void print_round(const nlohmann::json& d) {
       std::string note;
       if (c.contains("past_horizon_ops"))
         note = std::to_string(c["past_horizon_ops"].get<std::size_t>()) + " op(s) past the horizon";
-      std::printf("    %s %-20s %12.6f %12.6f  %s\n", picked ? "*" : " ", label.c_str(), c["mean_completion_s"].get<double>(),
-                  c["makespan_s"].get<double>(), note.c_str());
+      std::printf("    %s %-20s %12.6f %12.6f  %s\n", picked ? "*" : " ", label.c_str(),
+                  c["mean_completion_s"].get<double>(), c["makespan_s"].get<double>(), note.c_str());
     } else {
       std::printf("    %s %-20s %12s %12s  %s\n", picked ? "*" : " ", label.c_str(), "-", "-",
                   c.value("infeasible", std::string(simulated ? "" : "not simulated (static policy)")).c_str());
@@ -55,7 +55,8 @@ int explain(const ExplainOptions& opt) {
   const std::filesystem::path path = std::filesystem::path(opt.dir) / "decisions.jsonl";
   std::ifstream in(path);
   if (!in) {
-    std::fprintf(stderr, "slicesched: %s: cannot open (write it with `slicesched simulate CONFIG --explain --out %s`)\n",
+    std::fprintf(stderr,
+                 "slicesched: %s: cannot open (write it with `slicesched simulate CONFIG --explain --out %s`)\n",
                  path.string().c_str(), opt.dir.c_str());
     return 2;
   }

@@ -61,7 +61,8 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
     fail(cfg.path + ": model: " + e.what());
   }
   rt::set_cpu_threads(cfg.live.threads);
-  auto parts = value_or_fail(build_policy(cfg, policy, plugins, {.prior = prior, .time_scale = cfg.live.time_scale, .explain = opt.explain}));
+  auto parts = value_or_fail(
+      build_policy(cfg, policy, plugins, {.prior = prior, .time_scale = cfg.live.time_scale, .explain = opt.explain}));
   for (Tenant& t : parts->tenants)
     t.set_prompts([model_cfg, seed = cfg.seed + t.id()](std::uint64_t request, std::int64_t n) {
       return rt::synthetic_prompt(model_cfg, seed, request, n);

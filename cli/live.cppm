@@ -17,8 +17,8 @@ export namespace slicesched::cli {
 struct LiveRunOptions {
   const std::atomic<int>* stop = nullptr;  // see EngineOptions::stop
   bool progress = true;
-  double trace_seconds = 60;  // the timeline kept for the Chrome trace
-  bool explain = false;       // record the scheduler's decisions
+  double trace_seconds = 60;                        // the timeline kept for the Chrome trace
+  bool explain = false;                             // record the scheduler's decisions
   std::span<EngineObserver* const> observers = {};  // watch the run too (the caller's)
 };
 

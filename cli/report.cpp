@@ -104,8 +104,8 @@ std::string requests_csv(const PolicyRun& r) {
   std::size_t id = 0;
   for (const RequestRecord& q : r.requests) {
     auto s = [](Nanos t) { return t < 0 ? std::string() : std::to_string(static_cast<double>(t) / 1e9); };
-    o << id++ << ',' << r.tenant_names[q.tenant] << ',' << s(q.arrival) << ',' << q.input_tokens << ',' << q.output_tokens << ','
-      << q.generated << ',' << s(q.first_token) << ',' << s(q.done) << ','
+    o << id++ << ',' << r.tenant_names[q.tenant] << ',' << s(q.arrival) << ',' << q.input_tokens << ','
+      << q.output_tokens << ',' << q.generated << ',' << s(q.first_token) << ',' << s(q.done) << ','
       << (q.first_token < 0 ? std::string() : std::to_string(static_cast<double>(q.first_token - q.arrival) / 1e9))
       << ',' << csv_field(q.error) << '\n';
   }

@@ -9,7 +9,6 @@ module;
 #include <string>
 #include <vector>
 
-
 export module slicesched.cli.report;
 export import slicesched.compose.run;
 

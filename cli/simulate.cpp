@@ -106,8 +106,9 @@ int simulate(const SimulateOptions& opt) {
     std::vector<Status> built(chosen.size());
     const bool parallel_whatifs = chosen.size() == 1;  // several policies: one per core instead
     tbb::parallel_for(std::size_t{0}, chosen.size(), [&](std::size_t k) {
-      auto made = build_policy(cfg.value(), *chosen[k], plugins,
-                               {.prior = truths.prior ? &*truths.prior : nullptr, .parallel = parallel_whatifs, .explain = opt.explain});
+      auto made = build_policy(
+          cfg.value(), *chosen[k], plugins,
+          {.prior = truths.prior ? &*truths.prior : nullptr, .parallel = parallel_whatifs, .explain = opt.explain});
       if (made.ok())
         parts[k] = std::move(made).value();
       else

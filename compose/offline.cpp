@@ -12,8 +12,8 @@ namespace slicesched {
 Result<Truths> load_truths(const ExperimentConfig& cfg) {
   Truths truths;
   if (!cfg.ground_truth.present)
-    return InvalidArgument(cfg.path +
-                           ": this command needs a [ground_truth] section (measured profiles or a calibration profile)");
+    return InvalidArgument(
+        cfg.path + ": this command needs a [ground_truth] section (measured profiles or a calibration profile)");
   if (!cfg.ground_truth.calibrated.empty()) {
     auto cal = read_profile(cfg, "ground_truth.calibrated", cfg.ground_truth.calibrated);
     if (!cal.ok()) return cal.status();
@@ -45,8 +45,8 @@ Result<std::unique_ptr<GroundTruth>> make_ground_truth(const ExperimentConfig& c
     if (Status s = cal->check_transfers(); !s.ok()) return Status(s.code(), g.calibrated + ": " + s.message());
     return std::unique_ptr<GroundTruth>(std::move(cal));
   }
-  return std::unique_ptr<GroundTruth>(std::make_unique<ProfileGroundTruth>(
-      *truths.layers, *truths.transfers, cfg.seed, g.op_noise_cv, g.transfer_noise_cv));
+  return std::unique_ptr<GroundTruth>(std::make_unique<ProfileGroundTruth>(*truths.layers, *truths.transfers, cfg.seed,
+                                                                           g.op_noise_cv, g.transfer_noise_cv));
 }
 
 Status check_policies(const ExperimentConfig& cfg, const PluginRegistries& plugins,

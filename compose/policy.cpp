@@ -44,8 +44,9 @@ void build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, PolicyP
     const TenantConfig& tc = *at;
     // Seeded by the tenant's place in the config, not in the policy, so
     // every policy that runs a tenant gets the same requests.
-    Trace stream =
-        opt.stream ? opt.stream(tc) : make_stream(tc, cfg.seed + static_cast<std::uint64_t>(at - cfg.tenants.begin()), window);
+    Trace stream = opt.stream
+                       ? opt.stream(tc)
+                       : make_stream(tc, cfg.seed + static_cast<std::uint64_t>(at - cfg.tenants.begin()), window);
     OfferedLoad offered{tc.name};
     const double span = window > 0 ? window : stream.window_s;
     // A synthetic stream was cut at the window and counted what it left out;
@@ -113,7 +114,8 @@ EngineOptions engine_options(const ExperimentConfig& cfg, const BuildOptions& op
     e.faults.push_back({static_cast<Nanos>(f.at_s * 1e9), a, true});
     if (f.duration_s > 0) e.faults.push_back({static_cast<Nanos>((f.at_s + f.duration_s) * 1e9), a, false});
   }
-  std::stable_sort(e.faults.begin(), e.faults.end(), [](const FaultEvent& x, const FaultEvent& y) { return x.at < y.at; });
+  std::stable_sort(e.faults.begin(), e.faults.end(),
+                   [](const FaultEvent& x, const FaultEvent& y) { return x.at < y.at; });
   return e;
 }
 

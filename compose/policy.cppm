@@ -64,8 +64,8 @@ struct PolicyParts {
   // from the [estimators] prior given.
   EstimatorSet* linear = nullptr;
   bool prior_applied = false;
-  std::vector<Tenant> tenants;  // one per tenant instance
-  std::vector<bool> online;     // per tenant instance: SLO-bound
+  std::vector<Tenant> tenants;             // one per tenant instance
+  std::vector<bool> online;                // per tenant instance: SLO-bound
   std::vector<OfferedLoad> offered;        // per configured tenant, inside the window
   std::size_t requests_beyond_window = 0;  // arrivals after duration_s, not replayed
   std::unique_ptr<Scheduler> scheduler;

@@ -32,8 +32,8 @@ std::vector<PredictionError> PredictionRecorder::errors(const TemplateRegistry& 
   Sums all;
   auto row = [](std::string kind, const Sums& s) {
     const double n = static_cast<double>(s.n);
-    return PredictionError{std::move(kind), s.n,         100 * s.dur_abs / n, 100 * s.dur_bias / n,
-                           100 * s.done_abs / n, 100 * s.done_bias / n};
+    return PredictionError{std::move(kind),      s.n, 100 * s.dur_abs / n, 100 * s.dur_bias / n, 100 * s.done_abs / n,
+                           100 * s.done_bias / n};
   };
   for (const auto& [kind, s] : by_kind_) {
     out.push_back(row(templates.kind_name(kind), s));
@@ -70,10 +70,13 @@ double seconds(Nanos t) { return static_cast<double>(t) / 1e9; }
 // accelerator where the outcome says which.
 std::string why(const Gmg& gmg, const Outcome& o) {
   auto op = [&] {
-    return gmg.contains(o.at_op) ? gmg.templates().kind_name(gmg.op(o.at_op).kind) + " (op " + std::to_string(o.at_op) + ")"
-                                 : "op " + std::to_string(o.at_op);
+    return gmg.contains(o.at_op)
+               ? gmg.templates().kind_name(gmg.op(o.at_op).kind) + " (op " + std::to_string(o.at_op) + ")"
+               : "op " + std::to_string(o.at_op);
   };
-  auto accel = [&] { return gmg.accels().contains(o.at_accel) ? gmg.accels()[o.at_accel].name : "an unknown accelerator"; };
+  auto accel = [&] {
+    return gmg.accels().contains(o.at_accel) ? gmg.accels()[o.at_accel].name : "an unknown accelerator";
+  };
   switch (o.why) {
     case Outcome::Why::kNone:
       return "";

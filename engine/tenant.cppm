@@ -64,7 +64,6 @@ struct RequestEvent {
   InstanceId instance = 0;  // kIteration only
 };
 
-
 // Token ids of request `request`'s prompt of `n` tokens (live mode).
 using PromptFn = std::function<std::vector<std::int64_t>(std::uint64_t request, std::int64_t n)>;
 

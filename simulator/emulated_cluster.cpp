@@ -255,8 +255,8 @@ void EmulatedCluster::on_op_finish(std::uint32_t task, std::vector<Feedback>& ou
   }
   running_[t.accel] = kNotRunning;
   mark_dirty(t.accel);
-  out.push_back({Feedback::Kind::kOp, t.op, kNoOp, t.accel, kNoAccel, 0, now_, now_ - t.start, {}, false, {}, false,
-                 t.start});
+  out.push_back(
+      {Feedback::Kind::kOp, t.op, kNoOp, t.accel, kNoAccel, 0, now_, now_ - t.start, {}, false, {}, false, t.start});
   for (const Succ& s : t.succs) {
     const Task& d = tasks_[s.task];
     if (s.remote && !d.lost && !d.dead)
@@ -281,8 +281,19 @@ void EmulatedCluster::on_transfer_finish(std::uint32_t x, std::vector<Feedback>&
   xf.active = false;
   send_busy_[xf.from] = recv_busy_[xf.to] = 0;
   const Task& dst = tasks_[xf.dst_task];
-  out.push_back({Feedback::Kind::kTransfer, dst.op, xf.src, xf.from, xf.to, xf.bytes, now_, now_ - xf.start, {}, false,
-                 {}, false, xf.start});
+  out.push_back({Feedback::Kind::kTransfer,
+                 dst.op,
+                 xf.src,
+                 xf.from,
+                 xf.to,
+                 xf.bytes,
+                 now_,
+                 now_ - xf.start,
+                 {},
+                 false,
+                 {},
+                 false,
+                 xf.start});
   input_arrived(xf.dst_task);
   free_xfers_.push_back(x);
   arbitrate_ = true;

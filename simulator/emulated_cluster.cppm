@@ -100,7 +100,6 @@ class EmulatedCluster final : public Backend {
   Status fail_accelerator(const Gmg& gmg, AccelId a, std::vector<Feedback>& out) override;
   Status restore_accelerator(AccelId a) override;
 
-
  private:
   struct Succ {
     std::uint32_t task;

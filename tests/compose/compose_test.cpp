@@ -3,8 +3,8 @@
 // policy's parts built once with errors naming the policy, a run watched by
 // observers that see every issue, finish, decision and request event, and
 // the engine's drain and cancel paths.
-#include <catch2/catch.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -298,7 +298,8 @@ TEST_CASE("scheduler: a policy that defers every batch is a decision without a p
   CHECK(count.issues == 0);
 }
 
-TEST_CASE("decision log: every round of the window, with each candidate's verdict and the pick", "[observer][explain]") {
+TEST_CASE("decision log: every round of the window, with each candidate's verdict and the pick",
+          "[observer][explain]") {
   Small s;
   auto parts = s.build("SliceScheduler", {.explain = true});
   std::vector<std::string> names;
@@ -377,10 +378,12 @@ TEST_CASE("prediction error: MAPE and bias per kind, of duration and completion"
 
 TEST_CASE("progress: a call per 1 % of requests ended, and at the last", "[observer]") {
   std::vector<std::size_t> calls;
-  ProgressObserver p([&](Nanos, std::size_t done, std::size_t total) {
-    CHECK(total == 250);
-    calls.push_back(done);
-  }, 250);
+  ProgressObserver p(
+      [&](Nanos, std::size_t done, std::size_t total) {
+        CHECK(total == 250);
+        calls.push_back(done);
+      },
+      250);
   RequestRecord r;
   for (std::uint32_t i = 0; i < 250; ++i) {
     p.on_request({RequestEvent::Kind::kArrived, 0, i, 0}, r);

@@ -3,7 +3,6 @@
 // without a linear form drives the scheduler through its virtual path with
 // the same predictions as the fast path.
 #include <algorithm>
-#include <limits>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstddef>
@@ -11,6 +10,7 @@
 #include <filesystem>
 #include <initializer_list>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -186,8 +186,7 @@ Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimat
   auto result = engine.run(observers);
   REQUIRE(result.ok());
   REQUIRE(result->complete);
-  return {std::move(timeline.log()), result->requests, result->scheduling, result->lost_ops,
-          result->rebuilt_sequences};
+  return {std::move(timeline.log()), result->requests, result->scheduling, result->lost_ops, result->rebuilt_sequences};
 }
 
 auto online_linear(PluginRegistries& plugins) {

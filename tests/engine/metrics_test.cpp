@@ -97,6 +97,24 @@ TEST_CASE("metrics: inside a measurement window work is clipped to it", "[engine
   CHECK(m.token_throughput == Approx(11 / 3.75));
 }
 
+TEST_CASE("metrics: utilization over time sums operator time per 10 s bin through the span", "[engine][metrics]") {
+  // A 25 s run: gpu0 [0, 12] crosses the first bin's edge, gpu1 [18, 25]
+  // the second's; a transfer [1, 9] does not count.
+  EngineResult r;
+  r.requests = {request(0, 0.0, 1.0, 25.0, 2)};
+  const std::vector<RunRecord> log = {
+      {1, 0, 0, kNoAccel, 0, 12 * kS}, {2, 0, 1, kNoAccel, 18 * kS, 25 * kS}, {3, 0, 0, 1, kS, 9 * kS}};
+  const RunMetrics m = compute_metrics("p", r, log, 2, {true});
+  REQUIRE(m.busy_bins_s.size() == 3);  // [0, 10), [10, 20), [20, 30): the span is 25 s
+  CHECK(m.busy_bins_s[0] == Approx(10));
+  CHECK(m.busy_bins_s[1] == Approx(2 + 2));
+  CHECK(m.busy_bins_s[2] == Approx(5));
+  // The same from an IntervalRecorder fed as the engine feeds observers.
+  IntervalRecorder rec(2);
+  for (const RunRecord& x : log) rec.on_finish(x);
+  CHECK(compute_metrics("p", r.requests, rec, {true}).busy_bins_s == m.busy_bins_s);
+}
+
 TEST_CASE("metrics: percentiles interpolate between sorted values, and an empty run is all zeros",
           "[engine][metrics]") {
   struct Row {

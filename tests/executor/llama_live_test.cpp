@@ -4,8 +4,8 @@
 // the same weights and prompts, while layer groups and KV caches land on
 // different accelerators and move between them.
 #include <catch2/catch.hpp>
-#include <limits>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <set>
