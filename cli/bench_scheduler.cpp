@@ -24,13 +24,12 @@ int bench_scheduler(const BenchSchedulerOptions& opt) {
   auto check = [](const Status& s) {
     if (!s.ok()) throw std::runtime_error(s.message());
   };
-  auto templates = std::make_shared<TemplateRegistry>();
-  const TemplateId tmpl = templates->add(llama::make_template("llama3-8b")).value();
-  auto accels = std::make_shared<AcceleratorSet>();
-  check(accels->add_link_class("nvlink", 300e9, 5e-6).status());
-  for (int i = 0; i < opt.accelerators; ++i) check(accels->add("gpu" + std::to_string(i), "H100", 80ll << 30).status());
-  Gmg base(templates, accels);
-  for (AccelId a = 0; a < accels->size(); ++a) check(base.place_weights(tmpl, a));
+  auto toy = llama::h100_cluster(opt.accelerators);
+  check(toy.status());
+  const auto& templates = toy->templates;
+  const auto& accels = toy->accels;
+  const TemplateId tmpl = toy->tmpl;
+  Gmg& base = *toy->gmg;
   // Queues already hold `horizon` operators per accelerator (decode steps).
   check(
       llama::issue_pipelines(base, tmpl, static_cast<std::int64_t>(opt.horizon) * opt.accelerators, 512, 15).status());

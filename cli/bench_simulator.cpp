@@ -42,14 +42,12 @@ double thread_cpu_ms() {
 }
 
 Row measure(int n, std::int64_t k, int repeats) {
-  auto reg = std::make_shared<TemplateRegistry>();
-  TemplateId tmpl = reg->add(llama::make_template("llama3-8b")).value();
-  auto accels = std::make_shared<AcceleratorSet>();
-  (void)accels->add_link_class("nvlink", 300e9, 5e-6);
-  for (int i = 0; i < n; ++i) (void)accels->add("gpu" + std::to_string(i), "H100", 80ll << 30);
-  Gmg gmg(reg, accels);
-  for (AccelId a = 0; a < static_cast<AccelId>(n); ++a)
-    if (Status s = gmg.place_weights(tmpl, a); !s.ok()) throw std::runtime_error(s.message());
+  auto toy = llama::h100_cluster(n);
+  if (!toy.ok()) throw std::runtime_error(toy.status().message());
+  const auto& reg = toy->templates;
+  const auto& accels = toy->accels;
+  const TemplateId tmpl = toy->tmpl;
+  Gmg& gmg = *toy->gmg;
   // The paper's offline load shape: 2,048-token prompts, 15 output tokens.
   auto requests = llama::issue_pipelines(gmg, tmpl, k, 2048, 15);
   if (!requests.ok()) throw std::runtime_error(requests.status().message());

@@ -30,13 +30,12 @@ double to_ms(Nanos t) { return static_cast<double>(t) / 1e6; }
 int demo() {
   constexpr int kAccels = 8, kSteps = 15;
   constexpr std::int64_t kPrompt = 2048;
-  auto reg = std::make_shared<TemplateRegistry>();
-  TemplateId tmpl = reg->add(llama::make_template("llama3-8b")).value();
-  auto accels = std::make_shared<AcceleratorSet>();
-  check(accels->add_link_class("nvlink", 300e9, 5e-6).status());
-  for (int i = 0; i < kAccels; ++i) check(accels->add("gpu" + std::to_string(i), "H100", 80ll << 30).status());
-  Gmg gmg(reg, accels);
-  for (AccelId a = 0; a < kAccels; ++a) check(gmg.place_weights(tmpl, a));
+  auto toy = llama::h100_cluster(kAccels);
+  check(toy.status());
+  const auto& reg = toy->templates;
+  const auto& accels = toy->accels;
+  const TemplateId tmpl = toy->tmpl;
+  Gmg& gmg = *toy->gmg;
   // Three requests, each pipelined over four GPUs: 2,048-token prefill and
   // 15 decode steps chained through per-group KV caches.
   const std::int64_t ops = 3 * (kSteps + 1) * 6;

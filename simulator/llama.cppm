@@ -4,6 +4,7 @@
 // counterpart of the previous step retained).
 module;
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,30 @@ inline Result<std::int64_t> issue_pipelines(Gmg& gmg, TemplateId tmpl, std::int6
     ++requests;
   }
   return requests;
+}
+
+// The toy cluster of the demo and the benchmarks: n H100s (80 GiB) named
+// gpu0.. on one NVLink class (300 GB/s, 5 us), Llama-3-8B's template, and a
+// GMG holding its weights on every accelerator.
+struct ToyCluster {
+  std::shared_ptr<TemplateRegistry> templates = std::make_shared<TemplateRegistry>();
+  TemplateId tmpl = 0;
+  std::shared_ptr<AcceleratorSet> accels = std::make_shared<AcceleratorSet>();
+  std::unique_ptr<Gmg> gmg;
+};
+
+inline Result<ToyCluster> h100_cluster(int n) {
+  ToyCluster c;
+  auto tmpl = c.templates->add(make_template("llama3-8b"));
+  if (!tmpl.ok()) return tmpl.status();
+  c.tmpl = tmpl.value();
+  if (auto link = c.accels->add_link_class("nvlink", 300e9, 5e-6); !link.ok()) return link.status();
+  for (int i = 0; i < n; ++i)
+    if (auto a = c.accels->add("gpu" + std::to_string(i), "H100", 80ll << 30); !a.ok()) return a.status();
+  c.gmg = std::make_unique<Gmg>(c.templates, c.accels);
+  for (AccelId a = 0; a < c.accels->size(); ++a)
+    if (Status s = c.gmg->place_weights(c.tmpl, a); !s.ok()) return s;
+  return c;
 }
 
 }  // namespace slicesched::llama
