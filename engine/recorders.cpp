@@ -18,6 +18,7 @@ void PredictionRecorder::on_finish(const RunRecord& r) {
   if (!(actual_dur > 0) || !(actual_done > 0)) return;  // nothing to be relative to
   const auto pred_dur = static_cast<double>(r.predicted_finish - r.predicted_start);
   const auto pred_done = static_cast<double>(r.predicted_finish - r.issued);
+  if (r.kind >= by_kind_.size()) by_kind_.resize(r.kind + 1u);
   Sums& s = by_kind_[r.kind];
   ++s.n;
   s.dur_abs += std::abs(pred_dur - actual_dur) / actual_dur;
@@ -28,14 +29,15 @@ void PredictionRecorder::on_finish(const RunRecord& r) {
 
 std::vector<PredictionError> PredictionRecorder::errors(const TemplateRegistry& templates) const {
   std::vector<PredictionError> out;
-  if (by_kind_.empty()) return out;
   Sums all;
   auto row = [](std::string kind, const Sums& s) {
     const double n = static_cast<double>(s.n);
     return PredictionError{std::move(kind),      s.n, 100 * s.dur_abs / n, 100 * s.dur_bias / n, 100 * s.done_abs / n,
                            100 * s.done_bias / n};
   };
-  for (const auto& [kind, s] : by_kind_) {
+  for (OpKindId kind = 0; kind < by_kind_.size(); ++kind) {
+    const Sums& s = by_kind_[kind];
+    if (s.n == 0) continue;
     out.push_back(row(templates.kind_name(kind), s));
     all.n += s.n;
     all.dur_abs += s.dur_abs;
@@ -43,7 +45,7 @@ std::vector<PredictionError> PredictionRecorder::errors(const TemplateRegistry& 
     all.done_abs += s.done_abs;
     all.done_bias += s.done_bias;
   }
-  out.push_back(row("all", all));
+  if (all.n > 0) out.push_back(row("all", all));
   return out;
 }
 

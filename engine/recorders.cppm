@@ -4,7 +4,6 @@
 // Each is an EngineObserver; none is thread-safe (the engine's thread).
 module;
 #include <cstdint>
-#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -56,7 +55,7 @@ class PredictionRecorder final : public EngineObserver {
     std::size_t n = 0;
     double dur_abs = 0, dur_bias = 0, done_abs = 0, done_bias = 0;
   };
-  std::map<OpKindId, Sums> by_kind_;
+  std::vector<Sums> by_kind_;  // by OpKindId (a handful of kinds)
 };
 
 // The scheduler's rounds as JSON lines (DIR/decisions.jsonl, and the
