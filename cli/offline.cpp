@@ -26,9 +26,9 @@ Truths load_truths(const ExperimentConfig& cfg) {
     lopt.groups = cfg.model.groups;
     lopt.layers_per_group = cfg.model.layers / cfg.model.groups;
     auto layers = LayerProfile::load(cfg.ground_truth.layers_csv, 1, lopt);
-    if (!layers.ok()) fail(layers.status().message());
+    if (!layers.ok()) fail(cfg.path + ": ground_truth.layers: " + layers.status().message());
     auto transfers = TransferProfile::load(cfg.ground_truth.transfers_csv);
-    if (!transfers.ok()) fail(transfers.status().message());
+    if (!transfers.ok()) fail(cfg.path + ": ground_truth.transfers: " + transfers.status().message());
     truths.layers = std::move(layers).value();
     truths.transfers = std::move(transfers).value();
   }

@@ -1,6 +1,7 @@
 module;
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -33,7 +34,9 @@ std::optional<CalibrationProfile> read_prior(const ExperimentConfig& cfg) {
 
 void load_plugins(const ExperimentConfig& cfg, PluginRegistries& into) {
   check(plugins::register_builtins(into));
-  for (const auto& path : cfg.plugin_paths) check(load_plugin_library(path, into));
+  for (std::size_t i = 0; i < cfg.plugin_paths.size(); ++i)
+    if (Status s = load_plugin_library(cfg.plugin_paths[i], into); !s.ok())
+      fail(cfg.path + ": plugins.paths[" + std::to_string(i) + "]: " + s.message());
 }
 
 std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const PolicyConfig& policy,
