@@ -39,10 +39,10 @@ int calibrate(const CalibrateOptions& opt) {
       CalibrateSettings s;
       s.warmup = opt.warmup;
       s.repeats = opt.repeats;
-      const ShapeGrid grid = shape_grid(cfg.value());
+      const CalibrationTarget target = calibration_target(cfg.value());
       std::fprintf(stderr, "calibrating %s on %zu accelerator(s); %s", cfg->model.name.c_str(),
-                   cfg->accelerators.size(), describe(grid).c_str());
-      CalibrationResult r = calibrate_model(cfg.value(), model, s);
+                   cfg->accelerators.size(), describe(target.grid).c_str());
+      CalibrationResult r = slicesched::calibrate_model(target, model, s);
       print_calibration(r, stdout);
       check(write_calibration(r.profile, opt.out));
       if (opt.samples && !write_points_csv(r, *opt.samples)) fail("cannot write " + *opt.samples);

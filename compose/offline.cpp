@@ -24,9 +24,11 @@ Result<Truths> load_truths(const ExperimentConfig& cfg) {
     lopt.groups = cfg.model.groups;
     lopt.layers_per_group = cfg.model.layers / cfg.model.groups;
     auto layers = LayerProfile::load(cfg.ground_truth.layers_csv, 1, lopt);
-    if (!layers.ok()) return layers.status();
+    if (!layers.ok())
+      return Status(layers.status().code(), cfg.path + ": ground_truth.layers: " + layers.status().message());
     auto transfers = TransferProfile::load(cfg.ground_truth.transfers_csv);
-    if (!transfers.ok()) return transfers.status();
+    if (!transfers.ok())
+      return Status(transfers.status().code(), cfg.path + ": ground_truth.transfers: " + transfers.status().message());
     truths.layers = std::move(layers).value();
     truths.transfers = std::move(transfers).value();
   }

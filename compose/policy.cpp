@@ -209,8 +209,9 @@ Result<std::optional<CalibrationProfile>> read_prior(const ExperimentConfig& cfg
 
 Status load_plugins(const ExperimentConfig& cfg, PluginRegistries& into) {
   if (Status s = plugins::register_builtins(into); !s.ok()) return s;
-  for (const auto& path : cfg.plugin_paths)
-    if (Status s = load_plugin_library(path, into); !s.ok()) return s;
+  for (std::size_t i = 0; i < cfg.plugin_paths.size(); ++i)
+    if (Status s = load_plugin_library(cfg.plugin_paths[i], into); !s.ok())
+      return Status(s.code(), cfg.path + ": plugins.paths[" + std::to_string(i) + "]: " + s.message());
   return Status::Ok();
 }
 

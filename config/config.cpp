@@ -2,6 +2,7 @@ module;
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -12,6 +13,8 @@ module;
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 module slicesched.config;
@@ -54,10 +57,7 @@ class Table {
   Table(const toml::table& t, std::string path, const std::string& file) : t_(t), path_(std::move(path)), file_(file) {}
 
   [[noreturn]] void fail(const toml::node* at, const std::string& key, const std::string& what) const {
-    const auto& src = at ? at->source() : t_.source();
-    if (at && g_overridden)
-      for (const auto& [node, label] : *g_overridden)
-        if (node == at) throw ConfigError(label + ": " + qualified(key) + ": " + what);
+    if (at) throw ConfigError(where(at, key) + ": " + what);
     std::string hint;
     if (!at)  // a missing key: maybe it is there, misspelt
       for (const auto& [k, v] : t_)
@@ -66,7 +66,16 @@ class Table {
               " (found '" + std::string(k.str()) + "' on line " + std::to_string(v.source().begin.line) + ": a typo?)";
           break;
         }
-    throw ConfigError(file_ + ":" + std::to_string(src.begin.line) + ": " + qualified(key) + ": " + what + hint);
+    throw ConfigError(where(nullptr, key) + ": " + what + hint);
+  }
+  // "file:line: key", or "--set key=value: key" for a node an override put
+  // there: how every error names the place it is about.
+  std::string where(const toml::node* at, const std::string& key) const {
+    if (at && g_overridden)
+      for (const auto& [node, label] : *g_overridden)
+        if (node == at) return label + ": " + qualified(key);
+    const auto& src = at ? at->source() : t_.source();
+    return file_ + ":" + std::to_string(src.begin.line) + ": " + qualified(key);
   }
   std::string qualified(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
   const toml::node* node(const std::string& key) {
@@ -246,10 +255,55 @@ std::vector<std::string> strings(Table& t, const std::string& key, bool required
   return out;
 }
 
-std::string resolve(const fs::path& dir, const std::string& p) {
-  fs::path path(p);
-  return (path.is_absolute() ? path : dir / path).lexically_normal().string();
-}
+// The files a config names (traces, profiles, plugin libraries). Each is
+// resolved against the config's folder as it is read, and opened once the
+// whole config has been checked: a missing file is the last thing reported,
+// after every mistake in the text, and a config copied away from its data
+// says which key names what it could not find, and where it looked.
+class NamedFiles {
+ public:
+  explicit NamedFiles(fs::path dir) : dir_(std::move(dir)) {}
+
+  // The string at `key` of `t`, resolved.
+  std::string add(Table& t, const std::string& key) {
+    const toml::node* n = t.node(key);
+    return add(t, n, key, t.str(key));
+  }
+  // `given`, the string at node `n` (key `key` of `t`), resolved.
+  std::string add(const Table& t, const toml::node* n, const std::string& key, const std::string& given) {
+    const fs::path path(given);
+    std::string resolved = (path.is_absolute() ? path : dir_ / path).lexically_normal().string();
+    files_.push_back({t.where(n, key), resolved, !path.is_absolute()});
+    return resolved;
+  }
+
+  // Throws ConfigError for the first file that cannot be opened for reading.
+  void check() const {
+    for (const File& f : files_) {
+      std::error_code ec;
+      const std::string shown = fs::absolute(f.resolved, ec).lexically_normal().string();
+      std::string problem;
+      if (fs::is_directory(f.resolved, ec)) {
+        problem = "is a folder";
+      } else if (std::FILE* opened = std::fopen(f.resolved.c_str(), "rb")) {
+        std::fclose(opened);
+        continue;
+      } else {
+        problem = std::generic_category().message(errno);
+      }
+      if (f.relative) problem += "; relative paths resolve against the config's folder";
+      throw ConfigError(f.where + ": cannot open " + (shown.empty() ? f.resolved : shown) + " (" + problem + ")");
+    }
+  }
+
+ private:
+  struct File {
+    std::string where, resolved;
+    bool relative;
+  };
+  fs::path dir_;
+  std::vector<File> files_;
+};
 
 // The most accelerators a cluster may have, in all its entries together.
 // Memory grows linearly with the count (about 2 KB an accelerator), and a
@@ -329,13 +383,13 @@ constexpr double kMaxStreamRequests = 20'000'000;
 
 // `window_s` is the measurement window (top-level duration_s, < 0: none):
 // only what arrives inside it is generated.
-StreamConfig read_stream(Table& s, const fs::path& dir, double window_s) {
+StreamConfig read_stream(Table& s, NamedFiles& files, double window_s) {
   StreamConfig st;
   const int kinds = s.has("trace") + s.has("constant_rate") + s.has("poisson_rate");
   if (kinds != 1) s.fail(nullptr, "trace", "exactly one of trace, constant_rate, poisson_rate is required");
   if (s.has("trace")) {
     st.kind = StreamConfig::Kind::kTrace;
-    st.path = resolve(dir, s.str("trace"));
+    st.path = files.add(s, "trace");
     st.trace.start_offset_s = s.num("start_offset_s", 0, 0, 1e12);
     st.trace.duration_s = s.positive_or("duration_s", -1, 1e12, -1, "for all");
     st.trace.rate_scale = s.num("rate_scale", 1, 1e-9, 1e9);
@@ -367,10 +421,9 @@ StreamConfig read_stream(Table& s, const fs::path& dir, double window_s) {
   return st;
 }
 
-ExperimentConfig read(const toml::table& doc, const std::string& file) {
+ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFiles& files) {
   ExperimentConfig cfg;
   cfg.path = file;
-  const fs::path dir = fs::path(file).parent_path();
   Table root(doc, "", file);
   const std::string stem = fs::path(file).stem().string();
   cfg.name = root.str("name", &stem);
@@ -424,10 +477,10 @@ ExperimentConfig read(const toml::table& doc, const std::string& file) {
     if (g.has("calibrated") == (g.has("layers") || g.has("transfers")))
       g.fail(nullptr, "layers", "give either layers and transfers (measured profiles) or calibrated (a profile)");
     if (g.has("calibrated")) {
-      cfg.ground_truth.calibrated = resolve(dir, g.str("calibrated"));
+      cfg.ground_truth.calibrated = files.add(g, "calibrated");
     } else {
-      cfg.ground_truth.layers_csv = resolve(dir, g.str("layers"));
-      cfg.ground_truth.transfers_csv = resolve(dir, g.str("transfers"));
+      cfg.ground_truth.layers_csv = files.add(g, "layers");
+      cfg.ground_truth.transfers_csv = files.add(g, "transfers");
     }
     cfg.ground_truth.op_noise_cv = g.num("op_noise_cv", 0.006, 0, 1);
     cfg.ground_truth.transfer_noise_cv = g.num("transfer_noise_cv", 0.0163, 0, 1);
@@ -447,7 +500,7 @@ ExperimentConfig read(const toml::table& doc, const std::string& file) {
     tc.instances = static_cast<int>(t.integer("instances", 1, 1, 1024));
     const toml::table* st = t.table("stream", true);
     Table s(*st, t.qualified("stream"), file);
-    tc.stream = read_stream(s, dir, cfg.duration_s);
+    tc.stream = read_stream(s, files, cfg.duration_s);
     t.finish();
     for (const auto& other : cfg.tenants)
       if (other.name == tc.name) t.fail(t.node("name"), "name", "duplicate tenant name '" + tc.name + "'");
@@ -535,13 +588,18 @@ ExperimentConfig read(const toml::table& doc, const std::string& file) {
 
   if (const toml::table* et = root.table("estimators", false)) {
     Table e(*et, "estimators", file);
-    cfg.estimator_prior = resolve(dir, e.str("prior"));
+    cfg.estimator_prior = files.add(e, "prior");
     e.finish();
   }
 
   if (const toml::table* pl = root.table("plugins", false)) {
     Table t(*pl, "plugins", file);
-    for (const auto& p : strings(t, "paths", false)) cfg.plugin_paths.push_back(resolve(dir, p));
+    // Errors name the array's line (an override replaces the whole array)
+    // and the element's index.
+    const toml::node* arr = t.node("paths");
+    const std::vector<std::string> paths = strings(t, "paths", false);
+    for (std::size_t i = 0; i < paths.size(); ++i)
+      cfg.plugin_paths.push_back(files.add(t, arr, "paths[" + std::to_string(i) + "]", paths[i]));
     t.finish();
   }
   root.finish();
@@ -693,8 +751,10 @@ Result<ExperimentConfig> load_config(const std::string& path, const std::vector<
     struct Reset {
       ~Reset() { g_overridden = nullptr; }
     } reset;
-    ExperimentConfig cfg = read(doc, path);
+    NamedFiles files(fs::path(path).parent_path());
+    ExperimentConfig cfg = read(doc, path, files);
     if (Status s = validate(cfg); !s.ok()) return s;
+    files.check();
     return cfg;
   } catch (const ConfigError& e) {
     return InvalidArgument(e.what());

@@ -148,6 +148,11 @@ struct ConfigOverride {
 // Never throws; errors are one line:
 // "configs/x.toml:12: cluster.accelerators[0].hbm_gib: expected a number > 0, got -1",
 // or for an override "--set tenants.x.stream.constant_rate=-1: ...".
+// Every file the config names (traces, ground truth, estimators.prior,
+// plugin libraries) must exist and be readable once the rest is valid; if
+// one is not, the error names its key and the path it resolved to:
+// "x.toml:9: ground_truth.layers: cannot open /abs/l.csv (No such file or
+// directory; relative paths resolve against the config's folder)".
 Result<ExperimentConfig> load_config(const std::string& path, const std::vector<ConfigOverride>& overrides = {});
 
 // Cross-checks between sections (duplicate accelerators, links naming

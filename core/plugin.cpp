@@ -1,5 +1,6 @@
 module;
 #include <cmath>
+#include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -48,6 +49,30 @@ double non_negative_arg(const PluginArgs& args, std::string_view key, double fal
   if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0)
     bad_arg(key, "must be a number >= 0, not " + it->dump());
   return it->get<double>();
+}
+
+std::int64_t integer_value(const PluginArgs& value, std::string_view key, std::int64_t min, std::int64_t max) {
+  // A JSON integer is signed or unsigned; an unsigned one is compared as
+  // such, so one above INT64_MAX never wraps into the range.
+  if (value.is_number_unsigned()) {
+    const std::uint64_t u = value.get<std::uint64_t>();
+    if (max >= 0 && u <= static_cast<std::uint64_t>(max) && static_cast<std::int64_t>(u) >= min)
+      return static_cast<std::int64_t>(u);
+  } else if (value.is_number_integer()) {
+    const std::int64_t v = value.get<std::int64_t>();
+    if (v >= min && v <= max) return v;
+  }
+  // dump() writes NaN and infinities as null.
+  std::string got = value.dump();
+  if (value.is_number_float() && !std::isfinite(value.get<double>()))
+    got = std::isnan(value.get<double>()) ? "nan" : value.get<double>() > 0 ? "inf" : "-inf";
+  bad_arg(key, "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " + got);
+}
+
+std::int64_t integer_arg(const PluginArgs& args, std::string_view key, std::int64_t fallback, std::int64_t min,
+                         std::int64_t max) {
+  auto it = args.find(key);
+  return it == args.end() ? fallback : integer_value(*it, key, min, max);
 }
 
 bool bool_arg(const PluginArgs& args, std::string_view key, bool fallback) {

@@ -276,6 +276,17 @@ void check_keys(const PluginArgs& args, std::initializer_list<std::string_view> 
 double non_negative_arg(const PluginArgs& args, std::string_view key, double fallback);
 // Optional boolean key.
 bool bool_arg(const PluginArgs& args, std::string_view key, bool fallback);
+// The optional integer key `key` in [min, max] (min <= max); `fallback`
+// (returned as is) when the key is absent. Anything else is bad_arg:
+// "key 'seed': expected an integer in [0, 9223372036854775807], got 1e+30".
+// A float is refused even when whole (4.0): TOML keeps integers and floats
+// apart, so a float where an integer belongs is a mistake, and a cast of a
+// huge or non-finite one would be undefined.
+std::int64_t integer_arg(const PluginArgs& args, std::string_view key, std::int64_t fallback, std::int64_t min,
+                         std::int64_t max);
+// The same check for a value found elsewhere (an array element): `key`
+// names it in the error ("groups[0][1]").
+std::int64_t integer_value(const PluginArgs& value, std::string_view key, std::int64_t min, std::int64_t max);
 
 // ---- PluginRegistry ----
 

@@ -236,6 +236,317 @@ void rope_into(const at::Tensor& out, const at::Tensor& x, const at::Tensor& cos
   o2.addcmul_(x1, sin, 1);
 }
 
+// ---- layers: the steps of one call ------------------------------------------------------------------------------
+
+// kv_in as layers<group> on d may read it: empty, or that group's cache there.
+const ValueImpl* need_kv(const std::string& op, const Value& kv_in, const Dev& d, int group) {
+  const ValueImpl* kin = ValueAccess::get(kv_in);
+  if (kin != nullptr) {
+    if (kin->kind != Value::Kind::kKv) throw std::logic_error(op + ": kv_in is not a KV cache");
+    if (kin->label != d.label) throw std::logic_error(op + ": kv_in is on " + kin->label + ", not " + d.label);
+    if (kin->group != group)
+      throw std::logic_error(op + ": kv_in is the KV cache of layers" + std::to_string(kin->group));
+  }
+  return kin;
+}
+
+// Decodes (one new token) attend in batches: buckets of sequences whose
+// lengths are within 2x of each other, their caches gathered into a padded
+// [kv_heads, rows, width, head_dim] block per layer. Longer steps (prefills,
+// chunks) attend one sequence at a time.
+struct Bucket {
+  std::int64_t rows, width, at;          // at: where its indices start in StepLayout::idx
+  bool ragged;                           // some sequence shorter than width: needs a padding mask
+  at::Tensor row_idx, gather_idx, mask;  // on the device (upload_step)
+};
+
+// The host side of a step, all index arithmetic, in one int64 vector `idx`
+// uploaded at once:
+//  [keep: N source tokens of kv_in for the new cache] (only when something is kept)
+//  [slots: T new tokens' places in the new cache]
+//  per decode bucket: [rows: its sequences' rows in hidden] [gather: rows*width cache tokens] [lens: rows]
+// Each sequence's tokens are contiguous in the new cache, in plan order: old
+// ones first, then the new.
+struct StepLayout {
+  // Per sequence: where it starts in the new cache, its length there (old +
+  // new tokens), its first row in the hidden state, where it started in kv_in (-1: nothing cached).
+  std::vector<std::int64_t> start, len, offset, old_start;
+  std::int64_t cached = 0;  // N, the new cache's tokens
+  std::int64_t kept = 0;    // of them, carried over from kv_in
+  std::vector<std::int64_t> idx;
+  std::int64_t slots_at = 0;  // where the slots start in idx
+  std::vector<Bucket> buckets;
+  std::vector<std::size_t> singles;  // the sequences that attend alone
+};
+
+// Where each sequence goes in the new cache; a sequence with a position
+// must find exactly that many cached tokens of its own in kv_in.
+void place_sequences(const std::string& op, const StepPlan& plan, const ValueImpl* kin, StepLayout& L) {
+  const std::size_t S = plan.seqs.size();
+  L.start.assign(S, 0);
+  L.len.assign(S, 0);
+  L.offset.assign(S, 0);
+  L.old_start.assign(S, -1);
+  for (std::size_t i = 0, o = 0; i < S; ++i) {
+    const SeqStep& s = plan.seqs[i];
+    const std::int64_t t = static_cast<std::int64_t>(s.tokens.size());
+    if (s.position > 0) {  // its cache must be there with exactly `position` tokens
+      const std::int64_t k = kin ? kin->find(s.seq) : -1;
+      if (k < 0)
+        throw std::invalid_argument(op + ": sequence " + std::to_string(s.seq) + " has position " +
+                                    std::to_string(s.position) + " but kv_in holds no cache for it");
+      const std::int64_t cached = kin->len[static_cast<std::size_t>(k)];
+      if (cached != s.position)
+        throw std::invalid_argument(op + ": sequence " + std::to_string(s.seq) + " has position " +
+                                    std::to_string(s.position) + " but kv_in caches " + std::to_string(cached) +
+                                    " tokens of it");
+      L.old_start[i] = kin->start[static_cast<std::size_t>(k)];
+      L.kept += s.position;
+    }
+    L.start[i] = L.cached;
+    L.len[i] = s.position + t;
+    L.offset[i] = static_cast<std::int64_t>(o);
+    L.cached += L.len[i];
+    o += static_cast<std::size_t>(t);
+  }
+}
+
+// The keep and slot sections of idx.
+void index_cache(const StepPlan& plan, StepLayout& L) {
+  const std::size_t S = plan.seqs.size();
+  L.idx.reserve(static_cast<std::size_t>((L.kept > 0 ? L.cached : 0) + plan.tokens()));
+  if (L.kept > 0)
+    for (std::size_t i = 0; i < S; ++i)
+      for (std::int64_t j = 0; j < L.len[i]; ++j)  // new tokens' slots take any source: they are overwritten
+        L.idx.push_back(j < plan.seqs[i].position ? L.old_start[i] + j : 0);
+  L.slots_at = static_cast<std::int64_t>(L.idx.size());
+  for (std::size_t i = 0; i < S; ++i)
+    for (std::int64_t j = plan.seqs[i].position; j < L.len[i]; ++j) L.idx.push_back(L.start[i] + j);
+}
+
+// The decode buckets (longest first) and their sections of idx; the rest
+// attend alone.
+void bucket_decodes(const StepPlan& plan, StepLayout& L) {
+  const auto& len = L.len;
+  std::vector<std::size_t> dec;
+  for (std::size_t i = 0; i < plan.seqs.size(); ++i) (plan.seqs[i].tokens.size() == 1 ? dec : L.singles).push_back(i);
+  std::sort(dec.begin(), dec.end(),
+            [&](std::size_t a, std::size_t b) { return len[a] != len[b] ? len[a] > len[b] : a < b; });
+  for (std::size_t b = 0; b < dec.size();) {
+    std::size_t e = b + 1;
+    while (e < dec.size() && 2 * len[dec[e]] >= len[dec[b]]) ++e;
+    Bucket k{static_cast<std::int64_t>(e - b), len[dec[b]], static_cast<std::int64_t>(L.idx.size()), false, {}, {}, {}};
+    for (std::size_t q = b; q < e; ++q) L.idx.push_back(L.offset[dec[q]]);
+    for (std::size_t q = b; q < e; ++q)
+      for (std::int64_t j = 0; j < k.width; ++j) L.idx.push_back(L.start[dec[q]] + (j < len[dec[q]] ? j : 0));
+    for (std::size_t q = b; q < e; ++q) {
+      L.idx.push_back(len[dec[q]]);
+      k.ragged = k.ragged || len[dec[q]] < k.width;
+    }
+    L.buckets.push_back(std::move(k));
+    b = e;
+  }
+}
+
+StepLayout layout_step(const std::string& op, const StepPlan& plan, const ValueImpl* kin) {
+  StepLayout L;
+  place_sequences(op, plan, kin, L);
+  index_cache(plan, L);
+  bucket_decodes(plan, L);
+  return L;
+}
+
+// The sizes every layer of the group works with.
+struct LayerDims {
+  std::int64_t H, KV, hd, rep, half, per, mlp;
+  double norm_eps;
+  at::ScalarType dt;
+  at::TensorOptions opts;  // dt on the step's device
+
+  LayerDims(const LlamaConfig& c, at::ScalarType dtype, const Dev& d)
+      : H(c.heads),
+        KV(c.kv_heads),
+        hd(c.head_dim()),
+        rep(H / KV),
+        half(hd / 2),
+        per(c.layers / c.groups),
+        mlp(c.mlp),
+        norm_eps(c.norm_eps),
+        dt(dtype),
+        opts(at::TensorOptions().dtype(dtype).device(d.device)) {}
+};
+
+// Sequences attending alone go over blocks of queries, at most ~64M score
+// elements at a time; a block of more than one query needs a causal mask
+// [tb, 1, keys] (true = masked).
+struct Block {
+  std::int64_t i0, tb;
+  at::Tensor mask;
+};
+
+// What every layer of the step shares on the device.
+struct StepTensors {
+  at::Tensor cache;  // [per, 2 (K, V), KV, N, hd]: the new cache, the kept tokens in place
+  at::Tensor slots;  // the new tokens' places in it
+  // RoPE for every new token at its absolute position [T, 1, half]; the
+  // query's 1/sqrt(hd) is folded into cos_q and sin_q.
+  at::Tensor cos, sin, cos_q, sin_q;
+  std::vector<std::vector<Block>> blocks;  // per sequence that attends alone
+  at::Tensor kvbuf;                        // [T, 2, KV, hd]: a layer's new K (RoPE'd) and V
+  at::Tensor attn;                         // [T, H hd]: a layer's attention output
+};
+
+// The new cache, exactly N tokens: what it keeps of kv_in gathered in one
+// copy (which also drops the sequences the plan left out). Gathers index
+// dim 1 of a 3-d view: LibTorch's CPU index_select is several times slower
+// on a middle dim of a 5-d tensor.
+at::Tensor new_cache(const ValueImpl* kin, const StepLayout& L, const at::Tensor& up_idx, const LayerDims& m) {
+  const std::int64_t N = L.cached;
+  return L.kept > 0 ? kin->cache.view({m.per * 2 * m.KV, kin->tokens, m.hd})
+                          .index_select(1, up_idx.narrow(0, 0, N))
+                          .view({m.per, 2, m.KV, N, m.hd})
+                    : at::empty({m.per, 2, m.KV, N, m.hd}, m.opts);
+}
+
+// The buckets' index tensors, views of the uploaded idx, and their padding masks.
+void bind_buckets(std::vector<Bucket>& buckets, const at::Tensor& up_idx, const Dev& d) {
+  for (Bucket& k : buckets) {
+    k.row_idx = up_idx.narrow(0, k.at, k.rows);
+    k.gather_idx = up_idx.narrow(0, k.at + k.rows, k.rows * k.width);
+    if (k.ragged) {
+      at::Tensor lens = up_idx.narrow(0, k.at + k.rows + k.rows * k.width, k.rows);
+      at::Tensor cols = at::arange(k.width, at::TensorOptions().dtype(at::kLong).device(d.device));
+      k.mask = cols.unsqueeze(0).ge(lens.unsqueeze(1)).view({1, k.rows, 1, k.width});
+    }
+  }
+}
+
+// The RoPE tables, from one upload of [positions..., inv_freq...].
+void rope_tables(const StepPlan& plan, double rope_theta, const LayerDims& m, const Dev& d, StepTensors& s) {
+  const std::int64_t T = plan.tokens();
+  std::vector<float> host(static_cast<std::size_t>(T + m.half));
+  std::size_t n = 0;
+  for (const SeqStep& q : plan.seqs)
+    for (std::size_t i = 0; i < q.tokens.size(); ++i) host[n++] = static_cast<float>(q.position + std::int64_t(i));
+  for (std::int64_t i = 0; i < m.half; ++i)
+    host[n++] = static_cast<float>(1.0 / std::pow(rope_theta, double(2 * i) / double(m.hd)));
+  at::Tensor up = upload(host, at::kFloat, d);
+  at::Tensor angles = at::outer(up.narrow(0, 0, T), up.narrow(0, T, m.half));  // [T, half] float
+  s.cos = angles.cos().to(m.dt).unsqueeze(1), s.sin = angles.sin().to(m.dt).unsqueeze(1);
+  const double scale = 1.0 / std::sqrt(double(m.hd));
+  s.cos_q = s.cos * scale, s.sin_q = s.sin * scale;
+}
+
+std::vector<std::vector<Block>> query_blocks(const StepPlan& plan, const StepLayout& L, std::int64_t H, const Dev& d) {
+  std::vector<std::vector<Block>> blocks(plan.seqs.size());
+  const std::int64_t budget = std::int64_t(1) << 26;
+  for (std::size_t i : L.singles) {
+    const std::int64_t p = plan.seqs[i].position, t = L.len[i] - p;
+    const std::int64_t tb = std::max<std::int64_t>(1, std::min<std::int64_t>(t, budget / (H * L.len[i])));
+    for (std::int64_t i0 = 0; i0 < t; i0 += tb) {
+      Block b{i0, std::min(tb, t - i0), {}};
+      if (b.tb > 1) {
+        const auto lopts = at::TensorOptions().dtype(at::kLong).device(d.device);
+        at::Tensor keys = at::arange(p + i0 + b.tb, lopts);
+        at::Tensor queries = at::arange(p + i0, p + i0 + b.tb, lopts);
+        b.mask = keys.unsqueeze(0).gt(queries.unsqueeze(1)).unsqueeze(1);
+      }
+      blocks[i].push_back(std::move(b));
+    }
+  }
+  return blocks;
+}
+
+StepTensors upload_step(const StepPlan& plan, const ValueImpl* kin, StepLayout& L, const LlamaConfig& c,
+                        const LayerDims& m, const Dev& d) {
+  StepTensors s;
+  const at::Tensor up_idx = upload(L.idx, at::kLong, d);
+  s.cache = new_cache(kin, L, up_idx, m);
+  s.slots = up_idx.narrow(0, L.slots_at, plan.tokens());
+  bind_buckets(L.buckets, up_idx, d);
+  rope_tables(plan, c.rope_theta, m, d, s);
+  s.blocks = query_blocks(plan, L, m.H, d);
+  s.kvbuf = at::empty({plan.tokens(), 2, m.KV, m.hd}, m.opts);
+  s.attn = at::empty({plan.tokens(), m.H * m.hd}, m.opts);
+  return s;
+}
+
+at::Tensor softmax(const at::Tensor& sc, at::ScalarType dt) {
+  return dt == at::kFloat ? at::_softmax(sc, -1, false) : at::softmax(sc, -1, at::kFloat).to(dt);
+}
+
+// The decode buckets' attention of queries q [T, H, hd] over layer_cache
+// [2, KV, N, hd], into their rows of attn.
+void attend_buckets(const at::Tensor& q, const at::Tensor& layer_cache, const StepLayout& L, const LayerDims& m,
+                    at::Tensor& attn) {
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  const std::int64_t KV = m.KV, hd = m.hd, rep = m.rep;
+  for (const Bucket& k : L.buckets) {
+    // [2 KV, rows * width, hd]: K and V of the bucket's sequences, padded to width.
+    at::Tensor g = layer_cache.view({2 * KV, L.cached, hd}).index_select(1, k.gather_idx);
+    at::Tensor K = g.narrow(0, 0, KV).view({KV * k.rows, k.width, hd});
+    at::Tensor V = g.narrow(0, KV, KV).view({KV * k.rows, k.width, hd});
+    at::Tensor qb =
+        q.index_select(0, k.row_idx).view({k.rows, KV, rep, hd}).permute({1, 0, 2, 3}).reshape({KV * k.rows, rep, hd});
+    at::Tensor sc = at::bmm(qb, K.transpose(1, 2));  // [KV rows, rep, width]
+    if (k.ragged) sc.view({KV, k.rows, rep, k.width}).masked_fill_(k.mask, neg_inf);
+    at::Tensor ob = at::bmm(softmax(sc, m.dt), V);  // [KV rows, rep, hd]
+    attn.index_copy_(0, k.row_idx, ob.view({KV, k.rows, rep, hd}).permute({1, 0, 2, 3}).reshape({k.rows, m.H * hd}));
+  }
+}
+
+// The causal attention of each sequence that attends alone, block by block
+// of its queries, into its rows of attn.
+void attend_singles(const at::Tensor& q, const at::Tensor& layer_cache, const StepPlan& plan, const StepLayout& L,
+                    const std::vector<std::vector<Block>>& blocks, const LayerDims& m, at::Tensor& attn) {
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  const std::int64_t KV = m.KV, hd = m.hd, rep = m.rep;
+  for (std::size_t i : L.singles) {
+    const std::int64_t p = plan.seqs[i].position, t = L.len[i] - p, o = L.offset[i];
+    at::Tensor seq_cache = layer_cache.narrow(2, L.start[i], L.len[i]);
+    at::Tensor K = seq_cache.select(0, 0), V = seq_cache.select(0, 1);               // [KV, len, hd]
+    at::Tensor qs = q.narrow(0, o, t).view({t, KV, rep, hd}).permute({1, 0, 2, 3});  // [KV, t, rep, hd]
+    for (const Block& b : blocks[i]) {
+      const std::int64_t keys = p + b.i0 + b.tb;
+      at::Tensor qb = qs.narrow(1, b.i0, b.tb).reshape({KV, b.tb * rep, hd});
+      at::Tensor sc = at::bmm(qb, K.narrow(1, 0, keys).transpose(1, 2));  // [KV, tb rep, keys]
+      if (b.mask.defined()) sc.view({KV, b.tb, rep, keys}).masked_fill_(b.mask, neg_inf);
+      at::Tensor pr = softmax(sc, m.dt);
+      if (b.tb == 1) {  // one query: its output row is a contiguous [KV, rep, hd]
+        at::Tensor row = attn.select(0, o + b.i0).view({KV, rep, hd});
+        at::bmm_out(row, pr, V.narrow(1, 0, keys));
+      } else {
+        at::Tensor ob = at::bmm(pr, V.narrow(1, 0, keys));  // [KV, tb rep, hd]
+        attn.narrow(0, o + b.i0, b.tb)
+            .view({b.tb, KV, rep, hd})
+            .copy_(ob.view({KV, b.tb, rep, hd}).permute({1, 0, 2, 3}));
+      }
+    }
+  }
+}
+
+// One decoder layer (weights W, its slice of the new cache) on hidden
+// state x [T, hidden]: attention, with this step's K and V written into the
+// cache first, then the MLP, each with its residual. Returns the new x.
+at::Tensor decoder_layer(const at::Tensor& x_in, const at::Tensor* W, at::Tensor layer_cache, const StepPlan& plan,
+                         const StepLayout& L, StepTensors& s, const LayerDims& m) {
+  const std::int64_t T = plan.tokens(), H = m.H, KV = m.KV, hd = m.hd;
+  at::Tensor a = rms_norm(x_in, W[kNorm1], m.norm_eps);
+  at::Tensor qkv = at::mm(a, W[kQkv].t());  // [T, (H + 2 KV) hd]
+  at::Tensor q = at::empty({T, H, hd}, m.opts);
+  rope_into(q, qkv.narrow(1, 0, H * hd).view({T, H, hd}), s.cos_q, s.sin_q);
+  rope_into(s.kvbuf.select(1, 0), qkv.narrow(1, H * hd, KV * hd).view({T, KV, hd}), s.cos, s.sin);
+  s.kvbuf.select(1, 1).copy_(qkv.narrow(1, (H + KV) * hd, KV * hd).view({T, KV, hd}));
+  layer_cache.index_copy_(2, s.slots, s.kvbuf.permute({1, 2, 0, 3}));  // layer_cache: [2, KV, N, hd]
+
+  attend_buckets(q, layer_cache, L, m, s.attn);
+  attend_singles(q, layer_cache, plan, L, s.blocks, m, s.attn);
+  at::Tensor x = at::addmm(x_in, s.attn, W[kO].t());
+  a = rms_norm(x, W[kNorm2], m.norm_eps);
+  at::Tensor gu = at::mm(a, W[kGateUp].t());  // [T, 2 mlp]
+  at::Tensor act = at::silu(gu.narrow(1, 0, m.mlp)).mul_(gu.narrow(1, m.mlp, m.mlp));
+  return at::addmm(x, act, W[kDown].t());
+}
 }  // namespace
 
 struct LlamaModel::Impl {
@@ -404,220 +715,25 @@ Value LlamaModel::layers(int group, const Value& hidden, const Value& kv_in, con
   const Dev d = parse_device(device);
   auto w = impl_->weights(op, d);
   check_plan(op, plan);
-  const std::int64_t T = plan.tokens();
-  const ValueImpl& x_in = need_hidden(op, hidden, d, T, c.hidden);
-  const ValueImpl* kin = ValueAccess::get(kv_in);
-  if (kin != nullptr) {
-    if (kin->kind != Value::Kind::kKv) throw std::logic_error(op + ": kv_in is not a KV cache");
-    if (kin->label != d.label) throw std::logic_error(op + ": kv_in is on " + kin->label + ", not " + d.label);
-    if (kin->group != group)
-      throw std::logic_error(op + ": kv_in is the KV cache of layers" + std::to_string(kin->group));
-  }
-
-  // The host side of the step, all index arithmetic, in one int64 upload:
-  //  [keep: N' source tokens of kv_in for the new cache] (only when something is kept)
-  //  [slots: T new tokens' places in the new cache]
-  //  per decode bucket: [rows: its sequences' rows in hidden] [gather: rows*width cache tokens] [lens: rows]
-  // Each sequence's tokens are contiguous in the new cache, in plan order: old ones first, then the new.
-  const std::size_t S = plan.seqs.size();
-  std::vector<std::int64_t> start(S), len(S), offset(S), old_start(S, -1);
-  std::int64_t N = 0, kept = 0;
-  for (std::size_t i = 0, o = 0; i < S; ++i) {
-    const SeqStep& s = plan.seqs[i];
-    const std::int64_t t = static_cast<std::int64_t>(s.tokens.size());
-    if (s.position > 0) {  // its cache must be there with exactly `position` tokens
-      const std::int64_t k = kin ? kin->find(s.seq) : -1;
-      if (k < 0)
-        throw std::invalid_argument(op + ": sequence " + std::to_string(s.seq) + " has position " +
-                                    std::to_string(s.position) + " but kv_in holds no cache for it");
-      const std::int64_t cached = kin->len[static_cast<std::size_t>(k)];
-      if (cached != s.position)
-        throw std::invalid_argument(op + ": sequence " + std::to_string(s.seq) + " has position " +
-                                    std::to_string(s.position) + " but kv_in caches " + std::to_string(cached) +
-                                    " tokens of it");
-      old_start[i] = kin->start[static_cast<std::size_t>(k)];
-      kept += s.position;
-    }
-    start[i] = N;
-    len[i] = s.position + t;
-    offset[i] = static_cast<std::int64_t>(o);
-    N += len[i];
-    o += static_cast<std::size_t>(t);
-  }
-  std::vector<std::int64_t> idx;
-  idx.reserve(static_cast<std::size_t>((kept > 0 ? N : 0) + T));
-  if (kept > 0)
-    for (std::size_t i = 0; i < S; ++i)
-      for (std::int64_t j = 0; j < len[i]; ++j)  // new tokens' slots take any source: they are overwritten
-        idx.push_back(j < plan.seqs[i].position ? old_start[i] + j : 0);
-  const std::int64_t slots_at = static_cast<std::int64_t>(idx.size());
-  for (std::size_t i = 0; i < S; ++i)
-    for (std::int64_t j = plan.seqs[i].position; j < len[i]; ++j) idx.push_back(start[i] + j);
-
-  // Decodes (one new token) attend in batches: buckets of sequences whose
-  // lengths are within 2x of each other, their caches gathered into a padded
-  // [kv_heads, rows, width, head_dim] block per layer. Longer steps (prefills,
-  // chunks) attend one sequence at a time.
-  struct Bucket {
-    std::int64_t rows, width, at;  // at: where its indices start in idx
-    bool ragged;                   // some sequence shorter than width: needs a padding mask
-    at::Tensor row_idx, gather_idx, mask;
-  };
-  std::vector<Bucket> buckets;
-  std::vector<std::size_t> singles;
-  {
-    std::vector<std::size_t> dec;
-    for (std::size_t i = 0; i < S; ++i) (plan.seqs[i].tokens.size() == 1 ? dec : singles).push_back(i);
-    std::sort(dec.begin(), dec.end(),
-              [&](std::size_t a, std::size_t b) { return len[a] != len[b] ? len[a] > len[b] : a < b; });
-    for (std::size_t b = 0; b < dec.size();) {
-      std::size_t e = b + 1;
-      while (e < dec.size() && 2 * len[dec[e]] >= len[dec[b]]) ++e;
-      Bucket k{static_cast<std::int64_t>(e - b), len[dec[b]], static_cast<std::int64_t>(idx.size()), false, {}, {}, {}};
-      for (std::size_t q = b; q < e; ++q) idx.push_back(offset[dec[q]]);
-      for (std::size_t q = b; q < e; ++q)
-        for (std::int64_t j = 0; j < k.width; ++j) idx.push_back(start[dec[q]] + (j < len[dec[q]] ? j : 0));
-      for (std::size_t q = b; q < e; ++q) {
-        idx.push_back(len[dec[q]]);
-        k.ragged = k.ragged || len[dec[q]] < k.width;
-      }
-      buckets.push_back(std::move(k));
-      b = e;
-    }
-  }
+  const ValueImpl& x_in = need_hidden(op, hidden, d, plan.tokens(), c.hidden);
+  const ValueImpl* kin = need_kv(op, kv_in, d, group);
+  StepLayout layout = layout_step(op, plan, kin);
 
   return guarded(op + " on " + d.label, [&] {
     c10::InferenceMode im;
     c10::OptionalDeviceGuard dg(d.device);
-    const std::int64_t H = c.heads, KV = c.kv_heads, hd = c.head_dim(), rep = H / KV, half = hd / 2,
-                       per = c.layers / c.groups, mlp = c.mlp;
-    const at::ScalarType dt = impl_->dtype;
-    const auto opts = at::TensorOptions().dtype(dt).device(d.device);
-    const double neg_inf = -std::numeric_limits<double>::infinity();
+    const LayerDims dims(c, impl_->dtype, d);
+    StepTensors step = upload_step(plan, kin, layout, c, dims, d);
+    at::Tensor x = x_in.hidden;  // never written: every layer makes a new tensor
+    for (std::int64_t l = 0; l < dims.per; ++l)
+      x = decoder_layer(x, &w->t[static_cast<std::size_t>(l * kPerLayer)], step.cache.select(0, l), plan, layout, step,
+                        dims);
 
-    const at::Tensor up_idx = upload(idx, at::kLong, d);
-    // The new cache, exactly N tokens: what it keeps of kv_in gathered in one
-    // copy (which also drops the sequences the plan left out).
-    // (Gathers index dim 1 of a 3-d view: LibTorch's CPU index_select is
-    // several times slower on a middle dim of a 5-d tensor.)
-    at::Tensor cache = kept > 0 ? kin->cache.view({per * 2 * KV, kin->tokens, hd})
-                                      .index_select(1, up_idx.narrow(0, 0, N))
-                                      .view({per, 2, KV, N, hd})
-                                : at::empty({per, 2, KV, N, hd}, opts);
-    const at::Tensor slots = up_idx.narrow(0, slots_at, T);
-    for (Bucket& k : buckets) {
-      k.row_idx = up_idx.narrow(0, k.at, k.rows);
-      k.gather_idx = up_idx.narrow(0, k.at + k.rows, k.rows * k.width);
-      if (k.ragged) {
-        at::Tensor lens = up_idx.narrow(0, k.at + k.rows + k.rows * k.width, k.rows);
-        at::Tensor cols = at::arange(k.width, at::TensorOptions().dtype(at::kLong).device(d.device));
-        k.mask = cols.unsqueeze(0).ge(lens.unsqueeze(1)).view({1, k.rows, 1, k.width});
-      }
-    }
-
-    // RoPE tables for every new token at its absolute position, from one
-    // upload of [positions..., inv_freq...]; the query's 1/sqrt(hd) is
-    // folded into its table.
-    std::vector<float> host(static_cast<std::size_t>(T + half));
-    std::size_t n = 0;
-    for (const SeqStep& s : plan.seqs)
-      for (std::size_t i = 0; i < s.tokens.size(); ++i) host[n++] = static_cast<float>(s.position + std::int64_t(i));
-    for (std::int64_t i = 0; i < half; ++i)
-      host[n++] = static_cast<float>(1.0 / std::pow(c.rope_theta, double(2 * i) / double(hd)));
-    at::Tensor up = upload(host, at::kFloat, d);
-    at::Tensor angles = at::outer(up.narrow(0, 0, T), up.narrow(0, T, half));                   // [T, half] float
-    at::Tensor cos = angles.cos().to(dt).unsqueeze(1), sin = angles.sin().to(dt).unsqueeze(1);  // [T, 1, half]
-    const double scale = 1.0 / std::sqrt(double(hd));
-    at::Tensor cos_q = cos * scale, sin_q = sin * scale;
-
-    // Sequences attending alone go over blocks of queries, at most ~64M
-    // score elements at a time; a block of more than one query needs a
-    // causal mask [tb, 1, keys] (true = masked).
-    struct Block {
-      std::int64_t i0, tb;
-      at::Tensor mask;
-    };
-    std::vector<std::vector<Block>> blocks(S);
-    const std::int64_t budget = std::int64_t(1) << 26;
-    for (std::size_t i : singles) {
-      const std::int64_t p = plan.seqs[i].position, t = len[i] - p;
-      const std::int64_t tb = std::max<std::int64_t>(1, std::min<std::int64_t>(t, budget / (H * len[i])));
-      for (std::int64_t i0 = 0; i0 < t; i0 += tb) {
-        Block b{i0, std::min(tb, t - i0), {}};
-        if (b.tb > 1) {
-          const auto lopts = at::TensorOptions().dtype(at::kLong).device(d.device);
-          at::Tensor keys = at::arange(p + i0 + b.tb, lopts);
-          at::Tensor queries = at::arange(p + i0, p + i0 + b.tb, lopts);
-          b.mask = keys.unsqueeze(0).gt(queries.unsqueeze(1)).unsqueeze(1);
-        }
-        blocks[i].push_back(std::move(b));
-      }
-    }
-    auto softmax = [&](const at::Tensor& sc) {
-      return dt == at::kFloat ? at::_softmax(sc, -1, false) : at::softmax(sc, -1, at::kFloat).to(dt);
-    };
-
-    at::Tensor x = x_in.hidden;                          // never written: every step below makes a new tensor
-    at::Tensor kvbuf = at::empty({T, 2, KV, hd}, opts);  // this layer's new K (RoPE'd) and V
-    at::Tensor attn = at::empty({T, H * hd}, opts);
-    for (std::int64_t l = 0; l < per; ++l) {
-      const at::Tensor* L = &w->t[static_cast<std::size_t>(l * kPerLayer)];
-      at::Tensor a = rms_norm(x, L[kNorm1], c.norm_eps);
-      at::Tensor qkv = at::mm(a, L[kQkv].t());  // [T, (H + 2 KV) hd]
-      at::Tensor q = at::empty({T, H, hd}, opts);
-      rope_into(q, qkv.narrow(1, 0, H * hd).view({T, H, hd}), cos_q, sin_q);
-      rope_into(kvbuf.select(1, 0), qkv.narrow(1, H * hd, KV * hd).view({T, KV, hd}), cos, sin);
-      kvbuf.select(1, 1).copy_(qkv.narrow(1, (H + KV) * hd, KV * hd).view({T, KV, hd}));
-      at::Tensor layer_cache = cache.select(0, l);  // [2, KV, N, hd]
-      layer_cache.index_copy_(2, slots, kvbuf.permute({1, 2, 0, 3}));
-
-      for (const Bucket& k : buckets) {
-        // [2 KV, rows * width, hd]: K and V of the bucket's sequences, padded to width.
-        at::Tensor g = layer_cache.view({2 * KV, N, hd}).index_select(1, k.gather_idx);
-        at::Tensor K = g.narrow(0, 0, KV).view({KV * k.rows, k.width, hd});
-        at::Tensor V = g.narrow(0, KV, KV).view({KV * k.rows, k.width, hd});
-        at::Tensor qb = q.index_select(0, k.row_idx)
-                            .view({k.rows, KV, rep, hd})
-                            .permute({1, 0, 2, 3})
-                            .reshape({KV * k.rows, rep, hd});
-        at::Tensor sc = at::bmm(qb, K.transpose(1, 2));  // [KV rows, rep, width]
-        if (k.ragged) sc.view({KV, k.rows, rep, k.width}).masked_fill_(k.mask, neg_inf);
-        at::Tensor ob = at::bmm(softmax(sc), V);  // [KV rows, rep, hd]
-        attn.index_copy_(0, k.row_idx, ob.view({KV, k.rows, rep, hd}).permute({1, 0, 2, 3}).reshape({k.rows, H * hd}));
-      }
-      for (std::size_t i : singles) {
-        const std::int64_t p = plan.seqs[i].position, t = len[i] - p, o = offset[i];
-        at::Tensor seq_cache = layer_cache.narrow(2, start[i], len[i]);
-        at::Tensor K = seq_cache.select(0, 0), V = seq_cache.select(0, 1);               // [KV, len, hd]
-        at::Tensor qs = q.narrow(0, o, t).view({t, KV, rep, hd}).permute({1, 0, 2, 3});  // [KV, t, rep, hd]
-        for (const Block& b : blocks[i]) {
-          const std::int64_t keys = p + b.i0 + b.tb;
-          at::Tensor qb = qs.narrow(1, b.i0, b.tb).reshape({KV, b.tb * rep, hd});
-          at::Tensor sc = at::bmm(qb, K.narrow(1, 0, keys).transpose(1, 2));  // [KV, tb rep, keys]
-          if (b.mask.defined()) sc.view({KV, b.tb, rep, keys}).masked_fill_(b.mask, neg_inf);
-          at::Tensor pr = softmax(sc);
-          if (b.tb == 1) {  // one query: its output row is a contiguous [KV, rep, hd]
-            at::Tensor row = attn.select(0, o + b.i0).view({KV, rep, hd});
-            at::bmm_out(row, pr, V.narrow(1, 0, keys));
-          } else {
-            at::Tensor ob = at::bmm(pr, V.narrow(1, 0, keys));  // [KV, tb rep, hd]
-            attn.narrow(0, o + b.i0, b.tb)
-                .view({b.tb, KV, rep, hd})
-                .copy_(ob.view({KV, b.tb, rep, hd}).permute({1, 0, 2, 3}));
-          }
-        }
-      }
-      x = at::addmm(x, attn, L[kO].t());
-      a = rms_norm(x, L[kNorm2], c.norm_eps);
-      at::Tensor gu = at::mm(a, L[kGateUp].t());  // [T, 2 mlp]
-      at::Tensor act = at::silu(gu.narrow(1, 0, mlp)).mul_(gu.narrow(1, mlp, mlp));
-      x = at::addmm(x, act, L[kDown].t());
-    }
-
-    std::vector<std::uint64_t> ids(S);
-    for (std::size_t i = 0; i < S; ++i) ids[i] = plan.seqs[i].seq;
+    std::vector<std::uint64_t> ids(plan.seqs.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = plan.seqs[i].seq;
     Value out = make_hidden(std::move(x), d.label);
-    kv_out = make_kv(group, std::move(cache), std::move(ids), std::move(start), std::move(len), d.label);
+    kv_out =
+        make_kv(group, std::move(step.cache), std::move(ids), std::move(layout.start), std::move(layout.len), d.label);
     return out;
   });
 }

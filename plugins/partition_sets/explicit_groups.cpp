@@ -3,7 +3,6 @@ module;
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -17,13 +16,6 @@ namespace slicesched::plugins {
 namespace {
 
 std::string at(std::string_view key, std::size_t i) { return std::string(key) + "[" + std::to_string(i) + "]"; }
-
-// A JSON integer >= 0 (TOML integers arrive signed), else nullopt.
-std::optional<std::uint64_t> index_value(const PluginArgs& v) {
-  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
-  if (v.is_number_integer() && v.get<std::int64_t>() >= 0) return static_cast<std::uint64_t>(v.get<std::int64_t>());
-  return std::nullopt;
-}
 
 }  // namespace
 
@@ -39,8 +31,8 @@ ExplicitGroups::ExplicitGroups(const PluginArgs& args) {
     std::vector<Member> members;
     for (std::size_t m = 0; m < group.size(); ++m) {
       const PluginArgs& v = group[m];
-      if (auto id = index_value(v); id && *id < kNoAccel)
-        members.push_back({static_cast<AccelId>(*id), {}});
+      if (v.is_number())
+        members.push_back({static_cast<AccelId>(integer_value(v, at(gkey, m), 0, kNoAccel - 1)), {}});
       else if (v.is_string() && !v.get<std::string>().empty())
         members.push_back({kNoAccel, v.get<std::string>()});
       else
@@ -60,13 +52,9 @@ ExplicitGroups::ExplicitGroups(const PluginArgs& args) {
       bad_arg(tkey, "tenant ids are unsigned integers, not '" + tenant + "'");
     if (!list.is_array() || list.empty()) bad_arg(tkey, "must be a non-empty list of group indices");
     std::vector<std::size_t> picks;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const PluginArgs& v = list[i];
-      const auto index = index_value(v);
-      if (!index || *index >= spec_.size())
-        bad_arg(at(tkey, i), "must be a group index below " + std::to_string(spec_.size()) + ", not " + v.dump());
-      picks.push_back(static_cast<std::size_t>(*index));
-    }
+    const auto last_group = static_cast<std::int64_t>(spec_.size()) - 1;
+    for (std::size_t i = 0; i < list.size(); ++i)
+      picks.push_back(static_cast<std::size_t>(integer_value(list[i], at(tkey, i), 0, last_group)));
     tenants_[id] = std::move(picks);
   }
 }

@@ -1,5 +1,7 @@
 // The config reader: the shipped experiment loads; every bad input gives
 // one line naming the file, the line and the key.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -15,8 +17,11 @@ namespace {
 
 const fs::path kRoot(SLICESCHED_SOURCE_DIR);
 
-// A valid config; `edit` replaces one line to break it.
+// A valid config; `edit` replaces one line to break it. The files it names
+// (l.csv, t.csv) are made, empty, in the temporary folder the tests write
+// configs to: a config loads only when they exist.
 std::string base() {
+  for (const char* name : {"l.csv", "t.csv"}) std::ofstream(fs::temp_directory_path() / name);
   return R"(name = "t"
 [cluster]
 link_classes = [{ name = "nvlink", bandwidth_gbps = 300.0 }]
@@ -36,7 +41,8 @@ partition_sets = [{ plugin = "singles" }]
 }
 
 std::string load_error(const std::string& text) {
-  const fs::path p = fs::temp_directory_path() / "slicesched_config_test.toml";
+  // One file per process: ctest runs the test cases side by side.
+  const fs::path p = fs::temp_directory_path() / ("slicesched_config_test_" + std::to_string(getpid()) + ".toml");
   std::ofstream(p) << text;
   auto cfg = load_config(p.string());
   REQUIRE(!cfg.ok());
@@ -286,4 +292,35 @@ TEST_CASE("a stream with too many requests inside the window is refused", "[conf
       replace(base(), "constant_rate = 1.0, duration_s = 10", "constant_rate = 1e3, duration_s = 1e12"), "name = \"t\"",
       "name = \"t\"\nduration_s = 30");
   CHECK(load_config(p.string()).ok());
+}
+
+// A config copied away from its data: the error names the key and the path
+// it resolved to, after every other check.
+TEST_CASE("a file the config names that cannot be opened names its key and resolved path", "[config][bad-input]") {
+  const std::string dir = fs::temp_directory_path().string();
+  const std::string hint = "; relative paths resolve against the config's folder)";
+  CHECK(load_error(replace(base(), "layers = \"l.csv\"", "layers = \"../nope/l.csv\"")) ==
+        ":6: ground_truth.layers: cannot open " + (fs::temp_directory_path().parent_path() / "nope/l.csv").string() +
+            " (No such file or directory" + hint);
+  CHECK(load_error(replace(base(), "transfers = \"t.csv\"", "transfers = \"/nonexistent/t.csv\"")) ==
+        ":7: ground_truth.transfers: cannot open /nonexistent/t.csv (No such file or directory)");
+  CHECK(load_error(replace(base(), "constant_rate = 1.0, duration_s = 10, input_tokens = 16, output_tokens = 2",
+                           "trace = \"no_trace.csv\"")) ==
+        ":10: tenants[0].stream.trace: cannot open " + dir + "/no_trace.csv (No such file or directory" + hint);
+  fs::create_directories(fs::temp_directory_path() / "slicesched_a_folder");
+  CHECK(load_error(base() + "[estimators]\nprior = \"slicesched_a_folder\"\n") ==
+        ":17: estimators.prior: cannot open " + dir + "/slicesched_a_folder (is a folder" + hint);
+  CHECK(load_error(base() + "[plugins]\npaths = [\"l.csv\", \"libnope.so\"]\n") ==
+        ":17: plugins.paths[1]: cannot open " + dir + "/libnope.so (No such file or directory" + hint);
+  // A mistake in the text comes first.
+  CHECK(load_error(
+            replace(replace(base(), "layers = \"l.csv\"", "layers = \"nope.csv\""), "hbm_gib = 80", "hbm_gib = -1")) ==
+        ":4: cluster.accelerators[0].hbm_gib: expected a number > 0 and <= 1000000, got -1");
+  // Through --set: the override is named, and its path resolves against the config's folder too.
+  const fs::path p = fs::temp_directory_path() / "slicesched_config_files.toml";
+  std::ofstream(p) << base();
+  auto cfg = load_config(p.string(), {{"ground_truth.layers", "\"gone.csv\""}});
+  REQUIRE(!cfg.ok());
+  CHECK(cfg.status().message() == "--set ground_truth.layers=\"gone.csv\": ground_truth.layers: cannot open " + dir +
+                                      "/gone.csv (No such file or directory" + hint);
 }

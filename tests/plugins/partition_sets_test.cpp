@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -116,7 +117,12 @@ TEST_CASE("partition set arguments are refused with the key named", "[plugins][p
       {"explicit", json::object(), e + "key 'groups': required: a list of accelerator groups, e.g. [[0, 1], [2, 3]]"},
       {"explicit", {{"groups", json::array()}}, e + "key 'groups': must be a non-empty list of accelerator groups"},
       {"explicit", {{"groups", {{0}, 3}}}, e + "key 'groups[1]': must be a non-empty list of accelerator ids or names"},
-      {"explicit", {{"groups", {{0, -1}}}}, e + "key 'groups[0][1]': must be an accelerator id (>= 0) or name, not -1"},
+      {"explicit", {{"groups", {{0, -1}}}}, e + "key 'groups[0][1]': expected an integer in [0, 4294967294], got -1"},
+      {"explicit", {{"groups", {{0, 1.5}}}}, e + "key 'groups[0][1]': expected an integer in [0, 4294967294], got 1.5"},
+      {"explicit", {{"groups", {{1e30}}}}, e + "key 'groups[0][0]': expected an integer in [0, 4294967294], got 1e+30"},
+      {"explicit",
+       {{"groups", {{0, true}}}},
+       e + "key 'groups[0][1]': must be an accelerator id (>= 0) or name, not true"},
       {"explicit", {{"groups", {{0}}}, {"tenant", 1}}, e + "unknown key 'tenant' (accepted: groups, tenants)"},
       {"explicit",
        {{"groups", {{0}}}, {"tenants", 1}},
@@ -126,7 +132,10 @@ TEST_CASE("partition set arguments are refused with the key named", "[plugins][p
        e + "key 'tenants.x': tenant ids are unsigned integers, not 'x'"},
       {"explicit",
        {{"groups", {{0}}}, {"tenants", {{"3", {1}}}}},
-       e + "key 'tenants.3[0]': must be a group index below 1, not 1"},
+       e + "key 'tenants.3[0]': expected an integer in [0, 0], got 1"},
+      {"explicit",
+       {{"groups", {{0}, {1}}}, {"tenants", {{"3", {0, std::numeric_limits<double>::quiet_NaN()}}}}},
+       e + "key 'tenants.3[1]': expected an integer in [0, 1], got nan"},
   };
   Fixture f;
   for (const Row& row : rows) {

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -106,6 +108,62 @@ TEST_CASE("argument helpers say which key and why", "[plugins][registry]") {
   CHECK_THROWS_WITH(non_negative_arg(json{{"x", "1"}}, "x", 0), "key 'x': must be a number >= 0, not \"1\"");
   CHECK(bool_arg(json{{"b", false}}, "b", true) == false);
   CHECK_THROWS_WITH(bool_arg(json{{"b", 1}}, "b", true), "key 'b': must be true or false, not 1");
+}
+
+// A float, a huge or non-finite number must never reach a cast in a plugin.
+TEST_CASE("integer_arg takes integers in range and refuses everything else", "[plugins][registry]") {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  CHECK(integer_arg(json::object(), "seed", 7, 0, kMax) == 7);
+  CHECK(integer_arg(json{{"seed", 0}}, "seed", 7, 0, kMax) == 0);
+  CHECK(integer_arg(json{{"seed", kMax}}, "seed", 7, 0, kMax) == kMax);
+  CHECK(integer_arg(json{{"n", -3}}, "n", 0, -3, 3) == -3);
+  CHECK(integer_arg(json{{"n", 3u}}, "n", 0, -3, 3) == 3);
+  struct Row {
+    json value;
+    std::int64_t min, max;
+    std::string message;
+  };
+  const std::string e = "key 'seed': expected an integer in ";
+  const std::vector<Row> rows = {
+      {1e30, 0, kMax, e + "[0, 9223372036854775807], got 1e+30"},
+      {1.5, 0, 10, e + "[0, 10], got 1.5"},
+      {4.0, 0, 10, e + "[0, 10], got 4.0"},
+      {nan, 0, 10, e + "[0, 10], got nan"},
+      {inf, 0, 10, e + "[0, 10], got inf"},
+      {-inf, 0, 10, e + "[0, 10], got -inf"},
+      {-1, 0, 10, e + "[0, 10], got -1"},
+      {11, 0, 10, e + "[0, 10], got 11"},
+      {std::numeric_limits<std::uint64_t>::max(), 0, kMax, e + "[0, 9223372036854775807], got 18446744073709551615"},
+      {5u, -10, -1, e + "[-10, -1], got 5"},
+      {"7", 0, 10, e + "[0, 10], got \"7\""},
+      {nullptr, 0, 10, e + "[0, 10], got null"},
+  };
+  for (const Row& row : rows) {
+    INFO(row.value.dump());
+    CHECK_THROWS_WITH(integer_arg(json{{"seed", row.value}}, "seed", 0, row.min, row.max), row.message);
+  }
+  CHECK_THROWS_WITH(integer_value(json(2.5), "groups[1]", 0, 3),
+                    "key 'groups[1]': expected an integer in [0, 3], got 2.5");
+}
+
+TEST_CASE("a placement policy's bad integer argument is refused by create, naming policy and key",
+          "[plugins][registry]") {
+  PluginRegistry<PlacementPolicy> reg("placement policy");
+  REQUIRE(reg.add("seeded",
+                  [](const PluginArgs& args) {
+                    check_keys(args, {"seed"});
+                    const auto seed = integer_arg(args, "seed", 1, 0, std::numeric_limits<std::int64_t>::max());
+                    return std::make_unique<Fixed>(static_cast<std::size_t>(seed));
+                  })
+              .ok());
+  auto made = reg.create("seeded", json{{"seed", 3}});
+  REQUIRE(made.ok());
+  CHECK((*made)->choose(empty_gmg(), {}, {}, {}) == 3u);
+  auto bad = reg.create("seeded", json{{"seed", 1e30}});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() ==
+        "placement policy 'seeded': key 'seed': expected an integer in [0, 9223372036854775807], got 1e+30");
 }
 
 TEST_CASE("the built-ins register under their documented names", "[plugins][registry]") {
