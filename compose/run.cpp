@@ -70,7 +70,14 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
   r.estimator = parts.policy.estimator;
   if (parts.prior_applied) r.estimator_prior = cfg.estimator_prior;
   if (parts.linear) {
-    for (const auto& row : parts.linear->report()) r.estimators.push_back(row);
+    // Named as users know them, not by ids.
+    for (EstimatorSet::ReportRow row : parts.linear->report()) {
+      if (row.transfer && row.src < parts.accels->size() && row.dst < parts.accels->size())
+        row.what = (*parts.accels)[row.src].name + " -> " + (*parts.accels)[row.dst].name;
+      else if (!row.transfer)
+        row.what = parts.templates->kind_name(row.kind) + " on " + parts.accels->type_name(row.type);
+      r.estimators.push_back(std::move(row));
+    }
     r.calibration = snapshot(*parts.linear, *parts.templates, *parts.accels, opt.origin);
   }
   r.predictions = predictions.errors(*parts.templates);
