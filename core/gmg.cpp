@@ -394,8 +394,15 @@ void Gmg::maybe_free_output(OpId id) {
     hbm_[r.accel].transient -= r.out_bytes;
     done_resident_[r.accel] -= r.out_bytes;
     r.output_held = false;
+    note_release(id, Release::Value::kOutput);
   }
   note_retire_candidate(id);
+}
+
+// Called once the flag of `value` is cleared: `last` when both are.
+void Gmg::note_release(OpId id, Release::Value value) {
+  const OpRecord& r = ops_[id];
+  releases_.push_back({id, r.issue_seq, value, !r.output_held && !r.retained_held});
 }
 
 void Gmg::note_retire_candidate(OpId id) {
@@ -434,6 +441,7 @@ Status Gmg::complete(OpId id, Nanos t, Nanos measured) {
       hbm_[p.accel].retained -= p.retained_bytes;
       if (p.state == OpState::kDone) done_resident_[p.accel] -= p.retained_bytes;
       p.retained_held = false;
+      note_release(edge.src, Release::Value::kRetained);
     }
     --p.pending_succs;
     maybe_free_output(edge.src);
@@ -472,6 +480,7 @@ Status Gmg::release_retained(OpId id) {
   hbm_[r.accel].retained -= r.retained_bytes;
   done_resident_[r.accel] -= r.retained_bytes;
   r.retained_held = false;
+  note_release(id, Release::Value::kRetained);
   note_retire_candidate(id);
   return Status::Ok();
 }

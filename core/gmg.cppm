@@ -93,6 +93,21 @@ struct InstanceInfo {
   std::vector<OpId> ops;  // in the template's (topological) op order
 };
 
+// A value the GMG let go of: an operator's output once every reader is
+// done, or its retained state once a reader took it over or it was
+// released (release_retained). What a backend that keeps values in device
+// memory frees (Backend::release).
+struct Release {
+  enum class Value : std::uint8_t { kOutput, kRetained };
+  OpId op = kNoOp;
+  std::uint64_t issue_seq = 0;  // which issue of the slot: a slot is reused once retired
+  Value value = Value::kOutput;
+  // The operator holds nothing more, and no later instance can attach to
+  // it: a backend may forget it.
+  bool last = false;
+  bool operator==(const Release&) const = default;
+};
+
 // Per-accelerator HBM accounting, in bytes.
 struct HbmUsage {
   std::int64_t weights = 0;
@@ -152,6 +167,13 @@ class Gmg {
   // Removes done operators nobody references any more; returns how many.
   std::size_t retire();
 
+  // The values let go of since the last clear_releases(), in the order the
+  // mutations above let go of them. The engine hands them to its backend
+  // and clears them once per step; whoever drives a GMG without an engine
+  // may ignore them (they are kept until cleared, 24 bytes each).
+  inline std::span<const Release> releases() const { return releases_; }
+  inline void clear_releases() { releases_.clear(); }
+
   inline Gmg clone() const { return *this; }
 
   // ---- read access (also used to build simulator snapshots) ----
@@ -193,6 +215,7 @@ class Gmg {
   void frontier_remove(std::vector<OpId>& f, std::uint32_t OpRecord::* pos, OpId id);
   void maybe_free_output(OpId id);
   void note_retire_candidate(OpId id);
+  void note_release(OpId id, Release::Value value);
 
   std::shared_ptr<const TemplateRegistry> templates_;
   std::shared_ptr<const AcceleratorSet> accels_;
@@ -208,6 +231,7 @@ class Gmg {
   std::vector<std::uint32_t> free_edges_;
   std::vector<OpId> frontier_u_, frontier_s_, issued_ops_;
   std::vector<OpId> retire_candidates_;
+  std::vector<Release> releases_;
   std::vector<HbmUsage> hbm_;
   std::vector<Nanos> last_done_;
   std::vector<std::uint8_t> down_;  // per accelerator: lost (set_down)

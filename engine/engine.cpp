@@ -104,6 +104,10 @@ Result<EngineResult> Engine::run(const ProgressFn& progress) {
           if (Status s = backend_.on_iteration(instance, std::move(plan)); !s.ok()) return s;
     }
     gmg_.retire();
+    // What the GMG let go of since the last step, before anything new is
+    // submitted (a live backend frees device memory).
+    backend_.release(gmg_.releases());
+    gmg_.clear_releases();
     auto issued = scheduler_.schedule(gmg_, now);
     if (!issued.ok()) return issued.status();
     for (OpId op : issued.value())

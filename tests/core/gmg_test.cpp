@@ -210,3 +210,44 @@ TEST_CASE("retired slots are reused and frontiers stay consistent", "[gmg]") {
   CHECK(f.gmg.unscheduled_frontier().empty());
   CHECK(f.gmg.scheduled_frontier().empty());
 }
+
+TEST_CASE("the GMG lists every value it lets go of, in order, until cleared", "[gmg]") {
+  Fixture f;
+  using V = Release::Value;
+  auto first = f.add(4, 0);
+  for (OpId op : first.ops) REQUIRE(f.gmg.issue(op, 0, 0).ok());
+  auto second = f.add(1, 4, first.ops[1]);  // attaches to first's KV cache
+  auto releases = [&] { return std::vector<Release>(f.gmg.releases().begin(), f.gmg.releases().end()); };
+  auto seq = [&](OpId op) { return f.gmg.op(op).issue_seq; };
+
+  REQUIRE(f.gmg.complete(first.ops[0], 5, 5).ok());
+  CHECK(releases().empty());  // a's output is still read by b
+  REQUIRE(f.gmg.complete(first.ops[1], 9, 4).ok());
+  // a's output, read by its only reader. b's output and KV cache stay: the
+  // second instance's b, attached to the cache, is still to run.
+  CHECK(releases() == std::vector<Release>{{first.ops[0], seq(first.ops[0]), V::kOutput, true}});
+  f.gmg.clear_releases();
+  CHECK(f.gmg.releases().empty());
+
+  for (OpId op : second.ops) REQUIRE(f.gmg.issue(op, 0, 10).ok());
+  REQUIRE(f.gmg.complete(second.ops[0], 12, 2).ok());
+  CHECK(f.gmg.releases().empty());
+  REQUIRE(f.gmg.complete(second.ops[1], 14, 2).ok());
+  // The second b took the old cache over, then first b's output went with
+  // its last reader (first b holds nothing more), then the second a's; the
+  // second b keeps its own cache.
+  CHECK(releases() == std::vector<Release>{{first.ops[1], seq(first.ops[1]), V::kRetained, false},
+                                           {first.ops[1], seq(first.ops[1]), V::kOutput, true},
+                                           {second.ops[0], seq(second.ops[0]), V::kOutput, true},
+                                           {second.ops[1], seq(second.ops[1]), V::kOutput, false}});
+  f.gmg.clear_releases();
+
+  // A request that ends lets its cache go.
+  REQUIRE(f.gmg.release_retained(second.ops[1]).ok());
+  CHECK(releases() == std::vector<Release>{{second.ops[1], seq(second.ops[1]), V::kRetained, true}});
+  // Failed calls and retiring let nothing go.
+  f.gmg.clear_releases();
+  CHECK_FALSE(f.gmg.release_retained(second.ops[1]).ok());
+  CHECK(f.gmg.retire() == 4);
+  CHECK(f.gmg.releases().empty());
+}
