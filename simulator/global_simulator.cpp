@@ -68,9 +68,11 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
                                    std::span<const AccelId> scope) {
   const AcceleratorSet& accels = gmg.accels();
   const std::size_t n_acc = accels.size();
-  const std::size_t slots = gmg.slot_count();
+  const GmgView v = gmg.view();
+  const std::size_t slots = v.ops.size();
   if (slots > kNodeMask) throw std::length_error("global simulator: a GMG of more than 2^30 operator slots");
   gmg_ = &gmg;
+  view_ = v;
   if constexpr (std::is_same_v<Est, EstimatorSet>) {
     est_set_ = &est;
     est_virtual_ = nullptr;
@@ -81,7 +83,7 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
   const bool overlay = !batch.empty();
   batch_.assign(batch.begin(), batch.end());
   at_ = at;
-  now_ = overlay ? std::max(gmg.now(), at) : gmg.now();
+  now_ = overlay ? std::max(v.now, at) : v.now;
   if (overlay) {
     if (tent_.size() < slots) {
       tent_.resize(slots, 0);
@@ -89,12 +91,12 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
     }
     for (std::size_t k = 0; k < batch.size(); ++k) {
       tent_[batch[k]] = static_cast<std::uint32_t>(k + 1);
-      for (std::uint32_t e = gmg.op(batch[k]).first_in; e != kNoEdge; e = gmg.edge(e).next_in)
-        ++tent_succs_[gmg.edge(e).src];
+      for (std::uint32_t e = v.ops[batch[k]].first_in; e != kNoEdge; e = v.edges[e].next_in)
+        ++tent_succs_[v.edges[e].src];
     }
   }
   // An op's successors still unscheduled once the batch is issued.
-  auto unscheduled_succs = [&](OpId id, const OpRecord& op) {
+  auto unscheduled_succs = [&](OpId id, const OpRow& op) {
     return overlay ? op.unscheduled_succs - tent_succs_[id] : op.unscheduled_succs;
   };
 
@@ -113,8 +115,8 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
     if (overlay)
       for (OpId id : batch) {
         tent_[id] = 0;
-        for (std::uint32_t e = gmg.op(id).first_in; e != kNoEdge; e = gmg.edge(e).next_in)
-          tent_succs_[gmg.edge(e).src] = 0;
+        for (std::uint32_t e = v.ops[id].first_in; e != kNoEdge; e = v.edges[e].next_in)
+          tent_succs_[v.edges[e].src] = 0;
       }
     if (scoped)
       for (AccelId a : scope) in_scope_[a] = 0;
@@ -155,8 +157,8 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
   std::sort(scope_.begin(), scope_.end());
   each_accel(n_acc, [&](AccelId a) {
     cap_[a] = accels.hbm_bytes(a);
-    used_[a] = gmg.hbm(a).weights + gmg.done_resident(a);  // and, below, landed copies
-    free_at_[a] = gmg.last_done(a);
+    used_[a] = v.hbm[a].weights + v.done_resident[a];  // and, below, landed copies
+    free_at_[a] = v.last_done[a];
   });
 
   // Pass 1, over the issued (and the batch's) ops in OpId order: simulated
@@ -165,12 +167,12 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
   // order, re-ranked in order_queues() where that is not queue order. The
   // batch's ops join no queue here (place() puts them in).
   // in_end holds the GMG's first in-edge until pass 2.
-  const std::span<const OpId> issued = gmg.issued_ops();
+  const std::span<const OpId> issued = v.issued;
   std::span<const OpId> base = issued;
   if (scoped) {  // the issued ops inside the scope
     scoped_ops_.clear();
     for (OpId id : issued)
-      if (in_scope_[gmg.op(id).accel]) scoped_ops_.push_back(id);
+      if (in_scope_[v.ops[id].accel]) scoped_ops_.push_back(id);
     base = scoped_ops_;
   }
   n_sim_ = static_cast<std::uint32_t>(base.size() + batch.size());
@@ -212,7 +214,7 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
     std::uint32_t* index_of = r_.index_of.data();
     for (std::uint32_t i = 0; i < n_sim_; ++i) {
       const OpId id = ops[i];
-      const OpRecord& op = gmg.op(id);
+      const OpRow& op = v.ops[id];
       const std::uint32_t k = overlay ? tent_[id] : 0;
       index_of[id] = i;
       const std::uint32_t unscheduled = unscheduled_succs(id, op);
@@ -221,14 +223,14 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
         const auto flags = static_cast<Flag>(keep | kBatchOp);
         nodes[i] = {0, op.out_bytes, op.workspace_bytes, op.retained_bytes, kNoAccel, 0, op.first_in, 0, 0, 0, flags};
         arrival[i] = {kNoAccel, 0, 0};
-        key_[i] = queue_key(op.priority, gmg.last_issue_seq() + k);
+        key_[i] = queue_key(gmg.op(id).priority, v.last_issue_seq + k);
         issue_t_[i] = ready_t_[i] = at;
         is_tent_[i] = 1;
         tnode_[k - 1] = i;
       } else {
         const AccelId a = op.accel;
         auto& q = queue_[a];
-        nodes[i] = {to_nanos(est.predict_op(op.kind, accels.type(a), gmg.features(id))),
+        nodes[i] = {to_nanos(est.predict_op(op.kind, accels.type(a), {v.features[id].data(), op.feature_count})),
                     op.out_bytes,
                     op.workspace_bytes,
                     op.retained_bytes,
@@ -241,11 +243,11 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
                     keep};
         arrival[i] = {a, static_cast<std::uint32_t>(q.size()), 0};
         q.push_back(i);
-        const std::uint64_t key = queue_key(op.priority, op.issue_seq);
+        const std::uint64_t key = op.queue_key;
         out_of_order_[a] |= key < last_key_[a];
         last_key_[a] = key;
         key_[i] = key;
-        issue_t_[i] = ready_t_[i] = op.issue_t;
+        issue_t_[i] = ready_t_[i] = op.since;
       }
       nodes[i].out_begin = nodes[i].out_end = out_total;
       out_total += op.pending_succs > unscheduled ? op.pending_succs - unscheduled : 0;
@@ -272,7 +274,7 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
     const std::uint32_t first_in = nodes_[i].in_end;
     nodes_[i].in_begin = static_cast<std::uint32_t>(edges_.size());
     for (std::uint32_t e = first_in; e != kNoEdge;) {
-      const Edge& ge = gmg.edge(e);
+      const Edge& ge = v.edges[e];
       e = ge.next_in;
       std::uint32_t s = r_.index_of[ge.src];
       const std::uint32_t retained = ge.retained ? kRetained : 0;
@@ -292,7 +294,7 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
           ++arrival_[i].pending;
         continue;
       }
-      const OpRecord& src = gmg.op(ge.src);  // a done producer
+      const OpRow& src = v.ops[ge.src];  // a done producer
       if (src.state != OpState::kDone) [[unlikely]] {
         clear_marks();  // the simulator stays usable
         gmg_ = nullptr;
@@ -322,9 +324,9 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
       else
         out_overflow = true;
       if (tentative) {
-        deferred_.push_back({edge, 0, src.done_t, ge.arrived, 1});
+        deferred_.push_back({edge, 0, src.since, ge.arrived, 1});
       } else if (!remote) {
-        ready_t_[i] = std::max(ready_t_[i], src.done_t);
+        ready_t_[i] = std::max(ready_t_[i], src.since);
       } else if (ge.arrived >= 0) {
         ready_t_[i] = std::max(ready_t_[i], ge.arrived);
         used_[here] += ge.bytes;  // the landed copy is resident
@@ -332,7 +334,7 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
         ++arrival_[i].pending;
         // Its intent appears once the producer is done and the consumer
         // issued (the backend is handed the consumer at its issue).
-        node_events_.push_back({std::max(src.done_t, issue_t_[i]), kTransferReady, edge});
+        node_events_.push_back({std::max(src.since, issue_t_[i]), kTransferReady, edge});
       }
     }
     nodes_[i].in_end = static_cast<std::uint32_t>(edges_.size());
@@ -392,6 +394,7 @@ template <typename Est>
 const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<const AccelId> accels,
                                                     const SimOptions& opt) {
   const Gmg& gmg = *gmg_;
+  const GmgView& v = view_;
   const std::size_t n_acc = gmg.accels().size();
   if (accels.size() != batch_.size())
     throw std::invalid_argument("global simulator: a placement of " + std::to_string(accels.size()) +
@@ -408,8 +411,9 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
   const std::size_t nb = batch_.size();
   batch_dur_.resize(nb);
   for (std::size_t k = 0; k < nb; ++k) {
-    const OpRecord& op = gmg.op(batch_[k]);
-    batch_dur_[k] = to_nanos(est.predict_op(op.kind, set.type(accels[k]), gmg.features(batch_[k])));
+    const OpRow& op = v.ops[batch_[k]];
+    batch_dur_[k] =
+        to_nanos(est.predict_op(op.kind, set.type(accels[k]), {v.features[batch_[k]].data(), op.feature_count}));
   }
   pruning_ = opt.dominated_above >= 0 && opt.dominated_above < INT64_MAX / 4 && nb > 0 && nb <= kMaxPrunedBatch;
   dominated_at_ = kNever;
@@ -946,10 +950,11 @@ void AccelComponents::build(const Gmg& gmg) {
   size_.assign(n, 1);
   for (AccelId a = 0; a < n; ++a) parent_[a] = a;
   mark_.assign(n, 0);
-  for (OpId id : gmg.issued_ops()) {
-    const OpRecord& op = gmg.op(id);
-    for (std::uint32_t e = op.first_in; e != kNoEdge; e = gmg.edge(e).next_in) {
-      const OpRecord& src = gmg.op(gmg.edge(e).src);
+  const GmgView v = gmg.view();
+  for (OpId id : v.issued) {
+    const OpRow& op = v.ops[id];
+    for (std::uint32_t e = op.first_in; e != kNoEdge; e = v.edges[e].next_in) {
+      const OpRow& src = v.ops[v.edges[e].src];
       if (src.state != OpState::kUnscheduled) join(op.accel, src.accel);
     }
   }
@@ -963,7 +968,7 @@ void AccelComponents::build(const Gmg& gmg) {
   fill_.assign(first_.begin(), first_.end() - 1);
   for (AccelId a = 0; a < n; ++a) members_[fill_[root_of_[a]]++] = a;
   ops_of_.assign(n, 0);
-  for (OpId id : gmg.issued_ops()) ++ops_of_[root_of_[gmg.op(id).accel]];
+  for (OpId id : v.issued) ++ops_of_[root_of_[v.ops[id].accel]];
 }
 
 std::size_t AccelComponents::closure(const Gmg& gmg, std::span<const AccelId> seeds, std::span<const OpId> ops,
@@ -977,9 +982,10 @@ std::size_t AccelComponents::closure(const Gmg& gmg, std::span<const AccelId> se
     }
   };
   for (AccelId a : seeds) add(a);
+  const GmgView v = gmg.view();
   for (OpId id : ops)
-    for (std::uint32_t e = gmg.op(id).first_in; e != kNoEdge; e = gmg.edge(e).next_in) {
-      const OpRecord& src = gmg.op(gmg.edge(e).src);
+    for (std::uint32_t e = v.ops[id].first_in; e != kNoEdge; e = v.edges[e].next_in) {
+      const OpRow& src = v.ops[v.edges[e].src];
       if (src.state != OpState::kUnscheduled) add(src.accel);
     }
   out.clear();

@@ -1,7 +1,8 @@
 // The global simulator: predicts, from a GMG snapshot and the estimators,
 // how every issued operator and transfer will play out across the cluster.
 //
-// Snapshot build: each accelerator's queue is the set of issued operators
+// Snapshot build, from the GMG's dense columns (Gmg::view(): one cache line
+// per operator): each accelerator's queue is the set of issued operators
 // placed on it; an operator is ready when its local predecessors are done
 // and its remote inputs have arrived (GMG-known arrivals are used as they
 // are, the others are simulated as transfers). HBM starts from what is
@@ -287,6 +288,7 @@ class GlobalSimulator {
   // Between prepare() and place(): the snapshot, the estimator (one of the
   // two), the batch, and what every placement starts from.
   const Gmg* gmg_ = nullptr;
+  GmgView view_;  // gmg_'s
   const EstimatorSet* est_set_ = nullptr;
   const Estimator* est_virtual_ = nullptr;
   std::vector<OpId> batch_;
