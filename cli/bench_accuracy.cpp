@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -69,7 +70,8 @@ class Recorder final : public Estimator {
     sink_->push_back({true, 0, 0, {}, src, dst, bytes, seconds});
     return inner_->observe_transfer(src, dst, bytes, seconds);
   }
-  EstimatorSet* linear() override { return inner_->linear(); }
+  const EstimatorSet* linear() const override { return inner_->linear(); }
+  Status seed_linear(const std::function<Status(EstimatorSet&)>& write) override { return inner_->seed_linear(write); }
 
  private:
   PluginPtr<Estimator> inner_;

@@ -55,8 +55,10 @@ std::unique_ptr<PolicyParts> build_policy(const ExperimentConfig& cfg, const Pol
   p->estimator = std::move(estimator).value();
   p->linear = p->estimator->linear();
   if (p->linear) {
-    check(seed_priors(*p->linear, *p->templates, *p->accels));
-    if (prior) check(apply_as_prior(*prior, *p->linear, *p->templates, *p->accels));
+    check(p->estimator->seed_linear([&](EstimatorSet& set) {
+      if (Status s = seed_priors(set, *p->templates, *p->accels); !s.ok()) return s;
+      return prior ? apply_as_prior(*prior, set, *p->templates, *p->accels) : Status::Ok();
+    }));
     p->prior_applied = prior != nullptr;
   } else {
     std::fprintf(stderr,

@@ -27,9 +27,9 @@ struct PolicyParts {
   TemplateId tmpl = 0;
   std::unique_ptr<Gmg> gmg;
   PluginPtr<Estimator> estimator;
-  EstimatorSet* linear = nullptr;  // the estimator's linear form, when it has one
-  bool prior_applied = false;      // the linear form started from the `prior` given
-  std::vector<Tenant> tenants;     // one per tenant instance
+  const EstimatorSet* linear = nullptr;  // the estimator's linear form, when it has one
+  bool prior_applied = false;            // the linear form started from the `prior` given
+  std::vector<Tenant> tenants;           // one per tenant instance
   std::vector<bool> online;
   std::vector<OfferedLoad> offered;        // per configured tenant, inside the window
   std::size_t requests_beyond_window = 0;  // arrivals after duration_s, not replayed

@@ -97,7 +97,7 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
       return r_;
     }
   }
-  arbiter_ = opt.arbiter && !opt.arbiter->is_default_greedy() ? opt.arbiter : nullptr;
+  arbiter_ = opt.arbiter && !opt.arbiter->uses_default_rule() ? opt.arbiter : nullptr;
 
   // Shared state back to what prepare() left: the first placement finds it
   // as built and keeps a copy for the next ones, unless it is the last.
@@ -476,7 +476,7 @@ inline void GlobalSimulator::dispatch(Nanos t) {
   dirty_.clear();
 }
 
-// The default rule (the built-in "greedy" arbiter with reserve_oldest):
+// The default rule (OldestFirstRule with its reservation), inline:
 // oldest intent first, one transfer per source and per destination at a
 // time, and while the oldest intent is blocked no younger one takes its
 // source or destination. pending_transfers_ is in age order (intent time,

@@ -12,9 +12,10 @@
 // among ready operators the higher priority first, then the earlier issue;
 // no preemption. A cross-accelerator input is a transfer on its own lane;
 // pending transfers start as the backend's TransferArbiter decides (see
-// SimOptions::arbiter): by default the built-in "greedy" rule, inline (oldest
-// intent first, one transfer per source and per destination, and while the
-// oldest intent is blocked its source and destination take no younger one).
+// SimOptions::arbiter): by default the core's default rule (OldestFirstRule),
+// inline (oldest intent first, one transfer per source and per destination,
+// and while the oldest intent is blocked its source and destination take no
+// younger one).
 // An operator that has not been reported done cannot finish before the GMG's
 // clock (`now`).
 //
@@ -55,8 +56,8 @@ struct SimOptions {
   bool record_transfers = false;
   // The rule that starts pending transfers: the backend's arbiter (the
   // simulator calls select() where the backend would), or null for the
-  // default rule. An arbiter whose is_default_greedy() is true is not called:
-  // the simulator applies that rule inline. Not thread-safe, like any
+  // default rule. An arbiter whose uses_default_rule() is true is not
+  // called: the simulator applies that rule inline. Not thread-safe, like any
   // arbiter: one per simulator thread. Used only during run().
   TransferArbiter* arbiter = nullptr;
   TentativeIssue tentative{};  // empty: the snapshot as it is
