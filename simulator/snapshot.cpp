@@ -276,7 +276,9 @@ bool GlobalSimulator::add_inputs(std::uint32_t out_total) {
 // An input of node i from simulated node s: it becomes available when s
 // finishes (and, when remote, its transfer lands). An edge touching a batch
 // op is remote or not by the placement. Returns whether s's region was full.
-inline bool GlobalSimulator::add_simulated_input(std::uint32_t i, std::uint32_t s, const Edge& ge) {
+// (Inlined: it runs once per simulated edge.)
+[[gnu::always_inline]] inline bool GlobalSimulator::add_simulated_input(std::uint32_t i, std::uint32_t s,
+                                                                        const Edge& ge) {
   const bool tentative = is_tent_[i];
   const auto edge = static_cast<std::uint32_t>(edges_.size());
   Node& src = nodes_[s];
