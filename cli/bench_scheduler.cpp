@@ -40,7 +40,7 @@ int bench_scheduler(const BenchSchedulerOptions& opt) {
   auto estimator = plugins.estimator.create("online-linear", nullptr);
   check(estimator.status());
   Estimator& est = *estimator.value();
-  check(seed_priors(*est.linear(), *templates, *accels));
+  check(est.seed_linear([&](EstimatorSet& set) { return seed_priors(set, *templates, *accels); }));
 
   // `candidates` groups of accelerators, spread over the cluster.
   nlohmann::json groups = nlohmann::json::array();

@@ -100,8 +100,10 @@ void seed_estimator(const BuildOptions& opt, PolicyParts& p) {
                  p.policy.name.c_str(), p.policy.estimator.name.c_str());
     return;
   }
-  check(seed_priors(*p.linear, *p.templates, *p.accels));
-  if (opt.prior) check(apply_as_prior(*opt.prior, *p.linear, *p.templates, *p.accels));
+  check(p.plugins.estimator->seed_linear([&](EstimatorSet& set) {
+    if (Status s = seed_priors(set, *p.templates, *p.accels); !s.ok()) return s;
+    return opt.prior ? apply_as_prior(*opt.prior, set, *p.templates, *p.accels) : Status::Ok();
+  }));
   p.prior_applied = opt.prior != nullptr;
 }
 

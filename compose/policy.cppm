@@ -62,7 +62,7 @@ struct PolicyParts {
   PolicyPlugins plugins;
   // The estimator's linear form when it has one, and whether it started
   // from the [estimators] prior given.
-  EstimatorSet* linear = nullptr;
+  const EstimatorSet* linear = nullptr;
   bool prior_applied = false;
   std::vector<Tenant> tenants;             // one per tenant instance
   std::vector<bool> online;                // per tenant instance: SLO-bound

@@ -5,6 +5,7 @@
 // utilization, traces) is the engine observers' business, not the backend's.
 module;
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,15 @@ class Backend {
   // Moves to `t`, appending every completion up to and including `t`.
   virtual Status advance_to(Nanos t, std::vector<Feedback>& out) = 0;
   virtual Nanos now() const = 0;
+  // The values the GMG let go of (Gmg::releases(), in order): a backend
+  // that keeps operators' values in device memory frees them here; one
+  // that only keeps time ignores them (the default). The engine calls it
+  // once per step, after applying feedback and before submitting anything
+  // new, so a value is released before the GMG can reuse its operator's
+  // slot. An entry naming an operator the backend does not hold, or holds
+  // from another issue, is ignored. `released` is read only during the
+  // call. Cannot fail.
+  virtual void release(std::span<const Release> /*released*/) {}
   // Whether the backend computes real values and so needs on_iteration()
   // (and the tenants need token ids). Timing-only backends say false.
   virtual bool wants_plans() const { return false; }

@@ -96,15 +96,22 @@ Status Gmg::place_weights(TemplateId tmpl, std::string_view op_name, AccelId acc
   return Status::Ok();
 }
 
+// One cache line, so a snapshot build reads one line per operator.
+static_assert(sizeof(OpRow) == 64);
+
 OpId Gmg::alloc_op() {
   ++live_;
   if (!free_ops_.empty()) {
     OpId id = free_ops_.back();
     free_ops_.pop_back();
     ops_[id] = OpRecord{};
+    rows_[id] = OpRow{};
+    frontier_pos_[id] = FrontierPos{};
     return id;
   }
   ops_.emplace_back();
+  rows_.emplace_back();
+  frontier_pos_.emplace_back();
   features_.emplace_back();
   shapes_.emplace_back();
   dims_.emplace_back();
@@ -126,20 +133,41 @@ std::uint32_t Gmg::add_edge(OpId src, OpId dst, std::int64_t bytes, bool retaine
   return e;
 }
 
-void Gmg::frontier_add(std::vector<OpId>& f, std::uint32_t OpRecord::* pos, OpId id) {
-  if (ops_[id].*pos != kNoEdge) return;
-  ops_[id].*pos = static_cast<std::uint32_t>(f.size());
+void Gmg::frontier_add(std::vector<OpId>& f, std::uint32_t FrontierPos::* pos, OpId id) {
+  if (frontier_pos_[id].*pos != kNoEdge) return;
+  frontier_pos_[id].*pos = static_cast<std::uint32_t>(f.size());
   f.push_back(id);
 }
 
-void Gmg::frontier_remove(std::vector<OpId>& f, std::uint32_t OpRecord::* pos, OpId id) {
-  std::uint32_t p = ops_[id].*pos;
+void Gmg::frontier_remove(std::vector<OpId>& f, std::uint32_t FrontierPos::* pos, OpId id) {
+  std::uint32_t p = frontier_pos_[id].*pos;
   if (p == kNoEdge) return;
   OpId last = f.back();
   f[p] = last;
-  ops_[last].*pos = p;
+  frontier_pos_[last].*pos = p;
   f.pop_back();
-  ops_[id].*pos = kNoEdge;
+  frontier_pos_[id].*pos = kNoEdge;
+}
+
+// Copies what a snapshot build reads of `id` into its row: called after
+// every change to an operator's record (feature_count lives in the row
+// only and is set once, at instantiate).
+void Gmg::sync_row(OpId id) {
+  const OpRecord& r = ops_[id];
+  OpRow& w = rows_[id];
+  w.queue_key = r.state == OpState::kUnscheduled ? 0 : queue_key(r.priority, r.issue_seq);
+  w.since = r.state == OpState::kIssued ? r.issue_t : r.done_t;
+  w.out_bytes = r.out_bytes;
+  w.workspace_bytes = r.workspace_bytes;
+  w.retained_bytes = r.retained_bytes;
+  w.accel = r.accel;
+  w.kind = r.kind;
+  w.first_in = r.first_in;
+  w.unscheduled_succs = r.unscheduled_succs;
+  w.pending_succs = r.pending_succs;
+  w.state = r.state;
+  w.output_held = r.output_held;
+  w.retained_held = r.retained_held;
 }
 
 Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
@@ -264,7 +292,7 @@ Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
     r.kind = tops[i].kind;
     r.priority = spec.priority;
     r.tenant = spec.tenant;
-    r.feature_count = static_cast<std::uint8_t>(tops[i].features.size());
+    rows_[id].feature_count = static_cast<std::uint8_t>(tops[i].features.size());
     r.out_bytes = ev[i].out_bytes;
     r.workspace_bytes = ev[i].ws;
     r.retained_bytes = ev[i].ret_bytes;
@@ -294,11 +322,15 @@ Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
       if (s.state == OpState::kUnscheduled)
         ++ops_[dst].unscheduled_preds;
       else
-        frontier_add(frontier_s_, &OpRecord::frontier_s, src);
+        frontier_add(frontier_s_, &FrontierPos::s, src);
     }
   }
-  for (OpId id : info.ops)
-    if (ops_[id].unscheduled_preds == 0) frontier_add(frontier_u_, &OpRecord::frontier_u, id);
+  for (OpId id : info.ops) {
+    if (ops_[id].unscheduled_preds == 0) frontier_add(frontier_u_, &FrontierPos::u, id);
+    sync_row(id);
+  }
+  for (const PortBinding* pb : port_of)
+    if (pb) sync_row(pb->producer);
   return info;
 }
 
@@ -374,16 +406,19 @@ Status Gmg::issue(OpId id, AccelId accel, Nanos t) {
     hbm_[accel].retained += r.retained_bytes;
     r.retained_held = true;
   }
-  frontier_remove(frontier_u_, &OpRecord::frontier_u, id);
-  if (r.unscheduled_succs > 0) frontier_add(frontier_s_, &OpRecord::frontier_s, id);
+  frontier_remove(frontier_u_, &FrontierPos::u, id);
+  if (r.unscheduled_succs > 0) frontier_add(frontier_s_, &FrontierPos::s, id);
+  sync_row(id);
   for (std::uint32_t e = r.first_in; e != kNoEdge; e = edges_[e].next_in) {
-    OpRecord& p = ops_[edges_[e].src];
+    const OpId src = edges_[e].src;
+    OpRecord& p = ops_[src];
     if (p.accel != accel) hbm_[accel].transient += edges_[e].bytes;
-    if (--p.unscheduled_succs == 0) frontier_remove(frontier_s_, &OpRecord::frontier_s, edges_[e].src);
+    if (--p.unscheduled_succs == 0) frontier_remove(frontier_s_, &FrontierPos::s, src);
+    sync_row(src);
   }
   for (std::uint32_t e = r.first_out; e != kNoEdge; e = edges_[e].next_out) {
     OpId s = edges_[e].dst;
-    if (--ops_[s].unscheduled_preds == 0) frontier_add(frontier_u_, &OpRecord::frontier_u, s);
+    if (--ops_[s].unscheduled_preds == 0) frontier_add(frontier_u_, &FrontierPos::u, s);
   }
   return Status::Ok();
 }
@@ -394,8 +429,16 @@ void Gmg::maybe_free_output(OpId id) {
     hbm_[r.accel].transient -= r.out_bytes;
     done_resident_[r.accel] -= r.out_bytes;
     r.output_held = false;
+    note_release(id, Release::Value::kOutput);
   }
   note_retire_candidate(id);
+  sync_row(id);  // (complete() changes nothing of `id` after this)
+}
+
+// Called once the flag of `value` is cleared: `last` when both are.
+void Gmg::note_release(OpId id, Release::Value value) {
+  const OpRecord& r = ops_[id];
+  releases_.push_back({id, r.issue_seq, value, !r.output_held && !r.retained_held});
 }
 
 void Gmg::note_retire_candidate(OpId id) {
@@ -434,6 +477,7 @@ Status Gmg::complete(OpId id, Nanos t, Nanos measured) {
       hbm_[p.accel].retained -= p.retained_bytes;
       if (p.state == OpState::kDone) done_resident_[p.accel] -= p.retained_bytes;
       p.retained_held = false;
+      note_release(edge.src, Release::Value::kRetained);
     }
     --p.pending_succs;
     maybe_free_output(edge.src);
@@ -472,6 +516,8 @@ Status Gmg::release_retained(OpId id) {
   hbm_[r.accel].retained -= r.retained_bytes;
   done_resident_[r.accel] -= r.retained_bytes;
   r.retained_held = false;
+  sync_row(id);
+  note_release(id, Release::Value::kRetained);
   note_retire_candidate(id);
   return Status::Ok();
 }
@@ -495,15 +541,17 @@ std::size_t Gmg::retire() {
     // Outgoing edges point at done consumers; unlink them from theirs.
     for (std::uint32_t e = r.first_out; e != kNoEdge;) {
       std::uint32_t next = edges_[e].next_out;
-      OpRecord& c = ops_[edges_[e].dst];
-      std::uint32_t* link = &c.first_in;
+      const OpId dst = edges_[e].dst;
+      std::uint32_t* link = &ops_[dst].first_in;
       while (*link != e) link = &edges_[*link].next_in;
       *link = edges_[e].next_in;
+      sync_row(dst);
       free_edges_.push_back(e);
       e = next;
     }
-    frontier_remove(frontier_s_, &OpRecord::frontier_s, id);
+    frontier_remove(frontier_s_, &FrontierPos::s, id);
     r = OpRecord{};
+    rows_[id] = OpRow{};
     free_ops_.push_back(id);
     --live_;
     ++n;

@@ -3,9 +3,13 @@
 // retained state, plus the Accelerator Set it maps onto.
 //
 // Storage is flat (vectors of plain records with intrusive edge lists), so a
-// clone is a handful of memcpy-like vector copies: the scheduler takes one
-// per candidate per round. Templates and the accelerator set are immutable
-// while shared by clones.
+// clone is a handful of memcpy-like vector copies. Templates and the
+// accelerator set are immutable while shared by clones.
+//
+// Readers see an operator as an OpRecord (op()); the global simulator, which
+// visits every issued operator in every what-if, reads the dense columns of
+// view() instead: one cache line per operator, kept current by every
+// mutation.
 //
 // Threading: a Gmg is not thread-safe; clones are independent objects and may
 // be used on different threads at once.
@@ -36,8 +40,10 @@ struct ConcreteShape {
   bool operator==(const ConcreteShape&) const = default;
 };
 
-// One operator of one instance. Public for the simulator's snapshot build;
-// mutate only through Gmg.
+// One operator of one instance, read-only (Gmg::op()), valid until the GMG
+// changes. Identity (instance, template op, kind), its tenant's priority,
+// state and placement with their times, sizes, what it still holds, and
+// its dependency counts and edge lists (Gmg::edge()).
 struct OpRecord {
   InstanceId instance = 0;
   TemplateId tmpl = 0;
@@ -50,16 +56,14 @@ struct OpRecord {
   bool output_held = false;        // output tensor still resident on `accel`
   bool retained_held = false;      // retained state resident on `accel`
   bool retained_attached = false;  // a later instance consumes the retained state
-  std::uint8_t feature_count = 0;
   AccelId accel = kNoAccel;
   std::uint64_t issue_seq = 0;  // global issue order, the queue tie-break
   Nanos issue_t = -1, done_t = -1, measured = -1;
   std::int64_t out_bytes = 0, workspace_bytes = 0, retained_bytes = 0, weight_bytes = 0;
-  std::uint32_t first_in = kNoEdge, first_out = kNoEdge;     // edge lists
-  std::uint32_t unscheduled_preds = 0;                       // predecessors still unscheduled
-  std::uint32_t unscheduled_succs = 0;                       // successors still unscheduled
-  std::uint32_t pending_succs = 0;                           // successors not yet done
-  std::uint32_t frontier_u = kNoEdge, frontier_s = kNoEdge;  // positions in the frontiers
+  std::uint32_t first_in = kNoEdge, first_out = kNoEdge;  // edge lists
+  std::uint32_t unscheduled_preds = 0;                    // predecessors still unscheduled
+  std::uint32_t unscheduled_succs = 0;                    // successors still unscheduled
+  std::uint32_t pending_succs = 0;                        // successors not yet done
 };
 
 // A data dependency src -> dst. `retained` edges attach dst to src's
@@ -93,12 +97,60 @@ struct InstanceInfo {
   std::vector<OpId> ops;  // in the template's (topological) op order
 };
 
+// A value the GMG let go of: an operator's output once every reader is
+// done, or its retained state once a reader took it over or it was
+// released (release_retained). What a backend that keeps values in device
+// memory frees (Backend::release).
+struct Release {
+  enum class Value : std::uint8_t { kOutput, kRetained };
+  OpId op = kNoOp;
+  std::uint64_t issue_seq = 0;  // which issue of the slot: a slot is reused once retired
+  Value value = Value::kOutput;
+  // The operator holds nothing more, and no later instance can attach to
+  // it: a backend may forget it.
+  bool last = false;
+  bool operator==(const Release&) const = default;
+};
+
 // Per-accelerator HBM accounting, in bytes.
 struct HbmUsage {
   std::int64_t weights = 0;
   std::int64_t retained = 0;
   std::int64_t transient = 0;  // outputs, workspaces and received copies
   inline std::int64_t total() const { return weights + retained + transient; }
+};
+
+// What a snapshot build reads of one operator slot, in one cache line: the
+// OpRecord's fields it needs, with the queue key precomputed. Zero/empty
+// for a free slot.
+struct alignas(64) OpRow {
+  std::uint64_t queue_key = 0;  // queue_key(priority, issue_seq) once issued, else 0
+  Nanos since = -1;             // issue time while issued, done time once done, else -1
+  std::int64_t out_bytes = 0, workspace_bytes = 0, retained_bytes = 0;
+  AccelId accel = kNoAccel;
+  OpKindId kind = 0;
+  std::uint32_t first_in = kNoEdge;  // into GmgView::edges, then Edge::next_in
+  std::uint32_t unscheduled_succs = 0, pending_succs = 0;
+  OpState state = OpState::kUnscheduled;
+  bool output_held = false, retained_held = false;
+  std::uint8_t feature_count = 0;  // of GmgView::features[op]
+  bool operator==(const OpRow&) const = default;
+};
+
+// The GMG as dense, read-only columns, for the global simulator. Spans into
+// the Gmg: valid until it changes or dies; safe for concurrent readers
+// while it does not change.
+struct GmgView {
+  std::span<const OpRow> ops;                                  // by OpId (slot)
+  std::span<const std::array<double, kMaxFeatures>> features;  // by OpId
+  std::span<const Edge> edges;
+  std::span<const OpId> issued;  // the issued operators, in OpId order
+  // Per accelerator, as Gmg::hbm(), done_resident() and last_done() give them.
+  std::span<const HbmUsage> hbm;
+  std::span<const std::int64_t> done_resident;
+  std::span<const Nanos> last_done;
+  Nanos now = 0;
+  std::uint64_t last_issue_seq = 0;  // 0: nothing issued yet
 };
 
 class Gmg {
@@ -152,16 +204,29 @@ class Gmg {
   // Removes done operators nobody references any more; returns how many.
   std::size_t retire();
 
+  // The values let go of since the last clear_releases(), in the order the
+  // mutations above let go of them. The engine hands them to its backend
+  // and clears them once per step; whoever drives a GMG without an engine
+  // may ignore them (they are kept until cleared, 24 bytes each).
+  inline std::span<const Release> releases() const { return releases_; }
+  inline void clear_releases() { releases_.clear(); }
+
   inline Gmg clone() const { return *this; }
 
-  // ---- read access (also used to build simulator snapshots) ----
+  // The dense columns a snapshot build reads (OpRow and the rest of
+  // GmgView), kept current by every mutation above.
+  inline GmgView view() const {
+    return {rows_, features_, edges_, issued_ops_, hbm_, done_resident_, last_done_, now_, issue_seq_};
+  }
+
+  // ---- read access ----
   inline Nanos now() const { return now_; }
   inline void advance_clock(Nanos t) {
     if (t > now_) now_ = t;
   }
   inline bool contains(OpId op) const { return op < ops_.size() && ops_[op].live; }
   inline const OpRecord& op(OpId id) const { return ops_[id]; }
-  inline std::span<const double> features(OpId id) const { return {features_[id].data(), ops_[id].feature_count}; }
+  inline std::span<const double> features(OpId id) const { return {features_[id].data(), rows_[id].feature_count}; }
   // The instance's dim values by DimId of its template (e.g. tokens, context).
   inline std::span<const std::int64_t> dims(OpId id) const {
     return {dims_[id].data(), templates_->get(ops_[id].tmpl).dims().size()};
@@ -170,8 +235,7 @@ class Gmg {
   inline std::size_t slot_count() const { return ops_.size(); }  // OpIds are < slot_count()
   inline std::size_t live_count() const { return live_; }
   inline std::size_t issued_count() const { return issued_; }
-  // The issued operators, in OpId order (the simulator's snapshot visits
-  // only these, not every slot).
+  // The issued operators, in OpId order.
   inline std::span<const OpId> issued_ops() const { return issued_ops_; }
   // Bytes that done operators still hold on `a` (outputs not yet read by
   // every successor, retained state not yet taken over or released).
@@ -189,14 +253,22 @@ class Gmg {
   Status check_one(OpId id, AccelId accel, std::uint32_t unscheduled_preds) const;
   OpId alloc_op();
   std::uint32_t add_edge(OpId src, OpId dst, std::int64_t bytes, bool retained);
-  void frontier_add(std::vector<OpId>& f, std::uint32_t OpRecord::* pos, OpId id);
-  void frontier_remove(std::vector<OpId>& f, std::uint32_t OpRecord::* pos, OpId id);
+  // An operator's place in each frontier (kNoEdge: not in it).
+  struct FrontierPos {
+    std::uint32_t u = kNoEdge, s = kNoEdge;
+  };
+  void frontier_add(std::vector<OpId>& f, std::uint32_t FrontierPos::* pos, OpId id);
+  void frontier_remove(std::vector<OpId>& f, std::uint32_t FrontierPos::* pos, OpId id);
+  void sync_row(OpId id);
   void maybe_free_output(OpId id);
   void note_retire_candidate(OpId id);
+  void note_release(OpId id, Release::Value value);
 
   std::shared_ptr<const TemplateRegistry> templates_;
   std::shared_ptr<const AcceleratorSet> accels_;
   std::vector<OpRecord> ops_;
+  std::vector<OpRow> rows_;  // ops_'s hot part, dense (view())
+  std::vector<FrontierPos> frontier_pos_;
   std::vector<std::array<double, kMaxFeatures>> features_;
   struct OpShapes {
     ConcreteShape output, retained;
@@ -208,6 +280,7 @@ class Gmg {
   std::vector<std::uint32_t> free_edges_;
   std::vector<OpId> frontier_u_, frontier_s_, issued_ops_;
   std::vector<OpId> retire_candidates_;
+  std::vector<Release> releases_;
   std::vector<HbmUsage> hbm_;
   std::vector<Nanos> last_done_;
   std::vector<std::uint8_t> down_;  // per accelerator: lost (set_down)

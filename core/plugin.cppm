@@ -129,6 +129,42 @@ struct TransferIntent {
   std::int64_t bytes = 0;
 };
 
+// The default transfer rule, which a config that names no arbiter gets,
+// for arbiters to use (the built-in "greedy" is this rule). Pending
+// intents are taken oldest first (by `since`, then `id`); each starts when
+// its source and destination are neither busy nor taken this round, so the
+// result is maximal: every intent left out shares a port with one taken or
+// one in flight. Indices are appended in that age order.
+//
+// Oldest-first alone does not prevent starvation when transfers last
+// several rounds: the oldest intent may find its source free while its
+// destination is busy, a younger one takes the source, and so on forever.
+// With reserve_oldest (the default rule), when the oldest intent is blocked
+// by a busy port, both its ports are withheld from younger intents this
+// round; ports in flight always drain, so it starts as soon as both are
+// free. Each intent thus waits at most D rounds as the oldest (D: the
+// longest transfer, in rounds), hence at most k*D rounds in all with k
+// intents pending at its arrival (k rounds when transfers finish within
+// the round that started them). The price is that the withheld free port
+// may idle for a while; without the reservation the matching is maximal
+// over all intents.
+//
+// select() keeps TransferArbiter::select's contract. Not thread-safe
+// (scratch buffers); allocates only when the number of pending intents or
+// accelerators grows.
+class OldestFirstRule {
+ public:
+  explicit OldestFirstRule(bool reserve_oldest = true) : reserve_oldest_(reserve_oldest) {}
+  bool reserve_oldest() const { return reserve_oldest_; }
+  void select(std::span<const TransferIntent> pending, std::span<const std::uint8_t> src_busy,
+              std::span<const std::uint8_t> dst_busy, std::vector<std::size_t>& out);
+
+ private:
+  bool reserve_oldest_;
+  std::vector<std::size_t> order_;
+  std::vector<std::uint8_t> src_taken_, dst_taken_;
+};
+
 // Decides which pending transfers start now. Not thread-safe: one instance
 // per backend, and one per what-if worker thread (implementations keep
 // scratch buffers).
@@ -156,16 +192,17 @@ class BOOST_SYMBOL_VISIBLE TransferArbiter {
   // allocates nothing; it is appended to, not cleared.
   virtual void select(std::span<const TransferIntent> pending, std::span<const std::uint8_t> src_busy,
                       std::span<const std::uint8_t> dst_busy, std::vector<std::size_t>& out) = 0;
-  // Fast path: true only when select() is exactly the default rule (the
-  // built-in "greedy" with reserve_oldest = true: oldest first, maximal,
-  // the oldest intent's ports reserved while it is blocked). The global
-  // simulator then applies that rule inline instead of calling select().
-  virtual bool is_default_greedy() const { return false; }
+  // Fast path: whether select() picks exactly what the default rule,
+  // OldestFirstRule{} (with its reservation), picks. The global simulator
+  // then applies that rule inline instead of calling select() (same picks,
+  // no virtual call, no intent list). Say true only when select() is that
+  // rule; false, the default, is always correct.
+  virtual bool uses_default_rule() const { return false; }
 };
 
 // Predicts op and transfer times and learns from measurements. predict_*
-// are const and safe for concurrent readers while no observe_* runs (the
-// what-if threads share one estimator).
+// and linear() are const and safe for concurrent readers while no
+// observe_* or seed_linear runs (the what-if threads share one estimator).
 class BOOST_SYMBOL_VISIBLE Estimator {
  public:
   virtual ~Estimator() = default;
@@ -176,14 +213,24 @@ class BOOST_SYMBOL_VISIBLE Estimator {
   // the model cannot use, e.g. a feature count that does not match.
   virtual Status observe_op(OpKindId kind, AccelTypeId type, std::span<const double> features, double seconds) = 0;
   virtual Status observe_transfer(AccelId src, AccelId dst, std::uint64_t bytes, double seconds) = 0;
-  // Fast path: an estimator that is an EstimatorSet hands it out, so the
-  // simulator predicts with inline table lookups instead of virtual calls.
-  // Owned by the estimator, the same pointer for its whole life, and it
-  // must predict exactly what predict_* do. Null for any other model: the
-  // simulator then calls predict_* (slower, same results), and what needs
-  // the linear form (priors from the templates and link classes, the
-  // calibration snapshot, the estimator report) is skipped.
-  virtual EstimatorSet* linear() { return nullptr; }
+  // Fast path: an estimator that is an EstimatorSet underneath hands it out,
+  // read-only, so the simulator predicts with inline table lookups instead
+  // of virtual calls (and the host reports it and snapshots it as a
+  // calibration profile). Owned by the estimator, the same pointer for its
+  // whole life, and it must predict exactly what predict_* do. Null for any
+  // other model: the simulator then calls predict_* (slower, same results),
+  // and what needs the linear form (priors, the calibration snapshot, the
+  // estimator report) is skipped.
+  virtual const EstimatorSet* linear() const { return nullptr; }
+  // Setup, on the engine thread before the first prediction: the host's
+  // priors (from the templates, the link classes and the config's
+  // [estimators] prior; see seed_priors and apply_as_prior) reach the
+  // linear form by `write`, called once with it; returns what `write`
+  // returns. The only way the host changes the linear form. An estimator
+  // whose linear() is null fails with FailedPrecondition (the default).
+  virtual Status seed_linear(const std::function<Status(EstimatorSet&)>& /*write*/) {
+    return FailedPrecondition("this estimator has no linear form to seed");
+  }
 };
 
 // ---- registries ----

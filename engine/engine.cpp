@@ -149,6 +149,10 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
     }
     flush_requests();
     gmg_.retire();
+    // What the GMG let go of since the last step, before anything new is
+    // submitted (a live backend frees device memory).
+    backend_.release(gmg_.releases());
+    gmg_.clear_releases();
     auto issued = scheduler_.schedule(gmg_, now);
     if (!issued.ok()) return issued.status();
     for (OpId op : issued.value()) {

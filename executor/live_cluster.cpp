@@ -6,6 +6,7 @@ module;
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -98,7 +99,6 @@ Status LiveCluster::submit(const Gmg& gmg, OpId op) {
   std::unique_lock lk(mu_);
   if (auto h = held_.find(op); task_of_.count(op) || (h != held_.end() && h->second.seq == r.issue_seq))
     return FailedPrecondition("live cluster: " + gmg.op_name(op) + " was already submitted");
-  gmg_ = &gmg;
   // Check every input before changing any state.
   std::uint32_t inputs = 0;
   for (std::uint32_t e = r.first_in; e != kNoEdge; e = gmg.edge(e).next_in, ++inputs) {
@@ -409,29 +409,22 @@ void LiveCluster::receiver(AccelId a) {
   }
 }
 
-void LiveCluster::sweep() {
-  if (!gmg_) return;
+void LiveCluster::release(std::span<const Release> released) {
+  std::lock_guard lk(mu_);
   bool freed = false;
-  for (auto it = held_.begin(); it != held_.end();) {
+  for (const Release& r : released) {
+    const auto it = held_.find(r.op);
+    if (it == held_.end() || it->second.seq != r.issue_seq) continue;
     Held& h = it->second;
-    const OpId op = it->first;
-    const bool same = gmg_->contains(op) && gmg_->op(op).issue_seq == h.seq;
-    if (h.output && (!same || !gmg_->op(op).output_held)) {
-      used_[h.accel] -= h.output.bytes;
-      h.output = Payload{};
+    Payload& value = r.value == Release::Value::kOutput ? h.output : h.retained;
+    if (value) {
+      used_[h.accel] -= value.bytes;
+      value = Payload{};
       freed = true;
     }
-    if (h.retained && (!same || !gmg_->op(op).retained_held)) {
-      used_[h.accel] -= h.retained.bytes;
-      h.retained = Payload{};
-      freed = true;
-    }
-    // Kept (maybe without values, e.g. a failure) while later consumers may
-    // still attach.
-    if (!same || !(gmg_->op(op).output_held || gmg_->op(op).retained_held || gmg_->op(op).pending_succs > 0))
-      it = held_.erase(it);
-    else
-      ++it;
+    // Until then kept (maybe without values, e.g. a failure) for the
+    // consumers that may still be submitted.
+    if (r.last) held_.erase(it);
   }
   if (freed) memory_freed();
 }
@@ -460,17 +453,13 @@ std::string LiveCluster::stall_reason() const {
 
 Nanos LiveCluster::next_event() const {
   std::lock_guard lk(mu_);
-  // After handing out completions, one more advance lets the sweep see the
-  // GMG updated with them (it may free memory that queued work waits for).
-  if (!done_.empty() || !fault_.empty() || sweep_due_) return now();
+  if (!done_.empty() || !fault_.empty()) return now();
   if (live_ == 0 || stalled()) return -1;
   return now() + kPollHorizon;
 }
 
 Status LiveCluster::advance_to(Nanos t, std::vector<Feedback>& out) {
   std::unique_lock lk(mu_);
-  sweep();
-  sweep_due_ = false;
   const auto deadline = start_ + std::chrono::nanoseconds(t);
   auto ready = [&] { return !done_.empty() || !fault_.empty() || stalled(); };
   if (!interrupt_) {
@@ -487,7 +476,6 @@ Status LiveCluster::advance_to(Nanos t, std::vector<Feedback>& out) {
     if (d.feedback.kind == Feedback::Kind::kOp) --live_;
     out.push_back(std::move(d.feedback));
   }
-  sweep_due_ = !done_.empty();
   done_.clear();
   now_ = std::max(now_, clock());
   return Status::Ok();

@@ -13,15 +13,16 @@
 // Send copies; Recv's completion readies the slot.
 //
 // Memory is accounted per accelerator against its budget: resident weights,
-// each finished operator's output and retained state until the GMG lets go
-// of them, each running operator's declared output, retained state and
+// each finished operator's output and retained state until the engine
+// releases them (release(): the GMG let go of them), each running
+// operator's declared output, retained state and
 // workspace, and received copies until their consumer finishes. An operator
 // whose reservation does not fit waits for memory to free; a later ready
 // operator that fits may run meanwhile (else the head could wait forever
 // for memory only that operator frees).
 //
-// Threading: submit/next_event/advance_to/now/log/on_iteration come from one
-// engine thread; workers and transfer threads are internal. The runner and
+// Threading: submit/next_event/advance_to/release/now/log/on_iteration come
+// from one engine thread; workers and transfer threads are internal. The runner and
 // the arbiter are called under the executor's lock except for
 // OpRunner::run and OpRunner::copy, which run unlocked on the worker and
 // transfer threads.
@@ -34,6 +35,7 @@ module;
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -69,9 +71,12 @@ class LiveCluster final : public Backend {
   Nanos next_event() const override;
   // Blocks until a completion arrives, the wall clock reaches `t`, or the
   // interrupt flag (set_interrupt) changes, then appends every completion so
-  // far. Also drops the values the GMG no longer holds (the GMG passed to
-  // submit must still be alive).
+  // far.
   Status advance_to(Nanos t, std::vector<Feedback>& out) override;
+  // Frees the released values (their bytes count no longer), and forgets
+  // an operator at its last release; queued work waiting for memory may
+  // then start. The rest of Backend::release's contract.
+  void release(std::span<const Release> released) override;
   // A counter a signal handler bumps (serve's Ctrl-C / SIGTERM, the same
   // as EngineOptions::stop): a wait in advance_to returns within
   // kInterruptPoll of a change, so the engine sees a drain or a cancel
@@ -112,7 +117,7 @@ class LiveCluster final : public Backend {
     std::int64_t declared = 0, workspace = 0;  // output + retained, and workspace, bytes
     std::vector<Succ> succs;
   };
-  struct Held {  // a finished operator's values, while the GMG holds them
+  struct Held {  // a finished operator's values, until released
     std::uint64_t seq = 0;
     AccelId accel = kNoAccel;
     Payload output, retained;
@@ -144,7 +149,6 @@ class LiveCluster final : public Backend {
   void arbitrate();
   void memory_freed();
   void charge(AccelId a, std::int64_t bytes);
-  void sweep();
   bool stalled() const;
   Nanos clock() const;
 
@@ -163,7 +167,6 @@ class LiveCluster final : public Backend {
   std::vector<std::uint32_t> free_tasks_;
   std::unordered_map<OpId, std::uint32_t> task_of_;  // submitted, not finished
   std::unordered_map<OpId, Held> held_;
-  const Gmg* gmg_ = nullptr;
   std::vector<std::vector<std::pair<std::uint64_t, std::uint32_t>>> ready_;  // per accelerator (key, task), unordered
   std::vector<std::uint8_t> running_;
   std::deque<Xfer> xfers_;
@@ -177,7 +180,6 @@ class LiveCluster final : public Backend {
   std::vector<std::int64_t> used_, peak_;
   std::vector<Done> done_;
   std::size_t live_ = 0, refused_ = 0, memory_waits_ = 0;
-  bool sweep_due_ = false;
   std::string fault_;  // an internal error to report from advance_to
 
   Nanos now_ = 0;

@@ -14,12 +14,6 @@ module slicesched.simulator.global;
 
 namespace slicesched {
 
-namespace {
-
-enum EventKind : std::uint32_t { kReady, kOpFinish, kTransferReady, kTransferFinish, kWake };
-
-}  // namespace
-
 SimulationResult simulate(const Gmg& gmg, const EstimatorSet& est, const SimOptions& opt) {
   GlobalSimulator sim;
   return sim.run(gmg, est, opt);
@@ -41,7 +35,7 @@ const SimulationResult& GlobalSimulator::run(const Gmg& gmg, const Estimator& es
 template <typename Est>
 const SimulationResult& GlobalSimulator::run_with(const Gmg& gmg, const Est& est, const SimOptions& opt) {
   prepare_with(gmg, est, opt.tentative.ops, opt.tentative.at, opt.scope);
-  return place_with(est, opt.tentative.accels, opt);
+  return place_with(est, opt.tentative.accels, opt, /*last=*/true);
 }
 
 void GlobalSimulator::prepare(const Gmg& gmg, const EstimatorSet& est, std::span<const OpId> batch, Nanos at,
@@ -56,333 +50,7 @@ void GlobalSimulator::prepare(const Gmg& gmg, const Estimator& est, std::span<co
 
 const SimulationResult& GlobalSimulator::place(std::span<const AccelId> accels, const SimOptions& opt) {
   if (!gmg_) throw std::logic_error("global simulator: place() before prepare()");
-  return est_set_ ? place_with(*est_set_, accels, opt) : place_with(*est_virtual_, accels, opt);
-}
-
-// What every placement of the batch shares: the simulated nodes (issued
-// ops and the batch's, in OpId order), their edges and ghosts, the base
-// queues (without the batch), the resident bytes, and the events of the
-// issued ops. Where the batch's ops go is left to place().
-template <typename Est>
-void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<const OpId> batch, Nanos at,
-                                   std::span<const AccelId> scope) {
-  const AcceleratorSet& accels = gmg.accels();
-  const std::size_t n_acc = accels.size();
-  const std::size_t slots = gmg.slot_count();
-  if (slots > kNodeMask) throw std::length_error("global simulator: a GMG of more than 2^30 operator slots");
-  gmg_ = &gmg;
-  if constexpr (std::is_same_v<Est, EstimatorSet>) {
-    est_set_ = &est;
-    est_virtual_ = nullptr;
-  } else {
-    est_set_ = nullptr;
-    est_virtual_ = &est;
-  }
-  const bool overlay = !batch.empty();
-  batch_.assign(batch.begin(), batch.end());
-  at_ = at;
-  now_ = overlay ? std::max(gmg.now(), at) : gmg.now();
-  if (overlay) {
-    if (tent_.size() < slots) {
-      tent_.resize(slots, 0);
-      tent_succs_.resize(slots, 0);
-    }
-    for (std::size_t k = 0; k < batch.size(); ++k) {
-      tent_[batch[k]] = static_cast<std::uint32_t>(k + 1);
-      for (std::uint32_t e = gmg.op(batch[k]).first_in; e != kNoEdge; e = gmg.edge(e).next_in)
-        ++tent_succs_[gmg.edge(e).src];
-    }
-  }
-  // An op's successors still unscheduled once the batch is issued.
-  auto unscheduled_succs = [&](OpId id, const OpRecord& op) {
-    return overlay ? op.unscheduled_succs - tent_succs_[id] : op.unscheduled_succs;
-  };
-
-  // Per-accelerator work is plain fills over the cluster and logic over the
-  // scope only, so a what-if on a large cluster costs what its scope holds.
-  const bool scoped = !scope.empty();
-  if (scoped) {
-    in_scope_.resize(n_acc, 0);
-    for (AccelId a : scope) in_scope_[a] = 1;
-  }
-
-  // Undoes the per-slot and per-accelerator marks (zero outside a
-  // prepare), and the ghosts' index_of entries.
-  auto clear_marks = [&] {
-    for (OpId id : ghost_op_) r_.index_of[id] = kNotSimulated;
-    if (overlay)
-      for (OpId id : batch) {
-        tent_[id] = 0;
-        for (std::uint32_t e = gmg.op(id).first_in; e != kNoEdge; e = gmg.edge(e).next_in)
-          tent_succs_[gmg.edge(e).src] = 0;
-      }
-    if (scoped)
-      for (AccelId a : scope) in_scope_[a] = 0;
-  };
-
-  // Only the last run's index_of entries are set: reset those, not every slot.
-  if (r_.index_of.size() != slots) {
-    r_.index_of.assign(slots, kNotSimulated);
-  } else {
-    for (OpId id : r_.ops) r_.index_of[id] = kNotSimulated;
-  }
-  // Per-accelerator arrays: the whole cluster is reset when unscoped or
-  // when the previous prepare was; otherwise only the previous scope is
-  // cleared, so results outside the scope read zero.
-  if (r_.busy.size() != n_acc || !scoped || scope_.empty()) {
-    r_.busy.assign(n_acc, 0);
-    r_.hbm_start.assign(n_acc, 0);
-    r_.hbm_peak.assign(n_acc, 0);
-    r_.hbm_end.assign(n_acc, 0);
-    used_.assign(n_acc, 0);
-    cap_.assign(n_acc, 0);
-    running_.assign(n_acc, kNotSimulated);
-    free_at_.assign(n_acc, -1);
-    dirty_flag_.assign(n_acc, 0);
-    send_busy_.assign(n_acc, 0);
-    recv_busy_.assign(n_acc, 0);
-  } else {
-    for (AccelId a : scope_) {  // the previous prepare's scope
-      r_.busy[a] = r_.hbm_start[a] = r_.hbm_peak[a] = r_.hbm_end[a] = 0;
-      used_[a] = cap_[a] = 0;
-      running_[a] = kNotSimulated;
-      free_at_[a] = -1;
-      dirty_flag_[a] = send_busy_[a] = recv_busy_[a] = 0;
-    }
-  }
-  r_.hbm_timeline.resize(n_acc);
-  scope_.assign(scope.begin(), scope.end());
-  std::sort(scope_.begin(), scope_.end());
-  each_accel(n_acc, [&](AccelId a) {
-    cap_[a] = accels.hbm_bytes(a);
-    used_[a] = gmg.hbm(a).weights + gmg.done_resident(a);  // and, below, landed copies
-    free_at_[a] = gmg.last_done(a);
-  });
-
-  // Pass 1, over the issued (and the batch's) ops in OpId order: simulated
-  // nodes first, so node index == result index. Each issued op's time is
-  // predicted here, once; its rank is its place on its accelerator in OpId
-  // order, re-ranked in order_queues() where that is not queue order. The
-  // batch's ops join no queue here (place() puts them in).
-  // in_end holds the GMG's first in-edge until pass 2.
-  const std::span<const OpId> issued = gmg.issued_ops();
-  std::span<const OpId> base = issued;
-  if (scoped) {  // the issued ops inside the scope
-    scoped_ops_.clear();
-    for (OpId id : issued)
-      if (in_scope_[gmg.op(id).accel]) scoped_ops_.push_back(id);
-    base = scoped_ops_;
-  }
-  n_sim_ = static_cast<std::uint32_t>(base.size() + batch.size());
-  if (overlay) {  // merge the batch (a few ops, sorted here) into the issued ones, in OpId order
-    tent_sorted_.assign(batch.begin(), batch.end());
-    for (std::size_t k = 1; k < tent_sorted_.size(); ++k)
-      for (std::size_t j = k; j > 0 && tent_sorted_[j] < tent_sorted_[j - 1]; --j)
-        std::swap(tent_sorted_[j], tent_sorted_[j - 1]);
-    r_.ops.resize(n_sim_);
-    std::merge(base.begin(), base.end(), tent_sorted_.begin(), tent_sorted_.end(), r_.ops.begin());
-  } else {
-    r_.ops.assign(base.begin(), base.end());
-  }
-  key_.resize(n_sim_);
-  issue_t_.resize(n_sim_);
-  nodes_.resize(n_sim_);
-  arrival_.resize(n_sim_);
-  ready_t_.resize(n_sim_);
-  is_tent_.assign(n_sim_, 0);
-  tnode_.resize(batch.size());
-  queue_.resize(n_acc);
-  last_key_.resize(n_acc);
-  out_of_order_.resize(n_acc);
-  each_accel(n_acc, [&](AccelId a) {
-    queue_[a].clear();
-    last_key_[a] = 0;
-    out_of_order_[a] = 0;
-  });
-  tent_accels_.clear();  // no batch op sits in a queue yet
-  out_limit_.resize(n_sim_);
-  // Out-edges are laid out as they are found (pass 2), in regions reserved
-  // here from the GMG's successor counts: an op's successors that are not
-  // done and not unscheduled are exactly the issued ones, its readers here.
-  std::uint32_t out_total = 0;
-  {
-    OpId* ops = r_.ops.data();
-    Node* nodes = nodes_.data();
-    Arrival* arrival = arrival_.data();
-    std::uint32_t* index_of = r_.index_of.data();
-    for (std::uint32_t i = 0; i < n_sim_; ++i) {
-      const OpId id = ops[i];
-      const OpRecord& op = gmg.op(id);
-      const std::uint32_t k = overlay ? tent_[id] : 0;
-      index_of[id] = i;
-      const std::uint32_t unscheduled = unscheduled_succs(id, op);
-      const Flag keep = unscheduled > 0 ? kKeepOutput : Flag{};
-      if (k > 0) {  // a batch op: its accelerator and time come with the placement
-        const auto flags = static_cast<Flag>(keep | kBatchOp);
-        nodes[i] = {0, op.out_bytes, op.workspace_bytes, op.retained_bytes, kNoAccel, 0, op.first_in, 0, 0, 0, flags};
-        arrival[i] = {kNoAccel, 0, 0};
-        key_[i] = queue_key(op.priority, gmg.last_issue_seq() + k);
-        issue_t_[i] = ready_t_[i] = at;
-        is_tent_[i] = 1;
-        tnode_[k - 1] = i;
-      } else {
-        const AccelId a = op.accel;
-        auto& q = queue_[a];
-        nodes[i] = {to_nanos(est.predict_op(op.kind, accels.type(a), gmg.features(id))),
-                    op.out_bytes,
-                    op.workspace_bytes,
-                    op.retained_bytes,
-                    a,
-                    0,
-                    op.first_in,
-                    0,
-                    0,
-                    0,
-                    keep};
-        arrival[i] = {a, static_cast<std::uint32_t>(q.size()), 0};
-        q.push_back(i);
-        const std::uint64_t key = queue_key(op.priority, op.issue_seq);
-        out_of_order_[a] |= key < last_key_[a];
-        last_key_[a] = key;
-        key_[i] = key;
-        issue_t_[i] = ready_t_[i] = op.issue_t;
-      }
-      nodes[i].out_begin = nodes[i].out_end = out_total;
-      out_total += op.pending_succs > unscheduled ? op.pending_succs - unscheduled : 0;
-      out_limit_[i] = out_total;
-    }
-  }
-  out_refs_.resize(out_total);
-  bool out_overflow = false;
-
-  // Pass 2: in-edges of simulated nodes, grouped by destination; done
-  // producers become ghost nodes (memory bookkeeping only). An issued op's
-  // events are recorded (place() pushes them, in node order); a batch op's
-  // in-edges are left to place(), which knows which are remote.
-  edges_.clear();
-  ghost_op_.clear();
-  deferred_.clear();
-  node_events_.clear();
-  ev_begin_.resize(n_sim_ + 1);
-  for (std::uint32_t i = 0; i < n_sim_; ++i) {
-    // (nodes_ may grow by ghosts in this loop: no references into it.)
-    ev_begin_[i] = static_cast<std::uint32_t>(node_events_.size());
-    const bool tentative = is_tent_[i];
-    const AccelId here = nodes_[i].accel;
-    const std::uint32_t first_in = nodes_[i].in_end;
-    nodes_[i].in_begin = static_cast<std::uint32_t>(edges_.size());
-    for (std::uint32_t e = first_in; e != kNoEdge;) {
-      const Edge& ge = gmg.edge(e);
-      e = ge.next_in;
-      std::uint32_t s = r_.index_of[ge.src];
-      const std::uint32_t retained = ge.retained ? kRetained : 0;
-      const auto edge = static_cast<std::uint32_t>(edges_.size());
-      if (s < n_sim_) {  // finishes inside the simulation
-        Node& src = nodes_[s];
-        const std::uint32_t remote = !tentative && !is_tent_[s] && src.accel != here ? kRemote : 0;
-        edges_.push_back({s | remote | retained, i, ge.bytes});
-        ++src.consumers;
-        if (src.out_end < out_limit_[s])
-          out_refs_[src.out_end++] = {i, edge | remote};
-        else
-          out_overflow = true;
-        if (tentative)
-          deferred_.push_back({edge, 0, -1, -1, 0});
-        else
-          ++arrival_[i].pending;
-        continue;
-      }
-      const OpRecord& src = gmg.op(ge.src);  // a done producer
-      if (src.state != OpState::kDone) [[unlikely]] {
-        clear_marks();  // the simulator stays usable
-        gmg_ = nullptr;
-        throw std::invalid_argument("global simulator: the scope is not closed: " + gmg.op_name(r_.ops[i]) + " reads " +
-                                    gmg.op_name(ge.src) + ", issued outside it");
-      }
-      if (s != kNotSimulated) {
-        s &= ~kGhost;
-      } else {
-        s = static_cast<std::uint32_t>(nodes_.size());
-        r_.index_of[ge.src] = s | kGhost;  // until the end of the prepare
-        nodes_.push_back(
-            {0, src.out_bytes, 0, src.retained_bytes, src.accel, 0, 0, out_total, out_total, 0,
-             static_cast<Flag>((unscheduled_succs(ge.src, src) > 0 ? kKeepOutput : 0) |
-                               (src.output_held ? kOutputHeld : 0) | (src.retained_held ? kRetainedHeld : 0))});
-        const std::uint32_t unscheduled = unscheduled_succs(ge.src, src);
-        out_total += src.pending_succs > unscheduled ? src.pending_succs - unscheduled : 0;
-        out_limit_.push_back(out_total);
-        out_refs_.resize(out_total);
-        ghost_op_.push_back(ge.src);
-      }
-      const bool remote = !tentative && src.accel != here;
-      edges_.push_back({s | (remote ? kRemote : 0) | retained, i, ge.bytes});
-      ++nodes_[s].consumers;
-      if (nodes_[s].out_end < out_limit_[s])
-        out_refs_[nodes_[s].out_end++] = {i, edge | (remote ? kRemote : 0)};
-      else
-        out_overflow = true;
-      if (tentative) {
-        deferred_.push_back({edge, 0, src.done_t, ge.arrived, 1});
-      } else if (!remote) {
-        ready_t_[i] = std::max(ready_t_[i], src.done_t);
-      } else if (ge.arrived >= 0) {
-        ready_t_[i] = std::max(ready_t_[i], ge.arrived);
-        used_[here] += ge.bytes;  // the landed copy is resident
-      } else {                    // a transfer from a done producer, still to simulate
-        ++arrival_[i].pending;
-        // Its intent appears once the producer is done and the consumer
-        // issued (the backend is handed the consumer at its issue).
-        node_events_.push_back({std::max(src.done_t, issue_t_[i]), kTransferReady, edge});
-      }
-    }
-    nodes_[i].in_end = static_cast<std::uint32_t>(edges_.size());
-    if (!tentative && arrival_[i].pending == 0) node_events_.push_back({ready_t_[i], kReady, i});
-  }
-  ev_begin_[n_sim_] = static_cast<std::uint32_t>(node_events_.size());
-  clear_marks();
-
-  // A GMG whose successor counts disagree with its edges would overflow a
-  // region: lay the out-edges out again by counting sort (same order).
-  if (out_overflow) [[unlikely]] {
-    for (Node& nd : nodes_) nd.out_end = 0;
-    for (const SimEdge& edge : edges_) ++nodes_[edge.src & kNodeMask].out_end;
-    std::uint32_t next = 0;
-    for (Node& nd : nodes_) {
-      nd.out_begin = next;
-      next += nd.out_end;
-      nd.out_end = nd.out_begin;
-    }
-    out_refs_.resize(edges_.size());
-    for (std::uint32_t e = 0; e < edges_.size(); ++e) {
-      const SimEdge& edge = edges_[e];
-      out_refs_[nodes_[edge.src & kNodeMask].out_end++] = {edge.dst, e | (edge.src & kRemote)};
-    }
-  }
-  // Where each deferred edge sits among its source's out-edges.
-  for (Deferred& d : deferred_) {
-    const Node& src = nodes_[edges_[d.edge].src & kNodeMask];
-    for (std::uint32_t k = src.out_begin; k < src.out_end; ++k)
-      if ((out_refs_[k].edge & ~kRemote) == d.edge) d.out_ref = k;
-  }
-
-  // The batch's edges among its own ops, for dominated_from().
-  batch_edges_.clear();
-  for (std::uint32_t k = 0; k < tnode_.size(); ++k) {
-    const Node& n = nodes_[tnode_[k]];
-    for (std::uint32_t e = n.in_begin; e < n.in_end; ++e) {
-      const std::uint32_t s = edges_[e].src & kNodeMask;
-      if (s >= n_sim_ || !is_tent_[s]) continue;
-      std::uint32_t p = 0;
-      while (tnode_[p] != s) ++p;
-      if (p < k) batch_edges_.push_back({k, p, edges_[e].bytes, 0});  // (a later p: left out, the bound stays valid)
-    }
-  }
-
-  order_queues();
-  // What place() starts every placement from.
-  base_nodes_.assign(nodes_.begin(), nodes_.end());
-  base_arrival_.assign(arrival_.begin(), arrival_.end());
-  base_used_.assign(used_.begin(), used_.end());
+  return est_set_ ? place_with(*est_set_, accels, opt, false) : place_with(*est_virtual_, accels, opt, false);
 }
 
 // Simulates one placement of the prepared batch: restores the shared state,
@@ -390,8 +58,9 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
 // pushes every node's events in node order, and runs.
 template <typename Est>
 const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<const AccelId> accels,
-                                                    const SimOptions& opt) {
+                                                    const SimOptions& opt, bool last) {
   const Gmg& gmg = *gmg_;
+  const GmgView& v = view_;
   const std::size_t n_acc = gmg.accels().size();
   if (accels.size() != batch_.size())
     throw std::invalid_argument("global simulator: a placement of " + std::to_string(accels.size()) +
@@ -408,8 +77,9 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
   const std::size_t nb = batch_.size();
   batch_dur_.resize(nb);
   for (std::size_t k = 0; k < nb; ++k) {
-    const OpRecord& op = gmg.op(batch_[k]);
-    batch_dur_[k] = to_nanos(est.predict_op(op.kind, set.type(accels[k]), gmg.features(batch_[k])));
+    const OpRow& op = v.ops[batch_[k]];
+    batch_dur_[k] =
+        to_nanos(est.predict_op(op.kind, set.type(accels[k]), {v.features[batch_[k]].data(), op.feature_count}));
   }
   pruning_ = opt.dominated_above >= 0 && opt.dominated_above < INT64_MAX / 4 && nb > 0 && nb <= kMaxPrunedBatch;
   dominated_at_ = kNever;
@@ -427,11 +97,18 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
       return r_;
     }
   }
-  arbiter_ = opt.arbiter && !opt.arbiter->is_default_greedy() ? opt.arbiter : nullptr;
+  arbiter_ = opt.arbiter && !opt.arbiter->uses_default_rule() ? opt.arbiter : nullptr;
 
-  // Shared state back to what prepare() left.
-  std::copy(base_nodes_.begin(), base_nodes_.end(), nodes_.begin());
-  std::copy(base_arrival_.begin(), base_arrival_.end(), arrival_.begin());
+  // Shared state back to what prepare() left: the first placement finds it
+  // as built and keeps a copy for the next ones, unless it is the last.
+  if (base_saved_) {
+    std::copy(base_nodes_.begin(), base_nodes_.end(), nodes_.begin());
+    std::copy(base_arrival_.begin(), base_arrival_.end(), arrival_.begin());
+  } else if (!last) {
+    base_nodes_.assign(nodes_.begin(), nodes_.end());
+    base_arrival_.assign(arrival_.begin(), arrival_.end());
+    base_saved_ = true;
+  }
   each_accel(n_acc, [&](AccelId a) {
     used_[a] = base_used_[a];
     r_.busy[a] = 0;
@@ -599,22 +276,6 @@ Nanos GlobalSimulator::dominated_from(Nanos t) const {
   }
   if (rising == 0) return kNever;
   return prev + (bound_sum_ - f_prev) / static_cast<Nanos>(rising) + 1;
-}
-
-// Puts every accelerator's queue in queue order where OpId order is not
-// (reused slots, priorities).
-void GlobalSimulator::order_queues() {
-  each_accel(queue_.size(), [&](AccelId a) {
-    auto& q = queue_[a];
-    if (!out_of_order_[a]) return;
-    sort_scratch_.clear();
-    for (std::uint32_t i : q) sort_scratch_.push_back({key_[i], i});
-    std::sort(sort_scratch_.begin(), sort_scratch_.end());
-    for (std::uint32_t rank = 0; rank < q.size(); ++rank) {
-      q[rank] = sort_scratch_[rank].second;
-      arrival_[q[rank]].rank = rank;
-    }
-  });
 }
 
 // Sizes the ready bitsets for the queues as they are: 64^levels_ >= the
@@ -815,7 +476,7 @@ inline void GlobalSimulator::dispatch(Nanos t) {
   dirty_.clear();
 }
 
-// The default rule (the built-in "greedy" arbiter with reserve_oldest):
+// The default rule (OldestFirstRule with its reservation), inline:
 // oldest intent first, one transfer per source and per destination at a
 // time, and while the oldest intent is blocked no younger one takes its
 // source or destination. pending_transfers_ is in age order (intent time,
@@ -946,10 +607,11 @@ void AccelComponents::build(const Gmg& gmg) {
   size_.assign(n, 1);
   for (AccelId a = 0; a < n; ++a) parent_[a] = a;
   mark_.assign(n, 0);
-  for (OpId id : gmg.issued_ops()) {
-    const OpRecord& op = gmg.op(id);
-    for (std::uint32_t e = op.first_in; e != kNoEdge; e = gmg.edge(e).next_in) {
-      const OpRecord& src = gmg.op(gmg.edge(e).src);
+  const GmgView v = gmg.view();
+  for (OpId id : v.issued) {
+    const OpRow& op = v.ops[id];
+    for (std::uint32_t e = op.first_in; e != kNoEdge; e = v.edges[e].next_in) {
+      const OpRow& src = v.ops[v.edges[e].src];
       if (src.state != OpState::kUnscheduled) join(op.accel, src.accel);
     }
   }
@@ -963,7 +625,7 @@ void AccelComponents::build(const Gmg& gmg) {
   fill_.assign(first_.begin(), first_.end() - 1);
   for (AccelId a = 0; a < n; ++a) members_[fill_[root_of_[a]]++] = a;
   ops_of_.assign(n, 0);
-  for (OpId id : gmg.issued_ops()) ++ops_of_[root_of_[gmg.op(id).accel]];
+  for (OpId id : v.issued) ++ops_of_[root_of_[v.ops[id].accel]];
 }
 
 std::size_t AccelComponents::closure(const Gmg& gmg, std::span<const AccelId> seeds, std::span<const OpId> ops,
@@ -977,9 +639,10 @@ std::size_t AccelComponents::closure(const Gmg& gmg, std::span<const AccelId> se
     }
   };
   for (AccelId a : seeds) add(a);
+  const GmgView v = gmg.view();
   for (OpId id : ops)
-    for (std::uint32_t e = gmg.op(id).first_in; e != kNoEdge; e = gmg.edge(e).next_in) {
-      const OpRecord& src = gmg.op(gmg.edge(e).src);
+    for (std::uint32_t e = v.ops[id].first_in; e != kNoEdge; e = v.edges[e].next_in) {
+      const OpRow& src = v.ops[v.edges[e].src];
       if (src.state != OpState::kUnscheduled) add(src.accel);
     }
   out.clear();

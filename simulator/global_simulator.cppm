@@ -1,7 +1,8 @@
 // The global simulator: predicts, from a GMG snapshot and the estimators,
 // how every issued operator and transfer will play out across the cluster.
 //
-// Snapshot build: each accelerator's queue is the set of issued operators
+// Snapshot build, from the GMG's dense columns (Gmg::view(): one cache line
+// per operator): each accelerator's queue is the set of issued operators
 // placed on it; an operator is ready when its local predecessors are done
 // and its remote inputs have arrived (GMG-known arrivals are used as they
 // are, the others are simulated as transfers). HBM starts from what is
@@ -11,9 +12,10 @@
 // among ready operators the higher priority first, then the earlier issue;
 // no preemption. A cross-accelerator input is a transfer on its own lane;
 // pending transfers start as the backend's TransferArbiter decides (see
-// SimOptions::arbiter): by default the built-in "greedy" rule, inline (oldest
-// intent first, one transfer per source and per destination, and while the
-// oldest intent is blocked its source and destination take no younger one).
+// SimOptions::arbiter): by default the core's default rule (OldestFirstRule),
+// inline (oldest intent first, one transfer per source and per destination,
+// and while the oldest intent is blocked its source and destination take no
+// younger one).
 // An operator that has not been reported done cannot finish before the GMG's
 // clock (`now`).
 //
@@ -54,8 +56,8 @@ struct SimOptions {
   bool record_transfers = false;
   // The rule that starts pending transfers: the backend's arbiter (the
   // simulator calls select() where the backend would), or null for the
-  // default rule. An arbiter whose is_default_greedy() is true is not called:
-  // the simulator applies that rule inline. Not thread-safe, like any
+  // default rule. An arbiter whose uses_default_rule() is true is not
+  // called: the simulator applies that rule inline. Not thread-safe, like any
   // arbiter: one per simulator thread. Used only during run().
   TransferArbiter* arbiter = nullptr;
   TentativeIssue tentative{};  // empty: the snapshot as it is
@@ -177,8 +179,25 @@ class GlobalSimulator {
   template <typename Est>
   void prepare_with(const Gmg& gmg, const Est& est, std::span<const OpId> batch, Nanos at,
                     std::span<const AccelId> scope);
+  // `last`: no placement follows before the next prepare (run()), so the
+  // state prepare() built needs no copy to restore.
   template <typename Est>
-  const SimulationResult& place_with(const Est& est, std::span<const AccelId> accels, const SimOptions& opt);
+  const SimulationResult& place_with(const Est& est, std::span<const AccelId> accels, const SimOptions& opt, bool last);
+  // The snapshot build's steps (snapshot.cpp), in prepare_with's order.
+  struct PendingTransfer;  // below
+  void mark(std::span<const AccelId> scope);
+  void reset_accelerators(std::span<const AccelId> scope);
+  void select_nodes();
+  template <typename Est>
+  std::uint32_t add_nodes(const Est& est);
+  bool add_inputs(std::uint32_t out_total);
+  bool add_simulated_input(std::uint32_t i, std::uint32_t s, const Edge& ge);
+  bool add_done_input(std::uint32_t i, std::uint32_t s, const Edge& ge, std::uint32_t& out_total);
+  std::uint32_t add_ghost(OpId id, const OpRow& op, std::uint32_t& out_total);
+  void unmark();
+  void lay_out_out_refs();
+  void locate_deferred();
+  void collect_batch_edges();
   void order_queues();
   void size_bitsets();
   // Calls f(a) for every accelerator of the scope (scope_), or of the
@@ -200,7 +219,6 @@ class GlobalSimulator {
   void free(AccelId a, std::int64_t bytes, Nanos t);
   template <bool kHbm>
   void on_op_finish(std::uint32_t i, Nanos t);
-  struct PendingTransfer;  // below
   template <typename Est, bool kHbm, bool kTransfers>
   void start_transfer(const Est& est, const PendingTransfer& pt, Nanos t);
   template <bool kHbm>
@@ -222,6 +240,12 @@ class GlobalSimulator {
   }
 
   SimulationResult r_;
+
+  enum EventKind : std::uint32_t { kReady, kOpFinish, kTransferReady, kTransferFinish, kWake };
+  // An op's successors still unscheduled once the batch is issued.
+  inline std::uint32_t open_succs(OpId id, const OpRow& op) const {
+    return batch_.empty() ? op.unscheduled_succs : op.unscheduled_succs - tent_succs_[id];
+  }
 
   // Per-node memory state.
   enum Flag : std::uint8_t { kKeepOutput = 1, kOutputHeld = 2, kRetainedHeld = 4, kBatchOp = 8 };
@@ -278,7 +302,6 @@ class GlobalSimulator {
   std::vector<OutRef> out_refs_;
   std::vector<std::uint32_t> out_limit_;  // per node, during the build: end of its reserved out_refs_ region
   std::vector<std::uint64_t> key_;        // per simulated node, during the build: its queue key
-  std::vector<Nanos> issue_t_;            // per simulated node, during the build: its issue time
   // A tentative issue, during the build: per GMG slot, 1 + its place in the
   // batch (0: not in it), and how many of its successors the batch issues.
   // Zero outside a build.
@@ -287,6 +310,7 @@ class GlobalSimulator {
   // Between prepare() and place(): the snapshot, the estimator (one of the
   // two), the batch, and what every placement starts from.
   const Gmg* gmg_ = nullptr;
+  GmgView view_;  // gmg_'s
   const EstimatorSet* est_set_ = nullptr;
   const Estimator* est_virtual_ = nullptr;
   std::vector<OpId> batch_;
@@ -303,8 +327,9 @@ class GlobalSimulator {
   std::vector<Deferred> deferred_;
   std::vector<Event> node_events_, tent_events_;  // issued ops' events by node; a placement's batch transfers
   std::vector<std::uint32_t> ev_begin_;           // node_events_[ev_begin_[i], ev_begin_[i + 1]): node i's
-  std::vector<Node> base_nodes_;
+  std::vector<Node> base_nodes_;                  // saved by the first placement (base_saved_)
   std::vector<Arrival> base_arrival_;
+  bool base_saved_ = false;
   std::vector<std::int64_t> base_used_;
   std::vector<std::uint8_t> in_scope_;  // per accelerator, during a scoped build
   std::vector<OpId> scoped_ops_;        // the issued ops inside the scope, during a scoped build

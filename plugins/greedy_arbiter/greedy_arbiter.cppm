@@ -1,7 +1,14 @@
-// Transfer arbiter "greedy": a maximal conflict-free matching of pending
-// transfers to free (source, destination) ports, oldest intent first.
+// Transfer arbiter "greedy": the core's default rule (OldestFirstRule): a
+// maximal conflict-free matching of pending transfers to free (source,
+// destination) ports, oldest intent first, the oldest's ports reserved
+// while it is blocked.
 //
 //   args: {"reserve_oldest": true}   // optional, default true
+//
+// With reserve_oldest (the default, and the rule of a run whose config names
+// no arbiter) it says so (uses_default_rule()) and the global simulator
+// applies the rule inline, without calling select(); with reserve_oldest =
+// false it calls select().
 module;
 #include <cstddef>
 #include <cstdint>
@@ -18,43 +25,20 @@ export namespace slicesched::plugins {
 
 inline constexpr std::string_view kGreedyArbiter = "greedy";
 
-// Walks the intents oldest first (by `since`, then `id`) and activates each
-// whose source and destination are neither busy nor taken this round, so
-// the result is maximal: every intent left out shares a port with one taken
-// or one in flight. Indices are appended in that age order.
-//
-// Oldest-first alone does not prevent starvation when transfers last
-// several rounds: the oldest intent may find its source free while its
-// destination is busy, a younger one takes the source, and so on forever.
-// With reserve_oldest (the default), when the oldest intent is blocked by a
-// busy port, both its ports are withheld from younger intents this round;
-// ports in flight always drain, so it starts as soon as both are free. Each
-// intent thus waits at most D rounds as the oldest (D: the longest transfer,
-// in rounds), hence at most k*D rounds in all with k intents pending at its
-// arrival (k rounds when transfers finish within the round that started
-// them). The price is that the withheld free port may idle for a while;
-// without the reservation the matching is maximal over all intents.
-//
-// With reserve_oldest (the default, and the rule of a run whose config names
-// no arbiter) the global simulator applies this rule inline, without
-// calling select(); with reserve_oldest = false it calls select().
-//
-// Not thread-safe (scratch buffers); allocates only when the number of
-// pending intents or accelerators grows.
+// Not thread-safe (the rule's scratch buffers).
 class GreedyArbiter final : public TransferArbiter {
  public:
-  explicit GreedyArbiter(bool reserve_oldest = true) : reserve_oldest_(reserve_oldest) {}
+  explicit GreedyArbiter(bool reserve_oldest = true) : rule_(reserve_oldest) {}
 
   void select(std::span<const TransferIntent> pending, std::span<const std::uint8_t> src_busy,
-              std::span<const std::uint8_t> dst_busy, std::vector<std::size_t>& out) override;
-  // The default rule, which the global simulator runs inline.
-  bool is_default_greedy() const override { return reserve_oldest_; }
-  bool reserve_oldest() const { return reserve_oldest_; }
+              std::span<const std::uint8_t> dst_busy, std::vector<std::size_t>& out) override {
+    rule_.select(pending, src_busy, dst_busy, out);
+  }
+  bool uses_default_rule() const override { return rule_.reserve_oldest(); }
+  bool reserve_oldest() const { return rule_.reserve_oldest(); }
 
  private:
-  bool reserve_oldest_;
-  std::vector<std::size_t> order_;
-  std::vector<std::uint8_t> src_taken_, dst_taken_;
+  OldestFirstRule rule_;
 };
 
 // Registers "greedy".

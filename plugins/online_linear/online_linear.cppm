@@ -5,10 +5,11 @@
 //   args: {"default_transfer_sec_per_byte": 4e-11,   // optional, >= 0
 //          "default_transfer_fixed_s": 1e-5}         // optional, >= 0
 //
-// The defaults cover pairs without a link-class prior; the scheduler seeds
-// the rest through linear() (seed_priors).
+// The defaults cover pairs without a link-class prior; the host seeds the
+// rest through seed_linear() (seed_priors).
 module;
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -46,7 +47,8 @@ class OnlineLinear final : public Estimator {
   Status observe_transfer(AccelId src, AccelId dst, std::uint64_t bytes, double seconds) override {
     return set_.observe_transfer(src, dst, bytes, seconds);
   }
-  EstimatorSet* linear() override { return &set_; }
+  const EstimatorSet* linear() const override { return &set_; }
+  Status seed_linear(const std::function<Status(EstimatorSet&)>& write) override { return write(set_); }
 
  private:
   EstimatorSet set_;

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <memory>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -209,4 +210,159 @@ TEST_CASE("retired slots are reused and frontiers stay consistent", "[gmg]") {
   CHECK(f.gmg.live_count() == 0);
   CHECK(f.gmg.unscheduled_frontier().empty());
   CHECK(f.gmg.scheduled_frontier().empty());
+}
+
+TEST_CASE("the GMG lists every value it lets go of, in order, until cleared", "[gmg]") {
+  Fixture f;
+  using V = Release::Value;
+  auto first = f.add(4, 0);
+  for (OpId op : first.ops) REQUIRE(f.gmg.issue(op, 0, 0).ok());
+  auto second = f.add(1, 4, first.ops[1]);  // attaches to first's KV cache
+  auto releases = [&] { return std::vector<Release>(f.gmg.releases().begin(), f.gmg.releases().end()); };
+  auto seq = [&](OpId op) { return f.gmg.op(op).issue_seq; };
+
+  REQUIRE(f.gmg.complete(first.ops[0], 5, 5).ok());
+  CHECK(releases().empty());  // a's output is still read by b
+  REQUIRE(f.gmg.complete(first.ops[1], 9, 4).ok());
+  // a's output, read by its only reader. b's output and KV cache stay: the
+  // second instance's b, attached to the cache, is still to run.
+  CHECK(releases() == std::vector<Release>{{first.ops[0], seq(first.ops[0]), V::kOutput, true}});
+  f.gmg.clear_releases();
+  CHECK(f.gmg.releases().empty());
+
+  for (OpId op : second.ops) REQUIRE(f.gmg.issue(op, 0, 10).ok());
+  REQUIRE(f.gmg.complete(second.ops[0], 12, 2).ok());
+  CHECK(f.gmg.releases().empty());
+  REQUIRE(f.gmg.complete(second.ops[1], 14, 2).ok());
+  // The second b took the old cache over, then first b's output went with
+  // its last reader (first b holds nothing more), then the second a's; the
+  // second b keeps its own cache.
+  CHECK(releases() == std::vector<Release>{{first.ops[1], seq(first.ops[1]), V::kRetained, false},
+                                           {first.ops[1], seq(first.ops[1]), V::kOutput, true},
+                                           {second.ops[0], seq(second.ops[0]), V::kOutput, true},
+                                           {second.ops[1], seq(second.ops[1]), V::kOutput, false}});
+  f.gmg.clear_releases();
+
+  // A request that ends lets its cache go.
+  REQUIRE(f.gmg.release_retained(second.ops[1]).ok());
+  CHECK(releases() == std::vector<Release>{{second.ops[1], seq(second.ops[1]), V::kRetained, true}});
+  // Failed calls and retiring let nothing go.
+  f.gmg.clear_releases();
+  CHECK_FALSE(f.gmg.release_retained(second.ops[1]).ok());
+  CHECK(f.gmg.retire() == 4);
+  CHECK(f.gmg.releases().empty());
+}
+
+namespace {
+
+// The row view() should hold for slot `id`, derived from its record.
+OpRow expected_row(const Gmg& gmg, OpId id) {
+  if (!gmg.contains(id)) return OpRow{};
+  const OpRecord& r = gmg.op(id);
+  OpRow w;
+  w.queue_key = r.state == OpState::kUnscheduled ? 0 : queue_key(r.priority, r.issue_seq);
+  w.since = r.state == OpState::kIssued ? r.issue_t : r.done_t;
+  w.out_bytes = r.out_bytes;
+  w.workspace_bytes = r.workspace_bytes;
+  w.retained_bytes = r.retained_bytes;
+  w.accel = r.accel;
+  w.kind = r.kind;
+  w.first_in = r.first_in;
+  w.unscheduled_succs = r.unscheduled_succs;
+  w.pending_succs = r.pending_succs;
+  w.state = r.state;
+  w.output_held = r.output_held;
+  w.retained_held = r.retained_held;
+  w.feature_count = static_cast<std::uint8_t>(gmg.templates().get(r.tmpl).ops()[r.tmpl_op].features.size());
+  return w;
+}
+
+void check_view(const Gmg& gmg) {
+  const GmgView v = gmg.view();
+  REQUIRE(v.ops.size() == gmg.slot_count());
+  REQUIRE(v.features.size() == gmg.slot_count());
+  for (OpId id = 0; id < gmg.slot_count(); ++id) {
+    INFO("slot " << id);
+    CHECK(v.ops[id] == expected_row(gmg, id));
+    if (gmg.contains(id)) CHECK(std::equal(gmg.features(id).begin(), gmg.features(id).end(), v.features[id].begin()));
+    for (std::uint32_t e = v.ops[id].first_in; e != kNoEdge; e = v.edges[e].next_in) CHECK(&v.edges[e] == &gmg.edge(e));
+  }
+  CHECK(std::vector<OpId>(v.issued.begin(), v.issued.end()) ==
+        std::vector<OpId>(gmg.issued_ops().begin(), gmg.issued_ops().end()));
+  REQUIRE(v.hbm.size() == gmg.accels().size());
+  for (AccelId a = 0; a < gmg.accels().size(); ++a) {
+    CHECK(v.hbm[a].total() == gmg.hbm(a).total());
+    CHECK(v.done_resident[a] == gmg.done_resident(a));
+    CHECK(v.last_done[a] == gmg.last_done(a));
+  }
+  CHECK(v.now == gmg.now());
+  CHECK(v.last_issue_seq == gmg.last_issue_seq());
+}
+
+}  // namespace
+
+TEST_CASE("the simulator's view matches the GMG after every kind of mutation", "[gmg]") {
+  // Random instances of the pipeline, half of them attached to an earlier
+  // one's KV cache, issued, completed, released and retired in a random
+  // but valid order, with the view checked after every step.
+  Fixture f;
+  std::mt19937_64 rng(11);
+  auto pick = [&](const std::vector<OpId>& v) { return v[rng() % v.size()]; };
+  Nanos t = 0;
+  for (int step = 0; step < 600; ++step) {
+    t += 1 + static_cast<Nanos>(rng() % 5);
+    std::vector<OpId> issued(f.gmg.issued_ops().begin(), f.gmg.issued_ops().end()), caches;
+    for (OpId id = 0; id < f.gmg.slot_count(); ++id) {
+      const OpRecord& r = f.gmg.op(id);
+      if (f.gmg.contains(id) && r.retained_bytes > 0 && !r.retained_attached &&
+          (r.state != OpState::kDone || r.retained_held))
+        caches.push_back(id);
+    }
+    switch (rng() % 5) {
+      case 0: {  // a new instance, maybe a decode step of an earlier one
+        const bool attach = !caches.empty() && rng() % 2 == 0;
+        const OpId kv = attach ? pick(caches) : kNoOp;
+        const std::int64_t context = attach ? f.gmg.op(kv).retained_bytes / 16 : 0;
+        InstanceSpec spec{
+            f.pipe, {{"tokens", 1 + static_cast<std::int64_t>(rng() % 4)}, {"context", context}}, {}, 0, 0};
+        spec.priority = static_cast<std::int32_t>(rng() % 3);
+        if (attach) spec.ports.push_back({"kv", kv, true});
+        REQUIRE(f.gmg.instantiate(spec).ok());
+        break;
+      }
+      case 1:  // issue
+        if (!f.gmg.unscheduled_frontier().empty()) {
+          const OpId op = f.gmg.unscheduled_frontier()[rng() % f.gmg.unscheduled_frontier().size()];
+          REQUIRE(f.gmg.issue(op, static_cast<AccelId>(rng() % 2), t).ok());
+        }
+        break;
+      case 2: {  // complete an issued op whose inputs are done
+        std::vector<OpId> ready;
+        for (OpId op : issued) {
+          bool inputs_done = true;
+          for (std::uint32_t e = f.gmg.op(op).first_in; e != kNoEdge; e = f.gmg.edge(e).next_in)
+            inputs_done = inputs_done && f.gmg.op(f.gmg.edge(e).src).state == OpState::kDone;
+          if (inputs_done) ready.push_back(op);
+        }
+        if (!ready.empty()) REQUIRE(f.gmg.complete(pick(ready), t, 1).ok());
+        break;
+      }
+      case 3: {  // a request ends: its cache goes
+        std::vector<OpId> done;
+        for (OpId id : caches)
+          if (f.gmg.op(id).state == OpState::kDone) done.push_back(id);
+        if (!done.empty()) REQUIRE(f.gmg.release_retained(pick(done)).ok());
+        break;
+      }
+      case 4:
+        f.gmg.retire();
+        break;
+    }
+    check_view(f.gmg);
+  }
+  CHECK(f.gmg.slot_count() > f.gmg.live_count());  // slots were reused
+  // A clone's view is its own, and matches it.
+  Gmg copy = f.gmg.clone();
+  CHECK(copy.view().ops.data() != f.gmg.view().ops.data());
+  check_view(copy);
 }

@@ -193,7 +193,12 @@ auto online_linear(PluginRegistries& plugins) {
   return [&plugins](EstimatorSet seeded) {
     auto made = plugins.estimator.create("online-linear");
     REQUIRE(made.ok());
-    *made.value()->linear() = std::move(seeded);
+    REQUIRE(made.value()
+                ->seed_linear([&](EstimatorSet& set) {
+                  set = std::move(seeded);
+                  return Status::Ok();
+                })
+                .ok());
     return std::move(made).value();
   };
 }

@@ -84,7 +84,7 @@ Run serve(const std::vector<std::int64_t>& prompt_lengths, int output_tokens, in
   REQUIRE(plugins::register_builtins(plugins).ok());
   auto estimator = plugins.estimator.create("online-linear").value();
   Estimator& est = *estimator;
-  REQUIRE(seed_priors(*est.linear(), *templates, *cluster).ok());
+  REQUIRE(est.seed_linear([&](EstimatorSet& set) { return seed_priors(set, *templates, *cluster); }).ok());
   std::vector<PluginPtr<PartitionSet>> sets;
   sets.push_back(std::move(plugins.partition.create("singles").value()));
   UnionPartitionSet partitions(std::move(sets));

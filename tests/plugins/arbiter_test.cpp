@@ -142,6 +142,31 @@ TEST_CASE("greedy activates a maximal conflict-free set, oldest first", "[plugin
   }
 }
 
+TEST_CASE("greedy is the core's default rule, and says so only with the reservation", "[plugins][arbiter]") {
+  // The same random rounds through the core rule and through the plugin.
+  for (const bool reserve : {true, false}) {
+    INFO("reserve_oldest = " << reserve);
+    auto greedy = make("greedy", {{"reserve_oldest", reserve}});
+    CHECK(greedy->uses_default_rule() == reserve);
+    OldestFirstRule rule(reserve);
+    std::mt19937_64 rng(5);
+    for (int round = 0; round < 200; ++round) {
+      std::vector<TransferIntent> pending;
+      for (std::uint64_t id = 0, n = rng() % 8; id < n; ++id)
+        pending.push_back(
+            {id, static_cast<AccelId>(rng() % 4), static_cast<AccelId>(rng() % 4), static_cast<Nanos>(rng() % 3), 1});
+      std::vector<std::uint8_t> src(4), dst(4);
+      for (auto& b : src) b = rng() % 4 == 0;
+      for (auto& b : dst) b = rng() % 4 == 0;
+      std::vector<std::size_t> by_rule, by_plugin;
+      rule.select(pending, src, dst, by_rule);
+      greedy->select(pending, src, dst, by_plugin);
+      CHECK(by_rule == by_plugin);
+    }
+  }
+  CHECK_FALSE(make("serial")->uses_default_rule());
+}
+
 TEST_CASE("serial keeps at most one transfer in flight", "[plugins][arbiter]") {
   const std::vector<Row> rows = {
       {"nothing pending", {}, {}, {}, {}},
