@@ -170,75 +170,107 @@ void Gmg::sync_row(OpId id) {
   w.retained_held = r.retained_held;
 }
 
+// Checks everything first (dims, ports, every shape), so a failed
+// instantiate leaves the GMG unchanged; then inserts.
 Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
   if (spec.tmpl >= templates_->size()) return NotFound("no template with id " + std::to_string(spec.tmpl));
   const GraphTemplate& t = templates_->get(spec.tmpl);
-  auto where = [&] { return "template '" + t.name() + "'"; };
   if (spec.priority < -32768 || spec.priority > 32767)
-    return InvalidArgument(where() + ": priority " + std::to_string(spec.priority) + " is outside [-32768, 32767]");
+    return InvalidArgument(where(t) + ": priority " + std::to_string(spec.priority) + " is outside [-32768, 32767]");
+  auto binding = bind_dims(t, spec);
+  if (!binding.ok()) return binding.status();
+  auto ports = resolve_ports(t, spec);
+  if (!ports.ok()) return ports.status();
+  if (Status s = check_ports(t, binding.value(), ports.value()); !s.ok()) return s;
+  auto ev = evaluate_ops(t, binding.value(), ports.value());
+  if (!ev.ok()) return ev.status();
+  InstanceInfo info = insert_ops(spec, binding.value(), ev.value());
+  link_inputs(t, info, ports.value());
+  return info;
+}
 
+std::string Gmg::where(const GraphTemplate& t) { return "template '" + t.name() + "'"; }
+
+// The instance's dim values by name (every name must be one of t's dims).
+Result<Binding> Gmg::bind_dims(const GraphTemplate& t, const InstanceSpec& spec) {
   Binding binding(t.dims().size());
   for (const auto& [name, value] : spec.dims) {
     int id = t.dims().find(name);
     if (id < 0) {
       std::string known;
       for (std::size_t i = 0; i < t.dims().size(); ++i) known += (i ? ", " : "") + t.dims().name(static_cast<DimId>(i));
-      return InvalidArgument(where() + " has no dim '" + name + "' (its dims: " + known + ")");
+      return InvalidArgument(where(t) + " has no dim '" + name + "' (its dims: " + known + ")");
     }
     binding.set(static_cast<DimId>(id), value);
   }
+  return binding;
+}
 
-  // Ports: resolve bindings to live producers before touching any state, so
-  // a failed instantiate leaves the GMG unchanged.
+// Per template port, its binding (null: unbound). A producer must be live
+// and still hold what the port takes: its output, or its retained state
+// (which nobody else has attached to).
+Result<std::vector<const PortBinding*>> Gmg::resolve_ports(const GraphTemplate& t, const InstanceSpec& spec) const {
   std::vector<const PortBinding*> port_of(t.ports().size(), nullptr);
   for (const auto& pb : spec.ports) {
     int p = t.find_port(pb.port);
-    if (p < 0) return InvalidArgument(where() + " has no port '" + pb.port + "'");
-    if (port_of[p]) return InvalidArgument(where() + ": port '" + pb.port + "' is bound twice");
+    if (p < 0) return InvalidArgument(where(t) + " has no port '" + pb.port + "'");
+    if (port_of[p]) return InvalidArgument(where(t) + ": port '" + pb.port + "' is bound twice");
     if (!contains(pb.producer))
-      return NotFound(where() + ": port '" + pb.port + "' is bound to " + op_name(pb.producer));
+      return NotFound(where(t) + ": port '" + pb.port + "' is bound to " + op_name(pb.producer));
     const OpRecord& prod = ops_[pb.producer];
     if (pb.retained) {
       if (prod.retained_bytes == 0 && !templates_->get(prod.tmpl).ops()[prod.tmpl_op].retained)
-        return FailedPrecondition(where() + ": port '" + pb.port + "' attaches to the retained state of " +
+        return FailedPrecondition(where(t) + ": port '" + pb.port + "' attaches to the retained state of " +
                                   op_name(pb.producer) + ", which retains nothing");
       if (prod.retained_attached)
-        return FailedPrecondition(where() + ": port '" + pb.port + "': the retained state of " + op_name(pb.producer) +
+        return FailedPrecondition(where(t) + ": port '" + pb.port + "': the retained state of " + op_name(pb.producer) +
                                   " is already attached by another instance");
       if (prod.state == OpState::kDone && !prod.retained_held)
-        return FailedPrecondition(where() + ": port '" + pb.port + "': the retained state of " + op_name(pb.producer) +
+        return FailedPrecondition(where(t) + ": port '" + pb.port + "': the retained state of " + op_name(pb.producer) +
                                   " was released");
     } else if (prod.state == OpState::kDone && !prod.output_held) {
-      return FailedPrecondition(where() + ": port '" + pb.port + "': the output of " + op_name(pb.producer) +
+      return FailedPrecondition(where(t) + ": port '" + pb.port + "': the output of " + op_name(pb.producer) +
                                 " was already freed");
     }
     port_of[p] = &pb;
   }
-  for (std::size_t p = 0; p < t.ports().size(); ++p) {
-    if (!port_of[p] && !t.ports()[p].optional)
-      return InvalidArgument(where() + ": required port '" + t.ports()[p].name + "' is not bound");
-    if (!port_of[p]) continue;
-    const PortBinding& pb = *port_of[p];
+  return port_of;
+}
+
+const ConcreteShape& Gmg::bound_shape(const PortBinding& pb) const {
+  return pb.retained ? shapes_[pb.producer].retained : shapes_[pb.producer].output;
+}
+
+// Every required port is bound, and each bound port's tensor, evaluated
+// under the binding, is exactly what its producer holds.
+Status Gmg::check_ports(const GraphTemplate& t, const Binding& binding,
+                        std::span<const PortBinding* const> ports) const {
+  for (std::size_t p = 0; p < ports.size(); ++p) {
+    if (!ports[p] && !t.ports()[p].optional)
+      return InvalidArgument(where(t) + ": required port '" + t.ports()[p].name + "' is not bound");
+    if (!ports[p]) continue;
+    const PortBinding& pb = *ports[p];
     auto want = eval_tensor(t.ports()[p].tensor, binding, t.dims(),
-                            [&] { return where() + " port '" + t.ports()[p].name + "'"; });
+                            [&] { return where(t) + " port '" + t.ports()[p].name + "'"; });
     if (!want.ok()) return want.status();
-    const ConcreteShape& have = pb.retained ? shapes_[pb.producer].retained : shapes_[pb.producer].output;
+    const ConcreteShape& have = bound_shape(pb);
     if (!(want.value() == have))
-      return InvalidArgument(where() + ": port '" + pb.port + "' expects " + shape_str(want.value()) + " but " +
+      return InvalidArgument(where(t) + ": port '" + pb.port + "' expects " + shape_str(want.value()) + " but " +
                              op_name(pb.producer) + (pb.retained ? " retains " : " produces ") + shape_str(have));
   }
+  return Status::Ok();
+}
 
-  // Evaluate every operator before inserting anything.
+// Every operator's shapes, sizes and features under the binding, and each
+// input it declares a shape for checked against what feeds it (an earlier
+// op of the instance, or a port's producer).
+Result<std::vector<Gmg::OpEval>> Gmg::evaluate_ops(const GraphTemplate& t, const Binding& binding,
+                                                   std::span<const PortBinding* const> ports) const {
   const auto& tops = t.ops();
-  struct Eval {
-    ConcreteShape out, ret;
-    std::int64_t out_bytes = 0, ws = 0, ret_bytes = 0;
-    std::array<double, kMaxFeatures> feat{};
-  };
-  std::vector<Eval> ev(tops.size());
+  std::vector<OpEval> ev(tops.size());
   for (std::size_t i = 0; i < tops.size(); ++i) {
     const TemplateOp& op = tops[i];
-    auto ow = [&] { return where() + " op '" + op.name + "'"; };
+    auto ow = [&] { return where(t) + " op '" + op.name + "'"; };
     auto out = eval_tensor(op.output, binding, t.dims(), [&] { return ow() + " output"; });
     if (!out.ok()) return out.status();
     ev[i].out = out.value();
@@ -266,19 +298,22 @@ Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
       if (!in.expect) continue;
       auto want = eval_tensor(*in.expect, binding, t.dims(), [&] { return ow() + " input '" + in.from + "'"; });
       if (!want.ok()) return want.status();
-      const ConcreteShape* have = nullptr;
+      const ConcreteShape* have = nullptr;  // null: an optional port the host feeds
       if (!in.is_port)
         have = &ev[in.index].out;
-      else if (port_of[in.index])
-        have = port_of[in.index]->retained ? &shapes_[port_of[in.index]->producer].retained
-                                           : &shapes_[port_of[in.index]->producer].output;
+      else if (ports[in.index])
+        have = &bound_shape(*ports[in.index]);
       if (have && !(*have == want.value()))
         return InvalidArgument(ow() + ": input '" + in.from + "' expects " + shape_str(want.value()) + " but gets " +
                                shape_str(*have));
     }
   }
+  return ev;
+}
 
-  // Insert.
+// The instance's operators, unscheduled and unlinked, in template order.
+InstanceInfo Gmg::insert_ops(const InstanceSpec& spec, const Binding& binding, std::span<const OpEval> ev) {
+  const auto& tops = templates_->get(spec.tmpl).ops();
   InstanceInfo info;
   info.id = next_instance_++;
   info.ops.reserve(tops.size());
@@ -302,6 +337,16 @@ Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
     shapes_[id] = {ev[i].out, ev[i].ret};
     info.ops.push_back(id);
   }
+  return info;
+}
+
+// An edge per input, from an earlier op of the instance or from a port's
+// producer (which may be issued or done already: then the producer joins the
+// scheduled frontier), with the dependency counts; then the ops whose
+// inputs are all placed join the unscheduled frontier. Rows of every op
+// touched are synced last.
+void Gmg::link_inputs(const GraphTemplate& t, const InstanceInfo& info, std::span<const PortBinding* const> ports) {
+  const auto& tops = t.ops();
   for (std::size_t i = 0; i < tops.size(); ++i) {
     OpId dst = info.ops[i];
     for (const auto& in : tops[i].inputs) {
@@ -310,9 +355,9 @@ Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
       if (!in.is_port) {
         src = info.ops[in.index];
       } else {
-        if (!port_of[in.index]) continue;  // optional port fed by the host
-        src = port_of[in.index]->producer;
-        retained = port_of[in.index]->retained;
+        if (!ports[in.index]) continue;  // optional port fed by the host
+        src = ports[in.index]->producer;
+        retained = ports[in.index]->retained;
       }
       OpRecord& s = ops_[src];
       add_edge(src, dst, retained ? s.retained_bytes : s.out_bytes, retained);
@@ -329,9 +374,8 @@ Result<InstanceInfo> Gmg::instantiate(const InstanceSpec& spec) {
     if (ops_[id].unscheduled_preds == 0) frontier_add(frontier_u_, &FrontierPos::u, id);
     sync_row(id);
   }
-  for (const PortBinding* pb : port_of)
+  for (const PortBinding* pb : ports)
     if (pb) sync_row(pb->producer);
-  return info;
 }
 
 // The checks of issue(), with `unscheduled_preds` as the caller counts them.

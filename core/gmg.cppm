@@ -250,6 +250,22 @@ class Gmg {
   std::string op_name(OpId id) const;
 
  private:
+  // instantiate()'s steps, in order: nothing changes before insert_ops().
+  struct OpEval {
+    ConcreteShape out, ret;
+    std::int64_t out_bytes = 0, ws = 0, ret_bytes = 0;
+    std::array<double, kMaxFeatures> feat{};
+  };
+  static std::string where(const GraphTemplate& t);
+  static Result<Binding> bind_dims(const GraphTemplate& t, const InstanceSpec& spec);
+  Result<std::vector<const PortBinding*>> resolve_ports(const GraphTemplate& t, const InstanceSpec& spec) const;
+  const ConcreteShape& bound_shape(const PortBinding& pb) const;
+  Status check_ports(const GraphTemplate& t, const Binding& binding, std::span<const PortBinding* const> ports) const;
+  Result<std::vector<OpEval>> evaluate_ops(const GraphTemplate& t, const Binding& binding,
+                                           std::span<const PortBinding* const> ports) const;
+  InstanceInfo insert_ops(const InstanceSpec& spec, const Binding& binding, std::span<const OpEval> ev);
+  void link_inputs(const GraphTemplate& t, const InstanceInfo& info, std::span<const PortBinding* const> ports);
+
   Status check_one(OpId id, AccelId accel, std::uint32_t unscheduled_preds) const;
   OpId alloc_op();
   std::uint32_t add_edge(OpId src, OpId dst, std::int64_t bytes, bool retained);
