@@ -149,9 +149,10 @@ void Gmg::frontier_remove(std::vector<OpId>& f, std::uint32_t FrontierPos::* pos
   frontier_pos_[id].*pos = kNoEdge;
 }
 
-// Copies what a snapshot build reads of `id` into its row: called after
-// every change to an operator's record (feature_count lives in the row
-// only and is set once, at instantiate).
+// Copies what a snapshot build reads of `id` into its row, where most of
+// it changes (an op inserted or issued). Where a mutation changes a field
+// or two, it copies just those (feature_count lives in the row only and
+// is set once, at instantiate).
 void Gmg::sync_row(OpId id) {
   const OpRecord& r = ops_[id];
   OpRow& w = rows_[id];
@@ -343,8 +344,7 @@ InstanceInfo Gmg::insert_ops(const InstanceSpec& spec, const Binding& binding, s
 // An edge per input, from an earlier op of the instance or from a port's
 // producer (which may be issued or done already: then the producer joins the
 // scheduled frontier), with the dependency counts; then the ops whose
-// inputs are all placed join the unscheduled frontier. Rows of every op
-// touched are synced last.
+// inputs are all placed join the unscheduled frontier.
 void Gmg::link_inputs(const GraphTemplate& t, const InstanceInfo& info, std::span<const PortBinding* const> ports) {
   const auto& tops = t.ops();
   for (std::size_t i = 0; i < tops.size(); ++i) {
@@ -364,6 +364,8 @@ void Gmg::link_inputs(const GraphTemplate& t, const InstanceInfo& info, std::spa
       if (retained) s.retained_attached = true;
       ++s.pending_succs;
       ++s.unscheduled_succs;
+      rows_[src].pending_succs = s.pending_succs;
+      rows_[src].unscheduled_succs = s.unscheduled_succs;
       if (s.state == OpState::kUnscheduled)
         ++ops_[dst].unscheduled_preds;
       else
@@ -374,8 +376,6 @@ void Gmg::link_inputs(const GraphTemplate& t, const InstanceInfo& info, std::spa
     if (ops_[id].unscheduled_preds == 0) frontier_add(frontier_u_, &FrontierPos::u, id);
     sync_row(id);
   }
-  for (const PortBinding* pb : ports)
-    if (pb) sync_row(pb->producer);
 }
 
 // The checks of issue(), with `unscheduled_preds` as the caller counts them.
@@ -458,7 +458,7 @@ Status Gmg::issue(OpId id, AccelId accel, Nanos t) {
     OpRecord& p = ops_[src];
     if (p.accel != accel) hbm_[accel].transient += edges_[e].bytes;
     if (--p.unscheduled_succs == 0) frontier_remove(frontier_s_, &FrontierPos::s, src);
-    sync_row(src);
+    rows_[src].unscheduled_succs = p.unscheduled_succs;
   }
   for (std::uint32_t e = r.first_out; e != kNoEdge; e = edges_[e].next_out) {
     OpId s = edges_[e].dst;
@@ -473,10 +473,10 @@ void Gmg::maybe_free_output(OpId id) {
     hbm_[r.accel].transient -= r.out_bytes;
     done_resident_[r.accel] -= r.out_bytes;
     r.output_held = false;
+    rows_[id].output_held = false;
     note_release(id, Release::Value::kOutput);
   }
   note_retire_candidate(id);
-  sync_row(id);  // (complete() changes nothing of `id` after this)
 }
 
 // Called once the flag of `value` is cleared: `last` when both are.
@@ -506,6 +506,8 @@ Status Gmg::complete(OpId id, Nanos t, Nanos measured) {
   r.state = OpState::kDone;
   r.done_t = t;
   r.measured = measured;
+  rows_[id].state = OpState::kDone;
+  rows_[id].since = t;
   --issued_;
   issued_ops_.erase(std::lower_bound(issued_ops_.begin(), issued_ops_.end(), id));
   done_resident_[r.accel] += (r.output_held ? r.out_bytes : 0) + (r.retained_held ? r.retained_bytes : 0);
@@ -521,9 +523,10 @@ Status Gmg::complete(OpId id, Nanos t, Nanos measured) {
       hbm_[p.accel].retained -= p.retained_bytes;
       if (p.state == OpState::kDone) done_resident_[p.accel] -= p.retained_bytes;
       p.retained_held = false;
+      rows_[edge.src].retained_held = false;
       note_release(edge.src, Release::Value::kRetained);
     }
-    --p.pending_succs;
+    rows_[edge.src].pending_succs = --p.pending_succs;
     maybe_free_output(edge.src);
   }
   maybe_free_output(id);
@@ -560,7 +563,7 @@ Status Gmg::release_retained(OpId id) {
   hbm_[r.accel].retained -= r.retained_bytes;
   done_resident_[r.accel] -= r.retained_bytes;
   r.retained_held = false;
-  sync_row(id);
+  rows_[id].retained_held = false;
   note_release(id, Release::Value::kRetained);
   note_retire_candidate(id);
   return Status::Ok();
@@ -589,7 +592,7 @@ std::size_t Gmg::retire() {
       std::uint32_t* link = &ops_[dst].first_in;
       while (*link != e) link = &edges_[*link].next_in;
       *link = edges_[e].next_in;
-      sync_row(dst);
+      rows_[dst].first_in = ops_[dst].first_in;
       free_edges_.push_back(e);
       e = next;
     }

@@ -194,6 +194,7 @@ class GlobalSimulator {
   bool add_simulated_input(std::uint32_t i, std::uint32_t s, const Edge& ge);
   bool add_done_input(std::uint32_t i, std::uint32_t s, const Edge& ge, std::uint32_t& out_total);
   std::uint32_t add_ghost(OpId id, const OpRow& op, std::uint32_t& out_total);
+  [[noreturn]] void throw_not_closed(std::uint32_t i, OpId src);
   void unmark();
   void lay_out_out_refs();
   void locate_deferred();

@@ -300,16 +300,13 @@ bool GlobalSimulator::add_inputs(std::uint32_t out_total) {
 // landed copy since it landed (and takes memory here), any other becomes a
 // transfer that starts once both ends allow. Throws std::invalid_argument
 // when the producer is issued: the scope is not closed. Returns whether
-// the ghost's region was full.
-bool GlobalSimulator::add_done_input(std::uint32_t i, std::uint32_t s, const Edge& ge, std::uint32_t& out_total) {
+// the ghost's region was full. (Inlined: a scoped what-if reads many done
+// producers.)
+[[gnu::always_inline]] inline bool GlobalSimulator::add_done_input(std::uint32_t i, std::uint32_t s, const Edge& ge,
+                                                                   std::uint32_t& out_total) {
   const OpRow& src = view_.ops[ge.src];
-  if (src.state != OpState::kDone) [[unlikely]] {
-    unmark();  // the simulator stays usable
-    const Gmg& gmg = *gmg_;
-    gmg_ = nullptr;
-    throw std::invalid_argument("global simulator: the scope is not closed: " + gmg.op_name(r_.ops[i]) + " reads " +
-                                gmg.op_name(ge.src) + ", issued outside it");
-  }
+  if (src.state != OpState::kDone) [[unlikely]]
+    throw_not_closed(i, ge.src);
   s = s != kNotSimulated ? s & ~kGhost : add_ghost(ge.src, src, out_total);
   const bool tentative = is_tent_[i];
   const AccelId here = nodes_[i].accel;
@@ -335,9 +332,18 @@ bool GlobalSimulator::add_done_input(std::uint32_t i, std::uint32_t s, const Edg
   return full;
 }
 
+// Node i reads `src`, which is issued but outside the scope.
+void GlobalSimulator::throw_not_closed(std::uint32_t i, OpId src) {
+  unmark();  // the simulator stays usable
+  const Gmg& gmg = *gmg_;
+  gmg_ = nullptr;
+  throw std::invalid_argument("global simulator: the scope is not closed: " + gmg.op_name(r_.ops[i]) + " reads " +
+                              gmg.op_name(src) + ", issued outside it");
+}
+
 // A ghost node for done producer `id`, with a region of out_refs_ for its
 // readers; index_of marks it (kGhost) until unmark().
-std::uint32_t GlobalSimulator::add_ghost(OpId id, const OpRow& op, std::uint32_t& out_total) {
+inline std::uint32_t GlobalSimulator::add_ghost(OpId id, const OpRow& op, std::uint32_t& out_total) {
   const auto s = static_cast<std::uint32_t>(nodes_.size());
   r_.index_of[id] = s | kGhost;
   const std::uint32_t unscheduled = open_succs(id, op);
