@@ -83,18 +83,6 @@ struct ScheduledRun {
   std::vector<std::int64_t> tokens;
 };
 
-// Counts the operators the executor ran and their busy time.
-class OpCounter final : public EngineObserver {
- public:
-  void on_finish(const RunRecord& r) override {
-    if (r.to != kNoAccel) return;
-    ++ops;
-    busy_s += static_cast<double>(r.finish - r.start) / 1e9;
-  }
-  std::size_t ops = 0;
-  double busy_s = 0;
-};
-
 ScheduledRun run_scheduled(const ExperimentConfig& cfg, const PolicyConfig& policy, const PluginRegistries& plugins,
                            const CalibrationProfile* prior, rt::LlamaModel& model, const Prompts& p, int n) {
   // Exactly n one-token prefills, all at t = 0 (the bench tenant's
@@ -115,8 +103,8 @@ ScheduledRun run_scheduled(const ExperimentConfig& cfg, const PolicyConfig& poli
   auto weights = runner.load_weights();
   if (!weights.ok()) fail(weights.status().message());
   check(cluster.reserve_resident(0, weights.value()[0]));
-  OpCounter counter;
-  EngineObserver* observers[] = {&counter};
+  IntervalRecorder ran(1);  // the operators the executor ran, and when
+  EngineObserver* observers[] = {&ran};
   const auto t0 = Clock::now();
   const double c0 = cpu_now();
   auto result = run(*parts, cluster, observers);
@@ -129,8 +117,8 @@ ScheduledRun run_scheduled(const ExperimentConfig& cfg, const PolicyConfig& poli
     if (!q.error.empty()) fail("policy '" + policy.name + "': a request failed: " + q.error);
     r.tokens.push_back(q.tokens.empty() ? -1 : q.tokens[0]);
   }
-  r.ops = counter.ops;
-  r.busy_s = counter.busy_s;
+  r.ops = ran.intervals()[0].size();
+  for (const auto& [start, finish] : ran.intervals()[0]) r.busy_s += static_cast<double>(finish - start) / 1e9;
   r.rounds = result->scheduling.rounds;
   return r;
 }

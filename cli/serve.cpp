@@ -56,7 +56,7 @@ int serve(const ServeOptions& opt) {
     if (opt.out) check_out(*opt.out, {policy->name}, opt.explain);
 
     g_stop = 0;
-    struct sigaction sa{};
+    struct sigaction sa = {};
     sa.sa_handler = on_interrupt;
     sigemptyset(&sa.sa_mask);
     for (int sig : {SIGINT, SIGTERM}) sigaction(sig, &sa, nullptr);

@@ -46,10 +46,10 @@ extern "C" void on_stop_signal(int sig) {
 }
 
 struct StopSignals {
-  struct sigaction old_int{}, old_term{};
+  struct sigaction old_int = {}, old_term = {};
   StopSignals() {
     g_stop.store(0);
-    struct sigaction sa{};
+    struct sigaction sa = {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);

@@ -40,13 +40,11 @@ void build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, PolicyP
   // arrives after it could neither finish nor be fairly scored.
   const double window = cfg.duration_s > 0 ? cfg.duration_s : -1;
   for (const std::string& name : p.policy.tenants) {
-    const auto at = std::find_if(cfg.tenants.begin(), cfg.tenants.end(), [&](auto& t) { return t.name == name; });
-    const TenantConfig& tc = *at;
+    const TenantConfig& tc = tenant_config(cfg, name);
     // Seeded by the tenant's place in the config, not in the policy, so
     // every policy that runs a tenant gets the same requests.
-    Trace stream = opt.stream
-                       ? opt.stream(tc)
-                       : make_stream(tc, cfg.seed + static_cast<std::uint64_t>(at - cfg.tenants.begin()), window);
+    const auto place = static_cast<std::uint64_t>(&tc - cfg.tenants.data());
+    Trace stream = opt.stream ? opt.stream(tc) : make_stream(tc, cfg.seed + place, window);
     OfferedLoad offered{tc.name};
     const double span = window > 0 ? window : stream.window_s;
     // A synthetic stream was cut at the window and counted what it left out;

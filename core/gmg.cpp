@@ -133,13 +133,13 @@ std::uint32_t Gmg::add_edge(OpId src, OpId dst, std::int64_t bytes, bool retaine
   return e;
 }
 
-void Gmg::frontier_add(std::vector<OpId>& f, std::uint32_t FrontierPos::* pos, OpId id) {
+void Gmg::frontier_add(std::vector<OpId>& f, FrontierField pos, OpId id) {
   if (frontier_pos_[id].*pos != kNoEdge) return;
   frontier_pos_[id].*pos = static_cast<std::uint32_t>(f.size());
   f.push_back(id);
 }
 
-void Gmg::frontier_remove(std::vector<OpId>& f, std::uint32_t FrontierPos::* pos, OpId id) {
+void Gmg::frontier_remove(std::vector<OpId>& f, FrontierField pos, OpId id) {
   std::uint32_t p = frontier_pos_[id].*pos;
   if (p == kNoEdge) return;
   OpId last = f.back();
@@ -153,23 +153,7 @@ void Gmg::frontier_remove(std::vector<OpId>& f, std::uint32_t FrontierPos::* pos
 // it changes (an op inserted or issued). Where a mutation changes a field
 // or two, it copies just those (feature_count lives in the row only and
 // is set once, at instantiate).
-void Gmg::sync_row(OpId id) {
-  const OpRecord& r = ops_[id];
-  OpRow& w = rows_[id];
-  w.queue_key = r.state == OpState::kUnscheduled ? 0 : queue_key(r.priority, r.issue_seq);
-  w.since = r.state == OpState::kIssued ? r.issue_t : r.done_t;
-  w.out_bytes = r.out_bytes;
-  w.workspace_bytes = r.workspace_bytes;
-  w.retained_bytes = r.retained_bytes;
-  w.accel = r.accel;
-  w.kind = r.kind;
-  w.first_in = r.first_in;
-  w.unscheduled_succs = r.unscheduled_succs;
-  w.pending_succs = r.pending_succs;
-  w.state = r.state;
-  w.output_held = r.output_held;
-  w.retained_held = r.retained_held;
-}
+void Gmg::sync_row(OpId id) { rows_[id] = row_of(ops_[id], rows_[id].feature_count); }
 
 // Checks everything first (dims, ports, every shape), so a failed
 // instantiate leaves the GMG unchanged; then inserts.

@@ -137,6 +137,27 @@ struct alignas(64) OpRow {
   bool operator==(const OpRow&) const = default;
 };
 
+// The row an operator's record derives (the GMG keeps rows current field by
+// field as it mutates; this is what they must always equal).
+inline OpRow row_of(const OpRecord& r, std::uint8_t feature_count) {
+  OpRow w;
+  w.queue_key = r.state == OpState::kUnscheduled ? 0 : queue_key(r.priority, r.issue_seq);
+  w.since = r.state == OpState::kIssued ? r.issue_t : r.done_t;
+  w.out_bytes = r.out_bytes;
+  w.workspace_bytes = r.workspace_bytes;
+  w.retained_bytes = r.retained_bytes;
+  w.accel = r.accel;
+  w.kind = r.kind;
+  w.first_in = r.first_in;
+  w.unscheduled_succs = r.unscheduled_succs;
+  w.pending_succs = r.pending_succs;
+  w.state = r.state;
+  w.output_held = r.output_held;
+  w.retained_held = r.retained_held;
+  w.feature_count = feature_count;
+  return w;
+}
+
 // The GMG as dense, read-only columns, for the global simulator. Spans into
 // the Gmg: valid until it changes or dies; safe for concurrent readers
 // while it does not change.
@@ -273,8 +294,9 @@ class Gmg {
   struct FrontierPos {
     std::uint32_t u = kNoEdge, s = kNoEdge;
   };
-  void frontier_add(std::vector<OpId>& f, std::uint32_t FrontierPos::* pos, OpId id);
-  void frontier_remove(std::vector<OpId>& f, std::uint32_t FrontierPos::* pos, OpId id);
+  using FrontierField = std::uint32_t FrontierPos::*;  // which frontier
+  void frontier_add(std::vector<OpId>& f, FrontierField pos, OpId id);
+  void frontier_remove(std::vector<OpId>& f, FrontierField pos, OpId id);
   void sync_row(OpId id);
   void maybe_free_output(OpId id);
   void note_retire_candidate(OpId id);

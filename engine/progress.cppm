@@ -26,7 +26,6 @@ class ProgressObserver final : public EngineObserver {
       reported_ = ended_;
     }
   }
-  std::size_t ended() const { return ended_; }
 
  private:
   ProgressFn fn_;

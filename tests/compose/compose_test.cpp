@@ -127,6 +127,26 @@ class StopAt final : public EngineObserver {
   int level_;
 };
 
+// Runs `policy` of `s` with the stop flag set to `level` at the first
+// request event of `kind`; the run must end, interrupted, after the flag was set.
+struct Stopped {
+  EngineResult result;
+  Nanos at = -1;  // when the flag was set
+  std::size_t arrivals_after = 0;
+};
+
+Stopped run_stopped(Small& s, const std::string& policy, RequestEvent::Kind kind, int level) {
+  auto parts = s.build(policy);
+  std::atomic<int> stop{0};
+  StopAt at(stop, kind, level);
+  EngineObserver* observers[] = {&at};
+  auto result = s.run(*parts, observers, &stop);
+  REQUIRE(result.ok());
+  REQUIRE(at.at > 0);
+  CHECK(result->interrupted);
+  return {std::move(result).value(), at.at, at.arrivals_after};
+}
+
 // Defers every batch.
 class NeverPlace final : public PlacementPolicy {
  public:
@@ -239,18 +259,11 @@ TEST_CASE("observers: a static policy predicts nothing", "[observer]") {
 
 TEST_CASE("engine: a drain admits no more arrivals and lets what was admitted finish", "[engine][stop]") {
   Small s({{"duration_s", "-1"}});
-  auto parts = s.build("SliceScheduler");
-  std::atomic<int> stop{0};
-  StopAt drain(stop, RequestEvent::Kind::kDone, 1);
-  EngineObserver* observers[] = {&drain};
-  auto result = s.run(*parts, observers, &stop);
-  REQUIRE(result.ok());
-  REQUIRE(drain.at > 0);
-  CHECK(result->interrupted);
-  CHECK_FALSE(result->complete);
+  const Stopped drain = run_stopped(s, "SliceScheduler", RequestEvent::Kind::kDone, 1);
+  CHECK_FALSE(drain.result.complete);
   CHECK(drain.arrivals_after == 0);
   std::size_t finished = 0, never_admitted = 0;
-  for (const RequestRecord& r : result->requests) {
+  for (const RequestRecord& r : drain.result.requests) {
     if (r.arrival <= drain.at) {
       CHECK(r.done >= 0);  // admitted before the drain: finished
       ++finished;
@@ -265,17 +278,10 @@ TEST_CASE("engine: a drain admits no more arrivals and lets what was admitted fi
 
 TEST_CASE("engine: a cancel stops at once, leaving what runs unfinished", "[engine][stop]") {
   Small s;
-  auto parts = s.build("SliceScheduler");
-  std::atomic<int> stop{0};
-  StopAt cancel(stop, RequestEvent::Kind::kFirstToken, 2);
-  EngineObserver* observers[] = {&cancel};
-  auto result = s.run(*parts, observers, &stop);
-  REQUIRE(result.ok());
-  REQUIRE(cancel.at > 0);
-  CHECK(result->interrupted);
-  CHECK(result->end == cancel.at);
+  const Stopped cancel = run_stopped(s, "SliceScheduler", RequestEvent::Kind::kFirstToken, 2);
+  CHECK(cancel.result.end == cancel.at);
   std::size_t unfinished = 0;
-  for (const RequestRecord& r : result->requests) {
+  for (const RequestRecord& r : cancel.result.requests) {
     CHECK(r.done <= cancel.at);
     unfinished += r.done < 0;
   }

@@ -259,22 +259,7 @@ namespace {
 OpRow expected_row(const Gmg& gmg, OpId id) {
   if (!gmg.contains(id)) return OpRow{};
   const OpRecord& r = gmg.op(id);
-  OpRow w;
-  w.queue_key = r.state == OpState::kUnscheduled ? 0 : queue_key(r.priority, r.issue_seq);
-  w.since = r.state == OpState::kIssued ? r.issue_t : r.done_t;
-  w.out_bytes = r.out_bytes;
-  w.workspace_bytes = r.workspace_bytes;
-  w.retained_bytes = r.retained_bytes;
-  w.accel = r.accel;
-  w.kind = r.kind;
-  w.first_in = r.first_in;
-  w.unscheduled_succs = r.unscheduled_succs;
-  w.pending_succs = r.pending_succs;
-  w.state = r.state;
-  w.output_held = r.output_held;
-  w.retained_held = r.retained_held;
-  w.feature_count = static_cast<std::uint8_t>(gmg.templates().get(r.tmpl).ops()[r.tmpl_op].features.size());
-  return w;
+  return row_of(r, static_cast<std::uint8_t>(gmg.templates().get(r.tmpl).ops()[r.tmpl_op].features.size()));
 }
 
 void check_view(const Gmg& gmg) {
