@@ -1,0 +1,91 @@
+// What an operator asks of an accelerator, in the units a roofline needs:
+// floating-point operations and bytes moved through HBM, by kind of work.
+//
+// The vocabulary between models (which kernels an operator runs, on how many
+// rows) and hardware (how long a kernel of that kind takes on a given
+// accelerator type). A dense decoder's kernels are named as the
+// LLMServingSim profiles name them, so a measured profile row and a model's
+// operator speak of the same thing.
+//
+// Pure functions of their arguments: safe from any thread.
+module;
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+export module slicesched.models.work;
+
+export namespace slicesched {
+
+// The kinds a roofline fits one efficiency each for: matrix products against
+// weights (projections, MLP, LM head), attention over new tokens and the
+// cache, elementwise and normalisation kernels, embedding gathers.
+enum class WorkKind : std::uint8_t { kGemm, kAttention, kElementwise, kEmbedding };
+inline constexpr int kWorkKinds = 4;
+std::string_view work_kind_name(WorkKind k);  // "gemm", "attention", "elementwise", "embedding"
+
+// One kernel's demand: FLOPs and HBM bytes (weights read, activations read
+// and written, KV cache read).
+struct Work {
+  WorkKind kind = WorkKind::kGemm;
+  double flops = 0;
+  double bytes = 0;
+};
+
+// The kernels of a dense decoder (Llama, Mistral, Qwen2): one decoder layer
+// is input_layernorm .. down_proj (the residual adds are folded into the
+// norms' traffic), the embedding comes first and final_layernorm, lm_head
+// last.
+enum class Sublayer : std::uint8_t {
+  kEmbedding,
+  kInputNorm,
+  kQProj,
+  kKProj,
+  kVProj,
+  kRope,
+  kAttn,
+  kOProj,
+  kPostNorm,
+  kGateProj,
+  kUpProj,
+  kActFn,
+  kDownProj,
+  kFinalNorm,
+  kLmHead,
+};
+inline constexpr int kSublayers = 15;
+// LLMServingSim's layer_name for each ("embedding", "input_layernorm", ...,
+// "lm_head"), and back (nullopt for a name that is none of them).
+std::string_view sublayer_name(Sublayer l);
+std::optional<Sublayer> sublayer_from_name(std::string_view name);
+WorkKind sublayer_kind(Sublayer l);
+// The kernels of one decoder layer, in order.
+std::span<const Sublayer> decoder_layer_sublayers();
+
+// The shapes a dense decoder's kernels depend on.
+struct DenseShape {
+  std::int64_t hidden = 4096, heads = 32, kv_heads = 8, head_dim = 128, mlp = 14336, vocab = 128256;
+  std::int64_t elem_bytes = 2;  // weights, activations and KV cache
+  bool qkv_bias = false;        // Qwen2 adds a bias to q, k and v
+};
+
+// One kernel call: `rows` token rows go through it (tokens of the batch; for
+// lm_head, the rows sampled), spread over `sequences` sequences that have
+// `context` tokens cached between them (attention reads their K and V and
+// attends to them). `count` repeats it (e.g. the layers of a group).
+struct SublayerCall {
+  Sublayer layer = Sublayer::kQProj;
+  double rows = 1;
+  double sequences = 1;
+  double context = 0;
+  double count = 1;
+};
+
+// FLOPs and bytes of one call (times its count) from the shapes. Attention is
+// causal within the new tokens: each sequence's t new tokens attend to its
+// c cached ones and to the new ones before them, t * (c + (t + 1) / 2) pairs,
+// with the rows and context spread evenly over the sequences.
+Work sublayer_work(const DenseShape& s, const SublayerCall& call);
+
+}  // namespace slicesched
