@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what SliceScheduler needs on Debian 12, idempotently: quiet when
-# everything is already there.
+# everything is already there. LibTorch is the official one inside the
+# pinned PyPI torch wheel (CPU and CUDA, with NCCL), in the project's own
+# virtual environment .venv (cmake/LibTorch.cmake finds it there).
 set -euo pipefail
 
 APT_PACKAGES=(clang-19 clang-tools-19 libclang-rt-19-dev libboost-dev libboost-filesystem-dev libtomlplusplus-dev libtbb-dev
-  libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev libcli11-dev python3-pip gnuplot-nox
-  libtorch-dev libopenblas0-pthread)
+  libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev libcli11-dev python3-pip python3-venv gnuplot-nox)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -24,4 +25,14 @@ fi
 if ! python3 -c 'import cmake, ninja, sys; v = tuple(int(x) for x in cmake.__version__.split(".")[:2]); sys.exit(v < (3, 28))' 2>/dev/null; then
   echo "setup: installing cmake and ninja from PyPI"
   python3 -m pip install -q --disable-pip-version-check 'cmake>=3.28' ninja 2>&1 | grep -v -i "warning: running pip as" || true
+fi
+
+# LibTorch 2: about 5 GB and two minutes the first time (the wheel and its
+# CUDA, cuDNN and NCCL dependencies).
+TORCH_VERSION=2.15.0
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+if ! "$ROOT/.venv/bin/python3" -c "import importlib.metadata as m, sys; sys.exit(m.version('torch') != '$TORCH_VERSION')" 2>/dev/null; then
+  echo "setup: installing torch==$TORCH_VERSION (LibTorch with CUDA and NCCL, ~5 GB) into $ROOT/.venv"
+  python3 -m venv "$ROOT/.venv"
+  "$ROOT/.venv/bin/python3" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION"
 fi

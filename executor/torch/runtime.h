@@ -3,7 +3,7 @@
 // L/G consecutive decoder layers) and `head`, plus the copies between
 // devices. The executor orchestrates; this library only computes and copies.
 //
-// Plain C++17 with no LibTorch include, so that C++20 module code can include
+// Plain C++ with no LibTorch include, so that C++20 module code can include
 // it in a global module fragment; LibTorch lives in runtime_model.cpp only.
 // Use: #include "executor/torch/runtime.h", link slicesched_torch (CMake
 // builds it only when LibTorch is found: SLICESCHED_HAVE_TORCH).
