@@ -5,10 +5,13 @@ module;
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "executor/torch/cuda.h"
 #include "executor/torch/runtime.h"
 
 module slicesched.cli.live;
@@ -30,6 +33,8 @@ rt::LlamaConfig runtime_model(const ModelConfig& m) {
   return c;
 }
 
+void check_gpu_memory(const ExperimentConfig& cfg);
+
 void check_devices(const ExperimentConfig& cfg) {
   if (!cfg.faults.empty())
     fail(cfg.path + ": faults: [[faults]] are simulated only (slicesched simulate); live serving loses real devices");
@@ -47,6 +52,35 @@ void check_devices(const ExperimentConfig& cfg) {
                         : std::to_string(gpus) + " CUDA device(s) visible)") +
              ")");
     }
+  }
+  check_gpu_memory(cfg);
+}
+
+// The HBM budgets the config gives the accelerators on each GPU must fit in
+// what the GPU has free now (cudaMemGetInfo): otherwise the scheduler would
+// plan with memory that is not there and the run would end in an
+// out-of-memory error instead of this one line.
+void check_gpu_memory(const ExperimentConfig& cfg) {
+  std::map<int, std::pair<std::int64_t, std::vector<std::string>>> by_gpu;  // ordinal -> budget, accelerators
+  for (const auto& a : cfg.accelerators) {
+    const int o = rt::cuda_ordinal(a.device);
+    if (o < 0) continue;
+    by_gpu[o].first += a.hbm_bytes;
+    by_gpu[o].second.push_back("'" + a.name + "'");
+  }
+  auto gib = [](std::int64_t b) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.1f GiB", static_cast<double>(b) / (1ll << 30));
+    return std::string(s);
+  };
+  for (const auto& [o, v] : by_gpu) {
+    const auto [free, total] = rt::cuda::mem_info(o);
+    if (v.first <= free) continue;
+    std::string names;
+    for (const auto& n : v.second) names += (names.empty() ? "" : ", ") + n;
+    fail(cfg.path + ": cluster: accelerator(s) " + names + " on cuda:" + std::to_string(o) + " have " + gib(v.first) +
+         " of HBM in all, but cuda:" + std::to_string(o) + " has " + gib(free) + " free of " + gib(total) +
+         " (cudaMemGetInfo); lower hbm_gib");
   }
 }
 
@@ -75,7 +109,10 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
     devices.push_back(a.device);
     budgets.push_back(a.hbm_bytes);
   }
-  LlamaRunner runner(model, devices);
+  LlamaRunner runner(model, devices, cfg.live.transport == "copy" ? Transport::kCopy : Transport::kNccl);
+  auto gpus = runner.start_devices();
+  if (!gpus.ok()) fail(cfg.path + ": " + gpus.status().message());
+  if (opt.progress && gpus.value() != "no GPU in use") std::fprintf(stderr, "slicesched: %s\n", gpus.value().c_str());
   // Weights first: the cluster's clock starts when it is built, and
   // requests arriving during a load would wait for it.
   auto weights = runner.load_weights();

@@ -468,6 +468,9 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
     Table l(*lt, "live", file);
     cfg.live.threads = static_cast<int>(l.integer("threads", 1, 1, 1024));
     cfg.live.time_scale = l.num("time_scale", 1.0, 1e-6, 1e9);
+    cfg.live.transport = l.str("transport", &cfg.live.transport);
+    if (cfg.live.transport != "nccl" && cfg.live.transport != "copy")
+      l.fail(l.node("transport"), "transport", "expected \"nccl\" or \"copy\", got \"" + cfg.live.transport + "\"");
     l.finish();
   }
 

@@ -90,6 +90,9 @@ struct ModelConfig {
 struct LiveConfig {
   int threads = 1;          // LibTorch intra-op threads (CPU devices)
   double time_scale = 1.0;  // trace arrivals are replayed this many times faster
+  // Between two CUDA accelerators: NCCL send/recv ("nccl") or a LibTorch
+  // peer copy ("copy"). Copies to or from a CPU device are always copies.
+  std::string transport = "nccl";
 };
 
 struct GroundTruthConfig {

@@ -312,6 +312,9 @@ void LiveCluster::worker(AccelId a) {
     Done d;
     d.feedback.op = t.op;
     d.feedback.from = a;
+    // A device-measured time (CUDA events) excludes the host's launch and
+    // wait: the operator ran in the last device_ns of the call.
+    if (result.ok() && result->device_ns >= 0) start = std::max(start, finish - result->device_ns);
     d.feedback.t = finish;
     d.feedback.measured = finish - start;
     d.feedback.start = start;
@@ -366,14 +369,15 @@ void LiveCluster::receiver(AccelId a) {
     const Payload value = x.value;
     lk.unlock();
     // Send: the copy itself.
-    const Nanos start = clock();
-    Result<Payload> copy = Payload{};
+    Nanos start = clock();
+    Result<CopyResult> copy = CopyResult{};
     try {
       copy = runner_.copy(value, a);
     } catch (const std::exception& e) {
       copy = Internal(std::string("transfer threw: ") + e.what());
     }
     const Nanos finish = clock();
+    if (copy.ok() && copy->device_ns >= 0) start = std::max(start, finish - copy->device_ns);
     lk.lock();
     Xfer& xf = xfers_[xi];
     send_busy_[xf.from] = recv_busy_[a] = 0;
@@ -388,10 +392,10 @@ void LiveCluster::receiver(AccelId a) {
     d.feedback.measured = finish - start;
     d.feedback.start = start;
     if (copy.ok()) {
-      used_[a] += copy->bytes - bytes;  // the real size, if it differs
+      used_[a] += copy->value.bytes - bytes;  // the real size, if it differs
       peak_[a] = std::max(peak_[a], used_[a]);
-      t.received[xf.slot] = copy->bytes;
-      t.inputs[xf.slot] = std::move(copy).value();
+      t.received[xf.slot] = copy->value.bytes;
+      t.inputs[xf.slot] = std::move(copy->value);
     } else {
       used_[a] -= bytes;
       d.feedback.failed = true;

@@ -1,4 +1,5 @@
 module;
+#include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -9,6 +10,7 @@ module;
 #include <utility>
 #include <vector>
 
+#include "executor/torch/cuda.h"
 #include "executor/torch/runtime.h"
 
 module slicesched.executor.llama;
@@ -26,9 +28,40 @@ struct Prepared {
 
 }  // namespace
 
-LlamaRunner::LlamaRunner(rt::LlamaModel& model, std::vector<std::string> devices)
-    : model_(model), devices_(std::move(devices)) {
-  for (const std::string& d : devices_) cuda_.push_back(d.rfind("cuda", 0) == 0);
+LlamaRunner::LlamaRunner(rt::LlamaModel& model, std::vector<std::string> devices, Transport transport)
+    : model_(model), devices_(std::move(devices)), transport_(transport) {
+  for (const std::string& d : devices_) ordinal_.push_back(rt::cuda_ordinal(d));
+  op_timer_.resize(devices_.size());
+  copy_timer_.resize(devices_.size());
+}
+
+LlamaRunner::~LlamaRunner() = default;
+
+Result<std::string> LlamaRunner::start_devices() {
+  std::vector<int> gpus;
+  for (int o : ordinal_)
+    if (o >= 0 && std::find(gpus.begin(), gpus.end(), o) == gpus.end()) gpus.push_back(o);
+  if (gpus.empty()) return std::string("no GPU in use");
+  std::sort(gpus.begin(), gpus.end());
+  std::string account = std::to_string(gpus.size()) + " GPU(s)";
+  try {
+    const auto peers = rt::cuda::enable_peer_access(gpus);
+    account += ", peer access " + std::to_string(peers.size()) + " pair(s)";
+    for (std::size_t a = 0; a < devices_.size(); ++a) {
+      if (ordinal_[a] < 0) continue;
+      op_timer_[a] = std::make_unique<rt::cuda::EventTimer>(ordinal_[a]);
+      copy_timer_[a] = std::make_unique<rt::cuda::EventTimer>(ordinal_[a]);
+    }
+    if (transport_ == Transport::kNccl) {
+      nccl_ = std::make_unique<rt::cuda::NcclLinks>(gpus);
+      account += ", NCCL " + std::to_string(nccl_->communicators()) + " communicator(s)";
+    } else {
+      account += ", copies through LibTorch (transport = \"copy\")";
+    }
+  } catch (const std::exception& e) {
+    return FailedPrecondition(std::string("starting the GPUs: ") + e.what());
+  }
+  return account;
 }
 
 Payload LlamaRunner::wrap(const rt::Value& v) {
@@ -93,9 +126,11 @@ Result<OpResult> LlamaRunner::run(AccelId accel, const void* prepared, std::span
   const auto& p = *static_cast<const Prepared*>(prepared);
   const std::string& device = devices_[accel];
   // On CUDA each executor thread queues on its own stream, and the operator
-  // is done only when its stream is: the worker's finish time (the measured
-  // duration the estimators learn from) must not be the time it was queued.
-  if (cuda_[accel]) rt::LlamaModel::bind_thread_stream(device);
+  // is done only when its stream is: its time is the events' around it, and
+  // the worker waits on the last event (not a device sync) before reporting.
+  rt::cuda::EventTimer* timer = op_timer_[accel].get();
+  if (ordinal_[accel] >= 0) rt::LlamaModel::bind_thread_stream(device);
+  if (timer) timer->start();
   OpResult out;
   switch (p.kind) {
     case Prepared::Kind::kEmbed:
@@ -123,16 +158,33 @@ Result<OpResult> LlamaRunner::run(AccelId accel, const void* prepared, std::span
       break;
     }
   }
-  if (cuda_[accel]) rt::LlamaModel::synchronize(device);
+  if (timer) {
+    timer->stop();
+    out.device_ns = timer->wait_ns();
+  } else if (ordinal_[accel] >= 0) {  // start_devices() not called: drain the stream at least
+    rt::LlamaModel::synchronize(device);
+  }
   return out;
 }
 
-Result<Payload> LlamaRunner::copy(const Payload& value, AccelId to) {
-  // Queued on the receiving thread's stream; complete before it is reported.
+Result<CopyResult> LlamaRunner::copy(const Payload& value, AccelId to) {
+  // Queued on the receiving thread's streams (its own on the source GPU
+  // too, for NCCL's send half); complete before it is reported.
+  const rt::Value& v = unwrap(value);
   const std::string& device = devices_[to];
-  if (cuda_[to]) rt::LlamaModel::bind_thread_stream(device);
-  Payload out = wrap(rt::LlamaModel::copy_to(unwrap(value), device));
-  if (cuda_[to]) rt::LlamaModel::synchronize(device);
+  const int from = rt::cuda_ordinal(v.device());
+  if (from >= 0) rt::LlamaModel::bind_thread_stream(v.device());
+  if (ordinal_[to] >= 0) rt::LlamaModel::bind_thread_stream(device);
+  rt::cuda::EventTimer* timer = copy_timer_[to].get();
+  if (timer) timer->start();
+  CopyResult out;
+  out.value = wrap(rt::LlamaModel::copy_to(v, device, nccl_.get()));
+  if (timer) {
+    timer->stop();
+    out.device_ns = timer->wait_ns();
+  } else if (ordinal_[to] >= 0) {
+    rt::LlamaModel::synchronize(device);
+  }
   return out;
 }
 

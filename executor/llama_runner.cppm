@@ -2,7 +2,12 @@
 // operators (embed, layers<g>, head of llama::make_template) onto
 // rt::LlamaModel calls on each accelerator's device, with the iteration
 // plans the tenants hand over. Values are rt::Value handles; a transfer is
-// rt::LlamaModel::copy_to onto the destination's device.
+// rt::LlamaModel::copy_to onto the destination's device (NCCL between two
+// GPUs unless the transport is "copy").
+//
+// On CUDA, each executor thread queues on a stream of its own, and an
+// operator's or copy's time is what CUDA events on that stream measure
+// (OpResult::device_ns), not host time around a sync.
 module;
 #include <cstdint>
 #include <memory>
@@ -12,6 +17,7 @@ module;
 #include <unordered_map>
 #include <vector>
 
+#include "executor/torch/cuda.h"
 #include "executor/torch/runtime.h"
 
 export module slicesched.executor.llama;
@@ -27,11 +33,23 @@ struct LlamaDims {
   int dtype_bytes;
 };
 
+// How values move between two CUDA accelerators.
+enum class Transport { kNccl, kCopy };
+
 class LlamaRunner final : public OpRunner {
  public:
-  // `devices[a]`: accelerator a's device ("cpu:0", "cuda:1", ...). The
-  // model must outlive the runner.
-  LlamaRunner(rt::LlamaModel& model, std::vector<std::string> devices);
+  // `devices[a]`: accelerator a's device ("cpu:0", "cuda:1", ...), each
+  // valid on this machine (rt::cuda_ordinal must accept it). The model must
+  // outlive the runner.
+  LlamaRunner(rt::LlamaModel& model, std::vector<std::string> devices, Transport transport = Transport::kNccl);
+  ~LlamaRunner() override;
+
+  // CUDA start-up, before any work (nothing to do without CUDA devices):
+  // peer access between the GPUs in use, one event timer per accelerator
+  // thread, and with the NCCL transport a communicator per ordered pair of
+  // GPUs in use. Fails naming the device or pair. Returns a one-line account
+  // ("2 GPU(s), peer access 2 pair(s), NCCL 4 communicator(s)").
+  Result<std::string> start_devices();
 
   // Makes every operator's weights resident on every accelerator; returns
   // the bytes per accelerator. Fails naming the device.
@@ -39,7 +57,7 @@ class LlamaRunner final : public OpRunner {
 
   Result<std::shared_ptr<const void>> prepare(const Gmg& gmg, OpId op) override;
   Result<OpResult> run(AccelId accel, const void* prepared, std::span<const Payload> inputs) override;
-  Result<Payload> copy(const Payload& value, AccelId to) override;
+  Result<CopyResult> copy(const Payload& value, AccelId to) override;
   Status on_iteration(InstanceId instance, IterationPlan plan) override;
 
   const std::vector<std::string>& devices() const { return devices_; }
@@ -49,8 +67,13 @@ class LlamaRunner final : public OpRunner {
  private:
   rt::LlamaModel& model_;
   std::vector<std::string> devices_;
-  std::vector<char> cuda_;  // per accelerator: its device is a GPU (streams to bind and drain)
-  std::mutex mu_;           // plans_: the engine thread writes, prepare reads (same thread today; cheap insurance)
+  Transport transport_;
+  std::vector<int> ordinal_;  // per accelerator: its CUDA device, or -1 on a CPU device
+  // Per accelerator, used only by its worker (op_timer_) or its transfer
+  // thread (copy_timer_); made by start_devices().
+  std::vector<std::unique_ptr<rt::cuda::EventTimer>> op_timer_, copy_timer_;
+  std::unique_ptr<rt::cuda::NcclLinks> nccl_;
+  std::mutex mu_;  // plans_: the engine thread writes, prepare reads (same thread today; cheap insurance)
   std::unordered_map<InstanceId, std::shared_ptr<const rt::StepPlan>> plans_;
 };
 

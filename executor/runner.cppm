@@ -29,6 +29,16 @@ struct OpResult {
   Payload output;                    // what successors read
   Payload retained;                  // state a later instance takes over (e.g. a KV cache)
   std::vector<std::int64_t> tokens;  // sampled tokens, for heads
+  // The operator's time as the device measured it (CUDA events), or -1:
+  // the executor then times the call on the host. What estimators learn.
+  Nanos device_ns = -1;
+};
+
+// One transfer's result: the value on the destination, and the copy's time
+// as the device measured it (or -1, as for OpResult).
+struct CopyResult {
+  Payload value;
+  Nanos device_ns = -1;
 };
 
 class OpRunner {
@@ -45,7 +55,7 @@ class OpRunner {
   // different accelerators' workers.
   virtual Result<OpResult> run(AccelId accel, const void* prepared, std::span<const Payload> inputs) = 0;
   // Transfer thread of `to`: a copy of `value` on accelerator `to`.
-  virtual Result<Payload> copy(const Payload& value, AccelId to) = 0;
+  virtual Result<CopyResult> copy(const Payload& value, AccelId to) = 0;
   // Plans of the iterations to come (engine thread, before submission).
   virtual Status on_iteration(InstanceId /*instance*/, IterationPlan /*plan*/) { return Status::Ok(); }
   // The iteration is over; its plan may be dropped (engine thread).

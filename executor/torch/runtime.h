@@ -32,13 +32,16 @@
 
 namespace slicesched::rt {
 
+namespace cuda {
+class NcclLinks;  // executor/torch/cuda.h
+}
+
 struct LlamaConfig {
   std::string name;  // "llama-tiny", "llama3-8b"; only for messages
   std::int64_t vocab = 128256, hidden = 4096, layers = 32, heads = 32, kv_heads = 8, mlp = 14336;
   int groups = 4;  // layers % groups == 0; op "layers<g>" holds layers [g*L/G, (g+1)*L/G)
   double rope_theta = 500000.0, norm_eps = 1e-5;
-  std::string dtype = "bfloat16";  // "float32" | "bfloat16" | "float16" (CPU tests use float32;
-                                   // float16 matmuls are not supported on CPU by LibTorch 1.13)
+  std::string dtype = "bfloat16";  // "float32" | "bfloat16" | "float16" (all three run on CPU too)
   std::uint64_t seed = 0;          // weights are deterministic from the seed: no downloads
   std::int64_t head_dim() const { return hidden / heads; }
 };
@@ -184,10 +187,16 @@ class LlamaModel {
 
   // A transfer: a copy of v on `device` -- a real copy even cpu -> cpu, since
   // virtual accelerators are separate memories. An empty v gives an empty
-  // Value. On CUDA it is ordered after the work queued on the source's and
-  // destination's current streams and does not block the host for
-  // device-to-device copies (host <-> device copies do block).
-  static Value copy_to(const Value& v, const std::string& device);
+  // Value. v must be complete (its producer's stream drained).
+  // - CUDA -> CUDA with `nccl` connecting the two: ncclSend/ncclRecv on the
+  //   calling thread's current streams of both devices; returns when both
+  //   are done.
+  // - Otherwise CUDA -> CUDA: a LibTorch peer copy queued on the
+  //   destination's current stream; does not block the host.
+  // - CUDA -> CPU: into pinned host memory on the source's current stream,
+  //   then waits for it. CPU -> CUDA: staged through pinned host memory,
+  //   queued on the destination's current stream; does not block the host.
+  static Value copy_to(const Value& v, const std::string& device, cuda::NcclLinks* nccl = nullptr);
   // Blocks until the work queued on the device's current stream (of the
   // calling thread) is done. CPU: no-op.
   static void synchronize(const std::string& device);
@@ -214,6 +223,10 @@ class LlamaModel {
 // pure function of (cfg.vocab, seed, seq, n), no LibTorch. n < 0: invalid_argument.
 std::vector<std::int64_t> synthetic_prompt(const LlamaConfig& cfg, std::uint64_t seed, std::uint64_t seq,
                                            std::int64_t n);
+
+// The CUDA ordinal of a device label: N for "cuda:N" ("cuda" is 0), -1 for a
+// CPU device. A malformed label: invalid_argument.
+int cuda_ordinal(const std::string& device);
 
 // Whether LibTorch sees a CUDA device (false on a CPU-only LibTorch build),
 // and how many.

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda.h"
 #include "runtime.h"
 #include "runtime_internal.h"
 
@@ -765,18 +766,33 @@ std::vector<std::int64_t> LlamaModel::head(const Value& hidden, const StepPlan& 
   });
 }
 
-Value LlamaModel::copy_to(const Value& v, const std::string& device) {
+Value LlamaModel::copy_to(const Value& v, const std::string& device, cuda::NcclLinks* nccl) {
   const ValueImpl* src = ValueAccess::get(v);
   const Dev d = parse_device(device);
   if (src == nullptr) return Value();
   return guarded("copy " + src->label + " -> " + d.label, [&] {
     c10::InferenceMode im;
     c10::OptionalDeviceGuard dg(d.device);
-    // Device to device copies are asynchronous anyway; to or from the host
-    // they must block (pageable host memory).
-    auto copy = [&](const at::Tensor& t) {
-      const bool nb = t.device().is_cuda() && d.device.is_cuda();
-      return t.to(d.device, t.scalar_type(), nb, /*copy=*/true);
+    auto copy = [&](const at::Tensor& t) -> at::Tensor {
+      const c10::Device from = t.device();
+      if (from.is_cuda() && d.device.is_cuda()) {
+        if (nccl != nullptr && nccl->connects(from.index(), d.device.index())) {
+          const at::Tensor s = t.contiguous();
+          at::Tensor out = at::empty_like(s, s.options().device(d.device));
+          nccl->send_recv(s.data_ptr(), out.data_ptr(), s.nbytes(), from.index(), d.device.index());
+          return out;
+        }
+        return t.to(d.device, t.scalar_type(), /*non_blocking=*/true, /*copy=*/true);
+      }
+      if (from.is_cuda()) {  // to the host: DMA into pinned memory, then wait for it
+        at::Tensor out = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+        out.copy_(t, /*non_blocking=*/true);
+        c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(from).synchronize();
+        return out;
+      }
+      if (d.device.is_cuda())  // from the host: staged in pinned memory, DMA'd asynchronously
+        return t.pin_memory().to(d.device, t.scalar_type(), /*non_blocking=*/true, /*copy=*/false);
+      return t.clone();  // one virtual CPU device to another
     };
     if (src->kind == Value::Kind::kHidden) return make_hidden(copy(src->hidden), d.label);
     return make_kv(src->group, copy(src->cache), src->seqs, src->start, src->len, d.label);
@@ -862,6 +878,11 @@ std::vector<float> Value::to_floats() const {
 }
 
 bool cuda_available() { return cached_cuda_count() > 0; }
+
+int cuda_ordinal(const std::string& device) {
+  const Dev d = parse_device(device);
+  return d.device.is_cuda() ? d.device.index() : -1;
+}
 
 void set_cpu_threads(int n) {
   if (n < 1) throw std::invalid_argument("threads: expected >= 1, got " + std::to_string(n));

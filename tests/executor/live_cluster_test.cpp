@@ -38,6 +38,7 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
 struct Buffer {
   std::uint64_t digest = 0;
   std::vector<char> bytes;
+  AccelId at = kNoAccel;  // the accelerator it lives on
 };
 
 struct Prepared {
@@ -56,6 +57,13 @@ class DigestRunner final : public OpRunner {
   std::atomic<int> concurrent{0}, max_concurrent{0};
   std::mutex mu;
   std::map<std::uint64_t, std::uint64_t> seen;  // issue seq -> output digest
+  // Copies in flight, seen from inside copy(): by source, by destination,
+  // and the most of each at once (what NCCL's safety rests on: at most one
+  // send per source and one receive per destination, docs/live.md).
+  std::mutex copy_mu;
+  std::map<AccelId, int> sending, receiving;
+  int max_sending = 0, max_receiving = 0, max_copies = 0, copies_now = 0;
+  int copy_sleep_us = 0;
 
   // Every operator's output digest, by OpId.
   std::map<OpId, std::uint64_t> outputs(const Gmg& gmg, const std::vector<OpId>& ops) {
@@ -76,7 +84,7 @@ class DigestRunner final : public OpRunner {
     if (auto it = sleeps.find(p->name); it != sleeps.end()) p->sleep_ms = it->second;
     return std::shared_ptr<const void>(p);
   }
-  Result<OpResult> run(AccelId, const void* prepared, std::span<const Payload> inputs) override {
+  Result<OpResult> run(AccelId accel, const void* prepared, std::span<const Payload> inputs) override {
     const auto& p = *static_cast<const Prepared*>(prepared);
     const int c = ++concurrent;
     int m = max_concurrent.load();
@@ -97,19 +105,34 @@ class DigestRunner final : public OpRunner {
     OpResult res;
     auto out = std::make_shared<Buffer>();
     out->digest = d;
+    out->at = accel;
     out->bytes.assign(static_cast<std::size_t>(p.out), static_cast<char>(d));
     res.output = {out, p.out};
     if (p.retained) {
       auto kept = std::make_shared<Buffer>();
       kept->digest = mix(d, 1);
+      kept->at = accel;
       kept->bytes.assign(static_cast<std::size_t>(p.retained), 1);
       res.retained = {kept, p.retained};
     }
     return res;
   }
-  Result<Payload> copy(const Payload& v, AccelId) override {
+  Result<CopyResult> copy(const Payload& v, AccelId to) override {
+    const AccelId from = static_cast<const Buffer*>(v.value.get())->at;
+    {
+      std::lock_guard lk(copy_mu);
+      max_sending = std::max(max_sending, ++sending[from]);
+      max_receiving = std::max(max_receiving, ++receiving[to]);
+      max_copies = std::max(max_copies, ++copies_now);
+    }
+    if (copy_sleep_us) std::this_thread::sleep_for(std::chrono::microseconds(copy_sleep_us));
     auto b = std::make_shared<Buffer>(*static_cast<const Buffer*>(v.value.get()));
-    return Payload{b, static_cast<std::int64_t>(b->bytes.size())};
+    b->at = to;
+    {
+      std::lock_guard lk(copy_mu);
+      --sending[from], --receiving[to], --copies_now;
+    }
+    return CopyResult{Payload{b, static_cast<std::int64_t>(b->bytes.size())}};
   }
 };
 
@@ -343,6 +366,7 @@ TEST_CASE("live cluster: the higher priority ready operator runs first, no preem
 
 TEST_CASE("live cluster: random transfer storms finish without deadlock and with the right values", "[executor]") {
   std::mt19937_64 rng(42);
+  int max_parallel_copies = 0;
   for (int trial = 0; trial < 24; ++trial) {
     const bool serial = trial % 3 == 2;
     const bool reserve = trial % 2 == 0;
@@ -360,6 +384,7 @@ TEST_CASE("live cluster: random transfer storms finish without deadlock and with
     }
     auto expect = reference(gmg, all);
     DigestRunner runner;
+    runner.copy_sleep_us = 200;  // long enough for copies to overlap
     std::unique_ptr<TransferArbiter> arbiter;
     if (serial)
       arbiter = std::make_unique<plugins::SerialArbiter>();
@@ -381,7 +406,14 @@ TEST_CASE("live cluster: random transfer storms finish without deadlock and with
     for (OpId op : all) CHECK(gmg.op(op).state == OpState::kDone);
     check_timeline(gmg, fb, accels, serial);
     CHECK(runner.outputs(gmg, all) == expect);
+    // The rule NCCL transfers rely on, seen from inside the copies.
+    CHECK(runner.max_sending <= 1);
+    CHECK(runner.max_receiving <= 1);
+    if (serial) CHECK(runner.max_copies <= 1);
+    max_parallel_copies = std::max(max_parallel_copies, runner.max_copies);
   }
+  // ... while copies did run side by side: the checks above could fail.
+  CHECK(max_parallel_copies >= 2);
 }
 
 TEST_CASE("live cluster: values computed across accelerators equal a sequential evaluation", "[executor]") {
