@@ -8,7 +8,7 @@ CMAKE = $(shell $(PY) -c 'import cmake; print(cmake.CMAKE_BIN_DIR)' 2>/dev/null)
 CTEST = $(shell $(PY) -c 'import cmake; print(cmake.CMAKE_BIN_DIR)' 2>/dev/null)/ctest
 NINJA = $(shell $(PY) -c 'import ninja, os; print(os.path.join(ninja.BIN_DIR, "ninja"))' 2>/dev/null)
 
-.PHONY: all setup configure build demo test bench figure8 sanitize tsan fuzz clean
+.PHONY: all setup configure build demo test bench figure8 sanitize tsan fuzz clean gpu-check
 
 all: build
 
@@ -30,6 +30,12 @@ demo: build
 
 test: build
 	@cd $(BUILD) && $(CTEST) --output-on-failure -j $(JOBS)
+
+# The GPU check (scripts/gpu-check.sh): devices, the CUDA and NCCL tests,
+# calibrate + serve + bench accuracy + bench overhead on one GPU; one line
+# and exit 0 where no GPU is visible.
+gpu-check: build
+	@BUILD=$(BUILD) scripts/gpu-check.sh
 
 # The paper's co-location figure (section 6.2) over offline load, all five
 # policies, equal offered load: out/figure8/sweep.csv and its four panels.

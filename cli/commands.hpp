@@ -85,6 +85,8 @@ struct ServeOptions {
 };
 // Only built with LibTorch (live mode); main says so otherwise.
 int serve(const ServeOptions& opt);
+// `slicesched devices`: the visible CUDA devices (live mode only).
+int devices();
 
 // Live mode too (LibTorch): calibration and the live benchmarks.
 struct CalibrateOptions {

@@ -76,6 +76,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   serve->add_flag("--explain", serve_opt.explain, "Record every scheduling round of the traced seconds, as simulate");
 
+  auto* devices =
+      app.add_subcommand("devices", "The CUDA devices live mode sees (cuda:N), with CUDA and NCCL versions");
+
   slicesched::cli::BenchSimulatorOptions sim_opt;
   auto* bench_sim =
       bench->add_subcommand("simulator", "Simulated operators per ms, one thread, snapshot build included");
@@ -146,6 +149,14 @@ int main(int argc, char** argv) {
       return slicesched::cli::serve(serve_opt);
 #else
       std::fprintf(stderr, "slicesched: serve: live mode was not built (LibTorch was not found at configure time)\n");
+      return 2;
+#endif
+    }
+    if (devices->parsed()) {
+#ifdef SLICESCHED_LIVE
+      return slicesched::cli::devices();
+#else
+      std::fprintf(stderr, "slicesched: devices: live mode was not built (LibTorch was not found at configure time)\n");
       return 2;
 #endif
     }
