@@ -73,6 +73,7 @@ void check_gpu_memory(const ExperimentConfig& cfg) {
     std::snprintf(s, sizeof s, "%.1f GiB", static_cast<double>(b) / (1ll << 30));
     return std::string(s);
   };
+  if (!by_gpu.empty()) rt::cuda::release_cached();
   for (const auto& [o, v] : by_gpu) {
     const auto [free, total] = rt::cuda::mem_info(o);
     if (v.first <= free) continue;

@@ -3,6 +3,7 @@
 // ATen: this file compiles in a few seconds.
 #include "cuda.h"
 
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -114,6 +115,10 @@ std::vector<DeviceInfo> devices() {
     out.push_back(std::move(i));
   }
   return out;
+}
+
+void release_cached() {
+  if (device_count() > 0) c10::cuda::CUDACachingAllocator::emptyCache();
 }
 
 std::string versions() {

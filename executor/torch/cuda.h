@@ -35,6 +35,11 @@ int device_count();
 std::vector<DeviceInfo> devices();
 // cudaMemGetInfo of one device: {free, total} bytes.
 std::pair<std::int64_t, std::int64_t> mem_info(int device);
+// Hands the memory LibTorch's caching allocator holds but no tensor uses
+// back to CUDA (emptyCache), so that mem_info sees it as free: an earlier
+// phase of the same process (e.g. bench accuracy's calibration) must not
+// count against the next one. No-op without CUDA.
+void release_cached();
 // The versions in use, for reports: "CUDA runtime 13.2, driver 13.0, NCCL 2.30.7".
 std::string versions();
 
