@@ -202,9 +202,9 @@ TEST_CASE("live keys: devices, the model and [live]", "[config]") {
   if (!cfg.ok()) FAIL(cfg.status().message());
   CHECK(cfg->accelerators[0].device == "cpu:0");
   CHECK(cfg->accelerators[1].device == "cpu:1");
-  CHECK(cfg->model.vocab == 512);
-  CHECK(cfg->model.hidden == 128);
-  CHECK(cfg->model.dtype == "float32");
+  CHECK(cfg->models.front().vocab == 512);
+  CHECK(cfg->models.front().hidden == 128);
+  CHECK(cfg->models.front().dtype == "float32");
   CHECK(cfg->live.threads == 2);
   CHECK(cfg->live.time_scale == 10);
   CHECK_FALSE(cfg->ground_truth.present);
