@@ -102,7 +102,7 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
   CHECK(
       load_error(replace(base(), "[ground_truth]", "[ground_truht]")) ==
       ":5: ground_truht: unknown key (known here: cluster, duration_s, estimators, faults, ground_truth, live, model, "
-      "name, plugins, policies, seed, tenants)");
+      "models, name, plugins, policies, seed, tenants)");
   CHECK(load_error(replace(base(), "tenants = [\"on\"]", "tenants = [\"off\"]")) ==
         ":13: policies[0].tenants: no tenant named 'off'");
   CHECK(load_error(replace(base(), "constant_rate = 1.0,", "constant_rate = 1.0, poisson_rate = 2.0,")) ==
