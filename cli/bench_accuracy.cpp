@@ -153,7 +153,7 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
       const bool progress = !opt.json;
 
       // 1. Calibrate.
-      const rt::LlamaConfig mc = runtime_model(cfg.model);
+      const rt::LlamaConfig mc = runtime_model(cfg.models.front());
       rt::validate(mc);
       rt::set_cpu_threads(cfg.live.threads);
       CalibrateSettings cs;

@@ -168,7 +168,7 @@ int bench_overhead(const BenchOverheadOptions& opt) {
       check(load_plugins(cfg, plugins));
       const std::optional<CalibrationProfile> prior = value_or_fail(read_prior(cfg));
 
-      const rt::LlamaConfig mc = runtime_model(cfg.model);
+      const rt::LlamaConfig mc = runtime_model(cfg.models.front());
       rt::validate(mc);
       rt::set_cpu_threads(cfg.live.threads);
       rt::LlamaModel model(mc);
@@ -177,13 +177,13 @@ int bench_overhead(const BenchOverheadOptions& opt) {
       Prompts prompts;
       for (int i = 0; i < n; ++i)
         prompts.ids.push_back(rt::synthetic_prompt(mc, cfg.seed, static_cast<std::uint64_t>(i), 1));
-      const GraphTemplate tmpl = llama::make_template(cfg.model.name, model_shape(cfg.model));
+      const GraphTemplate tmpl = build_model(cfg.models.front())->make_template();
       for (const auto& op : tmpl.ops()) model.load(op.name, device);
 
       const bool progress = !opt.json;
       if (progress)
         std::fprintf(stderr, "bench overhead: %d one-token prefills of %s on %s (%s), %d round(s) each way\n", n,
-                     cfg.model.name.c_str(), cfg.accelerators[0].name.c_str(), device.c_str(), opt.rounds);
+                     cfg.models.front().name.c_str(), cfg.accelerators[0].name.c_str(), device.c_str(), opt.rounds);
       const int warm = std::min(n, 50);
       (void)run_direct(model, device, prompts, warm);
       (void)run_scheduled(cfg, policy, plugins, prior ? &*prior : nullptr, model, prompts, warm);
@@ -217,7 +217,7 @@ int bench_overhead(const BenchOverheadOptions& opt) {
         j["requests"] = n;
         j["ops"] = ops;
         j["scheduled_ops"] = best_sched.ops;
-        j["model"] = cfg.model.name;
+        j["model"] = cfg.models.front().name;
         j["device"] = device;
         j["lanes"] = opt.lanes;
         j["direct_runs_s"] = direct_s;
@@ -231,8 +231,8 @@ int bench_overhead(const BenchOverheadOptions& opt) {
         j["tokens_match"] = match;
         std::printf("%s\n", j.dump().c_str());
       } else {
-        std::printf("requests      %d one-token prefills of %s on %s (%zu operators)\n", n, cfg.model.name.c_str(),
-                    device.c_str(), ops);
+        std::printf("requests      %d one-token prefills of %s on %s (%zu operators)\n", n,
+                    cfg.models.front().name.c_str(), device.c_str(), ops);
         std::printf("direct_s      %.6f  (best of %d; %.2f us per operator)\n", direct, opt.rounds, direct_op_us);
         std::printf("scheduled_s   %.6f  (best of %d; %zu operators, %zu scheduling rounds, %d lane(s))\n", scheduled,
                     opt.rounds, best_sched.ops, best_sched.rounds, opt.lanes);

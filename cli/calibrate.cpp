@@ -26,21 +26,21 @@ int calibrate(const CalibrateOptions& opt) {
   try {
     try {
       check_weights_fit(cfg.value());
-      rt::validate(runtime_model(cfg->model));
+      rt::validate(runtime_model(cfg->models.front()));
       if (opt.dry_run) {
-        std::printf("%s: %s, %zu accelerator(s)\n%s", cfg->path.c_str(), cfg->model.name.c_str(),
+        std::printf("%s: %s, %zu accelerator(s)\n%s", cfg->path.c_str(), cfg->models.front().name.c_str(),
                     cfg->accelerators.size(), describe(shape_grid(cfg.value())).c_str());
         return 0;
       }
       check_devices(cfg.value());
       if (opt.out.empty()) fail("calibrate: --out PROFILE is required");
       rt::set_cpu_threads(cfg->live.threads);
-      rt::LlamaModel model(runtime_model(cfg->model));
+      rt::LlamaModel model(runtime_model(cfg->models.front()));
       CalibrateSettings s;
       s.warmup = opt.warmup;
       s.repeats = opt.repeats;
       const CalibrationTarget target = calibration_target(cfg.value());
-      std::fprintf(stderr, "calibrating %s on %zu accelerator(s); %s", cfg->model.name.c_str(),
+      std::fprintf(stderr, "calibrating %s on %zu accelerator(s); %s", cfg->models.front().name.c_str(),
                    cfg->accelerators.size(), describe(target.grid).c_str());
       CalibrationResult r = slicesched::calibrate_model(target, model, s);
       print_calibration(r, stdout);

@@ -39,9 +39,9 @@ CalibrationTarget calibration_target(const ExperimentConfig& cfg) {
   t.accels = make_cluster(cfg);
   for (const auto& a : cfg.accelerators) t.devices.push_back(a.device);
   t.templates = std::make_shared<TemplateRegistry>();
-  t.tmpl = t.templates->add(llama::make_template(cfg.model.name, model_shape(cfg.model))).value();
+  t.tmpl = t.templates->add(build_model(cfg.models.front())->make_template()).value();
   t.grid = shape_grid(cfg);
-  t.prompt_seed = cfg.model.weights_seed + 17;
+  t.prompt_seed = cfg.models.front().weights_seed + 17;
   std::string devices;
   for (const std::string& d : t.devices)
     if (devices.find(d) == std::string::npos) devices += (devices.empty() ? "" : ", ") + d;

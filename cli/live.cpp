@@ -23,14 +23,9 @@ import slicesched.cli.progress;
 namespace slicesched::cli {
 
 rt::LlamaConfig runtime_model(const ModelConfig& m) {
-  rt::LlamaConfig c;
-  c.name = m.name;
-  c.vocab = m.vocab, c.hidden = m.hidden, c.layers = m.layers, c.heads = m.heads, c.kv_heads = m.kv_heads;
-  c.mlp = m.mlp, c.groups = m.groups;
-  c.rope_theta = m.rope_theta;
-  c.dtype = m.dtype;
-  c.seed = m.weights_seed;
-  return c;
+  auto c = runtime_config(*build_model(m), m.weights_seed);
+  if (!c.ok()) fail(m.where + ": " + c.status().message());
+  return c.value();
 }
 
 void check_gpu_memory(const ExperimentConfig& cfg);
@@ -89,28 +84,44 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
                    const CalibrationProfile* prior, const LiveRunOptions& opt) {
   check_devices(cfg);
   check_weights_fit(cfg);
-  const rt::LlamaConfig model_cfg = runtime_model(cfg.model);
-  try {
-    rt::validate(model_cfg);
-  } catch (const std::exception& e) {
-    fail(cfg.path + ": model: " + e.what());
+  std::vector<rt::LlamaConfig> model_cfgs;
+  for (const ModelConfig& m : cfg.models) {
+    model_cfgs.push_back(runtime_model(m));
+    try {
+      rt::validate(model_cfgs.back());
+    } catch (const std::exception& e) {
+      fail(m.where + ": " + e.what());
+    }
   }
   rt::set_cpu_threads(cfg.live.threads);
   auto parts = value_or_fail(
       build_policy(cfg, policy, plugins, {.prior = prior, .time_scale = cfg.live.time_scale, .explain = opt.explain}));
+  auto model_index = [&](TemplateId tmpl) {
+    return static_cast<std::size_t>(std::find(parts->tmpls.begin(), parts->tmpls.end(), tmpl) - parts->tmpls.begin());
+  };
   for (Tenant& t : parts->tenants)
-    t.set_prompts([model_cfg, seed = cfg.seed + t.id()](std::uint64_t request, std::int64_t n) {
-      return rt::synthetic_prompt(model_cfg, seed, request, n);
-    });
+    t.set_prompts(
+        [model_cfg = model_cfgs[model_index(t.tmpl())], seed = cfg.seed + t.id()](
+            std::uint64_t request, std::int64_t n) { return rt::synthetic_prompt(model_cfg, seed, request, n); });
 
-  rt::LlamaModel model(model_cfg);
+  // Each model is loaded on the accelerators that hold it (residency()).
+  std::vector<std::unique_ptr<rt::LlamaModel>> runtimes;
+  std::vector<ServedModel> served;
+  const auto held = residency(cfg);
+  for (std::size_t i = 0; i < cfg.models.size(); ++i) {
+    runtimes.push_back(std::make_unique<rt::LlamaModel>(model_cfgs[i]));
+    ServedModel m{parts->tmpls[i], runtimes.back().get(), parts->models.shared(parts->tmpls[i]), {}};
+    for (AccelId a = 0; a < held.size(); ++a)
+      if (std::find(held[a].begin(), held[a].end(), i) != held[a].end()) m.accels.push_back(a);
+    served.push_back(std::move(m));
+  }
   std::vector<std::string> devices;
   std::vector<std::int64_t> budgets;
   for (const auto& a : cfg.accelerators) {
     devices.push_back(a.device);
     budgets.push_back(a.hbm_bytes);
   }
-  LlamaRunner runner(model, devices, cfg.live.transport == "copy" ? Transport::kCopy : Transport::kNccl);
+  LlamaRunner runner(std::move(served), devices, cfg.live.transport == "copy" ? Transport::kCopy : Transport::kNccl);
   auto gpus = runner.start_devices();
   if (!gpus.ok()) fail(cfg.path + ": " + gpus.status().message());
   if (opt.progress && gpus.value() != "no GPU in use") std::fprintf(stderr, "slicesched: %s\n", gpus.value().c_str());

@@ -21,8 +21,10 @@ Result<Truths> load_truths(const ExperimentConfig& cfg) {
   } else {
     LayerProfileOptions lopt;
     lopt.hbm_bytes_per_s = cfg.ground_truth.hbm_bytes_per_s;
-    lopt.groups = cfg.model.groups;
-    lopt.layers_per_group = cfg.model.layers / cfg.model.groups;
+    // The profile's own shape costs templates no model registered; those
+    // of the config are costed through their models (ProfileGroundTruth).
+    lopt.groups = cfg.models.front().groups;
+    lopt.layers_per_group = cfg.models.front().layers / cfg.models.front().groups;
     auto layers = LayerProfile::load(cfg.ground_truth.layers_csv, 1, lopt);
     if (!layers.ok())
       return Status(layers.status().code(), cfg.path + ": ground_truth.layers: " + layers.status().message());
@@ -39,7 +41,7 @@ Result<Truths> load_truths(const ExperimentConfig& cfg) {
 }
 
 Result<std::unique_ptr<GroundTruth>> make_ground_truth(const ExperimentConfig& cfg, const Truths& truths,
-                                                       const AcceleratorSet& accels) {
+                                                       const AcceleratorSet& accels, const ModelSet& models) {
   const GroundTruthConfig& g = cfg.ground_truth;
   if (truths.calibrated) {
     auto cal = std::make_unique<CalibratedGroundTruth>(*truths.calibrated, accels, cfg.seed, g.op_noise_cv,
@@ -47,8 +49,10 @@ Result<std::unique_ptr<GroundTruth>> make_ground_truth(const ExperimentConfig& c
     if (Status s = cal->check_transfers(); !s.ok()) return Status(s.code(), g.calibrated + ": " + s.message());
     return std::unique_ptr<GroundTruth>(std::move(cal));
   }
-  return std::unique_ptr<GroundTruth>(std::make_unique<ProfileGroundTruth>(*truths.layers, *truths.transfers, cfg.seed,
-                                                                           g.op_noise_cv, g.transfer_noise_cv));
+  auto profile = std::make_unique<ProfileGroundTruth>(*truths.layers, *truths.transfers, cfg.seed, g.op_noise_cv,
+                                                      g.transfer_noise_cv);
+  profile->set_models(models);
+  return std::unique_ptr<GroundTruth>(std::move(profile));
 }
 
 Status check_policies(const ExperimentConfig& cfg, const PluginRegistries& plugins,
@@ -68,7 +72,7 @@ Status check_policies(const ExperimentConfig& cfg, const PluginRegistries& plugi
 
 Result<PolicyRun> run_offline(const ExperimentConfig& cfg, PolicyParts& parts, const Truths& truths,
                               const RecordOptions& opt) {
-  auto truth = make_ground_truth(cfg, truths, *parts.accels);
+  auto truth = make_ground_truth(cfg, truths, *parts.accels, parts.models);
   if (!truth.ok()) return truth.status();
   EmulatedCluster cluster(parts.accels->size(), *truth.value(), *parts.plugins.arbiter);
   return run_recorded(cfg, parts, cluster, opt);

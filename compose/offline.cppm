@@ -28,9 +28,11 @@ struct Truths {
 Result<Truths> load_truths(const ExperimentConfig& cfg);
 
 // The ground truth `truths` describes for the cluster `accels`, with the
-// config's seed and noise. The truths must outlive it.
+// config's seed and noise; a profile ground truth costs each template's
+// operators through its model in `models` (PolicyParts::models). The truths
+// must outlive it.
 Result<std::unique_ptr<GroundTruth>> make_ground_truth(const ExperimentConfig& cfg, const Truths& truths,
-                                                       const AcceleratorSet& accels);
+                                                       const AcceleratorSet& accels, const ModelSet& models = {});
 
 // Creates (and drops) the plugins of every policy `filter` admits (all when
 // empty), so a bad name or argument stops a command before anything runs;

@@ -61,6 +61,30 @@ void build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, PolicyP
     }
     offered.window_s = span;
     p.offered.push_back(offered);
+    // Every request fits its model's context window, or is cut to it when
+    // the model says so (counted); it is never simulated past it.
+    const ModelConfig& mc = model_of(cfg, tc);
+    const auto model_index = static_cast<std::size_t>(&mc - cfg.models.data());
+    const std::int64_t ctx_window = p.models.of(p.tmpls[model_index])->context_window();
+    std::size_t truncated = 0;
+    for (std::size_t i = 0; i < stream.requests.size(); ++i) {
+      Request& r = stream.requests[i];
+      if (r.input_tokens + r.output_tokens <= ctx_window) continue;
+      if (!mc.truncate_overflow)
+        fail(cfg.path + ": tenants." + tc.name + ".stream: request " + std::to_string(i) + " needs " +
+             std::to_string(r.input_tokens + r.output_tokens) + " tokens (" + std::to_string(r.input_tokens) + " in, " +
+             std::to_string(r.output_tokens) + " out), more than model '" + mc.name + "''s context window of " +
+             std::to_string(ctx_window) + " (on_overflow = \"truncate\" cuts them)");
+      r.output_tokens = std::min<std::int64_t>(r.output_tokens, ctx_window - 1);
+      r.input_tokens = ctx_window - r.output_tokens;
+      ++truncated;
+    }
+    if (truncated) {
+      p.requests_truncated += truncated;
+      std::fprintf(stderr,
+                   "slicesched: tenant '%s': %zu request(s) cut to model '%s''s context window of %lld tokens\n",
+                   tc.name.c_str(), truncated, mc.name.c_str(), static_cast<long long>(ctx_window));
+    }
     // Instances deal the one stream round-robin.
     const auto instances = static_cast<std::size_t>(instances_of(p.policy, tc));
     for (std::size_t k = 0; k < instances; ++k) {
@@ -79,7 +103,8 @@ void build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, PolicyP
       spec.max_seqs = tc.max_seqs;
       spec.kv_budget_tokens = tc.kv_budget_tokens;
       spec.lanes = tc.lanes;
-      p.tenants.emplace_back(static_cast<std::uint32_t>(p.tenants.size()), std::move(spec), p.tmpl);
+      p.tenants.emplace_back(static_cast<std::uint32_t>(p.tenants.size()), std::move(spec), p.tmpls[model_index],
+                             p.models.shared(p.tmpls[model_index]));
       p.online.push_back(tc.online);
     }
   }
@@ -152,9 +177,19 @@ Result<std::unique_ptr<PolicyParts>> build_policy(const ExperimentConfig& cfg, c
     p->policy = policy;
     p->accels = make_cluster(cfg);
     p->templates = std::make_shared<TemplateRegistry>();
-    p->tmpl = p->templates->add(llama::make_template(cfg.model.name, model_shape(cfg.model))).value();
+    for (const ModelConfig& mc : cfg.models) {
+      auto model = build_model(mc);
+      const TemplateId id = made(p->templates->add(model->make_template()), "");
+      p->tmpls.push_back(id);
+      p->models.add(id, std::move(model));
+    }
+    p->tmpl = p->tmpls.front();
     p->gmg = std::make_unique<Gmg>(p->templates, p->accels);
-    for (AccelId a = 0; a < p->accels->size(); ++a) check(p->gmg->place_weights(p->tmpl, a));
+    // Each accelerator holds the weights of the models resident on it; the
+    // GMG refuses to issue an operator where its model's weights are absent.
+    const auto held = residency(cfg);
+    for (AccelId a = 0; a < p->accels->size(); ++a)
+      for (std::size_t m : held[a]) check(p->gmg->place_weights(p->tmpls[m], a));
     p->plugins = made(build_plugins(cfg, policy, plugins, *p->accels), "");
     seed_estimator(opt, *p);
     build_tenants(cfg, opt, *p);
@@ -193,8 +228,11 @@ Result<CalibrationProfile> read_profile(const ExperimentConfig& cfg, const std::
   auto profile = read_calibration(path);
   if (!profile.ok()) return Status(profile.status().code(), cfg.path + ": " + key + ": " + profile.status().message());
   TemplateRegistry templates;
-  if (auto added = templates.add(llama::make_template(cfg.model.name, model_shape(cfg.model))); !added.ok())
-    return added.status();
+  for (const ModelConfig& mc : cfg.models) {
+    auto model = make_model(mc);
+    if (!model.ok()) return model.status();
+    if (auto added = templates.add(model.value()->make_template()); !added.ok()) return added.status();
+  }
   if (Status s = check_features(profile.value(), templates); !s.ok())
     return Status(s.code(), cfg.path + ": " + key + ": " + path + ": " + s.message());
   return std::move(profile).value();

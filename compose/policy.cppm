@@ -57,7 +57,9 @@ struct PolicyParts {
   PolicyConfig policy;  // a copy: the parts do not depend on the config's lifetime
   std::shared_ptr<AcceleratorSet> accels;
   std::shared_ptr<TemplateRegistry> templates;
-  TemplateId tmpl = 0;
+  TemplateId tmpl = 0;            // the first model's
+  std::vector<TemplateId> tmpls;  // per model of the config (cfg.models order)
+  ModelSet models;                // the model behind each template
   std::unique_ptr<Gmg> gmg;
   PolicyPlugins plugins;
   // The estimator's linear form when it has one, and whether it started
@@ -68,6 +70,7 @@ struct PolicyParts {
   std::vector<bool> online;                // per tenant instance: SLO-bound
   std::vector<OfferedLoad> offered;        // per configured tenant, inside the window
   std::size_t requests_beyond_window = 0;  // arrivals after duration_s, not replayed
+  std::size_t requests_truncated = 0;      // cut to their model's context window (on_overflow = "truncate")
   std::unique_ptr<Scheduler> scheduler;
   EngineOptions engine;  // the window's end on the run's clock, and the faults
 

@@ -6,6 +6,7 @@ module;
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 module slicesched.compose.setup;
 
@@ -50,25 +51,21 @@ std::shared_ptr<AcceleratorSet> make_cluster(const ExperimentConfig& cfg) {
   return set;
 }
 
-llama::Shape model_shape(const ModelConfig& m) {
-  llama::Shape s;
-  s.hidden = m.hidden;
-  s.kv_heads = m.kv_heads;
-  s.head_dim = m.hidden / m.heads;
-  s.mlp = m.mlp;
-  s.vocab = m.vocab;
-  s.layers = m.layers;
-  s.groups = m.groups;
-  s.dtype = m.dtype == "float32" ? DType::kF32 : m.dtype == "float16" ? DType::kF16 : DType::kBF16;
-  return s;
-}
+std::shared_ptr<const DenseDecoder> build_model(const ModelConfig& m) { return value_or_fail(make_model(m)); }
 
 void check_weights_fit(const ExperimentConfig& cfg) {
-  const GraphTemplate model = llama::make_template(cfg.model.name, model_shape(cfg.model));
-  std::int64_t weights = 0;
-  for (const auto& op : model.ops()) weights += op.weight_bytes;
-  for (const auto& a : cfg.accelerators)
-    if (a.hbm_bytes <= weights) {
+  std::vector<std::int64_t> weights;
+  for (const auto& m : cfg.models) weights.push_back(build_model(m)->weight_bytes());
+  const auto held = residency(cfg);
+  for (std::size_t i = 0; i < cfg.accelerators.size(); ++i) {
+    const auto& a = cfg.accelerators[i];
+    std::int64_t need = 0;
+    std::string who;
+    for (std::size_t m : held[i]) {
+      need += weights[m];
+      who += (who.empty() ? "'" : ", '") + cfg.models[m].name + "'";
+    }
+    if (a.hbm_bytes <= need) {
       auto size = [](std::int64_t b) {
         char s[32];
         if (b >= (1ll << 30))
@@ -78,8 +75,11 @@ void check_weights_fit(const ExperimentConfig& cfg) {
         return std::string(s);
       };
       fail(cfg.path + ": cluster: accelerator '" + a.name + "' has " + size(a.hbm_bytes) + " of HBM; " +
-           cfg.model.name + "'s weights alone need " + size(weights));
+           (held[i].size() == 1 ? cfg.models[held[i][0]].name + "'s weights alone need "
+                                : "the weights of " + who + " need ") +
+           size(need));
     }
+  }
 }
 
 const TenantConfig& tenant_config(const ExperimentConfig& cfg, const std::string& name) {

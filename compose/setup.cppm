@@ -35,11 +35,11 @@ T value_or_fail(Result<T> r) {
 // window is never replayed.
 Trace make_stream(const TenantConfig& t, std::uint64_t seed, double window_s = -1);
 std::shared_ptr<AcceleratorSet> make_cluster(const ExperimentConfig& cfg);
-// The scheduler's view of the config's model.
-llama::Shape model_shape(const ModelConfig& m);
-// Every accelerator holds the model's full weights (any policy may put any
-// layer group anywhere): refuses a cluster they do not fit, naming the
-// accelerator.
+// The config's model, built (make_model), or fail() with its message.
+std::shared_ptr<const DenseDecoder> build_model(const ModelConfig& m);
+// Every accelerator holds the full weights of each model resident on it
+// (residency(); any policy may put any of their operators there): refuses
+// a cluster they do not fit, naming the accelerator.
 void check_weights_fit(const ExperimentConfig& cfg);
 // The tenant of that name (the config reader checked that policies name
 // only known tenants).

@@ -342,6 +342,9 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file) {
       a.fail(a.node("device"), "device",
              "expected \"cpu\", \"cpu:N\", \"cuda:N\"" +
                  std::string(a.has("count") ? " or \"cpu:*\" / \"cuda:*\"" : "") + ", got \"" + device + "\"");
+    // The models whose weights this group holds (checked once [[models]] is read).
+    const std::vector<std::string> held = strings(a, "models", false);
+    const std::string held_where = a.where(a.node("models"), "models");
     if (a.has("count")) {
       const std::string prefix = a.str("name_prefix", &none);
       const std::int64_t count = a.integer("count", 1, 1, kMaxAccelerators, true);
@@ -354,7 +357,8 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file) {
       for (std::int64_t i = 0; i < count; ++i) {
         std::string d = device;
         if (auto star = d.find('*'); star != std::string::npos) d.replace(star, 1, std::to_string(i));
-        cfg.accelerators.push_back({(prefix.empty() ? type : prefix) + std::to_string(first + i), type, hbm, d});
+        cfg.accelerators.push_back(
+            {(prefix.empty() ? type : prefix) + std::to_string(first + i), type, hbm, d, held, held_where});
       }
     } else {
       const std::string name = a.str("name");
@@ -362,7 +366,7 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file) {
         a.fail(a.node("name"), "name",
                "the cluster would have " + std::to_string(cfg.accelerators.size() + 1) + " accelerators; at most " +
                    std::to_string(kMaxAccelerators) + " are supported");
-      cfg.accelerators.push_back({name, type, hbm, device});
+      cfg.accelerators.push_back({name, type, hbm, device, held, held_where});
     }
     a.finish();
   }
@@ -421,6 +425,67 @@ StreamConfig read_stream(Table& s, NamedFiles& files, double window_s) {
   return st;
 }
 
+// One model's table: [model] (`name` picks the built-in preset) or one of
+// [[models]] (`name` is free; `preset` or `hf_config` gives the shapes).
+ModelConfig read_model(Table& m, NamedFiles& files, const std::string& file, bool listed) {
+  ModelConfig mc;
+  mc.where = file + ":" + std::to_string(m.raw().source().begin.line) + ": " + m.path();
+  const std::string def = "llama3-8b";
+  mc.name = listed ? m.str("name") : m.str("name", &def);
+  if (listed && m.has("hf_config")) {
+    for (const char* key : {"preset", "layers", "vocab", "hidden", "heads", "kv_heads", "head_dim", "mlp", "dtype",
+                            "rope_theta", "tied_embeddings", "qkv_bias", "context_window"})
+      if (m.has(key)) m.fail(m.node(key), key, "hf_config gives the model's shapes; leave this key out");
+    mc.hf_config = files.add(m, "hf_config");
+  } else {
+    mc.preset = listed ? m.str("preset", &def) : mc.name;
+    if (mc.preset == "llama-tiny") {
+      mc.vocab = 512, mc.hidden = 64, mc.heads = 4, mc.kv_heads = 2, mc.mlp = 128, mc.layers = 4, mc.groups = 2;
+      mc.dtype = "float32";
+      mc.context_window = 1 << 20;
+    } else if (mc.preset != "llama3-8b") {
+      const std::string key = listed ? "preset" : "name";
+      m.fail(m.node(key), key,
+             "expected \"llama3-8b\" or \"llama-tiny\"" +
+                 std::string(listed ? " (or give hf_config, a Hugging Face config.json)" : "") + ", got \"" +
+                 mc.preset + "\"");
+    }
+    mc.layers = static_cast<int>(m.integer("layers", mc.layers, 1, 1024));
+  }
+  mc.groups = static_cast<int>(m.integer("groups", mc.groups, 1, 1024));
+  if (mc.hf_config.empty()) {
+    if (mc.layers % mc.groups != 0)
+      m.fail(m.node("groups"), "groups", "expected a divisor of layers (" + std::to_string(mc.layers) + ")");
+    mc.vocab = m.integer("vocab", mc.vocab, 2, 1 << 24);
+    mc.hidden = m.integer("hidden", mc.hidden, 2, 1 << 20);
+    mc.heads = m.integer("heads", mc.heads, 1, 4096);
+    mc.head_dim = m.integer("head_dim", 0, 0, 1 << 16);
+    if (mc.head_dim == 0 && (mc.hidden % mc.heads != 0 || (mc.hidden / mc.heads) % 2 != 0))
+      m.fail(m.node("heads"), "heads",
+             "expected a divisor of hidden (" + std::to_string(mc.hidden) + ") leaving an even head dimension");
+    if (mc.head_dim % 2 != 0) m.fail(m.node("head_dim"), "head_dim", "expected an even number (RoPE rotates pairs)");
+    mc.kv_heads = m.integer("kv_heads", mc.kv_heads, 1, 4096);
+    if (mc.heads % mc.kv_heads != 0)
+      m.fail(m.node("kv_heads"), "kv_heads", "expected a divisor of heads (" + std::to_string(mc.heads) + ")");
+    mc.mlp = m.integer("mlp", mc.mlp, 1, 1 << 22);
+    mc.dtype = m.str("dtype", &mc.dtype);
+    if (mc.dtype != "bfloat16" && mc.dtype != "float16" && mc.dtype != "float32")
+      m.fail(m.node("dtype"), "dtype", "expected \"bfloat16\", \"float16\" or \"float32\", got \"" + mc.dtype + "\"");
+    mc.rope_theta = m.num("rope_theta", mc.rope_theta, 1e-6, 1e12);
+    mc.tied_embeddings = m.boolean("tied_embeddings", false);
+    mc.qkv_bias = m.boolean("qkv_bias", false);
+    mc.context_window = m.integer("context_window", mc.context_window, 1, INT64_MAX / 4);
+  }
+  static const std::string kRefuse = "refuse";
+  const std::string overflow = m.str("on_overflow", &kRefuse);
+  if (overflow != "refuse" && overflow != "truncate")
+    m.fail(m.node("on_overflow"), "on_overflow", "expected \"refuse\" or \"truncate\", got \"" + overflow + "\"");
+  mc.truncate_overflow = overflow == "truncate";
+  mc.weights_seed = static_cast<std::uint64_t>(m.integer("weights_seed", 0, 0, INT64_MAX));
+  m.finish();
+  return mc;
+}
+
 ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFiles& files) {
   ExperimentConfig cfg;
   cfg.path = file;
@@ -431,38 +496,20 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
   cfg.duration_s = root.positive_or("duration_s", -1, 1e9, -1, "to run until done");
   read_cluster(root, cfg, file);
 
+  // One model ([model]) or several ([[models]], each named).
+  if (root.has("model") && root.has("models"))
+    root.fail(root.node("models"), "models", "give either [model] (one model) or [[models]] tables, not both");
   if (const toml::table* mt = root.table("model", false)) {
     Table m(*mt, "model", file);
-    const std::string def = "llama3-8b";
-    cfg.model.name = m.str("name", &def);
-    ModelConfig& mc = cfg.model;
-    if (mc.name == "llama-tiny") {
-      mc.vocab = 512, mc.hidden = 64, mc.heads = 4, mc.kv_heads = 2, mc.mlp = 128, mc.layers = 4, mc.groups = 2;
-      mc.dtype = "float32";
-    } else if (mc.name != "llama3-8b") {
-      m.fail(m.node("name"), "name", "expected \"llama3-8b\" or \"llama-tiny\", got \"" + mc.name + "\"");
-    }
-    mc.layers = static_cast<int>(m.integer("layers", mc.layers, 1, 1024));
-    mc.groups = static_cast<int>(m.integer("groups", mc.groups, 1, 1024));
-    if (mc.layers % mc.groups != 0)
-      m.fail(m.node("groups"), "groups", "expected a divisor of layers (" + std::to_string(mc.layers) + ")");
-    mc.vocab = m.integer("vocab", mc.vocab, 2, 1 << 24);
-    mc.hidden = m.integer("hidden", mc.hidden, 2, 1 << 20);
-    mc.heads = m.integer("heads", mc.heads, 1, 4096);
-    if (mc.hidden % mc.heads != 0 || (mc.hidden / mc.heads) % 2 != 0)
-      m.fail(m.node("heads"), "heads",
-             "expected a divisor of hidden (" + std::to_string(mc.hidden) + ") leaving an even head dimension");
-    mc.kv_heads = m.integer("kv_heads", mc.kv_heads, 1, 4096);
-    if (mc.heads % mc.kv_heads != 0)
-      m.fail(m.node("kv_heads"), "kv_heads", "expected a divisor of heads (" + std::to_string(mc.heads) + ")");
-    mc.mlp = m.integer("mlp", mc.mlp, 1, 1 << 22);
-    mc.dtype = m.str("dtype", &mc.dtype);
-    if (mc.dtype != "bfloat16" && mc.dtype != "float16" && mc.dtype != "float32")
-      m.fail(m.node("dtype"), "dtype", "expected \"bfloat16\", \"float16\" or \"float32\", got \"" + mc.dtype + "\"");
-    mc.rope_theta = m.num("rope_theta", mc.rope_theta, 1e-6, 1e12);
-    mc.weights_seed = static_cast<std::uint64_t>(m.integer("weights_seed", 0, 0, INT64_MAX));
-    m.finish();
+    cfg.models.push_back(read_model(m, files, file, false));
   }
+  for (Table& m : tables_of(root, "models", false, file)) {
+    ModelConfig mc = read_model(m, files, file, true);
+    for (const auto& other : cfg.models)
+      if (other.name == mc.name) m.fail(m.node("name"), "name", "duplicate model name '" + mc.name + "'");
+    cfg.models.push_back(std::move(mc));
+  }
+  if (cfg.models.empty()) cfg.models.emplace_back();
 
   if (const toml::table* lt = root.table("live", false)) {
     Table l(*lt, "live", file);
@@ -501,6 +548,9 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
     tc.kv_budget_tokens = t.integer("kv_budget_tokens", 65536, 1, INT64_MAX / 2);
     tc.lanes = static_cast<int>(t.integer("lanes", 1, 1, 1024));
     tc.instances = static_cast<int>(t.integer("instances", 1, 1, 1024));
+    static const std::string kNone;
+    tc.model = t.str("model", &kNone);
+    tc.model_where = t.where(t.node("model") ? t.node("model") : nullptr, "model");
     const toml::table* st = t.table("stream", true);
     Table s(*st, t.qualified("stream"), file);
     tc.stream = read_stream(s, files, cfg.duration_s);
@@ -758,6 +808,7 @@ Result<ExperimentConfig> load_config(const std::string& path, const std::vector<
     ExperimentConfig cfg = read(doc, path, files);
     if (Status s = validate(cfg); !s.ok()) return s;
     files.check();
+    if (Status s = validate_models(cfg); !s.ok()) return s;
     return cfg;
   } catch (const ConfigError& e) {
     return InvalidArgument(e.what());

@@ -4,6 +4,7 @@
 // reference for every key.
 module;
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@ module;
 export module slicesched.config;
 export import slicesched.core;
 export import slicesched.workload.trace;
+export import slicesched.models.dense;
 
 export namespace slicesched {
 
@@ -25,6 +27,11 @@ struct AcceleratorConfig {
   std::string name, type;
   std::int64_t hbm_bytes = 0;
   std::string device;  // live mode: "cpu", "cpu:N" (a virtual accelerator), "cuda:N"; "" when not given
+  // The models whose weights it holds ([[models]] names); empty: the
+  // default (every model that fits, in config order). `models_where` is
+  // "file:line: key" for errors.
+  std::vector<std::string> models;
+  std::string models_where;
 };
 
 struct LinkConfig {
@@ -52,6 +59,8 @@ struct TenantConfig {
   // offered load does not grow with the instance count.
   int instances = 1;
   StreamConfig stream;
+  std::string model;        // [[models]] name; "" = the only model
+  std::string model_where;  // "file:line: tenants[i].model" (or the tenant's table) for errors
 };
 
 // A plugin by name plus its arguments (every other key of its table).
@@ -75,15 +84,24 @@ struct PolicyConfig {
   bool scoped_what_if = true;  // scheduler.what_if_scope: "component" (true) or "cluster"
 };
 
-// A Llama model: "llama3-8b" (Llama-3-8B shapes) or "llama-tiny" (small
-// enough for CPU tests); every size may be overridden.
+// A dense-decoder model ([model], or one [[models]] table): its shapes
+// from a Hugging Face config.json (`hf_config`), or a built-in preset
+// ("llama3-8b": Llama-3-8B shapes, "llama-tiny": small enough for CPU
+// tests) with every size overridable. config/models.cpp builds it.
 struct ModelConfig {
   std::string name = "llama3-8b";
+  std::string preset = "llama3-8b";  // the built-in the sizes start from (no hf_config)
+  std::string hf_config;             // resolved path of a config.json, or ""
   int layers = 32, groups = 4;
   std::int64_t vocab = 128256, hidden = 4096, heads = 32, kv_heads = 8, mlp = 14336;
+  std::int64_t head_dim = 0;       // 0: hidden / heads
   std::string dtype = "bfloat16";  // "bfloat16" | "float16" | "float32"
   double rope_theta = 500000.0;
-  std::uint64_t weights_seed = 0;  // live mode: weights are random from this seed
+  bool tied_embeddings = false, qkv_bias = false;
+  std::int64_t context_window = 8192;  // tokens (prompt + output) one request may hold
+  bool truncate_overflow = false;      // on_overflow = "truncate": cut longer requests (counted), else refuse
+  std::uint64_t weights_seed = 0;      // live mode: weights are random from this seed
+  std::string where;                   // "file:line: models[i]" (or "file:line: model") for errors
 };
 
 // Live mode (`slicesched serve`).
@@ -119,7 +137,7 @@ struct ExperimentConfig {
   std::vector<LinkClassConfig> link_classes;
   std::vector<AcceleratorConfig> accelerators;
   std::vector<LinkConfig> links;
-  ModelConfig model;
+  std::vector<ModelConfig> models;  // [model] or [[models]]; at least one (default: llama3-8b)
   LiveConfig live;
   GroundTruthConfig ground_truth;
   std::vector<TenantConfig> tenants;
@@ -128,6 +146,25 @@ struct ExperimentConfig {
   std::vector<std::string> plugin_paths;  // resolved
   std::string estimator_prior;            // a calibration profile used as estimator prior (resolved), or empty
 };
+
+// The model tenant `t` runs (load_config checked that it exists).
+const ModelConfig& model_of(const ExperimentConfig& cfg, const TenantConfig& t);
+// The model of that [[models]] name, or null.
+const ModelConfig* find_model(const ExperimentConfig& cfg, const std::string& name);
+// The model, built (from its config.json when it names one). Fails with one
+// line naming the config key.
+Result<std::shared_ptr<const DenseDecoder>> make_model(const ModelConfig& m);
+// Per accelerator (config order): the indices into cfg.models of the models
+// whose weights it holds. Its own `models` list, or by default every model
+// (one model: every accelerator holds it, check_weights_fit says when it
+// does not fit; several: those that fit, in config order).
+std::vector<std::vector<std::size_t>> residency(const ExperimentConfig& cfg);
+// The model cross-checks load_config makes (config/models.cpp): every
+// tenant names a model (or there is only one), every listed model exists
+// and fits where it is listed, every model is resident somewhere and every
+// tenant's model with it, synthetic streams fit their model's context
+// window unless it truncates.
+Status validate_models(const ExperimentConfig& cfg);
 
 // How many instances `policy` runs of tenant `t`.
 inline int instances_of(const PolicyConfig& policy, const TenantConfig& t) {

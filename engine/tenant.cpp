@@ -2,6 +2,7 @@ module;
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,8 +15,12 @@ namespace {
 Nanos to_ns(double s) { return static_cast<Nanos>(s * 1e9 + 0.5); }
 }  // namespace
 
-Tenant::Tenant(std::uint32_t id, TenantSpec spec, TemplateId tmpl)
-    : id_(id), spec_(std::move(spec)), tmpl_(tmpl), lanes_(static_cast<std::size_t>(std::max(1, spec_.lanes))) {
+Tenant::Tenant(std::uint32_t id, TenantSpec spec, TemplateId tmpl, std::shared_ptr<const Model> model)
+    : id_(id),
+      spec_(std::move(spec)),
+      tmpl_(tmpl),
+      model_(std::move(model)),
+      lanes_(static_cast<std::size_t>(std::max(1, spec_.lanes))) {
   records_.reserve(spec_.requests.requests.size());
   redo_.assign(spec_.requests.requests.size(), 0);
   for (const Request& r : spec_.requests.requests)
@@ -109,10 +114,12 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   spec.tmpl = tmpl_;
   spec.priority = spec_.priority;
   spec.tenant = id_;
-  spec.dims = {{"tokens", tokens},
-               {"sequences", static_cast<std::int64_t>(lane.running.size())},
-               {"context", context},
-               {"kv_prev", lane.kv_tokens}};
+  const IterationDims dims{tokens, static_cast<std::int64_t>(lane.running.size()), context, lane.kv_tokens};
+  if (model_)
+    spec.dims = model_->bind(dims);
+  else
+    spec.dims = {
+        {"tokens", dims.tokens}, {"sequences", dims.sequences}, {"context", dims.context}, {"kv_prev", dims.kv_prev}};
   for (OpId op : lane.kv_ops) {
     // Each retaining op attaches through the port its template op reads.
     const auto& top = tmpl.ops()[gmg.op(op).tmpl_op];
@@ -124,7 +131,7 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   lane.kv_ops.clear();
   for (OpId op : inst->ops)
     if (gmg.op(op).retained_bytes > 0) lane.kv_ops.push_back(op);
-  lane.head = inst->ops.back();  // topological order: the head is last
+  lane.head = model_ ? inst->ops[model_->sampler()] : inst->ops.back();  // (without a model: the last op samples)
   if (iteration_events_)
     for (const Seq& q : lane.running) event(RequestEvent::Kind::kIteration, q.request, gmg.now(), inst->id);
   if (prompts_) {

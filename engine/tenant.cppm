@@ -13,6 +13,7 @@ module;
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -21,6 +22,7 @@ module;
 export module slicesched.engine.tenant;
 export import slicesched.core;
 export import slicesched.workload.trace;
+export import slicesched.models.model;
 
 export namespace slicesched {
 
@@ -70,10 +72,15 @@ using PromptFn = std::function<std::vector<std::int64_t>(std::uint64_t request, 
 // Not thread-safe; driven by the engine thread.
 class Tenant {
  public:
-  Tenant(std::uint32_t id, TenantSpec spec, TemplateId tmpl);
+  // `model` (the model behind `tmpl`; shared, must outlive the tenant)
+  // binds each iteration's dims and says which operator samples; without
+  // one, the template's dims are tokens / sequences / context / kv_prev and
+  // its last operator samples.
+  Tenant(std::uint32_t id, TenantSpec spec, TemplateId tmpl, std::shared_ptr<const Model> model = nullptr);
 
   const TenantSpec& spec() const { return spec_; }
   std::uint32_t id() const { return id_; }
+  TemplateId tmpl() const { return tmpl_; }
   // Arrival time of the next request not yet delivered, or -1.
   Nanos next_arrival() const;
   // Queues every request that has arrived by `t`.
@@ -134,6 +141,7 @@ class Tenant {
   std::uint32_t id_;
   TenantSpec spec_;
   TemplateId tmpl_;
+  std::shared_ptr<const Model> model_;
   std::size_t next_request_ = 0;
   std::deque<std::size_t> waiting_;
   std::vector<Lane> lanes_;

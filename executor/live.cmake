@@ -19,6 +19,6 @@ if(SLICESCHED_HAVE_TORCH)
   target_sources(slicesched_executor_llama
     PUBLIC FILE_SET CXX_MODULES FILES llama_runner.cppm
     PRIVATE llama_runner.cpp)
-  target_link_libraries(slicesched_executor_llama PUBLIC slicesched_executor slicesched_torch)
+  target_link_libraries(slicesched_executor_llama PUBLIC slicesched_executor slicesched_torch slicesched_models)
   target_compile_options(slicesched_executor_llama PRIVATE -Wall -Wextra)
 endif()

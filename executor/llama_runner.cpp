@@ -22,14 +22,48 @@ namespace {
 struct Prepared {
   enum class Kind { kEmbed, kLayers, kHead } kind = Kind::kEmbed;
   int group = 0;
+  rt::LlamaModel* runtime = nullptr;
   std::shared_ptr<const rt::StepPlan> plan;
   std::string name;  // for messages
 };
 
 }  // namespace
 
+Result<rt::LlamaConfig> runtime_config(const DenseDecoder& model, std::uint64_t seed) {
+  const DenseDecoderConfig& m = model.config();
+  std::string missing;
+  if (m.tied_embeddings) missing = "tied embeddings";
+  if (m.qkv_bias) missing += (missing.empty() ? "" : ", ") + std::string("q/k/v biases");
+  if (m.head_dim * m.heads != m.hidden)
+    missing += (missing.empty() ? "" : ", ") + std::string("head_dim != hidden/heads");
+  if (!missing.empty())
+    return InvalidArgument("model '" + m.name + "': live mode's LibTorch runtime does not implement " + missing +
+                           " (simulate supports them)");
+  rt::LlamaConfig c;
+  c.name = m.name;
+  c.vocab = m.vocab, c.hidden = m.hidden, c.layers = m.layers, c.heads = m.heads, c.kv_heads = m.kv_heads;
+  c.mlp = m.mlp, c.groups = m.groups;
+  c.rope_theta = m.rope_theta, c.norm_eps = m.norm_eps;
+  c.dtype = m.dtype == DType::kF32 ? "float32" : m.dtype == DType::kF16 ? "float16" : "bfloat16";
+  c.seed = seed;
+  return c;
+}
+
 LlamaRunner::LlamaRunner(rt::LlamaModel& model, std::vector<std::string> devices, Transport transport)
-    : model_(model), devices_(std::move(devices)), transport_(transport) {
+    : by_name_(true), devices_(std::move(devices)), transport_(transport) {
+  ServedModel m;
+  m.runtime = &model;
+  for (AccelId a = 0; a < devices_.size(); ++a) m.accels.push_back(a);
+  models_.push_back(std::move(m));
+  init_devices();
+}
+
+LlamaRunner::LlamaRunner(std::vector<ServedModel> models, std::vector<std::string> devices, Transport transport)
+    : models_(std::move(models)), devices_(std::move(devices)), transport_(transport) {
+  init_devices();
+}
+
+void LlamaRunner::init_devices() {
   for (const std::string& d : devices_) ordinal_.push_back(rt::cuda_ordinal(d));
   op_timer_.resize(devices_.size());
   copy_timer_.resize(devices_.size());
@@ -64,6 +98,13 @@ Result<std::string> LlamaRunner::start_devices() {
   return account;
 }
 
+const ServedModel* LlamaRunner::served(TemplateId tmpl) const {
+  if (by_name_) return &models_.front();
+  for (const ServedModel& m : models_)
+    if (m.tmpl == tmpl) return &m;
+  return nullptr;
+}
+
 Payload LlamaRunner::wrap(const rt::Value& v) {
   if (v.empty()) return {};
   return Payload{std::make_shared<const rt::Value>(v), v.bytes()};
@@ -72,14 +113,17 @@ Payload LlamaRunner::wrap(const rt::Value& v) {
 const rt::Value& LlamaRunner::unwrap(const Payload& p) { return *static_cast<const rt::Value*>(p.value.get()); }
 
 Result<std::vector<std::int64_t>> LlamaRunner::load_weights() {
-  std::vector<std::string> ops{"embed", "head"};
-  for (int g = 0; g < model_.config().groups; ++g) ops.push_back("layers" + std::to_string(g));
   std::vector<std::int64_t> bytes(devices_.size(), 0);
-  for (std::size_t a = 0; a < devices_.size(); ++a) {
-    try {
-      for (const auto& op : ops) bytes[a] += model_.load(op, devices_[a]);
-    } catch (const std::exception& e) {
-      return FailedPrecondition("loading " + model_.config().name + " onto device '" + devices_[a] + "': " + e.what());
+  for (const ServedModel& m : models_) {
+    std::vector<std::string> ops{"embed", "head"};
+    for (int g = 0; g < m.runtime->config().groups; ++g) ops.push_back("layers" + std::to_string(g));
+    for (AccelId a : m.accels) {
+      try {
+        for (const auto& op : ops) bytes[a] += m.runtime->load(op, devices_[a]);
+      } catch (const std::exception& e) {
+        return FailedPrecondition("loading " + m.runtime->config().name + " onto device '" + devices_[a] +
+                                  "': " + e.what());
+      }
     }
   }
   return bytes;
@@ -99,7 +143,16 @@ Result<std::shared_ptr<const void>> LlamaRunner::prepare(const Gmg& gmg, OpId op
   const std::string& name = gmg.templates().get(r.tmpl).ops()[r.tmpl_op].name;
   auto p = std::make_shared<Prepared>();
   p->name = gmg.op_name(op);
-  if (name == "embed") {
+  const ServedModel* m = served(r.tmpl);
+  if (!m) return InvalidArgument("llama runner: no model serves " + p->name);
+  p->runtime = m->runtime;
+  if (m->model) {
+    const ModelOp& mo = m->model->ops()[r.tmpl_op];
+    p->kind = mo.role == OpRole::kEmbed  ? Prepared::Kind::kEmbed
+              : mo.role == OpRole::kHead ? Prepared::Kind::kHead
+                                         : Prepared::Kind::kLayers;
+    p->group = mo.group;
+  } else if (name == "embed") {
     p->kind = Prepared::Kind::kEmbed;
   } else if (name == "head") {
     p->kind = Prepared::Kind::kHead;
@@ -134,7 +187,7 @@ Result<OpResult> LlamaRunner::run(AccelId accel, const void* prepared, std::span
   OpResult out;
   switch (p.kind) {
     case Prepared::Kind::kEmbed:
-      out.output = wrap(model_.embed(*p.plan, device));
+      out.output = wrap(p.runtime->embed(*p.plan, device));
       break;
     case Prepared::Kind::kLayers: {
       // Inputs: the hidden state, and (after the first iteration) the KV
@@ -148,13 +201,13 @@ Result<OpResult> LlamaRunner::run(AccelId accel, const void* prepared, std::span
       }
       if (!hidden) return InvalidArgument("llama runner: " + p.name + " has no hidden-state input");
       rt::Value kv_out;
-      out.output = wrap(model_.layers(p.group, *hidden, kv ? *kv : kNone, *p.plan, device, kv_out));
+      out.output = wrap(p.runtime->layers(p.group, *hidden, kv ? *kv : kNone, *p.plan, device, kv_out));
       out.retained = wrap(kv_out);
       break;
     }
     case Prepared::Kind::kHead: {
       if (inputs.empty()) return InvalidArgument("llama runner: " + p.name + " has no input");
-      out.tokens = model_.head(unwrap(inputs[0]), *p.plan, device);
+      out.tokens = p.runtime->head(unwrap(inputs[0]), *p.plan, device);
       break;
     }
   }

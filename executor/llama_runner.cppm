@@ -22,6 +22,7 @@ module;
 
 export module slicesched.executor.llama;
 export import slicesched.executor.runner;
+export import slicesched.models.dense;
 
 export namespace slicesched {
 
@@ -36,12 +37,32 @@ struct LlamaDims {
 // How values move between two CUDA accelerators.
 enum class Transport { kNccl, kCopy };
 
+// The runtime's config of a dense decoder, its weights random from `seed`.
+// Fails (one line) on what the LibTorch runtime does not implement: tied
+// embeddings, q/k/v biases, a head dimension other than hidden / heads.
+Result<rt::LlamaConfig> runtime_config(const DenseDecoder& model, std::uint64_t seed);
+
+// One model the runner serves: the operators of template `tmpl` run on
+// `runtime` (which must outlive the runner), mapped through the model
+// contract `model` (its ModelOp roles: embed, a layer group, the head), and
+// its weights are loaded on `accels`.
+struct ServedModel {
+  TemplateId tmpl = 0;
+  rt::LlamaModel* runtime = nullptr;
+  std::shared_ptr<const Model> model;
+  std::vector<AccelId> accels;
+};
+
 class LlamaRunner final : public OpRunner {
  public:
   // `devices[a]`: accelerator a's device ("cpu:0", "cuda:1", ...), each
-  // valid on this machine (rt::cuda_ordinal must accept it). The model must
-  // outlive the runner.
+  // valid on this machine (rt::cuda_ordinal must accept it). One model for
+  // every template, on every accelerator, its operators found by their
+  // names (embed, layers<g>, head). The model must outlive the runner.
   LlamaRunner(rt::LlamaModel& model, std::vector<std::string> devices, Transport transport = Transport::kNccl);
+  // Several models, each on its accelerators.
+  LlamaRunner(std::vector<ServedModel> models, std::vector<std::string> devices,
+              Transport transport = Transport::kNccl);
   ~LlamaRunner() override;
 
   // CUDA start-up, before any work (nothing to do without CUDA devices):
@@ -51,8 +72,8 @@ class LlamaRunner final : public OpRunner {
   // ("2 GPU(s), peer access 2 pair(s), NCCL 4 communicator(s)").
   Result<std::string> start_devices();
 
-  // Makes every operator's weights resident on every accelerator; returns
-  // the bytes per accelerator. Fails naming the device.
+  // Makes every served model's weights resident on its accelerators;
+  // returns the bytes per accelerator. Fails naming the model and device.
   Result<std::vector<std::int64_t>> load_weights();
 
   Result<std::shared_ptr<const void>> prepare(const Gmg& gmg, OpId op) override;
@@ -65,7 +86,10 @@ class LlamaRunner final : public OpRunner {
   static const rt::Value& unwrap(const Payload& p);
 
  private:
-  rt::LlamaModel& model_;
+  const ServedModel* served(TemplateId tmpl) const;
+  void init_devices();  // the constructors' CUDA bookkeeping (ordinal_, timers' slots)
+  std::vector<ServedModel> models_;
+  bool by_name_ = false;  // the one-model constructor: every template, ops by name
   std::vector<std::string> devices_;
   Transport transport_;
   std::vector<int> ordinal_;  // per accelerator: its CUDA device, or -1 on a CPU device

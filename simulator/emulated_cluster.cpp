@@ -32,6 +32,33 @@ ProfileGroundTruth::ProfileGroundTruth(LayerProfile layers, TransferProfile tran
 Result<double> ProfileGroundTruth::op_seconds(const Gmg& gmg, OpId op) {
   const OpRecord& r = gmg.op(op);
   const GraphTemplate& t = gmg.templates().get(r.tmpl);
+  if (const Model* model = models_.of(r.tmpl)) {
+    const IterationDims d = model->dims_of(t, gmg.dims(op));
+    const ModelOp& m = model->ops()[r.tmpl_op];
+    double s = 0;
+    switch (m.role) {
+      case OpRole::kEmbed:
+        s = layers_.embed_seconds(std::max<std::int64_t>(1, d.tokens));
+        break;
+      case OpRole::kHead:
+        s = layers_.head_seconds(std::max<std::int64_t>(1, d.sequences));
+        break;
+      case OpRole::kLayers: {
+        // The table's layer (measured with an empty cache) plus reading this
+        // model's K and V of the attended tokens once per layer, as
+        // LayerProfile::kv_read_seconds does for the profiled shape.
+        const DenseShape shape = model->shape();
+        const std::int64_t per_rank = (shape.kv_heads + layers_.tp_size() - 1) / layers_.tp_size();
+        const double kv_per_token =
+            2.0 * static_cast<double>(per_rank * shape.head_dim * shape.elem_bytes) / layers_.options().hbm_bytes_per_s;
+        const double layer = layers_.layer_seconds(std::max<std::int64_t>(1, d.tokens), 0) +
+                             kv_per_token * static_cast<double>(std::max<std::int64_t>(d.context, 0));
+        s = m.layers * layer;
+        break;
+      }
+    }
+    return op_noise_.sample(s);
+  }
   auto dims = gmg.dims(op);
   const int tokens = t.dims().find("tokens"), context = t.dims().find("context");
   const int sequences = t.dims().find("sequences");

@@ -20,6 +20,7 @@ export import slicesched.core;
 export import slicesched.core.calibration;
 export import slicesched.core.plugin;
 export import slicesched.simulator.profile;
+export import slicesched.models.model;
 import slicesched.simulator.events;
 
 export namespace slicesched {
@@ -34,20 +35,26 @@ class GroundTruth {
   virtual double transfer_seconds(AccelId from, AccelId to, std::int64_t bytes) = 0;
 };
 
-// Ground truth from measured profiles: layer-group operators by template op
-// name (embed, layers<g>, head) and dims `tokens` / `context` from the
-// LLMServingSim table (the head at `sequences` positions, when the template
-// has that dim: it computes logits for each sequence's last token only),
+// Ground truth from measured profiles: operators by their role in their
+// model (ModelSet: an embedding, a group of n decoder layers, a head) and
+// the iteration's dims from the LLMServingSim table (the head at
+// `sequences` positions: it computes logits for each sequence's last token
+// only; attention over the cache reads the model's own K and V per layer),
 // transfers from the Vidur send/recv table, each scaled by seeded
-// multiplicative noise. See docs/ground-truth.md.
+// multiplicative noise. A template no model registered is costed by its op
+// names (embed, layers<g>, head) and the profile's own shape. See
+// docs/ground-truth.md.
 class ProfileGroundTruth final : public GroundTruth {
  public:
   ProfileGroundTruth(LayerProfile layers, TransferProfile transfers, std::uint64_t seed, double op_cv = 0.006,
                      double transfer_cv = 0.0163);
+  // The models behind the GMG's templates.
+  void set_models(ModelSet models) { models_ = std::move(models); }
   Result<double> op_seconds(const Gmg& gmg, OpId op) override;
   double transfer_seconds(AccelId from, AccelId to, std::int64_t bytes) override;
 
  private:
+  ModelSet models_;
   LayerProfile layers_;
   TransferProfile transfers_;
   NoisyClock op_noise_, transfer_noise_;

@@ -102,7 +102,7 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
   CHECK(
       load_error(replace(base(), "[ground_truth]", "[ground_truht]")) ==
       ":5: ground_truht: unknown key (known here: cluster, duration_s, estimators, faults, ground_truth, live, model, "
-      "name, plugins, policies, seed, tenants)");
+      "models, name, plugins, policies, seed, tenants)");
   CHECK(load_error(replace(base(), "tenants = [\"on\"]", "tenants = [\"off\"]")) ==
         ":13: policies[0].tenants: no tenant named 'off'");
   CHECK(load_error(replace(base(), "constant_rate = 1.0,", "constant_rate = 1.0, poisson_rate = 2.0,")) ==
@@ -202,9 +202,9 @@ TEST_CASE("live keys: devices, the model and [live]", "[config]") {
   if (!cfg.ok()) FAIL(cfg.status().message());
   CHECK(cfg->accelerators[0].device == "cpu:0");
   CHECK(cfg->accelerators[1].device == "cpu:1");
-  CHECK(cfg->model.vocab == 512);
-  CHECK(cfg->model.hidden == 128);
-  CHECK(cfg->model.dtype == "float32");
+  CHECK(cfg->models.front().vocab == 512);
+  CHECK(cfg->models.front().hidden == 128);
+  CHECK(cfg->models.front().dtype == "float32");
   CHECK(cfg->live.threads == 2);
   CHECK(cfg->live.time_scale == 10);
   CHECK_FALSE(cfg->ground_truth.present);

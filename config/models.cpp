@@ -1,0 +1,166 @@
+// The models of a config: building them ([model] / [[models]] tables, a
+// Hugging Face config.json), where their weights are resident, and the
+// cross-checks between models, the cluster and the tenants.
+module;
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+module slicesched.config;
+
+namespace slicesched {
+
+namespace {
+
+std::string gib(std::int64_t b) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.2f GiB", static_cast<double>(b) / 1073741824.0);
+  return s;
+}
+
+std::string names(const ExperimentConfig& cfg) {
+  std::string out;
+  for (const auto& m : cfg.models) out += (out.empty() ? "" : ", ") + m.name;
+  return out;
+}
+
+DType dtype_of(const std::string& d) {
+  return d == "float32" ? DType::kF32 : d == "float16" ? DType::kF16 : DType::kBF16;
+}
+
+}  // namespace
+
+const ModelConfig* find_model(const ExperimentConfig& cfg, const std::string& name) {
+  for (const auto& m : cfg.models)
+    if (m.name == name) return &m;
+  return nullptr;
+}
+
+const ModelConfig& model_of(const ExperimentConfig& cfg, const TenantConfig& t) {
+  if (t.model.empty()) return cfg.models.front();
+  const ModelConfig* m = find_model(cfg, t.model);
+  return m ? *m : cfg.models.front();
+}
+
+Result<std::shared_ptr<const DenseDecoder>> make_model(const ModelConfig& m) {
+  DenseDecoderConfig c;
+  if (!m.hf_config.empty()) {
+    auto read = read_hf_config(m.hf_config, m.name, m.groups);
+    if (!read.ok()) return Status(read.status().code(), m.where + ".hf_config: " + read.status().message());
+    c = std::move(read).value();
+  } else {
+    c = m.preset == "llama-tiny" ? llama_tiny() : llama3_8b();
+    c.name = m.name;
+    c.hidden = m.hidden, c.layers = m.layers, c.heads = m.heads, c.kv_heads = m.kv_heads, c.mlp = m.mlp;
+    c.vocab = m.vocab, c.groups = m.groups;
+    c.head_dim = m.head_dim > 0 ? m.head_dim : m.hidden / m.heads;
+    c.dtype = dtype_of(m.dtype);
+    c.rope_theta = m.rope_theta;
+    c.tied_embeddings = m.tied_embeddings, c.qkv_bias = m.qkv_bias;
+    c.context_window = m.context_window;
+  }
+  auto made = DenseDecoder::make(std::move(c));
+  if (!made.ok()) return Status(made.status().code(), m.where + ": " + made.status().message());
+  return made;
+}
+
+std::vector<std::vector<std::size_t>> residency(const ExperimentConfig& cfg) {
+  std::vector<std::int64_t> weights;
+  for (const auto& m : cfg.models) {
+    auto made = make_model(m);
+    weights.push_back(made.ok() ? made.value()->weight_bytes() : 0);
+  }
+  std::vector<std::vector<std::size_t>> out;
+  for (const auto& a : cfg.accelerators) {
+    std::vector<std::size_t> held;
+    if (!a.models.empty()) {
+      for (const auto& name : a.models)
+        for (std::size_t i = 0; i < cfg.models.size(); ++i)
+          if (cfg.models[i].name == name) held.push_back(i);
+    } else if (cfg.models.size() == 1) {
+      held.push_back(0);
+    } else {
+      // Every model that fits beside those before it, in config order.
+      std::int64_t used = 0;
+      for (std::size_t i = 0; i < cfg.models.size(); ++i)
+        if (used + weights[i] < a.hbm_bytes) {
+          used += weights[i];
+          held.push_back(i);
+        }
+    }
+    out.push_back(std::move(held));
+  }
+  return out;
+}
+
+Status validate_models(const ExperimentConfig& cfg) {
+  std::vector<std::int64_t> weights;
+  for (const auto& m : cfg.models) {
+    auto made = make_model(m);
+    if (!made.ok()) return made.status();
+    weights.push_back(made.value()->weight_bytes());
+  }
+  // Every group's list names known models, and they fit together.
+  for (const auto& a : cfg.accelerators) {
+    std::int64_t used = 0;
+    std::string listed;
+    for (const auto& name : a.models) {
+      const ModelConfig* m = find_model(cfg, name);
+      if (!m) return InvalidArgument(a.models_where + ": no model named '" + name + "' (models: " + names(cfg) + ")");
+      used += weights[static_cast<std::size_t>(m - cfg.models.data())];
+      listed += (listed.empty() ? "'" : ", '") + name + "'";
+    }
+    if (!a.models.empty() && used >= a.hbm_bytes)
+      return InvalidArgument(a.models_where + ": accelerator '" + a.name + "' has " + gib(a.hbm_bytes) +
+                             " of HBM; the weights of " + listed + " need " + gib(used));
+  }
+  const auto held = residency(cfg);
+  auto resident_anywhere = [&](std::size_t model) {
+    for (const auto& h : held)
+      for (std::size_t i : h)
+        if (i == model) return true;
+    return false;
+  };
+  if (cfg.models.size() > 1)
+    for (std::size_t i = 0; i < cfg.models.size(); ++i) {
+      if (resident_anywhere(i)) continue;
+      std::int64_t largest = 0;
+      for (const auto& a : cfg.accelerators) largest = std::max(largest, a.hbm_bytes);
+      if (weights[i] >= largest)
+        return InvalidArgument(cfg.models[i].where + ": model '" + cfg.models[i].name + "' needs " + gib(weights[i]) +
+                               " of weights and fits on no accelerator (the largest has " + gib(largest) + " of HBM)");
+    }
+  for (const auto& t : cfg.tenants) {
+    if (t.model.empty() && cfg.models.size() > 1)
+      return InvalidArgument(t.model_where + ": tenant '" + t.name + "' must name its model (models: " + names(cfg) +
+                             ")");
+    const ModelConfig* m = t.model.empty() ? &cfg.models.front() : find_model(cfg, t.model);
+    if (!m)
+      return InvalidArgument(t.model_where + ": tenant '" + t.name + "' names no known model '" + t.model +
+                             "' (models: " + names(cfg) + ")");
+    const auto index = static_cast<std::size_t>(m - cfg.models.data());
+    if (cfg.models.size() > 1 && !resident_anywhere(index))
+      return InvalidArgument(t.model_where + ": tenant '" + t.name + "' runs model '" + m->name +
+                             "', which no accelerator holds (list it in an accelerator group's models, or leave "
+                             "models out so it goes where it fits)");
+    // A synthetic stream's requests are all alike: check them now (a
+    // trace's are checked when it is read, compose/policy.cpp).
+    const StreamConfig& st = t.stream;
+    if (st.kind != StreamConfig::Kind::kTrace && !m->truncate_overflow) {
+      auto made = make_model(*m);
+      const std::int64_t window = made.value()->context_window();
+      if (st.input_tokens + st.output_tokens > window)
+        return InvalidArgument(t.model_where + ": tenant '" + t.name + "' sends requests of " +
+                               std::to_string(st.input_tokens + st.output_tokens) + " tokens (" +
+                               std::to_string(st.input_tokens) + " in, " + std::to_string(st.output_tokens) +
+                               " out), more than model '" + m->name + "''s context window of " +
+                               std::to_string(window) + " (on_overflow = \"truncate\" cuts them)");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace slicesched

@@ -1,0 +1,119 @@
+// Hugging Face config.json -> DenseDecoderConfig.
+module;
+#include <cstdint>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <utility>
+
+module slicesched.models.dense;
+
+namespace slicesched {
+
+namespace {
+
+struct HfReader {
+  const std::string& path;
+  const nlohmann::json& j;
+
+  Status error(const std::string& key, const std::string& what) const {
+    return InvalidArgument(path + ": " + key + ": " + what);
+  }
+  static std::string shown(const nlohmann::json& v) { return v.dump(); }
+
+  // A positive integer at `key`; `fallback` (> 0) when absent, required when 0.
+  Result<std::int64_t> count(const std::string& key, std::int64_t fallback = 0) const {
+    if (!j.contains(key) || j[key].is_null()) {
+      if (fallback > 0) return fallback;
+      return error(key, "is required (a positive integer)");
+    }
+    const auto& v = j[key];
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 1)
+      return error(key, "expected a positive integer, got " + shown(v));
+    return v.get<std::int64_t>();
+  }
+  Result<bool> flag(const std::string& key, bool fallback) const {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_boolean()) return error(key, "expected true or false, got " + shown(j[key]));
+    return j[key].get<bool>();
+  }
+  Result<double> positive(const std::string& key, double fallback) const {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    const auto& v = j[key];
+    if (!v.is_number() || !(v.get<double>() > 0)) return error(key, "expected a number > 0, got " + shown(v));
+    return v.get<double>();
+  }
+};
+
+}  // namespace
+
+Result<DenseDecoderConfig> read_hf_config(const std::string& path, std::string name, int groups) {
+  std::ifstream in(path);
+  if (!in) return NotFound(path + ": cannot open (a Hugging Face config.json was expected)");
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument(path + ": expected a JSON object (a config.json)");
+  HfReader r{path, j};
+
+  DenseDecoderConfig c;
+  c.name = std::move(name);
+  c.groups = groups;
+  if (!j.contains("model_type") || !j["model_type"].is_string())
+    return r.error("model_type", "is required (\"llama\", \"mistral\" or \"qwen2\")");
+  c.model_type = j["model_type"].get<std::string>();
+  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
+    return r.error("model_type",
+                   "expected \"llama\", \"mistral\" or \"qwen2\" (a dense decoder), got \"" + c.model_type + "\"");
+#define SLICESCHED_TAKE(field, expr)  \
+  {                                   \
+    auto v_ = (expr);                 \
+    if (!v_.ok()) return v_.status(); \
+    field = v_.value();               \
+  }
+  SLICESCHED_TAKE(c.hidden, r.count("hidden_size"))
+  SLICESCHED_TAKE(c.layers, r.count("num_hidden_layers"))
+  SLICESCHED_TAKE(c.heads, r.count("num_attention_heads"))
+  SLICESCHED_TAKE(c.kv_heads, r.count("num_key_value_heads", c.heads))
+  if (c.heads % c.kv_heads != 0)
+    return r.error("num_key_value_heads", "expected a divisor of num_attention_heads (" + std::to_string(c.heads) +
+                                              "), got " + std::to_string(c.kv_heads));
+  if (!j.contains("head_dim") && c.hidden % c.heads != 0)
+    return r.error("num_attention_heads", "expected a divisor of hidden_size (" + std::to_string(c.hidden) +
+                                              ") or a head_dim, got " + std::to_string(c.heads));
+  SLICESCHED_TAKE(c.head_dim, r.count("head_dim", c.hidden / c.heads))
+  if (c.head_dim % 2 != 0)
+    return r.error("head_dim",
+                   "expected an even head dimension (RoPE rotates pairs), got " + std::to_string(c.head_dim));
+  SLICESCHED_TAKE(c.mlp, r.count("intermediate_size"))
+  SLICESCHED_TAKE(c.vocab, r.count("vocab_size"))
+  SLICESCHED_TAKE(c.context_window, r.count("max_position_embeddings"))
+  SLICESCHED_TAKE(c.tied_embeddings, r.flag("tie_word_embeddings", false))
+  // Qwen2 always biases q, k and v; Llama says so in attention_bias.
+  SLICESCHED_TAKE(c.qkv_bias, r.flag("attention_bias", c.model_type == "qwen2"))
+  if (c.model_type == "qwen2") c.qkv_bias = true;
+  SLICESCHED_TAKE(c.rope_theta, r.positive("rope_theta", 10000.0))
+  SLICESCHED_TAKE(c.norm_eps, r.positive("rms_norm_eps", 1e-6))
+#undef SLICESCHED_TAKE
+  std::string dtype = "bfloat16";
+  if (j.contains("torch_dtype") && !j["torch_dtype"].is_null()) {
+    if (!j["torch_dtype"].is_string())
+      return r.error("torch_dtype", "expected a string, got " + j["torch_dtype"].dump());
+    dtype = j["torch_dtype"].get<std::string>();
+  }
+  if (dtype == "bfloat16")
+    c.dtype = DType::kBF16;
+  else if (dtype == "float16")
+    c.dtype = DType::kF16;
+  else if (dtype == "float32")
+    c.dtype = DType::kF32;
+  else
+    return r.error("torch_dtype", "expected \"bfloat16\", \"float16\" or \"float32\", got \"" + dtype + "\"");
+  if (c.layers % groups != 0)
+    return r.error("num_hidden_layers", "expected a multiple of the model's groups (" + std::to_string(groups) +
+                                            "), got " + std::to_string(c.layers));
+  return c;
+}
+
+}  // namespace slicesched

@@ -1,0 +1,193 @@
+// The dense-decoder presets against their published shapes and parameter
+// counts, the model config errors, and two models sharing one cluster.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+import slicesched.compose.policy;
+import slicesched.config;
+import slicesched.core.plugin;
+import slicesched.models.dense;
+
+using namespace slicesched;
+
+namespace {
+
+const std::string kSource = SLICESCHED_SOURCE_DIR;
+
+struct Preset {
+  std::string name;
+  std::int64_t hidden, layers, heads, kv_heads, head_dim, mlp, vocab;
+  bool tied, qkv_bias;
+  double rope_theta;
+  std::int64_t window, elem_bytes;
+  std::int64_t parameters;  // published
+};
+
+// The published config.json values and parameter counts.
+const std::vector<Preset> kPresets = {
+    {"llama2-7b", 4096, 32, 32, 32, 128, 11008, 32000, false, false, 1e4, 4096, 2, 6'738'415'616},
+    {"llama3-8b", 4096, 32, 32, 8, 128, 14336, 128256, false, false, 5e5, 8192, 2, 8'030'261'248},
+    {"llama3.2-1b", 2048, 16, 32, 8, 64, 8192, 128256, true, false, 5e5, 131072, 2, 1'235'814'400},
+    {"llama3.2-3b", 3072, 28, 24, 8, 128, 8192, 128256, true, false, 5e5, 131072, 2, 3'212'749'824},
+    {"mistral-7b", 4096, 32, 32, 8, 128, 14336, 32000, false, false, 1e4, 32768, 2, 7'241'732'096},
+    {"qwen2.5-7b", 3584, 28, 28, 4, 128, 18944, 152064, false, true, 1e6, 131072, 2, 7'615'616'512},
+};
+
+std::string load_error(const std::string& path) {
+  auto cfg = load_config(path);
+  REQUIRE_FALSE(cfg.ok());
+  return cfg.status().message();
+}
+
+}  // namespace
+
+TEST_CASE("every model preset has its published shapes, parameters and KV bytes", "[models][presets]") {
+  for (const Preset& p : kPresets) {
+    INFO(p.name);
+    auto cfg = load_config(kSource + "/configs/models/" + p.name + ".toml");
+    REQUIRE(cfg.ok());
+    REQUIRE(cfg->models.size() == 1);
+    auto made = make_model(cfg->models.front());
+    REQUIRE(made.ok());
+    const DenseDecoder& m = *made.value();
+    const DenseDecoderConfig& c = m.config();
+    CHECK(c.hidden == p.hidden);
+    CHECK(c.layers == p.layers);
+    CHECK(c.heads == p.heads);
+    CHECK(c.kv_heads == p.kv_heads);
+    CHECK(c.head_dim == p.head_dim);
+    CHECK(c.mlp == p.mlp);
+    CHECK(c.vocab == p.vocab);
+    CHECK(c.tied_embeddings == p.tied);
+    CHECK(c.qkv_bias == p.qkv_bias);
+    CHECK(c.rope_theta == p.rope_theta);
+    CHECK(m.context_window() == p.window);
+    CHECK(parameter_count(c) == p.parameters);
+    CHECK(m.weight_bytes() == p.parameters * p.elem_bytes);
+    // K and V of every layer for one token.
+    CHECK(m.kv_bytes_per_token() == 2 * p.layers * p.kv_heads * p.head_dim * p.elem_bytes);
+    // The template charges exactly the model's weights (a tied table once).
+    const GraphTemplate t = m.make_template();
+    std::int64_t charged = 0;
+    for (const auto& op : t.ops()) charged += op.weight_bytes;
+    CHECK(charged == m.weight_bytes());
+    // Its operators: embed, 4 layer groups, the head, which samples.
+    REQUIRE(m.ops().size() == 6);
+    CHECK(m.ops()[m.sampler()].role == OpRole::kHead);
+    CHECK(t.ops()[m.sampler()].name == "head");
+    // The kernels: a group runs each decoder kernel layers/4 times over the
+    // tokens, the head final norm + lm_head over one row per sequence.
+    const IterationDims d{100, 3, 500, 500};
+    const auto group = m.kernels(1, d);
+    REQUIRE(group.size() == decoder_layer_sublayers().size());
+    for (const SublayerCall& k : group) {
+      CHECK(k.count == static_cast<double>(p.layers / 4));
+      CHECK(k.rows == 100);
+      CHECK(k.sequences == 3);
+      CHECK(k.context == 500);
+    }
+    const auto head = m.kernels(m.sampler(), d);
+    REQUIRE(head.size() == 2);
+    CHECK(head[0].layer == Sublayer::kFinalNorm);
+    CHECK(head[1].layer == Sublayer::kLmHead);
+    CHECK(head[1].rows == 3);
+    const auto embed = m.kernels(0, d);
+    REQUIRE(embed.size() == 1);
+    CHECK(embed[0].layer == Sublayer::kEmbedding);
+    CHECK(embed[0].rows == 100);
+    CHECK(m.shape().qkv_bias == p.qkv_bias);
+    CHECK(m.shape().kv_heads == p.kv_heads);
+  }
+}
+
+TEST_CASE("[model] stays the shorthand for one model: llama3-8b and llama-tiny unchanged", "[models][config]") {
+  auto cfg = load_config(kSource + "/tests/cli/small.toml");
+  REQUIRE(cfg.ok());
+  REQUIRE(cfg->models.size() == 1);
+  auto m = make_model(cfg->models.front());
+  REQUIRE(m.ok());
+  CHECK(m.value()->name() == "llama3-8b");
+  CHECK(m.value()->weight_bytes() == 8'030'261'248ll * 2);
+  auto tiny = load_config(kSource + "/configs/live/tiny-cpu.toml");
+  REQUIRE(tiny.ok());
+  CHECK(tiny->models.front().name == "llama-tiny");
+  CHECK(make_model(tiny->models.front()).value()->config().layers == 4);
+}
+
+TEST_CASE("model config errors are one line naming the file, the key and what was expected", "[models][config]") {
+  const std::string dir = kSource + "/tests/bad_inputs/";
+  CHECK(load_error(dir + "models_unknown.toml") ==
+        dir +
+            "models_unknown.toml:16: tenants[0].model: tenant 'chat' names no known model 'mistral' (models: llama, "
+            "qwen)");
+  CHECK(load_error(dir + "models_nowhere.toml") ==
+        dir +
+            "models_nowhere.toml:16: tenants[0].model: tenant 'chat' runs model 'qwen', which no accelerator holds "
+            "(list it in an accelerator group's models, or leave models out so it goes where it fits)");
+  CHECK(load_error(dir + "models_too_big.toml") ==
+        dir +
+            "models_too_big.toml:6: models[1]: model 'qwen' needs 14.19 GiB of weights and fits on no accelerator "
+            "(the largest has 8.00 GiB of HBM)");
+  CHECK(load_error(dir + "models_overflow.toml") ==
+        dir +
+            "models_overflow.toml:10: tenants[0].model: tenant 'chat' sends requests of 5000 tokens (4800 in, 200 "
+            "out), more than model 'llama2''s context window of 4096 (on_overflow = \"truncate\" cuts them)");
+  CHECK(load_error(dir + "models_bad_hf.toml") ==
+        dir + "models_bad_hf.toml:2: models[0].hf_config: " + dir +
+            "models_bad_hf.json: num_key_value_heads: expected a divisor of num_attention_heads (32), got 5");
+}
+
+TEST_CASE("a context overflow with on_overflow = truncate is cut to the window and counted", "[models][config]") {
+  auto cfg =
+      load_config(kSource + "/tests/bad_inputs/models_overflow.toml", {{"models.llama2.on_overflow", "truncate"}});
+  REQUIRE(cfg.ok());
+  PluginRegistries plugins;
+  REQUIRE(load_plugins(*cfg, plugins).ok());
+  auto parts = build_policy(*cfg, cfg->policies.front(), plugins);
+  REQUIRE(parts.ok());
+  CHECK(parts.value()->requests_truncated == 10);
+  for (const RequestRecord& r : parts.value()->tenants.front().records())
+    CHECK(r.input_tokens + r.output_tokens == 4096);
+}
+
+TEST_CASE("two models on one cluster: HBM charges each accelerator its resident models' weights",
+          "[models][placement]") {
+  auto cfg = load_config(kSource + "/configs/experiments/two-models.toml");
+  REQUIRE(cfg.ok());
+  REQUIRE(cfg->models.size() == 2);
+  const std::int64_t llama = make_model(cfg->models[0]).value()->weight_bytes();
+  const std::int64_t qwen = make_model(cfg->models[1]).value()->weight_bytes();
+  CHECK(llama == 8'030'261'248ll * 2);
+  CHECK(qwen == 7'615'616'512ll * 2);
+  PluginRegistries plugins;
+  REQUIRE(load_plugins(*cfg, plugins).ok());
+  auto built = build_policy(*cfg, cfg->policies.front(), plugins);
+  REQUIRE(built.ok());
+  PolicyParts& p = *built.value();
+  const Gmg& gmg = *p.gmg;
+  // gpu0, gpu1 hold both; gpu2 llama only; gpu3 qwen only.
+  const std::vector<std::int64_t> expected = {llama + qwen, llama + qwen, llama, qwen};
+  REQUIRE(p.accels->size() == 4);
+  for (AccelId a = 0; a < 4; ++a) CHECK(gmg.hbm(a).weights == expected[a]);
+  // Each tenant runs its own model's template.
+  REQUIRE(p.tenants.size() == 2);
+  CHECK(p.tenants[0].tmpl() == p.tmpls[0]);
+  CHECK(p.tenants[1].tmpl() == p.tmpls[1]);
+  CHECK(p.models.of(p.tmpls[1])->name() == "qwen");
+  // Residency: the GMG refuses an operator where its model's weights are not.
+  const auto& templates = gmg.templates();
+  for (std::size_t m = 0; m < 2; ++m) {
+    const GraphTemplate& t = templates.get(p.tmpls[m]);
+    for (AccelId a = 0; a < 4; ++a) {
+      const bool held = a < 2 || a == (m == 0 ? 2u : 3u);
+      for (const auto& op : t.ops()) {
+        INFO(t.name() << "/" << op.name << " on accelerator " << a);
+        if (op.weight_bytes > 0) CHECK(gmg.weights_on(op.kind, a) == held);
+      }
+    }
+  }
+}
