@@ -26,6 +26,21 @@ struct BenchSchedulerOptions {
 };
 int bench_scheduler(const BenchSchedulerOptions& opt);
 
+// `slicesched bench roofline` (bench_roofline.cpp).
+struct BenchRooflineOptions {
+  std::string profile;  // the measured profile to predict
+  std::string type;     // its accelerator type
+  std::string model = "llama3-8b";
+  int tp = 1;
+  std::vector<std::string> fit;             // "CSV@TYPE": fit on these (else read a fit file)
+  std::optional<std::string> efficiencies;  // the fit file (default: configs/accelerators/roofline-fit.toml)
+  std::optional<std::string> write;         // save the fit here
+  std::string accelerator_dir;              // type tables (default: configs/accelerators)
+  std::string command_line;                 // recorded in a written fit
+  bool json = false;
+};
+int bench_roofline(const BenchRooflineOptions& opt);
+
 int demo();
 
 struct SimulateOptions {

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "commands.hpp"
 
@@ -97,6 +98,20 @@ int main(int argc, char** argv) {
   bench_sched->add_option("--rounds", sched_opt.rounds, "Rounds measured")->check(CLI::Range(1, 1000000));
   bench_sched->add_flag("--json", sched_opt.json, "Print one JSON object");
 
+  slicesched::cli::BenchRooflineOptions roof_opt;
+  auto* bench_roof = bench->add_subcommand(
+      "roofline", "Roofline ground truth vs a measured profile it was not fitted on: MAPE per kind of work");
+  bench_roof->add_option("--profile", roof_opt.profile, "Profile to predict (LLMServingSim layers or Vidur mlp CSV)");
+  bench_roof->add_option("--type", roof_opt.type, "Its accelerator type (a name or alias in configs/accelerators)");
+  bench_roof->add_option("--model", roof_opt.model, "Model whose shapes the profile measured (llama3-8b)");
+  bench_roof->add_option("--tp", roof_opt.tp, "Tensor parallelism of the rows used")->check(CLI::Range(1, 64));
+  bench_roof->add_option("--fit", roof_opt.fit, "CSV@TYPE to fit the efficiencies on (repeatable)");
+  bench_roof->add_option("--efficiencies", roof_opt.efficiencies,
+                         "Fit file to use when no --fit (default: configs/accelerators/roofline-fit.toml)");
+  bench_roof->add_option("--write", roof_opt.write, "Save the fitted efficiencies as TOML here");
+  bench_roof->add_option("--accelerators", roof_opt.accelerator_dir, "Folder of accelerator type tables");
+  bench_roof->add_flag("--json", roof_opt.json, "Print one JSON object (mape_pct, per kind)");
+
   slicesched::cli::CalibrateOptions cal_opt;
   auto* calibrate = app.add_subcommand(
       "calibrate", "Time CONFIG's model operators and copies on its devices; write a calibration profile (LibTorch)");
@@ -169,6 +184,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "slicesched: live mode was not built (LibTorch was not found at configure time)\n");
       return 2;
 #endif
+    }
+    if (bench_roof->parsed()) {
+      roof_opt.command_line = "slicesched";
+      for (int i = 1; i < argc; ++i) roof_opt.command_line += std::string(" ") + argv[i];
+      return slicesched::cli::bench_roofline(roof_opt);
     }
     if (bench_sim->parsed()) return slicesched::cli::bench_simulator(sim_opt);
     if (bench_sched->parsed()) return slicesched::cli::bench_scheduler(sched_opt);

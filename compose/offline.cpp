@@ -6,6 +6,7 @@ module;
 #include <utility>
 
 module slicesched.compose.offline;
+import slicesched.config.accelerators;
 
 namespace slicesched {
 
@@ -18,6 +19,45 @@ Result<Truths> load_truths(const ExperimentConfig& cfg) {
     auto cal = read_profile(cfg, "ground_truth.calibrated", cfg.ground_truth.calibrated);
     if (!cal.ok()) return cal.status();
     truths.calibrated = std::move(cal).value();
+  } else if (cfg.ground_truth.needs_roofline() || cfg.ground_truth.transfers_csv.empty()) {
+    TypedTruthOptions t;
+    LayerProfileOptions lopt;
+    lopt.hbm_bytes_per_s = cfg.ground_truth.hbm_bytes_per_s;
+    lopt.groups = cfg.models.front().groups;
+    lopt.layers_per_group = cfg.models.front().layers / cfg.models.front().groups;
+    if (!cfg.ground_truth.layers_csv.empty()) {
+      auto layers = LayerProfile::load(cfg.ground_truth.layers_csv, 1, lopt);
+      if (!layers.ok())
+        return Status(layers.status().code(), cfg.path + ": ground_truth.layers: " + layers.status().message());
+      t.layers = std::move(layers).value();
+      t.layers_type = cfg.ground_truth.layers_type;
+    }
+    if (!cfg.ground_truth.transfers_csv.empty()) {
+      auto transfers = TransferProfile::load(cfg.ground_truth.transfers_csv);
+      if (!transfers.ok())
+        return Status(transfers.status().code(),
+                      cfg.path + ": ground_truth.transfers: " + transfers.status().message());
+      t.transfers = std::move(transfers).value();
+    }
+    if (cfg.ground_truth.needs_roofline()) {
+      auto fit = load_roofline_fit(cfg.ground_truth.roofline_fit);
+      if (!fit.ok())
+        return Status(fit.status().code(), cfg.path + ": ground_truth.roofline: " + fit.status().message());
+      t.fit = std::move(fit).value();
+    }
+    t.types = cfg.accelerator_types;
+    // The shape costs a template with no model behind it; the config's own
+    // templates are costed through their models (TypedGroundTruth::set_models).
+    const ModelConfig& m = cfg.models.front();
+    t.shape.hidden = m.hidden;
+    t.shape.heads = m.heads;
+    t.shape.kv_heads = m.kv_heads;
+    t.shape.head_dim = m.head_dim > 0 ? m.head_dim : m.hidden / m.heads;
+    t.shape.mlp = m.mlp;
+    t.shape.vocab = m.vocab;
+    t.shape.elem_bytes = m.dtype == "float32" ? 4 : 2;
+    t.layers_per_group = m.layers / m.groups;
+    truths.typed = std::move(t);
   } else {
     LayerProfileOptions lopt;
     lopt.hbm_bytes_per_s = cfg.ground_truth.hbm_bytes_per_s;
@@ -48,6 +88,13 @@ Result<std::unique_ptr<GroundTruth>> make_ground_truth(const ExperimentConfig& c
                                                        g.transfer_noise_cv);
     if (Status s = cal->check_transfers(); !s.ok()) return Status(s.code(), g.calibrated + ": " + s.message());
     return std::unique_ptr<GroundTruth>(std::move(cal));
+  }
+  if (truths.typed) {
+    auto typed =
+        std::make_unique<TypedGroundTruth>(*truths.typed, accels, cfg.seed, g.op_noise_cv, g.transfer_noise_cv);
+    if (Status s = typed->check(); !s.ok()) return Status(s.code(), cfg.path + ": " + s.message());
+    typed->set_models(models);
+    return std::unique_ptr<GroundTruth>(std::move(typed));
   }
   auto profile = std::make_unique<ProfileGroundTruth>(*truths.layers, *truths.transfers, cfg.seed, g.op_noise_cv,
                                                       g.transfer_noise_cv);

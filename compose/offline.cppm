@@ -11,6 +11,7 @@ export module slicesched.compose.offline;
 export import slicesched.compose.run;
 export import slicesched.simulator.emulated;
 import slicesched.simulator.profile;
+export import slicesched.simulator.roofline;
 
 export namespace slicesched {
 
@@ -21,6 +22,10 @@ struct Truths {
   std::optional<TransferProfile> transfers;
   std::optional<CalibrationProfile> calibrated;
   std::optional<CalibrationProfile> prior;
+  // Per accelerator type, measured or roofline (a config with a type the
+  // profile does not cover, or no transfers profile); layers and transfers
+  // above are then empty.
+  std::optional<TypedTruthOptions> typed;
 };
 
 // Reads what `cfg`'s [ground_truth] and [estimators] name; fails when the

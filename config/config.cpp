@@ -18,6 +18,7 @@ module;
 #include <vector>
 
 module slicesched.config;
+import slicesched.config.accelerators;
 
 namespace slicesched {
 
@@ -264,6 +265,11 @@ class NamedFiles {
  public:
   explicit NamedFiles(fs::path dir) : dir_(std::move(dir)) {}
 
+  // A path as the config gives it, resolved against its folder (not checked).
+  std::string resolve(const std::string& given) const {
+    const fs::path path(given);
+    return (path.is_absolute() ? path : dir_ / path).lexically_normal().string();
+  }
   // The string at `key` of `t`, resolved.
   std::string add(Table& t, const std::string& key) {
     const toml::node* n = t.node(key);
@@ -311,9 +317,18 @@ class NamedFiles {
 // nothing has been measured.
 constexpr std::int64_t kMaxAccelerators = 100000;
 
-void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file) {
+// Accelerator types named in the cluster but not found: an error once the
+// ground truth needs their roofline (where: the type key's place).
+struct UnresolvedType {
+  std::string type, where, why;
+};
+
+void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, NamedFiles& files,
+                  std::vector<UnresolvedType>& unresolved) {
   const toml::table* ct = root.table("cluster", true);
   Table cluster(*ct, "cluster", file);
+  const std::string type_dir =
+      cluster.has("accelerator_types") ? files.resolve(cluster.str("accelerator_types")) : default_accelerator_dir();
   for (Table& l : tables_of(cluster, "link_classes", true, file)) {
     LinkClassConfig c;
     c.name = l.str("name");
@@ -324,7 +339,21 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file) {
   }
   for (Table& a : tables_of(cluster, "accelerators", true, file)) {
     const std::string type = a.str("type");
-    const double hbm_gib = a.positive("hbm_gib", 0, 1e6, true);
+    // The type's table (configs/accelerators): its HBM is the default.
+    const AcceleratorType* known = find_type(cfg.accelerator_types, type);
+    std::string why;
+    if (!known) {
+      if (auto t = find_accelerator_type(type, type_dir); t.ok()) {
+        cfg.accelerator_types.push_back(std::move(t).value());
+        known = &cfg.accelerator_types.back();
+      } else {
+        why = t.status().message();
+        if (!a.has("hbm_gib")) a.fail(a.node("type"), "type", why + " (and no hbm_gib)");
+        unresolved.push_back({type, a.where(a.node("type"), "type"), why});
+      }
+    }
+    const double hbm_gib =
+        a.positive("hbm_gib", known ? static_cast<double>(known->hbm_bytes) / 1073741824.0 : 0, 1e6, !known);
     const auto hbm = static_cast<std::int64_t>(hbm_gib * 1073741824.0);
     const std::string none;
     const std::string device = a.str("device", &none);
@@ -494,7 +523,8 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
   cfg.name = root.str("name", &stem);
   cfg.seed = static_cast<std::uint64_t>(root.integer("seed", 1, 0, INT64_MAX));
   cfg.duration_s = root.positive_or("duration_s", -1, 1e9, -1, "to run until done");
-  read_cluster(root, cfg, file);
+  std::vector<UnresolvedType> unresolved;
+  read_cluster(root, cfg, file, files, unresolved);
 
   // One model ([model]) or several ([[models]], each named).
   if (root.has("model") && root.has("models"))
@@ -524,13 +554,31 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
   if (const toml::table* gt = root.table("ground_truth", false)) {
     Table g(*gt, "ground_truth", file);
     cfg.ground_truth.present = true;
-    if (g.has("calibrated") == (g.has("layers") || g.has("transfers")))
-      g.fail(nullptr, "layers", "give either layers and transfers (measured profiles) or calibrated (a profile)");
+    if (g.has("calibrated") && (g.has("layers") || g.has("transfers") || g.has("roofline")))
+      g.fail(nullptr, "layers",
+             "give either calibrated (a profile) or measured profiles (layers, transfers) and the roofline, not both");
     if (g.has("calibrated")) {
       cfg.ground_truth.calibrated = files.add(g, "calibrated");
     } else {
-      cfg.ground_truth.layers_csv = files.add(g, "layers");
-      cfg.ground_truth.transfers_csv = files.add(g, "transfers");
+      // Measured where given, the roofline elsewhere (docs/ground-truth.md).
+      if (g.has("layers")) cfg.ground_truth.layers_csv = files.add(g, "layers");
+      if (g.has("transfers")) cfg.ground_truth.transfers_csv = files.add(g, "transfers");
+      const std::string none;
+      cfg.ground_truth.layers_type = g.str("layers_type", &none);
+      if (!cfg.ground_truth.layers_type.empty() && cfg.ground_truth.layers_csv.empty())
+        g.fail(g.node("layers_type"), "layers_type", "names the type the layers profile measured: give layers too");
+      if (g.has("roofline")) cfg.ground_truth.roofline_fit = files.add(g, "roofline");
+      // Which types play the roofline: every type but the profile's.
+      for (const auto& u : unresolved) {
+        const bool measured = !cfg.ground_truth.layers_csv.empty() &&
+                              (cfg.ground_truth.layers_type.empty() || cfg.ground_truth.layers_type == u.type);
+        if (!measured)
+          throw ConfigError(u.where + ": " + u.why + " (the roofline ground truth needs its datasheet figures)");
+      }
+      if (cfg.ground_truth.roofline_fit.empty() && cfg.ground_truth.needs_roofline())
+        cfg.ground_truth.roofline_fit = default_roofline_fit(
+            cfg.accelerator_types.empty() ? default_accelerator_dir()
+                                          : fs::path(cfg.accelerator_types.front().source).parent_path().string());
     }
     cfg.ground_truth.op_noise_cv = g.num("op_noise_cv", 0.006, 0, 1);
     cfg.ground_truth.transfer_noise_cv = g.num("transfer_noise_cv", 0.0163, 0, 1);

@@ -14,6 +14,7 @@ export module slicesched.config;
 export import slicesched.core;
 export import slicesched.workload.trace;
 export import slicesched.models.dense;
+export import slicesched.hardware;
 
 export namespace slicesched {
 
@@ -119,6 +120,14 @@ struct GroundTruthConfig {
   std::string calibrated;                 // a calibration profile (resolved path)
   double op_noise_cv = 0.006, transfer_noise_cv = 0.0163;
   double hbm_bytes_per_s = 3.35e12;
+  // Accelerators of type `layers_type` play `layers_csv` ("" with a layers
+  // profile: every accelerator does); every other type plays the roofline
+  // with the efficiencies in `roofline_fit` (resolved; the shipped
+  // configs/accelerators/roofline-fit.toml when not given). Transfers play
+  // `transfers_csv`, or the pair's link class when it is empty.
+  std::string layers_type;
+  std::string roofline_fit;
+  bool needs_roofline() const { return calibrated.empty() && (layers_csv.empty() || !layers_type.empty()); }
 };
 
 // A lost accelerator (`[[faults]]`, simulate only): lost at `at_s`, back
@@ -136,6 +145,9 @@ struct ExperimentConfig {
   double duration_s = -1;  // the measurement window: the run stops here (< 0: when every request finished)
   std::vector<LinkClassConfig> link_classes;
   std::vector<AcceleratorConfig> accelerators;
+  // The type tables the cluster's types name (configs/accelerators, or
+  // cluster.accelerator_types), each once; a type without one is absent.
+  std::vector<AcceleratorType> accelerator_types;
   std::vector<LinkConfig> links;
   std::vector<ModelConfig> models;  // [model] or [[models]]; at least one (default: llama3-8b)
   LiveConfig live;

@@ -1,0 +1,211 @@
+module;
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+module slicesched.config.accelerators;
+
+namespace slicesched {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fmt(double v) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.9g", v);
+  return s;
+}
+
+// Reads one table's keys, remembering the first error ("file:line: key: what").
+struct Reader {
+  const toml::table& t;
+  std::string prefix, file;
+  std::string error;
+  std::vector<std::string> used;
+
+  std::string where(const toml::node* n) const {
+    return file + ":" + std::to_string((n ? n->source() : t.source()).begin.line) + ": " + prefix;
+  }
+  void fail(const toml::node* n, const std::string& key, const std::string& what) {
+    if (error.empty()) error = where(n) + "." + key + ": " + what;
+  }
+  const toml::node* get(const std::string& key) {
+    used.push_back(key);
+    return t.get(key);
+  }
+  double positive(const std::string& key, bool required, double fallback = 0) {
+    const toml::node* n = get(key);
+    if (!n) {
+      if (required) fail(nullptr, key, "is required (a number > 0)");
+      return fallback;
+    }
+    auto v = n->value<double>();
+    if (!v || !std::isfinite(*v)) {
+      fail(n, key, "expected a finite number");
+      return fallback;
+    }
+    if (!(*v > 0)) fail(n, key, "expected a number > 0, got " + fmt(*v));
+    return *v;
+  }
+  double fraction(const std::string& key, double fallback) {
+    const toml::node* n = get(key);
+    if (!n) return fallback;
+    auto v = n->value<double>();
+    if (!v || !(*v > 0) || *v > 1) fail(n, key, "expected a number in (0, 1]");
+    return v ? *v : fallback;
+  }
+  double non_negative(const std::string& key, double fallback) {
+    const toml::node* n = get(key);
+    if (!n) return fallback;
+    auto v = n->value<double>();
+    if (!v || !std::isfinite(*v) || *v < 0) fail(n, key, "expected a number >= 0");
+    return v ? *v : fallback;
+  }
+  std::string str(const std::string& key, bool required) {
+    const toml::node* n = get(key);
+    if (!n) {
+      if (required) fail(nullptr, key, "is required (a string)");
+      return {};
+    }
+    auto v = n->value<std::string>();
+    if (!v) fail(n, key, "expected a string");
+    return v ? *v : std::string();
+  }
+  void finish() {
+    for (const auto& [k, v] : t)
+      if (std::find(used.begin(), used.end(), std::string(k.str())) == used.end())
+        fail(&v, std::string(k.str()), "unknown key");
+  }
+};
+
+Result<toml::table> parse(const std::string& path) {
+  try {
+    return toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& src = e.source();
+    if (src.begin.line == 0) return InvalidArgument(path + ": cannot read (" + std::string(e.description()) + ")");
+    return InvalidArgument(path + ":" + std::to_string(src.begin.line) + ": " + std::string(e.description()));
+  }
+}
+
+}  // namespace
+
+std::string default_accelerator_dir() { return SLICESCHED_ACCELERATOR_DIR; }
+
+Result<AcceleratorType> load_accelerator_type(const std::string& path) {
+  auto doc = parse(path);
+  if (!doc.ok()) return doc.status();
+  const toml::table* at = doc->get_as<toml::table>("accelerator");
+  if (!at) return InvalidArgument(path + ":1: accelerator: is required (a table)");
+  Reader r{*at, "accelerator", path, {}, {}};
+  AcceleratorType t;
+  t.source = path;
+  t.name = r.str("name", true);
+  if (const toml::node* n = r.get("aliases")) {
+    const toml::array* arr = n->as_array();
+    if (!arr) r.fail(n, "aliases", "expected an array of strings");
+    if (arr)
+      for (const auto& e : *arr) {
+        auto v = e.value<std::string>();
+        if (!v)
+          r.fail(&e, "aliases", "expected an array of strings");
+        else
+          t.aliases.push_back(*v);
+      }
+  }
+  t.peak_flops = r.positive("peak_tflops", true) * 1e12;
+  t.hbm_bytes_per_s = r.positive("hbm_gbps", true) * 1e9;
+  t.hbm_bytes = static_cast<std::int64_t>(r.positive("hbm_gib", true) * 1073741824.0);
+  if (const toml::node* n = r.get("interconnect")) {
+    if (!n->is_table()) {
+      r.fail(n, "interconnect", "expected a table");
+    } else {
+      Reader ic{*n->as_table(), "accelerator.interconnect", path, {}, {}};
+      t.interconnect = ic.str("name", true);
+      t.interconnect_bytes_per_s = ic.positive("bandwidth_gbps", true) * 1e9;
+      t.interconnect_latency_s = ic.non_negative("latency_us", 0) * 1e-6;
+      ic.finish();
+      if (!ic.error.empty()) return InvalidArgument(ic.error);
+    }
+  }
+  r.finish();
+  if (!r.error.empty()) return InvalidArgument(r.error);
+  return t;
+}
+
+Result<AcceleratorType> find_accelerator_type(std::string_view name, const std::string& dir) {
+  if (name.ends_with(".toml")) {
+    const fs::path p(name);
+    return load_accelerator_type((p.is_absolute() ? p : fs::path(dir) / p).string());
+  }
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".toml") files.push_back(e.path());
+  if (ec) return NotFound("accelerator types: cannot read the folder " + dir + " (" + ec.message() + ")");
+  std::sort(files.begin(), files.end());
+  std::string known;
+  for (const auto& f : files) {
+    auto doc = parse(f.string());
+    if (!doc.ok()) return doc.status();
+    if (!doc->contains("accelerator")) continue;  // the fit file, or something else
+    auto t = load_accelerator_type(f.string());
+    if (!t.ok()) return t.status();
+    if (t->answers_to(name)) return t;
+    known += (known.empty() ? "" : ", ") + t->name;
+  }
+  return NotFound("unknown accelerator type '" + std::string(name) + "' (types in " + dir + ": " +
+                  (known.empty() ? "none" : known) + "; or give a path to a .toml)");
+}
+
+Result<RooflineFit> load_roofline_fit(const std::string& path) {
+  auto doc = parse(path);
+  if (!doc.ok()) return doc.status();
+  const toml::table* rt = doc->get_as<toml::table>("roofline");
+  if (!rt) return InvalidArgument(path + ":1: roofline: is required (a table)");
+  Reader r{*rt, "roofline", path, {}, {}};
+  RooflineFit fit;
+  fit.fitted_on = r.str("fitted_on", false);
+  for (int k = 0; k < kWorkKinds; ++k) {
+    const auto kind = static_cast<WorkKind>(k);
+    const std::string key(work_kind_name(kind));
+    const toml::node* n = r.get(key);
+    if (!n) {
+      r.fail(nullptr, key, "is required (a table with compute, memory, overhead_us)");
+      continue;
+    }
+    if (!n->is_table()) {
+      r.fail(n, key, "expected a table");
+      continue;
+    }
+    Reader kr{*n->as_table(), "roofline." + key, path, {}, {}};
+    fit[kind] = {kr.fraction("compute", 1), kr.fraction("memory", 1), kr.non_negative("overhead_us", 0) * 1e-6};
+    kr.finish();
+    if (!kr.error.empty()) return InvalidArgument(kr.error);
+  }
+  r.finish();
+  if (!r.error.empty()) return InvalidArgument(r.error);
+  return fit;
+}
+
+std::string roofline_fit_toml(const RooflineFit& fit, const std::vector<std::string>& comment) {
+  std::string out;
+  for (const auto& c : comment) out += "# " + c + "\n";
+  out += "[roofline]\nfitted_on = \"" + fit.fitted_on + "\"\n";
+  for (int k = 0; k < kWorkKinds; ++k) {
+    const auto kind = static_cast<WorkKind>(k);
+    const KindEfficiency& e = fit[kind];
+    out += "\n[roofline." + std::string(work_kind_name(kind)) + "]\ncompute = " + fmt(e.compute) +
+           "\nmemory = " + fmt(e.memory) + "\noverhead_us = " + fmt(e.overhead_s * 1e6) + "\n";
+  }
+  return out;
+}
+
+}  // namespace slicesched

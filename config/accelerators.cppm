@@ -1,0 +1,35 @@
+// Accelerator type tables and fitted roofline efficiencies from TOML
+// (configs/accelerators/*.toml; docs/config.md "Accelerator types").
+// Errors are one line naming the file, the line and the key:
+// "configs/accelerators/x.toml:4: accelerator.peak_tflops: expected a
+// number > 0, got -1". Never throws; safe from any thread.
+module;
+#include <string>
+#include <string_view>
+#include <vector>
+
+export module slicesched.config.accelerators;
+export import slicesched.hardware;
+
+export namespace slicesched {
+
+// Where type names are looked up when a config does not say: the source
+// tree's configs/accelerators/ (compiled in).
+std::string default_accelerator_dir();
+
+// One `[accelerator]` table.
+Result<AcceleratorType> load_accelerator_type(const std::string& path);
+// The type called `name` (its name or an alias) among the type files of
+// `dir`, or, when `name` ends in ".toml", that file itself (relative to
+// `dir`). Unknown: NotFound naming the known types.
+Result<AcceleratorType> find_accelerator_type(std::string_view name, const std::string& dir);
+
+// A `[roofline]` file: fitted efficiencies per kind of work.
+Result<RooflineFit> load_roofline_fit(const std::string& path);
+// The same as TOML text (what `bench roofline --write` saves), with
+// `comment` lines at the top.
+std::string roofline_fit_toml(const RooflineFit& fit, const std::vector<std::string>& comment);
+// The fit file a config uses when it names none.
+inline std::string default_roofline_fit(const std::string& dir) { return dir + "/roofline-fit.toml"; }
+
+}  // namespace slicesched

@@ -1,0 +1,163 @@
+// Measured profiles as roofline rows: each row's kernel, its FLOPs and
+// bytes from the model's shapes, and its measured time.
+module;
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+module slicesched.hardware;
+
+namespace slicesched {
+
+namespace {
+
+std::vector<std::string> split(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : line) {
+    if (c == ',') {
+      out.push_back(cur);
+      cur.clear();
+    } else if (c != '\r') {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+bool number(const std::string& s, double& v) {
+  if (s.empty()) return false;
+  std::size_t used = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (...) {
+    return false;
+  }
+  return used == s.size() && std::isfinite(v);
+}
+
+DenseShape per_rank(DenseShape s, int tp) {
+  s.heads = std::max<std::int64_t>(1, s.heads / tp);
+  s.kv_heads = std::max<std::int64_t>(1, s.kv_heads / tp);
+  s.mlp = std::max<std::int64_t>(1, s.mlp / tp);
+  s.vocab = std::max<std::int64_t>(1, s.vocab / tp);
+  return s;
+}
+
+Work work_of(const DenseShape& s, Sublayer l, double rows) { return sublayer_work(s, {l, rows, 1, 0, 1}); }
+
+Work sum(Work a, const Work& b) {
+  a.flops += b.flops;
+  a.bytes += b.bytes;
+  return a;
+}
+
+// Vidur's kernels in our terms: the fused projections are one GEMM each
+// (their works summed, one launch), "add" is the residual add.
+bool vidur_work(const std::string& op, const DenseShape& s, double n, Work& w) {
+  if (op == "emb")
+    w = work_of(s, Sublayer::kEmbedding, n);
+  else if (op == "input_layernorm" || op == "post_attention_layernorm")
+    w = work_of(s, Sublayer::kInputNorm, n);
+  else if (op == "attn_pre_proj")
+    w = sum(sum(work_of(s, Sublayer::kQProj, n), work_of(s, Sublayer::kKProj, n)), work_of(s, Sublayer::kVProj, n));
+  else if (op == "attn_rope")
+    w = work_of(s, Sublayer::kRope, n);
+  else if (op == "attn_post_proj")
+    w = work_of(s, Sublayer::kOProj, n);
+  else if (op == "mlp_up_proj")
+    w = sum(work_of(s, Sublayer::kGateProj, n), work_of(s, Sublayer::kUpProj, n));
+  else if (op == "mlp_act")
+    w = work_of(s, Sublayer::kActFn, n);
+  else if (op == "mlp_down_proj")
+    w = work_of(s, Sublayer::kDownProj, n);
+  else if (op == "add") {
+    const double h = static_cast<double>(s.hidden), eb = static_cast<double>(s.elem_bytes);
+    w = {WorkKind::kElementwise, n * h, 3 * eb * n * h};
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<std::vector<ProfileRow>> read_profile_rows(const std::string& path, const DenseShape& shape, int tp,
+                                                  const std::string& type) {
+  std::ifstream in(path);
+  if (!in) return NotFound(path + ": cannot open");
+  if (tp < 1) return InvalidArgument(path + ": tensor parallelism must be >= 1");
+  const DenseShape s = per_rank(shape, tp);
+  std::string line;
+  if (!std::getline(in, line)) return InvalidArgument(path + ": empty file (expected a CSV header)");
+  const std::vector<std::string> header = split(line);
+  auto col = [&](std::string_view name) {
+    auto it = std::find(header.begin(), header.end(), name);
+    return it == header.end() ? -1 : static_cast<int>(it - header.begin());
+  };
+  std::vector<ProfileRow> rows;
+  std::size_t lineno = 1;
+  auto bad = [&](const std::string& what) {
+    return InvalidArgument(path + ":" + std::to_string(lineno) + ": " + what);
+  };
+  const int name_c = col("layer_name"), input_c = col("input"), kv_c = col("kv_cache"), tp_c = col("tp_size"),
+            ns_c = col("latency(ns)");
+  const int tokens_c = col("num_tokens"), vtp_c = col("num_tensor_parallel_workers"), embd_c = col("n_embd");
+  if (name_c >= 0 && input_c >= 0 && kv_c >= 0 && tp_c >= 0 && ns_c >= 0) {  // LLMServingSim
+    while (std::getline(in, line)) {
+      ++lineno;
+      if (line.empty()) continue;
+      const auto f = split(line);
+      double n, kv, t, ns;
+      if (f.size() != header.size() || !number(f[input_c], n) || !number(f[kv_c], kv) || !number(f[tp_c], t) ||
+          !number(f[ns_c], ns))
+        return bad("expected " + std::to_string(header.size()) + " fields: layer_name and four numbers");
+      if (t != tp || kv != 0) continue;
+      const auto l = sublayer_from_name(f[name_c]);
+      if (!l) continue;
+      rows.push_back({f[name_c], work_of(s, *l, n), 1, n, ns * 1e-9, type});
+    }
+  } else if (tokens_c >= 0 && vtp_c >= 0) {  // Vidur compute
+    std::vector<std::pair<std::string, int>> ops;
+    for (std::size_t i = 0; i < header.size(); ++i) {
+      const std::string& h = header[i];
+      constexpr std::string_view pre = "time_stats.", post = ".median";
+      if (h.starts_with(pre) && h.ends_with(post) && h.size() > pre.size() + post.size())
+        ops.emplace_back(h.substr(pre.size(), h.size() - pre.size() - post.size()), static_cast<int>(i));
+    }
+    if (ops.empty()) return bad("no time_stats.<op>.median columns");
+    while (std::getline(in, line)) {
+      ++lineno;
+      if (line.empty()) continue;
+      const auto f = split(line);
+      double n, t, embd;
+      if (f.size() != header.size() || !number(f[tokens_c], n) || !number(f[vtp_c], t))
+        return bad("expected " + std::to_string(header.size()) + " fields with numeric num_tokens");
+      if (t != tp) continue;
+      if (embd_c >= 0 && number(f[embd_c], embd) && embd != static_cast<double>(shape.hidden))
+        return bad("n_embd is " + f[embd_c] + ", the model's hidden size is " + std::to_string(shape.hidden));
+      for (const auto& [op, c] : ops) {
+        Work w;
+        double ms;
+        if (!vidur_work(op, s, n, w)) continue;
+        if (!number(f[c], ms)) return bad("time_stats." + op + ".median: expected a number");
+        rows.push_back({op, w, 1, n, ms * 1e-3, type});
+      }
+    }
+  } else {
+    return InvalidArgument(path +
+                           ": not a profile this reads (expected an LLMServingSim layers CSV with layer_name, input, "
+                           "kv_cache, tp_size, latency(ns), or a Vidur compute CSV with num_tokens, "
+                           "num_tensor_parallel_workers and time_stats.<op>.median)");
+  }
+  if (rows.empty()) return NotFound(path + ": no rows with tensor parallelism " + std::to_string(tp));
+  return rows;
+}
+
+}  // namespace slicesched

@@ -1,0 +1,114 @@
+// Accelerator types and the roofline ground truth: how long a model's
+// kernels take on a type, from their FLOPs and HBM bytes (models/work.cppm),
+// the type's datasheet peaks, and efficiencies per kind of work fitted to
+// measured profiles. docs/ground-truth.md explains the model and its fit.
+//
+// Values and pure functions: safe from any thread.
+module;
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+export module slicesched.hardware;
+export import slicesched.models.work;
+export import slicesched.core.status;
+
+export namespace slicesched {
+
+// One accelerator type's datasheet figures (configs/accelerators/*.toml).
+// A board of several GPUs (NVIDIA A16) is described per GPU: one
+// accelerator is one GPU.
+struct AcceleratorType {
+  std::string name;                  // "H100-SXM"
+  std::vector<std::string> aliases;  // other names a cluster may use ("H100")
+  double peak_flops = 0;             // dense bf16/fp16 tensor FLOP/s
+  double hbm_bytes_per_s = 0;
+  std::int64_t hbm_bytes = 0;
+  std::string interconnect;             // "nvlink4", "pcie4"
+  double interconnect_bytes_per_s = 0;  // per direction, GPU to GPU
+  double interconnect_latency_s = 0;
+  std::string source;  // the file it was read from, for messages
+  bool answers_to(std::string_view n) const;
+};
+
+// How one kind of kernel falls short of the peaks: time =
+// max(flops / (peak_flops * compute), bytes / (hbm * memory)) + overhead_s.
+// Two efficiencies, not one: a GEMM reaches a different fraction of peak
+// FLOP/s when compute-bound than of peak bandwidth when memory-bound.
+struct KindEfficiency {
+  double compute = 1, memory = 1, overhead_s = 0;
+};
+
+// One efficiency triple per WorkKind, indexed by the kind.
+struct RooflineFit {
+  std::array<KindEfficiency, kWorkKinds> kinds{};
+  std::string fitted_on;  // what it was fitted on, for the record
+  const KindEfficiency& operator[](WorkKind k) const { return kinds[static_cast<std::size_t>(k)]; }
+  KindEfficiency& operator[](WorkKind k) { return kinds[static_cast<std::size_t>(k)]; }
+};
+
+// Seconds of one kernel (its count already folded into `w`: `calls` kernels
+// pay the overhead `calls` times).
+double kernel_seconds(const AcceleratorType& t, const RooflineFit& f, const Work& w, double calls = 1);
+// Seconds of a sequence of kernel calls (each call's count repeats it).
+double calls_seconds(const AcceleratorType& t, const RooflineFit& f, const DenseShape& s,
+                     std::span<const SublayerCall> calls);
+
+// The kernels of the Llama graph template's operators (simulator/llama.cppm):
+// "embed" = embedding over `tokens` rows; "layersN" = `layers_per_group` x
+// every decoder sublayer over `tokens` rows, `sequences` sequences and
+// `context` cached tokens; "head" = final_layernorm + lm_head over
+// `sequences` rows (the sampled positions). Empty for another name.
+// The stand-in for the model contract (models/), which will give these.
+std::vector<SublayerCall> llama_op_calls(std::string_view op, double tokens, double sequences, double context,
+                                         int layers_per_group);
+
+// One measured kernel time: what it did and how long it took on `type`.
+struct ProfileRow {
+  std::string op;  // the profile's own name ("q_proj", "attn_pre_proj")
+  Work work;
+  double calls = 1;   // kernels behind the row (overheads paid)
+  double tokens = 0;  // the batch's token count
+  double seconds = 0;
+  std::string type;  // accelerator type name the row was measured on
+};
+
+// Reads an LLMServingSim layers CSV (layer_name,input,kv_cache,tp_size,
+// latency(ns); rows with kv_cache 0 and the given tp) or a Vidur compute
+// mlp CSV (time_stats.<op>.median in ms, num_tokens,
+// num_tensor_parallel_workers), told apart by their header. `shape` is the
+// model's full shape; tensor parallelism divides heads, MLP and vocab.
+// Errors are one line naming the file (and line).
+Result<std::vector<ProfileRow>> read_profile_rows(const std::string& path, const DenseShape& shape, int tp,
+                                                  const std::string& type);
+
+// Fits each kind's efficiencies to `rows` (each on its own type, looked up
+// in `types` by name or alias), minimising the mean absolute percentage
+// error: a grid over the two efficiencies, the overhead in closed form (a
+// least-squares fit of relative errors, never negative). A kind without rows
+// keeps `fallback`'s values.
+Result<RooflineFit> fit_roofline(std::span<const ProfileRow> rows, std::span<const AcceleratorType> types,
+                                 const RooflineFit& fallback = {});
+
+// Mean absolute percentage error of `fit` on `rows`, per kind (NaN where a
+// kind has no rows) and overall.
+struct RooflineError {
+  std::array<double, kWorkKinds> kind_pct{};
+  std::array<std::size_t, kWorkKinds> kind_rows{};
+  double overall_pct = 0;
+  std::size_t rows = 0;
+  // The same for the sum of every row at one token count (a whole layer's
+  // kernels, as an operator's time is their sum).
+  double summed_pct = 0;
+  std::size_t token_counts = 0;
+};
+Result<RooflineError> roofline_error(std::span<const ProfileRow> rows, std::span<const AcceleratorType> types,
+                                     const RooflineFit& fit);
+
+// The type `name` names (by name or alias) among `types`, or nullptr.
+const AcceleratorType* find_type(std::span<const AcceleratorType> types, std::string_view name);
+
+}  // namespace slicesched

@@ -1,0 +1,49 @@
+// Ground truth per accelerator type: a measured profile for the type it
+// measured, the roofline (hardware/roofline.cppm) for every other type;
+// transfers from a measured send/recv profile, or from the pair's link
+// class (latency + bytes / bandwidth). See docs/ground-truth.md.
+module;
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+export module slicesched.simulator.roofline;
+export import slicesched.simulator.emulated;
+export import slicesched.hardware;
+
+export namespace slicesched {
+
+struct TypedTruthOptions {
+  std::optional<LayerProfile> layers;  // measured layer-group times
+  std::string layers_type;             // the type they were measured on ("": every type)
+  std::optional<TransferProfile> transfers;
+  RooflineFit fit;
+  std::vector<AcceleratorType> types;  // datasheets, by name or alias
+  DenseShape shape;                    // the model's kernels' shapes
+  int layers_per_group = 8;
+};
+
+// Not thread-safe (noise): one per emulated cluster. `accels` must outlive it.
+class TypedGroundTruth final : public GroundTruth {
+ public:
+  TypedGroundTruth(TypedTruthOptions opt, const AcceleratorSet& accels, std::uint64_t seed, double op_cv = 0.006,
+                   double transfer_cv = 0.0163);
+  // Every accelerator type either has the profile or a datasheet.
+  Status check() const;
+  // The models behind the templates: on a datasheet type, an operator of a
+  // template with a model is costed from that model's kernels and shapes
+  // (any dense decoder); one without, as a Llama of opt.shape.
+  void set_models(ModelSet models) { models_ = std::move(models); }
+  Result<double> op_seconds(const Gmg& gmg, OpId op) override;
+  double transfer_seconds(AccelId from, AccelId to, std::int64_t bytes) override;
+
+ private:
+  TypedTruthOptions opt_;
+  ModelSet models_;
+  const AcceleratorSet& accels_;
+  std::vector<const AcceleratorType*> by_type_;  // per AccelTypeId: the datasheet, or nullptr (the profile)
+  NoisyClock op_noise_, transfer_noise_;
+};
+
+}  // namespace slicesched
