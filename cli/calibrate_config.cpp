@@ -39,7 +39,8 @@ CalibrationTarget calibration_target(const ExperimentConfig& cfg) {
   t.accels = make_cluster(cfg);
   for (const auto& a : cfg.accelerators) t.devices.push_back(a.device);
   t.templates = std::make_shared<TemplateRegistry>();
-  t.tmpl = t.templates->add(build_model(cfg.models.front())->make_template()).value();
+  t.model = build_model(cfg.models.front());
+  t.tmpl = t.templates->add(t.model->make_template()).value();
   t.grid = shape_grid(cfg);
   t.prompt_seed = cfg.models.front().weights_seed + 17;
   std::string devices;

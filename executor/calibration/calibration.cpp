@@ -125,16 +125,14 @@ std::vector<std::vector<std::size_t>> cache_blocks(const ShapeGrid& grid, bool i
   return blocks;
 }
 
-// The median time of template op `op` (embed, layers<g> or head) at every
-// grid shape on device `dev`, each block of shapes that shares a KV cache
-// timed round robin.
-std::vector<double> time_operator(Bench& bench, const TemplateOp& op, const ShapeGrid& grid, const std::string& dev,
+// The median time of the operator with role `op` (the embedding, a layer
+// group, the head: the model contract says which) at every grid shape on
+// device `dev`, each block of shapes that shares a KV cache timed round robin.
+std::vector<double> time_operator(Bench& bench, const ModelOp& op, const ShapeGrid& grid, const std::string& dev,
                                   const CalibrateSettings& s) {
   rt::LlamaModel& model = bench.model();
-  const bool is_layers = op.name.rfind("layers", 0) == 0;
-  const int group = is_layers ? std::stoi(op.name.substr(6)) : 0;
-  if (!is_layers && op.name != "embed" && op.name != "head")
-    fail("calibrate: operator '" + op.name + "' is not embed, layers<g> or head");
+  const bool is_layers = op.role == OpRole::kLayers;
+  const int group = op.group;
   std::vector<double> medians(grid.shapes.size());
   for (const auto& block : cache_blocks(grid, is_layers)) {
     const GridShape& first = grid.shapes[block.front()];
@@ -143,12 +141,12 @@ std::vector<double> time_operator(Bench& bench, const TemplateOp& op, const Shap
     std::vector<rt::Value> hidden;
     for (std::size_t i : block) {
       plans.push_back(bench.plan(grid.shapes[i]));
-      if (op.name != "embed") hidden.push_back(model.embed(plans.back(), dev));
+      if (op.role != OpRole::kEmbed) hidden.push_back(model.embed(plans.back(), dev));
     }
     auto run = [&](std::size_t k) {
-      if (op.name == "embed") {
+      if (op.role == OpRole::kEmbed) {
         (void)model.embed(plans[k], dev);
-      } else if (op.name == "head") {
+      } else if (op.role == OpRole::kHead) {
         (void)model.head(hidden[k], plans[k], dev);
       } else {
         rt::Value kv_out;
@@ -187,6 +185,8 @@ void calibrate_operators(CalibrationResult& r, const CalibrationTarget& target, 
                          const CalibrateSettings& s) {
   const AcceleratorSet& accels = *r.accels;
   const GraphTemplate& tmpl = r.templates->get(r.tmpl);
+  if (!target.model || target.model->ops().size() != tmpl.ops().size())
+    fail("calibrate: template '" + tmpl.name() + "' has no model contract behind it");
   for (AccelTypeId type = 0; type < accels.type_count(); ++type) {
     AccelId rep = kNoAccel;
     for (AccelId a = 0; a < accels.size() && rep == kNoAccel; ++a)
@@ -194,9 +194,10 @@ void calibrate_operators(CalibrationResult& r, const CalibrationTarget& target, 
     if (rep == kNoAccel) continue;
     const std::string& dev = target.devices[rep];
     for (const TemplateOp& op : tmpl.ops()) bench.model().load(op.name, dev);
-    for (const TemplateOp& op : tmpl.ops()) {
+    for (std::size_t i = 0; i < tmpl.ops().size(); ++i) {
+      const TemplateOp& op = tmpl.ops()[i];
       const auto t0 = Clock::now();
-      fit_operator(r, tmpl, op, type, target.grid, time_operator(bench, op, target.grid, dev, s));
+      fit_operator(r, tmpl, op, type, target.grid, time_operator(bench, target.model->ops()[i], target.grid, dev, s));
       const CalibrationResult::Row& row = r.rows.back();
       if (s.progress)
         std::fprintf(stderr, "  calibrate: %-10s on %-8s (%s): %llu shapes, %.3f-%.3f ms, fit MAPE %.2f %% [%.1f s]\n",

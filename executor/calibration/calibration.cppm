@@ -37,6 +37,7 @@ module;
 export module slicesched.executor.calibration;
 export import slicesched.core;
 export import slicesched.core.calibration;
+export import slicesched.models.model;
 
 export namespace slicesched {
 
@@ -80,6 +81,9 @@ struct CalibrationTarget {
   std::vector<std::string> devices;  // one per accelerator
   std::shared_ptr<TemplateRegistry> templates;
   TemplateId tmpl = 0;  // its ops are embed, layers<g> and head
+  // The model contract behind tmpl: what each operator does (its role: the
+  // embedding, which layer group, the head) comes from here, not its name.
+  std::shared_ptr<const Model> model;
   ShapeGrid grid;
   std::uint64_t prompt_seed = 0;  // the synthetic prompts' seed
   std::string source;             // the profile's "source" line
