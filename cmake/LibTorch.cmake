@@ -5,11 +5,11 @@
 # runtime and NCCL, headers included.
 #
 # Why not find_package(Torch) on torch.utils.cmake_prefix_path (that is
-# <torch>/share/cmake, the folder this file starts from): TorchConfig.cmake
-# insists on a CUDA toolkit (nvcc) for a CUDA build, picks whatever toolkit
-# the machine has (a different CUDA than the wheel's), and searches system
-# folders for libtorch before its own. Naming the wheel's files directly
-# keeps the build on exactly the pinned LibTorch.
+# <torch>/share/cmake): tried on the development machine, TorchConfig.cmake
+# found Debian's /usr/lib/libtorch.so before the wheel's, and its Caffe2
+# cuda.cmake took the machine's CUDA toolkit (13.0, not the wheel's 13.2) and
+# looks for one a user may not have. Naming the wheel's files directly keeps
+# the build on exactly the pinned LibTorch.
 #
 # In: SLICESCHED_TORCH_ROOT (cache): the torch package folder
 #     (site-packages/torch); empty = ask .venv's python where torch is.
