@@ -98,7 +98,7 @@ ScheduledRun run_scheduled(const ExperimentConfig& cfg, const PolicyConfig& poli
       [&p](std::uint64_t request, std::int64_t) { return p.ids[static_cast<std::size_t>(request)]; });
 
   const auto& accel = cfg.accelerators[0];
-  LlamaRunner runner(model, {accel.device}, cfg.live.transport == "copy" ? Transport::kCopy : Transport::kNccl);
+  LlamaRunner runner(model, {accel.device}, transport(cfg.live));
   (void)value_or_fail(runner.start_devices());
   LiveCluster cluster({accel.hbm_bytes}, runner, *parts->plugins.arbiter);
   auto weights = runner.load_weights();

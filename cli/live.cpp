@@ -30,6 +30,8 @@ rt::LlamaConfig runtime_model(const ModelConfig& m) {
 
 void check_gpu_memory(const ExperimentConfig& cfg);
 
+Transport transport(const LiveConfig& live) { return live.transport == "copy" ? Transport::kCopy : Transport::kNccl; }
+
 void check_devices(const ExperimentConfig& cfg) {
   if (!cfg.faults.empty())
     fail(cfg.path + ": faults: [[faults]] are simulated only (slicesched simulate); live serving loses real devices");
@@ -121,10 +123,10 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
     devices.push_back(a.device);
     budgets.push_back(a.hbm_bytes);
   }
-  LlamaRunner runner(std::move(served), devices, cfg.live.transport == "copy" ? Transport::kCopy : Transport::kNccl);
+  LlamaRunner runner(std::move(served), devices, transport(cfg.live));
   auto gpus = runner.start_devices();
   if (!gpus.ok()) fail(cfg.path + ": " + gpus.status().message());
-  if (opt.progress && gpus.value() != "no GPU in use") std::fprintf(stderr, "slicesched: %s\n", gpus.value().c_str());
+  if (opt.progress && !gpus->empty()) std::fprintf(stderr, "slicesched: %s\n", gpus->c_str());
   // Weights first: the cluster's clock starts when it is built, and
   // requests arriving during a load would wait for it.
   auto weights = runner.load_weights();

@@ -11,6 +11,7 @@ module;
 
 export module slicesched.cli.live;
 export import slicesched.compose.run;
+export import slicesched.executor.llama;
 
 export namespace slicesched::cli {
 
@@ -33,6 +34,9 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
 // Refuses an accelerator without a device, and devices that do not exist
 // here (cuda:N beyond the GPUs LibTorch sees), naming the accelerator.
 void check_devices(const ExperimentConfig& cfg);
+
+// [live] transport as the runner takes it.
+Transport transport(const LiveConfig& live);
 
 // The runtime's model config from [model].
 rt::LlamaConfig runtime_model(const ModelConfig& m);

@@ -46,17 +46,6 @@ Result<Truths> load_truths(const ExperimentConfig& cfg) {
       t.fit = std::move(fit).value();
     }
     t.types = cfg.accelerator_types;
-    // The shape costs a template with no model behind it; the config's own
-    // templates are costed through their models (TypedGroundTruth::set_models).
-    const ModelConfig& m = cfg.models.front();
-    t.shape.hidden = m.hidden;
-    t.shape.heads = m.heads;
-    t.shape.kv_heads = m.kv_heads;
-    t.shape.head_dim = m.head_dim > 0 ? m.head_dim : m.hidden / m.heads;
-    t.shape.mlp = m.mlp;
-    t.shape.vocab = m.vocab;
-    t.shape.elem_bytes = m.dtype == "float32" ? 4 : 2;
-    t.layers_per_group = m.layers / m.groups;
     truths.typed = std::move(t);
   } else {
     LayerProfileOptions lopt;

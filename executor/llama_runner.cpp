@@ -75,7 +75,7 @@ Result<std::string> LlamaRunner::start_devices() {
   std::vector<int> gpus;
   for (int o : ordinal_)
     if (o >= 0 && std::find(gpus.begin(), gpus.end(), o) == gpus.end()) gpus.push_back(o);
-  if (gpus.empty()) return std::string("no GPU in use");
+  if (gpus.empty()) return std::string();
   std::sort(gpus.begin(), gpus.end());
   std::string account = std::to_string(gpus.size()) + " GPU(s)";
   try {

@@ -69,7 +69,8 @@ class LlamaRunner final : public OpRunner {
   // peer access between the GPUs in use, one event timer per accelerator
   // thread, and with the NCCL transport a communicator per ordered pair of
   // GPUs in use. Fails naming the device or pair. Returns a one-line account
-  // ("2 GPU(s), peer access 2 pair(s), NCCL 4 communicator(s)").
+  // ("2 GPU(s), peer access 2 pair(s), NCCL 4 communicator(s)"), empty when
+  // no accelerator is a GPU.
   Result<std::string> start_devices();
 
   // Makes every served model's weights resident on its accelerators;

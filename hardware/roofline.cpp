@@ -43,21 +43,6 @@ double calls_seconds(const AcceleratorType& t, const RooflineFit& f, const Dense
   return sum;
 }
 
-std::vector<SublayerCall> llama_op_calls(std::string_view op, double tokens, double sequences, double context,
-                                         int layers_per_group) {
-  std::vector<SublayerCall> out;
-  if (op == "embed") {
-    out.push_back({Sublayer::kEmbedding, tokens, sequences, 0, 1});
-  } else if (op == "head") {
-    out.push_back({Sublayer::kFinalNorm, sequences, sequences, 0, 1});
-    out.push_back({Sublayer::kLmHead, sequences, sequences, 0, 1});
-  } else if (op.starts_with("layers")) {
-    for (Sublayer l : decoder_layer_sublayers())
-      out.push_back({l, tokens, sequences, context, static_cast<double>(layers_per_group)});
-  }
-  return out;
-}
-
 Result<RooflineFit> fit_roofline(std::span<const ProfileRow> rows, std::span<const AcceleratorType> types,
                                  const RooflineFit& fallback) {
   RooflineFit fit = fallback;

@@ -57,15 +57,6 @@ double kernel_seconds(const AcceleratorType& t, const RooflineFit& f, const Work
 double calls_seconds(const AcceleratorType& t, const RooflineFit& f, const DenseShape& s,
                      std::span<const SublayerCall> calls);
 
-// The kernels of the Llama graph template's operators (simulator/llama.cppm):
-// "embed" = embedding over `tokens` rows; "layersN" = `layers_per_group` x
-// every decoder sublayer over `tokens` rows, `sequences` sequences and
-// `context` cached tokens; "head" = final_layernorm + lm_head over
-// `sequences` rows (the sampled positions). Empty for another name.
-// The stand-in for the model contract (models/), which will give these.
-std::vector<SublayerCall> llama_op_calls(std::string_view op, double tokens, double sequences, double context,
-                                         int layers_per_group);
-
 // One measured kernel time: what it did and how long it took on `type`.
 struct ProfileRow {
   std::string op;  // the profile's own name ("q_proj", "attn_pre_proj")

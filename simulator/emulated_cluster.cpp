@@ -29,35 +29,36 @@ ProfileGroundTruth::ProfileGroundTruth(LayerProfile layers, TransferProfile tran
       op_noise_(seed, op_cv),
       transfer_noise_(seed ^ 0x9e3779b97f4a7c15ull, transfer_cv) {}
 
-Result<double> ProfileGroundTruth::op_seconds(const Gmg& gmg, OpId op) {
+Result<double> ProfileGroundTruth::measured_seconds(const LayerProfile& layers, const ModelSet& models, const Gmg& gmg,
+                                                    OpId op) {
   const OpRecord& r = gmg.op(op);
   const GraphTemplate& t = gmg.templates().get(r.tmpl);
-  if (const Model* model = models_.of(r.tmpl)) {
+  if (const Model* model = models.of(r.tmpl)) {
     const IterationDims d = model->dims_of(t, gmg.dims(op));
     const ModelOp& m = model->ops()[r.tmpl_op];
     double s = 0;
     switch (m.role) {
       case OpRole::kEmbed:
-        s = layers_.embed_seconds(std::max<std::int64_t>(1, d.tokens));
+        s = layers.embed_seconds(std::max<std::int64_t>(1, d.tokens));
         break;
       case OpRole::kHead:
-        s = layers_.head_seconds(std::max<std::int64_t>(1, d.sequences));
+        s = layers.head_seconds(std::max<std::int64_t>(1, d.sequences));
         break;
       case OpRole::kLayers: {
         // The table's layer (measured with an empty cache) plus reading this
         // model's K and V of the attended tokens once per layer, as
         // LayerProfile::kv_read_seconds does for the profiled shape.
         const DenseShape shape = model->shape();
-        const std::int64_t per_rank = (shape.kv_heads + layers_.tp_size() - 1) / layers_.tp_size();
+        const std::int64_t per_rank = (shape.kv_heads + layers.tp_size() - 1) / layers.tp_size();
         const double kv_per_token =
-            2.0 * static_cast<double>(per_rank * shape.head_dim * shape.elem_bytes) / layers_.options().hbm_bytes_per_s;
-        const double layer = layers_.layer_seconds(std::max<std::int64_t>(1, d.tokens), 0) +
+            2.0 * static_cast<double>(per_rank * shape.head_dim * shape.elem_bytes) / layers.options().hbm_bytes_per_s;
+        const double layer = layers.layer_seconds(std::max<std::int64_t>(1, d.tokens), 0) +
                              kv_per_token * static_cast<double>(std::max<std::int64_t>(d.context, 0));
         s = m.layers * layer;
         break;
       }
     }
-    return op_noise_.sample(s);
+    return s;
   }
   auto dims = gmg.dims(op);
   const int tokens = t.dims().find("tokens"), context = t.dims().find("context");
@@ -68,8 +69,14 @@ Result<double> ProfileGroundTruth::op_seconds(const Gmg& gmg, OpId op) {
   // The head computes logits for each sequence's last token only: the
   // table's head at that many positions (docs/ground-truth.md).
   const std::int64_t positions = name == "head" && sequences >= 0 ? dims[sequences] : dims[tokens];
-  auto s = layers_.op_seconds(name, positions, ctx);
+  auto s = layers.op_seconds(name, positions, ctx);
   if (!s.ok()) return InvalidArgument("ground truth for " + gmg.op_name(op) + ": " + s.status().message());
+  return s.value();
+}
+
+Result<double> ProfileGroundTruth::op_seconds(const Gmg& gmg, OpId op) {
+  auto s = measured_seconds(layers_, models_, gmg, op);
+  if (!s.ok()) return s.status();
   return op_noise_.sample(s.value());
 }
 

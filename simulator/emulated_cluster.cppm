@@ -46,6 +46,10 @@ class GroundTruth {
 // docs/ground-truth.md.
 class ProfileGroundTruth final : public GroundTruth {
  public:
+  // What op_seconds costs, before the noise: also what TypedGroundTruth
+  // plays on the accelerators of the profile's own type.
+  static Result<double> measured_seconds(const LayerProfile& layers, const ModelSet& models, const Gmg& gmg, OpId op);
+
   ProfileGroundTruth(LayerProfile layers, TransferProfile transfers, std::uint64_t seed, double op_cv = 0.006,
                      double transfer_cv = 0.0163);
   // The models behind the GMG's templates.

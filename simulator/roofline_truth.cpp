@@ -32,34 +32,23 @@ Status TypedGroundTruth::check() const {
 
 Result<double> TypedGroundTruth::op_seconds(const Gmg& gmg, OpId op) {
   const OpRecord& r = gmg.op(op);
-  const GraphTemplate& t = gmg.templates().get(r.tmpl);
-  auto dims = gmg.dims(op);
-  const int tokens = t.dims().find("tokens"), context = t.dims().find("context");
-  const int sequences = t.dims().find("sequences");
-  if (tokens < 0) return InvalidArgument("ground truth: template '" + t.name() + "' has no dim 'tokens'");
-  const std::int64_t ctx = context < 0 ? 0 : dims[context];
-  const std::int64_t seqs = sequences < 0 ? 1 : dims[sequences];
-  const std::string& name = t.ops()[r.tmpl_op].name;
   const AccelTypeId type = accels_.type(r.accel);
   const AcceleratorType* sheet = type < by_type_.size() ? by_type_[type] : nullptr;
   if (!sheet) {
     if (!opt_.layers)
       return NotFound("ground truth for " + gmg.op_name(op) + ": no datasheet for type " + accels_.type_name(type));
-    // As ProfileGroundTruth: the head at the sampled positions.
-    const std::int64_t positions = name == "head" && sequences >= 0 ? seqs : dims[tokens];
-    auto s = opt_.layers->op_seconds(name, positions, ctx);
-    if (!s.ok()) return InvalidArgument("ground truth for " + gmg.op_name(op) + ": " + s.status().message());
+    auto s = ProfileGroundTruth::measured_seconds(*opt_.layers, models_, gmg, op);
+    if (!s.ok()) return s.status();
     return op_noise_.sample(s.value());
   }
-  if (const Model* m = models_.of(r.tmpl)) {
-    const auto calls = m->kernels(r.tmpl_op, m->dims_of(t, dims));
-    if (calls.empty()) return InvalidArgument("ground truth for " + gmg.op_name(op) + ": no kernels for " + name);
-    return op_noise_.sample(calls_seconds(*sheet, opt_.fit, m->shape(), calls));
-  }
-  const auto calls = llama_op_calls(name, static_cast<double>(dims[tokens]), static_cast<double>(seqs),
-                                    static_cast<double>(ctx), opt_.layers_per_group);
-  if (calls.empty()) return InvalidArgument("ground truth for " + gmg.op_name(op) + ": unknown operator " + name);
-  return op_noise_.sample(calls_seconds(*sheet, opt_.fit, opt_.shape, calls));
+  const Model* m = models_.of(r.tmpl);
+  const GraphTemplate& t = gmg.templates().get(r.tmpl);
+  if (!m)
+    return NotFound("ground truth for " + gmg.op_name(op) + ": the roofline needs the model behind template '" +
+                    t.name() + "' (set_models)");
+  const auto calls = m->kernels(r.tmpl_op, m->dims_of(t, gmg.dims(op)));
+  if (calls.empty()) return InvalidArgument("ground truth for " + gmg.op_name(op) + ": its model gives no kernels");
+  return op_noise_.sample(calls_seconds(*sheet, opt_.fit, m->shape(), calls));
 }
 
 double TypedGroundTruth::transfer_seconds(AccelId from, AccelId to, std::int64_t bytes) {

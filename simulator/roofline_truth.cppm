@@ -20,8 +20,6 @@ struct TypedTruthOptions {
   std::optional<TransferProfile> transfers;
   RooflineFit fit;
   std::vector<AcceleratorType> types;  // datasheets, by name or alias
-  DenseShape shape;                    // the model's kernels' shapes
-  int layers_per_group = 8;
 };
 
 // Not thread-safe (noise): one per emulated cluster. `accels` must outlive it.
@@ -31,9 +29,10 @@ class TypedGroundTruth final : public GroundTruth {
                    double transfer_cv = 0.0163);
   // Every accelerator type either has the profile or a datasheet.
   Status check() const;
-  // The models behind the templates: on a datasheet type, an operator of a
-  // template with a model is costed from that model's kernels and shapes
-  // (any dense decoder); one without, as a Llama of opt.shape.
+  // The models behind the templates: on a datasheet type an operator is
+  // costed from its model's kernels and shapes (any dense decoder; an
+  // operator of a template without a model is an error there), on the
+  // profile's type as ProfileGroundTruth costs it.
   void set_models(ModelSet models) { models_ = std::move(models); }
   Result<double> op_seconds(const Gmg& gmg, OpId op) override;
   double transfer_seconds(AccelId from, AccelId to, std::int64_t bytes) override;
