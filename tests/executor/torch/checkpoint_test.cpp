@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -184,4 +185,37 @@ TEST_CASE("broken checkpoints are refused with one line naming the file, the ten
   refused(dir + ": no model.safetensors or model.safetensors.index.json");
   CHECK_THROWS_WITH(LlamaModel(config_of(s, dir + "/nope")), Catch::Contains("not a directory"));
   fs::remove_all(dir);
+}
+
+// Hidden: the fixture of ctest's serve_checkpoint_cpu. Writes a tiny
+// Qwen2-style checkpoint (biases, tied, bfloat16 shards) and a serve config
+// naming it into $SLICESCHED_CHECKPOINT_OUT.
+TEST_CASE("write a tiny checkpoint and a serve config for the cli test", "[.write_checkpoint]") {
+  const char* out = std::getenv("SLICESCHED_CHECKPOINT_OUT");
+  REQUIRE(out != nullptr);
+  tiny_ckpt::Shape s;
+  s.qkv_bias = true, s.tied = true, s.file_dtype = "BF16", s.shards = 2;
+  tiny_ckpt::write_checkpoint(out, s, tiny_ckpt::make_weights(s, 2024));
+  std::ofstream(fs::path(out) / "serve.toml") << R"(# Live serving from the checkpoint in this folder (ctest).
+name = "serve-checkpoint"
+seed = 3
+[cluster]
+link_classes = [{ name = "host", bandwidth_gbps = 10.0 }]
+accelerators = [{ name_prefix = "cpu", count = 3, type = "cpu", hbm_gib = 0.25, device = "cpu:*" }]
+[[models]]
+name = "tiny-qwen"
+checkpoint = "."
+groups = 2
+[live]
+time_scale = 4.0
+[[tenants]]
+name = "online"
+priority = 10
+stream = { poisson_rate = 3.0, duration_s = 3, input_tokens = 16, output_tokens = 6 }
+[[policies]]
+name = "SliceScheduler"
+tenants = ["online"]
+placement = { plugin = "simulation-guided" }
+partition_sets = [{ plugin = "singles" }, { plugin = "all" }]
+)";
 }
