@@ -57,8 +57,12 @@ TensorView parse_entry(const std::string& file, const std::string& name, const n
   std::uint64_t numel = 1;
   for (const auto& d : e["shape"]) {
     if (!d.is_number_unsigned()) fail("has a shape that is not a list of sizes: " + e["shape"].dump());
-    v.shape.push_back(d.get<std::int64_t>());
-    numel *= d.get<std::uint64_t>();
+    const auto n = d.get<std::uint64_t>();
+    // Bounded so that numel * element bytes cannot wrap around and match a
+    // short span by accident.
+    if (n != 0 && numel > (std::uint64_t(1) << 48) / n) fail("has an impossibly large shape " + e["shape"].dump());
+    v.shape.push_back(static_cast<std::int64_t>(n));
+    numel *= n;
   }
   const auto& off = e.contains("data_offsets") ? e["data_offsets"] : nlohmann::json();
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())

@@ -152,6 +152,8 @@ TEST_CASE("broken checkpoints are refused with one line naming the file, the ten
   refused(file + ": tensor 'model.norm.weight' has data_offsets [0,256] beyond the file's 100 data bytes");
   write_raw(R"({"model.norm.weight":{"dtype":"F32","shape":[64],"data_offsets":[0,200]}})", 256);
   refused("spanning 200 bytes, but shape [64] of F32 needs 256");
+  write_raw(R"({"model.norm.weight":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 0);
+  refused(file + ": tensor 'model.norm.weight' has an impossibly large shape [4294967296,4294967296]");
   write_raw(R"({"model.norm.weight")", 0);
   refused(file + ": the header is not a JSON object");
   {
