@@ -3,6 +3,7 @@
 // the same operators failed as lost in the emulated cluster (virtual
 // time, ground truth) and in the live cluster (real threads, real values).
 // So a planner's what-if of a lost GPU predicts what live serving redoes.
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
@@ -36,9 +37,12 @@ class PriorTruth final : public GroundTruth {
   double transfer_seconds(AccelId, AccelId, std::int64_t bytes) override { return static_cast<double>(bytes) * 1e-9; }
 };
 
-// Real buffers; "x" takes a while, so a loss can land while it runs.
+// Real buffers. "y" waits for the gate, which the test opens once the
+// loss is in: whether y is queued or running then, the outcome is one
+// (no race with the loss, whatever the machine's load).
 class BufferRunner final : public OpRunner {
  public:
+  std::atomic<bool> gate{false};
   Result<std::shared_ptr<const void>> prepare(const Gmg& gmg, OpId op) override {
     const OpRecord& r = gmg.op(op);
     auto name = std::make_shared<std::pair<std::string, std::int64_t>>(
@@ -49,7 +53,8 @@ class BufferRunner final : public OpRunner {
     const auto& p = *static_cast<const std::pair<std::string, std::int64_t>*>(prepared);
     for (const Payload& in : inputs)
       if (!in) return InvalidArgument("missing input");
-    if (p.first == "x") std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (p.first == "y")
+      while (!gate.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     OpResult r;
     r.output = {std::make_shared<std::vector<char>>(static_cast<std::size_t>(p.second)), p.second};
     return r;
@@ -67,6 +72,7 @@ struct Drive {
   std::unique_ptr<Gmg> gmg;
   InstanceInfo inst;
   Backend* b = nullptr;
+  std::atomic<bool>* gate = nullptr;  // opened after each loss (live only)
   std::map<std::string, std::string> outcome;
 
   Drive() {
@@ -115,6 +121,7 @@ struct Drive {
     std::vector<Feedback> fb;
     REQUIRE(b->fail_accelerator(*gmg, a, fb).ok());
     apply(fb);
+    if (gate) *gate = true;
   }
 };
 
@@ -175,6 +182,7 @@ TEST_CASE("faults: the live cluster loses exactly what the emulated cluster lose
     Drive live;
     LiveCluster lc({1 << 20, 1 << 20, 1 << 20}, runner, arbiter);
     live.b = &lc;
+    live.gate = &runner.gate;
     s.play(live);
 
     CHECK(sim.outcome.size() == 3);

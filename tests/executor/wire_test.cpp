@@ -11,7 +11,7 @@ import slicesched.executor.wire;
 
 using namespace slicesched;
 
-TEST_CASE("wire: a message round-trips; another protocol version is refused", "[executor][wire]") {
+TEST_CASE("wire: a message round-trips, and another protocol version is refused", "[executor][wire]") {
   zmq::context_t ctx;
   zmq::socket_t a(ctx, zmq::socket_type::pair), b(ctx, zmq::socket_type::pair);
   a.bind("inproc://wire-test");
