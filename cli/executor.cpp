@@ -70,7 +70,11 @@ int executor(const ExecutorOptions& opt) {
       } catch (const std::exception& e) {
         fail(cfg->models[i].where + ": " + e.what());
       }
-      runtimes.push_back(std::make_unique<rt::LlamaModel>(mc));
+      try {  // (a checkpoint's files are opened here)
+        runtimes.push_back(std::make_unique<rt::LlamaModel>(mc));
+      } catch (const std::exception& e) {
+        fail(cfg->models[i].where + ": " + e.what());
+      }
       ServedModel m{static_cast<TemplateId>(i), runtimes.back().get(), nullptr, {}};
       for (const auto& x : so.accels)
         if (std::find(held[x.id].begin(), held[x.id].end(), i) != held[x.id].end()) m.accels.push_back(x.id);
