@@ -97,9 +97,19 @@ struct ServeOptions {
   std::optional<std::uint64_t> seed;
   double trace_seconds = 60;
   bool explain = false;  // as simulate's --explain
+  // Start the config's [[hosts]] executors as child processes here (on
+  // ipc:// endpoints of a private folder instead of their addresses).
+  bool spawn_local = false;
 };
 // Only built with LibTorch (live mode); main says so otherwise.
 int serve(const ServeOptions& opt);
+
+// `slicesched executor --listen ADDR --config CONFIG --host NAME`: one
+// host's accelerators as a process the scheduler (serve) drives.
+struct ExecutorOptions {
+  std::string listen, config, host;
+};
+int executor(const ExecutorOptions& opt);
 // `slicesched devices`: the visible CUDA devices (live mode only).
 int devices();
 

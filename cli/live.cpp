@@ -18,6 +18,7 @@ module slicesched.cli.live;
 
 import slicesched.executor.live;
 import slicesched.executor.llama;
+import slicesched.executor.remote;
 import slicesched.cli.progress;
 
 namespace slicesched::cli {
@@ -32,14 +33,18 @@ void check_gpu_memory(const ExperimentConfig& cfg);
 
 Transport transport(const LiveConfig& live) { return live.transport == "copy" ? Transport::kCopy : Transport::kNccl; }
 
-void check_devices(const ExperimentConfig& cfg) {
-  if (!cfg.faults.empty())
-    fail(cfg.path + ": faults: [[faults]] are simulated only (slicesched simulate); live serving loses real devices");
+namespace {
+
+// `host`: only that host's accelerators ("" every one): they are this
+// machine's. With [[hosts]] and no `host`, the devices are other machines':
+// only their presence is checked here.
+void check_devices_of(const ExperimentConfig& cfg, const std::string* host) {
   const int gpus = rt::cuda_device_count();
   for (const auto& a : cfg.accelerators) {
     if (a.device.empty())
       fail(cfg.path + ": cluster: accelerator '" + a.name +
            "' has no device (live mode needs device = \"cpu:N\" or \"cuda:N\")");
+    if ((host && a.host != *host) || (!host && !cfg.hosts.empty())) continue;
     if (a.device.rfind("cuda", 0) == 0) {
       const auto colon = a.device.find(':');
       const int index = colon == std::string::npos ? 0 : std::stoi(a.device.substr(colon + 1));
@@ -50,8 +55,14 @@ void check_devices(const ExperimentConfig& cfg) {
              ")");
     }
   }
-  check_gpu_memory(cfg);
+  if (!host && cfg.hosts.empty()) check_gpu_memory(cfg);
 }
+
+}  // namespace
+
+void check_devices(const ExperimentConfig& cfg) { check_devices_of(cfg, nullptr); }
+
+void check_executor_devices(const ExperimentConfig& cfg, const std::string& host) { check_devices_of(cfg, &host); }
 
 // The HBM budgets the config gives the accelerators on each GPU must fit in
 // what the GPU has free now (cudaMemGetInfo): otherwise the scheduler would
@@ -127,15 +138,60 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
     devices.push_back(a.device);
     budgets.push_back(a.hbm_bytes);
   }
-  LlamaRunner runner(std::move(served), devices, transport(cfg.live));
-  auto gpus = runner.start_devices();
-  if (!gpus.ok()) fail(cfg.path + ": " + gpus.status().message());
-  if (opt.progress && !gpus->empty()) std::fprintf(stderr, "slicesched: %s\n", gpus->c_str());
-  // Weights first: the cluster's clock starts when it is built, and
-  // requests arriving during a load would wait for it.
-  auto weights = runner.load_weights();
+  // One process (every accelerator a thread here), or executor processes
+  // ([[hosts]]) that own the accelerators, their weights and values.
+  std::unique_ptr<OpRunner> runner;
+  std::atomic<LiveCluster*> lost_to{nullptr};  // where a lost executor's accelerators are reported
+  Result<std::vector<std::int64_t>> weights = std::vector<std::int64_t>{};
+  RemoteRunner* remote = nullptr;
+  if (cfg.hosts.empty()) {
+    auto local = std::make_unique<LlamaRunner>(std::move(served), devices, transport(cfg.live));
+    auto gpus = local->start_devices();
+    if (!gpus.ok()) fail(cfg.path + ": " + gpus.status().message());
+    if (opt.progress && !gpus->empty()) std::fprintf(stderr, "slicesched: %s\n", gpus->c_str());
+    // Weights first: the cluster's clock starts when it is built, and
+    // requests arriving during a load would wait for it.
+    weights = local->load_weights();
+    runner = std::move(local);
+  } else {
+    std::vector<ExecutorEndpoint> hosts;
+    for (std::size_t h = 0; h < cfg.hosts.size(); ++h)
+      hosts.push_back({cfg.hosts[h].name, opt.addresses.empty() ? cfg.hosts[h].address : opt.addresses[h]});
+    std::vector<std::size_t> accel_host;
+    std::vector<std::string> names;
+    for (const auto& a : cfg.accelerators) {
+      names.push_back(a.name);
+      for (std::size_t h = 0; h < cfg.hosts.size(); ++h)
+        if (cfg.hosts[h].name == a.host) accel_host.push_back(h);
+    }
+    std::vector<RemoteModel> models;
+    for (std::size_t i = 0; i < served.size(); ++i) models.push_back({served[i].tmpl, i, served[i].model});
+    auto r = std::make_unique<RemoteRunner>(
+        hosts, accel_host, models,
+        RemoteOptions{cfg.live.heartbeat_ms, cfg.live.executor_timeout_ms, RemoteOptions{}.connect_ms});
+    r->on_lost([&lost_to](AccelId a) {
+      if (LiveCluster* c = lost_to.load()) c->lose(a);
+    });
+    weights = r->connect(names);
+    if (opt.progress && weights.ok())
+      std::fprintf(stderr, "slicesched: %zu executor process(es) connected\n", hosts.size());
+    remote = r.get();
+    runner = std::move(r);
+  }
   if (!weights.ok()) fail(cfg.path + ": " + weights.status().message());
-  LiveCluster cluster(budgets, runner, *parts->plugins.arbiter);
+  // Whatever way the run ends, executor processes are told to exit.
+  struct Shutdown {
+    RemoteRunner* r;
+    ~Shutdown() {
+      if (r) r->shutdown();
+    }
+  } shutdown{remote};
+  LiveCluster cluster(budgets, *runner, *parts->plugins.arbiter);
+  lost_to = &cluster;
+  struct Unhook {
+    std::atomic<LiveCluster*>& p;
+    ~Unhook() { p = nullptr; }
+  } unhook{lost_to};
   cluster.set_interrupt(opt.stop);
   for (AccelId a = 0; a < devices.size(); ++a)
     if (Status s = cluster.reserve_resident(a, weights.value()[a]); !s.ok())

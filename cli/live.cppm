@@ -6,6 +6,7 @@ module;
 #include <atomic>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "executor/torch/runtime.h"
 
@@ -21,6 +22,9 @@ struct LiveRunOptions {
   double trace_seconds = 60;                        // the timeline kept for the Chrome trace
   bool explain = false;                             // record the scheduler's decisions
   std::span<EngineObserver* const> observers = {};  // watch the run too (the caller's)
+  // With [[hosts]]: where each host's executor listens, in [[hosts]] order
+  // (serve --spawn-local's private endpoints); empty: the config's addresses.
+  std::vector<std::string> addresses;
 };
 
 // Runs `policy` of `cfg` live on the config's devices and returns what
@@ -34,6 +38,9 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
 // Refuses an accelerator without a device, and devices that do not exist
 // here (cuda:N beyond the GPUs LibTorch sees), naming the accelerator.
 void check_devices(const ExperimentConfig& cfg);
+// The same for the accelerators of [[hosts]] entry `host` only, on the
+// machine of its executor process.
+void check_executor_devices(const ExperimentConfig& cfg, const std::string& host);
 
 // [live] transport as the runner takes it.
 Transport transport(const LiveConfig& live);

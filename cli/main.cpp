@@ -76,6 +76,15 @@ int main(int argc, char** argv) {
   serve->add_option("--trace-seconds", serve_opt.trace_seconds, "Seconds covered by the Chrome trace")
       ->check(CLI::PositiveNumber);
   serve->add_flag("--explain", serve_opt.explain, "Record every scheduling round of the traced seconds, as simulate");
+  serve->add_flag("--spawn-local", serve_opt.spawn_local,
+                  "Start the config's [[hosts]] executors as child processes on this machine");
+  slicesched::cli::ExecutorOptions exec_opt;
+  auto* executor = app.add_subcommand(
+      "executor", "Live serving across processes: run one [[hosts]] entry's accelerators for `serve` to drive");
+  executor->add_option("--listen", exec_opt.listen, "ZeroMQ endpoint to listen on (tcp://0.0.0.0:5555, ipc:///path)")
+      ->required();
+  executor->add_option("--config", exec_opt.config, "The experiment TOML the scheduler serves")->required();
+  executor->add_option("--host", exec_opt.host, "This host's [[hosts]] name")->required();
 
   auto* devices =
       app.add_subcommand("devices", "The CUDA devices live mode sees (cuda:N), with CUDA and NCCL versions");
@@ -164,6 +173,15 @@ int main(int argc, char** argv) {
       return slicesched::cli::serve(serve_opt);
 #else
       std::fprintf(stderr, "slicesched: serve: live mode was not built (LibTorch was not found at configure time)\n");
+      return 2;
+#endif
+    }
+    if (executor->parsed()) {
+#ifdef SLICESCHED_LIVE
+      return slicesched::cli::executor(exec_opt);
+#else
+      std::fprintf(stderr,
+                   "slicesched: executor: live mode was not built (LibTorch was not found at configure time)\n");
       return 2;
 #endif
     }

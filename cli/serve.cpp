@@ -11,11 +11,13 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
+#include "local_executors.hpp"
 
 import slicesched.core;
 import slicesched.config;
@@ -61,6 +63,19 @@ int serve(const ServeOptions& opt) {
     sigemptyset(&sa.sa_mask);
     for (int sig : {SIGINT, SIGTERM}) sigaction(sig, &sa, nullptr);
     LiveRunOptions lopt;
+    // Executor children first (they load their weights while this one
+    // builds the policy); gone, whatever way serve ends.
+    std::unique_ptr<LocalExecutors> children;
+    if (opt.spawn_local) {
+      if (cfg->hosts.empty())
+        fail(cfg->path +
+             ": --spawn-local: the config has no [[hosts]] (executors to start); without it serve runs "
+             "every accelerator in this process");
+      std::vector<std::string> names;
+      for (const HostConfig& h : cfg->hosts) names.push_back(h.name);
+      children = std::make_unique<LocalExecutors>(cfg->path, names);
+      lopt.addresses = children->addresses();
+    }
     lopt.stop = &g_stop;
     lopt.trace_seconds = opt.trace_seconds;
     lopt.explain = opt.explain;

@@ -203,6 +203,23 @@ class Table {
   std::set<std::string> used_;
 };
 
+// Why `a` is not a ZeroMQ endpoint an executor can listen on and peers can
+// reach ("tcp://HOST:PORT" or "ipc://PATH"), or nothing.
+std::optional<std::string> wire_address_error(const std::string& a) {
+  if (a.rfind("ipc://", 0) == 0)
+    return a.size() > 6 ? std::nullopt : std::optional<std::string>("expected a path after ipc://");
+  if (a.rfind("tcp://", 0) != 0) return "expected \"tcp://HOST:PORT\" or \"ipc://PATH\", got \"" + a + "\"";
+  const std::string rest = a.substr(6);
+  const auto colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0) return "expected \"tcp://HOST:PORT\", got \"" + a + "\"";
+  const std::string port = rest.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(port) < 1 || std::stoi(port) > 65535)
+    return "expected a port in [1, 65535] in \"" + a + "\"";
+  if (rest.substr(0, colon) == "*") return "expected a host others can reach, not * (\"" + a + "\")";
+  return std::nullopt;
+}
+
 // Tables of an array of tables, with their element paths.
 std::vector<Table> tables_of(Table& parent, const std::string& key, bool required, const std::string& file) {
   std::vector<Table> out;
@@ -337,6 +354,22 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
     l.finish();
     cfg.link_classes.push_back(c);
   }
+  // [[hosts]] first: accelerators name them.
+  for (Table& h : tables_of(root, "hosts", false, file)) {
+    HostConfig hc;
+    hc.name = h.str("name");
+    if (hc.name.empty()) h.fail(h.node("name"), "name", "expected a non-empty host name");
+    for (const HostConfig& o : cfg.hosts)
+      if (o.name == hc.name) h.fail(h.node("name"), "name", "duplicate host name '" + hc.name + "'");
+    hc.address = h.str("address");
+    if (auto bad = wire_address_error(hc.address)) h.fail(h.node("address"), "address", *bad);
+    for (const HostConfig& o : cfg.hosts)
+      if (o.address == hc.address)
+        h.fail(h.node("address"), "address", "host '" + o.name + "' already listens on " + hc.address);
+    hc.where = h.where(nullptr, "name");
+    h.finish();
+    cfg.hosts.push_back(std::move(hc));
+  }
   for (Table& a : tables_of(cluster, "accelerators", true, file)) {
     const std::string type = a.str("type");
     // The type's table (configs/accelerators): its HBM is the default.
@@ -374,6 +407,21 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
     // The models whose weights this group holds (checked once [[models]] is read).
     const std::vector<std::string> held = strings(a, "models", false);
     const std::string held_where = a.where(a.node("models"), "models");
+    const std::string host = a.str("host", &none);
+    if (a.has("host")) {
+      std::string names;
+      bool known = false;
+      for (const HostConfig& h : cfg.hosts) {
+        known |= h.name == host;
+        names += (names.empty() ? "" : ", ") + h.name;
+      }
+      if (!known)
+        a.fail(a.node("host"), "host",
+               "no [[hosts]] entry named '" + host + "'" +
+                   (names.empty() ? " (there is no [[hosts]])" : " (known: " + names + ")"));
+    } else if (!cfg.hosts.empty()) {
+      a.fail(nullptr, "host", "is required with [[hosts]] (the name of the host whose executor owns it)");
+    }
     if (a.has("count")) {
       const std::string prefix = a.str("name_prefix", &none);
       const std::int64_t count = a.integer("count", 1, 1, kMaxAccelerators, true);
@@ -387,7 +435,7 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
         std::string d = device;
         if (auto star = d.find('*'); star != std::string::npos) d.replace(star, 1, std::to_string(i));
         cfg.accelerators.push_back(
-            {(prefix.empty() ? type : prefix) + std::to_string(first + i), type, hbm, d, held, held_where});
+            {(prefix.empty() ? type : prefix) + std::to_string(first + i), type, hbm, d, held, held_where, host});
       }
     } else {
       const std::string name = a.str("name");
@@ -395,7 +443,7 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
         a.fail(a.node("name"), "name",
                "the cluster would have " + std::to_string(cfg.accelerators.size() + 1) + " accelerators; at most " +
                    std::to_string(kMaxAccelerators) + " are supported");
-      cfg.accelerators.push_back({name, type, hbm, device, held, held_where});
+      cfg.accelerators.push_back({name, type, hbm, device, held, held_where, host});
     }
     a.finish();
   }
@@ -559,6 +607,13 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
     cfg.live.threads = static_cast<int>(l.integer("threads", 1, 1, 1024));
     cfg.live.time_scale = l.num("time_scale", 1.0, 1e-6, 1e9);
     cfg.live.transport = l.str("transport", &cfg.live.transport);
+    cfg.live.heartbeat_ms = static_cast<int>(l.integer("heartbeat_ms", cfg.live.heartbeat_ms, 10, 60000));
+    cfg.live.executor_timeout_ms =
+        static_cast<int>(l.integer("executor_timeout_ms", cfg.live.executor_timeout_ms, 50, 3600000));
+    if (cfg.live.executor_timeout_ms < 2 * cfg.live.heartbeat_ms)
+      l.fail(l.node("executor_timeout_ms"), "executor_timeout_ms",
+             "expected at least twice heartbeat_ms (" + std::to_string(2 * cfg.live.heartbeat_ms) + "), got " +
+                 std::to_string(cfg.live.executor_timeout_ms));
     if (cfg.live.transport != "nccl" && cfg.live.transport != "copy")
       l.fail(l.node("transport"), "transport", "expected \"nccl\" or \"copy\", got \"" + cfg.live.transport + "\"");
     l.finish();

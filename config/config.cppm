@@ -33,6 +33,17 @@ struct AcceleratorConfig {
   // "file:line: key" for errors.
   std::vector<std::string> models;
   std::string models_where;
+  // Live mode across processes: the [[hosts]] name of the executor that
+  // owns it ("" without [[hosts]]).
+  std::string host;
+};
+
+// An executor process (`[[hosts]]`, live mode): its name, which
+// accelerators' `host` keys name, and the ZeroMQ endpoint it listens on
+// ("tcp://HOST:PORT" or "ipc://PATH").
+struct HostConfig {
+  std::string name, address;
+  std::string where;  // "file:line: hosts[i]" for errors
 };
 
 struct LinkConfig {
@@ -118,6 +129,10 @@ struct LiveConfig {
   // Between two CUDA accelerators: NCCL send/recv ("nccl") or a LibTorch
   // peer copy ("copy"). Copies to or from a CPU device are always copies.
   std::string transport = "nccl";
+  // Executors in other processes ([[hosts]]): how often each side sends a
+  // heartbeat, and the silence after which an executor counts as lost.
+  int heartbeat_ms = 200;
+  int executor_timeout_ms = 3000;
 };
 
 struct GroundTruthConfig {
@@ -161,6 +176,7 @@ struct ExperimentConfig {
   std::vector<TenantConfig> tenants;
   std::vector<PolicyConfig> policies;
   std::vector<FaultConfig> faults;        // in time order
+  std::vector<HostConfig> hosts;          // live mode's executor processes; empty: one process
   std::vector<std::string> plugin_paths;  // resolved
   std::string estimator_prior;            // a calibration profile used as estimator prior (resolved), or empty
 };

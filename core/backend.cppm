@@ -98,6 +98,13 @@ class Backend {
   virtual Status restore_accelerator(AccelId /*a*/) {
     return FailedPrecondition("this backend cannot lose an accelerator ([[faults]] are simulated only)");
   }
+  // Accelerators the backend found lost on its own since the last call (a
+  // live executor process that exited or stopped answering), in the order
+  // found. The engine treats each as a [[faults]] entry due now: it marks
+  // it down and calls fail_accelerator, so a discovered loss and a
+  // configured one follow the same rules. Backends that cannot discover a
+  // loss return nothing (the default).
+  virtual std::vector<AccelId> take_lost() { return {}; }
 };
 
 }  // namespace slicesched

@@ -23,20 +23,29 @@ Status Engine::apply_faults(Nanos now) {
     const FaultEvent& f = opt_.faults[next_fault_];
     if (f.accel >= gmg_.accels().size())
       return InvalidArgument("engine: a fault names accelerator " + std::to_string(f.accel) + ", which does not exist");
-    if (gmg_.is_down(f.accel) != f.down) down_count_ += f.down ? 1 : -1;
-    gmg_.set_down(f.accel, f.down);
     if (!f.down) {
+      if (gmg_.is_down(f.accel)) --down_count_;
+      gmg_.set_down(f.accel, false);
       if (Status s = backend_.restore_accelerator(f.accel); !s.ok()) return s;
       continue;
     }
-    lost.clear();
-    if (Status s = backend_.fail_accelerator(gmg_, f.accel, lost); !s.ok()) return s;
-    if (!lost_names_.empty()) lost_names_ += ", ";
-    lost_names_ += gmg_.accels()[f.accel].name + " at " + std::to_string(static_cast<double>(now) / 1e9) + " s";
-    for (const Feedback& x : lost)
-      if (Status s = apply(x); !s.ok()) return s;
-    flush_requests();
+    if (Status s = lose(f.accel, now); !s.ok()) return s;
   }
+  return Status::Ok();
+}
+
+Status Engine::lose(AccelId a, Nanos now) {
+  if (a >= gmg_.accels().size())
+    return InvalidArgument("engine: the backend lost accelerator " + std::to_string(a) + ", which does not exist");
+  if (!gmg_.is_down(a)) ++down_count_;
+  gmg_.set_down(a, true);  // (a fault on one already down is the backend's to refuse)
+  std::vector<Feedback> lost;
+  if (Status s = backend_.fail_accelerator(gmg_, a, lost); !s.ok()) return s;
+  if (!lost_names_.empty()) lost_names_ += ", ";
+  lost_names_ += gmg_.accels()[a].name + " at " + std::to_string(static_cast<double>(now) / 1e9) + " s";
+  for (const Feedback& x : lost)
+    if (Status s = apply(x); !s.ok()) return s;
+  flush_requests();
   return Status::Ok();
 }
 
@@ -199,6 +208,11 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
     if (Status s = backend_.advance_to(next, feedback); !s.ok()) return s;
     // A live backend may return early, at its first completion.
     now = backend_.now();
+    // Losses the backend found (an executor process gone) are handled
+    // before the completions, so nothing is placed again on what is lost.
+    for (AccelId a : backend_.take_lost())
+      if (a >= gmg_.accels().size() || !gmg_.is_down(a))
+        if (Status s = lose(a, now); !s.ok()) return s;
     for (const Feedback& f : feedback)
       if (Status s = apply(f); !s.ok()) return s;
     flush_requests();

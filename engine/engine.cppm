@@ -72,6 +72,9 @@ class Engine {
   void flush_requests();
   void on_decision(const Gmg& gmg, const Decision& d);
   Status apply_faults(Nanos now);
+  // Accelerator `a` is lost at `now`: a configured fault or one the backend
+  // found (Backend::take_lost); both take this one path.
+  Status lose(AccelId a, Nanos now);
   // Why the operators still waiting cannot be placed, from the scheduler's
   // last round (a hint in the deadlock error).
   std::string deadlock_cause() const;

@@ -142,10 +142,14 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
       IterationPlan::Seq p;
       p.seq = q.request;
       p.position = q.context;
-      if (q.prefill)
+      if (q.prefill) {
         p.tokens = prompts_(q.request, r.input_tokens);
-      else
+        // A rebuilt sequence prefills what it held: its prompt and the
+        // tokens it generated before the loss.
+        p.tokens.insert(p.tokens.end(), r.tokens.begin(), r.tokens.end());
+      } else {
         p.tokens = {r.tokens.back()};
+      }
       plan.seqs.push_back(std::move(p));
     }
     plans_.emplace_back(inst->id, std::move(plan));

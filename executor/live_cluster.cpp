@@ -3,6 +3,7 @@ module;
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -39,7 +40,8 @@ LiveCluster::LiveCluster(std::vector<std::int64_t> budgets, OpRunner& runner, Tr
       send_busy_(budget_.size(), 0),
       recv_busy_(budget_.size(), 0),
       used_(budget_.size(), 0),
-      peak_(budget_.size(), 0) {
+      peak_(budget_.size(), 0),
+      down_(budget_.size(), 0) {
   for (std::size_t a = 0; a < budget_.size(); ++a) {
     work_cv_.push_back(std::make_unique<std::condition_variable>());
     recv_cv_.push_back(std::make_unique<std::condition_variable>());
@@ -93,6 +95,12 @@ Status LiveCluster::submit(const Gmg& gmg, OpId op) {
   if (r.accel >= budget_.size())
     return NotFound("live cluster: " + gmg.op_name(op) + " is on accelerator " + std::to_string(r.accel) +
                     ", which the cluster does not have");
+  {
+    std::lock_guard lk(mu_);
+    if (down_[r.accel])
+      return FailedPrecondition("live cluster: " + gmg.op_name(op) + " is on accelerator " + std::to_string(r.accel) +
+                                ", which is lost");
+  }
   auto prepared = runner_.prepare(gmg, op);
   if (!prepared.ok()) return prepared.status();
 
@@ -144,7 +152,7 @@ Status LiveCluster::submit(const Gmg& gmg, OpId op) {
       continue;
     }
     const Held& h = held_.at(edge.src);
-    deliver(id, slot, edge.src, edge.retained ? h.retained : h.output, h.accel, h.failed, h.error);
+    deliver(id, slot, edge.src, edge.retained ? h.retained : h.output, h.accel, h.failed, h.error, h.lost);
   }
   if (--tasks_[id].pending == 0) make_ready(id);
   arbitrate();
@@ -154,11 +162,13 @@ Status LiveCluster::submit(const Gmg& gmg, OpId op) {
 // A producer's value reaches slot `slot` of `task`: directly when it lives
 // on the same accelerator (or failed), through a transfer otherwise.
 void LiveCluster::deliver(std::uint32_t task, std::uint32_t slot, OpId src, const Payload& value, AccelId from,
-                          bool failed, const std::string& error) {
+                          bool failed, const std::string& error, bool lost) {
   Task& t = tasks_[task];
+  if (t.dead) return;  // reported lost already
   if (failed) {
     if (!t.input_failed) t.input_error = error;
     t.input_failed = true;
+    t.lost = t.lost || lost;
   } else if (from != t.accel) {
     add_intent(task, slot, src, value, from);
     return;
@@ -241,7 +251,7 @@ void LiveCluster::memory_freed() {
 // fits. Returns an index into ready_[a], or -1. (Queues are short, so a
 // scan, which also finds the best operator that fits, beats a heap.)
 std::ptrdiff_t LiveCluster::pick(AccelId a) const {
-  if (running_[a]) return -1;
+  if (running_[a] || down_[a]) return -1;  // (a lost one's queue is failed by fail_accelerator)
   const auto& q = ready_[a];
   std::ptrdiff_t best = -1;
   for (std::size_t i = 0; i < q.size(); ++i) {
@@ -282,6 +292,7 @@ void LiveCluster::worker(AccelId a) {
     q[static_cast<std::size_t>(next)] = q.back();
     q.pop_back();
     Task& t = tasks_[id];
+    t.started = true;
     running_[a] = 1;
     Result<OpResult> result = OpResult{};
     Nanos start = clock(), finish = start;
@@ -318,6 +329,10 @@ void LiveCluster::worker(AccelId a) {
     d.feedback.t = finish;
     d.feedback.measured = finish - start;
     d.feedback.start = start;
+    // Finished on an accelerator lost meanwhile: whatever it made is gone
+    // with it, and the work is to be redone elsewhere.
+    if (down_[a] && result.ok()) result = Aborted("accelerator " + std::to_string(a) + " was lost");
+    if (down_[a] || t.lost) h.lost = d.feedback.lost = true;
     if (result.ok()) {
       OpResult& res = result.value();
       h.output = std::move(res.output);
@@ -332,7 +347,7 @@ void LiveCluster::worker(AccelId a) {
     }
     task_of_.erase(t.op);
     for (const Succ& s : t.succs)
-      deliver(s.task, s.slot, t.op, s.retained ? h.retained : h.output, a, h.failed, h.error);
+      deliver(s.task, s.slot, t.op, s.retained ? h.retained : h.output, a, h.failed, h.error, h.lost);
     held_[t.op] = std::move(h);
     done_.push_back(std::move(d));
     free_tasks_.push_back(id);
@@ -352,6 +367,13 @@ void LiveCluster::receiver(AccelId a) {
     recv_q_[a].pop_front();
     Xfer& x = xfers_[xi];
     const std::int64_t bytes = x.value.bytes;
+    if (tasks_[x.task].dead) {  // its consumer was lost meanwhile
+      send_busy_[x.from] = recv_busy_[a] = 0;
+      x.value = Payload{};
+      free_xfers_.push_back(xi);
+      arbitrate();
+      continue;
+    }
     // Recv: the destination buffer first.
     if (used_[a] + bytes > budget_[a]) {
       ++refused_;
@@ -382,8 +404,13 @@ void LiveCluster::receiver(AccelId a) {
     Xfer& xf = xfers_[xi];
     send_busy_[xf.from] = recv_busy_[a] = 0;
     Task& t = tasks_[xf.task];
+    // An end lost meanwhile: the copy (if it arrived) is dropped.
+    const bool lost = down_[xf.from] || down_[a] || t.dead;
+    if (lost && copy.ok())
+      copy = Aborted("transfer " + std::to_string(xf.from) + " -> " + std::to_string(a) + ": an accelerator was lost");
     Done d;
     d.feedback.kind = Feedback::Kind::kTransfer;
+    d.feedback.lost = lost;
     d.feedback.op = t.op;
     d.feedback.from = xf.from;
     d.feedback.to = a;
@@ -402,12 +429,15 @@ void LiveCluster::receiver(AccelId a) {
       d.feedback.error = copy.status().message();
       if (!t.input_failed) t.input_error = copy.status().message();
       t.input_failed = true;
+      t.lost = t.lost || lost;
     }
     d.feedback.src = xf.src;
     xf.value = Payload{};
     free_xfers_.push_back(xi);
-    if (--t.pending == 0) make_ready(xf.task);
-    done_.push_back(std::move(d));
+    if (!t.dead && --t.pending == 0) make_ready(xf.task);
+    // As in the emulated cluster, a transfer cut by a loss reports nothing:
+    // its consumer reports lost.
+    if (!lost) done_.push_back(std::move(d));
     arbitrate();
     engine_cv_.notify_one();
   }
@@ -457,7 +487,7 @@ std::string LiveCluster::stall_reason() const {
 
 Nanos LiveCluster::next_event() const {
   std::lock_guard lk(mu_);
-  if (!done_.empty() || !fault_.empty()) return now();
+  if (!done_.empty() || !fault_.empty() || !lost_q_.empty()) return now();
   if (live_ == 0 || stalled()) return -1;
   return now() + kPollHorizon;
 }
@@ -465,7 +495,7 @@ Nanos LiveCluster::next_event() const {
 Status LiveCluster::advance_to(Nanos t, std::vector<Feedback>& out) {
   std::unique_lock lk(mu_);
   const auto deadline = start_ + std::chrono::nanoseconds(t);
-  auto ready = [&] { return !done_.empty() || !fault_.empty() || stalled(); };
+  auto ready = [&] { return !done_.empty() || !fault_.empty() || !lost_q_.empty() || stalled(); };
   if (!interrupt_) {
     engine_cv_.wait_until(lk, deadline, ready);
   } else {
@@ -483,6 +513,104 @@ Status LiveCluster::advance_to(Nanos t, std::vector<Feedback>& out) {
   done_.clear();
   now_ = std::max(now_, clock());
   return Status::Ok();
+}
+
+// Reports a task that never ran as lost now, and passes the loss on to
+// its consumers. Its slot stays taken: producers may still name it.
+void LiveCluster::fail_task(std::uint32_t task, std::vector<Feedback>& out) {
+  Task& t = tasks_[task];
+  Feedback f;
+  f.op = t.op;
+  f.from = t.accel;
+  f.t = clock();
+  f.failed = f.lost = true;
+  f.error = "accelerator " + std::to_string(t.accel) + " was lost";
+  out.push_back(std::move(f));
+  auto& q = ready_[t.accel];
+  std::erase_if(q, [&](const auto& e) { return e.second == task; });
+  for (std::int64_t b : t.received) used_[t.accel] -= b;
+  t.inputs.clear();
+  t.prepared.reset();
+  t.dead = true;
+  task_of_.erase(t.op);
+  --live_;
+  const std::vector<Succ> succs = std::move(t.succs);
+  t.succs.clear();
+  for (const Succ& s : succs) deliver(s.task, s.slot, t.op, Payload{}, t.accel, true, f.error, true);
+}
+
+Status LiveCluster::fail_accelerator(const Gmg&, AccelId a, std::vector<Feedback>& out) {
+  std::lock_guard lk(mu_);
+  if (a >= budget_.size())
+    return NotFound("live cluster: accelerator " + std::to_string(a) + " does not exist (cluster has " +
+                    std::to_string(budget_.size()) + ")");
+  if (down_[a] == 2) return FailedPrecondition("live cluster: accelerator " + std::to_string(a) + " is already lost");
+  down_[a] = 2;
+  const std::string why = "accelerator " + std::to_string(a) + " was lost";
+  // What it held is gone; consumers submitted later fail as lost.
+  for (auto& [op, h] : held_) {
+    if (h.accel != a) continue;
+    used_[a] -= h.output.bytes + h.retained.bytes;
+    h.output = h.retained = Payload{};
+    if (!h.failed) h.error = why;
+    h.failed = h.lost = true;
+  }
+  // Everything queued there, in task order (one running there reports
+  // from its worker)...
+  for (std::uint32_t task = 0; task < tasks_.size(); ++task) {
+    const Task& t = tasks_[task];
+    if (t.accel == a && !t.dead && !t.started && t.op != kNoOp) {
+      auto it = task_of_.find(t.op);
+      if (it != task_of_.end() && it->second == task) fail_task(task, out);
+    }
+  }
+  // ...then every transfer from or to it not yet copying.
+  auto drop = [&](std::uint32_t xi) {
+    Xfer& x = xfers_[xi];
+    deliver(x.task, x.slot, x.src, Payload{}, x.from, true, why, true);
+    x.value = Payload{};
+    free_xfers_.push_back(xi);
+  };
+  std::vector<std::uint32_t> keep;
+  for (std::uint32_t xi : pending_)
+    if (xfers_[xi].from == a || xfers_[xi].to == a)
+      drop(xi);
+    else
+      keep.push_back(xi);
+  pending_ = std::move(keep);
+  for (auto& q : recv_q_)
+    std::erase_if(q, [&](std::uint32_t xi) {
+      const Xfer& x = xfers_[xi];
+      if (x.from != a && x.to != a) return false;
+      send_busy_[x.from] = recv_busy_[x.to] = 0;
+      drop(xi);
+      return true;
+    });
+  // deliver() readied what is on other accelerators; the rest may now fit.
+  memory_freed();
+  engine_cv_.notify_one();
+  return Status::Ok();
+}
+
+Status LiveCluster::restore_accelerator(AccelId a) {
+  std::lock_guard lk(mu_);
+  if (a >= budget_.size() || down_[a] != 2)
+    return FailedPrecondition("live cluster: accelerator " + std::to_string(a) + " is not lost");
+  down_[a] = 0;
+  return Status::Ok();
+}
+
+void LiveCluster::lose(AccelId a) {
+  std::lock_guard lk(mu_);
+  if (a >= budget_.size() || down_[a]) return;
+  down_[a] = 1;
+  lost_q_.push_back(a);
+  engine_cv_.notify_one();
+}
+
+std::vector<AccelId> LiveCluster::take_lost() {
+  std::lock_guard lk(mu_);
+  return std::exchange(lost_q_, {});
 }
 
 std::int64_t LiveCluster::used(AccelId a) const {

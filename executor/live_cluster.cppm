@@ -87,6 +87,21 @@ class LiveCluster final : public Backend {
   bool wants_plans() const override { return true; }
   Status on_iteration(InstanceId instance, IterationPlan plan) override;
 
+  // Accelerator `a` is lost (Backend's contract, the emulated cluster's
+  // rules): queued operators there, and those whose input it held or was
+  // sending, fail with Feedback::lost at once (in `out`); an operator or
+  // copy running there finishes on its thread and is then reported lost;
+  // the values it held are dropped from the accounting; submit() refuses
+  // it until restore_accelerator().
+  Status fail_accelerator(const Gmg& gmg, AccelId a, std::vector<Feedback>& out) override;
+  Status restore_accelerator(AccelId a) override;
+  // Any thread (e.g. a remote runner's that sees an executor process die):
+  // marks `a` lost now, so what runs there reports lost, and queues it for
+  // take_lost(), which wakes advance_to. Call before failing the work
+  // running there. Idempotent.
+  void lose(AccelId a);
+  std::vector<AccelId> take_lost() override;
+
   // Why nothing can progress although work is queued (empty otherwise).
   std::string stall_reason() const override;
   // Accounting, per accelerator: bytes held now, the most ever held, and
@@ -113,6 +128,9 @@ class LiveCluster final : public Backend {
     std::vector<std::int64_t> received;  // bytes charged here for each received slot
     std::uint32_t pending = 0;
     bool input_failed = false, waited = false;
+    bool started = false;  // taken by its worker
+    bool lost = false;     // failed because an accelerator was lost
+    bool dead = false;     // reported already (lost while queued); its slot is never reused
     std::string input_error;
     std::int64_t declared = 0, workspace = 0;  // output + retained, and workspace, bytes
     std::vector<Succ> succs;
@@ -121,7 +139,7 @@ class LiveCluster final : public Backend {
     std::uint64_t seq = 0;
     AccelId accel = kNoAccel;
     Payload output, retained;
-    bool failed = false;
+    bool failed = false, lost = false;
     std::string error;
   };
   struct Xfer {
@@ -144,7 +162,8 @@ class LiveCluster final : public Backend {
   bool can_start(AccelId a) const;
   void make_ready(std::uint32_t task);
   void deliver(std::uint32_t task, std::uint32_t slot, OpId src, const Payload& value, AccelId from, bool failed,
-               const std::string& error);
+               const std::string& error, bool lost = false);
+  void fail_task(std::uint32_t task, std::vector<Feedback>& out);
   void add_intent(std::uint32_t task, std::uint32_t slot, OpId src, const Payload& value, AccelId from);
   void arbitrate();
   void memory_freed();
@@ -179,6 +198,9 @@ class LiveCluster final : public Backend {
   std::vector<std::uint8_t> take_;  // arbitrate()'s scratch: which pending intents start
   std::vector<std::int64_t> used_, peak_;
   std::vector<Done> done_;
+  // Per accelerator: 0 up, 1 found lost (lose()), 2 failed (fail_accelerator()).
+  std::vector<std::uint8_t> down_;
+  std::vector<AccelId> lost_q_;  // found by lose(), not yet taken
   std::size_t live_ = 0, refused_ = 0, memory_waits_ = 0;
   std::string fault_;  // an internal error to report from advance_to
 

@@ -179,6 +179,23 @@ Result<std::shared_ptr<const void>> LlamaRunner::prepare(const Gmg& gmg, OpId op
   return std::shared_ptr<const void>(std::move(p));
 }
 
+Result<std::shared_ptr<const void>> LlamaRunner::prepare_role(std::size_t model, OpRole role, int group,
+                                                              std::string name,
+                                                              std::shared_ptr<const rt::StepPlan> plan) const {
+  if (model >= models_.size())
+    return InvalidArgument("llama runner: " + name + " names model " + std::to_string(model) + " of " +
+                           std::to_string(models_.size()));
+  auto p = std::make_shared<Prepared>();
+  p->name = std::move(name);
+  p->runtime = models_[model].runtime;
+  p->kind = role == OpRole::kEmbed  ? Prepared::Kind::kEmbed
+            : role == OpRole::kHead ? Prepared::Kind::kHead
+                                    : Prepared::Kind::kLayers;
+  p->group = group;
+  p->plan = std::move(plan);
+  return std::shared_ptr<const void>(std::move(p));
+}
+
 Result<OpResult> LlamaRunner::run(AccelId accel, const void* prepared, std::span<const Payload> inputs) {
   const auto& p = *static_cast<const Prepared*>(prepared);
   const std::string& device = devices_[accel];

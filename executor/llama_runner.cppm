@@ -82,6 +82,12 @@ class LlamaRunner final : public OpRunner {
   Result<std::vector<std::int64_t>> load_weights();
 
   Result<std::shared_ptr<const void>> prepare(const Gmg& gmg, OpId op) override;
+  // prepare() without a GMG (an executor process, which receives the
+  // operator's description): operator `name` of served model `model` (an
+  // index into the constructor's list), its role and layer group, over
+  // `plan`. Fails on a model index out of range. Any thread.
+  Result<std::shared_ptr<const void>> prepare_role(std::size_t model, OpRole role, int group, std::string name,
+                                                   std::shared_ptr<const rt::StepPlan> plan) const;
   Result<OpResult> run(AccelId accel, const void* prepared, std::span<const Payload> inputs) override;
   Result<CopyResult> copy(const Payload& value, AccelId to) override;
   Status on_iteration(InstanceId instance, IterationPlan plan) override;

@@ -40,6 +40,15 @@ step "calibrate $CONFIG"
 step "serve $CONFIG"
 "$S" serve "$CONFIG" --out "$OUT/serve" 2>&1 | tee "$OUT/serve.txt" || status=1
 
+# Executors as processes on the GPU: configs/live/tiny-multiprocess.toml
+# with its three accelerators on cuda:0, one executor process each
+# (--spawn-local), so GPU values cross processes (through host memory: NCCL
+# across executor processes is not implemented yet, docs/live.md).
+step "serve across executor processes on cuda:0"
+sed -e 's/device = "cpu:[0-9]"/device = "cuda:0"/' configs/live/tiny-multiprocess.toml > "$OUT/multiprocess-gpu.toml"
+"$S" serve "$OUT/multiprocess-gpu.toml" --spawn-local --out "$OUT/serve-multiprocess" 2>&1 \
+  | tee "$OUT/serve-multiprocess.txt" || status=1
+
 step "bench accuracy $CONFIG"
 "$S" bench accuracy "$CONFIG" --json > "$OUT/accuracy.json" || status=1
 cat "$OUT/accuracy.json"

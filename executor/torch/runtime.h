@@ -28,6 +28,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace slicesched::rt {
@@ -225,6 +226,12 @@ class LlamaModel {
   //   then waits for it. CPU -> CUDA: staged through pinned host memory,
   //   queued on the destination's current stream; does not block the host.
   static Value copy_to(const Value& v, const std::string& device, cuda::NcclLinks* nccl = nullptr);
+  // A value as bytes, to cross processes (the executors' peer transfers):
+  // metadata and the tensor's data, read back through the host for a GPU
+  // value. Empty for an empty value. from_bytes makes the value on
+  // `device`; malformed bytes: invalid_argument. Thread-safe.
+  static std::string to_bytes(const Value& v);
+  static Value from_bytes(std::string_view bytes, const std::string& device);
   // Blocks until the work queued on the device's current stream (of the
   // calling thread) is done. CPU: no-op.
   static void synchronize(const std::string& device);

@@ -919,6 +919,82 @@ Value LlamaModel::copy_to(const Value& v, const std::string& device, cuda::NcclL
   });
 }
 
+// Wire form: a fixed little-endian header, the metadata, then the tensor's
+// bytes exactly as it holds them (contiguous, host order).
+namespace {
+
+struct WireHeader {
+  char magic[4] = {'S', 'L', 'V', '1'};
+  std::int32_t kind = 0, group = -1, dtype = 0, dims = 0;
+  std::int64_t seqs = 0, data = 0;
+  std::int64_t sizes[5] = {};
+};
+
+template <class T>
+void put(std::string& out, const T* p, std::size_t n) {
+  out.append(reinterpret_cast<const char*>(p), n * sizeof(T));
+}
+
+}  // namespace
+
+std::string LlamaModel::to_bytes(const Value& v) {
+  const ValueImpl* src = ValueAccess::get(v);
+  if (src == nullptr) return {};
+  return guarded("serialize " + src->label, [&] {
+    c10::InferenceMode im;
+    const at::Tensor& t0 = src->kind == Value::Kind::kHidden ? src->hidden : src->cache;
+    // A GPU value is read back through the host (waits for the device).
+    at::Tensor t = t0.to(at::kCPU).contiguous();
+    WireHeader h;
+    h.kind = static_cast<std::int32_t>(src->kind);
+    h.group = src->group;
+    h.dtype = static_cast<std::int32_t>(t.scalar_type());
+    h.dims = static_cast<std::int32_t>(t.dim());
+    if (h.dims > 5) throw std::logic_error("serialize: a value of " + std::to_string(h.dims) + " dimensions");
+    for (int i = 0; i < h.dims; ++i) h.sizes[i] = t.size(i);
+    h.seqs = static_cast<std::int64_t>(src->seqs.size());
+    h.data = static_cast<std::int64_t>(t.nbytes());
+    std::string out;
+    out.reserve(sizeof h + static_cast<std::size_t>(h.seqs) * 24 + static_cast<std::size_t>(h.data));
+    put(out, &h, 1);
+    put(out, src->seqs.data(), src->seqs.size());
+    put(out, src->start.data(), src->start.size());
+    put(out, src->len.data(), src->len.size());
+    out.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
+    return out;
+  });
+}
+
+Value LlamaModel::from_bytes(std::string_view bytes, const std::string& device) {
+  const Dev d = parse_device(device);
+  if (bytes.empty()) return Value();
+  WireHeader h;
+  if (bytes.size() < sizeof h) throw std::invalid_argument("deserialize: " + std::to_string(bytes.size()) + " bytes");
+  std::memcpy(&h, bytes.data(), sizeof h);
+  const std::size_t meta = static_cast<std::size_t>(h.seqs) * 3 * 8;
+  if (std::memcmp(h.magic, "SLV1", 4) != 0 || h.dims < 1 || h.dims > 5 || h.seqs < 0 || h.data < 0 ||
+      bytes.size() != sizeof h + meta + static_cast<std::size_t>(h.data))
+    throw std::invalid_argument("deserialize: not a value (bad header or " + std::to_string(bytes.size()) + " bytes)");
+  return guarded("deserialize onto " + d.label, [&] {
+    c10::InferenceMode im;
+    const char* p = bytes.data() + sizeof h;
+    std::vector<std::uint64_t> seqs(static_cast<std::size_t>(h.seqs));
+    std::vector<std::int64_t> start(seqs.size()), len(seqs.size());
+    std::memcpy(seqs.data(), p, seqs.size() * 8);
+    std::memcpy(start.data(), p + seqs.size() * 8, seqs.size() * 8);
+    std::memcpy(len.data(), p + seqs.size() * 16, seqs.size() * 8);
+    const std::vector<std::int64_t> sizes(h.sizes, h.sizes + h.dims);
+    at::Tensor host = at::empty(sizes, at::TensorOptions().dtype(static_cast<at::ScalarType>(h.dtype)));
+    if (static_cast<std::int64_t>(host.nbytes()) != h.data)
+      throw std::invalid_argument("deserialize: " + std::to_string(h.data) + " data bytes for a tensor of " +
+                                  std::to_string(host.nbytes()));
+    std::memcpy(host.data_ptr(), p + meta, host.nbytes());
+    at::Tensor t = d.device.is_cuda() ? host.to(d.device) : host;
+    if (static_cast<Value::Kind>(h.kind) == Value::Kind::kHidden) return make_hidden(std::move(t), d.label);
+    return make_kv(h.group, std::move(t), std::move(seqs), std::move(start), std::move(len), d.label);
+  });
+}
+
 void LlamaModel::synchronize(const std::string& device) {
   const Dev d = parse_device(device);
   if (!d.device.is_cuda()) return;

@@ -99,10 +99,10 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
         ":4: cluster.accelerators[0].hbm_gib: expected a number > 0 and <= 1000000, got -1");
   CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = \"80\"")) ==
         ":4: cluster.accelerators[0].hbm_gib: expected a number");
-  CHECK(
-      load_error(replace(base(), "[ground_truth]", "[ground_truht]")) ==
-      ":5: ground_truht: unknown key (known here: cluster, duration_s, estimators, faults, ground_truth, live, model, "
-      "models, name, plugins, policies, seed, tenants)");
+  CHECK(load_error(replace(base(), "[ground_truth]", "[ground_truht]")) ==
+        ":5: ground_truht: unknown key (known here: cluster, duration_s, estimators, faults, ground_truth, hosts, "
+        "live, model, "
+        "models, name, plugins, policies, seed, tenants)");
   CHECK(load_error(replace(base(), "tenants = [\"on\"]", "tenants = [\"off\"]")) ==
         ":13: policies[0].tenants: no tenant named 'off'");
   CHECK(load_error(replace(base(), "constant_rate = 1.0,", "constant_rate = 1.0, poisson_rate = 2.0,")) ==

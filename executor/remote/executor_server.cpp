@@ -1,0 +1,393 @@
+module;
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+#include <zmq.hpp>
+
+#include "executor/torch/runtime.h"
+
+module slicesched.executor.server;
+
+import slicesched.executor.wire;
+
+namespace slicesched {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Job {
+  std::vector<std::string> route;
+  json body;
+  std::string plan;
+};
+
+// One thread's FIFO of jobs.
+struct Queue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Job> jobs;
+  bool stop = false;
+};
+
+Nanos since(Clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+struct ExecutorServer::State {
+  State(LlamaRunner& r, ExecutorServerOptions o) : runner(r), opt(std::move(o)) {}
+
+  LlamaRunner& runner;
+  ExecutorServerOptions opt;
+  zmq::context_t ctx{1};
+  int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+
+  std::mutex out_mu;
+  std::deque<std::pair<std::vector<std::string>, wire::Message>> out;
+
+  std::mutex val_mu;
+  struct Held {
+    AccelId accel;
+    Payload value;
+  };
+  std::unordered_map<std::uint64_t, Held> values;
+  std::uint64_t next_id = 1;
+  std::map<AccelId, std::int64_t> used;  // weights + held values
+
+  std::map<AccelId, std::unique_ptr<Queue>> runq, copyq;
+  std::vector<std::thread> threads;
+
+  const ExecutorServerOptions::Accel* accel(AccelId a) const {
+    for (const auto& x : opt.accels)
+      if (x.id == a) return &x;
+    return nullptr;
+  }
+  void reply(const std::vector<std::string>& route, json body, wire::Type t = wire::Type::kReply) {
+    {
+      std::lock_guard lk(out_mu);
+      out.emplace_back(route, wire::Message{t, body.dump(), {}});
+    }
+    (void)eventfd_write(wake, 1);
+  }
+  void fail(const Job& j, const std::string& why) {
+    reply(j.route, json{{"req", j.body.value("req", std::uint64_t{0})}, {"ok", false}, {"error", why}});
+  }
+  // Keeps a value; returns its handle for the reply. Refuses a value its
+  // accelerator's budget cannot hold.
+  Result<json> keep(AccelId a, const Payload& v) {
+    if (!v) return json(nullptr);
+    std::lock_guard lk(val_mu);
+    const std::int64_t budget = accel(a)->budget;
+    if (used[a] + v.bytes > budget)
+      return ResourceExhausted("accelerator " + accel(a)->name + " cannot hold " + std::to_string(v.bytes) +
+                               " more bytes (" + std::to_string(used[a]) + " of " + std::to_string(budget) + ")");
+    used[a] += v.bytes;
+    const std::uint64_t id = next_id++;
+    values.emplace(id, Held{a, v});
+    return json{{"id", id}, {"bytes", v.bytes}};
+  }
+  Result<Payload> find(std::uint64_t id) {
+    std::lock_guard lk(val_mu);
+    auto it = values.find(id);
+    if (it == values.end()) return NotFound("value " + std::to_string(id) + " is not held here (released?)");
+    return it->second.value;
+  }
+  void release(const json& ids) {
+    std::lock_guard lk(val_mu);
+    for (const json& i : ids) {
+      auto it = values.find(i.get<std::uint64_t>());
+      if (it == values.end()) continue;
+      used[it->second.accel] -= it->second.value.bytes;
+      values.erase(it);
+    }
+  }
+
+  void run_job(AccelId a, const Job& j) {
+    std::vector<Payload> inputs;
+    for (const json& id : j.body["inputs"]) {
+      auto v = find(id.get<std::uint64_t>());
+      if (!v.ok()) return fail(j, v.status().message());
+      inputs.push_back(std::move(v).value());
+    }
+    const std::int64_t declared = j.body.value("declared", std::int64_t{0});
+    {
+      std::lock_guard lk(val_mu);
+      if (used[a] + declared > accel(a)->budget)
+        return fail(j, "accelerator " + accel(a)->name + " cannot hold the " + std::to_string(declared) + " bytes " +
+                           j.body.value("name", std::string()) + " makes");
+    }
+    auto plan = std::make_shared<rt::StepPlan>();
+    const json seqs = json::parse(j.plan, nullptr, false);
+    if (!seqs.is_array()) return fail(j, "a malformed iteration plan");
+    for (const json& s : seqs)
+      plan->seqs.push_back(
+          {s[0].get<std::uint64_t>(), s[1].get<std::int64_t>(), s[2].get<std::vector<std::int64_t>>()});
+    auto prepared =
+        runner.prepare_role(j.body["model"].get<std::size_t>(), static_cast<OpRole>(j.body["role"].get<int>()),
+                            j.body["group"].get<int>(), j.body["name"].get<std::string>(), std::move(plan));
+    if (!prepared.ok()) return fail(j, prepared.status().message());
+    const auto t0 = Clock::now();
+    Result<OpResult> r = OpResult{};
+    try {
+      r = runner.run(a, prepared->get(), inputs);
+    } catch (const std::exception& e) {
+      r = Internal(std::string("operator threw: ") + e.what());
+    }
+    const Nanos ns = since(t0);
+    if (!r.ok()) return fail(j, r.status().message());
+    auto out = keep(a, r->output);
+    auto ret = out.ok() ? keep(a, r->retained) : out;
+    if (!out.ok() || !ret.ok()) {
+      if (out.ok()) release(json::array({(*out)["id"]}));
+      return fail(j, (!out.ok() ? out : ret).status().message());
+    }
+    reply(j.route, json{{"req", j.body["req"]},
+                        {"ok", true},
+                        {"output", *out},
+                        {"retained", *ret},
+                        {"tokens", r->tokens},
+                        {"ns", r->device_ns >= 0 ? r->device_ns : ns}});
+  }
+
+  // Pulls value `id` from the executor at `peer` (this thread's socket to it).
+  Result<rt::Value> pull(std::map<std::string, zmq::socket_t>& peers, const std::string& peer, std::uint64_t id,
+                         const std::string& device) {
+    auto it = peers.find(peer);
+    if (it == peers.end()) {
+      it = peers.emplace(peer, zmq::socket_t(ctx, zmq::socket_type::dealer)).first;
+      it->second.set(zmq::sockopt::linger, 0);
+      it->second.connect(peer);
+    }
+    zmq::socket_t& s = it->second;
+    if (Status st = wire::send(s, {wire::Type::kPull, json{{"id", id}}.dump(), {}}); !st.ok()) return st;
+    // Longer than the scheduler's own timeout: a dead peer is declared lost
+    // there first, so this copy reports lost (redone), not failed.
+    zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(2 * opt.timeout_ms + opt.heartbeat_ms)) == 0) {
+      // The peer may answer late: a fresh socket keeps replies in order.
+      peers.erase(it);
+      return Aborted("pulling value " + std::to_string(id) + " from " + peer + ": no answer in " +
+                     std::to_string(2 * opt.timeout_ms + opt.heartbeat_ms) + " ms");
+    }
+    auto m = wire::recv(s);
+    if (!m.ok()) return m.status();
+    if (m->type != wire::Type::kValue || m->blobs.size() != 1)
+      return Aborted("pulling value " + std::to_string(id) + " from " + peer + ": " +
+                     json::parse(m->body, nullptr, false).value("error", std::string("refused")));
+    try {
+      return rt::LlamaModel::from_bytes(m->blobs[0], device);
+    } catch (const std::exception& e) {
+      return Internal(std::string("pulled value: ") + e.what());
+    }
+  }
+
+  void copy_job(AccelId a, const Job& j, std::map<std::string, zmq::socket_t>& peers) {
+    const std::uint64_t id = j.body["id"].get<std::uint64_t>();
+    const auto t0 = Clock::now();
+    Result<CopyResult> r = CopyResult{};
+    try {
+      if (j.body.contains("peer")) {
+        auto v = pull(peers, j.body["peer"].get<std::string>(), id, accel(a)->device);
+        if (v.ok())
+          r = CopyResult{LlamaRunner::wrap(v.value()), -1};
+        else
+          r = v.status();
+      } else {
+        auto v = find(id);
+        r = v.ok() ? runner.copy(v.value(), a) : Result<CopyResult>(v.status());
+      }
+    } catch (const std::exception& e) {
+      r = Internal(std::string("transfer threw: ") + e.what());
+    }
+    const Nanos ns = since(t0);
+    if (!r.ok()) return fail(j, r.status().message());
+    auto out = keep(a, r->value);
+    if (!out.ok()) return fail(j, out.status().message());
+    reply(j.route,
+          json{{"req", j.body["req"]}, {"ok", true}, {"output", *out}, {"ns", r->device_ns >= 0 ? r->device_ns : ns}});
+  }
+
+  void worker(Queue& q, AccelId a, bool copies) {
+    std::map<std::string, zmq::socket_t> peers;  // this thread's sockets to other executors
+    for (;;) {
+      Job j;
+      {
+        std::unique_lock lk(q.mu);
+        q.cv.wait(lk, [&] { return q.stop || !q.jobs.empty(); });
+        if (q.stop) return;
+        j = std::move(q.jobs.front());
+        q.jobs.pop_front();
+      }
+      try {
+        copies ? copy_job(a, j, peers) : run_job(a, j);
+      } catch (const std::exception& e) {  // a malformed body (json type errors)
+        fail(j, std::string("a malformed request: ") + e.what());
+      }
+    }
+  }
+
+  static void push(Queue& q, Job j) {
+    {
+      std::lock_guard lk(q.mu);
+      q.jobs.push_back(std::move(j));
+    }
+    q.cv.notify_one();
+  }
+};
+
+ExecutorServer::ExecutorServer(LlamaRunner& runner, ExecutorServerOptions opt)
+    : st_(std::make_unique<State>(runner, std::move(opt))) {
+  for (const auto& a : st_->opt.accels) {
+    st_->used[a.id] = a.weights;
+    st_->runq[a.id] = std::make_unique<Queue>();
+    st_->copyq[a.id] = std::make_unique<Queue>();
+  }
+  for (const auto& a : st_->opt.accels) {
+    st_->threads.emplace_back([s = st_.get(), id = a.id] { s->worker(*s->runq[id], id, false); });
+    st_->threads.emplace_back([s = st_.get(), id = a.id] { s->worker(*s->copyq[id], id, true); });
+  }
+}
+
+ExecutorServer::~ExecutorServer() {
+  for (auto* qs : {&st_->runq, &st_->copyq})
+    for (auto& [a, q] : *qs) {
+      {
+        std::lock_guard lk(q->mu);
+        q->stop = true;
+      }
+      q->cv.notify_all();
+    }
+  for (std::thread& t : st_->threads) t.join();
+  st_->values.clear();
+  close(st_->wake);
+}
+
+Status ExecutorServer::serve(const std::atomic<int>* stop) {
+  State& s = *st_;
+  zmq::socket_t sock(s.ctx, zmq::socket_type::router);
+  sock.set(zmq::sockopt::linger, 0);
+  try {
+    sock.bind(s.opt.listen);
+  } catch (const zmq::error_t& e) {
+    return FailedPrecondition("executor '" + s.opt.host + "': cannot listen on " + s.opt.listen + ": " + e.what());
+  }
+  const auto beat = std::chrono::milliseconds(s.opt.heartbeat_ms);
+  const auto timeout = std::chrono::milliseconds(s.opt.timeout_ms);
+  std::vector<std::string> scheduler;  // its route, once it said hello
+  auto last_seen = Clock::now(), next_beat = Clock::now();
+  std::deque<std::pair<std::vector<std::string>, wire::Message>> out;
+  for (;;) {
+    if (stop && stop->load() != 0) return Status::Ok();
+    zmq::pollitem_t items[2] = {{sock.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, s.wake, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 2, beat);
+    if (items[1].revents) {
+      eventfd_t v;
+      (void)eventfd_read(s.wake, &v);
+    }
+    {
+      std::lock_guard lk(s.out_mu);
+      out.swap(s.out);
+    }
+    for (auto& [route, m] : out) (void)wire::send(sock, m, route);
+    out.clear();
+    while (sock.get(zmq::sockopt::events) & ZMQ_POLLIN) {
+      std::vector<std::string> route;
+      auto m = wire::recv(sock, 1, &route);
+      if (!m.ok()) {  // another version, or garbage: refuse, say so, carry on
+        std::fprintf(stderr, "slicesched executor '%s': refused a peer: %s\n", s.opt.host.c_str(),
+                     m.status().message().c_str());
+        if (!route.empty())
+          (void)wire::send(sock, {wire::Type::kError, json{{"ok", false}, {"error", m.status().message()}}.dump(), {}},
+                           route);
+        continue;
+      }
+      const bool from_scheduler = !scheduler.empty() && route == scheduler;
+      if (from_scheduler) last_seen = Clock::now();
+      json body = json::parse(m->body, nullptr, false);
+      if (body.is_discarded()) continue;
+      try {
+        switch (m->type) {
+          case wire::Type::kHello: {
+            scheduler = route;
+            last_seen = Clock::now();
+            json accels = json::array();
+            for (const auto& a : s.opt.accels)
+              accels.push_back({{"accel", a.id}, {"name", a.name}, {"weights", a.weights}});
+            if (body.value("host", std::string()) != s.opt.host)
+              s.reply(route, json{{"req", body["req"]},
+                                  {"ok", false},
+                                  {"error", "this executor serves host '" + s.opt.host + "', not '" +
+                                                body.value("host", std::string()) + "'"}});
+            else
+              s.reply(route, json{{"req", body["req"]}, {"ok", true}, {"host", s.opt.host}, {"accels", accels}});
+            break;
+          }
+          case wire::Type::kRun:
+          case wire::Type::kCopy: {
+            const AccelId a = body[m->type == wire::Type::kRun ? "accel" : "to"].get<AccelId>();
+            if (!s.accel(a)) {
+              s.fail({route, body, {}}, "accelerator " + std::to_string(a) + " is not on host '" + s.opt.host + "'");
+              break;
+            }
+            Job j{route, std::move(body), m->blobs.empty() ? std::string() : std::move(m->blobs[0])};
+            State::push(m->type == wire::Type::kRun ? *s.runq[a] : *s.copyq[a], std::move(j));
+            break;
+          }
+          case wire::Type::kRelease:
+            s.release(body["ids"]);
+            break;
+          case wire::Type::kPull: {
+            auto v = s.find(body["id"].get<std::uint64_t>());
+            if (!v.ok()) {
+              (void)wire::send(
+                  sock, {wire::Type::kError, json{{"ok", false}, {"error", v.status().message()}}.dump(), {}}, route);
+              break;
+            }
+            std::string bytes = rt::LlamaModel::to_bytes(LlamaRunner::unwrap(v.value()));
+            (void)wire::send(sock, {wire::Type::kValue, json{{"bytes", bytes.size()}}.dump(), {std::move(bytes)}},
+                             route);
+            break;
+          }
+          case wire::Type::kShutdown:
+            if (from_scheduler) return Status::Ok();
+            break;
+          default:
+            break;
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "slicesched executor '%s': a malformed message: %s\n", s.opt.host.c_str(), e.what());
+      }
+    }
+    const auto now = Clock::now();
+    if (!scheduler.empty()) {
+      if (now - last_seen > timeout)
+        return Aborted("executor '" + s.opt.host + "': the scheduler was silent for over " +
+                       std::to_string(s.opt.timeout_ms) + " ms; exiting");
+      if (now >= next_beat) {
+        next_beat = now + beat;
+        (void)wire::send(sock, {wire::Type::kHeartbeat, "{}", {}}, scheduler);
+      }
+    }
+  }
+}
+
+}  // namespace slicesched

@@ -1,0 +1,62 @@
+// The executor process's side (`slicesched executor`): owns one host's
+// accelerators and runs what the scheduler's RemoteRunner sends, with the
+// LibTorch Llama runner, exactly as the single-process live cluster's
+// threads do: one worker thread per accelerator runs its operators in the
+// order they arrive (the scheduler's LiveCluster already applied the queue
+// rules and the arbiter, and sends an accelerator one operator at a time),
+// one transfer thread per accelerator receives copies into it. Values
+// stay here until the scheduler releases them; each accelerator's bytes
+// (weights, held values) are accounted against its budget, and an
+// operator or copy that would exceed it is refused, never attempted.
+// Copies from another host are pulled from that host's executor over
+// ZeroMQ (tensor bytes peer to peer), never through the scheduler.
+//
+// Liveness: after the scheduler's hello, heartbeats go to it every
+// heartbeat_ms; a scheduler silent for timeout_ms is gone, and the
+// process ends (no orphan executors hold devices).
+module;
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+export module slicesched.executor.server;
+export import slicesched.executor.llama;
+
+export namespace slicesched {
+
+struct ExecutorServerOptions {
+  std::string listen;  // ZeroMQ endpoint to bind ("tcp://0.0.0.0:5555", "ipc:///tmp/x")
+  std::string host;    // this host's [[hosts]] name
+  int heartbeat_ms = 200, timeout_ms = 3000;
+  struct Accel {
+    AccelId id = kNoAccel;  // the scheduler's (config order, all hosts)
+    std::string name, device;
+    std::int64_t budget = 0, weights = 0;
+  };
+  std::vector<Accel> accels;  // this host's, weights already loaded by the runner
+};
+
+class ExecutorServer {
+ public:
+  // `runner` (devices indexed by the scheduler's AccelId) must outlive
+  // the server.
+  ExecutorServer(LlamaRunner& runner, ExecutorServerOptions opt);
+  ~ExecutorServer();
+  ExecutorServer(const ExecutorServer&) = delete;
+  ExecutorServer& operator=(const ExecutorServer&) = delete;
+
+  // Binds `listen` and serves until the scheduler says shutdown (Ok), goes
+  // silent after its hello (Aborted, naming how long), or `*stop` becomes
+  // non-zero (Ok; null: never). Fails at once, one line, when the endpoint
+  // cannot be bound. Called once, on the thread that owns the server.
+  Status serve(const std::atomic<int>* stop);
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> st_;
+};
+
+}  // namespace slicesched

@@ -1,0 +1,82 @@
+module;
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+module slicesched.executor.wire;
+
+namespace slicesched::wire {
+
+namespace {
+constexpr char kMagic[4] = {'S', 'L', 'S', 'X'};
+constexpr std::size_t kHeaderBytes = 8;  // magic, version (u16 LE), type (u16 LE)
+}  // namespace
+
+std::string header(Type type, std::uint16_t version) {
+  std::string h(kMagic, 4);
+  const auto t = static_cast<std::uint16_t>(type);
+  h.push_back(static_cast<char>(version & 0xff));
+  h.push_back(static_cast<char>(version >> 8));
+  h.push_back(static_cast<char>(t & 0xff));
+  h.push_back(static_cast<char>(t >> 8));
+  return h;
+}
+
+Result<Type> parse_header(const std::string& frame) {
+  if (frame.size() != kHeaderBytes || std::memcmp(frame.data(), kMagic, 4) != 0)
+    return InvalidArgument("not a slicesched executor message (bad header frame of " + std::to_string(frame.size()) +
+                           " bytes)");
+  auto u16 = [&](std::size_t i) {
+    return static_cast<std::uint16_t>(static_cast<unsigned char>(frame[i]) |
+                                      (static_cast<unsigned char>(frame[i + 1]) << 8));
+  };
+  const std::uint16_t version = u16(4), type = u16(6);
+  if (version != kProtocolVersion)
+    return FailedPrecondition("the peer speaks executor protocol version " + std::to_string(version) +
+                              ", this process speaks version " + std::to_string(kProtocolVersion) +
+                              " (run the same slicesched build on every host)");
+  if (type < 1 || type > static_cast<std::uint16_t>(Type::kError))
+    return InvalidArgument("unknown executor message type " + std::to_string(type));
+  return static_cast<Type>(type);
+}
+
+Status send(zmq::socket_t& s, const Message& m, const std::vector<std::string>& route, std::uint16_t version) {
+  try {
+    for (const std::string& r : route) s.send(zmq::buffer(r), zmq::send_flags::sndmore);
+    const std::string h = header(m.type, version);
+    s.send(zmq::buffer(h), zmq::send_flags::sndmore);
+    s.send(zmq::buffer(m.body), m.blobs.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    for (std::size_t i = 0; i < m.blobs.size(); ++i)
+      s.send(zmq::buffer(m.blobs[i]), i + 1 < m.blobs.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  } catch (const zmq::error_t& e) {
+    return Aborted(std::string("sending: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+Result<Message> recv(zmq::socket_t& s, std::size_t route_frames, std::vector<std::string>* route) {
+  std::vector<std::string> frames;
+  try {
+    for (;;) {
+      zmq::message_t f;
+      if (!s.recv(f, zmq::recv_flags::none)) return Aborted("receiving: interrupted");
+      frames.push_back(f.to_string());
+      if (!f.more()) break;
+    }
+  } catch (const zmq::error_t& e) {
+    return Aborted(std::string("receiving: ") + e.what());
+  }
+  if (route) route->assign(frames.begin(), frames.begin() + std::min(route_frames, frames.size()));
+  if (frames.size() < route_frames + 2) return InvalidArgument("a malformed executor message (too few frames)");
+  auto type = parse_header(frames[route_frames]);
+  if (!type.ok()) return type.status();
+  Message m;
+  m.type = type.value();
+  m.body = std::move(frames[route_frames + 1]);
+  for (std::size_t i = route_frames + 2; i < frames.size(); ++i) m.blobs.push_back(std::move(frames[i]));
+  return m;
+}
+
+}  // namespace slicesched::wire

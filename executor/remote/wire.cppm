@@ -1,0 +1,58 @@
+// The control channel between `slicesched serve` and its executor
+// processes, and between executors for peer transfers: ZeroMQ (cppzmq)
+// multipart messages. Frame 0 is a fixed header (magic, protocol version,
+// message type), frame 1 a JSON body, any further frames raw bytes (a
+// tensor). A peer whose header carries another protocol version is
+// refused by recv() with a line naming both versions; nothing of its
+// message is read.
+//
+// Threading: a zmq socket belongs to one thread; these functions take the
+// socket from the caller and keep nothing.
+module;
+#include <cstdint>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+export module slicesched.executor.wire;
+export import slicesched.core;
+
+export namespace slicesched::wire {
+
+// Bumped whenever a message's meaning or a body's fields change.
+inline constexpr std::uint16_t kProtocolVersion = 1;
+
+enum class Type : std::uint16_t {
+  kHello = 1,      // scheduler -> executor: {host}; reply: {host, accels:[{accel, name, weights}]}
+  kRun = 2,        // scheduler -> executor: run an operator; reply: its result
+  kCopy = 3,       // scheduler -> executor: copy a value onto one of its accelerators (maybe pulled from a peer)
+  kRelease = 4,    // scheduler -> executor: {ids}: drop these values (no reply)
+  kPull = 5,       // executor -> executor: {id}: send me this value; reply: kValue
+  kValue = 6,      // reply to kPull: {bytes} + the value's bytes frame
+  kReply = 7,      // reply to kHello / kRun / kCopy: {req, ok, error, ...}
+  kHeartbeat = 8,  // either way, every heartbeat_ms: "still here"
+  kShutdown = 9,   // scheduler -> executor: exit now
+  kError = 10,     // a refusal: {error}
+};
+
+struct Message {
+  Type type = Type::kHeartbeat;
+  std::string body;                // JSON text
+  std::vector<std::string> blobs;  // raw frames (tensor bytes)
+};
+
+// Sends `m` on `s`, after `route` frames (a ROUTER's peer identity) when
+// given. Fails only when the socket does (e.g. closed).
+Status send(zmq::socket_t& s, const Message& m, const std::vector<std::string>& route = {},
+            std::uint16_t version = kProtocolVersion);
+// Receives one message; `route_frames` frames come first (1 on a ROUTER:
+// the peer's identity, returned in `route`). Fails, one line, on a
+// malformed message or another protocol version. Blocks (use poll first).
+Result<Message> recv(zmq::socket_t& s, std::size_t route_frames = 0, std::vector<std::string>* route = nullptr);
+
+// The fixed header bytes (for tests of version refusal).
+std::string header(Type type, std::uint16_t version = kProtocolVersion);
+// Checks a header frame: the type, or the one-line refusal.
+Result<Type> parse_header(const std::string& frame);
+
+}  // namespace slicesched::wire
