@@ -97,6 +97,10 @@ struct ServeOptions {
   std::optional<std::uint64_t> seed;
   double trace_seconds = 60;
   bool explain = false;  // as simulate's --explain
+  // HOST:PORT: serve HTTP (OpenAI-compatible) instead of replaying the
+  // tenants' streams; overrides [serve] listen.
+  std::optional<std::string> listen;
+  std::optional<std::string> batch_store;  // overrides [serve] batch_store
 };
 // Only built with LibTorch (live mode); main says so otherwise.
 int serve(const ServeOptions& opt);

@@ -4,8 +4,11 @@
 // overhead`. Failures throw std::runtime_error with a one-line message.
 module;
 #include <atomic>
+#include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "executor/torch/runtime.h"
 
@@ -15,12 +18,27 @@ export import slicesched.executor.llama;
 
 export namespace slicesched::cli {
 
+// A tenant of the live run as a front end routes to it: its engine index
+// is its position in the list on_ready gets.
+struct ServedTenant {
+  std::string name;
+  bool online = true;
+  std::size_t model = 0;  // index into cfg.models
+};
+
 struct LiveRunOptions {
   const std::atomic<int>* stop = nullptr;  // see EngineOptions::stop
   bool progress = true;
   double trace_seconds = 60;                        // the timeline kept for the Chrome trace
   bool explain = false;                             // record the scheduler's decisions
   std::span<EngineObserver* const> observers = {};  // watch the run too (the caller's)
+  // A live front end: requests come from this inbox (the caller's) and the
+  // tenants' configured streams are not replayed; the run lasts until the
+  // inbox closes (a drain or cancel through `stop`). Null: replay.
+  RequestInbox* inbox = nullptr;
+  // Called on this thread once the devices are ready and before the engine
+  // starts (a front end starts listening then). May throw to abort the run.
+  std::function<void(const std::vector<ServedTenant>&)> on_ready;
 };
 
 // Runs `policy` of `cfg` live on the config's devices and returns what

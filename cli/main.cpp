@@ -76,6 +76,11 @@ int main(int argc, char** argv) {
   serve->add_option("--trace-seconds", serve_opt.trace_seconds, "Seconds covered by the Chrome trace")
       ->check(CLI::PositiveNumber);
   serve->add_flag("--explain", serve_opt.explain, "Record every scheduling round of the traced seconds, as simulate");
+  serve->add_option("--listen", serve_opt.listen,
+                    "Serve HTTP on HOST:PORT (OpenAI-compatible completions and batches; port 0: any free port) "
+                    "instead of replaying the tenants' streams");
+  serve->add_option("--batch-store", serve_opt.batch_store,
+                    "The batch API's SQLite file (overrides [serve] batch_store)");
 
   auto* devices =
       app.add_subcommand("devices", "The CUDA devices live mode sees (cuda:N), with CUDA and NCCL versions");
