@@ -1,11 +1,15 @@
 module;
+#include <dirent.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -110,6 +114,34 @@ class Completion final : public RequestSink {
   std::atomic<bool> released{false};
 };
 
+// Debian's libcpp-httplib is built with a listen backlog of 5
+// (CPPHTTPLIB_LISTEN_BACKLOG, compiled into the library, not the header):
+// 32 clients connecting at once overflow it, and the kernel drops or
+// resets the excess connections. listen() again on the bound socket raises
+// the backlog; the library does not hand out its descriptor, so it is found
+// as the listening socket bound to `port`. Returns whether it was.
+bool raise_backlog(int port) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return false;
+  bool raised = false;
+  while (dirent* e = readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd <= 2 || fd == dirfd(dir)) continue;
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    socklen_t alen = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
+    int bound = -1;
+    if (addr.ss_family == AF_INET) bound = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) bound = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    if (bound == port && ::listen(fd, SOMAXCONN) == 0) raised = true;
+  }
+  closedir(dir);
+  return raised;
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -184,6 +216,8 @@ Status HttpServer::start() {
   if (m.port < 0)
     return FailedPrecondition("cannot listen on " + m.opt.host + ":" + std::to_string(m.opt.port) +
                               " (address in use, or not an address of this host?)");
+  if (!raise_backlog(m.port))
+    std::fprintf(stderr, "slicesched: warning: could not raise the listen backlog of port %d above 5\n", m.port);
   m.thread = std::thread([&m] { m.svr.listen_after_bind(); });
   return Status::Ok();
 }
