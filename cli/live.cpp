@@ -152,7 +152,8 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
 
   if (opt.on_ready) {
     std::vector<ServedTenant> tenants;
-    for (const Tenant& t : parts->tenants) tenants.push_back({t.spec().name, t.spec().online, model_index(t.tmpl())});
+    for (const Tenant& t : parts->tenants)
+      tenants.push_back({t.spec().name, t.spec().online, model_index(t.tmpl()), t.spec().kv_budget_tokens});
     opt.on_ready(tenants);
   }
   // Said once everything is loaded: from here a signal drains or cancels.

@@ -24,6 +24,7 @@ struct ServedTenant {
   std::string name;
   bool online = true;
   std::size_t model = 0;  // index into cfg.models
+  std::int64_t kv_budget_tokens = 0;
 };
 
 struct LiveRunOptions {

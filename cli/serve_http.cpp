@@ -76,6 +76,9 @@ PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, co
       online.push_back(tenants[t].online);
       auto& m = models[tenants[t].model];
       (tenants[t].online ? m.online : m.offline).push_back(t);
+      // A request must fit every tenant that may run it.
+      if (m.request_tokens_max == 0 || tenants[t].kv_budget_tokens < m.request_tokens_max)
+        m.request_tokens_max = tenants[t].kv_budget_tokens;
     }
     metrics.set_tenants(std::move(names), std::move(online));
     if (store) runner = std::make_unique<serving::BatchRunner>(*store, inbox, route, cfg.serve.batch_inflight);

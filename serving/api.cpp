@@ -90,6 +90,11 @@ std::variant<CompletionRequest, ApiError> parse_completion(const json& body, std
     return bad("max_tokens", "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" +
                                  std::to_string(r.max_tokens) + ") exceeds model '" + m.name +
                                  "''s context window of " + std::to_string(m.context_window) + " tokens");
+  if (m.request_tokens_max > 0 && total > m.request_tokens_max)
+    return bad("max_tokens", "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" +
+                                 std::to_string(r.max_tokens) + ") exceeds the " +
+                                 std::to_string(m.request_tokens_max) +
+                                 " tokens one request may hold on this server (its tenants' kv_budget_tokens)");
   if (const auto s = body.find("stream"); s != body.end() && !s->is_null()) {
     if (!s->is_boolean()) return bad("stream", "stream: expected true or false, got " + s->dump());
     r.stream = s->get<bool>();

@@ -23,6 +23,10 @@ struct ServedModel {
   std::string name;
   std::int64_t vocab = 0;           // valid token ids are [0, vocab)
   std::int64_t context_window = 0;  // prompt + output tokens one request may hold
+  // The most prompt + output tokens one request may hold here (the serving
+  // tenants' KV budget; 0: no bound beyond the context window). A request
+  // past it could never be placed and would stop the engine.
+  std::int64_t request_tokens_max = 0;
   Tokenizer tokenizer;
   std::vector<std::uint32_t> online, offline;
 };

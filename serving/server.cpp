@@ -154,7 +154,7 @@ struct HttpServer::Impl {
   httplib::Server svr;
   std::thread thread;
   int port = 0;
-  std::atomic<bool> draining{false}, stopped{false};
+  std::atomic<bool> stopped{false};
   std::atomic<std::int64_t> admitted{0};
   std::atomic<std::uint64_t> rejected_busy{0}, rejected_bad{0}, completions{0};
   std::vector<std::unique_ptr<std::atomic<std::int64_t>>> tenant_inflight;
@@ -204,8 +204,6 @@ HttpServer::~HttpServer() { stop(); }
 
 int HttpServer::port() const { return impl_->port; }
 
-void HttpServer::set_draining() { impl_->draining = true; }
-
 Status HttpServer::start() {
   Impl& m = *impl_;
   const int threads = m.opt.http_threads;
@@ -235,7 +233,7 @@ void HttpServer::stop() {
 
 void HttpServer::Impl::routes() {
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (draining || inbox.closed())
+    if (inbox.closed())  // (a drain closed it)
       reply(res, 503, {{"status", "draining"}});
     else
       reply(res, 200, {{"status", "ok"}});
@@ -497,7 +495,7 @@ void HttpServer::Impl::create_batch(const httplib::Request& req, httplib::Respon
     if (*w != "24h")
       return reply_error(res, ApiError{.message = "completion_window: expected \"24h\"", .param = "completion_window"});
   }
-  if (draining || inbox.closed())
+  if (inbox.closed())
     return reply_error(
         res, ApiError{.status = 503, .message = "the server is shutting down; no new batches", .type = "server_error"});
   auto info = store->file(fid->get<std::string>());

@@ -31,7 +31,7 @@ struct ServerOptions {
   std::size_t max_body_bytes = 64u << 20;
 };
 
-// Threading: start, set_draining and stop from the owner's thread; the
+// Threading: start and stop from the owner's thread; the
 // handlers run on the server's pool. `inbox`, `metrics`, `store` and
 // `runner` are the caller's and must outlive the server; without a store
 // (null) the batch endpoints answer 404 saying so.
@@ -47,9 +47,6 @@ class HttpServer {
   Status start();
   // The port bound (after start).
   int port() const;
-  // /health answers 503 "draining" from now on (the engine closes the
-  // inbox, so new completions get 503).
-  void set_draining();
   // Call once the engine stopped: requests still waiting for it end (a
   // stream with an error event, a reply with 503), then the server stops
   // listening and its threads are joined.

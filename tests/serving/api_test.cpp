@@ -20,7 +20,7 @@ namespace {
 
 std::vector<ServedModel> models() {
   ServedModel tiny{.name = "llama-tiny", .vocab = 512, .context_window = 64, .online = {0}, .offline = {1}};
-  ServedModel texty{.name = "texty", .vocab = 10, .context_window = 100, .online = {2}};
+  ServedModel texty{.name = "texty", .vocab = 10, .context_window = 100, .request_tokens_max = 6, .online = {2}};
   // A tokenizer of the test's own: one id per letter a..j.
   texty.tokenizer.encode = [](std::string_view s) -> Result<std::vector<std::int64_t>> {
     std::vector<std::int64_t> ids;
@@ -105,6 +105,9 @@ TEST_CASE("api: malformed requests are 400s naming the field", "[serving][api]")
       {R"({"model": "llama-tiny", "prompt": [1], "echo": true})", 400, "echo", "echo: not supported"},
       {R"({"model": "llama-tiny", "prompt": [1], "logprobs": 3})", 400, "logprobs", "logprobs: not supported"},
       {R"({"model": "texty", "prompt": "abz"})", 400, "prompt", "prompt: no token for 'z'"},
+      {R"({"model": "texty", "prompt": "abc", "max_tokens": 4})", 400, "max_tokens",
+       "prompt (3 tokens) + max_tokens (4) exceeds the 6 tokens one request may hold on this server (its tenants' "
+       "kv_budget_tokens)"},
   };
   for (const Case& c : cases) {
     INFO(c.body);
@@ -119,7 +122,7 @@ TEST_CASE("api: malformed requests are 400s naming the field", "[serving][api]")
 }
 
 TEST_CASE("api: text goes through the model's tokenizer, and back", "[serving][api]") {
-  const auto r = ok(R"({"model": "texty", "prompt": "bad"})");
+  const auto r = ok(R"({"model": "texty", "prompt": "bad", "max_tokens": 3})");
   CHECK(r.model == 1);
   CHECK(r.prompt == std::vector<std::int64_t>{1, 0, 3});
   const auto ms = models();
