@@ -131,8 +131,34 @@ for name in ['slicesched_queue_depth{tenant="chat"}', 'slicesched_queue_depth{te
              'slicesched_requests_total{tenant="batch",state="done"} 6', "slicesched_http_admitted 0"]:
     check(name in text, "metrics: " + name, srv)
 
-# SIGTERM drains: exit 0, the summary written.
+# SIGTERM drains: a stream admitted before it runs to its end, the server
+# exits 0 and writes the summary.
+import http.client  # noqa: E402
+import threading  # noqa: E402
+import urllib.parse  # noqa: E402
+
+u = urllib.parse.urlparse(srv.url)
+conn = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
+conn.request("POST", "/v1/completions", body=json.dumps(
+    {"model": "llama-tiny", "prompt": [3, 1, 4], "max_tokens": 3000, "stream": True}),
+    headers={"Content-Type": "application/json"})
+resp = conn.getresponse()
+first = resp.read1(65536)
+check(resp.status == 200 and first.startswith(b"data: "), "a long stream started", srv)
+result = {}
+
+
+def rest():
+    result["body"] = first + resp.read()
+
+
+reader = threading.Thread(target=rest)
+reader.start()
 rc = srv.stop(signal.SIGTERM)
+reader.join()
+events = [e for e in result["body"].decode().strip().split("\n\n")]
+streamed = sum(len(json.loads(e[6:])["choices"][0]["token_ids"]) for e in events if e.startswith("data: {"))
+check(events[-1] == "data: [DONE]" and streamed == 3000, "the stream admitted before SIGTERM got all 3000 tokens", srv)
 check(rc == 0, "SIGTERM: exit 0 (got %d)" % rc, srv)
 summary = json.load(open(os.path.join(out, "summary.json")))
 check("draining" in srv.log(), "SIGTERM drained", srv)

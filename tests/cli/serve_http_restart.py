@@ -1,7 +1,9 @@
 """A restart during a batch job loses no accepted request: a batch is
 accepted, the server is killed (SIGKILL: no drain, no goodbye) while the
 batch runs (the store then holds answered and pending lines), and a new server on the same store finishes it; the output has
-every line exactly once, each with its tokens.
+every line exactly once, each with its tokens. Then a drain (SIGTERM)
+during a second batch: nothing is answered as failed, and the next start
+finishes it.
 
   serve_http_restart.py SLICESCHED CONFIG WORKDIR
 """
@@ -73,5 +75,24 @@ check(sorted(o["custom_id"] for o in got) == sorted(x["custom_id"] for x in line
 want = {x["custom_id"]: x["body"]["max_tokens"] for x in lines}
 check(all(len(o["response"]["body"]["choices"][0]["token_ids"]) == want[o["custom_id"]] for o in got),
       "each line with its tokens", srv)
+
+# A drain (SIGTERM) during a batch job: the lines in the engine finish, the
+# rest stay pending (none is answered as failed), and the next start runs them.
+status, _, body = srv.post("/v1/batches", {"input_file_id": file_id, "endpoint": "/v1/completions",
+                                           "completion_window": "24h"})
+check(status == 200, "second batch accepted", srv)
+batch_id = json.loads(body)["id"]
+while get_batch(srv)["request_counts"]["completed"] < 1:
+    time.sleep(0.02)
+check(srv.stop(signal.SIGTERM) == 0, "SIGTERM mid-batch: exit 0", srv)
+db = sqlite3.connect(store)
+states = dict(db.execute("SELECT state, COUNT(*) FROM lines WHERE batch_id = ? GROUP BY state", (batch_id,)).fetchall())
+db.close()
+print("drained with lines:", states)
+check(states.get("failed", 0) == 0 and states.get("pending", 0) >= 1 and sum(states.values()) == N,
+      "the drain left pending lines and failed none: %s" % states)
+srv = Server(slicesched, config, store=store)
+after = wait_batch(lambda: get_batch(srv), lambda b: b["status"] == "completed", "second batch completes")
+check(after["request_counts"] == {"total": N, "completed": N, "failed": 0}, "second batch: all lines completed", srv)
 check(srv.stop(signal.SIGTERM) == 0, "SIGTERM: exit 0", srv)
 print("PASS")
