@@ -369,8 +369,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         res,
         ApiError{.status = 503, .message = "the server is shutting down; no new requests", .type = "server_error"});
   }
-  ++completions;
-  const std::string id = "cmpl-" + std::to_string(completions.load()) + "-" + std::to_string(unix_now());
+  const std::uint64_t n = ++completions;  // (unique per server run, whatever other threads do)
+  const std::string id = "cmpl-" + std::to_string(n) + "-" + std::to_string(unix_now());
   const std::int64_t created = unix_now();
   if (!r.stream) {
     std::unique_lock lk(c->mu);
