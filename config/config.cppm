@@ -116,7 +116,7 @@ struct LiveConfig {
 
 // `slicesched serve --listen` ([serve]): the HTTP front end.
 struct ServeConfig {
-  std::string listen;           // "HOST:PORT" when --listen is not given ("": --listen is required)
+  std::string listen;           // "HOST:PORT": serve HTTP even without --listen ("": replay unless --listen)
   std::int64_t max_queue = 64;  // online completions admitted and not ended; past it, 429
   std::int64_t retry_after_s = 1;
   std::int64_t http_threads = 64;    // connections served at once (a streaming client holds one)
