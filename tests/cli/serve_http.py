@@ -131,6 +131,19 @@ for name in ['slicesched_queue_depth{tenant="chat"}', 'slicesched_queue_depth{te
              'slicesched_requests_total{tenant="batch",state="done"} 6', "slicesched_http_admitted 0"]:
     check(name in text, "metrics: " + name, srv)
 
+import re  # noqa: E402
+
+sample = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="[^"]*",?)*\})? -?[0-9.eE+-]+$')
+typed = set()
+for line in text.splitlines():
+    if line.startswith("# TYPE "):
+        typed.add(line.split()[2])
+    elif not line.startswith("# HELP "):
+        check(sample.match(line) is not None, "metrics: a sample line in the text format: " + line, srv)
+        base = re.sub(r"_(bucket|sum|count)$", "", line.split("{")[0].split(" ")[0])
+        check(base in typed or line.split("{")[0].split(" ")[0] in typed, "metrics: typed before use: " + line, srv)
+check(headers.get("Content-Type", "").startswith("text/plain; version=0.0.4"), "metrics: Prometheus content type", srv)
+
 # SIGTERM drains: a stream admitted before it runs to its end, the server
 # exits 0 and writes the summary.
 import http.client  # noqa: E402
