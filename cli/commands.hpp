@@ -100,6 +100,10 @@ struct ServeOptions {
   // Start the config's [[hosts]] executors as child processes here (on
   // ipc:// endpoints of a private folder instead of their addresses).
   bool spawn_local = false;
+  // HOST:PORT: serve HTTP (OpenAI-compatible) instead of replaying the
+  // tenants' streams; overrides [serve] listen.
+  std::optional<std::string> listen;
+  std::optional<std::string> batch_store;  // overrides [serve] batch_store
 };
 // Only built with LibTorch (live mode); main says so otherwise.
 int serve(const ServeOptions& opt);

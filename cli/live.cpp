@@ -112,6 +112,8 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
   auto model_index = [&](TemplateId tmpl) {
     return static_cast<std::size_t>(std::find(parts->tmpls.begin(), parts->tmpls.end(), tmpl) - parts->tmpls.begin());
   };
+  if (opt.inbox)
+    for (Tenant& t : parts->tenants) t.drop_stream();
   for (Tenant& t : parts->tenants)
     t.set_prompts(
         [model_cfg = model_cfgs[model_index(t.tmpl())], seed = cfg.seed + t.id()](
@@ -192,11 +194,28 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
     std::atomic<LiveCluster*>& p;
     ~Unhook() { p = nullptr; }
   } unhook{lost_to};
-  cluster.set_interrupt(opt.stop);
+  // With a front end, a push (and a signal: serve bumps the counter too)
+  // ends the engine's wait at once.
+  cluster.set_interrupt(opt.inbox ? &opt.inbox->counter() : opt.stop);
+  if (opt.inbox) opt.inbox->set_waker([&cluster] { cluster.wake(); });
+  struct Unwake {
+    RequestInbox* inbox;
+    ~Unwake() {
+      if (inbox) inbox->set_waker({});  // before the cluster goes
+    }
+  } unwake{opt.inbox};
+  parts->engine.inbox = opt.inbox;
+  if (opt.inbox) parts->engine.stop_at = -1;  // a server runs until it is stopped, not to duration_s
   for (AccelId a = 0; a < devices.size(); ++a)
     if (Status s = cluster.reserve_resident(a, weights.value()[a]); !s.ok())
       fail(cfg.path + ": cluster: accelerator '" + cfg.accelerators[a].name + "': " + s.message());
 
+  if (opt.on_ready) {
+    std::vector<ServedTenant> tenants;
+    for (const Tenant& t : parts->tenants)
+      tenants.push_back({t.spec().name, t.spec().online, model_index(t.tmpl()), t.spec().kv_budget_tokens});
+    opt.on_ready(tenants);
+  }
   // Said once everything is loaded: from here a signal drains or cancels.
   if (opt.stop)
     std::fprintf(stderr,

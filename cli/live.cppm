@@ -4,6 +4,8 @@
 // overhead`. Failures throw std::runtime_error with a one-line message.
 module;
 #include <atomic>
+#include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,6 +18,15 @@ export import slicesched.executor.llama;
 
 export namespace slicesched::cli {
 
+// A tenant of the live run as a front end routes to it: its engine index
+// is its position in the list on_ready gets.
+struct ServedTenant {
+  std::string name;
+  bool online = true;
+  std::size_t model = 0;  // index into cfg.models
+  std::int64_t kv_budget_tokens = 0;
+};
+
 struct LiveRunOptions {
   const std::atomic<int>* stop = nullptr;  // see EngineOptions::stop
   bool progress = true;
@@ -25,6 +36,13 @@ struct LiveRunOptions {
   // With [[hosts]]: where each host's executor listens, in [[hosts]] order
   // (serve --spawn-local's private endpoints); empty: the config's addresses.
   std::vector<std::string> addresses;
+  // A live front end: requests come from this inbox (the caller's) and the
+  // tenants' configured streams are not replayed; the run lasts until the
+  // inbox closes (a drain or cancel through `stop`). Null: replay.
+  RequestInbox* inbox = nullptr;
+  // Called on this thread once the devices are ready and before the engine
+  // starts (a front end starts listening then). May throw to abort the run.
+  std::function<void(const std::vector<ServedTenant>&)> on_ready;
 };
 
 // Runs `policy` of `cfg` live on the config's devices and returns what

@@ -78,6 +78,11 @@ int main(int argc, char** argv) {
   serve->add_flag("--explain", serve_opt.explain, "Record every scheduling round of the traced seconds, as simulate");
   serve->add_flag("--spawn-local", serve_opt.spawn_local,
                   "Start the config's [[hosts]] executors as child processes on this machine");
+  serve->add_option("--listen", serve_opt.listen,
+                    "Serve HTTP on HOST:PORT (OpenAI-compatible completions and batches; port 0: any free port) "
+                    "instead of replaying the tenants' streams");
+  serve->add_option("--batch-store", serve_opt.batch_store,
+                    "The batch API's SQLite file (overrides [serve] batch_store)");
   slicesched::cli::ExecutorOptions exec_opt;
   auto* executor = app.add_subcommand(
       "executor", "Live serving across processes: run one [[hosts]] entry's accelerators for `serve` to drive");

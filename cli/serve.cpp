@@ -4,6 +4,9 @@
 // [live] time_scale). Ctrl-C or SIGTERM once drains (no new arrivals;
 // admitted requests finish), twice cancels; either way the summary is
 // written. A service manager's stop (SIGTERM) is a drain, like Ctrl-C.
+// With --listen HOST:PORT (or [serve] listen) the tenants' streams are not
+// replayed: an HTTP server takes OpenAI-compatible completions and batch
+// jobs (cli/serve_http, serving/), and a drain also stops accepting them.
 #include <unistd.h>
 
 #include <atomic>
@@ -22,6 +25,7 @@
 import slicesched.core;
 import slicesched.config;
 import slicesched.cli.live;
+import slicesched.cli.serve_http;
 import slicesched.cli.report;
 
 namespace slicesched::cli {
@@ -30,10 +34,14 @@ namespace {
 
 std::atomic<int> g_stop{0};
 std::atomic<int> g_signal{0};  // the last one received, for the exit status
+// With --listen: the counter the engine's wait watches (bumped after g_stop
+// so a drain or cancel is seen at once). Lock-free atomics: signal-safe.
+std::atomic<std::atomic<int>*> g_wake{nullptr};
 
 extern "C" void on_interrupt(int sig) {
   g_signal = sig;
   const int n = g_stop.fetch_add(1) + 1;
+  if (std::atomic<int>* w = g_wake.load()) w->fetch_add(1);
   const char* msg = n == 1 ? "\nslicesched: draining (admitted requests finish); Ctrl-C or SIGTERM again to cancel\n"
                            : "\nslicesched: cancelling\n";
   ssize_t ignored = write(STDERR_FILENO, msg, std::char_traits<char>::length(msg));
@@ -80,7 +88,12 @@ int serve(const ServeOptions& opt) {
     lopt.trace_seconds = opt.trace_seconds;
     lopt.explain = opt.explain;
     std::vector<PolicyRun> runs;
-    runs.push_back(run_live(cfg.value(), *policy, plugins, prior ? &*prior : nullptr, lopt));
+    const std::string listen = opt.listen ? *opt.listen : cfg->serve.listen;
+    if (!listen.empty())
+      runs.push_back(serve_http(cfg.value(), *policy, plugins, prior ? &*prior : nullptr, listen,
+                                opt.batch_store ? *opt.batch_store : cfg->serve.batch_store, lopt, g_wake));
+    else
+      runs.push_back(run_live(cfg.value(), *policy, plugins, prior ? &*prior : nullptr, lopt));
     // Back to the defaults: a signal while the summary is written ends the
     // process as usual (outputs are replaced atomically: nothing half-written).
     for (int sig : {SIGINT, SIGTERM}) signal(sig, SIG_DFL);

@@ -619,6 +619,25 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
     l.finish();
   }
 
+  if (const toml::table* st = root.table("serve", false)) {
+    Table sv(*st, "serve", file);
+    const std::string none;
+    cfg.serve.listen = sv.str("listen", &none);
+    if (!cfg.serve.listen.empty() && cfg.serve.listen.rfind(':') == std::string::npos)
+      sv.fail(sv.node("listen"), "listen", "expected \"HOST:PORT\", got \"" + cfg.serve.listen + "\"");
+    cfg.serve.max_queue = sv.integer("max_queue", 64, 1, 1000000);
+    cfg.serve.retry_after_s = sv.integer("retry_after_s", 1, 1, 3600);
+    cfg.serve.http_threads = sv.integer("http_threads", 64, 1, 4096);
+    cfg.serve.max_body_mib = sv.integer("max_body_mib", 64, 1, 4096);
+    if (sv.has("batch_store")) {
+      const std::string given = sv.str("batch_store");
+      if (given.empty()) sv.fail(sv.node("batch_store"), "batch_store", "expected a file path, got \"\"");
+      cfg.serve.batch_store = files.resolve(given);
+    }
+    cfg.serve.batch_inflight = sv.integer("batch_inflight", 16, 1, 100000);
+    sv.finish();
+  }
+
   if (const toml::table* gt = root.table("ground_truth", false)) {
     Table g(*gt, "ground_truth", file);
     cfg.ground_truth.present = true;

@@ -135,6 +135,17 @@ struct LiveConfig {
   int executor_timeout_ms = 3000;
 };
 
+// `slicesched serve --listen` ([serve]): the HTTP front end.
+struct ServeConfig {
+  std::string listen;           // "HOST:PORT": serve HTTP even without --listen ("": replay unless --listen)
+  std::int64_t max_queue = 64;  // online completions admitted and not ended; past it, 429
+  std::int64_t retry_after_s = 1;
+  std::int64_t http_threads = 64;    // connections served at once (a streaming client holds one)
+  std::int64_t max_body_mib = 64;    // largest request body (a batch input file)
+  std::string batch_store;           // SQLite file of the batch API (resolved; "": batch API off)
+  std::int64_t batch_inflight = 16;  // batch lines in the engine at once
+};
+
 struct GroundTruthConfig {
   bool present = false;                   // the section was given (simulate needs it)
   std::string layers_csv, transfers_csv;  // measured profiles (resolved paths), or
@@ -172,6 +183,7 @@ struct ExperimentConfig {
   std::vector<LinkConfig> links;
   std::vector<ModelConfig> models;  // [model] or [[models]]; at least one (default: llama3-8b)
   LiveConfig live;
+  ServeConfig serve;
   GroundTruthConfig ground_truth;
   std::vector<TenantConfig> tenants;
   std::vector<PolicyConfig> policies;

@@ -10,6 +10,11 @@ module slicesched.engine;
 
 namespace slicesched {
 
+namespace {
+// The longest an idle engine with an open inbox waits before looking again.
+constexpr Nanos kInboxWait = 500'000'000;
+}  // namespace
+
 Engine::Engine(Gmg& gmg, std::vector<Tenant>& tenants, Scheduler& scheduler, Estimator& estimator, Backend& backend,
                EngineOptions opt)
     : gmg_(gmg), tenants_(tenants), scheduler_(scheduler), est_(estimator), backend_(backend), opt_(opt) {}
@@ -46,6 +51,19 @@ Status Engine::lose(AccelId a, Nanos now) {
   for (const Feedback& x : lost)
     if (Status s = apply(x); !s.ok()) return s;
   flush_requests();
+  return Status::Ok();
+}
+
+Status Engine::take_inbox(Nanos now, int stop) {
+  if (stop >= 1 && !opt_.inbox->closed()) opt_.inbox->close();
+  const bool open = !opt_.inbox->closed();
+  for (Tenant& t : tenants_) t.set_open(open);
+  for (LiveRequest& r : opt_.inbox->take()) {
+    if (r.tenant >= tenants_.size())
+      return InvalidArgument("engine: a live request names tenant " + std::to_string(r.tenant) + " of " +
+                             std::to_string(tenants_.size()));
+    tenants_[r.tenant].submit(std::move(r), now);
+  }
   return Status::Ok();
 }
 
@@ -146,6 +164,8 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
       break;
     }
     if (Status s = apply_faults(now); !s.ok()) return s;
+    if (opt_.inbox)
+      if (Status s = take_inbox(now, stop); !s.ok()) return s;
     gmg_.advance_clock(now);  // (iterations started now are stamped now)
     for (Tenant& t : tenants_) {
       if (stop == 0) t.deliver_arrivals(now);
@@ -181,6 +201,12 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
       const Nanos f = std::max(opt_.faults[next_fault_].at, now);
       if (next < 0 || f < next) next = f;
     }
+    const bool all_idle = std::all_of(tenants_.begin(), tenants_.end(), [](const Tenant& t) { return t.idle(); });
+    if (next < 0 && opt_.inbox && !opt_.inbox->closed() && all_idle) {
+      // Nothing to do until a client pushes a request (the push wakes
+      // the backend's wait); the bound only keeps a missed wake harmless.
+      next = now + kInboxWait;
+    }
     if (next < 0) {
       if (down_count_ > 0) {
         // Nothing left can run what waits: its placements need a lost
@@ -190,7 +216,7 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
         flush_requests();
         break;
       }
-      if (stop == 1 && std::all_of(tenants_.begin(), tenants_.end(), [](const Tenant& t) { return t.idle(); })) {
+      if (stop == 1 && all_idle) {
         interrupted = true;  // drained: what was admitted has finished
         break;
       }
@@ -215,6 +241,18 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
         if (Status s = lose(a, now); !s.ok()) return s;
     for (const Feedback& f : feedback)
       if (Status s = apply(f); !s.ok()) return s;
+    flush_requests();
+  }
+  if (opt_.inbox && interrupted) {
+    // Cancelled (or drained with requests still held): every live request
+    // not finished hears so, and nothing pushed later is accepted.
+    opt_.inbox->close();
+    for (LiveRequest& r : opt_.inbox->take())
+      if (r.tenant < tenants_.size()) tenants_[r.tenant].submit(std::move(r), now);
+    for (Tenant& t : tenants_) {
+      t.set_open(false);
+      t.fail_unfinished(kCancelledError, now);
+    }
     flush_requests();
   }
   EngineResult result;

@@ -15,6 +15,7 @@ export import slicesched.engine.tenant;
 export import slicesched.engine.scheduler;
 export import slicesched.core.backend;
 export import slicesched.engine.observer;
+export import slicesched.engine.inbox;
 
 export namespace slicesched {
 
@@ -39,6 +40,14 @@ struct EngineOptions {
   // request (its placements all need a lost accelerator, for good), the
   // request fails with the reason.
   std::vector<FaultEvent> faults;
+  // Requests pushed at run time (live front ends; the caller's, must
+  // outlive run()). While it is open the run does not end when every
+  // tenant is done: it waits for the next push (the backend's wait must be
+  // woken by it: see RequestInbox::counter). A drain (stop 1) closes it and
+  // runs what was pushed before; a cancel (stop 2) closes it and ends every
+  // request it brought that has not finished with kCancelledError, so every
+  // sink hears of its end.
+  RequestInbox* inbox = nullptr;
 };
 
 struct EngineResult {
@@ -75,6 +84,9 @@ class Engine {
   // Accelerator `a` is lost at `now`: a configured fault or one the backend
   // found (Backend::take_lost); both take this one path.
   Status lose(AccelId a, Nanos now);
+  // Hands what was pushed to the inbox to its tenants (closing it first on
+  // a drain); fails on a request for a tenant that does not exist.
+  Status take_inbox(Nanos now, int stop);
   // Why the operators still waiting cannot be placed, from the scheduler's
   // last round (a hint in the deadlock error).
   std::string deadlock_cause() const;

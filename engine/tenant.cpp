@@ -5,6 +5,7 @@ module;
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 module slicesched.engine.tenant;
@@ -26,18 +27,46 @@ Tenant::Tenant(std::uint32_t id, TenantSpec spec, TemplateId tmpl, std::shared_p
   for (const Request& r : spec_.requests.requests)
     records_.push_back(
         {id_, to_ns(r.arrival_s), -1, -1, r.input_tokens, std::max<std::int64_t>(1, r.output_tokens), 0, {}, {}});
+  stream_requests_ = records_.size();
 }
 
-Nanos Tenant::next_arrival() const { return next_request_ < records_.size() ? records_[next_request_].arrival : -1; }
+void Tenant::drop_stream() {
+  records_.clear();
+  redo_.clear();
+  next_request_ = stream_requests_ = 0;
+}
+
+void Tenant::submit(LiveRequest r, Nanos t) {
+  const std::size_t i = records_.size();
+  records_.push_back(
+      {id_, t, -1, -1, static_cast<std::int64_t>(r.prompt.size()), std::max<std::int64_t>(1, r.max_tokens), 0, {}, {}});
+  redo_.push_back(0);
+  live_.emplace(i, Live{std::move(r.prompt), std::move(r.sink)});
+  event(RequestEvent::Kind::kArrived, i, t);
+  waiting_.push_back(i);
+}
+
+// Tells a submitted request's sink how it ended and lets go of its prompt
+// and output (the sink has them).
+void Tenant::end_live(std::size_t request) {
+  auto it = live_.find(request);
+  if (it == live_.end()) return;
+  RequestRecord& r = records_[request];
+  if (it->second.sink) it->second.sink->on_end(r.input_tokens, r.generated, r.error, r.done);
+  live_.erase(it);
+  r.tokens = {};
+}
+
+Nanos Tenant::next_arrival() const { return next_request_ < stream_requests_ ? records_[next_request_].arrival : -1; }
 
 void Tenant::deliver_arrivals(Nanos t) {
-  while (next_request_ < records_.size() && records_[next_request_].arrival <= t) {
+  while (next_request_ < stream_requests_ && records_[next_request_].arrival <= t) {
     event(RequestEvent::Kind::kArrived, next_request_, records_[next_request_].arrival);
     waiting_.push_back(next_request_++);
   }
 }
 
-bool Tenant::finished() const { return done_ == records_.size(); }
+bool Tenant::finished() const { return !open_ && done_ == records_.size(); }
 
 bool Tenant::idle() const {
   if (!waiting_.empty()) return false;
@@ -143,7 +172,8 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
       p.seq = q.request;
       p.position = q.context;
       if (q.prefill) {
-        p.tokens = prompts_(q.request, r.input_tokens);
+        const auto live = live_.find(q.request);
+        p.tokens = live != live_.end() ? live->second.prompt : prompts_(q.request, r.input_tokens);
         // A rebuilt sequence prefills what it held: its prompt and the
         // tokens it generated before the loss.
         p.tokens.insert(p.tokens.end(), r.tokens.begin(), r.tokens.end());
@@ -188,6 +218,7 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
         r.done = t;
         ++done_;
         event(RequestEvent::Kind::kFailed, s.request, t);
+        end_live(s.request);
       }
       drop_iteration(lane, gmg);
       return;
@@ -196,7 +227,12 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
     std::vector<Seq> still;
     for (Seq& s : lane.running) {
       RequestRecord& r = records_[s.request];
-      if (prompts_) r.tokens.push_back(f.tokens[i]);
+      if (prompts_) {
+        r.tokens.push_back(f.tokens[i]);
+        if (s.request >= stream_requests_)
+          if (auto live = live_.find(s.request); live != live_.end() && live->second.sink)
+            live->second.sink->on_token(f.tokens[i], t);
+      }
       ++i;
       if (s.prefill) {
         if (r.first_token < 0) {  // (a rebuilt sequence keeps its first token's time)
@@ -213,6 +249,7 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
         r.done = t;
         ++done_;
         event(RequestEvent::Kind::kDone, s.request, t);
+        end_live(s.request);
       } else {
         still.push_back(s);
       }
@@ -240,6 +277,7 @@ void Tenant::fail_unfinished(const std::string& reason, Nanos t) {
     r.done = t;
     ++done_;
     event(RequestEvent::Kind::kFailed, i, t);
+    end_live(i);
   };
   for (std::size_t i : waiting_) fail(i);
   waiting_.clear();

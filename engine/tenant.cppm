@@ -16,6 +16,7 @@ module;
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,7 @@ export module slicesched.engine.tenant;
 export import slicesched.core;
 export import slicesched.workload.trace;
 export import slicesched.models.model;
+export import slicesched.engine.inbox;
 
 export namespace slicesched {
 
@@ -114,7 +116,19 @@ class Tenant {
     events_ = sink;
     iteration_events_ = iterations;
   }
-  // True once every request arrived and finished.
+  // Live front ends (see engine.inbox). submit() queues a request now (at
+  // `t`), with its own prompt ids; its sink hears of every token and of its
+  // end, and its record keeps no tokens once it ended (a long-running
+  // server holds a few dozen bytes per request, not its output). Requires
+  // set_prompts (live mode) for the requests of the recorded stream.
+  void submit(LiveRequest r, Nanos t);
+  // While open, the tenant is not finished() even with every request done:
+  // more may be submitted.
+  void set_open(bool open) { open_ = open; }
+  // Forgets the recorded stream before the run (a front end serves only
+  // what is submitted). Only before any request was delivered.
+  void drop_stream();
+  // True once every request arrived and finished (and the tenant is not open).
   bool finished() const;
   // No iteration in flight and nobody waiting (arrivals may still come).
   bool idle() const;
@@ -143,6 +157,14 @@ class Tenant {
   TemplateId tmpl_;
   std::shared_ptr<const Model> model_;
   std::size_t next_request_ = 0;
+  std::size_t stream_requests_ = 0;  // records_[0, this) come from spec_.requests; the rest were submitted
+  bool open_ = false;
+  struct Live {
+    std::vector<std::int64_t> prompt;
+    std::shared_ptr<RequestSink> sink;
+  };
+  std::unordered_map<std::size_t, Live> live_;  // submitted requests not ended yet, by record
+  void end_live(std::size_t request);
   std::deque<std::size_t> waiting_;
   std::vector<Lane> lanes_;
   std::vector<Lane*> startable_;  // start_iterations' scratch

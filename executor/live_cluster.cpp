@@ -492,6 +492,13 @@ Nanos LiveCluster::next_event() const {
   return now() + kPollHorizon;
 }
 
+void LiveCluster::wake() {
+  // Under the lock: a notify between advance_to's check and its wait
+  // would otherwise be missed.
+  std::lock_guard lk(mu_);
+  engine_cv_.notify_all();
+}
+
 Status LiveCluster::advance_to(Nanos t, std::vector<Feedback>& out) {
   std::unique_lock lk(mu_);
   const auto deadline = start_ + std::chrono::nanoseconds(t);
@@ -502,8 +509,9 @@ Status LiveCluster::advance_to(Nanos t, std::vector<Feedback>& out) {
     // With sparse arrivals the deadline can be minutes away; a drain or a
     // cancel must not wait for it.
     const int seen = interrupt_->load();
-    while (!ready() && interrupt_->load() == seen && std::chrono::steady_clock::now() < deadline)
-      engine_cv_.wait_until(lk, std::min(deadline, std::chrono::steady_clock::now() + kInterruptPoll), ready);
+    auto woken = [&] { return ready() || interrupt_->load() != seen; };
+    while (!woken() && std::chrono::steady_clock::now() < deadline)
+      engine_cv_.wait_until(lk, std::min(deadline, std::chrono::steady_clock::now() + kInterruptPoll), woken);
   }
   if (!fault_.empty()) return Internal("live cluster: " + fault_);
   for (Done& d : done_) {

@@ -82,6 +82,11 @@ class LiveCluster final : public Backend {
   // kInterruptPoll of a change, so the engine sees a drain or a cancel
   // at once instead of at the next arrival. Null: waits are not cut short.
   void set_interrupt(const std::atomic<int>* flag) { interrupt_ = flag; }
+  // Cuts a wait in advance_to short at once (rather than at the next
+  // kInterruptPoll) when the interrupt flag has changed: a request pushed
+  // from an HTTP thread bumps the flag and calls this, so its prefill is
+  // not delayed by a poll. Thread-safe; any thread.
+  void wake();
   // Wall-clock nanoseconds since construction.
   Nanos now() const override;
   bool wants_plans() const override { return true; }

@@ -7,7 +7,7 @@ set -euo pipefail
 
 APT_PACKAGES=(clang-19 clang-tools-19 libclang-rt-19-dev libboost-dev libboost-filesystem-dev libtomlplusplus-dev libtbb-dev
   libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev libcli11-dev python3-pip python3-venv gnuplot-nox
-  libsentencepiece-dev sentencepiece libzmq3-dev cppzmq-dev pkg-config)
+  libsentencepiece-dev sentencepiece libzmq3-dev cppzmq-dev pkg-config libcpp-httplib-dev libsqlite3-dev curl)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -36,4 +36,9 @@ if ! "$ROOT/.venv/bin/python3" -c "import importlib.metadata as m, sys; sys.exit
   echo "setup: installing torch==$TORCH_VERSION (LibTorch with CUDA and NCCL, ~5 GB) into $ROOT/.venv"
   python3 -m venv "$ROOT/.venv"
   "$ROOT/.venv/bin/python3" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION"
+fi
+# The HTTP front end's tests talk to it with the official `openai` client.
+if ! "$ROOT/.venv/bin/python3" -c "import openai" 2>/dev/null; then
+  echo "setup: installing the openai client into $ROOT/.venv (the HTTP tests use it)"
+  "$ROOT/.venv/bin/python3" -m pip install -q --disable-pip-version-check openai
 fi

@@ -101,8 +101,7 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
         ":4: cluster.accelerators[0].hbm_gib: expected a number");
   CHECK(load_error(replace(base(), "[ground_truth]", "[ground_truht]")) ==
         ":5: ground_truht: unknown key (known here: cluster, duration_s, estimators, faults, ground_truth, hosts, "
-        "live, model, "
-        "models, name, plugins, policies, seed, tenants)");
+        "live, model, models, name, plugins, policies, seed, serve, tenants)");
   CHECK(load_error(replace(base(), "tenants = [\"on\"]", "tenants = [\"off\"]")) ==
         ":13: policies[0].tenants: no tenant named 'off'");
   CHECK(load_error(replace(base(), "constant_rate = 1.0,", "constant_rate = 1.0, poisson_rate = 2.0,")) ==
@@ -223,6 +222,33 @@ TEST_CASE("live keys: bad devices and model shapes name the key", "[config][bad-
   CHECK(load_error(base() + "[model]\ndtype = \"int4\"\n") ==
         ":17: model.dtype: expected \"bfloat16\", \"float16\" or \"float32\", got \"int4\"");
   CHECK(load_error(base() + "[live]\nthreads = 0\n").find(":17: live.threads: expected") == 0);
+}
+
+TEST_CASE("serve keys: [serve] with its defaults, its values, and its errors", "[config][bad-input]") {
+  const fs::path p = fs::temp_directory_path() / "slicesched_config_serve.toml";
+  std::ofstream(p) << base() + "[serve]\nlisten = \"0.0.0.0:9000\"\nmax_queue = 5\nbatch_store = \"b.sqlite\"\n";
+  auto cfg = load_config(p.string());
+  if (!cfg.ok()) FAIL(cfg.status().message());
+  CHECK(cfg->serve.listen == "0.0.0.0:9000");
+  CHECK(cfg->serve.max_queue == 5);
+  CHECK(cfg->serve.retry_after_s == 1);
+  CHECK(cfg->serve.batch_inflight == 16);
+  CHECK(cfg->serve.batch_store == (fs::temp_directory_path() / "b.sqlite").lexically_normal().string());
+  const fs::path q = fs::temp_directory_path() / "slicesched_config_no_serve.toml";
+  std::ofstream(q) << base();
+  auto plain = load_config(q.string());
+  REQUIRE(plain.ok());
+  CHECK(plain->serve.listen.empty());
+  CHECK(plain->serve.batch_store.empty());
+  CHECK(plain->serve.max_queue == 64);
+
+  CHECK(load_error(base() + "[serve]\nmax_queue = 0\n") ==
+        ":17: serve.max_queue: expected an integer in [1, 1000000], got 0");
+  CHECK(load_error(base() + "[serve]\nlisten = \"localhost\"\n") ==
+        ":17: serve.listen: expected \"HOST:PORT\", got \"localhost\"");
+  CHECK(load_error(base() + "[serve]\nbatch_store = \"\"\n") ==
+        ":17: serve.batch_store: expected a file path, got \"\"");
+  CHECK(load_error(base() + "[serve]\nmax_queu = 3\n").find(":17: serve.max_queu: unknown key") == 0);
 }
 
 TEST_CASE("faults: lost accelerators from the config, and their errors", "[config][faults][bad-input]") {

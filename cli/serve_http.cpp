@@ -1,0 +1,125 @@
+module;
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+module slicesched.cli.serve_http;
+
+import slicesched.serving.server;
+
+namespace slicesched::cli {
+
+namespace {
+
+// HOST:PORT, the port in [0, 65535] (0: any free port).
+std::pair<std::string, int> parse_listen(const std::string& listen) {
+  const auto colon = listen.rfind(':');
+  auto bad = [&] { fail("--listen: expected HOST:PORT (e.g. 127.0.0.1:8000), got '" + listen + "'"); };
+  if (colon == std::string::npos || colon == 0 || colon + 1 == listen.size()) bad();
+  const std::string port = listen.substr(colon + 1);
+  if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5) bad();
+  const int p = std::stoi(port);
+  if (p > 65535) bad();
+  std::string host = listen.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return {host, p};
+}
+
+}  // namespace
+
+PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, const PluginRegistries& plugins,
+                     const CalibrationProfile* prior, const std::string& listen, const std::string& batch_store,
+                     const LiveRunOptions& base, std::atomic<std::atomic<int>*>& wake) {
+  const auto [host, port] = parse_listen(listen);
+  std::unique_ptr<serving::BatchStore> store;
+  if (!batch_store.empty()) store = value_or_fail(serving::BatchStore::open(batch_store));
+
+  std::vector<std::string> accels;
+  for (const auto& a : cfg.accelerators) accels.push_back(a.name);
+  serving::ServingMetrics metrics(accels);
+  std::vector<serving::ServedModel> models;
+  for (const ModelConfig& m : cfg.models)
+    models.push_back({.name = m.name, .vocab = m.vocab, .context_window = m.context_window});
+
+  RequestInbox inbox;
+  std::unique_ptr<serving::BatchRunner> runner;
+  std::unique_ptr<serving::HttpServer> server;
+  // Batch lines go to their model's offline tenants in turn.
+  std::size_t next_offline = 0;
+  auto route = [&models, &next_offline](const std::string& body) -> std::variant<serving::Routed, serving::ApiError> {
+    auto parsed = serving::parse_completion(std::string_view(body), models);
+    if (auto* e = std::get_if<serving::ApiError>(&parsed)) return *e;
+    auto& r = std::get<serving::CompletionRequest>(parsed);
+    const serving::ServedModel& m = models[r.model];
+    if (m.offline.empty())
+      return serving::ApiError{.message = "model '" + m.name + "' has no offline tenant in the served policy"};
+    const std::uint32_t tenant = m.offline[next_offline++ % m.offline.size()];
+    return serving::Routed{LiveRequest{tenant, std::move(r.prompt), r.max_tokens, nullptr}, &m};
+  };
+
+  LiveRunOptions opt = base;
+  opt.progress = false;  // (no stream to count progress against)
+  opt.inbox = &inbox;
+  EngineObserver* observers[] = {&metrics};
+  opt.observers = observers;
+  opt.on_ready = [&](const std::vector<ServedTenant>& tenants) {
+    std::vector<std::string> names;
+    std::vector<bool> online;
+    for (std::uint32_t t = 0; t < tenants.size(); ++t) {
+      names.push_back(tenants[t].name);
+      online.push_back(tenants[t].online);
+      auto& m = models[tenants[t].model];
+      (tenants[t].online ? m.online : m.offline).push_back(t);
+      // A request must fit every tenant that may run it.
+      if (m.request_tokens_max == 0 || tenants[t].kv_budget_tokens < m.request_tokens_max)
+        m.request_tokens_max = tenants[t].kv_budget_tokens;
+    }
+    metrics.set_tenants(std::move(names), std::move(online));
+    if (store) runner = std::make_unique<serving::BatchRunner>(*store, inbox, route, cfg.serve.batch_inflight);
+    serving::ServerOptions sopt{.host = host,
+                                .port = port,
+                                .max_queue = cfg.serve.max_queue,
+                                .retry_after_s = static_cast<int>(cfg.serve.retry_after_s),
+                                .http_threads = static_cast<int>(cfg.serve.http_threads),
+                                .max_body_bytes = static_cast<std::size_t>(cfg.serve.max_body_mib) << 20};
+    server = std::make_unique<serving::HttpServer>(sopt, models, inbox, metrics, store.get(), runner.get());
+    check(server->start());
+    if (runner) runner->start();
+    std::string served;
+    for (const auto& m : models) served += (served.empty() ? "" : ", ") + m.name;
+    std::fprintf(stderr, "slicesched: listening on http://%s:%d (models: %s; batch API %s)\n",
+                 host.find(':') != std::string::npos ? ("[" + host + "]").c_str() : host.c_str(), server->port(),
+                 served.c_str(), store ? ("on, " + batch_store).c_str() : "off");
+    std::fflush(stderr);
+  };
+
+  wake = &inbox.counter();
+  struct Unset {
+    std::atomic<std::atomic<int>*>& wake;
+    ~Unset() { wake = nullptr; }
+  } unset{wake};
+  // Whatever way the run ends: batch results that arrived are written, and
+  // every waiting client is answered, before the server goes.
+  auto shut = [&] {
+    Status s = runner ? runner->stop() : Status::Ok();
+    if (server) server->stop();
+    return s;
+  };
+  PolicyRun run;
+  try {
+    run = run_live(cfg, policy, plugins, prior, opt);
+  } catch (...) {
+    (void)shut();
+    throw;
+  }
+  check(shut());
+  return run;
+}
+
+}  // namespace slicesched::cli

@@ -1,0 +1,97 @@
+// Requests pushed at run time, for live front ends (the HTTP server): an
+// open-ended request source next to the tenants' recorded streams. Other
+// threads push; the engine thread takes what was pushed at each step and
+// hands each request to its tenant, which tells the request's sink about
+// every token it samples and how the request ended.
+module;
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+export module slicesched.engine.inbox;
+export import slicesched.core;
+
+export namespace slicesched {
+
+// The error a live request ends with when the engine stops before it
+// finished (a cancel): the request was never run to its end, so a front end
+// may run it again later (batch jobs do).
+inline constexpr const char* kCancelledError = "cancelled: the server stopped before the request finished";
+
+// Where a live request's results go. Called on the engine thread only, in
+// order: on_token per sampled token, then on_end exactly once. Must not
+// block (hand the data to the client's thread) and must not throw.
+class RequestSink {
+ public:
+  virtual ~RequestSink() = default;
+  virtual void on_token(std::int64_t token, Nanos t) = 0;
+  // Done (every token generated) or failed (`error` not empty).
+  virtual void on_end(std::int64_t prompt_tokens, std::int64_t generated, const std::string& error, Nanos t) = 0;
+};
+
+// One request from a client: its tenant (the engine's index), prompt token
+// ids (not empty) and the tokens to generate (>= 1). The sink is shared
+// with the client's thread, which may outlive the engine's use of it.
+struct LiveRequest {
+  std::uint32_t tenant = 0;
+  std::vector<std::int64_t> prompt;
+  std::int64_t max_tokens = 1;
+  std::shared_ptr<RequestSink> sink;
+};
+
+// Thread-safe: push and close from any thread; take from the engine thread.
+// Once closed, push refuses, and take still returns what was pushed before
+// the close (so nothing accepted is dropped).
+class RequestInbox {
+ public:
+  // Called after every push and at the close (any thread, under the
+  // inbox's lock: it must not push): wakes the engine's wait (e.g.
+  // LiveCluster::wake). Clear it before what it calls goes away.
+  void set_waker(std::function<void()> waker) {
+    std::lock_guard lk(mu_);
+    waker_ = std::move(waker);
+  }
+  // The counter a push increments: the backend's interrupt flag, so that a
+  // wait in advance_to ends when a request arrives.
+  std::atomic<int>& counter() { return counter_; }
+
+  // False (and the request is not kept) once the inbox is closed.
+  bool push(LiveRequest r) {
+    // The waker is called under the lock, so that once set_waker({}) or
+    // close() returned no push calls into a backend that may be gone.
+    std::lock_guard lk(mu_);
+    if (closed_) return false;
+    pending_.push_back(std::move(r));
+    counter_.fetch_add(1);
+    if (waker_) waker_();
+    return true;
+  }
+  std::vector<LiveRequest> take() {
+    std::lock_guard lk(mu_);
+    return std::exchange(pending_, {});
+  }
+  void close() {
+    std::lock_guard lk(mu_);
+    closed_ = true;
+    counter_.fetch_add(1);
+    if (waker_) waker_();
+  }
+  bool closed() const {
+    std::lock_guard lk(mu_);
+    return closed_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<LiveRequest> pending_;
+  bool closed_ = false;
+  std::atomic<int> counter_{0};
+  std::function<void()> waker_;
+};
+
+}  // namespace slicesched

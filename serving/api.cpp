@@ -1,0 +1,185 @@
+module;
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+module slicesched.serving.api;
+
+namespace slicesched::serving {
+
+namespace {
+
+using json = nlohmann::json;
+
+ApiError bad(std::string param, std::string message) {
+  return ApiError{.status = 400, .message = std::move(message), .param = std::move(param)};
+}
+
+// Token ids from a JSON array, each checked against the vocabulary.
+std::variant<std::vector<std::int64_t>, ApiError> token_ids(const json& a, const ServedModel& m) {
+  std::vector<std::int64_t> ids;
+  ids.reserve(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const json& v = a[i];
+    if (v.is_array())
+      return bad("prompt",
+                 "prompt: one prompt per request (a list of prompts is not supported; send one request each)");
+    if (!v.is_number_integer())
+      return bad("prompt", "prompt[" + std::to_string(i) + "]: expected an integer token id, got " + v.dump());
+    const std::int64_t id = v.get<std::int64_t>();
+    if (id < 0 || id >= m.vocab)
+      return bad("prompt", "prompt[" + std::to_string(i) + "]: token id " + std::to_string(id) + " is outside model '" +
+                               m.name + "''s vocabulary [0, " + std::to_string(m.vocab) + ")");
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+}  // namespace
+
+std::variant<CompletionRequest, ApiError> parse_completion(const json& body, std::span<const ServedModel> models) {
+  if (!body.is_object()) return bad("", "the request body must be a JSON object");
+  CompletionRequest r;
+  const auto model = body.find("model");
+  if (model == body.end() || !model->is_string()) return bad("model", "model: required (a string)");
+  const std::string name = model->get<std::string>();
+  r.model = models.size();
+  for (std::size_t i = 0; i < models.size(); ++i)
+    if (models[i].name == name) r.model = i;
+  if (r.model == models.size()) {
+    std::string known;
+    for (const ServedModel& m : models) known += (known.empty() ? "" : ", ") + m.name;
+    return ApiError{.status = 404,
+                    .message = "model '" + name + "' does not exist (served: " + known + ")",
+                    .param = "model",
+                    .code = "model_not_found"};
+  }
+  const ServedModel& m = models[r.model];
+
+  const auto prompt = body.find("prompt");
+  if (prompt == body.end()) return bad("prompt", "prompt: required (token ids, or text for a model with a tokenizer)");
+  if (prompt->is_string()) {
+    if (!m.tokenizer.encode)
+      return bad("prompt", "prompt: model '" + m.name +
+                               "' has no tokenizer, so it takes no text; send the prompt as a list of token ids");
+    auto ids = m.tokenizer.encode(prompt->get<std::string>());
+    if (!ids.ok()) return bad("prompt", "prompt: " + ids.status().message());
+    auto checked = token_ids(json(ids.value()), m);
+    if (auto* e = std::get_if<ApiError>(&checked)) return *e;
+    r.prompt = std::get<std::vector<std::int64_t>>(std::move(checked));
+  } else if (prompt->is_array()) {
+    auto checked = token_ids(*prompt, m);
+    if (auto* e = std::get_if<ApiError>(&checked)) return *e;
+    r.prompt = std::get<std::vector<std::int64_t>>(std::move(checked));
+  } else {
+    return bad("prompt", "prompt: expected a list of token ids or a string, got " + prompt->dump());
+  }
+  if (r.prompt.empty()) return bad("prompt", "prompt: empty (at least one token)");
+
+  if (const auto mt = body.find("max_tokens"); mt != body.end() && !mt->is_null()) {
+    if (!mt->is_number_integer() || mt->get<std::int64_t>() < 1)
+      return bad("max_tokens", "max_tokens: expected an integer >= 1, got " + mt->dump());
+    r.max_tokens = mt->get<std::int64_t>();
+  }
+  const auto total = static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens;
+  if (m.context_window > 0 && total > m.context_window)
+    return bad("max_tokens", "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" +
+                                 std::to_string(r.max_tokens) + ") exceeds model '" + m.name +
+                                 "''s context window of " + std::to_string(m.context_window) + " tokens");
+  if (m.request_tokens_max > 0 && total > m.request_tokens_max)
+    return bad("max_tokens", "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" +
+                                 std::to_string(r.max_tokens) + ") exceeds the " +
+                                 std::to_string(m.request_tokens_max) +
+                                 " tokens one request may hold on this server (its tenants' kv_budget_tokens)");
+  if (const auto s = body.find("stream"); s != body.end() && !s->is_null()) {
+    if (!s->is_boolean()) return bad("stream", "stream: expected true or false, got " + s->dump());
+    r.stream = s->get<bool>();
+  }
+  if (const auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
+    if (!so->is_object()) return bad("stream_options", "stream_options: expected an object");
+    if (const auto u = so->find("include_usage"); u != so->end()) {
+      if (!u->is_boolean()) return bad("stream_options", "stream_options.include_usage: expected true or false");
+      r.include_usage = u->get<bool>();
+    }
+  }
+  // What would change the reply's shape must be the default.
+  auto is_default = [&](const char* key, const json& def) {
+    const auto v = body.find(key);
+    return v == body.end() || v->is_null() || *v == def;
+  };
+  if (!is_default("n", 1)) return bad("n", "n: only 1 completion per request is supported");
+  if (!is_default("best_of", 1)) return bad("best_of", "best_of: only 1 is supported");
+  if (!is_default("echo", false)) return bad("echo", "echo: not supported");
+  if (!is_default("logprobs", 0)) return bad("logprobs", "logprobs: not supported");
+  if (!is_default("suffix", "")) return bad("suffix", "suffix: not supported");
+  return r;
+}
+
+std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body, std::span<const ServedModel> models) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return bad("", "the request body is not valid JSON");
+  return parse_completion(j, models);
+}
+
+json error_body(const ApiError& e) {
+  return {{"error",
+           {{"message", e.message},
+            {"type", e.type},
+            {"param", e.param.empty() ? json() : json(e.param)},
+            {"code", e.code.empty() ? json() : json(e.code)}}}};
+}
+
+json completion_body(const std::string& id, std::int64_t created, const std::string& model, std::int64_t prompt_tokens,
+                     std::span<const std::int64_t> tokens, const std::string& text) {
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  return {{"id", id},
+          {"object", "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({{{"text", text},
+                                    {"index", 0},
+                                    {"logprobs", nullptr},
+                                    {"finish_reason", "length"},
+                                    {"token_ids", json(std::vector<std::int64_t>(tokens.begin(), tokens.end()))}}})},
+          {"usage", {{"prompt_tokens", prompt_tokens}, {"completion_tokens", n}, {"total_tokens", prompt_tokens + n}}}};
+}
+
+json chunk_body(const std::string& id, std::int64_t created, const std::string& model,
+                std::span<const std::int64_t> tokens, const std::string& text) {
+  return {{"id", id},
+          {"object", "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({{{"text", text},
+                                    {"index", 0},
+                                    {"logprobs", nullptr},
+                                    {"finish_reason", nullptr},
+                                    {"token_ids", json(std::vector<std::int64_t>(tokens.begin(), tokens.end()))}}})}};
+}
+
+json final_chunk_body(const std::string& id, std::int64_t created, const std::string& model, std::int64_t prompt_tokens,
+                      std::int64_t completion_tokens) {
+  return {{"id", id},
+          {"object", "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({{{"text", ""},
+                                    {"index", 0},
+                                    {"logprobs", nullptr},
+                                    {"finish_reason", "length"},
+                                    {"token_ids", json::array()}}})},
+          {"usage",
+           {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens}}}};
+}
+
+std::string decode(const ServedModel& model, std::span<const std::int64_t> tokens) {
+  return model.tokenizer.decode ? model.tokenizer.decode(tokens) : std::string();
+}
+
+}  // namespace slicesched::serving

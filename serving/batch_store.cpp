@@ -1,0 +1,309 @@
+module;
+#include <sqlite3.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+module slicesched.serving.batch_store;
+
+namespace slicesched::serving {
+
+namespace {
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// "prefix-" and 24 random hex digits: ids a client cannot guess or collide.
+std::string new_id(const char* prefix) {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard lk(mu);
+  static const char* hex = "0123456789abcdef";
+  std::string id = prefix;
+  for (int i = 0; i < 24; ++i) id += hex[rng() % 16];
+  return id;
+}
+
+// A prepared statement, finalized on scope exit.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  bool ok() const { return rc_ == SQLITE_OK; }
+  Stmt& text(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& blob(int i, const std::string& v) {
+    sqlite3_bind_blob(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& integer(int i, std::int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  // SQLITE_ROW or SQLITE_DONE, else an error code.
+  int step() { return sqlite3_step(s_); }
+  std::string col_text(int i) const {
+    const auto* p = sqlite3_column_text(s_, i);
+    return p ? std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(s_, i)))
+             : std::string();
+  }
+  std::string col_blob(int i) const {
+    const auto* p = static_cast<const char*>(sqlite3_column_blob(s_, i));
+    return p ? std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(s_, i))) : std::string();
+  }
+  std::int64_t col_int(int i) const { return sqlite3_column_int64(s_, i); }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+  int rc_;
+};
+
+constexpr const char* kSchema = R"(
+CREATE TABLE IF NOT EXISTS files (
+  id TEXT PRIMARY KEY, filename TEXT NOT NULL, purpose TEXT NOT NULL,
+  bytes INTEGER NOT NULL, created_at INTEGER NOT NULL, content BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS batches (
+  id TEXT PRIMARY KEY, input_file_id TEXT NOT NULL, endpoint TEXT NOT NULL, completion_window TEXT NOT NULL,
+  status TEXT NOT NULL, created_at INTEGER NOT NULL, completed_at INTEGER NOT NULL DEFAULT 0,
+  output_file_id TEXT NOT NULL DEFAULT '', error_file_id TEXT NOT NULL DEFAULT '',
+  total INTEGER NOT NULL, completed INTEGER NOT NULL DEFAULT 0, failed INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS lines (
+  batch_id TEXT NOT NULL, line INTEGER NOT NULL, custom_id TEXT NOT NULL, body TEXT NOT NULL,
+  state TEXT NOT NULL, result TEXT NOT NULL DEFAULT '', PRIMARY KEY (batch_id, line));
+CREATE INDEX IF NOT EXISTS lines_pending ON lines (state);
+)";
+
+BatchInfo read_batch(const Stmt& s) {
+  BatchInfo b;
+  b.id = s.col_text(0);
+  b.input_file_id = s.col_text(1);
+  b.endpoint = s.col_text(2);
+  b.completion_window = s.col_text(3);
+  b.status = s.col_text(4);
+  b.created_at = s.col_int(5);
+  b.completed_at = s.col_int(6);
+  b.output_file_id = s.col_text(7);
+  b.error_file_id = s.col_text(8);
+  b.total = s.col_int(9);
+  b.completed = s.col_int(10);
+  b.failed = s.col_int(11);
+  return b;
+}
+
+constexpr const char* kBatchColumns =
+    "SELECT id, input_file_id, endpoint, completion_window, status, created_at, completed_at, output_file_id, "
+    "error_file_id, total, completed, failed FROM batches";
+
+}  // namespace
+
+Status BatchStore::error(const std::string& what) const {
+  return Internal("batch store " + path_ + ": " + what + ": " + (db_ ? sqlite3_errmsg(db_) : "not open"));
+}
+
+Status BatchStore::exec(const char* sql) {
+  char* msg = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
+    std::string m = msg ? msg : "unknown error";
+    sqlite3_free(msg);
+    return Internal("batch store " + path_ + ": " + m);
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<BatchStore>> BatchStore::open(const std::string& path) {
+  std::unique_ptr<BatchStore> s(new BatchStore(path));
+  if (sqlite3_open_v2(path.c_str(), &s->db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                      nullptr) != SQLITE_OK)
+    return s->error("cannot open");
+  sqlite3_busy_timeout(s->db_, 5000);
+  // WAL with full sync: a result acknowledged by commit survives a crash
+  // or power loss.
+  for (const char* sql : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", kSchema})
+    if (Status st = s->exec(sql); !st.ok()) return st;
+  return s;
+}
+
+BatchStore::~BatchStore() { sqlite3_close(db_); }
+
+Result<FileInfo> BatchStore::add_file(const std::string& filename, const std::string& purpose,
+                                      const std::string& content) {
+  std::lock_guard lk(mu_);
+  FileInfo f{new_id("file-"), filename, purpose, static_cast<std::int64_t>(content.size()), unix_now()};
+  Stmt s(db_, "INSERT INTO files (id, filename, purpose, bytes, created_at, content) VALUES (?, ?, ?, ?, ?, ?)");
+  if (!s.ok()) return error("add_file");
+  s.text(1, f.id).text(2, f.filename).text(3, f.purpose).integer(4, f.bytes).integer(5, f.created_at).blob(6, content);
+  if (s.step() != SQLITE_DONE) return error("add_file");
+  return f;
+}
+
+Result<std::optional<FileInfo>> BatchStore::file(const std::string& id) {
+  std::lock_guard lk(mu_);
+  Stmt s(db_, "SELECT id, filename, purpose, bytes, created_at FROM files WHERE id = ?");
+  if (!s.ok()) return error("file");
+  s.text(1, id);
+  const int rc = s.step();
+  if (rc == SQLITE_DONE) return std::optional<FileInfo>();
+  if (rc != SQLITE_ROW) return error("file");
+  return std::optional<FileInfo>(FileInfo{s.col_text(0), s.col_text(1), s.col_text(2), s.col_int(3), s.col_int(4)});
+}
+
+Result<std::optional<std::string>> BatchStore::file_content(const std::string& id) {
+  std::lock_guard lk(mu_);
+  Stmt s(db_, "SELECT content FROM files WHERE id = ?");
+  if (!s.ok()) return error("file_content");
+  s.text(1, id);
+  const int rc = s.step();
+  if (rc == SQLITE_DONE) return std::optional<std::string>();
+  if (rc != SQLITE_ROW) return error("file_content");
+  return std::optional<std::string>(s.col_blob(0));
+}
+
+Result<BatchInfo> BatchStore::create_batch(const std::string& input_file_id, const std::string& endpoint,
+                                           const std::string& window, const std::vector<BatchLine>& lines) {
+  std::lock_guard lk(mu_);
+  BatchInfo b;
+  b.id = new_id("batch_");
+  b.input_file_id = input_file_id;
+  b.endpoint = endpoint;
+  b.completion_window = window;
+  b.status = "in_progress";
+  b.created_at = unix_now();
+  b.total = static_cast<std::int64_t>(lines.size());
+  if (Status st = exec("BEGIN IMMEDIATE;"); !st.ok()) return st;
+  auto rollback = [&](const char* what) {
+    Status e = error(what);
+    (void)exec("ROLLBACK;");
+    return e;
+  };
+  {
+    Stmt s(db_,
+           "INSERT INTO batches (id, input_file_id, endpoint, completion_window, status, created_at, total) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?)");
+    if (!s.ok()) return rollback("create_batch");
+    s.text(1, b.id).text(2, input_file_id).text(3, endpoint).text(4, window).text(5, b.status);
+    s.integer(6, b.created_at).integer(7, b.total);
+    if (s.step() != SQLITE_DONE) return rollback("create_batch");
+  }
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    Stmt s(db_, "INSERT INTO lines (batch_id, line, custom_id, body, state) VALUES (?, ?, ?, ?, 'pending')");
+    if (!s.ok()) return rollback("create_batch");
+    s.text(1, b.id).integer(2, static_cast<std::int64_t>(i + 1)).text(3, lines[i].custom_id).text(4, lines[i].body);
+    if (s.step() != SQLITE_DONE) return rollback("create_batch");
+  }
+  if (Status st = exec("COMMIT;"); !st.ok()) return rollback("create_batch");
+  return b;
+}
+
+Result<std::optional<BatchInfo>> BatchStore::batch(const std::string& id) {
+  std::lock_guard lk(mu_);
+  Stmt s(db_, (std::string(kBatchColumns) + " WHERE id = ?").c_str());
+  if (!s.ok()) return error("batch");
+  s.text(1, id);
+  const int rc = s.step();
+  if (rc == SQLITE_DONE) return std::optional<BatchInfo>();
+  if (rc != SQLITE_ROW) return error("batch");
+  return std::optional<BatchInfo>(read_batch(s));
+}
+
+Result<std::vector<BatchInfo>> BatchStore::batches() {
+  std::lock_guard lk(mu_);
+  Stmt s(db_, (std::string(kBatchColumns) + " ORDER BY created_at DESC, rowid DESC").c_str());
+  if (!s.ok()) return error("batches");
+  std::vector<BatchInfo> out;
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW) out.push_back(read_batch(s));
+  if (rc != SQLITE_DONE) return error("batches");
+  return out;
+}
+
+Result<std::vector<PendingLine>> BatchStore::pending(std::size_t limit,
+                                                     const std::set<std::pair<std::string, std::int64_t>>& skip) {
+  std::lock_guard lk(mu_);
+  Stmt s(db_, "SELECT batch_id, line, custom_id, body FROM lines WHERE state = 'pending' ORDER BY rowid LIMIT ?");
+  if (!s.ok()) return error("pending");
+  s.integer(1, static_cast<std::int64_t>(limit + skip.size()));
+  std::vector<PendingLine> out;
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW && out.size() < limit) {
+    PendingLine p{s.col_text(0), s.col_int(1), s.col_text(2), s.col_text(3)};
+    if (!skip.contains({p.batch_id, p.line})) out.push_back(std::move(p));
+  }
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return error("pending");
+  return out;
+}
+
+Status BatchStore::finish_line(const std::string& batch_id, std::int64_t line, bool ok, const std::string& result) {
+  std::lock_guard lk(mu_);
+  if (Status st = exec("BEGIN IMMEDIATE;"); !st.ok()) return st;
+  auto rollback = [&](const char* what) {
+    Status e = error(what);
+    (void)exec("ROLLBACK;");
+    return e;
+  };
+  {
+    Stmt s(db_, "UPDATE lines SET state = ?, result = ? WHERE batch_id = ? AND line = ? AND state = 'pending'");
+    if (!s.ok()) return rollback("finish_line");
+    s.text(1, ok ? "done" : "failed").text(2, result).text(3, batch_id).integer(4, line);
+    if (s.step() != SQLITE_DONE) return rollback("finish_line");
+  }
+  if (sqlite3_changes(db_) == 0) return exec("COMMIT;");  // already answered
+  {
+    Stmt s(db_, ok ? "UPDATE batches SET completed = completed + 1 WHERE id = ?"
+                   : "UPDATE batches SET failed = failed + 1 WHERE id = ?");
+    if (!s.ok()) return rollback("finish_line");
+    s.text(1, batch_id);
+    if (s.step() != SQLITE_DONE) return rollback("finish_line");
+  }
+  std::int64_t left = 0;
+  {
+    Stmt s(db_, "SELECT COUNT(*) FROM lines WHERE batch_id = ? AND state = 'pending'");
+    if (!s.ok()) return rollback("finish_line");
+    s.text(1, batch_id);
+    if (s.step() != SQLITE_ROW) return rollback("finish_line");
+    left = s.col_int(0);
+  }
+  if (left == 0) {
+    // The last line: the output (and error) file, in input order.
+    std::string output, errors;
+    {
+      Stmt s(db_, "SELECT state, result FROM lines WHERE batch_id = ? ORDER BY line");
+      if (!s.ok()) return rollback("finish_line");
+      s.text(1, batch_id);
+      int rc;
+      while ((rc = s.step()) == SQLITE_ROW) (s.col_text(0) == "done" ? output : errors) += s.col_text(1) + "\n";
+      if (rc != SQLITE_DONE) return rollback("finish_line");
+    }
+    const std::int64_t now = unix_now();
+    std::string out_id = new_id("file-"), err_id = errors.empty() ? std::string() : new_id("file-");
+    for (const auto& [id, content, purpose] :
+         {std::tuple{out_id, output, "batch_output"}, std::tuple{err_id, errors, "batch_error"}}) {
+      if (id.empty()) continue;
+      Stmt s(db_, "INSERT INTO files (id, filename, purpose, bytes, created_at, content) VALUES (?, ?, ?, ?, ?, ?)");
+      if (!s.ok()) return rollback("finish_line");
+      s.text(1, id).text(2, batch_id + (std::string(purpose) == "batch_output" ? "_output.jsonl" : "_error.jsonl"));
+      s.text(3, purpose).integer(4, static_cast<std::int64_t>(content.size())).integer(5, now).blob(6, content);
+      if (s.step() != SQLITE_DONE) return rollback("finish_line");
+    }
+    Stmt s(db_,
+           "UPDATE batches SET status = 'completed', completed_at = ?, output_file_id = ?, error_file_id = ? "
+           "WHERE id = ?");
+    if (!s.ok()) return rollback("finish_line");
+    s.integer(1, now).text(2, out_id).text(3, err_id).text(4, batch_id);
+    if (s.step() != SQLITE_DONE) return rollback("finish_line");
+  }
+  return exec("COMMIT;");
+}
+
+}  // namespace slicesched::serving

@@ -1,0 +1,166 @@
+module;
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <variant>
+#include <vector>
+
+module slicesched.serving.batches;
+
+namespace slicesched::serving {
+
+namespace {
+
+using json = nlohmann::json;
+
+// How often the runner looks for lines when nobody woke it.
+constexpr auto kPoll = std::chrono::milliseconds(200);
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+// Collects one line's tokens on the engine thread and hands the whole
+// result to the runner at the end.
+class BatchRunner::Sink final : public RequestSink {
+ public:
+  Sink(BatchRunner& runner, Ended e) : runner_(runner), e_(std::move(e)) {}
+  void on_token(std::int64_t token, Nanos) override { e_.tokens.push_back(token); }
+  void on_end(std::int64_t prompt_tokens, std::int64_t, const std::string& error, Nanos) override {
+    e_.prompt_tokens = prompt_tokens;
+    e_.error = error;
+    runner_.deliver(std::move(e_));
+  }
+
+ private:
+  BatchRunner& runner_;
+  Ended e_;
+};
+
+BatchRunner::BatchRunner(BatchStore& store, RequestInbox& inbox, BatchRoute route, std::size_t max_inflight)
+    : store_(store), inbox_(inbox), route_(std::move(route)), max_inflight_(std::max<std::size_t>(1, max_inflight)) {}
+
+BatchRunner::~BatchRunner() { (void)stop(); }
+
+void BatchRunner::start() {
+  thread_ = std::thread([this] { loop(); });
+}
+
+void BatchRunner::wake() {
+  std::lock_guard lk(mu_);
+  woken_ = true;
+  cv_.notify_all();
+}
+
+std::size_t BatchRunner::inflight() const {
+  std::lock_guard lk(mu_);
+  return running_.size();
+}
+
+void BatchRunner::deliver(Ended e) {
+  std::lock_guard lk(mu_);
+  ended_.push_back(std::move(e));
+  cv_.notify_all();
+}
+
+Status BatchRunner::write(const Ended& e) {
+  if (e.error == kCancelledError) return Status::Ok();  // stays pending: runs again after a restart
+  const std::string req_id = "batch_req_" + e.batch_id + "_" + std::to_string(e.line);
+  json line;
+  if (e.error.empty()) {
+    const std::string cmpl = "cmpl-" + e.batch_id + "-" + std::to_string(e.line);
+    line = {{"id", req_id},
+            {"custom_id", e.custom_id},
+            {"response",
+             {{"status_code", 200},
+              {"request_id", cmpl},
+              {"body", completion_body(cmpl, e.created, e.model, e.prompt_tokens, e.tokens,
+                                       e.served ? decode(*e.served, e.tokens) : std::string())}}},
+            {"error", nullptr}};
+  } else {
+    line = {{"id", req_id},
+            {"custom_id", e.custom_id},
+            {"response", nullptr},
+            {"error", {{"code", "request_failed"}, {"message", e.error}}}};
+  }
+  return store_.finish_line(e.batch_id, e.line, e.error.empty(), line.dump());
+}
+
+void BatchRunner::loop() {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    auto ended = std::exchange(ended_, {});
+    const bool stopping = stopping_;
+    lk.unlock();
+    for (const Ended& e : ended) {
+      Status s = write(e);
+      if (!s.ok()) std::fprintf(stderr, "slicesched: %s\n", s.message().c_str());
+      lk.lock();
+      if (!s.ok() && first_error_.ok()) first_error_ = s;
+      running_.erase({e.batch_id, e.line});
+      lk.unlock();
+    }
+    if (stopping) return;  // (stop() was called after the engine ended: no sink reports later)
+    lk.lock();
+    const std::size_t room = max_inflight_ > running_.size() ? max_inflight_ - running_.size() : 0;
+    const auto skip = running_;
+    lk.unlock();
+    if (room > 0 && !inbox_.closed()) {
+      auto lines = store_.pending(room, skip);
+      if (!lines.ok()) {
+        std::fprintf(stderr, "slicesched: %s\n", lines.status().message().c_str());
+      } else {
+        for (PendingLine& p : lines.value()) {
+          auto routed = route_(p.body);
+          Ended e{p.batch_id, p.custom_id, "", p.line, 0, unix_now(), {}, "", nullptr};
+          if (auto* err = std::get_if<ApiError>(&routed)) {
+            // Validated when the batch was made; the config changed since.
+            e.error = err->message;
+            if (Status s = write(e); !s.ok()) std::fprintf(stderr, "slicesched: %s\n", s.message().c_str());
+            continue;
+          }
+          Routed& r = std::get<Routed>(routed);
+          e.model = r.model->name;
+          e.served = r.model;
+          lk.lock();
+          running_.insert({p.batch_id, p.line});
+          lk.unlock();
+          r.request.sink = std::make_shared<Sink>(*this, std::move(e));
+          if (!inbox_.push(std::move(r.request))) {
+            lk.lock();
+            running_.erase({p.batch_id, p.line});
+            lk.unlock();
+            break;  // closed: the server is stopping; the line stays pending
+          }
+        }
+      }
+    }
+    lk.lock();
+    cv_.wait_for(lk, kPoll, [&] { return woken_ || stopping_ || !ended_.empty(); });
+    woken_ = false;
+  }
+}
+
+Status BatchRunner::stop() {
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard lk(mu_);
+  return first_error_;
+}
+
+}  // namespace slicesched::serving

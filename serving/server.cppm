@@ -1,0 +1,64 @@
+// The HTTP front end of `slicesched serve --listen`: OpenAI-compatible
+// completions (streamed as server-sent events, one per token), the model
+// list, health, Prometheus metrics, and the batch API (files, batches, the
+// output file). Built on cpp-httplib's thread-pool server (docs/serving.md
+// says why); this interface keeps its header out of every importer.
+//
+// Requests go into the engine's inbox for their model's online tenant (the
+// least loaded one); batch lines go through the BatchRunner to its offline
+// tenant. Backpressure: past `max_queue` online requests admitted and not
+// ended, a request gets 429 with Retry-After; nothing queues without bound.
+module;
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+export module slicesched.serving.server;
+export import slicesched.serving.api;
+export import slicesched.serving.metrics;
+export import slicesched.serving.batches;
+
+export namespace slicesched::serving {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;              // 0: any free port (see HttpServer::port)
+  std::int64_t max_queue = 64;  // online requests admitted and not ended; past it, 429
+  int retry_after_s = 1;        // the 429's Retry-After
+  int http_threads = 64;        // connections served at once (a streaming client holds one)
+  std::size_t max_body_bytes = 64u << 20;
+};
+
+// Threading: start and stop from the owner's thread; the
+// handlers run on the server's pool. `inbox`, `metrics`, `store` and
+// `runner` are the caller's and must outlive the server; without a store
+// (null) the batch endpoints answer 404 saying so.
+class HttpServer {
+ public:
+  HttpServer(ServerOptions opt, std::vector<ServedModel> models, RequestInbox& inbox, ServingMetrics& metrics,
+             BatchStore* store, BatchRunner* runner);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+  // Binds and serves on a thread of its own. Fails with one line when the
+  // address cannot be bound.
+  Status start();
+  // The port bound (after start).
+  int port() const;
+  // Call once the engine stopped: requests still waiting for it end (a
+  // stream with an error event, a reply with 503), then the server stops
+  // listening and its threads are joined.
+  void stop();
+
+  // The routing rule (exposed for tests): the online tenant of `model` with
+  // the fewest requests in flight, or -1 when the model has none.
+  static int pick_tenant(const std::vector<std::uint32_t>& tenants, const std::vector<std::int64_t>& inflight);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace slicesched::serving

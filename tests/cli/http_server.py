@@ -1,0 +1,101 @@
+"""Starts `slicesched serve CONFIG --listen 127.0.0.1:0` for the HTTP tests
+and finds the port it bound from its "listening on" line. Standard library
+only."""
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+
+
+class Server:
+    def __init__(self, slicesched, config, store=None, out=None, extra=()):
+        cmd = [slicesched, "serve", config, "--listen", "127.0.0.1:0"]
+        if store:
+            cmd += ["--batch-store", store]
+        if out:
+            cmd += ["--out", out]
+        cmd += list(extra)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.stderr = []
+        self.url = None
+        for line in self.proc.stderr:
+            self.stderr.append(line)
+            m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+            if m:
+                self.url = m.group(1)
+                break
+        if not self.url:
+            self.proc.wait()
+            raise SystemExit("the server did not start:\n" + "".join(self.stderr))
+        # Keep reading, so the server never blocks on a full pipe.
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    def _drain(self):
+        for line in self.proc.stderr:
+            self.stderr.append(line)
+
+    def get(self, path):
+        """(status, headers, body bytes)."""
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=60) as r:
+                return r.status, dict(r.headers), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read()
+
+    def post(self, path, body, content_type="application/json"):
+        data = body if isinstance(body, bytes) else (body if isinstance(body, str) else json.dumps(body)).encode()
+        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": content_type})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.status, dict(r.headers), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read()
+
+    def rss_kib(self):
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise SystemExit("no VmRSS")
+
+    def stop(self, sig=signal.SIGTERM):
+        """Sends `sig` and waits; returns the exit status."""
+        self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout=120)
+        self._reader.join(timeout=10)
+        return rc
+
+    def log(self):
+        return "".join(self.stderr)
+
+
+def check(cond, what, server=None):
+    if not cond:
+        msg = "FAIL: " + what
+        if server is not None:
+            msg += "\n--- server log ---\n" + server.log()
+        raise SystemExit(msg)
+    print("ok:", what)
+
+
+def wait_batch(get_batch, until, what):
+    """Polls get_batch() until until(batch) (the test's own timeout bounds it)."""
+    while True:
+        b = get_batch()
+        if until(b):
+            return b
+        time.sleep(0.2)
+
+
+def fresh_dir(path):
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path

@@ -1,0 +1,153 @@
+// The completions API as a client meets it: every malformed request is a
+// 400 (404 for an unknown model) with an OpenAI-style error naming the
+// field; text needs a tokenizer; token ids are checked against the vocab.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <variant>
+#include <vector>
+
+import slicesched.core.status;
+import slicesched.serving.api;
+import slicesched.serving.server;
+
+using namespace slicesched;
+using namespace slicesched::serving;
+using nlohmann::json;
+
+namespace {
+
+std::vector<ServedModel> models() {
+  ServedModel tiny{.name = "llama-tiny", .vocab = 512, .context_window = 64, .online = {0}, .offline = {1}};
+  ServedModel texty{.name = "texty", .vocab = 10, .context_window = 100, .request_tokens_max = 6, .online = {2}};
+  // A tokenizer of the test's own: one id per letter a..j.
+  texty.tokenizer.encode = [](std::string_view s) -> Result<std::vector<std::int64_t>> {
+    std::vector<std::int64_t> ids;
+    for (char c : s) {
+      if (c < 'a' || c > 'j') return InvalidArgument(std::string("no token for '") + c + "'");
+      ids.push_back(c - 'a');
+    }
+    return ids;
+  };
+  texty.tokenizer.decode = [](std::span<const std::int64_t> ids) {
+    std::string s;
+    for (auto id : ids) s += static_cast<char>('a' + id);
+    return s;
+  };
+  return {tiny, texty};
+}
+
+ApiError error_of(const std::string& body) {
+  const auto ms = models();
+  auto r = parse_completion(std::string_view(body), ms);
+  REQUIRE(std::holds_alternative<ApiError>(r));
+  return std::get<ApiError>(r);
+}
+
+CompletionRequest ok(const std::string& body) {
+  const auto ms = models();
+  auto r = parse_completion(std::string_view(body), ms);
+  if (auto* e = std::get_if<ApiError>(&r)) FAIL(e->message);
+  return std::get<CompletionRequest>(r);
+}
+
+}  // namespace
+
+TEST_CASE("api: a well-formed request", "[serving][api]") {
+  const auto r = ok(R"({"model": "llama-tiny", "prompt": [1, 2, 511], "max_tokens": 5, "stream": true,
+                        "temperature": 0.7, "stream_options": {"include_usage": true}})");
+  CHECK(r.model == 0);
+  CHECK(r.prompt == std::vector<std::int64_t>{1, 2, 511});
+  CHECK(r.max_tokens == 5);
+  CHECK(r.stream);
+  CHECK(r.include_usage);
+  CHECK(ok(R"({"model": "llama-tiny", "prompt": [7]})").max_tokens == 16);  // OpenAI's default
+}
+
+TEST_CASE("api: malformed requests are 400s naming the field", "[serving][api]") {
+  struct Case {
+    const char* body;
+    int status;
+    const char* param;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"{not json", 400, "", "the request body is not valid JSON"},
+      {"[1, 2]", 400, "", "the request body must be a JSON object"},
+      {R"({"prompt": [1]})", 400, "model", "model: required (a string)"},
+      {R"({"model": "gpt-4", "prompt": [1]})", 404, "model",
+       "model 'gpt-4' does not exist (served: llama-tiny, texty)"},
+      {R"({"model": "llama-tiny"})", 400, "prompt",
+       "prompt: required (token ids, or text for a model with a tokenizer)"},
+      {R"({"model": "llama-tiny", "prompt": []})", 400, "prompt", "prompt: empty (at least one token)"},
+      {R"({"model": "llama-tiny", "prompt": [1, 512]})", 400, "prompt",
+       "prompt[1]: token id 512 is outside model 'llama-tiny''s vocabulary [0, 512)"},
+      {R"({"model": "llama-tiny", "prompt": [-3]})", 400, "prompt",
+       "prompt[0]: token id -3 is outside model 'llama-tiny''s vocabulary [0, 512)"},
+      {R"({"model": "llama-tiny", "prompt": [1, "x"]})", 400, "prompt",
+       "prompt[1]: expected an integer token id, got \"x\""},
+      {R"({"model": "llama-tiny", "prompt": [[1], [2]]})", 400, "prompt",
+       "prompt: one prompt per request (a list of prompts is not supported; send one request each)"},
+      {R"({"model": "llama-tiny", "prompt": 5})", 400, "prompt",
+       "prompt: expected a list of token ids or a string, got 5"},
+      {R"({"model": "llama-tiny", "prompt": "hello"})", 400, "prompt",
+       "prompt: model 'llama-tiny' has no tokenizer, so it takes no text; send the prompt as a list of token ids"},
+      {R"({"model": "llama-tiny", "prompt": [1], "max_tokens": 0})", 400, "max_tokens",
+       "max_tokens: expected an integer >= 1, got 0"},
+      {R"({"model": "llama-tiny", "prompt": [1], "max_tokens": 2.5})", 400, "max_tokens",
+       "max_tokens: expected an integer >= 1, got 2.5"},
+      {R"({"model": "llama-tiny", "prompt": [1, 2], "max_tokens": 63})", 400, "max_tokens",
+       "prompt (2 tokens) + max_tokens (63) exceeds model 'llama-tiny''s context window of 64 tokens"},
+      {R"({"model": "llama-tiny", "prompt": [1], "stream": "yes"})", 400, "stream",
+       "stream: expected true or false, got \"yes\""},
+      {R"({"model": "llama-tiny", "prompt": [1], "n": 2})", 400, "n", "n: only 1 completion per request is supported"},
+      {R"({"model": "llama-tiny", "prompt": [1], "echo": true})", 400, "echo", "echo: not supported"},
+      {R"({"model": "llama-tiny", "prompt": [1], "logprobs": 3})", 400, "logprobs", "logprobs: not supported"},
+      {R"({"model": "texty", "prompt": "abz"})", 400, "prompt", "prompt: no token for 'z'"},
+      {R"({"model": "texty", "prompt": "abc", "max_tokens": 4})", 400, "max_tokens",
+       "prompt (3 tokens) + max_tokens (4) exceeds the 6 tokens one request may hold on this server (its tenants' "
+       "kv_budget_tokens)"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.body);
+    const ApiError e = error_of(c.body);
+    CHECK(e.status == c.status);
+    CHECK(e.param == c.param);
+    CHECK(e.message == c.message);
+    const json body = error_body(e);
+    CHECK(body["error"]["message"] == c.message);
+    CHECK(body["error"]["type"] == "invalid_request_error");
+  }
+}
+
+TEST_CASE("api: text goes through the model's tokenizer, and back", "[serving][api]") {
+  const auto r = ok(R"({"model": "texty", "prompt": "bad", "max_tokens": 3})");
+  CHECK(r.model == 1);
+  CHECK(r.prompt == std::vector<std::int64_t>{1, 0, 3});
+  const auto ms = models();
+  const std::int64_t out[] = {2, 0, 1};
+  const json body = completion_body("cmpl-1", 7, "texty", 3, out, decode(ms[1], out));
+  CHECK(body["choices"][0]["text"] == "cab");
+  CHECK(body["choices"][0]["token_ids"] == json::array({2, 0, 1}));
+  CHECK(body["usage"] == json({{"prompt_tokens", 3}, {"completion_tokens", 3}, {"total_tokens", 6}}));
+  // Without a decode hook the text is empty and the ids carry the output.
+  CHECK(decode(ms[0], out).empty());
+}
+
+TEST_CASE("api: stream events: one per token, then the end with usage", "[serving][api]") {
+  const std::int64_t one[] = {42};
+  const json chunk = chunk_body("cmpl-1", 7, "llama-tiny", one, "");
+  CHECK(chunk["choices"][0]["token_ids"] == json::array({42}));
+  CHECK(chunk["choices"][0]["finish_reason"].is_null());
+  const json last = final_chunk_body("cmpl-1", 7, "llama-tiny", 4, 9);
+  CHECK(last["choices"][0]["finish_reason"] == "length");
+  CHECK(last["usage"]["total_tokens"] == 13);
+}
+
+TEST_CASE("api: completions go to the model's least loaded online tenant", "[serving][api]") {
+  CHECK(HttpServer::pick_tenant({}, {}) == -1);
+  CHECK(HttpServer::pick_tenant({2}, {0, 0, 5}) == 2);
+  CHECK(HttpServer::pick_tenant({0, 2, 3}, {4, 9, 1, 3}) == 2);
+  CHECK(HttpServer::pick_tenant({0, 2}, {1, 0, 1}) == 0);  // ties: the first
+}
