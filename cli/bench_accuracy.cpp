@@ -153,19 +153,14 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
       const bool progress = !opt.json;
 
       // 1. Calibrate.
-      const rt::LlamaConfig mc = runtime_model(cfg.models.front());
-      rt::validate(mc);
+      for (const ModelConfig& m : cfg.models) rt::validate(runtime_model(m));
       rt::set_cpu_threads(cfg.live.threads);
       CalibrateSettings cs;
       cs.warmup = opt.warmup;
       cs.repeats = opt.repeats;
       cs.progress = progress;
       if (progress) std::fprintf(stderr, "bench accuracy: 1/3 calibrating; %s", describe(shape_grid(cfg)).c_str());
-      std::optional<CalibrationResult> cal;
-      {
-        rt::LlamaModel model(mc);
-        cal = calibrate_model(cfg, model, cs);
-      }
+      std::optional<CalibrationResult> cal = calibrate_config(cfg, cs);
       if (opt.profile_out) check(write_calibration(cal->profile, *opt.profile_out));
 
       // 2. Live, recording what the engine measures.

@@ -1,10 +1,11 @@
-// `slicesched calibrate CONFIG --out PROFILE`: times the config's model
+// `slicesched calibrate CONFIG --out PROFILE`: times every model's
 // operators on one device of each accelerator type and the copies between
 // every accelerator pair, fits the estimators to them and writes a
 // slicesched-calibration/2 profile that simulate takes as ground truth
 // ([ground_truth] calibrated) or as estimator prior ([estimators] prior).
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <string>
 
 #include "commands.hpp"
@@ -26,23 +27,29 @@ int calibrate(const CalibrateOptions& opt) {
   try {
     try {
       check_weights_fit(cfg.value());
-      rt::validate(runtime_model(cfg->models.front()));
+      std::string names;
+      for (const ModelConfig& m : cfg->models) {
+        try {
+          rt::validate(runtime_model(m));
+        } catch (const std::invalid_argument& e) {
+          fail(m.where + ": " + e.what());
+        }
+        names += (names.empty() ? "" : ", ") + m.name;
+      }
       if (opt.dry_run) {
-        std::printf("%s: %s, %zu accelerator(s)\n%s", cfg->path.c_str(), cfg->models.front().name.c_str(),
-                    cfg->accelerators.size(), describe(shape_grid(cfg.value())).c_str());
+        std::printf("%s: %s, %zu accelerator(s)\n%s", cfg->path.c_str(), names.c_str(), cfg->accelerators.size(),
+                    describe(shape_grid(cfg.value())).c_str());
         return 0;
       }
       check_devices(cfg.value());
       if (opt.out.empty()) fail("calibrate: --out PROFILE is required");
       rt::set_cpu_threads(cfg->live.threads);
-      rt::LlamaModel model(runtime_model(cfg->models.front()));
       CalibrateSettings s;
       s.warmup = opt.warmup;
       s.repeats = opt.repeats;
-      const CalibrationTarget target = calibration_target(cfg.value());
-      std::fprintf(stderr, "calibrating %s on %zu accelerator(s); %s", cfg->models.front().name.c_str(),
-                   cfg->accelerators.size(), describe(target.grid).c_str());
-      CalibrationResult r = slicesched::calibrate_model(target, model, s);
+      std::fprintf(stderr, "calibrating %s on %zu accelerator(s); %s", names.c_str(), cfg->accelerators.size(),
+                   describe(shape_grid(cfg.value())).c_str());
+      CalibrationResult r = calibrate_config(cfg.value(), s);
       print_calibration(r, stdout);
       check(write_calibration(r.profile, opt.out));
       if (opt.samples && !write_points_csv(r, *opt.samples)) fail("cannot write " + *opt.samples);

@@ -1,7 +1,7 @@
 // What `slicesched calibrate` and `bench accuracy` derive from a config for
 // the calibration library (executor/calibration): the shape grid's bounds
-// from the tenants' streams, the cluster and its devices, the model's
-// template, the synthetic prompts' seed and the profile's source line.
+// from the tenants' streams, the cluster and its devices, the models'
+// templates, the synthetic prompts' seeds and the profile's source line.
 module;
 #include <string>
 
@@ -25,13 +25,15 @@ export namespace slicesched::cli {
 GridBounds grid_bounds(const ExperimentConfig& cfg);
 ShapeGrid shape_grid(const ExperimentConfig& cfg);
 
-// The config's model on its cluster (accelerator devices from the config)
-// over its shape grid.
+// The config's models, each where its weights are resident (residency()),
+// on its cluster (accelerator devices from the config) over its shape grid.
 CalibrationTarget calibration_target(const ExperimentConfig& cfg);
 
-// slicesched::calibrate_model of calibration_target(cfg), with its contract:
-// the devices must exist (check_devices) and the weights fit
-// (check_weights_fit).
-CalibrationResult calibrate_model(const ExperimentConfig& cfg, rt::LlamaModel& model, const CalibrateSettings& s);
+// slicesched::calibrate_models of calibration_target(cfg), each model's
+// runtime built from its [[models]] table (random weights from its seed),
+// with its contract: the devices must exist (check_devices) and the weights
+// fit (check_weights_fit). Throws std::runtime_error (one line) on a model
+// the runtime cannot build.
+CalibrationResult calibrate_config(const ExperimentConfig& cfg, const CalibrateSettings& s);
 
 }  // namespace slicesched::cli

@@ -3,10 +3,13 @@ module;
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "executor/torch/runtime.h"
 
 module slicesched.cli.calibrate;
+
+import slicesched.cli.live;
 
 namespace slicesched::cli {
 
@@ -39,10 +42,17 @@ CalibrationTarget calibration_target(const ExperimentConfig& cfg) {
   t.accels = make_cluster(cfg);
   for (const auto& a : cfg.accelerators) t.devices.push_back(a.device);
   t.templates = std::make_shared<TemplateRegistry>();
-  t.model = build_model(cfg.models.front());
-  t.tmpl = t.templates->add(t.model->make_template()).value();
+  const auto held = residency(cfg);
+  for (std::size_t i = 0; i < cfg.models.size(); ++i) {
+    CalibrationTarget::Served m;
+    m.model = build_model(cfg.models[i]);
+    m.tmpl = t.templates->add(m.model->make_template()).value();
+    for (AccelId a = 0; a < held.size(); ++a)
+      if (std::find(held[a].begin(), held[a].end(), i) != held[a].end()) m.accels.push_back(a);
+    m.prompt_seed = cfg.models[i].weights_seed + 17;
+    t.models.push_back(std::move(m));
+  }
   t.grid = shape_grid(cfg);
-  t.prompt_seed = cfg.models.front().weights_seed + 17;
   std::string devices;
   for (const std::string& d : t.devices)
     if (devices.find(d) == std::string::npos) devices += (devices.empty() ? "" : ", ") + d;
@@ -50,8 +60,14 @@ CalibrationTarget calibration_target(const ExperimentConfig& cfg) {
   return t;
 }
 
-CalibrationResult calibrate_model(const ExperimentConfig& cfg, rt::LlamaModel& model, const CalibrateSettings& s) {
-  return slicesched::calibrate_model(calibration_target(cfg), model, s);
+CalibrationResult calibrate_config(const ExperimentConfig& cfg, const CalibrateSettings& s) {
+  std::vector<std::unique_ptr<rt::LlamaModel>> runtimes;
+  std::vector<rt::LlamaModel*> views;
+  for (const ModelConfig& m : cfg.models) {
+    runtimes.push_back(std::make_unique<rt::LlamaModel>(runtime_model(m)));
+    views.push_back(runtimes.back().get());
+  }
+  return slicesched::calibrate_models(calibration_target(cfg), views, s);
 }
 
 }  // namespace slicesched::cli

@@ -24,7 +24,7 @@ import slicesched.cli.progress;
 namespace slicesched::cli {
 
 rt::LlamaConfig runtime_model(const ModelConfig& m) {
-  auto c = runtime_config(*build_model(m), m.weights_seed);
+  auto c = runtime_config(*build_model(m), m.weights_seed, m.checkpoint);
   if (!c.ok()) fail(m.where + ": " + c.status().message());
   return c.value();
 }
@@ -122,7 +122,11 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
   std::vector<ServedModel> served;
   const auto held = residency(cfg);
   for (std::size_t i = 0; i < cfg.models.size(); ++i) {
-    runtimes.push_back(std::make_unique<rt::LlamaModel>(model_cfgs[i]));
+    try {  // a checkpoint's files are mapped and checked here
+      runtimes.push_back(std::make_unique<rt::LlamaModel>(model_cfgs[i]));
+    } catch (const std::exception& e) {
+      fail(cfg.models[i].where + ".checkpoint: " + e.what());
+    }
     ServedModel m{parts->tmpls[i], runtimes.back().get(), parts->models.shared(parts->tmpls[i]), {}};
     for (AccelId a = 0; a < held.size(); ++a)
       if (std::find(held[a].begin(), held[a].end(), i) != held[a].end()) m.accels.push_back(a);

@@ -333,6 +333,7 @@ nlohmann::json policy_summary(const PolicyRun& r) {
   p["done"] =
       round6(m.requests_total ? static_cast<double>(m.requests_done) / static_cast<double>(m.requests_total) : 0.0);
   p["requests_beyond_window"] = r.requests_beyond_window;
+  p["requests_truncated"] = r.requests_truncated;
   // The load each tenant offered inside the window: equal across the
   // policies that run it, so differences in throughput are the policy's.
   double offered_rps = 0, offered_tps = 0;

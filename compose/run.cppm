@@ -39,6 +39,7 @@ struct PolicyRun {
   std::size_t lost_ops = 0, rebuilt_sequences = 0;  // faults (EngineResult)
   std::vector<OfferedLoad> offered;
   std::size_t requests_beyond_window = 0;
+  std::size_t requests_truncated = 0;             // cut to their model's context window (on_overflow = "truncate")
   std::optional<CalibrationProfile> calibration;  // what the estimators learned, when linear
   std::vector<PredictionError> predictions;       // empty when the policy does not simulate
   std::vector<DecisionLog::Line> decisions;       // with RecordOptions::decisions

@@ -509,11 +509,23 @@ ModelConfig read_model(Table& m, NamedFiles& files, const std::string& file, boo
   mc.where = file + ":" + std::to_string(m.raw().source().begin.line) + ": " + m.path();
   const std::string def = "llama3-8b";
   mc.name = listed ? m.str("name") : m.str("name", &def);
-  if (listed && m.has("hf_config")) {
+  if (listed && m.has("checkpoint") && m.has("hf_config"))
+    m.fail(m.node("hf_config"), "hf_config", "checkpoint gives the model's config.json; leave this key out");
+  if (listed && (m.has("hf_config") || m.has("checkpoint"))) {
+    const std::string by = m.has("checkpoint") ? "checkpoint" : "hf_config";
     for (const char* key : {"preset", "layers", "vocab", "hidden", "heads", "kv_heads", "head_dim", "mlp", "dtype",
                             "rope_theta", "tied_embeddings", "qkv_bias", "context_window"})
-      if (m.has(key)) m.fail(m.node(key), key, "hf_config gives the model's shapes; leave this key out");
-    mc.hf_config = files.add(m, "hf_config");
+      if (m.has(key)) m.fail(m.node(key), key, by + " gives the model's shapes; leave this key out");
+    if (by == "checkpoint") {
+      if (m.has("weights_seed"))
+        m.fail(m.node("weights_seed"), "weights_seed", "checkpoint gives the weights; leave this key out");
+      const std::string given = m.str("checkpoint");
+      mc.checkpoint = files.resolve(given);
+      // The directory's config.json gives the shapes; checked like any file.
+      mc.hf_config = files.add(m, m.node("checkpoint"), "checkpoint", (fs::path(given) / "config.json").string());
+    } else {
+      mc.hf_config = files.add(m, "hf_config");
+    }
   } else {
     mc.preset = listed ? m.str("preset", &def) : mc.name;
     if (mc.preset == "llama-tiny") {
@@ -559,6 +571,7 @@ ModelConfig read_model(Table& m, NamedFiles& files, const std::string& file, boo
     m.fail(m.node("on_overflow"), "on_overflow", "expected \"refuse\" or \"truncate\", got \"" + overflow + "\"");
   mc.truncate_overflow = overflow == "truncate";
   mc.weights_seed = static_cast<std::uint64_t>(m.integer("weights_seed", 0, 0, INT64_MAX));
+  if (m.has("tokenizer")) mc.tokenizer = files.add(m, "tokenizer");
   m.finish();
   return mc;
 }

@@ -104,6 +104,12 @@ struct ModelConfig {
   std::string name = "llama3-8b";
   std::string preset = "llama3-8b";  // the built-in the sizes start from (no hf_config)
   std::string hf_config;             // resolved path of a config.json, or ""
+  // A Hugging Face checkpoint directory (resolved), or "": live mode reads
+  // the weights from its safetensors, and hf_config is its config.json.
+  std::string checkpoint;
+  // A sentencepiece tokenizer.model (resolved), or "": then the
+  // checkpoint's tokenizer.model when it has one (tokenizer/tokenizer.cppm).
+  std::string tokenizer;
   int layers = 32, groups = 4;
   std::int64_t vocab = 128256, hidden = 4096, heads = 32, kv_heads = 8, mlp = 14336;
   std::int64_t head_dim = 0;       // 0: hidden / heads
@@ -112,7 +118,7 @@ struct ModelConfig {
   bool tied_embeddings = false, qkv_bias = false;
   std::int64_t context_window = 8192;  // tokens (prompt + output) one request may hold
   bool truncate_overflow = false;      // on_overflow = "truncate": cut longer requests (counted), else refuse
-  std::uint64_t weights_seed = 0;      // live mode: weights are random from this seed
+  std::uint64_t weights_seed = 0;      // live mode without a checkpoint: weights are random from this seed
   std::string where;                   // "file:line: models[i]" (or "file:line: model") for errors
 };
 

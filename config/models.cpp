@@ -49,7 +49,8 @@ Result<std::shared_ptr<const DenseDecoder>> make_model(const ModelConfig& m) {
   DenseDecoderConfig c;
   if (!m.hf_config.empty()) {
     auto read = read_hf_config(m.hf_config, m.name, m.groups);
-    if (!read.ok()) return Status(read.status().code(), m.where + ".hf_config: " + read.status().message());
+    const std::string key = m.checkpoint.empty() ? ".hf_config: " : ".checkpoint: ";
+    if (!read.ok()) return Status(read.status().code(), m.where + key + read.status().message());
     c = std::move(read).value();
   } else {
     c = m.preset == "llama-tiny" ? llama_tiny() : llama3_8b();

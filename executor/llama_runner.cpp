@@ -29,23 +29,27 @@ struct Prepared {
 
 }  // namespace
 
-Result<rt::LlamaConfig> runtime_config(const DenseDecoder& model, std::uint64_t seed) {
+Result<rt::LlamaConfig> runtime_config(const DenseDecoder& model, std::uint64_t seed, const std::string& checkpoint) {
   const DenseDecoderConfig& m = model.config();
-  std::string missing;
-  if (m.tied_embeddings) missing = "tied embeddings";
-  if (m.qkv_bias) missing += (missing.empty() ? "" : ", ") + std::string("q/k/v biases");
-  if (m.head_dim * m.heads != m.hidden)
-    missing += (missing.empty() ? "" : ", ") + std::string("head_dim != hidden/heads");
-  if (!missing.empty())
-    return InvalidArgument("model '" + m.name + "': live mode's LibTorch runtime does not implement " + missing +
-                           " (simulate supports them)");
   rt::LlamaConfig c;
   c.name = m.name;
   c.vocab = m.vocab, c.hidden = m.hidden, c.layers = m.layers, c.heads = m.heads, c.kv_heads = m.kv_heads;
   c.mlp = m.mlp, c.groups = m.groups;
+  // Explicit only where it differs, so the runtime's own check of hidden %
+  // heads still guards the usual case.
+  c.explicit_head_dim = m.head_dim * m.heads == m.hidden ? 0 : m.head_dim;
   c.rope_theta = m.rope_theta, c.norm_eps = m.norm_eps;
+  c.rope_factor = m.rope_factor, c.rope_low_freq_factor = m.rope_low_freq_factor;
+  c.rope_high_freq_factor = m.rope_high_freq_factor, c.rope_original_context = m.rope_original_context;
   c.dtype = m.dtype == DType::kF32 ? "float32" : m.dtype == DType::kF16 ? "float16" : "bfloat16";
+  c.qkv_bias = m.qkv_bias, c.tied_embeddings = m.tied_embeddings;
   c.seed = seed;
+  c.checkpoint = checkpoint;
+  try {
+    rt::validate(c);
+  } catch (const std::exception& e) {
+    return InvalidArgument(e.what());
+  }
   return c;
 }
 

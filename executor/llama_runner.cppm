@@ -37,10 +37,14 @@ struct LlamaDims {
 // How values move between two CUDA accelerators.
 enum class Transport { kNccl, kCopy };
 
-// The runtime's config of a dense decoder, its weights random from `seed`.
-// Fails (one line) on what the LibTorch runtime does not implement: tied
-// embeddings, q/k/v biases, a head dimension other than hidden / heads.
-Result<rt::LlamaConfig> runtime_config(const DenseDecoder& model, std::uint64_t seed);
+// The runtime's config of a dense decoder: every shape of the model
+// contract, q/k/v biases, tied embeddings and an explicit head_dim included.
+// Its weights are random from `seed`, or, with `checkpoint` (a Hugging Face
+// checkpoint directory), read from there (seed ignored; the files are
+// opened when the rt::LlamaModel is made). Fails (one line) where
+// rt::validate does.
+Result<rt::LlamaConfig> runtime_config(const DenseDecoder& model, std::uint64_t seed,
+                                       const std::string& checkpoint = "");
 
 // One model the runner serves: the operators of template `tmpl` run on
 // `runtime` (which must outlive the runner), mapped through the model

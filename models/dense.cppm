@@ -29,6 +29,10 @@ struct DenseDecoderConfig {
   bool tied_embeddings = false;
   bool qkv_bias = false;
   double rope_theta = 500000.0, norm_eps = 1e-5;
+  // Llama 3.1 / 3.2's "llama3" RoPE scaling (config.json's rope_scaling);
+  // rope_factor 0: none. Live mode only (the simulator's costs ignore RoPE).
+  double rope_factor = 0, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
+  std::int64_t rope_original_context = 8192;
   DType dtype = DType::kBF16;          // weights, activations and KV cache
   std::int64_t context_window = 8192;  // max_position_embeddings
 };
@@ -46,6 +50,9 @@ std::string invalid_reason(const DenseDecoderConfig& c);
 std::int64_t parameter_count(const DenseDecoderConfig& c);
 
 // Reads a Hugging Face config.json (model_type llama, mistral or qwen2).
+// RoPE: rope_theta at the top level or in transformers 5's rope_parameters;
+// rope_scaling (or rope_parameters) of rope_type "default" or "llama3",
+// any other type is refused. The dtype: torch_dtype, or transformers 5's dtype.
 // `name` names the model; `groups` is the scheduler's. Errors are one line
 // naming the file and the key: "hf/x.json: num_key_value_heads: expected a
 // positive integer dividing num_attention_heads (32), got 5".

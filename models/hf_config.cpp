@@ -93,14 +93,40 @@ Result<DenseDecoderConfig> read_hf_config(const std::string& path, std::string n
   // Qwen2 always biases q, k and v; Llama says so in attention_bias.
   SLICESCHED_TAKE(c.qkv_bias, r.flag("attention_bias", c.model_type == "qwen2"))
   if (c.model_type == "qwen2") c.qkv_bias = true;
-  SLICESCHED_TAKE(c.rope_theta, r.positive("rope_theta", 10000.0))
+  // transformers 5 writes RoPE's settings in rope_parameters; older files
+  // have rope_theta at the top and rope_scaling beside it.
+  const std::string rope_key =
+      j.contains("rope_parameters") && j["rope_parameters"].is_object() ? "rope_parameters" : "rope_scaling";
+  const nlohmann::json rope = j.contains(rope_key) ? j[rope_key] : nlohmann::json();
+  if (!rope.is_null() && !rope.is_object()) return r.error(rope_key, "expected an object or null, got " + rope.dump());
+  if (j.contains("rope_theta") || !rope.contains("rope_theta")) {
+    SLICESCHED_TAKE(c.rope_theta, r.positive("rope_theta", 10000.0))
+  } else {
+    HfReader rr{path, rope};
+    SLICESCHED_TAKE(c.rope_theta, rr.positive("rope_theta", 10000.0))
+  }
+  if (rope.is_object()) {
+    const auto& type = rope.contains("rope_type") ? rope["rope_type"] : rope.contains("type") ? rope["type"] : rope;
+    const std::string t = type.is_string() ? type.get<std::string>() : "";
+    if (t == "llama3") {
+      HfReader rr{path, rope};
+      SLICESCHED_TAKE(c.rope_factor, rr.positive("factor", 8.0))
+      SLICESCHED_TAKE(c.rope_low_freq_factor, rr.positive("low_freq_factor", 1.0))
+      SLICESCHED_TAKE(c.rope_high_freq_factor, rr.positive("high_freq_factor", 4.0))
+      SLICESCHED_TAKE(c.rope_original_context, rr.count("original_max_position_embeddings", 8192))
+      if (!(c.rope_high_freq_factor > c.rope_low_freq_factor))
+        return r.error(rope_key, "high_freq_factor must exceed low_freq_factor");
+    } else if (t != "default") {
+      return r.error(rope_key, "rope_type " + type.dump() + " is not supported (\"default\" or \"llama3\")");
+    }
+  }
   SLICESCHED_TAKE(c.norm_eps, r.positive("rms_norm_eps", 1e-6))
 #undef SLICESCHED_TAKE
   std::string dtype = "bfloat16";
-  if (j.contains("torch_dtype") && !j["torch_dtype"].is_null()) {
-    if (!j["torch_dtype"].is_string())
-      return r.error("torch_dtype", "expected a string, got " + j["torch_dtype"].dump());
-    dtype = j["torch_dtype"].get<std::string>();
+  const std::string dtype_key = j.contains("torch_dtype") ? "torch_dtype" : "dtype";
+  if (j.contains(dtype_key) && !j[dtype_key].is_null()) {
+    if (!j[dtype_key].is_string()) return r.error(dtype_key, "expected a string, got " + j[dtype_key].dump());
+    dtype = j[dtype_key].get<std::string>();
   }
   if (dtype == "bfloat16")
     c.dtype = DType::kBF16;
@@ -109,7 +135,7 @@ Result<DenseDecoderConfig> read_hf_config(const std::string& path, std::string n
   else if (dtype == "float32")
     c.dtype = DType::kF32;
   else
-    return r.error("torch_dtype", "expected \"bfloat16\", \"float16\" or \"float32\", got \"" + dtype + "\"");
+    return r.error(dtype_key, "expected \"bfloat16\", \"float16\" or \"float32\", got \"" + dtype + "\"");
   if (c.layers % groups != 0)
     return r.error("num_hidden_layers", "expected a multiple of the model's groups (" + std::to_string(groups) +
                                             "), got " + std::to_string(c.layers));

@@ -7,7 +7,7 @@ set -euo pipefail
 
 APT_PACKAGES=(clang-19 clang-tools-19 libclang-rt-19-dev libboost-dev libboost-filesystem-dev libtomlplusplus-dev libtbb-dev
   libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev libcli11-dev python3-pip python3-venv gnuplot-nox
-  libzmq3-dev cppzmq-dev pkg-config)
+  libsentencepiece-dev sentencepiece libzmq3-dev cppzmq-dev pkg-config)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -1,4 +1,4 @@
-// calibrate_model: the operators' timings on one device per accelerator
+// calibrate_models: the operators' timings on one device per accelerator
 // type, the copies' between every ordered pair, each fitted as it is
 // measured, then the profile.
 module;
@@ -9,6 +9,7 @@ module;
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -169,40 +170,46 @@ void fit_operator(CalibrationResult& r, const GraphTemplate& tmpl, const Templat
     x.push_back(op_features(tmpl, op, g.total_tokens(), g.total_sequences(), g.total_context()));
     check(r.est.observe_op(op.kind, type, x.back(), medians[i]));
   }
-  CalibrationResult::Row row{op.name, r.accels->type_name(type), x.size(), 0, 1e300, 0, false};
+  CalibrationResult::Row row{tmpl.name(), op.name, r.accels->type_name(type), x.size(), 0, 1e300, 0, false};
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double predicted = r.est.predict_op(op.kind, type, x[i]);
     row.mape_pct += std::abs(predicted - medians[i]) / medians[i];
-    r.points.push_back({op.name, row.type, grid.shapes[i], 0, x[i], medians[i], predicted});
+    r.points.push_back({row.model, op.name, row.type, grid.shapes[i], 0, x[i], medians[i], predicted});
   }
   if (!x.empty()) row.mape_pct *= 100.0 / static_cast<double>(x.size());
   for (double y : medians) row.min_s = std::min(row.min_s, y), row.max_s = std::max(row.max_s, y);
   r.rows.push_back(std::move(row));
 }
 
-// Every operator on one device of each accelerator type.
-void calibrate_operators(CalibrationResult& r, const CalibrationTarget& target, Bench& bench,
-                         const CalibrateSettings& s) {
+// Every operator of `served` on one accelerator of each type that holds
+// its weights.
+void calibrate_operators(CalibrationResult& r, const CalibrationTarget& target, const CalibrationTarget::Served& served,
+                         Bench& bench, const CalibrateSettings& s) {
   const AcceleratorSet& accels = *r.accels;
-  const GraphTemplate& tmpl = r.templates->get(r.tmpl);
-  if (!target.model || target.model->ops().size() != tmpl.ops().size())
+  const GraphTemplate& tmpl = r.templates->get(served.tmpl);
+  if (!served.model || served.model->ops().size() != tmpl.ops().size())
     fail("calibrate: template '" + tmpl.name() + "' has no model contract behind it");
   for (AccelTypeId type = 0; type < accels.type_count(); ++type) {
     AccelId rep = kNoAccel;
-    for (AccelId a = 0; a < accels.size() && rep == kNoAccel; ++a)
-      if (accels.type(a) == type) rep = a;
+    for (AccelId a : served.accels)
+      if (accels.type(a) == type) {
+        rep = a;
+        break;
+      }
     if (rep == kNoAccel) continue;
     const std::string& dev = target.devices[rep];
     for (const TemplateOp& op : tmpl.ops()) bench.model().load(op.name, dev);
     for (std::size_t i = 0; i < tmpl.ops().size(); ++i) {
       const TemplateOp& op = tmpl.ops()[i];
       const auto t0 = Clock::now();
-      fit_operator(r, tmpl, op, type, target.grid, time_operator(bench, target.model->ops()[i], target.grid, dev, s));
+      fit_operator(r, tmpl, op, type, target.grid, time_operator(bench, served.model->ops()[i], target.grid, dev, s));
       const CalibrationResult::Row& row = r.rows.back();
       if (s.progress)
-        std::fprintf(stderr, "  calibrate: %-10s on %-8s (%s): %llu shapes, %.3f-%.3f ms, fit MAPE %.2f %% [%.1f s]\n",
-                     op.name.c_str(), row.type.c_str(), dev.c_str(), static_cast<unsigned long long>(row.samples),
-                     row.min_s * 1e3, row.max_s * 1e3, row.mape_pct, seconds_since(t0));
+        std::fprintf(stderr,
+                     "  calibrate: %s %-10s on %-8s (%s): %llu shapes, %.3f-%.3f ms, fit MAPE %.2f %% [%.1f s]\n",
+                     tmpl.name().c_str(), op.name.c_str(), row.type.c_str(), dev.c_str(),
+                     static_cast<unsigned long long>(row.samples), row.min_s * 1e3, row.max_s * 1e3, row.mape_pct,
+                     seconds_since(t0));
     }
   }
 }
@@ -225,10 +232,10 @@ std::vector<rt::Value> copy_values(Bench& bench, const ShapeGrid& grid, const st
 void fit_pair(CalibrationResult& r, AccelId a, AccelId b, const std::vector<std::pair<double, double>>& samples) {
   const AcceleratorSet& accels = *r.accels;
   for (auto [bytes, y] : samples) check(r.est.observe_transfer(a, b, static_cast<std::uint64_t>(bytes), y));
-  CalibrationResult::Row row{"copy", accels[a].name + " -> " + accels[b].name, samples.size(), 0, 1e300, 0, true};
+  CalibrationResult::Row row{"", "copy", accels[a].name + " -> " + accels[b].name, samples.size(), 0, 1e300, 0, true};
   for (auto [bytes, y] : samples) {
     const double predicted = r.est.predict_transfer(a, b, static_cast<std::uint64_t>(bytes));
-    r.points.push_back({"copy", row.type, {}, static_cast<std::int64_t>(bytes), {}, y, predicted});
+    r.points.push_back({"", "copy", row.type, {}, static_cast<std::int64_t>(bytes), {}, y, predicted});
     row.mape_pct += std::abs(predicted - y) / y;
     row.min_s = std::min(row.min_s, y), row.max_s = std::max(row.max_s, y);
   }
@@ -236,12 +243,16 @@ void fit_pair(CalibrationResult& r, AccelId a, AccelId b, const std::vector<std:
   r.rows.push_back(std::move(row));
 }
 
-// Every ordered accelerator pair's copies of the copy values.
-void calibrate_copies(CalibrationResult& r, const CalibrationTarget& target, Bench& bench, const CalibrateSettings& s) {
+// Every ordered accelerator pair's copies of the copy values (a copy's
+// time depends on its bytes, not on the model that made them). `bench`
+// runs `served`, which is made resident on the first accelerator's device
+// for the values.
+void calibrate_copies(CalibrationResult& r, const CalibrationTarget& target, const CalibrationTarget::Served& served,
+                      Bench& bench, const CalibrateSettings& s) {
   const AcceleratorSet& accels = *r.accels;
   if (accels.size() <= 1) return;
   const std::string& home = target.devices[0];
-  for (const TemplateOp& op : r.templates->get(r.tmpl).ops()) bench.model().load(op.name, home);
+  for (const TemplateOp& op : r.templates->get(served.tmpl).ops()) bench.model().load(op.name, home);
   const std::vector<rt::Value> values = copy_values(bench, target.grid, home);
   for (AccelId a = 0; a < accels.size(); ++a) {
     std::vector<rt::Value> at_a;
@@ -279,7 +290,7 @@ void snapshot_profile(CalibrationResult& r, const std::string& source) {
   r.profile = snapshot(r.est, *r.templates, *r.accels, source);
   for (auto& op : r.profile.ops)
     for (const auto& row : r.rows)
-      if (!row.transfer && row.what == op.op && row.type == op.type) op.mape_pct = row.mape_pct;
+      if (!row.transfer && row.model == op.tmpl && row.what == op.op && row.type == op.type) op.mape_pct = row.mape_pct;
   for (auto& t : r.profile.transfers)
     for (const auto& row : r.rows)
       if (row.transfer && row.type == t.src + " -> " + t.dst) t.mape_pct = row.mape_pct;
@@ -287,17 +298,22 @@ void snapshot_profile(CalibrationResult& r, const std::string& source) {
 
 }  // namespace
 
-CalibrationResult calibrate_model(const CalibrationTarget& target, rt::LlamaModel& model, const CalibrateSettings& s) {
+CalibrationResult calibrate_models(const CalibrationTarget& target, std::span<rt::LlamaModel* const> runtimes,
+                                   const CalibrateSettings& s) {
+  if (target.models.empty() || runtimes.size() != target.models.size())
+    fail("calibrate: " + std::to_string(target.models.size()) + " model(s) to calibrate but " +
+         std::to_string(runtimes.size()) + " runtime(s)");
   const auto t_start = Clock::now();
   CalibrationResult r;
   r.accels = target.accels;
   r.templates = target.templates;
-  r.tmpl = target.tmpl;
   check(seed_priors(r.est, *r.templates, *r.accels));
-  Bench bench(target.prompt_seed, model);
   try {
-    calibrate_operators(r, target, bench, s);
-    calibrate_copies(r, target, bench, s);
+    for (std::size_t i = 0; i < target.models.size(); ++i) {
+      Bench bench(target.models[i].prompt_seed, *runtimes[i]);
+      calibrate_operators(r, target, target.models[i], bench, s);
+      if (i == 0) calibrate_copies(r, target, target.models[0], bench, s);
+    }
   } catch (const rt::DeviceOutOfMemory& e) {
     fail(std::string("calibrate: out of device memory: ") + e.what());
   } catch (const std::invalid_argument& e) {

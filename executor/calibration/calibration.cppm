@@ -29,6 +29,7 @@ module;
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,28 +75,34 @@ ShapeGrid shape_grid(const GridBounds& bounds);
 // A few lines: the bounds and the point counts.
 std::string describe(const ShapeGrid& grid);
 
-// What to measure: the model's template on a cluster whose accelerator `a`
-// runs on `devices[a]` (an rt device label).
+// What to measure: each served model's template on a cluster whose
+// accelerator `a` runs on `devices[a]` (an rt device label).
 struct CalibrationTarget {
   std::shared_ptr<AcceleratorSet> accels;
   std::vector<std::string> devices;  // one per accelerator
   std::shared_ptr<TemplateRegistry> templates;
-  TemplateId tmpl = 0;  // its ops are embed, layers<g> and head
-  // The model contract behind tmpl: what each operator does (its role: the
-  // embedding, which layer group, the head) comes from here, not its name.
-  std::shared_ptr<const Model> model;
+  struct Served {
+    TemplateId tmpl = 0;  // its ops are embed, layers<g> and head
+    // The model contract behind tmpl: what each operator does (its role: the
+    // embedding, which layer group, the head) comes from here, not its name.
+    std::shared_ptr<const Model> model;
+    // Where its weights are resident: its operators are timed on the first
+    // of these of each accelerator type (a type that holds none is skipped).
+    std::vector<AccelId> accels;
+    std::uint64_t prompt_seed = 0;  // the synthetic prompts' seed
+  };
+  std::vector<Served> models;  // at least one; the copies are measured with the first's values
   ShapeGrid grid;
-  std::uint64_t prompt_seed = 0;  // the synthetic prompts' seed
-  std::string source;             // the profile's "source" line
+  std::string source;  // the profile's "source" line
 };
 
 struct CalibrationResult {
   std::shared_ptr<AcceleratorSet> accels;
   std::shared_ptr<TemplateRegistry> templates;
-  TemplateId tmpl = 0;
   EstimatorSet est;  // the fit (template priors, then the measurements)
   CalibrationProfile profile;
   struct Row {
+    std::string model;       // the template (model) name; empty for copies
     std::string what, type;  // op and accelerator type, or "copy" and "src -> dst"
     std::uint64_t samples = 0;
     double mape_pct = 0;  // in-sample: the fit against the medians it was fitted to
@@ -105,27 +112,28 @@ struct CalibrationResult {
   std::vector<Row> rows;
   // Every measurement: an operator at a grid shape, or a copy of `bytes`.
   struct Point {
-    std::string what, type;  // as in Row
-    GridShape shape;         // operators
-    std::int64_t bytes = 0;  // copies
-    std::vector<double> x;   // operators: the template's features
-    double seconds = 0;      // the median
-    double predicted = 0;    // by the final fit
+    std::string model, what, type;  // as in Row
+    GridShape shape;                // operators
+    std::int64_t bytes = 0;         // copies
+    std::vector<double> x;          // operators: the template's features
+    double seconds = 0;             // the median
+    double predicted = 0;           // by the final fit
   };
   std::vector<Point> points;
   double wall_s = 0;
 };
 
-// Measures and fits. The target's devices must exist and the model's
-// weights fit on each (the caller checks both); `model` is the runtime of
-// the target's template. Throws std::runtime_error (one line, starting
-// "calibrate: ") on a device or LibTorch failure, or an operator the
-// template has that is not embed, layers<g> or head.
-CalibrationResult calibrate_model(const CalibrationTarget& target, rt::LlamaModel& model, const CalibrateSettings& s);
+// Measures and fits every served model. `runtimes[i]` runs
+// target.models[i]'s template (same size); the devices must exist and each
+// model's weights fit where it is resident (the caller checks both).
+// Throws std::runtime_error (one line, starting "calibrate: ") on a device
+// or LibTorch failure, or an operator that is not embed, layers<g> or head.
+CalibrationResult calibrate_models(const CalibrationTarget& target, std::span<rt::LlamaModel* const> runtimes,
+                                   const CalibrateSettings& s);
 
-// The table: op, type, samples, MAPE %, fastest and slowest median.
+// The table: model, op, type, samples, MAPE %, fastest and slowest median.
 void print_calibration(const CalibrationResult& r, std::FILE* out);
-// Every point as CSV (what,type,seqs,tokens,context,prefill,bytes,features,seconds,predicted); false on an
+// Every point as CSV (model,what,type,seqs,tokens,context,prefill,bytes,features,seconds,predicted); false on an
 // I/O error.
 bool write_points_csv(const CalibrationResult& r, const std::string& path);
 

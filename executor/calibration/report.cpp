@@ -8,20 +8,22 @@ module slicesched.executor.calibration;
 namespace slicesched {
 
 void print_calibration(const CalibrationResult& r, std::FILE* out) {
-  std::fprintf(out, "%-12s %-22s %8s %8s %12s %12s\n", "op", "type", "samples", "MAPE %", "min ms", "max ms");
+  std::fprintf(out, "%-14s %-12s %-22s %8s %8s %12s %12s\n", "model", "op", "type", "samples", "MAPE %", "min ms",
+               "max ms");
   for (const auto& row : r.rows)
-    std::fprintf(out, "%-12s %-22s %8llu %8.2f %12.4f %12.4f\n", row.what.c_str(), row.type.c_str(),
-                 static_cast<unsigned long long>(row.samples), row.mape_pct, row.min_s * 1e3, row.max_s * 1e3);
+    std::fprintf(out, "%-14s %-12s %-22s %8llu %8.2f %12.4f %12.4f\n", row.transfer ? "-" : row.model.c_str(),
+                 row.what.c_str(), row.type.c_str(), static_cast<unsigned long long>(row.samples), row.mape_pct,
+                 row.min_s * 1e3, row.max_s * 1e3);
 }
 
 bool write_points_csv(const CalibrationResult& r, const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) return false;
-  std::fprintf(f, "what,type,seqs,tokens,context,prefill,bytes,features,seconds,predicted\n");
+  std::fprintf(f, "model,what,type,seqs,tokens,context,prefill,bytes,features,seconds,predicted\n");
   for (const auto& p : r.points) {
     std::string x;
     for (double v : p.x) x += (x.empty() ? "" : " ") + std::to_string(static_cast<long long>(v));
-    std::fprintf(f, "%s,%s,%lld,%lld,%lld,%lld,%lld,%s,%.9g,%.9g\n", p.what.c_str(), p.type.c_str(),
+    std::fprintf(f, "%s,%s,%s,%lld,%lld,%lld,%lld,%lld,%s,%.9g,%.9g\n", p.model.c_str(), p.what.c_str(), p.type.c_str(),
                  static_cast<long long>(p.shape.seqs), static_cast<long long>(p.shape.tokens),
                  static_cast<long long>(p.shape.context), static_cast<long long>(p.shape.prefill),
                  static_cast<long long>(p.bytes), x.c_str(), p.seconds, p.predicted);

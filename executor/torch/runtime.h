@@ -40,17 +40,30 @@ class NcclLinks;  // executor/torch/cuda.h
 struct LlamaConfig {
   std::string name;  // "llama-tiny", "llama3-8b"; only for messages
   std::int64_t vocab = 128256, hidden = 4096, layers = 32, heads = 32, kv_heads = 8, mlp = 14336;
+  // The attention head size when the model gives one (Gemma-style configs
+  // where heads * head_dim != hidden); 0: hidden / heads.
+  std::int64_t explicit_head_dim = 0;
   int groups = 4;  // layers % groups == 0; op "layers<g>" holds layers [g*L/G, (g+1)*L/G)
   double rope_theta = 500000.0, norm_eps = 1e-5;
+  // Llama 3.1 / 3.2's "llama3" RoPE scaling of the rotation frequencies, as
+  // Hugging Face computes it; rope_factor 0: none.
+  double rope_factor = 0, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
+  std::int64_t rope_original_context = 8192;
   std::string dtype = "bfloat16";  // "float32" | "bfloat16" | "float16" (all three run on CPU too)
-  std::uint64_t seed = 0;          // weights are deterministic from the seed: no downloads
-  std::int64_t head_dim() const { return hidden / heads; }
+  // Qwen2: q, k and v projections carry a bias. Llama 3.2 1B/3B: the LM head
+  // is the embedding matrix (the head op then owns only the final norm).
+  bool qkv_bias = false, tied_embeddings = false;
+  std::uint64_t seed = 0;  // random weights are deterministic from the seed: no downloads
+  // A Hugging Face checkpoint directory (safetensors, see checkpoint.h):
+  // the weights come from its files and `seed` is ignored. "": random weights.
+  std::string checkpoint;
+  std::int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads; }
 };
 
 // Throws std::invalid_argument with a one-line message naming the field on a
-// bad config: non-positive sizes, hidden % heads, heads % kv_heads,
-// layers % groups, odd head_dim (RoPE rotates pairs), non-positive
-// rope_theta / norm_eps, unknown dtype.
+// bad config: non-positive sizes, hidden % heads (without an explicit
+// head_dim), heads % kv_heads, layers % groups, odd head_dim (RoPE rotates
+// pairs), non-positive rope_theta / norm_eps, unknown dtype.
 void validate(const LlamaConfig& cfg);
 
 // Sizes in bytes, exactly as the implementation allocates them (so the
@@ -58,8 +71,11 @@ void validate(const LlamaConfig& cfg);
 // dtype: 4 for "float32", 2 for "bfloat16" / "float16"; else invalid_argument.
 std::int64_t dtype_bytes(const std::string& dtype);
 // op = "embed" (vocab*hidden) | "layers<g>" (L/G layers, each: q,k,v,o
-// projections, gate/up/down, 2 RMSNorm weights) | "head" (final norm +
-// vocab*hidden); times dtype_bytes. Unknown op: invalid_argument.
+// projections, q/k/v biases when qkv_bias, gate/up/down, 2 RMSNorm weights)
+// | "head" (final norm + vocab*hidden, or the final norm alone with tied
+// embeddings: the head reads the embedding's matrix on its device); times
+// dtype_bytes. Unknown op: invalid_argument. These agree with the model
+// contract's (models/dense.cppm) per-op weights.
 std::int64_t weight_bytes(const LlamaConfig& cfg, const std::string& op);
 // One layer group's cache for one token: 2 (K, V) * (layers/groups) * kv_heads * head_dim * dtype_bytes.
 std::int64_t kv_bytes_per_token(const LlamaConfig& cfg);
@@ -133,14 +149,21 @@ struct DeviceOutOfMemory : std::runtime_error {
 // caller's business (this library never sets it).
 class LlamaModel {
  public:
-  // Validates cfg (invalid_argument). Weights are not built here: each op's
-  // weights are generated on the CPU the first time any device loads that
-  // op, from a CPU generator seeded by (cfg.seed, layer) -- so every device
-  // gets an identical copy, the weights do not depend on `groups` or load
-  // order, and are deterministic across runs and machines for one LibTorch
-  // build. Init: linear weights normal with std 1/sqrt(fan_in), embedding
-  // normal with std 1, norm weights 1. The CPU master copies are kept for
-  // the model's lifetime (so a later load elsewhere copies, not regenerates).
+  // Validates cfg (invalid_argument). Random weights (no checkpoint) are
+  // not built here: each op's weights are generated on the CPU the first
+  // time any device loads that op, from a CPU generator seeded by
+  // (cfg.seed, layer) -- so every device gets an identical copy, the weights
+  // do not depend on `groups` or load order, and are deterministic across
+  // runs and machines for one LibTorch build. Init: linear weights normal
+  // with std 1/sqrt(fan_in), embedding normal with std 1, norm weights 1,
+  // q/k/v biases normal with std 1/sqrt(hidden). The CPU master copies are
+  // kept for the model's lifetime (so a later load elsewhere copies, not
+  // regenerates).
+  // With cfg.checkpoint, the directory's safetensors files are memory-mapped
+  // and every tensor's name, shape and dtype checked here, before anything
+  // loads (invalid_argument, one line naming the file and tensor); the
+  // masters are then views of the mapping, converted to cfg.dtype as they
+  // are copied onto a device. The mapping lives as long as the model.
   explicit LlamaModel(LlamaConfig cfg);
   ~LlamaModel();
   LlamaModel(LlamaModel&&) noexcept;
@@ -154,10 +177,15 @@ class LlamaModel {
   // weight_bytes(config(), op)). Idempotent per (op, device): a second call
   // returns the same bytes without allocating. Blocks until the weights are
   // on the device. Concurrent loads of one (op, device) wait for each other.
+  // With tied embeddings "head" shares the embedding matrix already on
+  // `device` (no second copy), so "embed" must be loaded there first (else
+  // std::logic_error naming both).
   std::int64_t load(const std::string& op, const std::string& device);
   // Drops op's weights from `device`; returns the bytes released (0 if not
   // loaded). Operator calls already running keep their weights alive until
-  // they return. Must not race with load() of the same (op, device).
+  // they return. Must not race with load() of the same (op, device). With
+  // tied embeddings "embed" cannot go while "head" is loaded on `device`
+  // (std::logic_error): the head's memory would not be released.
   std::int64_t unload(const std::string& op, const std::string& device);
   bool loaded(const std::string& op, const std::string& device) const;
 

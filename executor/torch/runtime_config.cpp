@@ -29,7 +29,9 @@ void validate(const LlamaConfig& cfg) {
   positive(cfg, "kv_heads", cfg.kv_heads);
   positive(cfg, "mlp", cfg.mlp);
   positive(cfg, "groups", cfg.groups);
-  if (cfg.hidden % cfg.heads != 0)
+  if (cfg.explicit_head_dim < 0)
+    bad(cfg, "head_dim must be positive (or 0 for hidden / heads), got " + std::to_string(cfg.explicit_head_dim));
+  if (cfg.explicit_head_dim == 0 && cfg.hidden % cfg.heads != 0)
     bad(cfg,
         "hidden (" + std::to_string(cfg.hidden) + ") must be a multiple of heads (" + std::to_string(cfg.heads) + ")");
   if (cfg.heads % cfg.kv_heads != 0)
@@ -38,9 +40,14 @@ void validate(const LlamaConfig& cfg) {
   if (cfg.layers % cfg.groups != 0)
     bad(cfg, "layers (" + std::to_string(cfg.layers) + ") must be a multiple of groups (" + std::to_string(cfg.groups) +
                  ")");
-  if (cfg.head_dim() % 2 != 0)
-    bad(cfg, "hidden / heads (head_dim " + std::to_string(cfg.head_dim()) + ") must be even for RoPE");
+  if (cfg.head_dim() % 2 != 0) bad(cfg, "head_dim (" + std::to_string(cfg.head_dim()) + ") must be even for RoPE");
   if (!(cfg.rope_theta > 0)) bad(cfg, "rope_theta must be positive, got " + std::to_string(cfg.rope_theta));
+  if (cfg.rope_factor < 0 ||
+      (cfg.rope_factor > 0 && (!(cfg.rope_high_freq_factor > cfg.rope_low_freq_factor) ||
+                               !(cfg.rope_low_freq_factor > 0) || cfg.rope_original_context <= 0)))
+    bad(cfg,
+        "rope scaling: expected factor >= 0, 0 < low_freq_factor < high_freq_factor and a positive original "
+        "context");
   if (!(cfg.norm_eps > 0)) bad(cfg, "norm_eps must be positive, got " + std::to_string(cfg.norm_eps));
   if (cfg.dtype != "float32" && cfg.dtype != "bfloat16" && cfg.dtype != "float16")
     bad(cfg, "dtype '" + cfg.dtype + "' is not one of float32, bfloat16, float16");
@@ -75,11 +82,15 @@ std::int64_t weight_bytes(const LlamaConfig& cfg, const std::string& op) {
   const std::int64_t b = dtype_bytes(cfg.dtype), h = cfg.hidden, hd = cfg.head_dim();
   const int g = detail::parse_op(cfg, op);
   if (g == detail::kEmbed) return cfg.vocab * h * b;
-  if (g == detail::kHead) return (h + cfg.vocab * h) * b;                 // final RMSNorm + LM head
-  const std::int64_t per_layer = h * (cfg.heads + 2 * cfg.kv_heads) * hd  // q, k, v (one fused matrix)
-                                 + cfg.heads * hd * h                     // o
-                                 + 3 * h * cfg.mlp                        // gate, up (fused), down
-                                 + 2 * h;                                 // 2 RMSNorm weights
+  // Final RMSNorm + LM head; tied, the LM head is the embedding's matrix,
+  // charged to "embed" (as the model contract charges it).
+  if (g == detail::kHead) return (h + (cfg.tied_embeddings ? 0 : cfg.vocab * h)) * b;
+  const std::int64_t qkv = (cfg.heads + 2 * cfg.kv_heads) * hd;
+  const std::int64_t per_layer = h * qkv                     // q, k, v (one fused matrix)
+                                 + (cfg.qkv_bias ? qkv : 0)  // their biases (one fused vector)
+                                 + cfg.heads * hd * h        // o
+                                 + 3 * h * cfg.mlp           // gate, up (fused), down
+                                 + 2 * h;                    // 2 RMSNorm weights
   return cfg.layers / cfg.groups * per_layer * b;
 }
 

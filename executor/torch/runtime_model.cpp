@@ -15,6 +15,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <numbers>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -22,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint.h"
 #include "cuda.h"
 #include "runtime.h"
 #include "runtime_internal.h"
@@ -193,19 +195,51 @@ const ValueImpl& need_hidden(const std::string& op, const Value& v, const Dev& d
 // ---- the model ----------------------------------------------------------------------------------------------------
 
 // One op's weights on one device, in a fixed order: embed {W}; head {norm, W};
-// layers: per layer {wqkv, wo, wgu, wd, norm1, norm2}.
+// layers: per layer {wqkv, wo, wgu, wd, norm1, norm2, bqkv}. bqkv is
+// undefined without q/k/v biases. With tied embeddings the head's W is the
+// embedding's tensor on the same device, shared, and not in `bytes`.
 struct OpWeights {
   std::vector<at::Tensor> t;
   std::int64_t bytes = 0;
 };
-constexpr int kPerLayer = 6;
-enum LayerTensor { kQkv, kO, kGateUp, kDown, kNorm1, kNorm2 };
+constexpr int kPerLayer = 7;
+enum LayerTensor { kQkv, kO, kGateUp, kDown, kNorm1, kNorm2, kQkvBias };
 
 OpWeights finish(std::vector<at::Tensor> t) {
   OpWeights w;
   w.t = std::move(t);
-  for (const auto& x : w.t) w.bytes += held_bytes(x);
+  for (const auto& x : w.t)
+    if (x.defined()) w.bytes += held_bytes(x);
   return w;
+}
+
+// An op's CPU master: per slot of OpWeights, the parts that are stacked
+// along dim 0 into that slot's device tensor (a checkpoint's q, k and v
+// into the fused matrix; gate and up). Random weights have one part a slot;
+// a checkpoint's parts are views of its mapping. No parts: an undefined slot.
+struct Master {
+  std::vector<std::vector<at::Tensor>> slots;
+};
+
+// The slot's device tensor in `dtype`: one real copy (a new allocation even
+// on the CPU, since virtual devices own their weights), converting as it
+// copies. Blocks until the data is on the device.
+at::Tensor stack_onto(const std::vector<at::Tensor>& parts, const c10::Device& device, at::ScalarType dtype) {
+  if (parts.empty()) return at::Tensor();
+  std::vector<std::int64_t> size = parts[0].sizes().vec();
+  size[0] = 0;
+  for (const auto& p : parts) size[0] += p.size(0);
+  at::Tensor out = at::empty(size, at::TensorOptions().dtype(dtype).device(device));
+  std::int64_t at_row = 0;
+  for (const auto& p : parts) {
+    out.narrow(0, at_row, p.size(0)).copy_(p);
+    at_row += p.size(0);
+  }
+  return out;
+}
+
+at::ScalarType checkpoint_type(const std::string& dtype) {
+  return dtype == "F32" ? at::kFloat : dtype == "F16" ? at::kHalf : at::kBFloat16;  // checkpoint.h made it one of 3
 }
 
 // N(0, std^2) samples from gen, drawn in float32 and stored in dtype.
@@ -422,15 +456,28 @@ void bind_buckets(std::vector<Bucket>& buckets, const at::Tensor& up_idx, const 
   }
 }
 
+// RoPE's rotation frequency of pair i, with Llama 3's scaling when the
+// config has it (Hugging Face's _compute_llama3_parameters): long
+// wavelengths slowed by `factor`, short ones kept, a smooth blend between.
+double inv_freq(const LlamaConfig& c, std::int64_t i, std::int64_t hd) {
+  const double f = 1.0 / std::pow(c.rope_theta, double(2 * i) / double(hd));
+  if (c.rope_factor <= 0) return f;
+  const double old_ctx = double(c.rope_original_context), wavelen = 2 * std::numbers::pi / f;
+  if (wavelen < old_ctx / c.rope_high_freq_factor) return f;
+  if (wavelen > old_ctx / c.rope_low_freq_factor) return f / c.rope_factor;
+  const double smooth =
+      (old_ctx / wavelen - c.rope_low_freq_factor) / (c.rope_high_freq_factor - c.rope_low_freq_factor);
+  return (1 - smooth) * f / c.rope_factor + smooth * f;
+}
+
 // The RoPE tables, from one upload of [positions..., inv_freq...].
-void rope_tables(const StepPlan& plan, double rope_theta, const LayerDims& m, const Dev& d, StepTensors& s) {
+void rope_tables(const StepPlan& plan, const LlamaConfig& c, const LayerDims& m, const Dev& d, StepTensors& s) {
   const std::int64_t T = plan.tokens();
   std::vector<float> host(static_cast<std::size_t>(T + m.half));
   std::size_t n = 0;
   for (const SeqStep& q : plan.seqs)
     for (std::size_t i = 0; i < q.tokens.size(); ++i) host[n++] = static_cast<float>(q.position + std::int64_t(i));
-  for (std::int64_t i = 0; i < m.half; ++i)
-    host[n++] = static_cast<float>(1.0 / std::pow(rope_theta, double(2 * i) / double(m.hd)));
+  for (std::int64_t i = 0; i < m.half; ++i) host[n++] = static_cast<float>(inv_freq(c, i, m.hd));
   at::Tensor up = upload(host, at::kFloat, d);
   at::Tensor angles = at::outer(up.narrow(0, 0, T), up.narrow(0, T, m.half));  // [T, half] float
   s.cos = angles.cos().to(m.dt).unsqueeze(1), s.sin = angles.sin().to(m.dt).unsqueeze(1);
@@ -465,7 +512,7 @@ StepTensors upload_step(const StepPlan& plan, const ValueImpl* kin, StepLayout& 
   s.cache = new_cache(kin, L, up_idx, m);
   s.slots = up_idx.narrow(0, L.slots_at, plan.tokens());
   bind_buckets(L.buckets, up_idx, d);
-  rope_tables(plan, c.rope_theta, m, d, s);
+  rope_tables(plan, c, m, d, s);
   s.blocks = query_blocks(plan, L, m.H, d);
   s.kvbuf = at::empty({plan.tokens(), 2, m.KV, m.hd}, m.opts);
   s.attn = at::empty({plan.tokens(), m.H * m.hd}, m.opts);
@@ -533,7 +580,8 @@ at::Tensor decoder_layer(const at::Tensor& x_in, const at::Tensor* W, at::Tensor
                          const StepLayout& L, StepTensors& s, const LayerDims& m) {
   const std::int64_t T = plan.tokens(), H = m.H, KV = m.KV, hd = m.hd;
   at::Tensor a = rms_norm(x_in, W[kNorm1], m.norm_eps);
-  at::Tensor qkv = at::mm(a, W[kQkv].t());  // [T, (H + 2 KV) hd]
+  at::Tensor qkv =
+      W[kQkvBias].defined() ? at::addmm(W[kQkvBias], a, W[kQkv].t()) : at::mm(a, W[kQkv].t());  // [T, (H + 2 KV) hd]
   at::Tensor q = at::empty({T, H, hd}, m.opts);
   rope_into(q, qkv.narrow(1, 0, H * hd).view({T, H, hd}), s.cos_q, s.sin_q);
   rope_into(s.kvbuf.select(1, 0), qkv.narrow(1, H * hd, KV * hd).view({T, KV, hd}), s.cos, s.sin);
@@ -553,12 +601,13 @@ at::Tensor decoder_layer(const at::Tensor& x_in, const at::Tensor* W, at::Tensor
 struct LlamaModel::Impl {
   LlamaConfig cfg;
   at::ScalarType dtype;
+  std::shared_ptr<const ckpt::Checkpoint> checkpoint;  // null: random weights
 
   using Key = std::pair<std::string, std::string>;  // (op, device label)
   mutable std::mutex mu;                            // guards the maps below, held briefly
   std::map<Key, std::shared_ptr<const OpWeights>> loaded;
   std::map<Key, std::shared_ptr<std::mutex>> loading;  // one load at a time per (op, device)
-  std::map<std::string, std::shared_ptr<const OpWeights>> masters;
+  std::map<std::string, std::shared_ptr<const Master>> masters;
   std::map<Key, std::shared_ptr<std::mutex>> mastering;  // keyed (op, "")
 
   std::shared_ptr<std::mutex> lock_for(std::map<Key, std::shared_ptr<std::mutex>>& m, const Key& k) {
@@ -576,12 +625,20 @@ struct LlamaModel::Impl {
     return it->second;
   }
 
+  // Tied embeddings: the embedding matrix already on d, which the head reads.
+  at::Tensor tied_matrix(const Dev& d) const {
+    std::lock_guard<std::mutex> g(mu);
+    auto it = loaded.find({"embed", d.label});
+    if (it == loaded.end())
+      throw std::logic_error("head: tied embeddings: load embed on " + d.label +
+                             " first (the head reads the embedding's matrix there)");
+    return it->second->t[0];
+  }
+
   std::uint64_t seed_for(std::uint64_t tag) const { return detail::mix(detail::mix(cfg.seed) ^ tag); }
 
-  // The CPU master copy of op's weights, generated once. Each layer (and the
-  // embedding, the head) has its own generator, so a layer's weights depend
-  // only on (seed, layer index), not on `groups`.
-  std::shared_ptr<const OpWeights> master(const std::string& op, int g) {
+  // The CPU master of op's weights, made once.
+  std::shared_ptr<const Master> master(const std::string& op, int g) {
     auto m = lock_for(mastering, {op, ""});
     std::lock_guard<std::mutex> lk(*m);
     {
@@ -589,19 +646,31 @@ struct LlamaModel::Impl {
       auto it = masters.find(op);
       if (it != masters.end()) return it->second;
     }
+    auto w = std::make_shared<const Master>(checkpoint ? from_checkpoint(g) : random(g));
+    std::lock_guard<std::mutex> gd(mu);
+    masters[op] = w;
+    return w;
+  }
+
+  // Random weights. Each layer (and the embedding, the head) has its own
+  // generator, so a layer's weights depend only on (seed, layer index), not
+  // on `groups`.
+  Master random(int g) const {
     const std::int64_t h = cfg.hidden, hd = cfg.head_dim();
     const auto opts = at::TensorOptions().dtype(dtype);
-    std::vector<at::Tensor> t;
+    Master w;
     if (g == detail::kEmbed) {
       at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed_for(1));
-      t.push_back(normal(gen, {cfg.vocab, h}, 1.0, dtype));
+      w.slots = {{normal(gen, {cfg.vocab, h}, 1.0, dtype)}};
     } else if (g == detail::kHead) {
-      t.push_back(at::ones({h}, opts));
-      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed_for(2));
-      t.push_back(normal(gen, {cfg.vocab, h}, 1.0 / std::sqrt(double(h)), dtype));
+      w.slots = {{at::ones({h}, opts)}};
+      if (!cfg.tied_embeddings) {
+        at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed_for(2));
+        w.slots.push_back({normal(gen, {cfg.vocab, h}, 1.0 / std::sqrt(double(h)), dtype)});
+      }
     } else {
       const std::int64_t per = cfg.layers / cfg.groups;
-      t.resize(static_cast<std::size_t>(per * kPerLayer));
+      std::vector<at::Tensor> t(static_cast<std::size_t>(per * kPerLayer));
       // Layers are independent streams: generate them in parallel (the
       // normal sampler itself is serial).
       at::parallel_for(0, per, 1, [&](std::int64_t b, std::int64_t e) {
@@ -618,12 +687,54 @@ struct LlamaModel::Impl {
           L[kDown] = gen_w({h, cfg.mlp}, 1.0 / std::sqrt(double(cfg.mlp)));
           L[kNorm1] = at::ones({h}, opts);
           L[kNorm2] = at::ones({h}, opts);
+          // Drawn last, so a model without biases draws the same weights.
+          if (cfg.qkv_bias) L[kQkvBias] = gen_w({(cfg.heads + 2 * cfg.kv_heads) * hd}, in_h);
         }
       });
+      for (auto& x : t) w.slots.push_back(x.defined() ? std::vector<at::Tensor>{x} : std::vector<at::Tensor>{});
     }
-    auto w = std::make_shared<const OpWeights>(finish(std::move(t)));
-    std::lock_guard<std::mutex> gd(mu);
-    masters[op] = w;
+    return w;
+  }
+
+  // A tensor of the checkpoint as a CPU tensor over its mapping (no copy):
+  // the deleter holds the checkpoint, so the mapping outlives every view.
+  // check() in the constructor made sure it is there with the right shape.
+  at::Tensor view(const std::string& name) const {
+    const ckpt::TensorView* v = checkpoint->find(name);
+    const at::ScalarType type = checkpoint_type(v->dtype);
+    at::Tensor t = at::from_blob(
+        const_cast<void*>(v->data), v->shape, [keep = checkpoint](void*) {}, at::TensorOptions().dtype(type));
+    // Safetensors does not promise aligned offsets; LibTorch's kernels
+    // expect element alignment.
+    if (reinterpret_cast<std::uintptr_t>(v->data) % at::elementSize(type) != 0) t = t.clone();
+    return t;
+  }
+
+  Master from_checkpoint(int g) const {
+    Master w;
+    if (g == detail::kEmbed) {
+      w.slots = {{view("model.embed_tokens.weight")}};
+    } else if (g == detail::kHead) {
+      w.slots = {{view("model.norm.weight")}};
+      if (!cfg.tied_embeddings) w.slots.push_back({view("lm_head.weight")});
+    } else {
+      const std::int64_t per = cfg.layers / cfg.groups;
+      for (std::int64_t i = 0; i < per; ++i) {
+        const std::string p = "model.layers." + std::to_string(g * per + i) + ".";
+        auto one = [&](const std::string& n) { return std::vector<at::Tensor>{view(p + n)}; };
+        const std::string a = p + "self_attn.";
+        w.slots.push_back({view(a + "q_proj.weight"), view(a + "k_proj.weight"), view(a + "v_proj.weight")});
+        w.slots.push_back(one("self_attn.o_proj.weight"));
+        w.slots.push_back({view(p + "mlp.gate_proj.weight"), view(p + "mlp.up_proj.weight")});
+        w.slots.push_back(one("mlp.down_proj.weight"));
+        w.slots.push_back(one("input_layernorm.weight"));
+        w.slots.push_back(one("post_attention_layernorm.weight"));
+        if (cfg.qkv_bias)
+          w.slots.push_back({view(a + "q_proj.bias"), view(a + "k_proj.bias"), view(a + "v_proj.bias")});
+        else
+          w.slots.emplace_back();
+      }
+    }
     return w;
   }
 };
@@ -631,6 +742,10 @@ struct LlamaModel::Impl {
 LlamaModel::LlamaModel(LlamaConfig cfg) : impl_(std::make_unique<Impl>()) {
   validate(cfg);
   impl_->dtype = scalar_type(cfg.dtype);
+  if (!cfg.checkpoint.empty()) {
+    impl_->checkpoint = ckpt::Checkpoint::open(cfg.checkpoint);
+    ckpt::check(*impl_->checkpoint, cfg);
+  }
   impl_->cfg = std::move(cfg);
 }
 LlamaModel::~LlamaModel() = default;
@@ -655,10 +770,12 @@ std::int64_t LlamaModel::load(const std::string& op, const std::string& device) 
     auto master = impl_->master(op, g);
     c10::OptionalDeviceGuard dg(d.device);
     std::vector<at::Tensor> t;
-    t.reserve(master->t.size());
+    t.reserve(master->slots.size() + 1);
     // A real copy even on the CPU: each virtual device owns its weights.
-    for (const auto& x : master->t) t.push_back(x.to(d.device, x.scalar_type(), /*non_blocking=*/false, /*copy=*/true));
-    return std::make_shared<const OpWeights>(finish(std::move(t)));
+    for (const auto& parts : master->slots) t.push_back(stack_onto(parts, d.device, impl_->dtype));
+    OpWeights w = finish(std::move(t));
+    if (g == detail::kHead && impl_->cfg.tied_embeddings) w.t.push_back(impl_->tied_matrix(d));  // shared, uncounted
+    return std::make_shared<const OpWeights>(std::move(w));
   });
   std::lock_guard<std::mutex> gd(impl_->mu);
   impl_->loaded[key] = w;
@@ -672,6 +789,9 @@ std::int64_t LlamaModel::unload(const std::string& op, const std::string& device
   std::lock_guard<std::mutex> gd(impl_->mu);
   auto it = impl_->loaded.find({op, d.label});
   if (it == impl_->loaded.end()) return 0;
+  if (op == "embed" && impl_->cfg.tied_embeddings && impl_->loaded.count({"head", d.label}))
+    throw std::logic_error("unload embed on " + d.label + ": the head there shares its matrix (tied embeddings); " +
+                           "unload head first");
   dropped = std::move(it->second);
   impl_->loaded.erase(it);
   return dropped->bytes;

@@ -203,6 +203,61 @@ TEST_CASE("ops spread over virtual cpu devices with copies between them equal th
   CHECK_THROWS_AS(m.head(x, plan, "cpu:9"), std::logic_error);  // nothing loaded on cpu:9
 }
 
+TEST_CASE("tied embeddings, q/k/v biases and an explicit head_dim: spread over devices equals the reference",
+          "[torch]") {
+  const int variant = GENERATE(0, 1, 2, 3);
+  LlamaConfig cfg = tiny();
+  cfg.tied_embeddings = variant == 0 || variant == 3;
+  cfg.qkv_bias = variant == 1 || variant == 3;
+  cfg.explicit_head_dim = variant >= 2 ? 32 : 0;  // heads * head_dim = 128 != hidden 64
+  INFO("tied " << cfg.tied_embeddings << ", bias " << cfg.qkv_bias << ", head_dim " << cfg.head_dim());
+  LlamaModel m(cfg);
+  const auto reference = m.generate_reference(kPrompts, 5, "cpu");
+  // Each feature changes what the model computes (so it is really used).
+  CHECK(reference != LlamaModel(tiny()).generate_reference(kPrompts, 5, "cpu"));
+
+  // Embed and head on one device, the groups on two others, the KV caches
+  // moving with the groups every iteration.
+  for (const std::string d : {"cpu:1", "cpu:2", "cpu:3"}) load_all(m, d);
+  std::vector<Value> kv(2);
+  StepPlan plan{{SeqStep{0, 0, kPrompts[0]}, SeqStep{1, 0, kPrompts[1]}}};
+  std::vector<std::vector<std::int64_t>> got(2);
+  for (int it = 0; it < 5; ++it) {
+    Value x = m.embed(plan, "cpu:1");
+    for (int g = 0; g < 2; ++g) {
+      const std::string dev = (it + g) % 2 == 0 ? "cpu:2" : "cpu:3";
+      x = m.layers(g, LlamaModel::copy_to(x, dev), LlamaModel::copy_to(kv[std::size_t(g)], dev), plan, dev,
+                   kv[std::size_t(g)]);
+    }
+    const auto next = m.head(LlamaModel::copy_to(x, "cpu:1"), plan, "cpu:1");
+    for (std::size_t i = 0; i < 2; ++i) {
+      got[i].push_back(next[i]);
+      plan.seqs[i].position += static_cast<std::int64_t>(plan.seqs[i].tokens.size());
+      plan.seqs[i].tokens = {next[i]};
+    }
+  }
+  CHECK(got == reference);
+
+  // What each op holds is what weight_bytes says, the features included.
+  const std::int64_t hd = cfg.head_dim(), qkv = (4 + 2 * 2) * hd;
+  const std::int64_t layer = 64 * qkv + (cfg.qkv_bias ? qkv : 0) + 4 * hd * 64 + 3 * 64 * 128 + 2 * 64;
+  CHECK(weight_bytes(cfg, "layers0") == 2 * layer * 4);
+  CHECK(weight_bytes(cfg, "head") == (64 + (cfg.tied_embeddings ? 0 : 512 * 64)) * 4);
+  CHECK(weight_bytes(cfg, "embed") == 512 * 64 * 4);
+  CHECK(kv_bytes_per_token(cfg) == 2 * 2 * 2 * hd * 4);
+  for (const std::string op : {"embed", "layers0", "layers1", "head"})
+    CHECK(m.load(op, "cpu:1") == weight_bytes(cfg, op));
+  if (cfg.tied_embeddings) {
+    // The head reads the embedding on its device: no copy of its own, so
+    // the embedding cannot go first, nor the head load without it.
+    CHECK_THROWS_WITH(m.unload("embed", "cpu:1"), Catch::Contains("unload head first"));
+    CHECK(m.unload("head", "cpu:1") == 64 * 4);
+    CHECK(m.unload("embed", "cpu:1") == 512 * 64 * 4);
+    CHECK_THROWS_WITH(m.load("head", "cpu:5"), Catch::Contains("load embed on cpu:5 first"));
+    CHECK(!m.loaded("head", "cpu:5"));
+  }
+}
+
 TEST_CASE("a sequence left out of the plan is dropped from the KV cache and kv_in is untouched", "[torch]") {
   LlamaModel m(tiny());
   load_all(m, "cpu");
@@ -294,6 +349,8 @@ TEST_CASE("sizes match the formulas and bad inputs are refused with named fields
   rejects([](LlamaConfig& b) { b.hidden = -64; }, "hidden");
   rejects([](LlamaConfig& b) { b.mlp = 0; }, "mlp");
   rejects([](LlamaConfig& b) { b.hidden = 66; }, "hidden (66) must be a multiple of heads");
+  rejects([](LlamaConfig& b) { b.explicit_head_dim = 15; }, "head_dim (15) must be even");
+  rejects([](LlamaConfig& b) { b.explicit_head_dim = -2; }, "head_dim must be positive");
   rejects([](LlamaConfig& b) { b.kv_heads = 3; }, "kv_heads");
   rejects([](LlamaConfig& b) { b.groups = 3; }, "groups");
   rejects([](LlamaConfig& b) { b.dtype = "fp8"; }, "dtype 'fp8'");

@@ -1,0 +1,85 @@
+// load_tokenizer: sentencepiece's SentencePieceProcessor behind Tokenizer.
+module;
+#include <sentencepiece_processor.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+module slicesched.tokenizer;
+
+namespace slicesched {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+class SentencePiece final : public Tokenizer {
+ public:
+  SentencePiece(std::string path, std::unique_ptr<sentencepiece::SentencePieceProcessor> sp)
+      : path_(std::move(path)), sp_(std::move(sp)) {}
+
+  std::vector<std::int64_t> encode(std::string_view text) const override {
+    std::vector<int> ids;
+    // sentencepiece fails only on an unloaded model; this one is loaded.
+    if (auto st = sp_->Encode(text, &ids); !st.ok()) throw std::runtime_error(path_ + ": encode: " + st.ToString());
+    return {ids.begin(), ids.end()};
+  }
+
+  std::string decode(std::span<const std::int64_t> ids) const override {
+    std::vector<int> narrow;
+    narrow.reserve(ids.size());
+    for (std::int64_t id : ids) {
+      if (id < 0 || id >= vocab_size())
+        throw std::out_of_range(path_ + ": token id " + std::to_string(id) + " is outside the tokenizer's [0, " +
+                                std::to_string(vocab_size()) + ")");
+      narrow.push_back(static_cast<int>(id));
+    }
+    std::string text;
+    if (auto st = sp_->Decode(narrow, &text); !st.ok()) throw std::runtime_error(path_ + ": decode: " + st.ToString());
+    return text;
+  }
+
+  std::int64_t vocab_size() const override { return sp_->GetPieceSize(); }
+  std::int64_t bos_id() const override { return sp_->bos_id(); }
+  std::int64_t eos_id() const override { return sp_->eos_id(); }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::string path_;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+};
+
+constexpr const char* kOnlyModel =
+    "a Hugging Face tokenizer.json is not supported (no C++ library for it in Debian 12 or on PyPI); give a "
+    "sentencepiece tokenizer.model, or send token ids";
+
+}  // namespace
+
+Result<std::shared_ptr<const Tokenizer>> load_tokenizer(const std::string& path) {
+  std::error_code ec;
+  fs::path file(path);
+  if (fs::is_directory(file, ec)) {
+    if (fs::exists(file / "tokenizer.model", ec)) {
+      file /= "tokenizer.model";
+    } else if (fs::exists(file / "tokenizer.json", ec)) {
+      return InvalidArgument(path + ": has only tokenizer.json: " + kOnlyModel);
+    } else {
+      return NotFound(path + ": no tokenizer.model in this folder");
+    }
+  }
+  if (!fs::exists(file, ec)) return NotFound(file.string() + ": no such file (a sentencepiece tokenizer.model)");
+  if (file.extension() == ".json") return InvalidArgument(file.string() + ": " + kOnlyModel);
+  auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  if (auto st = sp->Load(file.string()); !st.ok())
+    return InvalidArgument(file.string() + ": not a sentencepiece model (" + st.ToString() + ")");
+  return std::shared_ptr<const Tokenizer>(std::make_shared<SentencePiece>(file.string(), std::move(sp)));
+}
+
+}  // namespace slicesched

@@ -1,0 +1,65 @@
+// Tokenizers for real checkpoints: text <-> token ids, from a kept library,
+// never hand-written. sentencepiece (Debian's libsentencepiece) reads a
+// tokenizer.model (Llama 2, Mistral). A Hugging Face tokenizer.json (Llama
+// 3, Qwen2.5 ship only that) is refused: no C++ library for it is packaged
+// in Debian 12 or on PyPI (docs/live.md, "Checkpoints and tokenizers").
+//
+// A Tokenizer is immutable once loaded; encode and decode are const and
+// safe from any thread. Shared as std::shared_ptr<const Tokenizer>.
+module;
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+export module slicesched.tokenizer;
+export import slicesched.core;
+export import slicesched.config;
+
+export namespace slicesched {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // The ids of `text` (UTF-8), without BOS or EOS: the caller adds them
+  // where its model wants them (bos_id()). Never fails: bytes the model
+  // cannot spell become its unknown piece.
+  virtual std::vector<std::int64_t> encode(std::string_view text) const = 0;
+  // The text of `ids`. An id outside [0, vocab_size()) throws
+  // std::out_of_range naming it (a model's vocabulary can be larger than its
+  // tokenizer's: padding rows).
+  virtual std::string decode(std::span<const std::int64_t> ids) const = 0;
+  virtual std::int64_t vocab_size() const = 0;
+  virtual std::int64_t bos_id() const = 0;  // -1: none
+  virtual std::int64_t eos_id() const = 0;  // -1: none
+  // The file it was loaded from, for messages.
+  virtual const std::string& path() const = 0;
+};
+
+// Loads a tokenizer from `path`: a sentencepiece model file, or a directory
+// holding tokenizer.model. Fails with one line naming the path: nothing
+// there (NotFound), a file sentencepiece cannot read, or a tokenizer.json
+// (InvalidArgument, saying that only tokenizer.model is supported).
+Result<std::shared_ptr<const Tokenizer>> load_tokenizer(const std::string& path);
+
+// A configured model's tokenizer, or why it has none. Text prompts go
+// through encode(), which refuses them with that reason; token ids need no
+// tokenizer. Copyable; immutable.
+struct ModelTokenizer {
+  std::shared_ptr<const Tokenizer> tokenizer;  // null: none
+  std::string absent;                          // when null: one line saying why and what to do
+  // The ids of `text`, or FailedPrecondition(absent) without a tokenizer.
+  Result<std::vector<std::int64_t>> encode(std::string_view text) const;
+};
+
+// The tokenizer of [[models]] entry `m`: its `tokenizer` file when given,
+// else its checkpoint directory's tokenizer.model when there is one, else
+// none (with the reason: no checkpoint, or a checkpoint with only a
+// tokenizer.json). Fails (one line starting with m.where and the key) when
+// the file cannot be loaded or when the tokenizer's vocabulary is larger
+// than the model's (its ids would index past the embedding).
+Result<ModelTokenizer> model_tokenizer(const ModelConfig& m);
+
+}  // namespace slicesched
