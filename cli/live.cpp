@@ -171,7 +171,11 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
     auto r = std::make_unique<RemoteRunner>(
         hosts, accel_host, models,
         RemoteOptions{cfg.live.heartbeat_ms, cfg.live.executor_timeout_ms, RemoteOptions{}.connect_ms});
-    r->on_lost([&lost_to](AccelId a) {
+    r->on_lost([&lost_to, &cfg](AccelId a) {
+      std::fprintf(
+          stderr,
+          "\nslicesched: accelerator '%s' is lost (executor '%s' stopped answering); its work is placed again\n",
+          cfg.accelerators[a].name.c_str(), cfg.accelerators[a].host.c_str());
       if (LiveCluster* c = lost_to.load()) c->lose(a);
     });
     weights = r->connect(names);
