@@ -4,7 +4,9 @@ module;
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -12,6 +14,7 @@ module;
 module slicesched.cli.serve_http;
 
 import slicesched.serving.server;
+import slicesched.tokenizer;
 
 namespace slicesched::cli {
 
@@ -31,6 +34,38 @@ std::pair<std::string, int> parse_listen(const std::string& listen) {
   return {host, p};
 }
 
+// The front end's text hook for model `m` (its tokenizer/, or none):
+// a text prompt is encoded with the tokenizer's BOS first, as Hugging
+// Face's tokenizers do by default for these models (vLLM too), so text
+// and the same ids sent as a list give the same tokens. A reply decodes
+// the ids the tokenizer knows; an id past its vocabulary is one of the
+// model's padding rows and has no text. Without a tokenizer, encode
+// refuses text with the reason model_tokenizer gives (what to do).
+serving::Tokenizer text_hook(const ModelConfig& m) {
+  const ModelTokenizer mt = value_or_fail(model_tokenizer(m));
+  serving::Tokenizer hook;
+  if (!mt.tokenizer) {
+    hook.encode = [absent = mt.absent](std::string_view) -> Result<std::vector<std::int64_t>> {
+      return FailedPrecondition(absent);
+    };
+    return hook;
+  }
+  hook.encode = [t = mt.tokenizer](std::string_view text) -> Result<std::vector<std::int64_t>> {
+    std::vector<std::int64_t> ids;
+    if (t->bos_id() >= 0) ids.push_back(t->bos_id());
+    const std::vector<std::int64_t> body = t->encode(text);
+    ids.insert(ids.end(), body.begin(), body.end());
+    return ids;
+  };
+  hook.decode = [t = mt.tokenizer](std::span<const std::int64_t> ids) {
+    std::vector<std::int64_t> known;
+    for (std::int64_t id : ids)
+      if (id >= 0 && id < t->vocab_size()) known.push_back(id);
+    return t->decode(known);
+  };
+  return hook;
+}
+
 }  // namespace
 
 PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, const PluginRegistries& plugins,
@@ -45,7 +80,8 @@ PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, co
   serving::ServingMetrics metrics(accels);
   std::vector<serving::ServedModel> models;
   for (const ModelConfig& m : cfg.models)
-    models.push_back({.name = m.name, .vocab = m.vocab, .context_window = m.context_window});
+    models.push_back(
+        {.name = m.name, .vocab = m.vocab, .context_window = m.context_window, .tokenizer = text_hook(m)});
 
   RequestInbox inbox;
   std::unique_ptr<serving::BatchRunner> runner;
