@@ -80,8 +80,7 @@ PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, co
   serving::ServingMetrics metrics(accels);
   std::vector<serving::ServedModel> models;
   for (const ModelConfig& m : cfg.models)
-    models.push_back(
-        {.name = m.name, .vocab = m.vocab, .context_window = m.context_window, .tokenizer = text_hook(m)});
+    models.push_back({.name = m.name, .vocab = m.vocab, .context_window = m.context_window, .tokenizer = text_hook(m)});
 
   RequestInbox inbox;
   std::unique_ptr<serving::BatchRunner> runner;
