@@ -11,8 +11,12 @@
 import slicesched.serving.api;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const slicesched::serving::ServedModel models[] = {
-      {.name = "llama-tiny", .vocab = 512, .context_window = 2048, .request_tokens_max = 1024, .online = {0}, .offline = {1}}};
+  static const slicesched::serving::ServedModel models[] = {{.name = "llama-tiny",
+                                                             .vocab = 512,
+                                                             .context_window = 2048,
+                                                             .request_tokens_max = 1024,
+                                                             .online = {0},
+                                                             .offline = {1}}};
   const std::string_view body(reinterpret_cast<const char*>(data), size);
   auto parsed = slicesched::serving::parse_completion(body, std::span(models));
   if (auto* e = std::get_if<slicesched::serving::ApiError>(&parsed)) {

@@ -3,14 +3,14 @@
 // length, the JSON header, the offsets into the data. A bad file is one
 // std::invalid_argument with a message; anything else (another exception,
 // a crash, a read past the mapping under ASan) is a finding.
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
-
-#include <unistd.h>
 
 #include "executor/torch/checkpoint.h"
 
