@@ -7,7 +7,7 @@ set -euo pipefail
 
 APT_PACKAGES=(clang-19 clang-tools-19 libclang-rt-19-dev libboost-dev libboost-filesystem-dev libtomlplusplus-dev libtbb-dev
   libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev libcli11-dev python3-pip python3-venv gnuplot-nox
-  libsentencepiece-dev sentencepiece libzmq3-dev cppzmq-dev pkg-config libcpp-httplib-dev libsqlite3-dev curl)
+  libsentencepiece-dev sentencepiece libpython3-dev libzmq3-dev cppzmq-dev pkg-config libcpp-httplib-dev libsqlite3-dev curl)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -41,4 +41,10 @@ fi
 if ! "$ROOT/.venv/bin/python3" -c "import openai" 2>/dev/null; then
   echo "setup: installing the openai client into $ROOT/.venv (the HTTP tests use it)"
   "$ROOT/.venv/bin/python3" -m pip install -q --disable-pip-version-check openai
+fi
+# Hugging Face's `tokenizers` reads tokenizer.json (Llama 3, Qwen2.5) for
+# slicesched itself, through its embedded Python (tokenizer/hf_tokenizer.cpp).
+if ! "$ROOT/.venv/bin/python3" -c "import tokenizers" 2>/dev/null; then
+  echo "setup: installing Hugging Face tokenizers into $ROOT/.venv (tokenizer.json support)"
+  "$ROOT/.venv/bin/python3" -m pip install -q --disable-pip-version-check tokenizers
 fi

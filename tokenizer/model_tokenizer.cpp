@@ -24,18 +24,15 @@ Result<ModelTokenizer> model_tokenizer(const ModelConfig& m) {
   std::string from;
   if (!m.tokenizer.empty()) {
     key = ".tokenizer: ", from = m.tokenizer;
-  } else if (!m.checkpoint.empty() && fs::exists(fs::path(m.checkpoint) / "tokenizer.model", ec)) {
+  } else if (!m.checkpoint.empty() && (fs::exists(fs::path(m.checkpoint) / "tokenizer.model", ec) ||
+                                       fs::exists(fs::path(m.checkpoint) / "tokenizer.json", ec))) {
     key = ".checkpoint: ", from = m.checkpoint;
   } else {
     const std::string text = "model '" + m.name + "' has no tokenizer, so text prompts are refused; send token ids";
     if (m.checkpoint.empty())
-      out.absent = text + " (or give [[models]] tokenizer = \"tokenizer.model\")";
-    else if (fs::exists(fs::path(m.checkpoint) / "tokenizer.json", ec))
-      out.absent = text +
-                   " (its checkpoint has only tokenizer.json, which is not supported: give [[models]] "
-                   "tokenizer = a sentencepiece tokenizer.model)";
+      out.absent = text + " (or give [[models]] tokenizer = a tokenizer.model or tokenizer.json)";
     else
-      out.absent = text + " (its checkpoint has no tokenizer.model)";
+      out.absent = text + " (its checkpoint has no tokenizer.model or tokenizer.json)";
     return out;
   }
   auto tok = load_tokenizer(from);

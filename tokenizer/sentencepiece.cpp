@@ -1,4 +1,5 @@
-// load_tokenizer: sentencepiece's SentencePieceProcessor behind Tokenizer.
+// load_tokenizer: sentencepiece's SentencePieceProcessor behind Tokenizer,
+// and which file a path names (tokenizer.json: hf_tokenizer.cpp).
 module;
 #include <sentencepiece_processor.h>
 
@@ -56,10 +57,6 @@ class SentencePiece final : public Tokenizer {
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
 };
 
-constexpr const char* kOnlyModel =
-    "a Hugging Face tokenizer.json is not supported (no C++ library for it in Debian 12 or on PyPI); give a "
-    "sentencepiece tokenizer.model, or send token ids";
-
 }  // namespace
 
 Result<std::shared_ptr<const Tokenizer>> load_tokenizer(const std::string& path) {
@@ -69,13 +66,14 @@ Result<std::shared_ptr<const Tokenizer>> load_tokenizer(const std::string& path)
     if (fs::exists(file / "tokenizer.model", ec)) {
       file /= "tokenizer.model";
     } else if (fs::exists(file / "tokenizer.json", ec)) {
-      return InvalidArgument(path + ": has only tokenizer.json: " + kOnlyModel);
+      file /= "tokenizer.json";
     } else {
-      return NotFound(path + ": no tokenizer.model in this folder");
+      return NotFound(path + ": no tokenizer.model or tokenizer.json in this folder");
     }
   }
-  if (!fs::exists(file, ec)) return NotFound(file.string() + ": no such file (a sentencepiece tokenizer.model)");
-  if (file.extension() == ".json") return InvalidArgument(file.string() + ": " + kOnlyModel);
+  if (!fs::exists(file, ec))
+    return NotFound(file.string() + ": no such file (a sentencepiece tokenizer.model or a tokenizer.json)");
+  if (file.extension() == ".json") return load_hf_tokenizer(file.string());
   auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
   if (auto st = sp->Load(file.string()); !st.ok())
     return InvalidArgument(file.string() + ": not a sentencepiece model (" + st.ToString() + ")");

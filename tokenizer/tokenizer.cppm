@@ -1,11 +1,14 @@
 // Tokenizers for real checkpoints: text <-> token ids, from a kept library,
 // never hand-written. sentencepiece (Debian's libsentencepiece) reads a
 // tokenizer.model (Llama 2, Mistral). A Hugging Face tokenizer.json (Llama
-// 3, Qwen2.5 ship only that) is refused: no C++ library for it is packaged
-// in Debian 12 or on PyPI (docs/live.md, "Checkpoints and tokenizers").
+// 3, Qwen2.5 ship only that) goes through Hugging Face's own `tokenizers`
+// library (PyPI, installed into .venv) in an embedded CPython: no C++
+// library for it is packaged in Debian 12 or on PyPI (docs/live.md,
+// "Checkpoints and tokenizers").
 //
 // A Tokenizer is immutable once loaded; encode and decode are const and
-// safe from any thread. Shared as std::shared_ptr<const Tokenizer>.
+// safe from any thread (a tokenizer.json one serializes them on Python's
+// GIL). Shared as std::shared_ptr<const Tokenizer>.
 module;
 #include <cstdint>
 #include <memory>
@@ -38,10 +41,14 @@ class Tokenizer {
   virtual const std::string& path() const = 0;
 };
 
-// Loads a tokenizer from `path`: a sentencepiece model file, or a directory
-// holding tokenizer.model. Fails with one line naming the path: nothing
-// there (NotFound), a file sentencepiece cannot read, or a tokenizer.json
-// (InvalidArgument, saying that only tokenizer.model is supported).
+// Loads a tokenizer from `path`: a sentencepiece model file, a Hugging Face
+// tokenizer.json (any *.json), or a directory holding tokenizer.model or,
+// failing that, tokenizer.json. A tokenizer.json takes BOS and EOS from
+// tokenizer_config.json beside it (bos_token, eos_token), else has none.
+// Fails with one line naming the path: nothing there (NotFound), a file the
+// library cannot read or a bad tokenizer_config.json (InvalidArgument), or
+// Python's `tokenizers` package missing (FailedPrecondition, saying to run
+// scripts/setup.sh). Thread-safe.
 Result<std::shared_ptr<const Tokenizer>> load_tokenizer(const std::string& path);
 
 // A configured model's tokenizer, or why it has none. Text prompts go
@@ -55,11 +62,16 @@ struct ModelTokenizer {
 };
 
 // The tokenizer of [[models]] entry `m`: its `tokenizer` file when given,
-// else its checkpoint directory's tokenizer.model when there is one, else
-// none (with the reason: no checkpoint, or a checkpoint with only a
-// tokenizer.json). Fails (one line starting with m.where and the key) when
+// else its checkpoint directory's tokenizer.model or tokenizer.json when
+// there is one, else none (with the reason). Fails (one line starting with m.where and the key) when
 // the file cannot be loaded or when the tokenizer's vocabulary is larger
 // than the model's (its ids would index past the embedding).
 Result<ModelTokenizer> model_tokenizer(const ModelConfig& m);
 
+}  // namespace slicesched
+
+// Not exported: load_tokenizer's tokenizer.json half (hf_tokenizer.cpp, the
+// one file that includes Python.h). `file` is a tokenizer.json that exists.
+namespace slicesched {
+Result<std::shared_ptr<const Tokenizer>> load_hf_tokenizer(const std::string& file);
 }  // namespace slicesched

@@ -1,0 +1,316 @@
+// load_hf_tokenizer: Hugging Face's `tokenizers` library (the Rust library
+// behind transformers' fast tokenizers, through its Python API) behind
+// Tokenizer, called through an embedded CPython. It is the one kept
+// implementation of tokenizer.json reachable from Debian 12 and PyPI; no C++
+// port is packaged, and a hand-written BPE is ruled out (docs/live.md,
+// "Checkpoints and tokenizers").
+//
+// This is the only translation unit that includes Python.h: its macros and
+// C names stay out of the rest of the project, and only this file rebuilds
+// when the Python headers change.
+module;
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+module slicesched.tokenizer;
+
+namespace slicesched {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Holds the GIL for its scope. PyGILState works from any thread, including
+// HTTP threads Python has never seen, and nests.
+class Gil {
+ public:
+  Gil() : state_(PyGILState_Ensure()) {}
+  ~Gil() { PyGILState_Release(state_); }
+  Gil(const Gil&) = delete;
+  Gil& operator=(const Gil&) = delete;
+
+ private:
+  PyGILState_STATE state_;
+};
+
+// An owned reference; destroy it only while holding the GIL.
+struct Decref {
+  void operator()(PyObject* o) const { Py_XDECREF(o); }
+};
+using Ref = std::unique_ptr<PyObject, Decref>;
+
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+// The pending Python exception as "Type: message" on one line, cleared.
+// Needs the GIL.
+std::string python_error() {
+  PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
+  PyErr_Fetch(&type, &value, &trace);
+  PyErr_NormalizeException(&type, &value, &trace);
+  Ref t(type), v(value), tb(trace);
+  if (!t) return "unknown Python error";
+  std::string out = reinterpret_cast<PyTypeObject*>(t.get())->tp_name;
+  if (v) {
+    Ref s(PyObject_Str(v.get()));
+    const char* text = s ? PyUnicode_AsUTF8(s.get()) : nullptr;
+    if (text && *text) out += std::string(": ") + text;
+    PyErr_Clear();  // a failing str() must not leave a second exception behind
+  }
+  return one_line(out);
+}
+
+// Where `import tokenizers` looks first: SLICESCHED_PYTHONPATH (the
+// platform's path list) when set, else the .venv site-packages CMake found
+// (SLICESCHED_PYTHON_SITE). Prepended, so the venv's packages win over
+// anything of the same name in the system Python's dist-packages.
+std::string site_path() {
+  if (const char* env = std::getenv("SLICESCHED_PYTHONPATH"); env && *env) return env;
+#ifdef SLICESCHED_PYTHON_SITE
+  return SLICESCHED_PYTHON_SITE;
+#else
+  return {};
+#endif
+}
+
+// The embedded interpreter, started once per process on first use, never
+// finalized (HTTP threads may still hold tokenizers at exit; Python's own
+// finalization would race them). `error` is set when it cannot start or
+// cannot import `tokenizers`; it then stays unusable for the process.
+struct Interpreter {
+  std::string error;
+  PyObject* tokenizer_class = nullptr;  // tokenizers.Tokenizer, owned forever
+};
+
+std::string start(Interpreter& it) {
+  const std::string paths = site_path();
+  const std::string fix =
+      " (run scripts/setup.sh to install it into .venv, or set SLICESCHED_PYTHONPATH to the "
+      "site-packages folder that holds it)";
+  const bool ours = !Py_IsInitialized();
+  PyGILState_STATE joined{};
+  if (ours) {
+    PyConfig config;
+    PyConfig_InitPythonConfig(&config);
+    // serve installs its own SIGINT and SIGTERM handlers; Python's would
+    // take SIGINT for KeyboardInterrupt.
+    config.install_signal_handlers = 0;
+    config.parse_argv = 0;
+    // The standard library of the libpython we link (Debian's), not that of
+    // whichever python3 comes first on PATH (the venv's is a different
+    // build): pin the prefix unless the user sets PYTHONHOME.
+#ifdef SLICESCHED_PYTHON_HOME
+    if (const char* home = std::getenv("PYTHONHOME"); !home || !*home) {
+      PyStatus st = PyConfig_SetBytesString(&config, &config.home, SLICESCHED_PYTHON_HOME);
+      if (PyStatus_Exception(st)) {
+        PyConfig_Clear(&config);
+        return std::string("cannot configure the embedded Python: ") + (st.err_msg ? st.err_msg : "?");
+      }
+    }
+#endif
+    PyStatus st = Py_InitializeFromConfig(&config);
+    PyConfig_Clear(&config);
+    if (PyStatus_Exception(st))
+      return std::string("cannot start the embedded Python (") + PY_VERSION + "): " + (st.err_msg ? st.err_msg : "?");
+  } else {
+    joined = PyGILState_Ensure();  // someone else embedded Python in this process
+  }
+  // From here this thread holds the GIL; released below in every case.
+  std::string error;
+  if (!paths.empty()) {
+    PyObject* sys_path = PySys_GetObject("path");  // borrowed
+    std::size_t begin = 0;
+    Py_ssize_t at = 0;
+    while (sys_path && begin <= paths.size()) {
+      std::size_t end = paths.find(':', begin);
+      if (end == std::string::npos) end = paths.size();
+      if (end > begin) {
+        Ref dir(PyUnicode_DecodeFSDefaultAndSize(paths.data() + begin, static_cast<Py_ssize_t>(end - begin)));
+        if (!dir || PyList_Insert(sys_path, at++, dir.get()) != 0) {
+          error = "cannot extend the embedded Python's sys.path: " + python_error();
+          break;
+        }
+      }
+      begin = end + 1;
+    }
+  }
+  if (error.empty()) {
+    Ref module(PyImport_ImportModule("tokenizers"));
+    if (!module)
+      error = "the Python package `tokenizers` cannot be imported by the embedded Python " PY_VERSION
+              " (sys.path first: " +
+              (paths.empty() ? std::string("nothing added") : paths) + "): " + python_error() + fix;
+    else if (!(it.tokenizer_class = PyObject_GetAttrString(module.get(), "Tokenizer")))
+      error = "the Python package `tokenizers` has no Tokenizer: " + python_error() + fix;
+  }
+  // Let other threads take the GIL; every call below takes it with Gil.
+  if (ours)
+    PyEval_SaveThread();
+  else
+    PyGILState_Release(joined);
+  return error;
+}
+
+const Interpreter& interpreter() {
+  // A function-local static: started by exactly one thread, the others wait.
+  static const Interpreter it = [] {
+    Interpreter i;
+    i.error = start(i);
+    return i;
+  }();
+  return it;
+}
+
+class HfTokenizer final : public Tokenizer {
+ public:
+  // Takes the references; called with the GIL held.
+  HfTokenizer(std::string path, PyObject* tok, std::int64_t vocab, std::int64_t bos, std::int64_t eos)
+      : path_(std::move(path)), tok_(tok), vocab_(vocab), bos_(bos), eos_(eos) {
+    encode_kw_.reset(Py_BuildValue("{s:O}", "add_special_tokens", Py_False));
+    decode_kw_.reset(Py_BuildValue("{s:O}", "skip_special_tokens", Py_False));
+    encode_.reset(PyObject_GetAttrString(tok_.get(), "encode"));
+    decode_.reset(PyObject_GetAttrString(tok_.get(), "decode"));
+    if (!encode_kw_ || !decode_kw_ || !encode_ || !decode_) throw std::runtime_error(python_error());
+  }
+
+  ~HfTokenizer() override {
+    Gil gil;
+    encode_.reset(), decode_.reset(), encode_kw_.reset(), decode_kw_.reset(), tok_.reset();
+  }
+
+  std::vector<std::int64_t> encode(std::string_view text) const override {
+    Gil gil;
+    // "replace": bytes that are not UTF-8 become U+FFFD, which a byte-level
+    // model spells and others map to their unknown token.
+    Ref str(PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace"));
+    Ref args(str ? PyTuple_Pack(1, str.get()) : nullptr);
+    Ref enc(args ? PyObject_Call(encode_.get(), args.get(), encode_kw_.get()) : nullptr);
+    Ref ids(enc ? PyObject_GetAttrString(enc.get(), "ids") : nullptr);
+    Ref seq(ids ? PySequence_Fast(ids.get(), "Encoding.ids is not a sequence") : nullptr);
+    if (!seq) throw std::runtime_error(path_ + ": encode: " + python_error());
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.get());
+    std::vector<std::int64_t> out;
+    out.reserve(static_cast<std::size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      const long long id = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq.get(), i));
+      if (id == -1 && PyErr_Occurred()) throw std::runtime_error(path_ + ": encode: " + python_error());
+      out.push_back(id);
+    }
+    return out;
+  }
+
+  std::string decode(std::span<const std::int64_t> ids) const override {
+    for (std::int64_t id : ids)
+      if (id < 0 || id >= vocab_)
+        throw std::out_of_range(path_ + ": token id " + std::to_string(id) + " is outside the tokenizer's [0, " +
+                                std::to_string(vocab_) + ")");
+    Gil gil;
+    Ref list(PyList_New(static_cast<Py_ssize_t>(ids.size())));
+    if (!list) throw std::runtime_error(path_ + ": decode: " + python_error());
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      PyObject* id = PyLong_FromLongLong(ids[i]);
+      if (!id) throw std::runtime_error(path_ + ": decode: " + python_error());
+      PyList_SET_ITEM(list.get(), static_cast<Py_ssize_t>(i), id);  // steals id
+    }
+    Ref args(PyTuple_Pack(1, list.get()));
+    Ref text(args ? PyObject_Call(decode_.get(), args.get(), decode_kw_.get()) : nullptr);
+    Py_ssize_t size = 0;
+    const char* utf8 = text ? PyUnicode_AsUTF8AndSize(text.get(), &size) : nullptr;
+    if (!utf8) throw std::runtime_error(path_ + ": decode: " + python_error());
+    return std::string(utf8, static_cast<std::size_t>(size));
+  }
+
+  std::int64_t vocab_size() const override { return vocab_; }
+  std::int64_t bos_id() const override { return bos_; }
+  std::int64_t eos_id() const override { return eos_; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::string path_;
+  Ref tok_, encode_, decode_, encode_kw_, decode_kw_;
+  std::int64_t vocab_, bos_, eos_;
+};
+
+// The text of tokenizer_config.json's `key`: a string, or an AddedToken
+// written as {"content": ...}; empty when absent or null.
+Result<std::string> special_token(const nlohmann::json& config, const char* key, const std::string& file) {
+  auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return std::string();
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
+  return InvalidArgument(file + ": " + key + " is neither a string nor {\"content\": string}");
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const Tokenizer>> load_hf_tokenizer(const std::string& file) {
+  // BOS and EOS are not in tokenizer.json; transformers takes them from
+  // tokenizer_config.json beside it, and so do we (before starting Python,
+  // so a bad config costs nothing).
+  std::string specials[2];
+  const fs::path config_file = fs::path(file).parent_path() / "tokenizer_config.json";
+  std::error_code ec;
+  if (fs::exists(config_file, ec)) {
+    nlohmann::json config;
+    try {
+      std::ifstream in(config_file);
+      config = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      return InvalidArgument(config_file.string() + ": not JSON (" + one_line(e.what()) + ")");
+    }
+    if (!config.is_object()) return InvalidArgument(config_file.string() + ": not a JSON object");
+    const char* keys[2] = {"bos_token", "eos_token"};
+    for (int i = 0; i < 2; ++i) {
+      auto s = special_token(config, keys[i], config_file.string());
+      if (!s.ok()) return s.status();
+      specials[i] = std::move(s).value();
+    }
+  }
+
+  const Interpreter& it = interpreter();
+  if (!it.error.empty()) return FailedPrecondition(file + ": cannot read a tokenizer.json: " + it.error);
+  Gil gil;
+  Ref tok(PyObject_CallMethod(it.tokenizer_class, "from_file", "s", file.c_str()));
+  if (!tok)
+    return InvalidArgument(file + ": Hugging Face tokenizers cannot load it (" + python_error() +
+                           "); give a tokenizer.json from the model's checkpoint");
+  Ref vocab_obj(PyObject_CallMethod(tok.get(), "get_vocab_size", "O", Py_True));
+  const long long vocab = vocab_obj ? PyLong_AsLongLong(vocab_obj.get()) : -1;
+  if (vocab < 0) return InvalidArgument(file + ": get_vocab_size: " + python_error());
+  std::int64_t ids[2] = {-1, -1};
+  for (int i = 0; i < 2; ++i) {
+    if (specials[i].empty()) continue;
+    Ref id(PyObject_CallMethod(tok.get(), "token_to_id", "s", specials[i].c_str()));
+    if (!id) return InvalidArgument(file + ": token_to_id: " + python_error());
+    if (id.get() == Py_None)
+      return InvalidArgument(config_file.string() + ": " + (i == 0 ? "bos_token" : "eos_token") + " '" + specials[i] +
+                             "' is not in " + file + "'s vocabulary");
+    ids[i] = PyLong_AsLongLong(id.get());
+    if (ids[i] == -1 && PyErr_Occurred()) return InvalidArgument(file + ": token_to_id: " + python_error());
+  }
+  try {
+    return std::shared_ptr<const Tokenizer>(std::make_shared<HfTokenizer>(file, tok.release(), vocab, ids[0], ids[1]));
+  } catch (const std::exception& e) {
+    return Internal(file + ": " + e.what());
+  }
+}
+
+}  // namespace slicesched
