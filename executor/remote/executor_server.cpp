@@ -187,7 +187,7 @@ struct ExecutorServer::State {
       }
       reply(route, json{{"req", body["req"]}, {"ok", true}, {"links", n}});
     } catch (const std::exception& e) {
-      reply(route, json{{"req", body["req"]}, {"ok", false}, {"error", "executor '" + opt.host + "': " + e.what()}});
+      reply(route, json{{"req", body["req"]}, {"ok", false}, {"error", e.what()}});
     }
   }
   void release(const json& ids) {
@@ -518,7 +518,7 @@ Status ExecutorServer::serve(const std::atomic<int>* stop) {
           case wire::Type::kNcclInit:
             if (!from_scheduler) break;
             if (s.init.joinable()) {
-              s.fail({route, body, {}, {}}, "executor '" + s.opt.host + "': NCCL links were set up already");
+              s.fail({route, body, {}, {}}, "NCCL links were set up already");
               break;
             }
             s.init = std::thread([st = &s, route, body] { st->init_nccl(route, body); });
