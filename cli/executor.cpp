@@ -100,6 +100,7 @@ int executor(const ExecutorOptions& opt) {
     std::fprintf(stderr, "slicesched executor '%s': %zu accelerator(s), listening on %s\n", opt.host.c_str(),
                  so.accels.size(), opt.listen.c_str());
     const Status s = server.serve(&g_exec_stop);
+    std::fprintf(stderr, "slicesched executor '%s': %s\n", opt.host.c_str(), server.summary().c_str());
     if (!s.ok()) {
       std::fprintf(stderr, "slicesched: %s\n", s.message().c_str());
       return 1;

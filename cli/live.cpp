@@ -168,9 +168,11 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
     }
     std::vector<RemoteModel> models;
     for (std::size_t i = 0; i < served.size(); ++i) models.push_back({served[i].tmpl, i, served[i].model});
-    auto r = std::make_unique<RemoteRunner>(
-        hosts, accel_host, models,
-        RemoteOptions{cfg.live.heartbeat_ms, cfg.live.executor_timeout_ms, RemoteOptions{}.connect_ms});
+    RemoteOptions ro{cfg.live.heartbeat_ms, cfg.live.executor_timeout_ms, RemoteOptions{}.connect_ms, {}};
+    // GPU values between executors go over NCCL unless the config says
+    // copy (then as bytes over ZeroMQ, as CPU values always do).
+    if (transport(cfg.live) == Transport::kNccl) ro.nccl_id = [] { return rt::cuda::nccl_unique_id(); };
+    auto r = std::make_unique<RemoteRunner>(hosts, accel_host, models, ro);
     r->on_lost([&lost_to, &cfg](AccelId a) {
       std::fprintf(
           stderr,
@@ -180,7 +182,8 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
     });
     weights = r->connect(names);
     if (opt.progress && weights.ok())
-      std::fprintf(stderr, "slicesched: %zu executor process(es) connected\n", hosts.size());
+      std::fprintf(stderr, "slicesched: %zu executor process(es) connected, %zu NCCL link(s) between them\n",
+                   hosts.size(), r->nccl_links());
     remote = r.get();
     runner = std::move(r);
   }

@@ -13,6 +13,7 @@ module;
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -20,6 +21,7 @@ module;
 #include <vector>
 #include <zmq.hpp>
 
+#include "executor/torch/cuda.h"
 #include "executor/torch/runtime.h"
 
 module slicesched.executor.server;
@@ -37,7 +39,20 @@ struct Job {
   std::vector<std::string> route;
   json body;
   std::string plan;
+  Payload value;  // a send job's value, held until NCCL is done with it
 };
+
+std::string from_hex(const std::string& h) {
+  auto nib = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw std::invalid_argument("not a hex digit");
+  };
+  if (h.size() % 2 != 0) throw std::invalid_argument("an odd number of hex digits");
+  std::string out;
+  for (std::size_t i = 0; i < h.size(); i += 2) out.push_back(static_cast<char>(nib(h[i]) << 4 | nib(h[i + 1])));
+  return out;
+}
 
 // One thread's FIFO of jobs.
 struct Queue {
@@ -73,8 +88,27 @@ struct ExecutorServer::State {
   std::uint64_t next_id = 1;
   std::map<AccelId, std::int64_t> used;  // weights + held values
 
-  std::map<AccelId, std::unique_ptr<Queue>> runq, copyq;
+  std::map<AccelId, std::unique_ptr<Queue>> runq, copyq, sendq;
   std::vector<std::thread> threads;
+  std::map<AccelId, std::string> gpu;  // each GPU accelerator's GPU UUID
+
+  // NCCL links to other executors (kNcclInit), set once by the init thread
+  // before it replies; the scheduler sends no copy before that reply.
+  std::thread init;
+  std::mutex nccl_mu;
+  std::unique_ptr<rt::cuda::NcclPeers> nccl;
+  struct LinkEnd {
+    std::size_t index;  // in *nccl
+    AccelId mine;       // this side's accelerator
+    int rank;
+  };
+  std::map<std::uint64_t, LinkEnd> links;  // by the scheduler's link number
+
+  // Copies received: over NCCL, pulled as bytes over ZeroMQ, within this
+  // process; values sent over NCCL. For the exit summary (gpu-check reads it).
+  std::atomic<std::uint64_t> in_nccl{0}, in_bytes{0}, in_local{0}, out_nccl{0};
+
+  int transfer_timeout_ms() const { return 2 * opt.timeout_ms + opt.heartbeat_ms; }
 
   const ExecutorServerOptions::Accel* accel(AccelId a) const {
     for (const auto& x : opt.accels)
@@ -106,10 +140,55 @@ struct ExecutorServer::State {
     return json{{"id", id}, {"bytes", v.bytes}};
   }
   Result<Payload> find(std::uint64_t id) {
+    auto h = find_held(id);
+    if (!h.ok()) return h.status();
+    return h->value;
+  }
+  Result<Held> find_held(std::uint64_t id) {
     std::lock_guard lk(val_mu);
     auto it = values.find(id);
     if (it == values.end()) return NotFound("value " + std::to_string(id) + " is not held here (released?)");
-    return it->second.value;
+    return it->second;
+  }
+  Result<LinkEnd> link(std::uint64_t n, int rank) {
+    std::lock_guard lk(nccl_mu);
+    auto it = links.find(n);
+    if (it == links.end() || it->second.rank != rank)
+      return FailedPrecondition("executor '" + opt.host + "' has no NCCL link " + std::to_string(n) +
+                                (rank == 0 ? " to send on" : " to receive on"));
+    return it->second;
+  }
+
+  // kNcclInit, on its own thread: a blocking NCCL init must not stop the
+  // server loop (heartbeats, other executors' requests).
+  void init_nccl(std::vector<std::string> route, json body) {
+    std::vector<rt::cuda::NcclPeers::Link> ls;
+    std::map<std::uint64_t, LinkEnd> ends;
+    try {
+      for (const json& l : body["links"]) {
+        const int rank = l["rank"].get<int>();
+        const AccelId mine = l[rank == 0 ? "from" : "to"].get<AccelId>();
+        const auto* a = accel(mine);
+        if (!a || rt::cuda_ordinal(a->device) < 0)
+          return reply(route, json{{"req", body["req"]},
+                                   {"ok", false},
+                                   {"error", "NCCL link " + l["name"].get<std::string>() + ": accelerator " +
+                                                 std::to_string(mine) + " is not a GPU of host '" + opt.host + "'"}});
+        ends[l["link"].get<std::uint64_t>()] = {ls.size(), mine, rank};
+        ls.push_back(
+            {l["name"].get<std::string>(), from_hex(l["id"].get<std::string>()), rank, rt::cuda_ordinal(a->device)});
+      }
+      auto peers = std::make_unique<rt::cuda::NcclPeers>(std::move(ls), body["timeout_ms"].get<int>());
+      const std::size_t n = ends.size();
+      {
+        std::lock_guard lk(nccl_mu);
+        nccl = std::move(peers);
+        links = std::move(ends);
+      }
+      reply(route, json{{"req", body["req"]}, {"ok", true}, {"links", n}});
+    } catch (const std::exception& e) {
+      reply(route, json{{"req", body["req"]}, {"ok", false}, {"error", e.what()}});
+    }
   }
   void release(const json& ids) {
     std::lock_guard lk(val_mu);
@@ -168,9 +247,10 @@ struct ExecutorServer::State {
                         {"ns", r->device_ns >= 0 ? r->device_ns : ns}});
   }
 
-  // Pulls value `id` from the executor at `peer` (this thread's socket to it).
-  Result<rt::Value> pull(std::map<std::string, zmq::socket_t>& peers, const std::string& peer, std::uint64_t id,
-                         const std::string& device) {
+  // Asks the executor at `peer` (this thread's socket to it) for value
+  // `id` with `m`; its answer must be `want` with one frame.
+  Result<wire::Message> ask(std::map<std::string, zmq::socket_t>& peers, const std::string& peer, std::uint64_t id,
+                            const wire::Message& m, wire::Type want) {
     auto it = peers.find(peer);
     if (it == peers.end()) {
       it = peers.emplace(peer, zmq::socket_t(ctx, zmq::socket_type::dealer)).first;
@@ -178,7 +258,7 @@ struct ExecutorServer::State {
       it->second.connect(peer);
     }
     zmq::socket_t& s = it->second;
-    if (Status st = wire::send(s, {wire::Type::kPull, json{{"id", id}}.dump(), {}}); !st.ok()) return st;
+    if (Status st = wire::send(s, m); !st.ok()) return st;
     // Longer than the scheduler's own timeout: a dead peer is declared lost
     // there first, so this copy reports lost (redone), not failed.
     zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
@@ -188,15 +268,60 @@ struct ExecutorServer::State {
       return Aborted("pulling value " + std::to_string(id) + " from " + peer + ": no answer in " +
                      std::to_string(2 * opt.timeout_ms + opt.heartbeat_ms) + " ms");
     }
-    auto m = wire::recv(s);
-    if (!m.ok()) return m.status();
-    if (m->type != wire::Type::kValue || m->blobs.size() != 1)
+    auto got = wire::recv(s);
+    if (!got.ok()) return got.status();
+    if (got->type != want || got->blobs.size() != 1)
       return Aborted("pulling value " + std::to_string(id) + " from " + peer + ": " +
-                     json::parse(m->body, nullptr, false).value("error", std::string("refused")));
+                     json::parse(got->body, nullptr, false).value("error", std::string("refused")));
+    return got;
+  }
+
+  // Pulls value `id` from the executor at `peer` as bytes over ZeroMQ.
+  Result<rt::Value> pull(std::map<std::string, zmq::socket_t>& peers, const std::string& peer, std::uint64_t id,
+                         const std::string& device) {
+    auto m = ask(peers, peer, id, {wire::Type::kPull, json{{"id", id}}.dump(), {}}, wire::Type::kValue);
+    if (!m.ok()) return m.status();
     try {
       return rt::LlamaModel::from_bytes(m->blobs[0], device);
     } catch (const std::exception& e) {
       return Internal(std::string("pulled value: ") + e.what());
+    }
+  }
+
+  // Receives value `id` from the executor at `peer` over NCCL link `n`:
+  // asks for it, allocates its twin from the layout the source answers,
+  // and posts the receive while the source posts the send.
+  Result<CopyResult> nccl_pull(std::map<std::string, zmq::socket_t>& peers, const std::string& peer, std::uint64_t id,
+                               std::uint64_t n, AccelId a) {
+    auto end = link(n, 1);
+    if (!end.ok()) return end.status();
+    auto m =
+        ask(peers, peer, id, {wire::Type::kNcclPull, json{{"id", id}, {"link", n}}.dump(), {}}, wire::Type::kLayout);
+    if (!m.ok()) return m.status();
+    const std::string& device = accel(a)->device;
+    const rt::ValueLayout l = rt::LlamaModel::decode(m->blobs[0]);
+    rt::LlamaModel::bind_thread_stream(device);
+    rt::Value v = rt::LlamaModel::allocate(l, device);
+    const std::int64_t ns =
+        nccl->recv(end->index, rt::LlamaModel::data(v), static_cast<std::size_t>(l.data_bytes), transfer_timeout_ms());
+    return CopyResult{LlamaRunner::wrap(v), ns};
+  }
+
+  // A send job: value j.value to the peer that asked, over NCCL. Failure
+  // reaches the receiver as its receive's timeout; it is logged here.
+  void send_job(AccelId a, const Job& j) {
+    const std::uint64_t n = j.body["link"].get<std::uint64_t>();
+    try {
+      auto end = link(n, 0);
+      if (!end.ok()) throw std::runtime_error(end.status().message());
+      rt::LlamaModel::bind_thread_stream(accel(a)->device);
+      const rt::Value v = rt::LlamaModel::contiguous(LlamaRunner::unwrap(j.value));
+      nccl->send(end->index, rt::LlamaModel::data(v), static_cast<std::size_t>(j.value.bytes), transfer_timeout_ms());
+      ++out_nccl;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "slicesched executor '%s': sending value %llu over NCCL link %llu: %s\n", opt.host.c_str(),
+                   static_cast<unsigned long long>(j.body["id"].get<std::uint64_t>()),
+                   static_cast<unsigned long long>(n), e.what());
     }
   }
 
@@ -205,15 +330,21 @@ struct ExecutorServer::State {
     const auto t0 = Clock::now();
     Result<CopyResult> r = CopyResult{};
     try {
-      if (j.body.contains("peer")) {
+      if (j.body.contains("link")) {
+        r = nccl_pull(peers, j.body["peer"].get<std::string>(), id, j.body["link"].get<std::uint64_t>(), a);
+        if (r.ok()) ++in_nccl;
+      } else if (j.body.contains("peer")) {
         auto v = pull(peers, j.body["peer"].get<std::string>(), id, accel(a)->device);
-        if (v.ok())
+        if (v.ok()) {
           r = CopyResult{LlamaRunner::wrap(v.value()), -1};
-        else
+          ++in_bytes;
+        } else {
           r = v.status();
+        }
       } else {
         auto v = find(id);
         r = v.ok() ? runner.copy(v.value(), a) : Result<CopyResult>(v.status());
+        if (r.ok()) ++in_local;
       }
     } catch (const std::exception& e) {
       r = Internal(std::string("transfer threw: ") + e.what());
@@ -226,7 +357,8 @@ struct ExecutorServer::State {
           json{{"req", j.body["req"]}, {"ok", true}, {"output", *out}, {"ns", r->device_ns >= 0 ? r->device_ns : ns}});
   }
 
-  void worker(Queue& q, AccelId a, bool copies) {
+  enum class Role { kRun, kCopy, kSend };
+  void worker(Queue& q, AccelId a, Role role) {
     std::map<std::string, zmq::socket_t> peers;  // this thread's sockets to other executors
     for (;;) {
       Job j;
@@ -238,7 +370,12 @@ struct ExecutorServer::State {
         q.jobs.pop_front();
       }
       try {
-        copies ? copy_job(a, j, peers) : run_job(a, j);
+        if (role == Role::kSend)
+          send_job(a, j);
+        else if (role == Role::kCopy)
+          copy_job(a, j, peers);
+        else
+          run_job(a, j);
       } catch (const std::exception& e) {  // a malformed body (json type errors)
         fail(j, std::string("a malformed request: ") + e.what());
       }
@@ -260,15 +397,21 @@ ExecutorServer::ExecutorServer(LlamaRunner& runner, ExecutorServerOptions opt)
     st_->used[a.id] = a.weights;
     st_->runq[a.id] = std::make_unique<Queue>();
     st_->copyq[a.id] = std::make_unique<Queue>();
+    st_->sendq[a.id] = std::make_unique<Queue>();
+    if (rt::cuda_ordinal(a.device) >= 0) st_->gpu[a.id] = rt::cuda::device_uuid(rt::cuda_ordinal(a.device));
   }
   for (const auto& a : st_->opt.accels) {
-    st_->threads.emplace_back([s = st_.get(), id = a.id] { s->worker(*s->runq[id], id, false); });
-    st_->threads.emplace_back([s = st_.get(), id = a.id] { s->worker(*s->copyq[id], id, true); });
+    st_->threads.emplace_back([s = st_.get(), id = a.id] { s->worker(*s->runq[id], id, State::Role::kRun); });
+    st_->threads.emplace_back([s = st_.get(), id = a.id] { s->worker(*s->copyq[id], id, State::Role::kCopy); });
+    // Sends have a thread of their own: a send waits only for its
+    // receiver, which posted its half already, never behind a receive.
+    st_->threads.emplace_back([s = st_.get(), id = a.id] { s->worker(*s->sendq[id], id, State::Role::kSend); });
   }
 }
 
 ExecutorServer::~ExecutorServer() {
-  for (auto* qs : {&st_->runq, &st_->copyq})
+  if (st_->init.joinable()) st_->init.join();
+  for (auto* qs : {&st_->runq, &st_->copyq, &st_->sendq})
     for (auto& [a, q] : *qs) {
       {
         std::lock_guard lk(q->mu);
@@ -278,6 +421,7 @@ ExecutorServer::~ExecutorServer() {
     }
   for (std::thread& t : st_->threads) t.join();
   st_->values.clear();
+  st_->nccl.reset();
   close(st_->wake);
 }
 
@@ -331,7 +475,10 @@ Status ExecutorServer::serve(const std::atomic<int>* stop) {
             last_seen = Clock::now();
             json accels = json::array();
             for (const auto& a : s.opt.accels)
-              accels.push_back({{"accel", a.id}, {"name", a.name}, {"weights", a.weights}});
+              accels.push_back({{"accel", a.id},
+                                {"name", a.name},
+                                {"weights", a.weights},
+                                {"gpu", s.gpu.count(a.id) ? s.gpu[a.id] : std::string()}});
             if (body.value("host", std::string()) != s.opt.host)
               s.reply(route, json{{"req", body["req"]},
                                   {"ok", false},
@@ -345,10 +492,11 @@ Status ExecutorServer::serve(const std::atomic<int>* stop) {
           case wire::Type::kCopy: {
             const AccelId a = body[m->type == wire::Type::kRun ? "accel" : "to"].get<AccelId>();
             if (!s.accel(a)) {
-              s.fail({route, body, {}}, "accelerator " + std::to_string(a) + " is not on host '" + s.opt.host + "'");
+              s.fail({route, body, {}, {}},
+                     "accelerator " + std::to_string(a) + " is not on host '" + s.opt.host + "'");
               break;
             }
-            Job j{route, std::move(body), m->blobs.empty() ? std::string() : std::move(m->blobs[0])};
+            Job j{route, std::move(body), m->blobs.empty() ? std::string() : std::move(m->blobs[0]), {}};
             State::push(m->type == wire::Type::kRun ? *s.runq[a] : *s.copyq[a], std::move(j));
             break;
           }
@@ -365,6 +513,33 @@ Status ExecutorServer::serve(const std::atomic<int>* stop) {
             std::string bytes = rt::LlamaModel::to_bytes(LlamaRunner::unwrap(v.value()));
             (void)wire::send(sock, {wire::Type::kValue, json{{"bytes", bytes.size()}}.dump(), {std::move(bytes)}},
                              route);
+            break;
+          }
+          case wire::Type::kNcclInit:
+            if (!from_scheduler) break;
+            if (s.init.joinable()) {
+              s.fail({route, body, {}, {}}, "NCCL links were set up already");
+              break;
+            }
+            s.init = std::thread([st = &s, route, body] { st->init_nccl(route, body); });
+            break;
+          case wire::Type::kNcclPull: {
+            // The layout goes back now; the data follows on the source
+            // accelerator's send thread once the receiver posts its half.
+            auto held = s.find_held(body["id"].get<std::uint64_t>());
+            auto end = held.ok() ? s.link(body["link"].get<std::uint64_t>(), 0) : Result<State::LinkEnd>(held.status());
+            if (end.ok() && end->mine != held->accel)
+              end = FailedPrecondition("value " + std::to_string(body["id"].get<std::uint64_t>()) +
+                                       " is not on the link's accelerator");
+            if (!end.ok()) {
+              (void)wire::send(
+                  sock, {wire::Type::kError, json{{"ok", false}, {"error", end.status().message()}}.dump(), {}}, route);
+              break;
+            }
+            std::string layout = rt::LlamaModel::encode(rt::LlamaModel::layout(LlamaRunner::unwrap(held->value)));
+            (void)wire::send(sock, {wire::Type::kLayout, json{{"bytes", layout.size()}}.dump(), {std::move(layout)}},
+                             route);
+            State::push(*s.sendq[held->accel], {route, std::move(body), {}, held->value});
             break;
           }
           case wire::Type::kShutdown:
@@ -388,6 +563,14 @@ Status ExecutorServer::serve(const std::atomic<int>* stop) {
       }
     }
   }
+}
+
+std::string ExecutorServer::summary() const {
+  return "copies received: " + std::to_string(st_->in_nccl.load()) + " over NCCL, " +
+         std::to_string(st_->in_bytes.load()) + " pulled as bytes over ZeroMQ, " +
+         std::to_string(st_->in_local.load()) +
+         " within this process; sent over NCCL: " + std::to_string(st_->out_nccl.load()) +
+         "; NCCL links: " + std::to_string(st_->nccl ? st_->nccl->size() : 0);
 }
 
 }  // namespace slicesched

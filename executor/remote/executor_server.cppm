@@ -8,8 +8,11 @@
 // stay here until the scheduler releases them; each accelerator's bytes
 // (weights, held values) are accounted against its budget, and an
 // operator or copy that would exceed it is refused, never attempted.
-// Copies from another host are pulled from that host's executor over
-// ZeroMQ (tensor bytes peer to peer), never through the scheduler.
+// Copies from another host come from that host's executor, never through
+// the scheduler: between GPUs over an NCCL link the scheduler set up at
+// connect time (kNcclInit; the source sends on its accelerator's send
+// thread, the destination receives on its transfer thread), otherwise
+// pulled as bytes over ZeroMQ.
 //
 // Liveness: after the scheduler's hello, heartbeats go to it every
 // heartbeat_ms; a scheduler silent for timeout_ms is gone, and the
@@ -52,6 +55,10 @@ class ExecutorServer {
   // non-zero (Ok; null: never). Fails at once, one line, when the endpoint
   // cannot be bound. Called once, on the thread that owns the server.
   Status serve(const std::atomic<int>* stop);
+  // One line of what crossed into and out of this executor: copies
+  // received over NCCL, as bytes over ZeroMQ, within the process, and
+  // values sent over NCCL. Call after serve() returns.
+  std::string summary() const;
 
   struct State;
 

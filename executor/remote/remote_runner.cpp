@@ -2,10 +2,12 @@ module;
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -83,13 +85,14 @@ namespace {
 
 // A value held by an executor. The last handle tells it to free the value.
 struct RemoteValue {
-  RemoteValue(std::shared_ptr<RemoteRunner::Channel> c, std::size_t e, std::uint64_t i)
-      : ch(std::move(c)), exec(e), id(i) {}
+  RemoteValue(std::shared_ptr<RemoteRunner::Channel> c, std::size_t e, AccelId a, std::uint64_t i)
+      : ch(std::move(c)), exec(e), accel(a), id(i) {}
   RemoteValue(const RemoteValue&) = delete;  // one handle, one release
   RemoteValue& operator=(const RemoteValue&) = delete;
   ~RemoteValue() { ch->post(exec, {wire::Type::kRelease, json{{"ids", {id}}}.dump(), {}}); }
   const std::shared_ptr<RemoteRunner::Channel> ch;
   const std::size_t exec;
+  const AccelId accel;  // where it lives (the NCCL link to copy it on)
   const std::uint64_t id;
 };
 
@@ -246,6 +249,7 @@ Result<std::vector<std::int64_t>> RemoteRunner::connect(const std::vector<std::s
   for (std::size_t e = 0; e < hosts_.size(); ++e)
     hellos.push_back(ch_->call(e, wire::Type::kHello, json{{"host", hosts_[e].host}}));
   std::vector<std::int64_t> weights(accel_host_.size(), 0);
+  std::vector<std::string> gpu(accel_host_.size());
   const auto deadline = Clock::now() + std::chrono::milliseconds(opt_.connect_ms);
   for (std::size_t e = 0; e < hosts_.size(); ++e) {
     const std::string who = "executor '" + hosts_[e].host + "' at " + hosts_[e].address;
@@ -263,6 +267,7 @@ Result<std::vector<std::int64_t>> RemoteRunner::connect(const std::vector<std::s
       if (id >= accel_host_.size() || accel_host_[id] != e || names[id] != got.back())
         return Aborted(who + " owns accelerator '" + got.back() + "', which the config gives another host");
       weights[id] = a["weights"].get<std::int64_t>();
+      gpu[id] = a.value("gpu", std::string());
     }
     if (got.size() != expected.size())
       return Aborted(who + " owns " + std::to_string(got.size()) + " accelerator(s), the config gives it " +
@@ -271,7 +276,61 @@ Result<std::vector<std::int64_t>> RemoteRunner::connect(const std::vector<std::s
     ch_->hello[e] = 1;
     ch_->last_seen[e] = Clock::now();
   }
+  if (Status s = connect_nccl(gpu, names, deadline); !s.ok()) return s;
   return weights;
+}
+
+Status RemoteRunner::connect_nccl(const std::vector<std::string>& gpu, const std::vector<std::string>& names,
+                                  std::chrono::steady_clock::time_point deadline) {
+  const std::vector<wire::NcclLink> plan = wire::plan_nccl_links(accel_host_, gpu);
+  if (plan.empty() || !opt_.nccl_id) return Status::Ok();
+  // Each executor hears all of its links at once, so it can join them in
+  // one NCCL group: its two ranks of a pair of links never wait on each other.
+  std::vector<json> per(hosts_.size(), json::array());
+  const int left_ms = static_cast<int>(std::max<std::int64_t>(
+      1000, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count()));
+  for (std::size_t n = 0; n < plan.size(); ++n) {
+    const auto [from, to] = std::pair(plan[n].from, plan[n].to);
+    const std::string name = names[from] + " (" + hosts_[accel_host_[from]].host + ") -> " + names[to] + " (" +
+                             hosts_[accel_host_[to]].host + ")";
+    std::string id;
+    try {
+      id = opt_.nccl_id();
+    } catch (const std::exception& e) {
+      return Aborted("NCCL link " + name + ": " + e.what());
+    }
+    std::string hex;
+    for (char c : id) {
+      static const char* digits = "0123456789abcdef";
+      hex.push_back(digits[(static_cast<unsigned char>(c) >> 4) & 0xf]);
+      hex.push_back(digits[static_cast<unsigned char>(c) & 0xf]);
+    }
+    json link{{"link", n}, {"from", from}, {"to", to}, {"name", name}, {"id", hex}};
+    link["rank"] = 0;
+    per[accel_host_[from]].push_back(link);
+    link["rank"] = 1;
+    per[accel_host_[to]].push_back(link);
+    links_[{from, to}] = n;
+  }
+  std::vector<std::pair<std::size_t, std::future<Result<wire::Message>>>> inits;
+  for (std::size_t e = 0; e < hosts_.size(); ++e)
+    if (!per[e].empty())
+      inits.emplace_back(e, ch_->call(e, wire::Type::kNcclInit, json{{"links", per[e]}, {"timeout_ms", left_ms}}));
+  for (auto& [e, f] : inits) {
+    const std::string who = "executor '" + hosts_[e].host + "' at " + hosts_[e].address;
+    // The executors give up at left_ms themselves; a little longer here
+    // lets their own line (naming the link) arrive.
+    if (f.wait_until(deadline + std::chrono::seconds(5)) != std::future_status::ready) {
+      links_.clear();
+      return Aborted(who + " did not set up its NCCL links within " + std::to_string(left_ms / 1000) + " s");
+    }
+    auto b = reply_body(f.get(), hosts_[e].host);
+    if (!b.ok()) {
+      links_.clear();
+      return Aborted("setting up NCCL links between executors: " + b.status().message());
+    }
+  }
+  return Status::Ok();
 }
 
 void RemoteRunner::shutdown() {
@@ -340,7 +399,7 @@ Result<OpResult> RemoteRunner::run(AccelId accel, const void* prepared, std::spa
   OpResult out;
   auto handle = [&](const json& v) -> Payload {
     if (v.is_null()) return {};
-    return Payload{std::make_shared<const RemoteValue>(ch_, e, v["id"].get<std::uint64_t>()),
+    return Payload{std::make_shared<const RemoteValue>(ch_, e, accel, v["id"].get<std::uint64_t>()),
                    v["bytes"].get<std::int64_t>()};
   };
   out.output = handle((*b)["output"]);
@@ -356,10 +415,11 @@ Result<CopyResult> RemoteRunner::copy(const Payload& value, AccelId to) {
   json body{{"to", to}, {"id", v.id}};
   // Across hosts the destination pulls from the source executor directly.
   if (v.exec != e) body["peer"] = hosts_[v.exec].address;
+  if (auto l = links_.find({v.accel, to}); l != links_.end()) body["link"] = l->second;
   auto b = reply_body(ch_->call(e, wire::Type::kCopy, std::move(body)).get(), hosts_[e].host);
   if (!b.ok()) return b.status();
   CopyResult out;
-  out.value = Payload{std::make_shared<const RemoteValue>(ch_, e, (*b)["output"]["id"].get<std::uint64_t>()),
+  out.value = Payload{std::make_shared<const RemoteValue>(ch_, e, to, (*b)["output"]["id"].get<std::uint64_t>()),
                       (*b)["output"]["bytes"].get<std::int64_t>()};
   out.device_ns = (*b)["ns"].get<Nanos>();
   return out;

@@ -5,9 +5,10 @@
 // copy to the executor that owns the accelerator, over the control
 // channel (executor/remote/wire). Values stay in the executors: a Payload
 // here is a handle (executor, value id, bytes), and dropping the last
-// handle tells the executor to free the value. A copy between hosts is
-// pulled by the destination executor straight from the source executor;
-// the tensor never passes through this process.
+// handle tells the executor to free the value. A copy between hosts goes
+// straight from the source executor to the destination executor (NCCL
+// between GPUs, else bytes over ZeroMQ); the tensor never passes through
+// this process.
 //
 // Liveness: executors send heartbeats, and so does this runner. An
 // executor silent for `timeout_ms` (killed, crashed, cut off) is lost for
@@ -20,15 +21,18 @@
 // executor answers or is lost.
 module;
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 export module slicesched.executor.remote;
@@ -46,6 +50,11 @@ struct RemoteOptions {
   int heartbeat_ms = 200;  // how often each side says it is alive
   int timeout_ms = 3000;   // silence after which an executor is lost
   int connect_ms = 60000;  // how long connect() waits for an executor's hello (it loads weights first)
+  // Makes one ncclUniqueId (rt::cuda::nccl_unique_id; this process hosts
+  // its bootstrap root). Null: no NCCL links, every copy between
+  // executors goes as bytes over ZeroMQ ([live] transport = "copy", or a
+  // build without LibTorch).
+  std::function<std::string()> nccl_id;
 };
 
 // One model the executors serve: the operators of template `tmpl` are the
@@ -74,13 +83,21 @@ class RemoteRunner final : public OpRunner {
   // Says hello to every executor and waits for each (up to connect_ms):
   // each must speak this protocol version and own exactly the
   // accelerators the config gives its host (`names[a]` for accelerator a).
-  // Returns the resident weight bytes per accelerator the executors
-  // loaded. Fails with one line naming the host and address.
+  // Then, with opt.nccl_id, sets up the NCCL links between executors
+  // (wire::plan_nccl_links over the GPUs their hellos name): one id per
+  // link, sent with each executor's rank to both of its executors, which
+  // join all their links in one NCCL group; waits for every executor
+  // (up to connect_ms). Returns the resident weight bytes per accelerator
+  // the executors loaded. Fails with one line naming the host and address
+  // (or the NCCL link).
   Result<std::vector<std::int64_t>> connect(const std::vector<std::string>& names);
   // Tells every executor still alive to exit (best effort, no wait).
   void shutdown();
   // Executors lost so far (by heartbeat silence).
   std::size_t lost_executors() const { return lost_count_.load(); }
+  // NCCL links set up by connect() (0 before it, or without GPUs on two
+  // executors).
+  std::size_t nccl_links() const { return links_.size(); }
 
   Result<std::shared_ptr<const void>> prepare(const Gmg& gmg, OpId op) override;
   Result<OpResult> run(AccelId accel, const void* prepared, std::span<const Payload> inputs) override;
@@ -92,12 +109,16 @@ class RemoteRunner final : public OpRunner {
  private:
   void io_loop();
   void declare_dead(std::size_t exec, const std::string& why);
+  Status connect_nccl(const std::vector<std::string>& gpu, const std::vector<std::string>& names,
+                      std::chrono::steady_clock::time_point deadline);
 
   std::vector<ExecutorEndpoint> hosts_;
   std::vector<std::size_t> accel_host_;
   std::vector<RemoteModel> models_;
   RemoteOptions opt_;
   std::function<void(AccelId)> lost_cb_;
+  // (from, to) -> link number; written by connect(), read-only after.
+  std::map<std::pair<AccelId, AccelId>, std::uint64_t> links_;
   std::shared_ptr<Channel> ch_;
   std::atomic<std::size_t> lost_count_{0};
   std::mutex plans_mu_;

@@ -37,7 +37,7 @@ Result<Type> parse_header(const std::string& frame) {
     return FailedPrecondition("the peer speaks executor protocol version " + std::to_string(version) +
                               ", this process speaks version " + std::to_string(kProtocolVersion) +
                               " (run the same slicesched build on every host)");
-  if (type < 1 || type > static_cast<std::uint16_t>(Type::kError))
+  if (type < 1 || type > static_cast<std::uint16_t>(Type::kLayout))
     return InvalidArgument("unknown executor message type " + std::to_string(type));
   return static_cast<Type>(type);
 }
@@ -77,6 +77,15 @@ Result<Message> recv(zmq::socket_t& s, std::size_t route_frames, std::vector<std
   m.body = std::move(frames[route_frames + 1]);
   for (std::size_t i = route_frames + 2; i < frames.size(); ++i) m.blobs.push_back(std::move(frames[i]));
   return m;
+}
+
+std::vector<NcclLink> plan_nccl_links(const std::vector<std::size_t>& accel_host, const std::vector<std::string>& gpu) {
+  std::vector<NcclLink> links;
+  for (AccelId a = 0; a < gpu.size(); ++a)
+    for (AccelId b = 0; b < gpu.size(); ++b)
+      if (!gpu[a].empty() && !gpu[b].empty() && accel_host[a] != accel_host[b] && gpu[a] != gpu[b])
+        links.push_back({a, b});
+  return links;
 }
 
 }  // namespace slicesched::wire

@@ -9,6 +9,7 @@
 // Threading: a zmq socket belongs to one thread; these functions take the
 // socket from the caller and keep nothing.
 module;
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -20,7 +21,8 @@ export import slicesched.core;
 export namespace slicesched::wire {
 
 // Bumped whenever a message's meaning or a body's fields change.
-inline constexpr std::uint16_t kProtocolVersion = 1;
+// 2: kNcclInit, kNcclPull, kLayout; hello replies name each accelerator's GPU.
+inline constexpr std::uint16_t kProtocolVersion = 2;
 
 enum class Type : std::uint16_t {
   kHello = 1,      // scheduler -> executor: {host}; reply: {host, accels:[{accel, name, weights}]}
@@ -33,7 +35,26 @@ enum class Type : std::uint16_t {
   kHeartbeat = 8,  // either way, every heartbeat_ms: "still here"
   kShutdown = 9,   // scheduler -> executor: exit now
   kError = 10,     // a refusal: {error}
+  kNcclInit = 11,  // scheduler -> executor: {links:[{link, from, to, rank, id}]}; reply: kReply once all are up
+  kNcclPull = 12,  // executor -> executor: {id, link}: send me this value over NCCL link; reply: kLayout
+  kLayout = 13,    // reply to kNcclPull: {bytes} + the value's layout frame; its data follows over NCCL
 };
+
+// One NCCL communicator between two executor processes: two ranks, the
+// source accelerator's (rank 0) and the destination's (rank 1), carrying
+// copies from -> to only.
+struct NcclLink {
+  AccelId from = kNoAccel, to = kNoAccel;
+  friend bool operator==(const NcclLink&, const NcclLink&) = default;
+};
+
+// The links a cluster needs: every ordered pair of accelerators on GPUs
+// (`gpu[a]`: the GPU's UUID, "" for a CPU device) whose executors differ
+// (`accel_host[a]`) and whose GPUs differ: NCCL refuses two ranks of one
+// communicator on one GPU, so two processes sharing a GPU keep the ZeroMQ
+// byte path between them. Ordered by (from, to); a link's index in the
+// result is its number on the wire. Pure; sizes must match.
+std::vector<NcclLink> plan_nccl_links(const std::vector<std::size_t>& accel_host, const std::vector<std::string>& gpu);
 
 struct Message {
   Type type = Type::kHeartbeat;

@@ -8,10 +8,13 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <chrono>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -258,6 +261,170 @@ std::int64_t NcclLinks::send_recv(const void* src, void* dst, std::size_t bytes,
     check(cudaEventSynchronize(sev.b), what + ": cudaEventSynchronize (send)");
   }
   return rev.wait_ns();
+}
+
+// ---- NcclPeers --------------------------------------------------------------------------------------------------
+
+std::string nccl_unique_id() {
+  ncclUniqueId id;
+  check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  return std::string(id.internal, sizeof id.internal);
+}
+
+std::string device_uuid(int d) {
+  need_device(d);
+  cudaDeviceProp p{};
+  check(cudaGetDeviceProperties(&p, d), "cudaGetDeviceProperties on " + dev(d));
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (char c : p.uuid.bytes) {
+    out.push_back(hex[(static_cast<unsigned char>(c) >> 4) & 0xf]);
+    out.push_back(hex[static_cast<unsigned char>(c) & 0xf]);
+  }
+  return out;
+}
+
+namespace {
+
+using Deadline = std::chrono::steady_clock::time_point;
+
+Deadline after_ms(int ms) { return std::chrono::steady_clock::now() + std::chrono::milliseconds(ms); }
+
+// Polls a non-blocking communicator until its pending operation (init,
+// or a group's enqueue) is no longer in progress: its final state, or
+// ncclInProgress at the deadline.
+ncclResult_t settle(ncclComm_t c, Deadline until) {
+  for (;;) {
+    ncclResult_t r = ncclSuccess;
+    if (ncclResult_t q = ncclCommGetAsyncError(c, &r); q != ncclSuccess) return q;
+    if (r != ncclInProgress || std::chrono::steady_clock::now() >= until) return r;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+}  // namespace
+
+struct NcclPeers::Impl {
+  std::vector<Link> links;
+  std::vector<ncclComm_t> comms;  // null once aborted
+  ~Impl() {
+    for (ncclComm_t c : comms)
+      if (c) ncclCommDestroy(c);
+  }
+};
+
+NcclPeers::NcclPeers(std::vector<Link> links, int timeout_ms) : impl_(std::make_unique<Impl>()) {
+  impl_->links = std::move(links);
+  impl_->comms.assign(impl_->links.size(), nullptr);
+  for (const Link& l : impl_->links) {
+    need_device(l.device);
+    if (l.id.size() != sizeof(ncclUniqueId) || (l.rank != 0 && l.rank != 1))
+      throw std::invalid_argument("NCCL link " + l.name + ": a malformed id or rank");
+  }
+  if (impl_->links.empty()) return;
+  auto abort_all = [&] {
+    for (ncclComm_t& c : impl_->comms)
+      if (c) {
+        ncclCommAbort(c);
+        c = nullptr;
+      }
+  };
+  int prev = 0;
+  check(cudaGetDevice(&prev), "cudaGetDevice");
+  // Non-blocking: every init returns at once and completes in the
+  // background, so all of this process's links progress together and the
+  // wait below can give up.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclResult_t r = ncclGroupStart();
+  std::size_t failed = 0;
+  for (std::size_t i = 0; r == ncclSuccess && i < impl_->links.size(); ++i) {
+    const Link& l = impl_->links[i];
+    ncclUniqueId id;
+    std::memcpy(id.internal, l.id.data(), sizeof id.internal);
+    cudaSetDevice(l.device);
+    r = ncclCommInitRankConfig(&impl_->comms[i], 2, id, l.rank, &config);
+    if (r == ncclInProgress) r = ncclSuccess;
+    failed = i;
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  cudaSetDevice(prev);
+  if (r != ncclSuccess || (end != ncclSuccess && end != ncclInProgress)) {
+    abort_all();
+    check(r != ncclSuccess ? r : end, "ncclCommInitRankConfig(" + impl_->links[failed].name + ")");
+  }
+  const Deadline until = after_ms(timeout_ms);
+  for (std::size_t i = 0; i < impl_->links.size(); ++i) {
+    const ncclResult_t s = settle(impl_->comms[i], until);
+    if (s == ncclSuccess) continue;
+    const std::string why = s == ncclInProgress ? "its peer did not join within " + std::to_string(timeout_ms) + " ms"
+                                                : std::string(ncclGetErrorString(s));
+    abort_all();
+    throw std::runtime_error("NCCL link " + impl_->links[i].name + ": " + why);
+  }
+}
+
+NcclPeers::~NcclPeers() = default;
+
+std::size_t NcclPeers::size() const { return impl_->links.size(); }
+
+std::int64_t NcclPeers::send(std::size_t i, const void* data, std::size_t bytes, int timeout_ms) {
+  return transfer(i, const_cast<void*>(data), bytes, timeout_ms, true);
+}
+std::int64_t NcclPeers::recv(std::size_t i, void* data, std::size_t bytes, int timeout_ms) {
+  return transfer(i, data, bytes, timeout_ms, false);
+}
+
+std::int64_t NcclPeers::transfer(std::size_t i, void* data, std::size_t bytes, int timeout_ms, bool sending) {
+  if (i >= impl_->links.size()) throw std::logic_error("NcclPeers: no link " + std::to_string(i));
+  const Link& l = impl_->links[i];
+  if ((l.rank == 0) != sending)
+    throw std::logic_error("NcclPeers: link " + l.name + (sending ? " receives here" : " sends here"));
+  ncclComm_t c = impl_->comms[i];
+  const std::string what = std::string(sending ? "NCCL send on " : "NCCL receive on ") + l.name;
+  if (!c) throw std::runtime_error(what + ": the link was aborted by an earlier timeout");
+  DeviceScope scope(l.device);
+  cudaStream_t st = current_stream(l.device);
+  thread_local std::map<int, std::unique_ptr<Events>> events;  // this thread's, per device
+  auto& ev = events[l.device];
+  if (!ev) ev = std::make_unique<Events>(l.device);
+  check(cudaEventRecord(ev->a, st), what + ": cudaEventRecord");
+  const int peer = 1 - l.rank;
+  ncclResult_t r =
+      sending ? ncclSend(data, bytes, ncclChar, peer, c, st) : ncclRecv(data, bytes, ncclChar, peer, c, st);
+  const Deadline until = after_ms(timeout_ms);
+  if (r == ncclInProgress) r = settle(c, until);
+  if (r != ncclSuccess) {
+    if (r == ncclInProgress) {
+      ncclCommAbort(c);
+      impl_->comms[i] = nullptr;
+      throw std::runtime_error(what + ": not queued within " + std::to_string(timeout_ms) + " ms (aborted)");
+    }
+    check(r, what);
+  }
+  check(cudaEventRecord(ev->b, st), what + ": cudaEventRecord");
+  // Polled, not synchronized: a peer that never posts its half would
+  // block an event sync forever; the abort frees the stream instead.
+  for (;;) {
+    const cudaError_t q = cudaEventQuery(ev->b);
+    if (q == cudaSuccess) break;
+    if (q != cudaErrorNotReady) check(q, what);
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(c, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      ncclCommAbort(c);
+      impl_->comms[i] = nullptr;
+      check(async, what);
+    }
+    if (std::chrono::steady_clock::now() >= until) {
+      ncclCommAbort(c);
+      impl_->comms[i] = nullptr;
+      throw std::runtime_error(what + ": not done within " + std::to_string(timeout_ms) +
+                               " ms (the peer died or never posted its half; link aborted)");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return ev->wait_ns();
 }
 
 }  // namespace slicesched::rt::cuda

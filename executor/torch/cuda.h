@@ -99,4 +99,54 @@ class NcclLinks {
   std::unique_ptr<Impl> impl_;
 };
 
+// A fresh ncclUniqueId (NCCL's own bootstrap), as its 128 raw bytes. The
+// calling process hosts the id's bootstrap root until every rank of the
+// communicator made from it has joined, so it must outlive their init and
+// the ranks must reach it over the network. Needs no CUDA device. Throws
+// runtime_error when NCCL cannot make one.
+std::string nccl_unique_id();
+// The GPU's UUID, 32 hex digits: the same physical GPU has the same UUID
+// in every process on every host. Throws like mem_info.
+std::string device_uuid(int device);
+
+// NCCL communicators between processes: each link is a two-rank
+// communicator whose other rank lives in another process (another
+// executor), carrying one direction only. All of a process's links are
+// initialized together in one NCCL group (non-blocking), so that the
+// blocking part of one link's init cannot wait for a peer that is itself
+// waiting inside another link's init. A link is then used by one thread
+// at a time: the sender's or the receiver's.
+class NcclPeers {
+ public:
+  struct Link {
+    std::string name;  // for messages: "cpu0 (cuda:0) -> gpu1 (cuda:1)"
+    std::string id;    // nccl_unique_id() bytes, the same on both ranks
+    int rank = 0;      // 0: the sending side, 1: the receiving side
+    int device = 0;    // this rank's CUDA ordinal
+  };
+  // Joins every link; waits up to `timeout_ms` for all of them (the peers
+  // run the same constructor at about the same time). Throws runtime_error
+  // naming the first link that failed or was still pending at the timeout
+  // (all are aborted then).
+  NcclPeers(std::vector<Link> links, int timeout_ms);
+  ~NcclPeers();
+  NcclPeers(const NcclPeers&) = delete;
+  NcclPeers& operator=(const NcclPeers&) = delete;
+
+  std::size_t size() const;
+  // Sends (rank 0) or receives (rank 1) `bytes` at `data` (memory on the
+  // link's device) over link `i`, queued on the calling thread's current
+  // stream of that device, then waits until it is done and returns its
+  // device time. Not done within `timeout_ms` (the peer died or never
+  // posted its half): the link is aborted, unusable from then on, and this
+  // throws runtime_error naming it. Wrong side or index: logic_error.
+  std::int64_t send(std::size_t i, const void* data, std::size_t bytes, int timeout_ms);
+  std::int64_t recv(std::size_t i, void* data, std::size_t bytes, int timeout_ms);
+
+ private:
+  std::int64_t transfer(std::size_t i, void* data, std::size_t bytes, int timeout_ms, bool sending);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace slicesched::rt::cuda

@@ -139,6 +139,18 @@ struct DeviceOutOfMemory : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A value's layout (LlamaModel::layout): its kind and tensor's element type
+// and shape, and for a KV cache its group and sequences' spans.
+struct ValueLayout {
+  Value::Kind kind = Value::Kind::kEmpty;
+  int group = -1;                   // KV only
+  int dtype = 0;                    // the element type, as LibTorch numbers them (c10::ScalarType)
+  std::vector<std::int64_t> sizes;  // the tensor's shape (1 to 5 dimensions)
+  std::vector<std::uint64_t> seqs;  // KV only: sequences, each at [start, start + len) tokens
+  std::vector<std::int64_t> start, len;
+  std::int64_t data_bytes = 0;  // the tensor's bytes, contiguous
+};
+
 // The model. Movable, not copyable. All member functions are thread-safe:
 // devices load and compute concurrently; the only shared state is the
 // read-only weights and the table of loaded (op, device) weights. Each call
@@ -232,6 +244,23 @@ class LlamaModel {
   // `device`; malformed bytes: invalid_argument. Thread-safe.
   static std::string to_bytes(const Value& v);
   static Value from_bytes(std::string_view bytes, const std::string& device);
+  // What a value is without its data: enough for another process to
+  // allocate its twin and receive the data into it (NCCL between executor
+  // processes). encode/decode are to_bytes' form less the data; a malformed
+  // layout: invalid_argument. layout() of an empty value: kind kEmpty.
+  static ValueLayout layout(const Value& v);
+  static std::string encode(const ValueLayout& l);
+  static ValueLayout decode(std::string_view bytes);
+  // An uninitialized value of layout `l` on `device` (the receiving side),
+  // allocated on the calling thread's current stream.
+  static Value allocate(const ValueLayout& l, const std::string& device);
+  // `v` itself when its tensor is contiguous, else a contiguous copy
+  // queued on the calling thread's current stream (the sending side).
+  static Value contiguous(const Value& v);
+  // The tensor's storage: layout(v).data_bytes bytes at this address, on
+  // v's device. Not contiguous: logic_error. Writing through it is only for
+  // a value fresh from allocate() that no other thread holds yet.
+  static void* data(const Value& v);
   // Blocks until the work queued on the device's current stream (of the
   // calling thread) is done. CPU: no-op.
   static void synchronize(const std::string& device);

@@ -995,6 +995,106 @@ Value LlamaModel::from_bytes(std::string_view bytes, const std::string& device) 
   });
 }
 
+ValueLayout LlamaModel::layout(const Value& v) {
+  const ValueImpl* src = ValueAccess::get(v);
+  ValueLayout l;
+  if (src == nullptr) return l;
+  const at::Tensor& t = src->kind == Value::Kind::kHidden ? src->hidden : src->cache;
+  l.kind = src->kind;
+  l.group = src->group;
+  l.dtype = static_cast<int>(t.scalar_type());
+  l.sizes = t.sizes().vec();
+  l.seqs = src->seqs;
+  l.start = src->start;
+  l.len = src->len;
+  l.data_bytes = static_cast<std::int64_t>(t.nbytes());
+  return l;
+}
+
+std::string LlamaModel::encode(const ValueLayout& l) {
+  WireHeader h;
+  if (l.sizes.empty() || l.sizes.size() > 5 || l.start.size() != l.seqs.size() || l.len.size() != l.seqs.size())
+    throw std::invalid_argument("encode: a layout of " + std::to_string(l.sizes.size()) + " dimensions and " +
+                                std::to_string(l.seqs.size()) + " sequences");
+  h.kind = static_cast<std::int32_t>(l.kind);
+  h.group = l.group;
+  h.dtype = l.dtype;
+  h.dims = static_cast<std::int32_t>(l.sizes.size());
+  for (std::size_t i = 0; i < l.sizes.size(); ++i) h.sizes[i] = l.sizes[i];
+  h.seqs = static_cast<std::int64_t>(l.seqs.size());
+  h.data = l.data_bytes;
+  std::string out;
+  put(out, &h, 1);
+  put(out, l.seqs.data(), l.seqs.size());
+  put(out, l.start.data(), l.start.size());
+  put(out, l.len.data(), l.len.size());
+  return out;
+}
+
+ValueLayout LlamaModel::decode(std::string_view bytes) {
+  WireHeader h;
+  if (bytes.size() < sizeof h)
+    throw std::invalid_argument("decode: a layout of " + std::to_string(bytes.size()) + " bytes");
+  std::memcpy(&h, bytes.data(), sizeof h);
+  const auto kind = static_cast<Value::Kind>(h.kind);
+  if (std::memcmp(h.magic, "SLV1", 4) != 0 || h.dims < 1 || h.dims > 5 || h.seqs < 0 || h.data < 0 ||
+      (kind != Value::Kind::kHidden && kind != Value::Kind::kKv) ||
+      bytes.size() != sizeof h + static_cast<std::size_t>(h.seqs) * 3 * 8)
+    throw std::invalid_argument("decode: not a layout (bad header or " + std::to_string(bytes.size()) + " bytes)");
+  ValueLayout l;
+  l.kind = kind;
+  l.group = h.group;
+  l.dtype = h.dtype;
+  l.sizes.assign(h.sizes, h.sizes + h.dims);
+  l.seqs.resize(static_cast<std::size_t>(h.seqs));
+  l.start.resize(l.seqs.size());
+  l.len.resize(l.seqs.size());
+  const char* p = bytes.data() + sizeof h;
+  std::memcpy(l.seqs.data(), p, l.seqs.size() * 8);
+  std::memcpy(l.start.data(), p + l.seqs.size() * 8, l.seqs.size() * 8);
+  std::memcpy(l.len.data(), p + l.seqs.size() * 16, l.seqs.size() * 8);
+  l.data_bytes = h.data;
+  return l;
+}
+
+Value LlamaModel::allocate(const ValueLayout& l, const std::string& device) {
+  const Dev d = parse_device(device);
+  if (l.kind == Value::Kind::kEmpty) return Value();
+  return guarded("allocate on " + d.label, [&] {
+    c10::InferenceMode im;
+    c10::OptionalDeviceGuard dg(d.device);
+    if (l.dtype < 0 || l.dtype >= static_cast<int>(at::ScalarType::NumOptions))
+      throw std::invalid_argument("allocate: element type " + std::to_string(l.dtype));
+    at::Tensor t = at::empty(l.sizes, at::TensorOptions().dtype(static_cast<at::ScalarType>(l.dtype)).device(d.device));
+    if (static_cast<std::int64_t>(t.nbytes()) != l.data_bytes)
+      throw std::invalid_argument("allocate: " + std::to_string(l.data_bytes) + " data bytes for a tensor of " +
+                                  std::to_string(t.nbytes()));
+    if (l.kind == Value::Kind::kHidden) return make_hidden(std::move(t), d.label);
+    return make_kv(l.group, std::move(t), l.seqs, l.start, l.len, d.label);
+  });
+}
+
+Value LlamaModel::contiguous(const Value& v) {
+  const ValueImpl* src = ValueAccess::get(v);
+  if (src == nullptr) return v;
+  const at::Tensor& t = src->kind == Value::Kind::kHidden ? src->hidden : src->cache;
+  if (t.is_contiguous()) return v;
+  return guarded("contiguous " + src->label, [&] {
+    c10::InferenceMode im;
+    c10::OptionalDeviceGuard dg(t.device());
+    if (src->kind == Value::Kind::kHidden) return make_hidden(t.contiguous(), src->label);
+    return make_kv(src->group, t.contiguous(), src->seqs, src->start, src->len, src->label);
+  });
+}
+
+void* LlamaModel::data(const Value& v) {
+  const ValueImpl* src = ValueAccess::get(v);
+  if (src == nullptr) return nullptr;
+  const at::Tensor& t = src->kind == Value::Kind::kHidden ? src->hidden : src->cache;
+  if (!t.is_contiguous()) throw std::logic_error("data: " + src->label + " value is not contiguous");
+  return t.data_ptr();
+}
+
 void LlamaModel::synchronize(const std::string& device) {
   const Dev d = parse_device(device);
   if (!d.device.is_cuda()) return;

@@ -14,6 +14,14 @@ endif()
 if(NOT err MATCHES "3 executor process\\(es\\) connected")
   message(FATAL_ERROR "serve --spawn-local did not connect three executors:\n${err}")
 endif()
+# CPU values cross processes as bytes over ZeroMQ, never over NCCL (each
+# executor's exit summary; remote_live_test checks that pulls happen).
+if(NOT err MATCHES "executor 'a': copies received: 0 over NCCL, [0-9]+ pulled as bytes over ZeroMQ"
+   OR NOT err MATCHES "executor 'b': copies received: 0 over NCCL"
+   OR NOT err MATCHES "executor 'c': copies received: 0 over NCCL"
+   OR err MATCHES "copies received: [1-9][0-9]* over NCCL")
+  message(FATAL_ERROR "serve --spawn-local: CPU copies did not go as bytes over ZeroMQ:\n${err}")
+endif()
 file(READ ${OUT}/run/summary.json summary)
 string(JSON failed GET "${summary}" policies SliceScheduler faults failed_requests)
 string(JSON done GET "${summary}" policies SliceScheduler requests_done)

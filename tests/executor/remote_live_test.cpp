@@ -14,16 +14,21 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "executor/torch/cuda.h"
 #include "executor/torch/runtime.h"
 
 import slicesched.core;
@@ -74,13 +79,14 @@ int free_port() {
 }
 
 // Three executor processes and the config they share; killed and reaped
-// whatever way the test ends.
+// whatever way the test ends. `devices[h]`: executor h's accelerator's
+// device. Each executor's stderr goes to h<h>.log (logs() reads them).
 struct Executors {
   std::filesystem::path dir;
   std::vector<std::string> addresses;
   std::vector<pid_t> pids;
 
-  Executors() {
+  explicit Executors(std::vector<std::string> devices = {"cpu:0", "cpu:1", "cpu:2"}) {
     dir = std::filesystem::temp_directory_path() / ("slicesched-remote-test-" + std::to_string(getpid()));
     std::filesystem::create_directories(dir);
     std::ofstream cfg(dir / "cluster.toml");
@@ -91,8 +97,8 @@ struct Executors {
     }
     cfg << "[cluster]\nlink_classes = [{ name = \"host\", bandwidth_gbps = 10.0 }]\naccelerators = [\n";
     for (int h = 0; h < kExecutors; ++h)
-      cfg << "  { name = \"cpu" << h << "\", type = \"cpu\", hbm_gib = 0.0625, device = \"cpu:" << h << "\", host = \"h"
-          << h << "\" },\n";
+      cfg << "  { name = \"cpu" << h << "\", type = \"cpu\", hbm_gib = 0.0625, device = \"" << devices[std::size_t(h)]
+          << "\", host = \"h" << h << "\" },\n";
     cfg << "]\n[model]\nname = \"llama-tiny\"\nweights_seed = 7\n"
         << "[live]\nheartbeat_ms = 100\nexecutor_timeout_ms = 1500\n"
         << "[[tenants]]\nname = \"t\"\nstream = { constant_rate = 1.0, duration_s = 1, input_tokens = 8, "
@@ -105,6 +111,8 @@ struct Executors {
       REQUIRE(pid >= 0);
       if (pid == 0) {
         const std::string config = (dir / "cluster.toml").string(), host = "h" + std::to_string(h);
+        const std::string log = (dir / (host + ".log")).string();
+        if (FILE* f = std::fopen(log.c_str(), "w")) dup2(fileno(f), 2);
         execl(SLICESCHED_BIN, "slicesched", "executor", "--listen", addresses[h].c_str(), "--config", config.c_str(),
               "--host", host.c_str(), static_cast<char*>(nullptr));
         _exit(127);
@@ -121,6 +129,18 @@ struct Executors {
     std::filesystem::remove_all(dir, ec);
   }
   void kill_one(int h) { kill(pids[static_cast<std::size_t>(h)], SIGKILL); }
+  // Waits for every executor to exit (after the runner's shutdown, or
+  // its silence), then returns their logs, concatenated.
+  std::string logs() {
+    std::string all;
+    for (std::size_t h = 0; h < pids.size(); ++h) {
+      if (pids[h] > 0) waitpid(pids[h], nullptr, 0);
+      pids[h] = 0;
+      std::ifstream f(dir / ("h" + std::to_string(h) + ".log"));
+      all += std::string(std::istreambuf_iterator<char>(f), {});
+    }
+    return all;
+  }
 };
 
 // Places every batch on the next candidate in turn, skipping those that use
@@ -158,10 +178,11 @@ class Killer final : public EngineObserver {
 struct Run {
   EngineResult result;
   std::vector<RunRecord> log;
-  std::size_t lost_executors = 0;
+  std::size_t lost_executors = 0, nccl_links = 0;
 };
 
-Run serve(Executors& ex, const std::vector<std::int64_t>& lengths, int output_tokens, EngineObserver* extra) {
+Run serve(Executors& ex, const std::vector<std::int64_t>& lengths, int output_tokens, EngineObserver* extra,
+          bool nccl = false) {
   const rt::LlamaConfig model = tiny();
   auto templates = std::make_shared<TemplateRegistry>();
   const TemplateId tmpl = templates->add(llama::make_template("llama-tiny", shape_of(model))).value();
@@ -201,7 +222,9 @@ Run serve(Executors& ex, const std::vector<std::int64_t>& lengths, int output_to
   tenants[0].set_prompts(
       [model](std::uint64_t seq, std::int64_t n) { return rt::synthetic_prompt(model, 11, seq, n); });
 
-  RemoteRunner runner(hosts, {0, 1, 2}, {RemoteModel{tmpl, 0, nullptr}}, RemoteOptions{100, 1500, 60000});
+  RemoteOptions ro{100, 1500, 60000, {}};
+  if (nccl) ro.nccl_id = [] { return rt::cuda::nccl_unique_id(); };
+  RemoteRunner runner(hosts, {0, 1, 2}, {RemoteModel{tmpl, 0, nullptr}}, ro);
   LiveCluster* live_ptr = nullptr;
   runner.on_lost([&](AccelId a) {
     if (live_ptr) live_ptr->lose(a);
@@ -225,8 +248,24 @@ Run serve(Executors& ex, const std::vector<std::int64_t>& lengths, int output_to
     run.log = std::move(timeline.log());
   }
   run.lost_executors = runner.lost_executors();
+  run.nccl_links = runner.nccl_links();
   runner.shutdown();
   return run;
+}
+
+// Each executor's exit summary (ExecutorServer::summary): host -> {copies
+// received over NCCL, copies pulled as bytes over ZeroMQ}.
+std::map<std::string, std::pair<long, long>> summaries(const std::string& logs) {
+  std::map<std::string, std::pair<long, long>> out;
+  const std::string key = "slicesched executor '";
+  for (auto at = logs.find(key); at != std::string::npos; at = logs.find(key, at + 1)) {
+    const auto quote = logs.find('\'', at + key.size());
+    if (quote == std::string::npos) break;
+    long nccl = -1, bytes = -1;
+    if (std::sscanf(logs.c_str() + quote, "': copies received: %ld over NCCL, %ld pulled", &nccl, &bytes) == 2)
+      out[logs.substr(at + key.size(), quote - at - key.size())] = {nccl, bytes};
+  }
+  return out;
 }
 
 std::vector<std::vector<std::int64_t>> reference(const std::vector<std::int64_t>& lengths, int out) {
@@ -266,6 +305,51 @@ TEST_CASE("remote executors: three processes on loopback generate the reference 
   CHECK(transfers >= static_cast<std::size_t>(out));
   CHECK(run.lost_executors == 0);
   CHECK(run.result.lost_ops == 0);
+  // CPU values cross as bytes over ZeroMQ: no NCCL link, and the
+  // executors' exit summaries count pulls and no NCCL copy.
+  CHECK(run.nccl_links == 0);
+  const std::string logs = ex.logs();
+  INFO(logs);
+  const auto sums = summaries(logs);
+  CHECK(sums.size() == kExecutors);
+  long pulled = 0;
+  for (const auto& [host, n] : sums) {
+    CHECK(n.first == 0);
+    pulled += n.second;
+  }
+  CHECK(pulled >= static_cast<long>(out));
+}
+
+// Hidden: needs two GPUs (scripts/gpu-check.sh runs it). Executors h0 and
+// h2 share cuda:0 (no NCCL link between them: NCCL refuses two ranks on
+// one GPU, so they exchange bytes over ZeroMQ), h1 is on cuda:1: the
+// links h0 <-> h1 and h1 <-> h2 carry the copies across GPUs over NCCL.
+TEST_CASE("remote executors on two GPUs: copies across GPUs go over NCCL, tokens equal the reference",
+          "[.nccl-remote]") {
+  REQUIRE(rt::cuda::device_count() >= 2);
+  rt::set_cpu_threads(1);
+  const std::vector<std::int64_t> lengths{5, 9, 3, 12, 7};
+  const int out = 6;
+  const auto expect = reference(lengths, out);
+  Executors ex({"cuda:0", "cuda:1", "cuda:0"});
+  Run run = serve(ex, lengths, out, nullptr, true);
+  REQUIRE(run.result.complete);
+  REQUIRE(run.result.requests.size() == lengths.size());
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    INFO("request " << i);
+    CHECK(run.result.requests[i].error == "");
+    CHECK(run.result.requests[i].tokens == expect[i]);
+  }
+  CHECK(run.nccl_links == 4);
+  const std::string logs = ex.logs();
+  INFO(logs);
+  const auto sums = summaries(logs);
+  REQUIRE(sums.count("h1") == 1);
+  // h1 receives only from executors on the other GPU: every copy into it
+  // (and there are some: round-robin placement) came over NCCL.
+  CHECK(sums.at("h1").first > 0);
+  CHECK(sums.at("h1").second == 0);
+  CHECK(sums.at("h0").first + sums.at("h2").first > 0);
 }
 
 TEST_CASE("remote executors: killing one mid-run loses no request", "[executor][torch][remote]") {

@@ -2,6 +2,7 @@
 // ZeroMQ pair, and a peer speaking another protocol version is refused
 // with a line naming both versions.
 #include <catch2/catch.hpp>
+#include <cstddef>
 #include <string>
 #include <vector>
 #include <zmq.hpp>
@@ -36,4 +37,53 @@ TEST_CASE("wire: a message round-trips, and another protocol version is refused"
   CHECK_FALSE(wire::parse_header("not a header").ok());
   CHECK_FALSE(wire::parse_header(wire::header(static_cast<wire::Type>(99))).ok());
   CHECK(wire::parse_header(wire::header(wire::Type::kRun)).value() == wire::Type::kRun);
+}
+
+TEST_CASE("wire: the NCCL messages round-trip, and a version-1 peer is refused", "[executor][wire]") {
+  zmq::context_t ctx;
+  zmq::socket_t a(ctx, zmq::socket_type::pair), b(ctx, zmq::socket_type::pair);
+  a.bind("inproc://wire-nccl-test");
+  b.connect("inproc://wire-nccl-test");
+  const std::string layout("SLV1\0\0\x07layout", 13);
+  for (const wire::Message& sent : {wire::Message{wire::Type::kNcclInit, R"({"links":[]})", {}},
+                                    wire::Message{wire::Type::kNcclPull, R"({"id":3,"link":1})", {}},
+                                    wire::Message{wire::Type::kLayout, R"({"bytes":13})", {layout}}}) {
+    REQUIRE(wire::send(a, sent).ok());
+    auto got = wire::recv(b);
+    REQUIRE(got.ok());
+    CHECK(got->type == sent.type);
+    CHECK(got->body == sent.body);
+    CHECK(got->blobs == sent.blobs);
+  }
+  // A build from before the NCCL messages speaks version 1.
+  REQUIRE(wire::send(a, {wire::Type::kPull, R"({"id":1})", {}}, {}, 1).ok());
+  auto refused = wire::recv(b);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("version 1,") != std::string::npos);
+  CHECK_FALSE(wire::parse_header(wire::header(static_cast<wire::Type>(14))).ok());
+}
+
+TEST_CASE("wire: NCCL links join GPUs of different executors, never one GPU twice", "[executor][wire]") {
+  struct Row {
+    const char* what;
+    std::vector<std::size_t> host;
+    std::vector<std::string> gpu;
+    std::vector<wire::NcclLink> links;
+  };
+  const std::vector<Row> rows = {
+      {"CPU accelerators only", {0, 1, 2}, {"", "", ""}, {}},
+      {"two GPUs in one executor (its own NcclLinks)", {0, 0}, {"G0", "G1"}, {}},
+      {"two executors, one GPU each", {0, 1}, {"G0", "G1"}, {{0, 1}, {1, 0}}},
+      {"two executors sharing one GPU", {0, 1}, {"G0", "G0"}, {}},
+      {"a CPU accelerator beside GPUs", {0, 1, 2}, {"G0", "", "G2"}, {{0, 2}, {2, 0}}},
+      {"two hosts of two GPUs",
+       {0, 0, 1, 1},
+       {"A0", "A1", "B0", "B1"},
+       {{0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 0}, {2, 1}, {3, 0}, {3, 1}}},
+      {"three executors, two on one GPU", {0, 1, 2}, {"G0", "G0", "G1"}, {{0, 2}, {1, 2}, {2, 0}, {2, 1}}},
+  };
+  for (const Row& r : rows) {
+    INFO(r.what);
+    CHECK(wire::plan_nccl_links(r.host, r.gpu) == r.links);
+  }
 }

@@ -9,6 +9,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -362,4 +364,49 @@ TEST_CASE("sizes match the formulas and bad inputs are refused with named fields
   CHECK(p != synthetic_prompt(c, 1, 43, 100));
   CHECK(std::all_of(p.begin(), p.end(), [](std::int64_t t) { return t >= 0 && t < 512; }));
   CHECK(cuda_available() == (cuda_device_count() > 0));
+}
+
+TEST_CASE("a value's layout round-trips, and its twin filled from the data equals it", "[torch]") {
+  // The NCCL path between executor processes in miniature, on CPU: the
+  // source encodes the layout, the destination decodes it and allocates,
+  // and the data lands in the twin's storage (here by memcpy, not NCCL).
+  const std::string dtype = GENERATE("float32", "bfloat16");
+  INFO("dtype " << dtype);
+  LlamaConfig cfg = tiny();
+  cfg.dtype = dtype;
+  LlamaModel m(cfg);
+  load_all(m, "cpu");
+  std::vector<Value> kv(2);
+  const StepPlan plan{{SeqStep{3, 0, kPrompts[0]}, SeqStep{9, 0, kPrompts[1]}}};
+  const Value hidden = m.embed(plan, "cpu");
+  (void)m.layers(0, hidden, Value(), plan, "cpu", kv[0]);
+  for (const Value* v : std::initializer_list<const Value*>{&hidden, &kv[0]}) {
+    const ValueLayout l = LlamaModel::layout(*v);
+    CHECK(l.kind == v->kind());
+    CHECK(l.data_bytes == v->bytes());
+    const ValueLayout back = LlamaModel::decode(LlamaModel::encode(l));
+    CHECK(back.kind == l.kind);
+    CHECK(back.group == l.group);
+    CHECK(back.dtype == l.dtype);
+    CHECK(back.sizes == l.sizes);
+    CHECK(back.seqs == l.seqs);
+    CHECK(back.start == l.start);
+    CHECK(back.len == l.len);
+    CHECK(back.data_bytes == l.data_bytes);
+
+    const Value src = LlamaModel::contiguous(*v);
+    const Value twin = LlamaModel::allocate(back, "cpu:2");
+    CHECK(twin.device() == "cpu:2");
+    CHECK(twin.kind() == v->kind());
+    CHECK(twin.bytes() == v->bytes());
+    CHECK(twin.sequences() == v->sequences());
+    std::memcpy(LlamaModel::data(twin), LlamaModel::data(src), static_cast<std::size_t>(back.data_bytes));
+    CHECK(twin.to_floats() == v->to_floats());
+  }
+  CHECK(LlamaModel::layout(kv[0]).seqs == std::vector<std::uint64_t>{3, 9});
+  CHECK(LlamaModel::layout(Value()).kind == Value::Kind::kEmpty);
+  CHECK_THROWS_AS(LlamaModel::decode("not a layout"), std::invalid_argument);
+  std::string truncated = LlamaModel::encode(LlamaModel::layout(kv[0]));
+  truncated.pop_back();
+  CHECK_THROWS_AS(LlamaModel::decode(truncated), std::invalid_argument);
 }
