@@ -980,15 +980,17 @@ Value LlamaModel::from_bytes(std::string_view bytes, const std::string& device) 
     const char* p = bytes.data() + sizeof h;
     std::vector<std::uint64_t> seqs(static_cast<std::size_t>(h.seqs));
     std::vector<std::int64_t> start(seqs.size()), len(seqs.size());
-    std::memcpy(seqs.data(), p, seqs.size() * 8);
-    std::memcpy(start.data(), p + seqs.size() * 8, seqs.size() * 8);
-    std::memcpy(len.data(), p + seqs.size() * 16, seqs.size() * 8);
+    if (!seqs.empty()) {  // (a hidden state has none: data() may be null, which memcpy must not get)
+      std::memcpy(seqs.data(), p, seqs.size() * 8);
+      std::memcpy(start.data(), p + seqs.size() * 8, seqs.size() * 8);
+      std::memcpy(len.data(), p + seqs.size() * 16, seqs.size() * 8);
+    }
     const std::vector<std::int64_t> sizes(h.sizes, h.sizes + h.dims);
     at::Tensor host = at::empty(sizes, at::TensorOptions().dtype(static_cast<at::ScalarType>(h.dtype)));
     if (static_cast<std::int64_t>(host.nbytes()) != h.data)
       throw std::invalid_argument("deserialize: " + std::to_string(h.data) + " data bytes for a tensor of " +
                                   std::to_string(host.nbytes()));
-    std::memcpy(host.data_ptr(), p + meta, host.nbytes());
+    if (host.nbytes() > 0) std::memcpy(host.data_ptr(), p + meta, host.nbytes());
     at::Tensor t = d.device.is_cuda() ? host.to(d.device) : host;
     if (static_cast<Value::Kind>(h.kind) == Value::Kind::kHidden) return make_hidden(std::move(t), d.label);
     return make_kv(h.group, std::move(t), std::move(seqs), std::move(start), std::move(len), d.label);
@@ -1050,9 +1052,11 @@ ValueLayout LlamaModel::decode(std::string_view bytes) {
   l.start.resize(l.seqs.size());
   l.len.resize(l.seqs.size());
   const char* p = bytes.data() + sizeof h;
-  std::memcpy(l.seqs.data(), p, l.seqs.size() * 8);
-  std::memcpy(l.start.data(), p + l.seqs.size() * 8, l.seqs.size() * 8);
-  std::memcpy(l.len.data(), p + l.seqs.size() * 16, l.seqs.size() * 8);
+  if (!l.seqs.empty()) {  // (as in from_bytes: no null pointer to memcpy)
+    std::memcpy(l.seqs.data(), p, l.seqs.size() * 8);
+    std::memcpy(l.start.data(), p + l.seqs.size() * 8, l.seqs.size() * 8);
+    std::memcpy(l.len.data(), p + l.seqs.size() * 16, l.seqs.size() * 8);
+  }
   l.data_bytes = h.data;
   return l;
 }
