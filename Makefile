@@ -57,6 +57,7 @@ sanitize: setup
 	  || (cat $(SANITIZE_BUILD).configure.log; exit 1)
 	@$(CMAKE) --build $(SANITIZE_BUILD) -j $(JOBS)
 	@cd $(SANITIZE_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(CTEST) --output-on-failure -j $(JOBS)
 
 # The threaded parts (engine and scheduler with their parallel what-ifs, the
