@@ -4,6 +4,7 @@ module;
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -133,49 +134,48 @@ json error_body(const ApiError& e) {
             {"code", e.code.empty() ? json() : json(e.code)}}}};
 }
 
+namespace {
+
+// A text_completion object with one choice: `tokens` and their `text`,
+// finished or not ("length": the runtime always runs to max_tokens), with
+// usage when `usage` holds prompt and completion token counts.
+json completion_object(const std::string& id, std::int64_t created, const std::string& model,
+                       std::span<const std::int64_t> tokens, const std::string& text, bool finished,
+                       const std::pair<std::int64_t, std::int64_t>* usage) {
+  json body = {
+      {"id", id},
+      {"object", "text_completion"},
+      {"created", created},
+      {"model", model},
+      {"choices", json::array({{{"text", text},
+                                {"index", 0},
+                                {"logprobs", nullptr},
+                                {"finish_reason", finished ? json("length") : json()},
+                                {"token_ids", json(std::vector<std::int64_t>(tokens.begin(), tokens.end()))}}})}};
+  if (usage)
+    body["usage"] = {{"prompt_tokens", usage->first},
+                     {"completion_tokens", usage->second},
+                     {"total_tokens", usage->first + usage->second}};
+  return body;
+}
+
+}  // namespace
+
 json completion_body(const std::string& id, std::int64_t created, const std::string& model, std::int64_t prompt_tokens,
                      std::span<const std::int64_t> tokens, const std::string& text) {
-  const auto n = static_cast<std::int64_t>(tokens.size());
-  return {{"id", id},
-          {"object", "text_completion"},
-          {"created", created},
-          {"model", model},
-          {"choices", json::array({{{"text", text},
-                                    {"index", 0},
-                                    {"logprobs", nullptr},
-                                    {"finish_reason", "length"},
-                                    {"token_ids", json(std::vector<std::int64_t>(tokens.begin(), tokens.end()))}}})},
-          {"usage", {{"prompt_tokens", prompt_tokens}, {"completion_tokens", n}, {"total_tokens", prompt_tokens + n}}}};
+  const std::pair<std::int64_t, std::int64_t> usage{prompt_tokens, static_cast<std::int64_t>(tokens.size())};
+  return completion_object(id, created, model, tokens, text, true, &usage);
 }
 
 json chunk_body(const std::string& id, std::int64_t created, const std::string& model,
                 std::span<const std::int64_t> tokens, const std::string& text) {
-  return {{"id", id},
-          {"object", "text_completion"},
-          {"created", created},
-          {"model", model},
-          {"choices", json::array({{{"text", text},
-                                    {"index", 0},
-                                    {"logprobs", nullptr},
-                                    {"finish_reason", nullptr},
-                                    {"token_ids", json(std::vector<std::int64_t>(tokens.begin(), tokens.end()))}}})}};
+  return completion_object(id, created, model, tokens, text, false, nullptr);
 }
 
 json final_chunk_body(const std::string& id, std::int64_t created, const std::string& model, std::int64_t prompt_tokens,
                       std::int64_t completion_tokens) {
-  return {{"id", id},
-          {"object", "text_completion"},
-          {"created", created},
-          {"model", model},
-          {"choices", json::array({{{"text", ""},
-                                    {"index", 0},
-                                    {"logprobs", nullptr},
-                                    {"finish_reason", "length"},
-                                    {"token_ids", json::array()}}})},
-          {"usage",
-           {{"prompt_tokens", prompt_tokens},
-            {"completion_tokens", completion_tokens},
-            {"total_tokens", prompt_tokens + completion_tokens}}}};
+  const std::pair<std::int64_t, std::int64_t> usage{prompt_tokens, completion_tokens};
+  return completion_object(id, created, model, {}, "", true, &usage);
 }
 
 std::string decode(const ServedModel& model, std::span<const std::int64_t> tokens) {
