@@ -130,14 +130,18 @@ void seed_estimator(const BuildOptions& opt, PolicyParts& p) {
   p.prior_applied = opt.prior != nullptr;
 }
 
-// The window's end on the run's clock, and the faults in time order.
+// The window's end and the faults, in time order, on the run's clock: a
+// fault's at_s and duration_s are in the streams' seconds, so time_scale
+// compresses them exactly as it compresses arrivals and the window (a fault
+// at 1 s of a 4 s stream served at time_scale 4 comes at 0.25 s of run time).
 EngineOptions engine_options(const ExperimentConfig& cfg, const BuildOptions& opt, const AcceleratorSet& accels) {
   EngineOptions e;
-  e.stop_at = cfg.duration_s > 0 ? static_cast<Nanos>(cfg.duration_s / opt.time_scale * 1e9) : -1;
+  const auto run_ns = [&](double stream_s) { return static_cast<Nanos>(stream_s / opt.time_scale * 1e9); };
+  e.stop_at = cfg.duration_s > 0 ? run_ns(cfg.duration_s) : -1;
   for (const FaultConfig& f : cfg.faults) {  // (names were checked when the config was read)
     const auto a = static_cast<AccelId>(accels.find(f.accelerator));
-    e.faults.push_back({static_cast<Nanos>(f.at_s * 1e9), a, true});
-    if (f.duration_s > 0) e.faults.push_back({static_cast<Nanos>((f.at_s + f.duration_s) * 1e9), a, false});
+    e.faults.push_back({run_ns(f.at_s), a, true});
+    if (f.duration_s > 0) e.faults.push_back({run_ns(f.at_s + f.duration_s), a, false});
   }
   std::stable_sort(e.faults.begin(), e.faults.end(),
                    [](const FaultEvent& x, const FaultEvent& y) { return x.at < y.at; });

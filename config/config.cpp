@@ -635,6 +635,7 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       cfg.serve.batch_store = files.resolve(given);
     }
     cfg.serve.batch_inflight = sv.integer("batch_inflight", 16, 1, 100000);
+    cfg.serve.ttft_slo_s = sv.positive_or("ttft_slo_s", -1, 1e6, -1, "for no SLO target");
     sv.finish();
   }
 
@@ -756,6 +757,12 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
     if (!known)
       f.fail(f.node("accelerator"), "accelerator", "no accelerator named '" + fc.accelerator + "' in [cluster]");
     fc.at_s = f.num("at_s", 0, 0, 1e9, true);
+    // A fault at or after the window's end would change nothing and say
+    // nothing: refused, so a fault a user wrote always happens.
+    if (cfg.duration_s > 0 && fc.at_s >= cfg.duration_s)
+      f.fail(f.node("at_s"), "at_s",
+             "expected a time inside the measurement window (duration_s = " + Table::fmt(cfg.duration_s) +
+                 " s), got " + Table::fmt(fc.at_s) + " s");
     if (f.has("duration_s")) {
       fc.duration_s = f.num("duration_s", -1, 0, 1e9);
       if (fc.duration_s == 0) f.fail(f.node("duration_s"), "duration_s", "expected > 0 (leave it out: lost for good)");

@@ -249,6 +249,9 @@ TEST_CASE("serve keys: [serve] with its defaults, its values, and its errors", "
   CHECK(load_error(base() + "[serve]\nbatch_store = \"\"\n") ==
         ":17: serve.batch_store: expected a file path, got \"\"");
   CHECK(load_error(base() + "[serve]\nmax_queu = 3\n").find(":17: serve.max_queu: unknown key") == 0);
+  CHECK(plain->serve.ttft_slo_s < 0);  // no target: SLO attainment n/a
+  CHECK(load_error(base() + "[serve]\nttft_slo_s = 0\n") ==
+        ":17: serve.ttft_slo_s: expected a number > 0 and <= 1000000, or -1 for no SLO target, got 0");
 }
 
 TEST_CASE("faults: lost accelerators from the config, and their errors", "[config][faults][bad-input]") {
@@ -281,6 +284,14 @@ TEST_CASE("faults: lost accelerators from the config, and their errors", "[confi
         std::string::npos);
   CHECK(load_error(base() + one + replace(one, "at_s = 20", "at_s = 900"))
             .find("starts while its fault at 20.000000 s lasts") != std::string::npos);
+  // A fault at or after the measurement window's end could change nothing:
+  // refused, naming the window (one inside it loads).
+  const std::string windowed = replace(base(), "name = \"t\"\n", "name = \"t\"\nduration_s = 20\n");
+  CHECK(load_error(windowed + one) ==
+        ":19: faults[0].at_s: expected a time inside the measurement window (duration_s = 20 s), got 20 s");
+  const fs::path w = fs::temp_directory_path() / "slicesched_config_fault_in_window.toml";
+  std::ofstream(w) << windowed + replace(one, "at_s = 20", "at_s = 19.5");
+  CHECK(load_config(w.string()).ok());
 }
 
 // The accelerator count is bounded in all, not per entry: two entries of
