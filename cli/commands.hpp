@@ -41,8 +41,6 @@ struct BenchRooflineOptions {
 };
 int bench_roofline(const BenchRooflineOptions& opt);
 
-int demo();
-
 struct SimulateOptions {
   std::string config;
   std::optional<std::string> policy;  // run only this policy
@@ -52,6 +50,9 @@ struct SimulateOptions {
   bool skip_bad_lines = false;        // skip (and count) corrupt trace lines in every trace stream
   std::vector<std::string> sets;      // "KEY=VALUE" config overrides
   bool explain = false;               // record every scheduling round (decisions.jsonl, the trace's scheduler lane)
+  // SLO attainment's TTFT threshold; none: the p90 TTFT of Static-Online
+  // (run beside as the baseline when --policy names another).
+  std::optional<double> slo_threshold_s;
 };
 int simulate(const SimulateOptions& opt);
 
@@ -104,6 +105,7 @@ struct ServeOptions {
   // tenants' streams; overrides [serve] listen.
   std::optional<std::string> listen;
   std::optional<std::string> batch_store;  // overrides [serve] batch_store
+  std::optional<double> slo_threshold_s;   // overrides [serve] ttft_slo_s
 };
 // Only built with LibTorch (live mode); main says so otherwise.
 int serve(const ServeOptions& opt);

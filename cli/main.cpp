@@ -10,8 +10,6 @@ int main(int argc, char** argv) {
   CLI::App app{"SliceScheduler: operator-level scheduling of LLM inference across a GPU cluster"};
   app.require_subcommand(1);
 
-  auto* demo = app.add_subcommand("demo", "Simulate a small cluster and print its timeline summary");
-
   slicesched::cli::SimulateOptions sim;
   auto* simulate =
       app.add_subcommand("simulate", "Offline capacity planning: run every policy of CONFIG on the emulated cluster");
@@ -23,6 +21,10 @@ int main(int argc, char** argv) {
   simulate->add_flag("--skip-bad-lines", sim.skip_bad_lines, "Skip and count corrupt trace lines instead of failing");
   simulate->add_option("--trace-seconds", sim.trace_seconds, "Simulated seconds covered by the Chrome traces")
       ->check(CLI::NonNegativeNumber);
+  simulate->add_option("--slo-threshold", sim.slo_threshold_s,
+                       "Online TTFT threshold in seconds for SLO attainment (default: the p90 TTFT of Static-Online, "
+                       "run beside when --policy leaves it out)")
+      ->check(CLI::PositiveNumber);
   simulate->add_flag("--explain", sim.explain,
                      "Record every scheduling round of the traced seconds: decisions.jsonl and the trace's "
                      "scheduler lane (see `slicesched explain`)");
@@ -74,6 +76,9 @@ int main(int argc, char** argv) {
   serve->add_option("--out", serve_opt.out, "Write summary.json, CSVs, the Chrome trace and plots into this folder");
   serve->add_option("--seed", serve_opt.seed, "Override the config's seed");
   serve->add_option("--trace-seconds", serve_opt.trace_seconds, "Seconds covered by the Chrome trace")
+      ->check(CLI::PositiveNumber);
+  serve->add_option("--slo-threshold", serve_opt.slo_threshold_s,
+                    "Online TTFT target in seconds for SLO attainment (overrides [serve] ttft_slo_s)")
       ->check(CLI::PositiveNumber);
   serve->add_flag("--explain", serve_opt.explain, "Record every scheduling round of the traced seconds, as simulate");
   serve->add_flag("--spawn-local", serve_opt.spawn_local,
@@ -167,7 +172,6 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
-    if (demo->parsed()) return slicesched::cli::demo();
     if (simulate->parsed()) return slicesched::cli::simulate(sim);
     if (explain->parsed()) return slicesched::cli::explain(explain_opt);
     if (sweep->parsed()) return slicesched::cli::sweep(sweep_opt);

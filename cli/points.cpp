@@ -40,12 +40,12 @@ PreparedPoint prepare_point(const std::string& config, const std::vector<ConfigO
   for (const std::string& name : filter) (void)value_or_fail(find_policy(p.cfg, name));
   bool has_baseline = false;
   for (const auto& q : p.cfg.policies) {
-    has_baseline |= q.name == "Static-Online";
+    has_baseline |= q.name == kSloBaseline;
     if (filter.empty() || std::find(filter.begin(), filter.end(), q.name) != filter.end()) p.policies.push_back(q.name);
   }
   if (with_reference && has_baseline &&
-      std::find(p.policies.begin(), p.policies.end(), "Static-Online") == p.policies.end())
-    p.reference = "Static-Online";
+      std::find(p.policies.begin(), p.policies.end(), kSloBaseline) == p.policies.end())
+    p.reference = kSloBaseline;
   try {
     for (const auto& q : p.cfg.policies)
       if (std::find(p.policies.begin(), p.policies.end(), q.name) != p.policies.end() || p.reference == q.name)
@@ -153,11 +153,11 @@ std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, co
     std::vector<PolicyRun> ran;
     for (auto& r : runs[i])
       if (r) ran.push_back(std::move(*r));
-    const double threshold = slo_threshold(ran);
+    // Against the point's Static-Online run, or n/a (null) without one.
+    apply_slo(ran, slo_basis(ran));
     for (const std::string& name : p.policies)
       for (PolicyRun& r : ran)
         if (r.name == name) {
-          finish_slo(r.metrics, threshold);
           out[i].entries.push_back(policy_summary(r));
           out[i].wall_s.push_back(r.wall_s);
         }

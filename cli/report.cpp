@@ -64,26 +64,34 @@ std::vector<fs::path> output_files(const std::vector<std::string>& policies, boo
   return files;
 }
 
-void print_table(const std::vector<PolicyRun>& runs, double threshold) {
+std::string percent_or_na(const std::optional<double>& v, int width) {
+  return v ? fmt::format("{:>{}.1f}%", 100 * *v, width - 1) : fmt::format("{:>{}}", "n/a", width);
+}
+
+void print_table(const std::vector<PolicyRun>& runs, const SloBasis& slo) {
   std::printf("\n%-16s %9s %9s %9s %9s %9s %9s %8s %7s %6s %7s\n", "policy", "req/s", "tok/s", "TTFT p50", "TTFT p90",
               "TTFT p99", "TPOT ms", "SLO", "GPU", "done", "wall s");
   for (const PolicyRun& r : runs) {
     const RunMetrics& m = r.metrics;
     std::printf(
-        "%-16s %9.3f %9.1f %8.3fs %8.3fs %8.3fs %9.2f %7.1f%% %6.1f%% %5.1f%% %7.1f\n", r.name.c_str(),
+        "%-16s %9.3f %9.1f %8.3fs %8.3fs %8.3fs %9.2f %s %6.1f%% %5.1f%% %7.1f\n", r.name.c_str(),
         m.request_throughput, m.token_throughput, m.ttft_p50_s, m.ttft_p90_s, m.ttft_p99_s, m.tpot_mean_s * 1e3,
-        100 * m.slo_attainment, 100 * m.gpu_utilization,
+        percent_or_na(m.slo_attainment, 8).c_str(), 100 * m.gpu_utilization,
         m.requests_total ? 100.0 * static_cast<double>(m.requests_done) / static_cast<double>(m.requests_total) : 0.0,
         r.wall_s);
   }
-  std::printf("\nSLO threshold (p90 TTFT of %s): %.3f s\n", runs.empty() ? "-" : "the baseline", threshold);
+  if (slo.threshold_s)
+    std::printf("\nSLO threshold (%s): %.3f s\n", slo.basis.c_str(), *slo.threshold_s);
+  else
+    std::printf("\nSLO attainment n/a: %s\n", slo.basis.c_str());
 }
 
-nlohmann::json summary(const ExperimentConfig& cfg, const std::vector<PolicyRun>& runs, double threshold) {
+nlohmann::json summary(const ExperimentConfig& cfg, const std::vector<PolicyRun>& runs, const SloBasis& slo) {
   nlohmann::json j;
   j["config"] = cfg.name;
   j["seed"] = cfg.seed;
-  j["slo_threshold_s"] = round6(threshold);
+  j["slo_threshold_s"] = slo.threshold_s ? nlohmann::json(round6(*slo.threshold_s)) : nlohmann::json(nullptr);
+  j["slo_basis"] = slo.basis;
   for (const PolicyRun& r : runs) j["policies"][r.name] = policy_summary(r);
   return j;
 }
@@ -322,7 +330,7 @@ nlohmann::json policy_summary(const PolicyRun& r) {
   p["ttft_p90_s"] = round6(m.ttft_p90_s);
   p["ttft_p99_s"] = round6(m.ttft_p99_s);
   p["tpot_mean_s"] = round6(m.tpot_mean_s);
-  p["slo_attainment"] = round6(m.slo_attainment);
+  p["slo_attainment"] = m.slo_attainment ? nlohmann::json(round6(*m.slo_attainment)) : nlohmann::json(nullptr);
   p["gpu_utilization"] = round6(m.gpu_utilization);
   p["span_s"] = round6(m.span_s);
   p["requests_total"] = m.requests_total;
@@ -376,22 +384,31 @@ nlohmann::json policy_summary(const PolicyRun& r) {
   return p;
 }
 
-double slo_threshold(const std::vector<PolicyRun>& runs) {
+SloBasis slo_basis(const std::vector<PolicyRun>& runs, std::optional<double> given, const std::string& given_as) {
+  if (given) return {given, given_as};
   for (const PolicyRun& r : runs)
-    if (r.name == "Static-Online") return r.metrics.ttft_p90_s;
-  return runs.empty() ? 0 : runs.front().metrics.ttft_p90_s;
+    if (r.name == kSloBaseline) return {r.metrics.ttft_p90_s, std::string("p90 TTFT of ") + kSloBaseline};
+  return {std::nullopt, std::string("no ") + kSloBaseline +
+                            " run to take the threshold from (run it beside, or give --slo-threshold SECONDS)"};
+}
+
+void apply_slo(std::vector<PolicyRun>& runs, const SloBasis& basis) {
+  for (PolicyRun& r : runs) {
+    r.metrics.slo_attainment.reset();
+    if (basis.threshold_s) finish_slo(r.metrics, *basis.threshold_s);
+  }
 }
 
 void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const ReportOptions& opt) {
-  const double threshold = slo_threshold(runs);
-  for (PolicyRun& r : runs) finish_slo(r.metrics, threshold);
-  print_table(runs, threshold);
+  const SloBasis slo = opt.slo ? *opt.slo : slo_basis(runs);
+  apply_slo(runs, slo);
+  print_table(runs, slo);
   if (!opt.out) return;
   const fs::path dir(*opt.out);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error(dir.string() + ": cannot create (" + ec.message() + ")");
-  write_file(dir / kSummary, summary(cfg, runs, threshold).dump(2) + "\n");
+  write_file(dir / kSummary, summary(cfg, runs, slo).dump(2) + "\n");
   if (opt.explain) {
     std::string lines;
     for (const PolicyRun& r : runs)

@@ -18,14 +18,31 @@ export namespace slicesched::cli {
 // load, scheduling counts and plugins.
 nlohmann::json policy_summary(const PolicyRun& r);
 
-// The SLO threshold: the p90 TTFT of the policy named "Static-Online" (the
-// paper's definition), or of the first policy run when there is none.
-double slo_threshold(const std::vector<PolicyRun>& runs);
+// The policy whose p90 TTFT is the SLO threshold (the paper's definition).
+inline constexpr const char* kSloBaseline = "Static-Online";
+
+// What SLO attainment is measured against: a TTFT threshold and where it
+// came from, or none, and then every SLO figure is n/a and `basis` says why.
+// A run is never measured against its own TTFT.
+struct SloBasis {
+  std::optional<double> threshold_s;
+  std::string basis;  // "p90 TTFT of Static-Online", "--slo-threshold", ...; or why there is none
+};
+
+// The threshold for these runs: `given` when set (`given_as` says where it
+// came from), else the p90 TTFT of the kSloBaseline run among `runs`, else
+// none (basis: what to do about it).
+SloBasis slo_basis(const std::vector<PolicyRun>& runs, std::optional<double> given = std::nullopt,
+                   const std::string& given_as = "--slo-threshold");
+
+// Fills each run's SLO attainment from `basis` (left empty, n/a, without a threshold).
+void apply_slo(std::vector<PolicyRun>& runs, const SloBasis& basis);
 
 struct ReportOptions {
   std::optional<std::string> out;  // the folder to write into; none: the table only
   double trace_seconds = 60;       // what the Chrome traces cover (the runs' timeline window)
   bool explain = false;            // also write decisions.jsonl (the runs recorded their decisions)
+  std::optional<SloBasis> slo;     // the SLO basis; none: slo_basis(runs)
 };
 
 // Refuses an --out that report() could not write for these policies,
@@ -35,8 +52,8 @@ struct ReportOptions {
 // std::runtime_error with one line naming the path and what was expected.
 void check_out(const std::string& out, const std::vector<std::string>& policies, bool explain = false);
 
-// Fills SLO attainment, prints the table, writes the files when opt.out is
-// set. Throws std::runtime_error naming the path on a write failure.
+// Fills SLO attainment (from opt.slo, or slo_basis(runs)), prints the
+// table, writes the files when opt.out is set. Throws std::runtime_error naming the path on a write failure.
 void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const ReportOptions& opt);
 
 }  // namespace slicesched::cli

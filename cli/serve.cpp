@@ -98,7 +98,17 @@ int serve(const ServeOptions& opt) {
     // process as usual (outputs are replaced atomically: nothing half-written).
     for (int sig : {SIGINT, SIGTERM}) signal(sig, SIG_DFL);
 
-    report(cfg.value(), runs, {.out = opt.out, .trace_seconds = opt.trace_seconds, .explain = opt.explain});
+    // Serve has no baseline run beside it: SLO attainment is against the
+    // stated TTFT target, or n/a.
+    SloBasis slo{std::nullopt,
+                 "serve runs no baseline; set [serve] ttft_slo_s (the online TTFT target in seconds) or give "
+                 "--slo-threshold SECONDS"};
+    if (opt.slo_threshold_s)
+      slo = {opt.slo_threshold_s, "--slo-threshold"};
+    else if (cfg->serve.ttft_slo_s > 0)
+      slo = {cfg->serve.ttft_slo_s, "[serve] ttft_slo_s"};
+    report(cfg.value(), runs,
+           {.out = opt.out, .trace_seconds = opt.trace_seconds, .explain = opt.explain, .slo = slo});
     std::printf("served %s live in %.1f s wall\n", policy->name.c_str(), runs[0].wall_s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "slicesched: %s\n", e.what());

@@ -92,10 +92,21 @@ int simulate(const SimulateOptions& opt) {
       chosen.push_back(value_or_fail(find_policy(cfg.value(), opt.policy)));
     else
       for (const auto& p : cfg->policies) chosen.push_back(&p);
+    // SLO attainment is against the baseline's p90 TTFT, never a run's own:
+    // a --policy that leaves the baseline out runs it beside (not reported),
+    // unless a threshold is given.
+    const PolicyConfig* baseline = nullptr;
+    if (!opt.slo_threshold_s && std::none_of(chosen.begin(), chosen.end(), [](const PolicyConfig* p) {
+          return p->name == kSloBaseline;
+        }))
+      for (const auto& p : cfg->policies)
+        if (p.name == kSloBaseline) baseline = &p;
+    const std::size_t reported = chosen.size();
+    if (baseline) chosen.push_back(baseline);
     // So is an --out the results could not be written to.
     if (opt.out) {
       std::vector<std::string> names;
-      for (const PolicyConfig* p : chosen) names.push_back(p->name);
+      for (std::size_t k = 0; k < reported; ++k) names.push_back(chosen[k]->name);
       check_out(*opt.out, names, opt.explain);
     }
     // Every policy is built up front (side by side: each reads its
@@ -104,7 +115,9 @@ int simulate(const SimulateOptions& opt) {
     // simulated, with the first policy's error.
     std::vector<std::unique_ptr<PolicyParts>> parts(chosen.size());
     std::vector<Status> built(chosen.size());
-    const bool parallel_whatifs = chosen.size() == 1;  // several policies: one per core instead
+    // One policy: its what-ifs in parallel; several: one policy per core
+    // instead (a baseline run beside is short: it simulates nothing).
+    const bool parallel_whatifs = reported == 1;
     tbb::parallel_for(std::size_t{0}, chosen.size(), [&](std::size_t k) {
       auto made = build_policy(
           cfg.value(), *chosen[k], plugins,
@@ -126,7 +139,7 @@ int simulate(const SimulateOptions& opt) {
     auto run_one = [&](std::size_t k, RecordOptions ro) {
       ro.stop = &g_stop;
       ro.timeline_s = opt.trace_seconds;
-      ro.decisions = opt.explain;
+      ro.decisions = opt.explain && k < reported;
       ro.origin = "simulate " + cfg->path + ", policy " + chosen[k]->name;
       auto run = run_offline(cfg.value(), *parts[k], truths, ro);
       parts[k].reset();  // what a run held is not needed for the report
@@ -135,7 +148,8 @@ int simulate(const SimulateOptions& opt) {
       else if (!run->interrupted)
         runs[k] = std::move(run).value();
     };
-    if (chosen.size() == 1) {
+    if (chosen.size() == 1 || (reported == 1 && baseline)) {
+      if (baseline) run_one(1, {});
       run_one(0, {.progress = progress_printer(chosen[0]->name)});
       if (stderr_is_tty()) std::fprintf(stderr, "\n");
     } else {
@@ -174,10 +188,19 @@ int simulate(const SimulateOptions& opt) {
       return 130;
     }
     std::vector<PolicyRun> finished;
-    for (auto& r : runs)
-      if (r) finished.push_back(std::move(*r));
+    for (std::size_t k = 0; k < reported; ++k)
+      if (runs[k]) finished.push_back(std::move(*runs[k]));
+    SloBasis slo = slo_basis(finished, opt.slo_threshold_s);
+    if (baseline) {
+      if (runs.back())
+        slo = {runs.back()->metrics.ttft_p90_s,
+               std::string("p90 TTFT of ") + kSloBaseline + ", run beside as the baseline"};
+      else
+        slo = {std::nullopt, std::string("the baseline ") + kSloBaseline + " failed (below)"};
+    }
     if (!finished.empty())
-      report(cfg.value(), finished, {.out = opt.out, .trace_seconds = opt.trace_seconds, .explain = opt.explain});
+      report(cfg.value(), finished,
+             {.out = opt.out, .trace_seconds = opt.trace_seconds, .explain = opt.explain, .slo = slo});
     std::size_t failed = 0;
     for (std::size_t k = 0; k < failures.size(); ++k)
       if (!failures[k].empty()) {

@@ -2,6 +2,8 @@
 // every point of a grid of config overrides, run in parallel; sweep.csv,
 // sweep.json and plots of each figure against each swept key.
 // `slicesched sweep-merge DIR... --out DIR` joins the shards of one sweep.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -140,9 +142,10 @@ void print_table(const SweepTable& t) {
   std::printf("%-16s %9s %9s %9s %7s %7s %7s\n", "policy", "req/s", "tok/s", "TTFT p90", "SLO", "GPU", "done");
   for (const auto& r : t.rows) {
     for (const auto& v : r.values) std::printf("%-14s ", planning::display(v).c_str());
-    std::printf("%-16s %9.3f %9.1f %8.3fs %6.1f%% %6.1f%% %6.1f%%\n", r.policy.c_str(),
+    const double slo = planning::figure(r, "slo_attainment");  // NaN: n/a (no baseline at that point)
+    std::printf("%-16s %9.3f %9.1f %8.3fs %7s %6.1f%% %6.1f%%\n", r.policy.c_str(),
                 planning::figure(r, "request_throughput"), planning::figure(r, "token_throughput"),
-                planning::figure(r, "ttft_p90_s"), 100 * planning::figure(r, "slo_attainment"),
+                planning::figure(r, "ttft_p90_s"), std::isnan(slo) ? "n/a" : fmt::format("{:.1f}%", 100 * slo).c_str(),
                 100 * planning::figure(r, "gpu_utilization"), 100 * planning::figure(r, "done"));
   }
 }

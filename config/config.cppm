@@ -144,6 +144,9 @@ struct ServeConfig {
   std::int64_t max_body_mib = 64;    // largest request body (a batch input file)
   std::string batch_store;           // SQLite file of the batch API (resolved; "": batch API off)
   std::int64_t batch_inflight = 16;  // batch lines in the engine at once
+  // The online TTFT target (seconds) SLO attainment is measured against, as
+  // vLLM users state one; < 0: none (serve has no baseline run: n/a).
+  double ttft_slo_s = -1;
 };
 
 struct GroundTruthConfig {

@@ -104,7 +104,9 @@ RunMetrics compute_metrics(const std::string& policy, const std::vector<RequestR
 }
 
 void finish_slo(RunMetrics& m, double threshold_s) {
-  // Requests that never got a first token count as misses.
+  // Requests that never got a first token count as misses. Without online
+  // requests there is nothing to attain: n/a, not 0 % or 100 %.
+  m.slo_attainment.reset();
   if (m.online_total == 0) return;
   const auto within = std::upper_bound(m.online_ttft_s.begin(), m.online_ttft_s.end(), threshold_s);
   m.slo_attainment = static_cast<double>(within - m.online_ttft_s.begin()) / static_cast<double>(m.online_total);

@@ -3,6 +3,7 @@
 // (busy fraction) and idle-slice durations.
 module;
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,7 +22,9 @@ struct RunMetrics {
   double request_throughput = 0, token_throughput = 0;    // per second of span
   double ttft_p50_s = 0, ttft_p90_s = 0, ttft_p99_s = 0;  // online requests
   double tpot_mean_s = 0;                                 // online requests with > 1 token
-  double slo_attainment = 0;  // of all online requests, those whose TTFT <= the threshold (see finish_slo)
+  // Of all online requests, those whose TTFT <= the threshold (finish_slo);
+  // empty until a threshold is known (n/a).
+  std::optional<double> slo_attainment;
   double gpu_utilization = 0;
   std::vector<double> online_ttft_s;  // sorted
   std::vector<double> idle_slices_s;  // sorted gaps between operators on each accelerator
@@ -61,7 +64,8 @@ RunMetrics compute_metrics(const std::string& policy, const std::vector<RequestR
 RunMetrics compute_metrics(const std::string& policy, const EngineResult& result, const std::vector<RunRecord>& log,
                            std::size_t accelerators, const std::vector<bool>& online, double window_s = -1);
 
-// Sets slo_attainment for a TTFT threshold in seconds.
+// Sets slo_attainment for a TTFT threshold in seconds (left empty, n/a,
+// when the run had no online request).
 void finish_slo(RunMetrics& m, double threshold_s);
 
 }  // namespace slicesched

@@ -3,6 +3,7 @@ module;
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -45,7 +46,12 @@ SweepRow make_row(const SweepPoint& point, const std::string& policy, const nloh
   r.policy = policy;
   for (const auto& name : figure_names()) {
     auto it = e.find(name);
-    r.figures.push_back(it != e.end() && it->is_number() ? it->get<double>() : 0.0);
+    // A figure that is n/a (null: SLO attainment without a baseline) stays
+    // NaN, so no objective holds on it and no plot draws it as 0.
+    r.figures.push_back(it == e.end()         ? 0.0
+                        : it->is_number()     ? it->get<double>()
+                        : it->is_null()       ? std::numeric_limits<double>::quiet_NaN()
+                                              : 0.0);
   }
   return r;
 }

@@ -27,7 +27,8 @@ struct SweepRow {
   double wall_s = 0;            // kept apart: not in sweep.csv or the rows of sweep.json
 };
 
-// A row from a policy's summary.json entry (figures it lacks are 0).
+// A row from a policy's summary.json entry (figures it lacks are 0; a null
+// figure, n/a, is NaN).
 SweepRow make_row(const SweepPoint& point, const std::string& policy, const nlohmann::json& summary_entry);
 
 struct SweepTable {
