@@ -58,8 +58,6 @@ class OpRunner {
   virtual Result<CopyResult> copy(const Payload& value, AccelId to) = 0;
   // Plans of the iterations to come (engine thread, before submission).
   virtual Status on_iteration(InstanceId /*instance*/, IterationPlan /*plan*/) { return Status::Ok(); }
-  // The iteration is over; its plan may be dropped (engine thread).
-  virtual void forget_iteration(InstanceId /*instance*/) {}
 };
 
 }  // namespace slicesched

@@ -84,8 +84,12 @@ else
   echo "nccl-remote: skipped (needs 2 GPUs)" >> "$OUT/tests.summary"
 fi
 
-step "bench accuracy $CONFIG"
-"$S" bench accuracy "$CONFIG" --json > "$OUT/accuracy.json" || status=1
+# At a time scale that loads the device: at 1.0 the end-to-end time is set
+# by the arrivals and its error says nothing; the mean per-request latency
+# error is the figure that can fail (docs/live.md).
+ACCURACY_TIME_SCALE=${ACCURACY_TIME_SCALE:-4}
+step "bench accuracy $CONFIG --time-scale $ACCURACY_TIME_SCALE"
+"$S" bench accuracy "$CONFIG" --time-scale "$ACCURACY_TIME_SCALE" --json > "$OUT/accuracy.json" || status=1
 cat "$OUT/accuracy.json"
 
 step "bench overhead $CONFIG"
@@ -95,10 +99,15 @@ cat "$OUT/overhead.json"
 python3 - "$OUT" "$CONFIG" <<'PY' || status=1
 import json, os, sys
 out, config = sys.argv[1], sys.argv[2]
+failed = []
 def load(name):
+    # A missing or unreadable result is said in the table and fails the check:
+    # an empty table must never pass for a measured one.
     try:
-        with open(os.path.join(out, name)) as f: return json.load(f)
-    except Exception: return None
+        with open(os.path.join(out, name)) as f: return json.load(f), None
+    except (OSError, ValueError) as e:
+        failed.append(name)
+        return None, f"{name}: {e}"
 def read(name):
     try:
         with open(os.path.join(out, name)) as f: return f.read().strip()
@@ -106,22 +115,29 @@ def read(name):
 def fmt(v, d=2):
     return "n/a" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
 lines = ["# GPU check", "", "```", read("devices.txt"), "```", "", "## Tests", "", "```", read("tests.summary"), "```", ""]
-acc, ovh = load("accuracy.json"), load("overhead.json")
+(acc, acc_err), (ovh, ovh_err) = load("accuracy.json"), load("overhead.json")
 lines += ["## `bench overhead`", "", "| config | operator (direct) | direct_s | scheduled_s | overhead_pct | between operators | tokens match |",
           "|---|---|---|---|---|---|---|"]
 if ovh:
     lines.append(f"| `{config}`, {ovh['requests']} requests | {ovh['direct_per_op_us']:.0f} us | {ovh['direct_s']:.3f} | "
                  f"{ovh['scheduled_s']:.3f} | {ovh['overhead_pct']:.2f} | {ovh['scheduled_gap_per_op_us']:.0f} us | {ovh['tokens_match']} |")
-lines += ["", "## `bench accuracy`", "", "| config | e2e_error_pct | op_mape_pct | transfer_mape_pct | mean latency live / simulated |",
-          "|---|---|---|---|---|"]
+else:
+    lines.append(f"| `{config}` | not measured: {ovh_err} | | | | | |")
+lines += ["", "## `bench accuracy`", "", "| config | time scale | latency_error_pct | e2e_error_pct | op_mape_pct | transfer_mape_pct | mean latency live / simulated |",
+          "|---|---|---|---|---|---|---|"]
 if acc:
-    lines.append(f"| `{config}` | {fmt(acc['e2e_error_pct'])} | {fmt(acc['op_mape_pct'])} | {fmt(acc['transfer_mape_pct'])} | "
-                 f"{acc['live_mean_latency_s']*1e3:.1f} / {acc['simulated_mean_latency_s']*1e3:.1f} ms |")
+    lines.append(f"| `{config}` | {acc['time_scale']} | {fmt(acc['latency_error_pct'])} | {fmt(acc['e2e_error_pct'])} | {fmt(acc['op_mape_pct'])} | "
+                 f"{fmt(acc['transfer_mape_pct'])} | {acc['live_mean_latency_s']*1e3:.1f} / {acc['simulated_mean_latency_s']*1e3:.1f} ms |")
     lines += ["", "| op@type | samples | MAPE % | bias % |", "|---|---|---|---|"]
     for k, v in acc.get("per_op", {}).items():
         lines.append(f"| {k} | {v['samples']} | {fmt(v['mape_pct'])} | {fmt(v['bias_pct'])} |")
+else:
+    lines.append(f"| `{config}` | not measured: {acc_err} | | | | | |")
 lines += ["", "## `serve`", "", "```", read("serve.txt"), "```", "", "## `calibrate`", "", "```", read("calibrate.txt"), "```", ""]
 with open(os.path.join(out, "results.md"), "w") as f: f.write("\n".join(lines))
 print(f"wrote {os.path.join(out, 'results.md')}")
+if failed:
+    print("gpu-check: no result in " + ", ".join(failed), file=sys.stderr)
+    sys.exit(1)
 PY
 exit $status

@@ -24,9 +24,6 @@ struct Shape {
   DType dtype = DType::kBF16;  // weights, activations and KV cache
 };
 
-inline std::string group_op(int g) { return DenseDecoder::group_op(g); }
-inline std::string kv_port(int g) { return DenseDecoder::kv_port(g); }
-
 // The dense decoder of that shape (heads = hidden / head_dim).
 inline DenseDecoderConfig dense_config(const std::string& name, const Shape& s = {}) {
   DenseDecoderConfig c;
