@@ -364,7 +364,10 @@ nlohmann::json policy_summary(const PolicyRun& r) {
                      {"candidates", r.scheduling.candidates},
                      {"simulations", r.scheduling.simulations},
                      {"dominated", r.scheduling.dominated},
-                     {"deferred", r.scheduling.deferred}};
+                     {"deferred", r.scheduling.deferred},
+                     {"budget_full_calls", r.scheduling.budget_full_calls},
+                     {"budget_held_s", round6(static_cast<double>(r.scheduling.budget_held) / 1e9)},
+                     {"issued_budget", r.issued_budget}};
   // Which plugins ran it, with their arguments as configured.
   p["arbiter"] = {{"plugin", r.arbiter.name}, {"args", r.arbiter.args}};
   p["estimator"] = {{"plugin", r.estimator.name},
@@ -399,9 +402,26 @@ void apply_slo(std::vector<PolicyRun>& runs, const SloBasis& basis) {
   }
 }
 
+// The issued budget must never throttle silently: one line per policy whose
+// budget held ready work back for more than kBudgetWarnShare of its run.
+constexpr double kBudgetWarnShare = 0.05;
+
+void warn_budget(const std::vector<PolicyRun>& runs) {
+  for (const PolicyRun& r : runs) {
+    const double held_s = static_cast<double>(r.scheduling.budget_held) / 1e9;
+    if (r.metrics.span_s <= 0 || held_s <= kBudgetWarnShare * r.metrics.span_s) continue;
+    std::fprintf(stderr,
+                 "slicesched: policy '%s': the issued budget (%zu operators) held ready work back for %.1f s of "
+                 "%.1f s (%.0f %%): raise policies.%s.scheduler.issued_budget\n",
+                 r.name.c_str(), r.issued_budget, held_s, r.metrics.span_s, 100 * held_s / r.metrics.span_s,
+                 r.name.c_str());
+  }
+}
+
 void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const ReportOptions& opt) {
   const SloBasis slo = opt.slo ? *opt.slo : slo_basis(runs);
   apply_slo(runs, slo);
+  warn_budget(runs);
   print_table(runs, slo);
   if (!opt.out) return;
   const fs::path dir(*opt.out);

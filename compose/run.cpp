@@ -62,6 +62,7 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
   r.tenant_names = std::move(tenant_names);
   for (AccelId a = 0; a < parts.accels->size(); ++a) r.accel_names.push_back((*parts.accels)[a].name);
   r.scheduling = result->scheduling;
+  r.issued_budget = parts.policy.issued_budget;
   r.lost_ops = result->lost_ops;
   r.rebuilt_sequences = result->rebuilt_sequences;
   r.offered = parts.offered;

@@ -730,9 +730,14 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       Table estimator(*et, p.qualified("estimator"), file);
       pc.estimator = plugin_choice(estimator);
     }
+    // The default budget grows with the tenants the policy schedules (64
+    // issued operators each, at least 256): a cluster-wide cap that suits a
+    // few tenants throttles fifty (docs/config.md).
+    const auto default_budget = static_cast<std::int64_t>(std::max<std::size_t>(256, 64 * pc.tenants.size()));
+    pc.issued_budget = static_cast<std::size_t>(default_budget);
     if (const toml::table* sct = p.table("scheduler", false)) {
       Table sc(*sct, p.qualified("scheduler"), file);
-      pc.issued_budget = static_cast<std::size_t>(sc.integer("issued_budget", 256, 1, 1 << 30));
+      pc.issued_budget = static_cast<std::size_t>(sc.integer("issued_budget", default_budget, 1, 1 << 30));
       pc.batch_cap = static_cast<std::size_t>(sc.integer("batch_cap", 16, 1, 1 << 20));
       pc.horizon_s = sc.num("horizon_s", -1, -1, 1e9);
       static const std::string kComponent = "component";

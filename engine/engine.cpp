@@ -259,6 +259,7 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
   for (const Tenant& t : tenants_)
     result.requests.insert(result.requests.end(), t.records().begin(), t.records().end());
   result.end = now;
+  scheduler_.close_budget_period(now);
   result.scheduling = scheduler_.stats();
   result.complete = std::all_of(tenants_.begin(), tenants_.end(), [](const Tenant& t) { return t.finished(); });
   result.interrupted = interrupted;

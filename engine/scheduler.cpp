@@ -231,15 +231,29 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
   return out;
 }
 
+void Scheduler::close_budget_period(Nanos now) {
+  if (budget_full_since_ < 0) return;
+  stats_.budget_held += std::max<Nanos>(0, now - budget_full_since_);
+  budget_full_since_ = -1;
+}
+
 Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
   std::vector<OpId> issued;
   gmg.advance_clock(now);
+  // A held period ends when the budget has room again or nothing waits.
+  if (gmg.issued_count() < opt_.issued_budget || gmg.unscheduled_frontier().empty()) close_budget_period(now);
   // Batches the policy deferred this call: skip them, try lower priorities.
   std::vector<OpId> deferred;
   last_deferrals_.clear();
   for (;;) {
     ++stats_.rounds;
-    if (gmg.issued_count() >= opt_.issued_budget) break;
+    if (gmg.issued_count() >= opt_.issued_budget) {
+      if (!gmg.unscheduled_frontier().empty()) {
+        ++stats_.budget_full_calls;
+        if (budget_full_since_ < 0) budget_full_since_ = now;
+      }
+      break;
+    }
     // Highest priority first; among equals the oldest instance, then the
     // earliest op (ids are allocated in template order within an instance).
     OpId seed = kNoOp;

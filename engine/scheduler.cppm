@@ -48,6 +48,12 @@ struct SchedulerOptions {
 struct RoundStats {
   std::size_t rounds = 0, batches = 0, candidates = 0, simulations = 0, deferred = 0;
   std::size_t dominated = 0;  // what-ifs stopped early: they could not beat an earlier candidate
+  // The issued budget holding work back: schedule() calls that stopped at a
+  // full budget while unscheduled operators were ready to go, and the time
+  // from the first such call to the next one with room (or with nothing
+  // waiting), summed: how long ready work waited for the budget alone.
+  std::size_t budget_full_calls = 0;
+  Nanos budget_held = 0;
 };
 
 // A batch the placement policy deferred in the latest schedule() call, and
@@ -75,6 +81,9 @@ class Scheduler {
   // order (the backend must be handed them in this order).
   Result<std::vector<OpId>> schedule(Gmg& gmg, Nanos now);
   const RoundStats& stats() const { return stats_; }
+  // Ends an open budget-held period at `now` (the run's end), so
+  // stats().budget_held counts it. Idempotent.
+  void close_budget_period(Nanos now);
   // The batches deferred in the latest schedule() call, in round order.
   const std::vector<Deferral>& last_deferrals() const { return last_deferrals_; }
   // Called at the end of every round that had a batch (issued or
@@ -93,6 +102,7 @@ class Scheduler {
   const EstimatorSet* linear_;  // est_'s fast path, or null
   SchedulerOptions opt_;
   RoundStats stats_;
+  Nanos budget_full_since_ = -1;  // the budget has held ready work back since (< 0: it is not)
   std::vector<Deferral> last_deferrals_;
   DecisionFn on_decision_;
   struct Workers;
