@@ -113,15 +113,22 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
     distinct += ws.same_as[c] == kNoCandidate;
   }
   // With a mean-completion objective a what-if stops once it must lose to
-  // the best feasible candidate its thread has seen (`bound`: that one's
-  // summed completion in ns; < 0: none yet). Which candidates come out
-  // dominated depends on the order they are simulated in; the pick does
-  // not: ties are never cut short, and only a strictly worse mean is.
+  // the best feasible candidate its thread has seen (`Best`: that one's
+  // summed completion in ns, < 0: none yet, and its index). The policy
+  // gives ties to the lower index, so a candidate after the best one must
+  // beat it strictly and one before it must at least tie it: a tie behind
+  // the best is cut short at once (on an idle cluster, hundreds of
+  // placements tie). Which candidates come out dominated depends on the
+  // order they are simulated in; the pick does not.
   const bool prune = opt_.prune && policy_.objective() == PlacementPolicy::Objective::kMeanCompletion;
   // What issuing the batch needs wherever it goes (check_issue's other half
   // is per candidate, below).
   const bool batch_ok = gmg.check_batch(batch.ops).ok();
-  auto one = [&](std::size_t c, std::int64_t& bound) {
+  struct Best {
+    std::int64_t sum = -1;  // < 0: none yet
+    std::size_t index = 0;
+  };
+  auto one = [&](std::size_t c, Best& best) {
     if (ws.same_as[c] != kNoCandidate) return;
     Outcome& o = out[c];
     if (!batch_ok || cands[c].accel.size() != batch.ops.size()) {  // malformed candidate: infeasible
@@ -153,8 +160,11 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
         w.sim.prepare(gmg, est_, batch.ops, now, ws.scope);
       w.prepared_round = ws.round;
     }
+    // Dominated when the summed completion must exceed this: a candidate
+    // after the best loses a tie, so reaching the best's sum is enough.
+    const std::int64_t above = !prune || best.sum < 0 ? -1 : best.index < c ? best.sum - 1 : best.sum;
     const SimulationResult& r = w.sim.place(
-        cands[c].accel, {.horizon = opt_.horizon, .arbiter = w.arbiter.get(), .dominated_above = prune ? bound : -1});
+        cands[c].accel, {.horizon = opt_.horizon, .arbiter = w.arbiter.get(), .dominated_above = above});
     if (r.dominated) {
       o.dominated = true;
       o.why = Outcome::Why::kDominated;
@@ -170,7 +180,7 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
     o.why = Outcome::Why::kNone;
     o.start.resize(batch.ops.size());
     o.finish.resize(batch.ops.size());
-    double sum = 0, worst = 0;
+    double worst = 0;
     std::int64_t sum_ns = 0;
     const Nanos end = opt_.horizon >= 0 ? now + opt_.horizon : r.end;
     for (std::size_t i = 0; i < batch.ops.size(); ++i) {
@@ -180,12 +190,13 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
       const Nanos done = (f < 0 ? end : f) - now;  // past the horizon: at its end
       sum_ns += done;
       const double s = static_cast<double>(done) / 1e9;
-      sum += s;
       worst = std::max(worst, s);
     }
-    o.mean_completion_s = sum / static_cast<double>(batch.ops.size());
+    // From the exact sum, so equal sums are equal means and a smaller sum
+    // never reads as a larger mean: the cut above matches the policy's pick.
+    o.mean_completion_s = static_cast<double>(sum_ns) / 1e9 / static_cast<double>(batch.ops.size());
     o.makespan_s = worst;
-    if (bound < 0 || sum_ns < bound) bound = sum_ns;
+    if (best.sum < 0 || sum_ns < best.sum || (sum_ns == best.sum && c < best.index)) best = {sum_ns, c};
   };
   // Worth a fan-out only when the round's simulations outweigh handing
   // them to another thread (a few microseconds).
@@ -198,8 +209,8 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
     tbb::parallel_for(
         tbb::blocked_range<std::size_t>(0, cands.size(), grain),
         [&](const tbb::blocked_range<std::size_t>& r) {
-          std::int64_t bound = -1;
-          for (std::size_t c = r.begin(); c < r.end(); ++c) one(c, bound);
+          Best best;
+          for (std::size_t c = r.begin(); c < r.end(); ++c) one(c, best);
         },
         tbb::simple_partitioner());
   } else if (prune) {
@@ -216,11 +227,11 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
       ws.order.push_back({busiest, c});
     }
     std::stable_sort(ws.order.begin(), ws.order.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-    std::int64_t bound = -1;
-    for (const auto& [busiest, c] : ws.order) one(c, bound);
+    Best best;
+    for (const auto& [busiest, c] : ws.order) one(c, best);
   } else {
-    std::int64_t bound = -1;
-    for (std::size_t c = 0; c < cands.size(); ++c) one(c, bound);
+    Best best;
+    for (std::size_t c = 0; c < cands.size(); ++c) one(c, best);
   }
   for (std::size_t c = 0; c < cands.size(); ++c)
     if (ws.same_as[c] != kNoCandidate) out[c] = out[ws.same_as[c]];
