@@ -226,6 +226,11 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
     std::size_t i = 0;
     std::vector<Seq> still;
     for (Seq& s : lane.running) {
+      if (is_abandoned(s.request)) {  // its client left: out of the batch, no token
+        ++i;
+        end_abandoned(s.request, t);
+        continue;
+      }
       RequestRecord& r = records_[s.request];
       if (prompts_) {
         r.tokens.push_back(f.tokens[i]);
@@ -267,6 +272,49 @@ void Tenant::drop_iteration(Lane& lane, Gmg& gmg) {
     if (gmg.contains(kv) && gmg.op(kv).retained_held && !gmg.op(kv).retained_attached) (void)gmg.release_retained(kv);
   lane.kv_ops.clear();
   lane.kv_tokens = 0;
+}
+
+bool Tenant::is_abandoned(std::size_t request) const {
+  if (request < stream_requests_) return false;
+  const auto it = live_.find(request);
+  return it != live_.end() && it->second.sink && it->second.sink->abandoned();
+}
+
+void Tenant::end_abandoned(std::size_t request, Nanos t) {
+  RequestRecord& r = records_[request];
+  r.error = kAbandonedError;
+  r.done = t;
+  ++done_;
+  ++abandoned_;
+  event(RequestEvent::Kind::kFailed, request, t);
+  end_live(request);
+}
+
+std::size_t Tenant::drop_abandoned(Nanos t) {
+  if (live_.empty()) return 0;
+  std::vector<std::size_t> gone;
+  for (const auto& [request, live] : live_)
+    if (live.sink && live.sink->abandoned()) gone.push_back(request);
+  if (gone.empty()) return 0;
+  std::size_t ended = 0;
+  for (std::size_t request : gone) {
+    if (auto w = std::find(waiting_.begin(), waiting_.end(), request); w != waiting_.end()) {
+      waiting_.erase(w);
+      end_abandoned(request, t);
+      ++ended;
+      continue;
+    }
+    for (Lane& lane : lanes_) {
+      if (lane.in_flight) continue;  // (leaves at its iteration's end)
+      auto s = std::find_if(lane.running.begin(), lane.running.end(), [&](const Seq& x) { return x.request == request; });
+      if (s == lane.running.end()) continue;
+      lane.running.erase(s);
+      end_abandoned(request, t);
+      ++ended;
+      break;
+    }
+  }
+  return ended;
 }
 
 void Tenant::fail_unfinished(const std::string& reason, Nanos t) {

@@ -102,6 +102,12 @@ class Tenant {
   // Every request not yet finished fails now with `reason` (nothing is
   // left that can run it). Timing-only: live plans are not rebuilt.
   void fail_unfinished(const std::string& reason, Nanos t);
+  // Live requests whose sink says abandoned() end now with kAbandonedError,
+  // if waiting or in a lane between iterations (one in flight leaves at its
+  // iteration's end, in on_op_done); returns how many ended.
+  std::size_t drop_abandoned(Nanos t);
+  // Requests that ended abandoned so far.
+  std::size_t abandoned() const { return abandoned_; }
   // Sequences whose KV cache was rebuilt after a loss.
   std::size_t rebuilt() const { return rebuilt_; }
   // Live mode: from now on every iteration also gets an IterationPlan
@@ -171,6 +177,9 @@ class Tenant {
   std::vector<RequestRecord> records_;
   std::size_t done_ = 0;
   std::size_t rebuilt_ = 0;
+  std::size_t abandoned_ = 0;
+  bool is_abandoned(std::size_t request) const;
+  void end_abandoned(std::size_t request, Nanos t);
   std::vector<std::int64_t> redo_;  // per request: generated tokens its next prefill recomputes
   PromptFn prompts_;
   std::vector<std::pair<InstanceId, IterationPlan>> plans_;
