@@ -629,6 +629,11 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
     cfg.serve.retry_after_s = sv.integer("retry_after_s", 1, 1, 3600);
     cfg.serve.http_threads = sv.integer("http_threads", 64, 1, 4096);
     cfg.serve.max_body_mib = sv.integer("max_body_mib", 64, 1, 4096);
+    cfg.serve.header_timeout_s = sv.integer("header_timeout_s", 10, 1, 3600);
+    cfg.serve.body_timeout_s = sv.integer("body_timeout_s", 60, 1, 86400);
+    cfg.serve.max_connections = sv.integer("max_connections", 512, 1, 65536);
+    cfg.serve.drain_timeout_s = sv.integer("drain_timeout_s", 60, 1, 86400);
+    cfg.serve.max_prompt_tokens = sv.integer("max_prompt_tokens", 0, 0, 1ll << 30);
     if (sv.has("batch_store")) {
       const std::string given = sv.str("batch_store");
       if (given.empty()) sv.fail(sv.node("batch_store"), "batch_store", "expected a file path, got \"\"");
