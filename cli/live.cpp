@@ -258,6 +258,22 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
   auto run = run_recorded(cfg, *parts, cluster, ro, opt.observers);
   if (opt.progress && stderr_is_tty()) std::fprintf(stderr, "\n");
   PolicyRun result = value_or_fail(std::move(run));
+  if (opt.inbox) {
+    // The configured streams were never replayed: the load offered is what
+    // the clients sent, over the run's span.
+    Nanos span = 0;
+    for (const auto& r : result.requests) span = std::max({span, r.arrival, r.done});
+    result.offered.clear();
+    for (const std::string& name : result.tenant_names)
+      result.offered.push_back({name, 0, 0, 0, static_cast<double>(span) / 1e9});
+    for (const auto& r : result.requests)
+      if (r.tenant < result.offered.size()) {
+        OfferedLoad& o = result.offered[r.tenant];
+        ++o.requests;
+        o.input_tokens += r.input_tokens;
+        o.output_tokens += r.output_tokens;
+      }
+  }
   std::size_t failed = 0;
   for (const auto& r : result.requests) failed += !r.error.empty();
   if (failed) {

@@ -121,6 +121,13 @@ check("slicesched: the drain took longer than 3 s ([serve] drain_timeout_s): 1 u
       in log, "the cancelled request is counted on one line", srv)
 conn.close()
 
+# summary.json's offered load is what the clients sent (8 completions), not
+# the config's streams, which a server never replays.
+offered = json.load(open(os.path.join(out, "summary.json")))["policies"]["SliceScheduler"]["offered"]
+print("offered:", offered)
+check(offered["chat"]["requests"] == 8 and offered["batch"]["requests"] == 0,
+      "summary.json offers what the clients sent", srv)
+
 rows = list(csv.DictReader(open(os.path.join(out, "requests_slicescheduler.csv"))))
 gone = [r for r in rows if r["error"] == "cancelled: the client went away"]
 print("abandoned requests (generated tokens):", [int(r["generated"]) for r in gone])
