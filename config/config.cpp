@@ -684,6 +684,7 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
     tc.priority = static_cast<std::int32_t>(t.integer("priority", 0, -32768, 32767));
     tc.online = t.boolean("online", true);
     tc.token_budget = t.integer("token_budget", 2048, 1, 1 << 24);
+    tc.chunked_prefill = t.boolean("chunked_prefill", false);
     tc.max_seqs = t.integer("max_seqs", 64, 1, 1 << 20);
     tc.kv_budget_tokens = t.integer("kv_budget_tokens", 65536, 1, INT64_MAX / 2);
     tc.lanes = static_cast<int>(t.integer("lanes", 1, 1, 1024));

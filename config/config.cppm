@@ -65,6 +65,7 @@ struct TenantConfig {
   std::int32_t priority = 0;
   bool online = true;
   std::int64_t token_budget = 2048, max_seqs = 64, kv_budget_tokens = 65536;
+  bool chunked_prefill = false;  // prompts past the token budget prefill over several iterations
   int lanes = 1;
   // Serving instances of this tenant (e.g. Dual-Share's two offline
   // copies). They share one request stream, dealt round-robin, so the

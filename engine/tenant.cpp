@@ -78,7 +78,8 @@ bool Tenant::idle() const {
 std::int64_t Tenant::kv_held() const {
   std::int64_t kv = 0;
   for (const Lane& l : lanes_)
-    for (const Seq& s : l.running) kv += s.context + 1;
+    // (a chunked prefill under way holds what it will cache in all)
+    for (const Seq& s : l.running) kv += (spec_.chunked_prefill && s.prefill ? held(s.request) : s.context) + 1;
   return kv;
 }
 
@@ -109,24 +110,39 @@ Result<int> Tenant::start_iterations(Gmg& gmg) {
 Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   // Decodes first (each one token), then admit waiting prefills FIFO while
   // the token, sequence and KV budgets allow.
-  std::int64_t tokens = static_cast<std::int64_t>(lane.running.size());
+  std::int64_t tokens = 0;
   std::int64_t context = 0;
-  for (const Seq& s : lane.running) context += s.context;
+  for (const Seq& s : lane.running) {
+    context += s.context;
+    tokens += s.prefill ? 0 : 1;  // decodes first
+  }
+  // A chunked prefill under way goes on with what the budget leaves (at
+  // least a token: it never stalls).
+  for (Seq& s : lane.running)
+    if (s.prefill) {
+      s.chunk = std::min(held(s.request) - s.context, std::max<std::int64_t>(1, spec_.token_budget - tokens));
+      tokens += s.chunk;
+    }
   std::int64_t kv_after = kv_held();
   bool admitted = false;
   while (!waiting_.empty()) {
     const RequestRecord& r = records_[waiting_.front()];
-    const std::int64_t prefill = r.input_tokens + redo_[waiting_.front()];
-    // The queue's head is admitted even over the token budget (a long
-    // prompt must not wait for every decode to drain), but never over the
-    // KV budget unless nothing else holds KV (then it could never fit).
-    const bool tokens_ok = tokens + prefill <= spec_.token_budget || !admitted;
+    const std::int64_t prefill = held(waiting_.front());
+    // Chunked, a prompt is admitted while the budget has room and takes
+    // what is left of it. Whole, the queue's head is admitted even over the
+    // token budget (a long prompt must not wait for every decode to
+    // drain). Never over the KV budget unless nothing else holds KV (then
+    // it could never fit).
+    const std::int64_t chunk =
+        spec_.chunked_prefill ? std::min(prefill, std::max<std::int64_t>(1, spec_.token_budget - tokens)) : prefill;
+    const bool tokens_ok = spec_.chunked_prefill ? tokens < spec_.token_budget || !admitted
+                                                 : tokens + prefill <= spec_.token_budget || !admitted;
     const bool kv_ok = kv_after + r.input_tokens + r.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
     const bool seqs_ok = static_cast<std::int64_t>(lane.running.size()) < spec_.max_seqs;
     if (!(tokens_ok && kv_ok && seqs_ok)) break;
-    lane.running.push_back({waiting_.front(), 0, true});
+    lane.running.push_back({waiting_.front(), 0, true, chunk});
     admitted = true;
-    tokens += prefill;
+    tokens += chunk;
     kv_after += prefill;
     waiting_.pop_front();
   }
@@ -177,6 +193,9 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
         // A rebuilt sequence prefills what it held: its prompt and the
         // tokens it generated before the loss.
         p.tokens.insert(p.tokens.end(), r.tokens.begin(), r.tokens.end());
+        // This iteration's chunk of it, after what is cached.
+        if (q.context > 0 || q.chunk < static_cast<std::int64_t>(p.tokens.size()))
+          p.tokens = std::vector<std::int64_t>(p.tokens.begin() + q.context, p.tokens.begin() + q.context + q.chunk);
       } else {
         p.tokens = {r.tokens.back()};
       }
@@ -229,6 +248,14 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
       if (is_abandoned(s.request)) {  // its client left: out of the batch, no token
         ++i;
         end_abandoned(s.request, t);
+        continue;
+      }
+      if (s.prefill && s.context + s.chunk < held(s.request)) {
+        // A chunk of a prefill: cached, and what the head sampled after
+        // it is no output token (the prompt goes on).
+        ++i;
+        s.context += s.chunk;
+        still.push_back(s);
         continue;
       }
       RequestRecord& r = records_[s.request];
