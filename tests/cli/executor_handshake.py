@@ -163,6 +163,28 @@ try:
     if r.returncode != 2 or one_line(r.stderr) != [want]:
         fail(f"executor --listen :99999: exit {r.returncode}, expected 2 and\n  {want}\ngot:\n{r.stderr}")
     print("port 99999: refused")
+
+    # 4. Ctrl-C while serve waits for an executor that is not there.
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    waiting = subprocess.Popen([S, "serve", cfg], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    time.sleep(2.0)
+    t0 = time.monotonic()
+    waiting.send_signal(2)  # SIGINT
+    try:
+        _, err = waiting.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        waiting.kill()
+        fail("serve ignored SIGINT while waiting for its executors")
+    took = time.monotonic() - t0
+    last = one_line(err)[-1:]
+    want = (f"slicesched: {cfg}: stopped while waiting for executor 'a' at tcp://127.0.0.1:{ports['a']} to answer")
+    if waiting.returncode != 130 or last != [want] or took > 2:
+        fail(f"SIGINT while waiting: exit {waiting.returncode} after {took:.1f} s, expected 130 and\n  {want}\n"
+             f"got:\n{err}")
+    print(f"SIGINT while waiting for executors: exit 130 after {took:.2f} s")
 finally:
     for p in procs:
         if p.poll() is None:
