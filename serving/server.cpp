@@ -301,6 +301,8 @@ class GuardedStream final : public httplib::Stream {
   void get_local_ip_and_port(std::string& ip, int& port) const override { address(true, ip, port); }
   socket_t socket() const override { return c_.fd; }
 
+  // Bytes read from the socket and not yet taken (a pipelined request).
+  bool buffered() const { return pos_ < end_; }
   // Answers `e` and marks the connection dead (nothing after it goes out).
   void refuse(const ApiError& e) {
     if (!c_.dead) write_refusal(c_.fd, e);
@@ -400,7 +402,8 @@ class GuardedServer final : public httplib::Server {
         c.phase = Conn::Phase::kHeaders;
         c.deadline = Clock::now() + g_.header_timeout;
         c.got_bytes = false;
-        if (!wait_request(sock, std::min<std::chrono::seconds>(std::chrono::seconds(keep_alive_timeout_sec_),
+        if (!strm.buffered() &&
+            !wait_request(sock, std::min<std::chrono::seconds>(std::chrono::seconds(keep_alive_timeout_sec_),
                                                                g_.header_timeout)))
           break;
         bool closed = false;

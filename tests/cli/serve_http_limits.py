@@ -186,6 +186,10 @@ check(st == 414 and "no endpoint" not in e["message"], f"a 10,000-byte URI: {st}
 st, e = status_and_error(raw(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n"))
 check(st == 400 and "no endpoint" not in e["message"], f"Content-Length -5: {st} {e['message']}", srv)
 
+# Two requests sent at once on one connection (pipelined): both answered.
+resp = raw(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+check(len(re.findall(rb"HTTP/1\.1 200", resp)) == 2, "two pipelined requests: two answers", srv)
+
 # Still serving, and the counters say what was refused.
 status, body, _ = completion()
 check(status == 200, "a completion after every refusal", srv)
