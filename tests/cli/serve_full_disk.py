@@ -112,7 +112,30 @@ try:
     got = sorted(json.loads(x)["custom_id"] for x in out.decode().splitlines())
     check(got == sorted(x["custom_id"] for x in lines), "every line exactly once", srv)
     check("takes writes again" in srv.log(), "serve said the store takes writes again", srv)
-    check(srv.stop() == 0, "SIGTERM: exit 0", srv)
+
+    # Full again under a second batch, then SIGTERM: the results it could
+    # not write are counted on one line, a non-zero exit (it said nothing
+    # and exited 2 before), and their lines stay pending.
+    status, _, body = srv.post("/v1/batches", {"input_file_id": info["input_file_id"],
+                                               "endpoint": "/v1/completions", "completion_window": "24h"})
+    check(status == 200, "a second batch accepted", srv)
+    failed_before = metric("slicesched_batch_store_failed_writes_total")
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError:
+            pass
+    t0 = time.monotonic()
+    while metric("slicesched_batch_results_unwritten") == 0 and time.monotonic() - t0 < 60:
+        time.sleep(0.1)
+    check(metric("slicesched_batch_store_failed_writes_total") > failed_before, "the disk is full again", srv)
+    rc = srv.stop()
+    last = [l for l in srv.log().splitlines() if l.strip()][-1]
+    print(f"SIGTERM while full: exit {rc}: {last}")
+    check(rc != 0 and re.fullmatch(r"slicesched: \d+ batch result\(s\) could not be written, and their lines stay "
+                                   r"pending \(they run again after a restart\): batch store .*: database or disk is "
+                                   r"full", last) is not None, "SIGTERM while full: one line, a non-zero exit", srv)
     srv = None
     print("PASS")
 finally:
