@@ -8,6 +8,12 @@
 // least loaded one); batch lines go through the BatchRunner to its offline
 // tenant. Backpressure: past `max_queue` online requests admitted and not
 // ended, a request gets 429 with Retry-After; nothing queues without bound.
+// The front door: a thread per open connection (at most max_connections,
+// past it 503), a deadline for a request's headers and one for its body
+// (408), a body bound enforced while reading (413), each refusal an
+// OpenAI-style error naming its key. A client that goes away abandons its
+// request (the engine drops it). /health and /health/ready say whether the
+// models can be served (ServerOptions::models_down).
 module;
 #include <cstddef>
 #include <cstdint>
