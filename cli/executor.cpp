@@ -27,9 +27,28 @@ namespace {
 std::atomic<int> g_exec_stop{0};
 extern "C" void on_exec_signal(int) { g_exec_stop = 1; }
 
+// A tcp:// endpoint's port must be a port (ZeroMQ takes 99999 and listens
+// on what it wraps to); "" when `listen` is fine, else the one line.
+std::string bad_listen(const std::string& listen) {
+  if (listen.rfind("tcp://", 0) != 0) return "";
+  const auto colon = listen.rfind(':');
+  const std::string port = colon < 6 ? std::string() : listen.substr(colon + 1);
+  if (port == "*") return "";
+  const std::string expected = "(expected tcp://HOST:PORT with PORT 1 to 65535, or * for any)";
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
+    return "--listen " + listen + ": no port " + expected;
+  if (const int p = std::stoi(port); p < 1 || p > 65535)
+    return "--listen " + listen + ": port " + port + " is out of range " + expected;
+  return "";
+}
+
 }  // namespace
 
 int executor(const ExecutorOptions& opt) {
+  if (const std::string bad = bad_listen(opt.listen); !bad.empty()) {
+    std::fprintf(stderr, "slicesched: %s\n", bad.c_str());
+    return 2;
+  }
   auto cfg = load_config(opt.config);
   if (!cfg.ok()) {
     std::fprintf(stderr, "slicesched: %s\n", cfg.status().message().c_str());
@@ -63,8 +82,10 @@ int executor(const ExecutorOptions& opt) {
     const auto held = residency(cfg.value());
     std::vector<std::unique_ptr<rt::LlamaModel>> runtimes;
     std::vector<ServedModel> served;
+    std::vector<rt::LlamaConfig> model_cfgs;
     for (std::size_t i = 0; i < cfg->models.size(); ++i) {
       rt::LlamaConfig mc = runtime_model(cfg->models[i]);
+      model_cfgs.push_back(mc);
       try {
         rt::validate(mc);
       } catch (const std::exception& e) {
@@ -91,12 +112,18 @@ int executor(const ExecutorOptions& opt) {
         fail(cfg->path + ": cluster: accelerator '" + x.name + "' cannot hold its weights (" +
              std::to_string(x.weights) + " bytes, hbm " + std::to_string(x.budget) + ")");
     }
+    so.fingerprint = executor_fingerprint(cfg.value(), model_cfgs, opt.host);
     ExecutorServer server(runner, so);
     g_exec_stop = 0;
     struct sigaction sa = {};
     sa.sa_handler = on_exec_signal;
     sigemptyset(&sa.sa_mask);
     for (int sig : {SIGINT, SIGTERM}) sigaction(sig, &sa, nullptr);
+    // Said once the endpoint is bound, not before.
+    if (Status b = server.bind(); !b.ok()) {
+      std::fprintf(stderr, "slicesched: %s\n", b.message().c_str());
+      return 2;
+    }
     std::fprintf(stderr, "slicesched executor '%s': %zu accelerator(s), listening on %s\n", opt.host.c_str(),
                  so.accels.size(), opt.listen.c_str());
     const Status s = server.serve(&g_exec_stop);

@@ -1,4 +1,6 @@
 module;
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -7,6 +9,7 @@ module;
 #include <exception>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +22,7 @@ module slicesched.cli.live;
 import slicesched.executor.live;
 import slicesched.executor.llama;
 import slicesched.executor.remote;
+import slicesched.executor.wire;
 import slicesched.cli.progress;
 
 namespace slicesched::cli {
@@ -30,6 +34,17 @@ rt::LlamaConfig runtime_model(const ModelConfig& m) {
 }
 
 void check_gpu_memory(const ExperimentConfig& cfg);
+
+std::vector<std::pair<std::string, std::string>> executor_fingerprint(const ExperimentConfig& cfg,
+                                                                      std::span<const rt::LlamaConfig> models,
+                                                                      const std::string& host) {
+  std::vector<wire::HostAccel> accels;
+  for (const auto& a : cfg.accelerators)
+    if (a.host == host) accels.push_back({a.name, a.device, a.hbm_bytes});
+  wire::Fingerprint fp = wire::host_fingerprint(host, accels);
+  for (auto& kv : model_fingerprint(models)) fp.push_back(std::move(kv));
+  return fp;
+}
 
 Transport transport(const LiveConfig& live) { return live.transport == "copy" ? Transport::kCopy : Transport::kNccl; }
 
@@ -158,7 +173,8 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
   } else {
     std::vector<ExecutorEndpoint> hosts;
     for (std::size_t h = 0; h < cfg.hosts.size(); ++h)
-      hosts.push_back({cfg.hosts[h].name, opt.addresses.empty() ? cfg.hosts[h].address : opt.addresses[h]});
+      hosts.push_back({cfg.hosts[h].name, opt.addresses.empty() ? cfg.hosts[h].address : opt.addresses[h],
+                       executor_fingerprint(cfg, model_cfgs, cfg.hosts[h].name)});
     std::vector<std::size_t> accel_host;
     std::vector<std::string> names;
     for (const auto& a : cfg.accelerators) {
@@ -169,11 +185,16 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
     std::vector<RemoteModel> models;
     for (std::size_t i = 0; i < served.size(); ++i) models.push_back({served[i].tmpl, i, served[i].model});
     RemoteOptions ro{cfg.live.heartbeat_ms, cfg.live.executor_timeout_ms, RemoteOptions{}.connect_ms, {}};
+    char me[256] = "?";
+    (void)gethostname(me, sizeof me - 1);
+    ro.name = "'" + std::string(me) + " pid " + std::to_string(getpid()) + ", serve " + cfg.path + "'";
+    ro.stop = opt.stop;
     // GPU values between executors go over NCCL unless the config says
     // copy (then as bytes over ZeroMQ, as CPU values always do).
     if (transport(cfg.live) == Transport::kNccl) ro.nccl_id = [] { return rt::cuda::nccl_unique_id(); };
     auto r = std::make_unique<RemoteRunner>(hosts, accel_host, models, ro);
-    r->on_lost([&lost_to, &cfg](AccelId a) {
+    r->on_lost([&lost_to, &cfg, hook = opt.on_lost](AccelId a) {
+      if (hook) hook(a);
       std::fprintf(
           stderr,
           "\nslicesched: accelerator '%s' is lost (executor '%s' stopped answering); its work is placed again\n",
@@ -237,6 +258,22 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
   auto run = run_recorded(cfg, *parts, cluster, ro, opt.observers);
   if (opt.progress && stderr_is_tty()) std::fprintf(stderr, "\n");
   PolicyRun result = value_or_fail(std::move(run));
+  if (opt.inbox) {
+    // The configured streams were never replayed: the load offered is what
+    // the clients sent, over the run's span.
+    Nanos span = 0;
+    for (const auto& r : result.requests) span = std::max({span, r.arrival, r.done});
+    result.offered.clear();
+    for (const std::string& name : result.tenant_names)
+      result.offered.push_back({name, 0, 0, 0, static_cast<double>(span) / 1e9});
+    for (const auto& r : result.requests)
+      if (r.tenant < result.offered.size()) {
+        OfferedLoad& o = result.offered[r.tenant];
+        ++o.requests;
+        o.input_tokens += r.input_tokens;
+        o.output_tokens += r.output_tokens;
+      }
+  }
   std::size_t failed = 0;
   for (const auto& r : result.requests) failed += !r.error.empty();
   if (failed) {
@@ -246,10 +283,11 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
         break;
       }
   }
-  if (result.interrupted)
+  if (result.interrupted)  // (finished: ended with every token; the failed and cancelled ones are not)
     std::fprintf(stderr, "slicesched: interrupted: %zu of %zu request(s) finished\n",
-                 static_cast<std::size_t>(std::count_if(result.requests.begin(), result.requests.end(),
-                                                        [](const RequestRecord& r) { return r.done >= 0; })),
+                 static_cast<std::size_t>(
+                     std::count_if(result.requests.begin(), result.requests.end(),
+                                   [](const RequestRecord& r) { return r.done >= 0 && r.error.empty(); })),
                  result.requests.size());
   return result;
 }

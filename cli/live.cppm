@@ -8,6 +8,7 @@ module;
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "executor/torch/runtime.h"
@@ -43,6 +44,9 @@ struct LiveRunOptions {
   // Called on this thread once the devices are ready and before the engine
   // starts (a front end starts listening then). May throw to abort the run.
   std::function<void(const std::vector<ServedTenant>&)> on_ready;
+  // Called (from an I/O thread) for each accelerator of an executor process
+  // found lost, before the engine hears it.
+  std::function<void(AccelId)> on_lost;
 };
 
 // Runs `policy` of `cfg` live on the config's devices and returns what
@@ -65,5 +69,12 @@ Transport transport(const LiveConfig& live);
 
 // The runtime's model config from [model].
 rt::LlamaConfig runtime_model(const ModelConfig& m);
+
+// What serve and the executor of [[hosts]] entry `host` compare at connect
+// (wire::Fingerprint): the protocol version, the host entry and its
+// accelerators, and `models` (runtime_model of each of cfg.models).
+std::vector<std::pair<std::string, std::string>> executor_fingerprint(const ExperimentConfig& cfg,
+                                                                      std::span<const rt::LlamaConfig> models,
+                                                                      const std::string& host);
 
 }  // namespace slicesched::cli

@@ -219,9 +219,22 @@ void plots(const fs::path& dir, const std::vector<PolicyRun>& runs) {
   fs::create_directories(pd);
   std::ostringstream gp;
   gp << "set terminal png size 900,560\nset grid\nset key bottom right\n";
+  // A plot whose every series is empty (a server no online request reached)
+  // gets fixed ranges: gnuplot stops at an autoscaled range with no point.
+  auto empty_ranges = [&gp](bool empty, const char* x) {
+    if (empty) gp << "set xrange " << x << "\nset yrange [0:1]\n";
+  };
+  auto none = [&runs](auto field) {
+    return std::all_of(runs.begin(), runs.end(), [&](const PolicyRun& r) { return field(r).empty(); });
+  };
+  const bool no_ttft = none([](const PolicyRun& r) -> const auto& { return r.metrics.online_ttft_s; });
+  const bool no_idle = none([](const PolicyRun& r) -> const auto& { return r.metrics.idle_slices_s; });
+  const bool no_busy = none([](const PolicyRun& r) -> const auto& { return r.metrics.busy_bins_s; });
   // TTFT CDF per policy.
-  gp << "set output 'ttft_cdf.png'\nset title 'TTFT of online requests (CDF)'\nset xlabel 'TTFT (s)'\n"
-        "set ylabel 'fraction of requests'\nset logscale x\nplot ";
+  gp << "set output 'ttft_cdf.png'\nset title 'TTFT of online requests (CDF)" << (no_ttft ? ": none ran" : "")
+     << "'\nset xlabel 'TTFT (s)'\nset ylabel 'fraction of requests'\nset logscale x\n";
+  empty_ranges(no_ttft, "[0.001:10]");
+  gp << "plot ";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     std::ostringstream d;
     const auto& v = runs[i].metrics.online_ttft_s;
@@ -230,10 +243,12 @@ void plots(const fs::path& dir, const std::vector<PolicyRun>& runs) {
     write_file(pd / f, d.str());
     gp << (i ? ", " : "") << "'" << f << "' using 1:2 with lines lw 2 title '" << runs[i].name << "'";
   }
-  gp << "\nunset logscale x\n";
+  gp << "\nunset logscale x\nset autoscale\n";
   // Idle-slice CDF per policy.
-  gp << "set output 'idle_slices_cdf.png'\nset title 'Idle slices between operators (CDF)'\n"
-        "set xlabel 'idle slice (s)'\nset logscale x\nplot ";
+  gp << "set output 'idle_slices_cdf.png'\nset title 'Idle slices between operators (CDF)"
+     << (no_idle ? ": none" : "") << "'\nset xlabel 'idle slice (s)'\nset logscale x\n";
+  empty_ranges(no_idle, "[0.000001:10]");
+  gp << "plot ";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     std::ostringstream d;
     const auto& v = runs[i].metrics.idle_slices_s;
@@ -243,10 +258,12 @@ void plots(const fs::path& dir, const std::vector<PolicyRun>& runs) {
     write_file(pd / f, d.str());
     gp << (i ? ", " : "") << "'" << f << "' using 1:2 with lines lw 2 title '" << runs[i].name << "'";
   }
-  gp << "\nunset logscale x\n";
+  gp << "\nunset logscale x\nset autoscale\n";
   // Utilization over time (10 s bins, all accelerators).
   gp << "set output 'utilization.png'\nset title 'GPU utilization over time (10 s bins)'\nset xlabel 'time (s)'\n"
-        "set ylabel 'busy fraction'\nset yrange [0:1]\nplot ";
+        "set ylabel 'busy fraction'\nset yrange [0:1]\n";
+  if (no_busy) gp << "set xrange [0:10]\n";
+  gp << "plot ";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const double bin = RunMetrics::kBusyBinS;
     const std::vector<double>& busy = runs[i].metrics.busy_bins_s;
@@ -258,7 +275,7 @@ void plots(const fs::path& dir, const std::vector<PolicyRun>& runs) {
     write_file(pd / f, d.str());
     gp << (i ? ", " : "") << "'" << f << "' using 1:2 with lines lw 2 title '" << runs[i].name << "'";
   }
-  gp << "\nset autoscale y\n";
+  gp << "\nset autoscale\n";
   // Throughput bars.
   {
     std::ostringstream d;

@@ -11,12 +11,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "commands.hpp"
@@ -89,11 +92,52 @@ int serve(const ServeOptions& opt) {
     lopt.explain = opt.explain;
     std::vector<PolicyRun> runs;
     const std::string listen = opt.listen ? *opt.listen : cfg->serve.listen;
+    // The drain's deadline: [serve] drain_timeout_s after the first signal,
+    // what is still running is cancelled (as a second signal would) and
+    // counted; the exit status stays that of a drain.
+    std::mutex drain_mu;
+    std::condition_variable drain_cv;
+    bool run_over = false;
+    std::atomic<bool> drain_expired{false};
+    std::thread drain_clock([&] {
+      std::unique_lock lk(drain_mu);
+      while (!run_over && g_stop.load() == 0) drain_cv.wait_for(lk, std::chrono::milliseconds(50));
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(cfg->serve.drain_timeout_s);
+      while (!run_over && g_stop.load() == 1 && std::chrono::steady_clock::now() < until)
+        drain_cv.wait_for(lk, std::chrono::milliseconds(50));
+      if (run_over || g_stop.load() != 1) return;
+      drain_expired = true;
+      g_stop.store(2);
+      if (std::atomic<int>* w = g_wake.load()) w->fetch_add(1);
+    });
+    struct EndClock {
+      std::mutex& mu;
+      std::condition_variable& cv;
+      bool& over;
+      std::thread& t;
+      ~EndClock() {
+        {
+          std::lock_guard lk(mu);
+          over = true;
+        }
+        cv.notify_all();
+        t.join();
+      }
+    } end_clock{drain_mu, drain_cv, run_over, drain_clock};
     if (!listen.empty())
       runs.push_back(serve_http(cfg.value(), *policy, plugins, prior ? &*prior : nullptr, listen,
                                 opt.batch_store ? *opt.batch_store : cfg->serve.batch_store, lopt, g_wake));
     else
       runs.push_back(run_live(cfg.value(), *policy, plugins, prior ? &*prior : nullptr, lopt));
+    if (drain_expired) {
+      std::size_t cancelled = 0;
+      for (const auto& r : runs[0].requests) cancelled += r.error == kCancelledError;
+      std::fprintf(stderr,
+                   "slicesched: the drain took longer than %lld s ([serve] drain_timeout_s): %zu unfinished "
+                   "request(s) cancelled\n",
+                   static_cast<long long>(cfg->serve.drain_timeout_s), cancelled);
+      g_stop = 1;  // (a drain, for the exit status)
+    }
     // Back to the defaults: a signal while the summary is written ends the
     // process as usual (outputs are replaced atomically: nothing half-written).
     for (int sig : {SIGINT, SIGTERM}) signal(sig, SIG_DFL);
@@ -112,7 +156,9 @@ int serve(const ServeOptions& opt) {
     std::printf("served %s live in %.1f s wall\n", policy->name.c_str(), runs[0].wall_s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "slicesched: %s\n", e.what());
-    return 2;
+    // Stopped by a signal (e.g. while waiting for an executor): as a shell
+    // reports a process it ended.
+    return g_stop.load() >= 1 ? 128 + g_signal.load() : 2;
   }
   // Cancelled: 128 + the signal, as a shell reports a process it ended
   // (130 for Ctrl-C, 143 for SIGTERM); drained: 0.

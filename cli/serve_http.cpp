@@ -1,9 +1,11 @@
 module;
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -79,8 +81,17 @@ PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, co
   for (const auto& a : cfg.accelerators) accels.push_back(a.name);
   serving::ServingMetrics metrics(accels);
   std::vector<serving::ServedModel> models;
-  for (const ModelConfig& m : cfg.models)
-    models.push_back({.name = m.name, .vocab = m.vocab, .context_window = m.context_window, .tokenizer = text_hook(m)});
+  for (const ModelConfig& m : cfg.models) {
+    // The shapes as the model has them: for a checkpoint (or hf_config)
+    // its config.json's vocab_size and max_position_embeddings, not the
+    // TOML keys' defaults (a 4096-token checkpoint was served with 8192).
+    const auto made = value_or_fail(make_model(m));
+    models.push_back({.name = m.name,
+                      .vocab = made->config().vocab,
+                      .context_window = made->context_window(),
+                      .max_prompt_tokens = cfg.serve.max_prompt_tokens,
+                      .tokenizer = text_hook(m)});
+  }
 
   RequestInbox inbox;
   std::unique_ptr<serving::BatchRunner> runner;
@@ -98,8 +109,39 @@ PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, co
     return serving::Routed{LiveRequest{tenant, std::move(r.prompt), r.max_tokens, nullptr}, &m};
   };
 
+  // Health: the accelerators lost so far (executor processes gone); a
+  // model can be served while one accelerator holding it is left.
+  struct Lost {
+    std::mutex mu;
+    std::vector<bool> accel;
+  };
+  auto lost = std::make_shared<Lost>();
+  lost->accel.assign(cfg.accelerators.size(), false);
+  const auto held = residency(cfg);
+  auto models_down = [lost, held, &cfg]() {
+    std::lock_guard lk(lost->mu);
+    std::vector<std::string> down;
+    for (std::size_t m = 0; m < cfg.models.size(); ++m) {
+      std::string names;
+      bool left = false;
+      for (AccelId a = 0; a < held.size(); ++a)
+        if (std::find(held[a].begin(), held[a].end(), m) != held[a].end()) {
+          left = left || !lost->accel[a];
+          names += (names.empty() ? "" : ", ") + cfg.accelerators[a].name;
+        }
+      down.push_back(left ? std::string()
+                          : "model '" + cfg.models[m].name + "' cannot be served: every accelerator holding it is lost (" +
+                                names + ")");
+    }
+    return down;
+  };
+
   LiveRunOptions opt = base;
   opt.progress = false;  // (no stream to count progress against)
+  opt.on_lost = [lost](AccelId a) {
+    std::lock_guard lk(lost->mu);
+    if (a < lost->accel.size()) lost->accel[a] = true;
+  };
   opt.inbox = &inbox;
   EngineObserver* observers[] = {&metrics};
   opt.observers = observers;
@@ -122,7 +164,11 @@ PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, co
                                 .max_queue = cfg.serve.max_queue,
                                 .retry_after_s = static_cast<int>(cfg.serve.retry_after_s),
                                 .http_threads = static_cast<int>(cfg.serve.http_threads),
-                                .max_body_bytes = static_cast<std::size_t>(cfg.serve.max_body_mib) << 20};
+                                .max_body_bytes = static_cast<std::size_t>(cfg.serve.max_body_mib) << 20,
+                                .header_timeout_s = static_cast<int>(cfg.serve.header_timeout_s),
+                                .body_timeout_s = static_cast<int>(cfg.serve.body_timeout_s),
+                                .max_connections = static_cast<int>(cfg.serve.max_connections),
+                                .models_down = models_down};
     server = std::make_unique<serving::HttpServer>(sopt, models, inbox, metrics, store.get(), runner.get());
     check(server->start());
     if (runner) runner->start();

@@ -100,6 +100,7 @@ void build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, PolicyP
         spec.requests.requests.push_back(r);
       }
       spec.token_budget = tc.token_budget;
+      spec.chunked_prefill = tc.chunked_prefill;
       spec.max_seqs = tc.max_seqs;
       spec.kv_budget_tokens = tc.kv_budget_tokens;
       spec.lanes = tc.lanes;

@@ -629,6 +629,11 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
     cfg.serve.retry_after_s = sv.integer("retry_after_s", 1, 1, 3600);
     cfg.serve.http_threads = sv.integer("http_threads", 64, 1, 4096);
     cfg.serve.max_body_mib = sv.integer("max_body_mib", 64, 1, 4096);
+    cfg.serve.header_timeout_s = sv.integer("header_timeout_s", 10, 1, 3600);
+    cfg.serve.body_timeout_s = sv.integer("body_timeout_s", 60, 1, 86400);
+    cfg.serve.max_connections = sv.integer("max_connections", 512, 1, 65536);
+    cfg.serve.drain_timeout_s = sv.integer("drain_timeout_s", 60, 1, 86400);
+    cfg.serve.max_prompt_tokens = sv.integer("max_prompt_tokens", 0, 0, 1ll << 30);
     if (sv.has("batch_store")) {
       const std::string given = sv.str("batch_store");
       if (given.empty()) sv.fail(sv.node("batch_store"), "batch_store", "expected a file path, got \"\"");
@@ -680,6 +685,7 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
     tc.priority = static_cast<std::int32_t>(t.integer("priority", 0, -32768, 32767));
     tc.online = t.boolean("online", true);
     tc.token_budget = t.integer("token_budget", 2048, 1, 1 << 24);
+    tc.chunked_prefill = t.boolean("chunked_prefill", false);
     tc.max_seqs = t.integer("max_seqs", 64, 1, 1 << 20);
     tc.kv_budget_tokens = t.integer("kv_budget_tokens", 65536, 1, INT64_MAX / 2);
     tc.lanes = static_cast<int>(t.integer("lanes", 1, 1, 1024));

@@ -65,6 +65,7 @@ struct TenantConfig {
   std::int32_t priority = 0;
   bool online = true;
   std::int64_t token_budget = 2048, max_seqs = 64, kv_budget_tokens = 65536;
+  bool chunked_prefill = false;  // prompts past the token budget prefill over several iterations
   int lanes = 1;
   // Serving instances of this tenant (e.g. Dual-Share's two offline
   // copies). They share one request stream, dealt round-robin, so the
@@ -142,6 +143,11 @@ struct ServeConfig {
   std::int64_t retry_after_s = 1;
   std::int64_t http_threads = 64;    // connections served at once (a streaming client holds one)
   std::int64_t max_body_mib = 64;    // largest request body (a batch input file)
+  std::int64_t header_timeout_s = 10;  // a request's line and headers arrive within this
+  std::int64_t body_timeout_s = 60;    // its body within this
+  std::int64_t max_connections = 512;  // open HTTP connections at once
+  std::int64_t drain_timeout_s = 60;
+  std::int64_t max_prompt_tokens = 0;  // the longest prompt a request may send (0: its model's window bounds it)   // after a drain's signal, what still runs then is cancelled
   std::string batch_store;           // SQLite file of the batch API (resolved; "": batch API off)
   std::int64_t batch_inflight = 16;  // batch lines in the engine at once
   // The online TTFT target (seconds) SLO attainment is measured against, as

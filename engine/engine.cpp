@@ -169,6 +169,7 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
     gmg_.advance_clock(now);  // (iterations started now are stamped now)
     for (Tenant& t : tenants_) {
       if (stop == 0) t.deliver_arrivals(now);
+      if (opt_.inbox) t.drop_abandoned(now);
       auto started = t.start_iterations(gmg_);
       if (!started.ok())
         return Status(started.status().code(), "tenant '" + t.spec().name + "': " + started.status().message());
@@ -207,15 +208,17 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
       // the backend's wait); the bound only keeps a missed wake harmless.
       next = now + kInboxWait;
     }
+    if (next < 0 && down_count_ > 0) {
+      // Nothing left can run what waits: its placements need a lost
+      // accelerator. Those requests fail, with the reason; a server keeps
+      // serving what it still can (its health says what it cannot).
+      const std::string why = "no placement left that can run it (lost: " + lost_names_ + ")";
+      for (Tenant& t : tenants_) t.fail_unfinished(why, now);
+      flush_requests();
+      if (!opt_.inbox || opt_.inbox->closed()) break;
+      next = now + kInboxWait;
+    }
     if (next < 0) {
-      if (down_count_ > 0) {
-        // Nothing left can run what waits: its placements need a lost
-        // accelerator. Those requests fail, with the reason.
-        const std::string why = "no placement left that can run it (lost: " + lost_names_ + ")";
-        for (Tenant& t : tenants_) t.fail_unfinished(why, now);
-        flush_requests();
-        break;
-      }
       if (stop == 1 && all_idle) {
         interrupted = true;  // drained: what was admitted has finished
         break;
@@ -236,9 +239,20 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
     now = backend_.now();
     // Losses the backend found (an executor process gone) are handled
     // before the completions, so nothing is placed again on what is lost.
-    for (AccelId a : backend_.take_lost())
+    const std::vector<AccelId> found = backend_.take_lost();
+    for (AccelId a : found)
       if (a >= gmg_.accels().size() || !gmg_.is_down(a))
         if (Status s = lose(a, now); !s.ok()) return s;
+    // Losses the backend finds are for good: with every accelerator gone
+    // nothing can ever run again, and the run ends as a failure, saying so
+    // (what was unfinished fails with the same reason).
+    if (!found.empty() && down_count_ == gmg_.accels().size()) {
+      const std::string why = "every accelerator is lost (" + lost_names_ + "); nothing is left to run on";
+      for (Tenant& t : tenants_) t.fail_unfinished(why, now);
+      flush_requests();
+      if (opt_.inbox) opt_.inbox->close();
+      return Aborted(why);
+    }
     for (const Feedback& f : feedback)
       if (Status s = apply(f); !s.ok()) return s;
     flush_requests();

@@ -22,6 +22,8 @@ export namespace slicesched {
 // finished (a cancel): the request was never run to its end, so a front end
 // may run it again later (batch jobs do).
 inline constexpr const char* kCancelledError = "cancelled: the server stopped before the request finished";
+// The error a request ends with when its client gave up (RequestSink::abandoned).
+inline constexpr const char* kAbandonedError = "cancelled: the client went away";
 
 // Where a live request's results go. Called on the engine thread only, in
 // order: on_token per sampled token, then on_end exactly once. Must not
@@ -32,6 +34,12 @@ class RequestSink {
   virtual void on_token(std::int64_t token, Nanos t) = 0;
   // Done (every token generated) or failed (`error` not empty).
   virtual void on_end(std::int64_t prompt_tokens, std::int64_t generated, const std::string& error, Nanos t) = 0;
+  // True once nobody waits for the result (the client disconnected); may be
+  // read from the engine thread at any time. The engine then ends the
+  // request with kAbandonedError: waiting, it leaves the queue; running, its
+  // sequence leaves the batch at its iteration's end, and the next
+  // iteration's KV cache no longer holds it (as a finished one's).
+  virtual bool abandoned() const { return false; }
 };
 
 // One request from a client: its tenant (the engine's index), prompt token

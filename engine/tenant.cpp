@@ -78,7 +78,8 @@ bool Tenant::idle() const {
 std::int64_t Tenant::kv_held() const {
   std::int64_t kv = 0;
   for (const Lane& l : lanes_)
-    for (const Seq& s : l.running) kv += s.context + 1;
+    // (a chunked prefill under way holds what it will cache in all)
+    for (const Seq& s : l.running) kv += (spec_.chunked_prefill && s.prefill ? held(s.request) : s.context) + 1;
   return kv;
 }
 
@@ -109,24 +110,39 @@ Result<int> Tenant::start_iterations(Gmg& gmg) {
 Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   // Decodes first (each one token), then admit waiting prefills FIFO while
   // the token, sequence and KV budgets allow.
-  std::int64_t tokens = static_cast<std::int64_t>(lane.running.size());
+  std::int64_t tokens = 0;
   std::int64_t context = 0;
-  for (const Seq& s : lane.running) context += s.context;
+  for (const Seq& s : lane.running) {
+    context += s.context;
+    tokens += s.prefill ? 0 : 1;  // decodes first
+  }
+  // A chunked prefill under way goes on with what the budget leaves (at
+  // least a token: it never stalls).
+  for (Seq& s : lane.running)
+    if (s.prefill) {
+      s.chunk = std::min(held(s.request) - s.context, std::max<std::int64_t>(1, spec_.token_budget - tokens));
+      tokens += s.chunk;
+    }
   std::int64_t kv_after = kv_held();
   bool admitted = false;
   while (!waiting_.empty()) {
     const RequestRecord& r = records_[waiting_.front()];
-    const std::int64_t prefill = r.input_tokens + redo_[waiting_.front()];
-    // The queue's head is admitted even over the token budget (a long
-    // prompt must not wait for every decode to drain), but never over the
-    // KV budget unless nothing else holds KV (then it could never fit).
-    const bool tokens_ok = tokens + prefill <= spec_.token_budget || !admitted;
+    const std::int64_t prefill = held(waiting_.front());
+    // Chunked, a prompt is admitted while the budget has room and takes
+    // what is left of it. Whole, the queue's head is admitted even over the
+    // token budget (a long prompt must not wait for every decode to
+    // drain). Never over the KV budget unless nothing else holds KV (then
+    // it could never fit).
+    const std::int64_t chunk =
+        spec_.chunked_prefill ? std::min(prefill, std::max<std::int64_t>(1, spec_.token_budget - tokens)) : prefill;
+    const bool tokens_ok = spec_.chunked_prefill ? tokens < spec_.token_budget || !admitted
+                                                 : tokens + prefill <= spec_.token_budget || !admitted;
     const bool kv_ok = kv_after + r.input_tokens + r.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
     const bool seqs_ok = static_cast<std::int64_t>(lane.running.size()) < spec_.max_seqs;
     if (!(tokens_ok && kv_ok && seqs_ok)) break;
-    lane.running.push_back({waiting_.front(), 0, true});
+    lane.running.push_back({waiting_.front(), 0, true, chunk});
     admitted = true;
-    tokens += prefill;
+    tokens += chunk;
     kv_after += prefill;
     waiting_.pop_front();
   }
@@ -177,6 +193,9 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
         // A rebuilt sequence prefills what it held: its prompt and the
         // tokens it generated before the loss.
         p.tokens.insert(p.tokens.end(), r.tokens.begin(), r.tokens.end());
+        // This iteration's chunk of it, after what is cached.
+        if (q.context > 0 || q.chunk < static_cast<std::int64_t>(p.tokens.size()))
+          p.tokens = std::vector<std::int64_t>(p.tokens.begin() + q.context, p.tokens.begin() + q.context + q.chunk);
       } else {
         p.tokens = {r.tokens.back()};
       }
@@ -226,6 +245,19 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
     std::size_t i = 0;
     std::vector<Seq> still;
     for (Seq& s : lane.running) {
+      if (is_abandoned(s.request)) {  // its client left: out of the batch, no token
+        ++i;
+        end_abandoned(s.request, t);
+        continue;
+      }
+      if (s.prefill && s.context + s.chunk < held(s.request)) {
+        // A chunk of a prefill: cached, and what the head sampled after
+        // it is no output token (the prompt goes on).
+        ++i;
+        s.context += s.chunk;
+        still.push_back(s);
+        continue;
+      }
       RequestRecord& r = records_[s.request];
       if (prompts_) {
         r.tokens.push_back(f.tokens[i]);
@@ -267,6 +299,49 @@ void Tenant::drop_iteration(Lane& lane, Gmg& gmg) {
     if (gmg.contains(kv) && gmg.op(kv).retained_held && !gmg.op(kv).retained_attached) (void)gmg.release_retained(kv);
   lane.kv_ops.clear();
   lane.kv_tokens = 0;
+}
+
+bool Tenant::is_abandoned(std::size_t request) const {
+  if (request < stream_requests_) return false;
+  const auto it = live_.find(request);
+  return it != live_.end() && it->second.sink && it->second.sink->abandoned();
+}
+
+void Tenant::end_abandoned(std::size_t request, Nanos t) {
+  RequestRecord& r = records_[request];
+  r.error = kAbandonedError;
+  r.done = t;
+  ++done_;
+  ++abandoned_;
+  event(RequestEvent::Kind::kFailed, request, t);
+  end_live(request);
+}
+
+std::size_t Tenant::drop_abandoned(Nanos t) {
+  if (live_.empty()) return 0;
+  std::vector<std::size_t> gone;
+  for (const auto& [request, live] : live_)
+    if (live.sink && live.sink->abandoned()) gone.push_back(request);
+  if (gone.empty()) return 0;
+  std::size_t ended = 0;
+  for (std::size_t request : gone) {
+    if (auto w = std::find(waiting_.begin(), waiting_.end(), request); w != waiting_.end()) {
+      waiting_.erase(w);
+      end_abandoned(request, t);
+      ++ended;
+      continue;
+    }
+    for (Lane& lane : lanes_) {
+      if (lane.in_flight) continue;  // (leaves at its iteration's end)
+      auto s = std::find_if(lane.running.begin(), lane.running.end(), [&](const Seq& x) { return x.request == request; });
+      if (s == lane.running.end()) continue;
+      lane.running.erase(s);
+      end_abandoned(request, t);
+      ++ended;
+      break;
+    }
+  }
+  return ended;
 }
 
 void Tenant::fail_unfinished(const std::string& reason, Nanos t) {

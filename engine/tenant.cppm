@@ -36,6 +36,12 @@ struct TenantSpec {
   std::int64_t token_budget = 2048;       // new tokens per iteration
   std::int64_t max_seqs = 64;             // sequences per iteration
   std::int64_t kv_budget_tokens = 65536;  // cached tokens this tenant may hold (all lanes)
+  // Chunked prefill (as vLLM's and SGLang's): a prompt longer than what
+  // the iteration's token budget leaves prefills over several iterations,
+  // a chunk each, beside the other sequences' decodes and short prefills,
+  // so they do not wait behind all of it. Off: a prompt's whole prefill is
+  // one iteration (the queue's head is admitted even over the budget).
+  bool chunked_prefill = false;
   int lanes = 1;                          // iterations in flight at once
 };
 
@@ -102,6 +108,12 @@ class Tenant {
   // Every request not yet finished fails now with `reason` (nothing is
   // left that can run it). Timing-only: live plans are not rebuilt.
   void fail_unfinished(const std::string& reason, Nanos t);
+  // Live requests whose sink says abandoned() end now with kAbandonedError,
+  // if waiting or in a lane between iterations (one in flight leaves at its
+  // iteration's end, in on_op_done); returns how many ended.
+  std::size_t drop_abandoned(Nanos t);
+  // Requests that ended abandoned so far.
+  std::size_t abandoned() const { return abandoned_; }
   // Sequences whose KV cache was rebuilt after a loss.
   std::size_t rebuilt() const { return rebuilt_; }
   // Live mode: from now on every iteration also gets an IterationPlan
@@ -137,10 +149,14 @@ class Tenant {
 
  private:
   struct Seq {
-    std::size_t request;   // index into records_
-    std::int64_t context;  // tokens whose KV is cached
-    bool prefill;          // admitted this iteration
+    std::size_t request;    // index into records_
+    std::int64_t context;   // tokens whose KV is cached
+    bool prefill;           // prefilling (admitted this iteration, or a chunked prefill not done)
+    std::int64_t chunk = 0;  // while prefilling: the tokens this iteration adds to its cache
   };
+  // What a sequence's prefill caches in all: its prompt, and the tokens it
+  // generated before a loss (rebuilt).
+  std::int64_t held(std::size_t request) const { return records_[request].input_tokens + redo_[request]; }
   struct Lane {
     std::vector<Seq> running;    // sequences of the in-flight or next iteration
     std::vector<OpId> kv_ops;    // the last iteration's ops that retain the KV cache
@@ -171,6 +187,9 @@ class Tenant {
   std::vector<RequestRecord> records_;
   std::size_t done_ = 0;
   std::size_t rebuilt_ = 0;
+  std::size_t abandoned_ = 0;
+  bool is_abandoned(std::size_t request) const;
+  void end_abandoned(std::size_t request, Nanos t);
   std::vector<std::int64_t> redo_;  // per request: generated tokens its next prefill recomputes
   PromptFn prompts_;
   std::vector<std::pair<InstanceId, IterationPlan>> plans_;

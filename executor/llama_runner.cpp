@@ -1,7 +1,10 @@
 module;
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -51,6 +54,97 @@ Result<rt::LlamaConfig> runtime_config(const DenseDecoder& model, std::uint64_t 
     return InvalidArgument(e.what());
   }
   return c;
+}
+
+namespace {
+
+std::string number(double v) {
+  char s[40];
+  std::snprintf(s, sizeof s, "%.17g", v);
+  return s;
+}
+
+struct Fnv {
+  std::uint64_t h = 1469598103934665603ull;
+  void add(const char* p, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      h ^= static_cast<unsigned char>(p[i]);
+      h *= 1099511628211ull;
+    }
+  }
+  void add(const std::string& s) { add(s.data(), s.size() + 1); }  // (with its terminator: fields stay apart)
+};
+
+}  // namespace
+
+std::string checkpoint_digest(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (it->is_regular_file(ec) &&
+        (name == "config.json" || (name.size() > 12 && name.substr(name.size() - 12) == ".safetensors")))
+      files.push_back(it->path());
+  }
+  if (ec) return "unreadable (" + ec.message() + ")";
+  std::sort(files.begin(), files.end());
+  Fnv f;
+  constexpr std::size_t kSpan = 1 << 20;
+  std::string buf(kSpan, '\0');
+  for (const fs::path& p : files) {
+    const auto size = fs::file_size(p, ec);
+    if (ec) return "unreadable (" + p.filename().string() + ": " + ec.message() + ")";
+    f.add(p.filename().string());
+    f.add(std::to_string(size));
+    std::ifstream in(p, std::ios::binary);
+    auto span = [&](std::uint64_t at, std::size_t n) {
+      in.seekg(static_cast<std::streamoff>(at));
+      in.read(buf.data(), static_cast<std::streamsize>(n));
+      f.add(buf.data(), static_cast<std::size_t>(in.gcount()));
+    };
+    const std::size_t head = static_cast<std::size_t>(std::min<std::uint64_t>(size, kSpan));
+    span(0, head);
+    if (size > kSpan) {  // the last MiB, or what the first left of it
+      const std::uint64_t tail = std::max<std::uint64_t>(size - kSpan, kSpan);
+      span(tail, static_cast<std::size_t>(size - tail));
+    }
+    if (!in) return "unreadable (" + p.filename().string() + ")";
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(f.h));
+  return std::to_string(files.size()) + " file(s), digest " + hex;
+}
+
+std::vector<std::pair<std::string, std::string>> model_fingerprint(std::span<const rt::LlamaConfig> models) {
+  std::vector<std::pair<std::string, std::string>> fp{{"models", std::to_string(models.size())}};
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    const rt::LlamaConfig& c = models[i];
+    const std::string m = "models[" + std::to_string(i) + "].";
+    auto add = [&](const char* k, std::string v) { fp.emplace_back(m + k, std::move(v)); };
+    add("name", c.name);
+    add("vocab", std::to_string(c.vocab));
+    add("hidden", std::to_string(c.hidden));
+    add("layers", std::to_string(c.layers));
+    add("heads", std::to_string(c.heads));
+    add("kv_heads", std::to_string(c.kv_heads));
+    add("mlp", std::to_string(c.mlp));
+    add("head_dim", std::to_string(c.head_dim()));
+    add("groups", std::to_string(c.groups));
+    add("dtype", c.dtype);
+    add("rope_theta", number(c.rope_theta));
+    add("rope_scaling", c.rope_factor == 0 ? std::string("none")
+                                           : "llama3 factor " + number(c.rope_factor) + ", low " +
+                                                 number(c.rope_low_freq_factor) + ", high " +
+                                                 number(c.rope_high_freq_factor) + ", original context " +
+                                                 std::to_string(c.rope_original_context));
+    add("norm_eps", number(c.norm_eps));
+    add("qkv_bias", c.qkv_bias ? "true" : "false");
+    add("tied_embeddings", c.tied_embeddings ? "true" : "false");
+    add("weights", c.checkpoint.empty() ? "weights_seed " + std::to_string(c.seed)
+                                        : "checkpoint " + checkpoint_digest(c.checkpoint));
+  }
+  return fp;
 }
 
 LlamaRunner::LlamaRunner(rt::LlamaModel& model, std::vector<std::string> devices, Transport transport)

@@ -15,6 +15,7 @@ module;
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "executor/torch/cuda.h"
@@ -45,6 +46,23 @@ enum class Transport { kNccl, kCopy };
 // rt::validate does.
 Result<rt::LlamaConfig> runtime_config(const DenseDecoder& model, std::uint64_t seed,
                                        const std::string& checkpoint = "");
+
+// What a scheduler and an executor must agree on about the models they
+// serve (the model part of wire::Fingerprint), as ordered (field, value)
+// pairs: "models" (the count), then per model i "models[i].name", its
+// shapes (vocab, hidden, layers, heads, kv_heads, mlp, head_dim, groups),
+// RoPE and norm constants, dtype, biases and tied embeddings, and
+// "models[i].weights": "weights_seed N" for random weights or
+// "checkpoint <digest>" (checkpoint_digest). Throws nothing; a checkpoint
+// whose files cannot be read gets a digest saying so.
+std::vector<std::pair<std::string, std::string>> model_fingerprint(std::span<const rt::LlamaConfig> models);
+// A digest of a Hugging Face checkpoint folder's weights: 64-bit FNV-1a
+// over config.json and each *.safetensors file (sorted by name): its name,
+// its size, its first and its last MiB (a safetensors file begins with its
+// header: every tensor's name, dtype, shape and offsets). Two folders with
+// the same files digest the same wherever they are; it reads at most 2 MiB
+// a file, so it is not a proof against a file edited only in its middle.
+std::string checkpoint_digest(const std::string& dir);
 
 // One model the runner serves: the operators of template `tmpl` run on
 // `runtime` (which must outlive the runner), mapped through the model

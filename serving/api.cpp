@@ -80,6 +80,9 @@ std::variant<CompletionRequest, ApiError> parse_completion(const json& body, std
     return bad("prompt", "prompt: expected a list of token ids or a string, got " + prompt->dump());
   }
   if (r.prompt.empty()) return bad("prompt", "prompt: empty (at least one token)");
+  if (m.max_prompt_tokens > 0 && static_cast<std::int64_t>(r.prompt.size()) > m.max_prompt_tokens)
+    return bad("prompt", "prompt: " + std::to_string(r.prompt.size()) + " tokens, more than the " +
+                             std::to_string(m.max_prompt_tokens) + " one request may send ([serve] max_prompt_tokens)");
 
   if (const auto mt = body.find("max_tokens"); mt != body.end() && !mt->is_null()) {
     if (!mt->is_number_integer() || mt->get<std::int64_t>() < 1)
@@ -180,6 +183,29 @@ json final_chunk_body(const std::string& id, std::int64_t created, const std::st
 
 std::string decode(const ServedModel& model, std::span<const std::int64_t> tokens) {
   return model.tokenizer.decode ? model.tokenizer.decode(tokens) : std::string();
+}
+
+std::string StreamDecoder::next(std::span<const std::int64_t> tokens) {
+  if (!model_.tokenizer.decode) return "";
+  const std::string before = decode(model_, tokens.subspan(prefix_, read_ - prefix_));
+  const std::string now = decode(model_, tokens.subspan(prefix_));
+  static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD: half a character so far
+  const bool partial = now.size() >= 3 && std::string_view(now).substr(now.size() - 3) == kReplacement;
+  if (partial && tokens.size() - read_ < 8) return "";  // held: the next token may complete it
+  std::string added;
+  if (now.size() >= before.size() && now.compare(0, before.size(), before) == 0) added = now.substr(before.size());
+  prefix_ = read_;
+  read_ = tokens.size();
+  return added;
+}
+
+std::string StreamDecoder::flush(std::span<const std::int64_t> tokens) {
+  if (!model_.tokenizer.decode || read_ == tokens.size()) return "";
+  const std::string before = decode(model_, tokens.subspan(prefix_, read_ - prefix_));
+  const std::string now = decode(model_, tokens.subspan(prefix_));
+  read_ = tokens.size();
+  return now.size() >= before.size() && now.compare(0, before.size(), before) == 0 ? now.substr(before.size())
+                                                                                   : std::string();
 }
 
 }  // namespace slicesched::serving

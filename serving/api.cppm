@@ -27,6 +27,9 @@ struct ServedModel {
   // tenants' KV budget; 0: no bound beyond the context window). A request
   // past it could never be placed and would stop the engine.
   std::int64_t request_tokens_max = 0;
+  // The longest prompt one request may send ([serve] max_prompt_tokens;
+  // 0: no bound but the above), refused at admission.
+  std::int64_t max_prompt_tokens = 0;
   Tokenizer tokenizer;
   std::vector<std::uint32_t> online, offline;
 };
@@ -77,5 +80,25 @@ nlohmann::json final_chunk_body(const std::string& id, std::int64_t created, con
 
 // The text of `tokens` for `model` ("" without a decode hook).
 std::string decode(const ServedModel& model, std::span<const std::int64_t> tokens);
+
+// A stream's text, token by token, equal in the end to decode() of all its
+// tokens: each token's text is what it adds to a short window of the tokens
+// before it (as vLLM's incremental detokenizer), since a token decoded
+// alone is not its text in context (SentencePiece drops a word's leading
+// space at the start of a decode; a byte-level token may be half a UTF-8
+// character). Text ending in an incomplete character (U+FFFD) is held back
+// until the next tokens complete it, at most 8 tokens; flush() gives what
+// is still held at the end.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const ServedModel& model) : model_(model) {}
+  // The text `tokens.back()` adds; `tokens`: every token so far.
+  std::string next(std::span<const std::int64_t> tokens);
+  std::string flush(std::span<const std::int64_t> tokens);
+
+ private:
+  const ServedModel& model_;
+  std::size_t prefix_ = 0, read_ = 0;  // tokens[prefix_, read_) gave the text sent last
+};
 
 }  // namespace slicesched::serving

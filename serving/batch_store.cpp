@@ -1,5 +1,11 @@
 module;
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <chrono>
 #include <cstdint>
@@ -122,20 +128,90 @@ Status BatchStore::exec(const char* sql) {
   return Status::Ok();
 }
 
+// Each table's columns, in order, as kSchema makes them.
+const std::vector<std::pair<std::string, std::vector<std::string>>>& expected_tables() {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> t{
+      {"files", {"id", "filename", "purpose", "bytes", "created_at", "content"}},
+      {"batches",
+       {"id", "input_file_id", "endpoint", "completion_window", "status", "created_at", "completed_at",
+        "output_file_id", "error_file_id", "total", "completed", "failed"}},
+      {"lines", {"batch_id", "line", "custom_id", "body", "state", "result"}}};
+  return t;
+}
+
+Status BatchStore::check_schema(bool allow_missing) {
+  for (const auto& [table, want] : expected_tables()) {
+    Stmt s(db_, ("PRAGMA table_info(" + table + ")").c_str());
+    if (!s.ok()) return error("reading the schema");
+    std::vector<std::string> got;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) got.push_back(s.col_text(1));
+    if (rc != SQLITE_DONE) return error("reading the schema");
+    if (got.empty() && allow_missing) continue;  // (made next)
+    if (got != want) {
+      auto list = [](const std::vector<std::string>& v) {
+        std::string o;
+        for (const auto& c : v) o += (o.empty() ? "" : ", ") + c;
+        return o;
+      };
+      return FailedPrecondition("batch store " + path_ + ": table '" + table + "' has columns (" + list(got) +
+                                "), expected (" + list(want) +
+                                "): not a slicesched batch store (give another file)");
+    }
+  }
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<BatchStore>> BatchStore::open(const std::string& path) {
   std::unique_ptr<BatchStore> s(new BatchStore(path));
+  // One server per store: an exclusive lock on a file beside it, which
+  // names its holder.
+  const std::string lock = path + ".lock";
+  s->lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (s->lock_fd_ < 0)
+    return FailedPrecondition("batch store " + path + ": cannot open (its lock file " + lock + ": " +
+                              std::strerror(errno) + ")");
+  if (flock(s->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    std::string holder(256, '\0');
+    const ssize_t n = pread(s->lock_fd_, holder.data(), holder.size(), 0);
+    holder.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+    return FailedPrecondition("batch store " + path + " is in use by another server (" +
+                              (holder.empty() ? std::string("its holder is unnamed") : holder) +
+                              "); one server per store: stop that one first, or give another --batch-store");
+  }
+  {
+    char host[128] = "?";
+    (void)gethostname(host, sizeof host - 1);
+    const std::string me = "pid " + std::to_string(getpid()) + " on " + host + ", since unix time " +
+                           std::to_string(unix_now()) + "\n";
+    (void)ftruncate(s->lock_fd_, 0);
+    (void)pwrite(s->lock_fd_, me.data(), me.size(), 0);
+  }
   if (sqlite3_open_v2(path.c_str(), &s->db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                       nullptr) != SQLITE_OK)
     return s->error("cannot open");
   sqlite3_busy_timeout(s->db_, 5000);
   // WAL with full sync: a result acknowledged by commit survives a crash
   // or power loss.
+  // The tables there must be a batch store's before anything is added.
+  if (Status st = s->check_schema(true); !st.ok()) return st;
   for (const char* sql : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", kSchema})
     if (Status st = s->exec(sql); !st.ok()) return st;
+  if (Status st = s->check_schema(false); !st.ok()) return st;
   return s;
 }
 
-BatchStore::~BatchStore() { sqlite3_close(db_); }
+BatchStore::~BatchStore() {
+  sqlite3_close(db_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // (the lock goes with it)
+}
+
+Status BatchStore::limit_pages(std::int64_t pages) {
+  std::lock_guard lk(mu_);
+  if (pages == 0) return exec("PRAGMA max_page_count = 4294967294;");
+  return exec(("PRAGMA max_page_count = " + std::to_string(pages) + ";").c_str());
+}
 
 Result<FileInfo> BatchStore::add_file(const std::string& filename, const std::string& purpose,
                                       const std::string& content) {

@@ -51,7 +51,12 @@ struct PendingLine {
 
 class BatchStore {
  public:
-  // Opens (creating) the store at `path`; its folder must exist.
+  // Opens (creating) the store at `path`; its folder must exist. One server
+  // per store: the store is held by an exclusive lock on `path`.lock (the
+  // kernel's, so it goes with the process, even on kill -9) that names its
+  // holder, and a second open while it is held is refused naming that
+  // holder. A file whose tables are not a batch store's (other columns) is
+  // refused, naming the table and the columns expected.
   static Result<std::unique_ptr<BatchStore>> open(const std::string& path);
   ~BatchStore();
   BatchStore(const BatchStore&) = delete;
@@ -75,13 +80,20 @@ class BatchStore {
   // A line that already has a result is left as it is.
   Status finish_line(const std::string& batch_id, std::int64_t line, bool ok, const std::string& result);
 
+  // Tests: bounds the database at `pages` pages (SQLite's max_page_count),
+  // past which every write fails with "database or disk is full", as on a
+  // full disk; 0 lifts the bound.
+  Status limit_pages(std::int64_t pages);
+
  private:
   explicit BatchStore(std::string path) : path_(std::move(path)) {}
   Status exec(const char* sql);
   Status error(const std::string& what) const;
+  Status check_schema(bool allow_missing);
 
   std::string path_;
   sqlite3* db_ = nullptr;
+  int lock_fd_ = -1;
   std::mutex mu_;
 };
 

@@ -1,4 +1,5 @@
 module;
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -65,7 +66,22 @@ void BatchRunner::wake() {
 
 std::size_t BatchRunner::inflight() const {
   std::lock_guard lk(mu_);
-  return running_.size();
+  return running_.size() - unwritten_.size();
+}
+
+std::string BatchRunner::store_error() const {
+  std::lock_guard lk(mu_);
+  return store_error_;
+}
+
+std::size_t BatchRunner::unwritten() const {
+  std::lock_guard lk(mu_);
+  return unwritten_.size();
+}
+
+std::uint64_t BatchRunner::failed_writes() const {
+  std::lock_guard lk(mu_);
+  return failed_writes_;
 }
 
 void BatchRunner::deliver(Ended e) {
@@ -100,20 +116,61 @@ Status BatchRunner::write(const Ended& e) {
 void BatchRunner::loop() {
   std::unique_lock lk(mu_);
   for (;;) {
-    auto ended = std::exchange(ended_, {});
     const bool stopping = stopping_;
-    lk.unlock();
-    for (const Ended& e : ended) {
-      Status s = write(e);
-      if (!s.ok()) std::fprintf(stderr, "slicesched: %s\n", s.message().c_str());
-      lk.lock();
-      if (!s.ok() && first_error_.ok()) first_error_ = s;
-      running_.erase({e.batch_id, e.line});
-      lk.unlock();
+    // What the store refused before is written again first, once its
+    // back-off passed (or at the stop: a last try).
+    std::vector<Ended> ended;
+    if (unwritten_.empty() || stopping || std::chrono::steady_clock::now() >= retry_at_) {
+      ended = std::exchange(unwritten_, {});
+      for (Ended& e : ended_) ended.push_back(std::move(e));
+    } else {  // the store refuses writes: new results wait with the others for the next try
+      for (Ended& e : ended_) unwritten_.push_back(std::move(e));
     }
-    if (stopping) return;  // (stop() was called after the engine ended: no sink reports later)
+    ended_.clear();
+    lk.unlock();
+    bool refused = false;
+    std::vector<Ended> kept;
+    for (Ended& e : ended) {
+      // After one refusal the rest wait for the next try: a full disk
+      // refuses them all, and each try costs an fsync.
+      Status s = refused ? Status::Ok() : write(e);
+      if (!refused && s.ok()) {
+        lk.lock();
+        running_.erase({e.batch_id, e.line});
+        lk.unlock();
+        continue;
+      }
+      if (!refused) {
+        refused = true;
+        lk.lock();
+        ++failed_writes_;
+        const bool first = store_error_.empty();
+        store_error_ = s.message();
+        backoff_ = std::min<std::chrono::milliseconds>(std::chrono::seconds(30),
+                                                       backoff_.count() == 0 ? std::chrono::milliseconds(1000)
+                                                                             : 2 * backoff_);
+        retry_at_ = std::chrono::steady_clock::now() + backoff_;
+        if (first_error_.ok()) first_error_ = s;
+        lk.unlock();
+        if (first)
+          std::fprintf(stderr,
+                       "slicesched: %s; batch results are kept and written again (every 1 s to 30 s), no new batch "
+                       "line starts meanwhile\n",
+                       s.message().c_str());
+      }
+      kept.push_back(std::move(e));
+    }
     lk.lock();
-    const std::size_t room = max_inflight_ > running_.size() ? max_inflight_ - running_.size() : 0;
+    if (!ended.empty() && !refused && unwritten_.empty() && !store_error_.empty()) {
+      std::fprintf(stderr, "slicesched: the batch store takes writes again; batches resume\n");
+      store_error_.clear();
+      backoff_ = std::chrono::milliseconds(0);
+    }
+    for (Ended& e : kept) unwritten_.push_back(std::move(e));
+    if (stopping) return;  // (stop() was called after the engine ended: no sink reports later)
+    // Paused while results wait for the store: nothing new runs.
+    const std::size_t room =
+        !unwritten_.empty() ? 0 : (max_inflight_ > running_.size() ? max_inflight_ - running_.size() : 0);
     const auto skip = running_;
     lk.unlock();
     if (room > 0 && !inbox_.closed()) {
@@ -127,7 +184,10 @@ void BatchRunner::loop() {
           if (auto* err = std::get_if<ApiError>(&routed)) {
             // Validated when the batch was made; the config changed since.
             e.error = err->message;
-            if (Status s = write(e); !s.ok()) std::fprintf(stderr, "slicesched: %s\n", s.message().c_str());
+            lk.lock();
+            running_.insert({p.batch_id, p.line});
+            ended_.push_back(std::move(e));  // (written, or kept, by the loop like any result)
+            lk.unlock();
             continue;
           }
           Routed& r = std::get<Routed>(routed);
@@ -160,7 +220,12 @@ Status BatchRunner::stop() {
   }
   if (thread_.joinable()) thread_.join();
   std::lock_guard lk(mu_);
-  return first_error_;
+  // (what the store took in the end is not an error of this run)
+  if (unwritten_.empty()) return Status::Ok();
+  return Status(first_error_.code(), std::to_string(unwritten_.size()) +
+                                         " batch result(s) could not be written, and their lines stay pending (they "
+                                         "run again after a restart): " +
+                                         store_error_);
 }
 
 }  // namespace slicesched::serving

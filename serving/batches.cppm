@@ -8,6 +8,7 @@
 // the engine thread; the store is written from this runner's own thread
 // only (an fsync never stalls the engine).
 module;
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -52,6 +53,15 @@ class BatchRunner {
 
   // For the front end's metrics: lines in the engine now.
   std::size_t inflight() const;
+  // Fail-safe writes: a result the store refuses (a full disk: ENOSPC,
+  // SQLITE_FULL; EIO) is kept here and written again after a back-off that
+  // doubles from 1 s to 30 s; meanwhile no new line is fed (the batches
+  // are paused), and the line is never run again. "" while the store
+  // takes every write, else the last refusal (one line, with the path).
+  std::string store_error() const;
+  // Results waiting for the store, and write attempts that failed so far.
+  std::size_t unwritten() const;
+  std::uint64_t failed_writes() const;
 
  private:
   struct Ended {
@@ -72,8 +82,13 @@ class BatchRunner {
   std::size_t max_inflight_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::set<std::pair<std::string, std::int64_t>> running_;
+  std::set<std::pair<std::string, std::int64_t>> running_;  // in the engine, or ended and not yet written
   std::vector<Ended> ended_;
+  std::vector<Ended> unwritten_;  // ended; the store refused their result (kept in running_)
+  std::chrono::steady_clock::time_point retry_at_{};
+  std::chrono::milliseconds backoff_{0};
+  std::string store_error_;
+  std::uint64_t failed_writes_ = 0;
   bool stopping_ = false, woken_ = false;
   Status first_error_ = Status::Ok();
   std::thread thread_;

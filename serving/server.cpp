@@ -1,15 +1,25 @@
 module;
+#include <arpa/inet.h>
+#include <malloc.h>
 #include <dirent.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -54,12 +64,22 @@ json file_json(const FileInfo& f) {
           {"status", "processed"}};
 }
 
-json batch_json(const BatchInfo& b) {
+// `store_error`: why the store refuses writes now ("" when it takes them):
+// an unfinished batch is paused meanwhile, and says why in its errors.
+json batch_json(const BatchInfo& b, const std::string& store_error = "") {
   auto id_or_null = [](const std::string& s) { return s.empty() ? json() : json(s); };
+  json errors = nullptr;
+  if (!store_error.empty() && b.status == "in_progress")
+    errors = {{"object", "list"},
+              {"data", json::array({{{"code", "store_write_failed"},
+                                     {"message", "paused: " + store_error +
+                                                     " (results are kept and written again; no new line starts)"},
+                                     {"param", nullptr},
+                                     {"line", nullptr}}})}};
   return {{"id", b.id},
           {"object", "batch"},
           {"endpoint", b.endpoint},
-          {"errors", nullptr},
+          {"errors", errors},
           {"input_file_id", b.input_file_id},
           {"completion_window", b.completion_window},
           {"status", b.status},
@@ -93,6 +113,10 @@ class Completion final : public RequestSink {
     }
     release();
   }
+  // Nobody waits for the result any more (the client disconnected): the
+  // engine ends the request (RequestSink::abandoned).
+  bool abandoned() const override { return gone.load(); }
+  void abandon() { gone = true; }
   // Frees the request's admission slot (once).
   void release() {
     if (!released.exchange(true)) {
@@ -111,7 +135,7 @@ class Completion final : public RequestSink {
  private:
   std::atomic<std::int64_t>& admitted_;
   std::atomic<std::int64_t>& tenant_inflight_;
-  std::atomic<bool> released{false};
+  std::atomic<bool> released{false}, gone{false};
 };
 
 // Debian's libcpp-httplib is built with a listen backlog of 5
@@ -142,6 +166,358 @@ bool raise_backlog(int port) {
   return raised;
 }
 
+using Clock = std::chrono::steady_clock;
+
+// A request body this large is followed by malloc_trim.
+constexpr std::size_t kTrimAfterBytes = 1u << 20;
+
+// The front door's limits and what they refused (read by /metrics).
+struct Guard {
+  std::chrono::seconds header_timeout{10}, body_timeout{60};
+  std::size_t max_body = 64u << 20;
+  int max_connections = 512;
+  std::atomic<bool> stopping{false};  // the server stops: reads give up at once
+  std::atomic<int> open{0};
+  std::atomic<std::uint64_t> header_timeouts{0}, body_timeouts{0}, too_large{0}, too_many{0};
+};
+
+// One connection's state, shared by its stream and (through t_conn, on the
+// connection's thread) the server's handlers, which move it along:
+// headers (a deadline), body (a deadline and a byte bound), handling (none).
+struct Conn {
+  enum class Phase { kHeaders, kBody, kHandling };
+  explicit Conn(int f) : fd(f) {}
+  int fd;
+  Phase phase = Phase::kHeaders;
+  Clock::time_point deadline{};
+  std::size_t body_read = 0;
+  bool got_bytes = false;  // this request sent something
+  bool dead = false;       // a refusal went out: nothing more is written, the connection closes
+  bool close = false;      // close after this request
+};
+thread_local Conn* t_conn = nullptr;
+
+std::string http_reason(int status) {
+  switch (status) {
+    case 408: return "Request Timeout";
+    case 413: return "Payload Too Large";
+    case 503: return "Service Unavailable";
+    default: return "Error";
+  }
+}
+
+// Writes a whole response with OpenAI's error body straight to the socket
+// (a refusal before httplib wrote anything), best effort, within a second.
+void write_refusal(int fd, const ApiError& e, int retry_after_s = 0) {
+  const std::string body = error_body(e).dump();
+  std::string r = "HTTP/1.1 " + std::to_string(e.status) + " " + http_reason(e.status) +
+                  "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
+                  std::to_string(body.size()) + "\r\n";
+  if (retry_after_s > 0) r += "Retry-After: " + std::to_string(retry_after_s) + "\r\n";
+  r += "\r\n" + body;
+  std::size_t sent = 0;
+  const auto until = Clock::now() + std::chrono::seconds(1);
+  while (sent < r.size() && Clock::now() < until) {
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const ssize_t n = ::send(fd, r.data() + sent, r.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return;
+    }
+    sent += static_cast<std::size_t>(n);
+  }
+}
+
+ApiError timeout_error(const Conn& c, const Guard& g) {
+  const bool headers = c.phase == Conn::Phase::kHeaders;
+  return ApiError{.status = 408,
+                  .message = std::string(headers ? "the request line and headers" : "the request body") +
+                             " did not arrive within " +
+                             std::to_string(headers ? g.header_timeout.count() : g.body_timeout.count()) + " s ([serve] " +
+                             (headers ? "header_timeout_s" : "body_timeout_s") + ")",
+                  .code = headers ? "header_timeout" : "body_timeout"};
+}
+
+ApiError too_large_error(const Guard& g) {
+  return ApiError{.status = 413,
+                  .message = "the request body is larger than " + std::to_string(g.max_body >> 20) +
+                             " MiB ([serve] max_body_mib)",
+                  .code = "body_too_large"};
+}
+
+// A socket stream with the front door's deadlines: a read past the phase's
+// deadline answers 408 itself (when the client sent anything) and fails; a
+// body read past max_body answers 413 and fails. Reads are buffered (httplib
+// reads headers a byte at a time).
+class GuardedStream final : public httplib::Stream {
+ public:
+  GuardedStream(Conn& c, Guard& g) : c_(c), g_(g) {}
+
+  bool is_readable() const override {
+    pollfd p{c_.fd, POLLIN, 0};
+    return pos_ < end_ || ::poll(&p, 1, 0) > 0;
+  }
+  // False once the client hung up (its half closed, or the connection
+  // reset): a stream to it stops there.
+  bool is_writable() const override {
+    if (c_.dead) return false;
+    pollfd p{c_.fd, POLLOUT | POLLRDHUP, 0};
+    if (::poll(&p, 1, kWriteTimeoutMs) <= 0) return false;
+    return !(p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+  }
+  ssize_t read(char* ptr, size_t size) override {
+    if (c_.dead) return -1;
+    if (pos_ == end_) {
+      const ssize_t n = fill();
+      if (n <= 0) return n;
+    }
+    const std::size_t n = std::min(size, end_ - pos_);
+    std::memcpy(ptr, buf_ + pos_, n);
+    pos_ += n;
+    if (c_.phase == Conn::Phase::kBody) {
+      c_.body_read += n;
+      if (c_.body_read > g_.max_body) {
+        ++g_.too_large;
+        refuse(too_large_error(g_));
+        return -1;
+      }
+    }
+    return static_cast<ssize_t>(n);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    if (c_.dead) return -1;
+    for (;;) {
+      pollfd p{c_.fd, POLLOUT, 0};
+      const int r = ::poll(&p, 1, kWriteTimeoutMs);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return -1;
+      const ssize_t n = ::send(c_.fd, ptr, size, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      return n;
+    }
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { address(false, ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { address(true, ip, port); }
+  socket_t socket() const override { return c_.fd; }
+
+  // Bytes read from the socket and not yet taken (a pipelined request).
+  bool buffered() const { return pos_ < end_; }
+  // Answers `e` and marks the connection dead (nothing after it goes out).
+  void refuse(const ApiError& e) {
+    if (!c_.dead) write_refusal(c_.fd, e);
+    c_.dead = c_.close = true;
+  }
+
+ private:
+  static constexpr int kWriteTimeoutMs = 10000;  // a client that reads nothing for this long is gone
+  static constexpr int kIdleReadMs = 30000;      // while handling (never, in practice: handlers do not read)
+  static constexpr int kSliceMs = 100;
+
+  ssize_t fill() {
+    const auto idle_until = Clock::now() + std::chrono::milliseconds(kIdleReadMs);
+    for (;;) {
+      if (g_.stopping) return -1;
+      const bool timed = c_.phase != Conn::Phase::kHandling;
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>((timed ? c_.deadline : idle_until) - Clock::now())
+              .count();
+      if (left <= 0) return timed ? expire() : -1;
+      pollfd p{c_.fd, POLLIN, 0};
+      // (in slices: a stopping server is seen within one)
+      const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, kSliceMs)));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return -1;
+      if (r == 0) continue;
+      const ssize_t n = ::recv(c_.fd, buf_, sizeof buf_, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n > 0) {
+        c_.got_bytes = true;
+        pos_ = 0;
+        end_ = static_cast<std::size_t>(n);
+      }
+      return n;
+    }
+  }
+  ssize_t expire() {
+    // An idle keep-alive connection that sent nothing just closes.
+    if (c_.got_bytes || c_.phase == Conn::Phase::kBody) {
+      ++(c_.phase == Conn::Phase::kHeaders ? g_.header_timeouts : g_.body_timeouts);
+      refuse(timeout_error(c_, g_));
+    }
+    c_.dead = c_.close = true;
+    return -1;
+  }
+  void address(bool local, std::string& ip, int& port) const {
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    ip.clear();
+    port = -1;
+    if ((local ? getsockname(c_.fd, reinterpret_cast<sockaddr*>(&a), &len)
+               : getpeername(c_.fd, reinterpret_cast<sockaddr*>(&a), &len)) != 0)
+      return;
+    char s[INET6_ADDRSTRLEN] = {};
+    if (a.ss_family == AF_INET) {
+      const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+      inet_ntop(AF_INET, &v4->sin_addr, s, sizeof s);
+      port = ntohs(v4->sin_port);
+    } else if (a.ss_family == AF_INET6) {
+      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+      inet_ntop(AF_INET6, &v6->sin6_addr, s, sizeof s);
+      port = ntohs(v6->sin6_port);
+    }
+    ip = s;
+  }
+
+  Conn& c_;
+  Guard& g_;
+  char buf_[4096];
+  std::size_t pos_ = 0, end_ = 0;
+};
+
+// httplib's server with the front door's limits: each connection runs
+// through a GuardedStream (deadlines, body bound) on a thread of its own
+// (ElasticPool), at most max_connections at once; past that, a connection
+// gets 503 naming the limit and is closed without being read.
+class GuardedServer final : public httplib::Server {
+ public:
+  explicit GuardedServer(Guard& g) : g_(g) {}
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    Conn c(sock);
+    GuardedStream strm(c, g_);
+    const int open = g_.open.fetch_add(1) + 1;
+    if (open > g_.max_connections) {
+      ++g_.too_many;
+      write_refusal(sock, ApiError{.status = 503,
+                                   .message = "too many connections: " + std::to_string(g_.max_connections) +
+                                              " are open ([serve] max_connections); retry later",
+                                   .type = "server_error",
+                                   .code = "too_many_connections"},
+                    1);
+    } else {
+      t_conn = &c;
+      for (std::size_t count = keep_alive_max_count_; count > 0 && svr_sock_ != INVALID_SOCKET; --count) {
+        c.phase = Conn::Phase::kHeaders;
+        c.deadline = Clock::now() + g_.header_timeout;
+        c.got_bytes = false;
+        if (!strm.buffered() &&
+            !wait_request(sock, std::min<std::chrono::seconds>(std::chrono::seconds(keep_alive_timeout_sec_),
+                                                               g_.header_timeout)))
+          break;
+        bool closed = false;
+        c.body_read = 0;
+        const bool served = process_request(strm, count == 1, closed, nullptr);
+        // A large body (up to max_body_mib) was read into memory and is
+        // freed now: hand the free pages back to the kernel, or the
+        // allocator's arenas keep them (32 bodies of 24-50 MB held 1 GB).
+        if (c.body_read >= kTrimAfterBytes) malloc_trim(0);
+        if (!served || closed || c.close) break;
+      }
+      t_conn = nullptr;
+    }
+    g_.open.fetch_sub(1);
+    // A lingering close: what the client still sends (a refused body) is
+    // read and dropped for a moment, so the refusal reaches it instead of
+    // a reset.
+    ::shutdown(sock, SHUT_WR);
+    if (c.dead) {
+      char drop[16384];
+      const auto until = Clock::now() + std::chrono::seconds(1);
+      while (Clock::now() < until) {
+        pollfd p{sock, POLLIN, 0};
+        if (::poll(&p, 1, 100) <= 0) continue;
+        if (::recv(sock, drop, sizeof drop, 0) <= 0) break;
+      }
+    }
+    ::close(sock);
+    return true;
+  }
+  // Waits for the next request's first byte, in slices, so a stopping
+  // server is seen; false on timeout, hang-up or stop.
+  bool wait_request(int sock, std::chrono::seconds timeout) {
+    const auto until = Clock::now() + timeout;
+    while (svr_sock_ != INVALID_SOCKET) {
+      pollfd p{sock, POLLIN, 0};
+      const int r = ::poll(&p, 1, 50);
+      if (r > 0) return (p.revents & POLLIN) != 0;
+      if (r < 0 && errno != EINTR) return false;
+      if (Clock::now() >= until) return false;
+    }
+    return false;
+  }
+
+  Guard& g_;
+};
+
+// httplib's TaskQueue with a thread per connection: `base` threads start at
+// once and more start (up to `most`) when every one is busy, so a slow
+// client holds its own thread, never one another client waits for.
+class ElasticPool final : public httplib::TaskQueue {
+ public:
+  ElasticPool(std::size_t base, std::size_t most) : most_(std::max(base, most)) {
+    std::lock_guard lk(mu_);
+    for (std::size_t i = 0; i < base; ++i) spawn();
+  }
+  ~ElasticPool() override { shutdown(); }
+  void enqueue(std::function<void()> fn) override {
+    {
+      std::lock_guard lk(mu_);
+      jobs_.push_back(std::move(fn));
+      if (idle_ < jobs_.size() && threads_.size() < most_) spawn();
+    }
+    cv_.notify_one();
+  }
+  void shutdown() override {
+    {
+      std::lock_guard lk(mu_);
+      if (stop_) return;
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  void spawn() {  // (under mu_)
+    threads_.emplace_back([this] {
+      std::unique_lock lk(mu_);
+      for (;;) {
+        ++idle_;
+        cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+        --idle_;
+        if (jobs_.empty()) return;  // stopping, nothing left
+        auto fn = std::move(jobs_.front());
+        jobs_.pop_front();
+        lk.unlock();
+        fn();
+        lk.lock();
+      }
+    });
+  }
+
+  const std::size_t most_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  std::size_t idle_ = 0;
+  bool stop_ = false;
+};
+
+// Moves this thread's connection to its next phase.
+void enter_body(std::chrono::seconds timeout) {
+  if (Conn* c = t_conn) {
+    c->phase = Conn::Phase::kBody;
+    c->deadline = Clock::now() + timeout;
+    c->body_read = 0;
+  }
+}
+void enter_handling() {
+  if (Conn* c = t_conn) c->phase = Conn::Phase::kHandling;
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -151,7 +527,8 @@ struct HttpServer::Impl {
   ServingMetrics& metrics;
   BatchStore* store;
   BatchRunner* runner;
-  httplib::Server svr;
+  Guard guard;
+  GuardedServer svr{guard};
   std::thread thread;
   int port = 0;
   std::atomic<bool> stopped{false};
@@ -162,6 +539,10 @@ struct HttpServer::Impl {
 
   Impl(ServerOptions o, std::vector<ServedModel> m, RequestInbox& i, ServingMetrics& me, BatchStore* s, BatchRunner* r)
       : opt(std::move(o)), models(std::move(m)), inbox(i), metrics(me), store(s), runner(r) {
+    guard.header_timeout = std::chrono::seconds(opt.header_timeout_s);
+    guard.body_timeout = std::chrono::seconds(opt.body_timeout_s);
+    guard.max_body = opt.max_body_bytes;
+    guard.max_connections = opt.max_connections;
     std::uint32_t tenants = 0;
     for (const ServedModel& sm : models)
       for (const auto& list : {sm.online, sm.offline})
@@ -176,11 +557,20 @@ struct HttpServer::Impl {
   void create_batch(const httplib::Request& req, httplib::Response& res);
   // The lines of a batch input file, each body validated; or the first bad line.
   std::variant<std::vector<BatchLine>, ApiError> parse_jsonl(const std::string& content) const;
-  // Waits until `c` ended or the server stopped; false when it stopped first.
+  // Waits until `c` ended or the server stopped; false when it stopped
+  // first, or the client hung up (then `c` is abandoned: the engine drops it).
   bool wait_end(Completion& c, std::unique_lock<std::mutex>& lk) {
+    const int fd = t_conn ? t_conn->fd : -1;
     while (!c.ended) {
       if (stopped) return false;
       c.cv.wait_for(lk, kWaitSlice);
+      if (fd >= 0 && !c.ended) {
+        pollfd p{fd, POLLRDHUP, 0};
+        if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+          c.abandon();
+          return false;
+        }
+      }
     }
     return true;
   }
@@ -206,14 +596,37 @@ int HttpServer::port() const { return impl_->port; }
 
 Status HttpServer::start() {
   Impl& m = *impl_;
-  const int threads = m.opt.http_threads;
-  m.svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+  // Request bodies of up to max_body_mib live in memory while read. glibc
+  // serves a large block with mmap (handed back when freed) only below its
+  // dynamic threshold, which a freed large block raises to 32 MiB: from
+  // then on such bodies come from the arenas and their pages stay (32
+  // bodies of 24-50 MB took RSS from 450 MB to 1 GB and left 650 MB). A
+  // fixed threshold keeps every block of 4 MiB or more on mmap.
+  mallopt(M_MMAP_THRESHOLD, 4 << 20);
+  const auto threads = static_cast<std::size_t>(m.opt.http_threads);
+  // One thread per open connection, up to the cap (and a few beyond it
+  // that only answer "too many connections").
+  const auto most = static_cast<std::size_t>(m.opt.max_connections) + 8;
+  m.svr.new_task_queue = [threads, most] { return new ElasticPool(std::min(threads, most), most); };
   m.svr.set_payload_max_length(m.opt.max_body_bytes);
+  // httplib's default sets SO_REUSEPORT, with which a second server binds
+  // the same port and the kernel splits the clients between the two: a
+  // port in use must be refused instead.
+  m.svr.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+  errno = 0;
   m.port = m.opt.port == 0 ? m.svr.bind_to_any_port(m.opt.host)
                            : (m.svr.bind_to_port(m.opt.host, m.opt.port) ? m.opt.port : -1);
-  if (m.port < 0)
-    return FailedPrecondition("cannot listen on " + m.opt.host + ":" + std::to_string(m.opt.port) +
-                              " (address in use, or not an address of this host?)");
+  if (m.port < 0) {
+    const int err = errno;
+    return FailedPrecondition("cannot listen on " + m.opt.host + ":" + std::to_string(m.opt.port) + " (" +
+                              (err == EADDRINUSE ? std::string("address in use: another server listens there")
+                               : err != 0        ? std::string(std::strerror(err))
+                                                 : std::string("not an address of this host?")) +
+                              ")");
+  }
   if (!raise_backlog(m.port))
     std::fprintf(stderr, "slicesched: warning: could not raise the listen backlog of port %d above 5\n", m.port);
   m.thread = std::thread([&m] { m.svr.listen_after_bind(); });
@@ -223,6 +636,7 @@ Status HttpServer::start() {
 void HttpServer::stop() {
   Impl& m = *impl_;
   if (m.stopped.exchange(true)) return;
+  m.guard.stopping = true;
   // Requests pushed but never taken (the engine ended on an error) hear so.
   m.inbox.close();
   for (LiveRequest& r : m.inbox.take())
@@ -232,19 +646,58 @@ void HttpServer::stop() {
 }
 
 void HttpServer::Impl::routes() {
+  // After the headers, before the body: the body's deadline starts, and a
+  // Content-Length past the bound is refused before a byte of it is read.
+  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    enter_body(guard.body_timeout);
+    if (req.has_header("Content-Length")) {
+      const std::string v = req.get_header_value("Content-Length");
+      const bool number = !v.empty() && v.size() <= 19 && v.find_first_not_of("0123456789") == std::string::npos;
+      if (!number || std::stoull(v) > opt.max_body_bytes) {
+        enter_handling();
+        if (t_conn) t_conn->close = true;  // (its body, if any, is not read)
+        if (number) {
+          ++guard.too_large;
+          reply_error(res, too_large_error(guard));
+        } else {
+          ++rejected_bad;
+          reply_error(res, ApiError{.message = "Content-Length: expected a number of bytes, got '" + v.substr(0, 40) +
+                                               "'",
+                                    .param = "Content-Length",
+                                    .code = "bad_http_request"});
+        }
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    enter_handling();
     if (inbox.closed())  // (a drain closed it)
-      reply(res, 503, {{"status", "draining"}});
-    else
-      reply(res, 200, {{"status", "ok"}});
+      return reply(res, 503, {{"status", "draining"}});
+    const std::vector<std::string> down = opt.models_down ? opt.models_down() : std::vector<std::string>{};
+    if (!down.empty() && std::all_of(down.begin(), down.end(), [](const std::string& d) { return !d.empty(); }))
+      return reply(res, 503, {{"status", "unavailable"}, {"reason", down.front()}});
+    reply(res, 200, {{"status", "ok"}});
+  });
+  // Ready: every model can be served (each has an accelerator left).
+  svr.Get("/health/ready", [this](const httplib::Request&, httplib::Response& res) {
+    enter_handling();
+    if (inbox.closed()) return reply(res, 503, {{"status", "draining"}});
+    const std::vector<std::string> down = opt.models_down ? opt.models_down() : std::vector<std::string>{};
+    for (const std::string& d : down)
+      if (!d.empty()) return reply(res, 503, {{"status", "not_ready"}, {"reason", d}});
+    reply(res, 200, {{"status", "ready"}});
   });
   svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    enter_handling();
     json data = json::array();
     for (const ServedModel& m : models)
       data.push_back({{"id", m.name}, {"object", "model"}, {"created", started}, {"owned_by", "slicesched"}});
     reply(res, 200, {{"object", "list"}, {"data", data}});
   });
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    enter_handling();
     std::string extra;
     extra += "# HELP slicesched_http_admitted Online completions admitted and not ended (max_queue bounds it).\n";
     extra +=
@@ -259,16 +712,37 @@ void HttpServer::Impl::routes() {
     extra += "# TYPE slicesched_http_rejected_total counter\n";
     extra += "slicesched_http_rejected_total{reason=\"queue_full\"} " + std::to_string(rejected_busy.load()) + "\n";
     extra += "slicesched_http_rejected_total{reason=\"bad_request\"} " + std::to_string(rejected_bad.load()) + "\n";
+    extra += "slicesched_http_rejected_total{reason=\"header_timeout\"} " +
+             std::to_string(guard.header_timeouts.load()) + "\n";
+    extra += "slicesched_http_rejected_total{reason=\"body_timeout\"} " + std::to_string(guard.body_timeouts.load()) +
+             "\n";
+    extra += "slicesched_http_rejected_total{reason=\"body_too_large\"} " + std::to_string(guard.too_large.load()) +
+             "\n";
+    extra += "slicesched_http_rejected_total{reason=\"too_many_connections\"} " +
+             std::to_string(guard.too_many.load()) + "\n";
+    extra += "# HELP slicesched_http_connections Open HTTP connections (max_connections bounds them).\n";
+    extra += "# TYPE slicesched_http_connections gauge\nslicesched_http_connections " +
+             std::to_string(guard.open.load()) + "\n";
     if (runner) {
       extra += "# HELP slicesched_batch_lines_inflight Batch request lines in the engine now.\n";
       extra += "# TYPE slicesched_batch_lines_inflight gauge\nslicesched_batch_lines_inflight " +
                std::to_string(runner->inflight()) + "\n";
+      extra += "# HELP slicesched_batch_results_unwritten Batch results the store refused, kept to write again.\n";
+      extra += "# TYPE slicesched_batch_results_unwritten gauge\nslicesched_batch_results_unwritten " +
+               std::to_string(runner->unwritten()) + "\n";
+      extra += "# HELP slicesched_batch_store_failed_writes_total Writes of batch results the store refused.\n";
+      extra += "# TYPE slicesched_batch_store_failed_writes_total counter\nslicesched_batch_store_failed_writes_total " +
+               std::to_string(runner->failed_writes()) + "\n";
     }
     res.set_content(metrics.render(extra), "text/plain; version=0.0.4");
   });
-  svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completion(req, res); });
+  svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    enter_handling();
+    completion(req, res);
+  });
 
   auto no_store = [this](httplib::Response& res) {
+    enter_handling();
     if (store) return false;
     reply_error(res, not_found("the batch API is off: this server has no [serve] batch_store"));
     return true;
@@ -302,7 +776,8 @@ void HttpServer::Impl::routes() {
     if (!all.ok())
       return reply_error(res, ApiError{.status = 500, .message = all.status().message(), .type = "server_error"});
     json data = json::array();
-    for (const BatchInfo& b : all.value()) data.push_back(batch_json(b));
+    const std::string failing = runner ? runner->store_error() : std::string();
+    for (const BatchInfo& b : all.value()) data.push_back(batch_json(b, failing));
     reply(res, 200, {{"object", "list"}, {"data", data}, {"has_more", false}});
   });
   svr.Get(R"(/v1/batches/([A-Za-z0-9_\-]+))", [this, no_store](const httplib::Request& req, httplib::Response& res) {
@@ -311,13 +786,39 @@ void HttpServer::Impl::routes() {
     if (!b.ok())
       return reply_error(res, ApiError{.status = 500, .message = b.status().message(), .type = "server_error"});
     if (!b.value()) return reply_error(res, not_found("no batch '" + std::string(req.matches[1]) + "'"));
-    reply(res, 200, batch_json(*b.value()));
+    reply(res, 200, batch_json(*b.value(), runner ? runner->store_error() : std::string()));
   });
 
-  // An unknown path gets a JSON error too (a handler's own error keeps its body).
-  svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  // httplib's own refusals get a JSON error naming what was wrong (a
+  // handler's own error keeps its body).
+  svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    enter_handling();
     if (!res.body.empty()) return;
-    reply_error(res, ApiError{.status = res.status, .message = "no endpoint " + req.method + " " + req.path});
+    ApiError e{.status = res.status};
+    switch (res.status) {
+      case 404:
+        e.message = "no endpoint " + req.method + " " + req.path;
+        e.code = "not_found";
+        break;
+      case 413:
+        e = too_large_error(guard);
+        break;
+      case 414:
+        e.message = "the request line's URI is longer than " + std::to_string(CPPHTTPLIB_REQUEST_URI_MAX_LENGTH) +
+                    " bytes";
+        e.code = "uri_too_long";
+        break;
+      case 400:
+        e.message = "a malformed HTTP request (its request line, a header, Content-Length or the chunked body)";
+        e.code = "bad_http_request";
+        break;
+      default:
+        e.message = "HTTP " + std::to_string(res.status) + " on " + req.method + " " + req.path;
+        if (res.status >= 500) e.type = "server_error";
+    }
+    // (after a malformed request the connection is not trusted further)
+    if (res.status != 404 && t_conn) t_conn->close = true;
+    reply_error(res, e);
   });
   svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
@@ -348,6 +849,16 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                                 .message = "model '" + model.name +
                                            "' has no online tenant in the served policy (it takes batch jobs only)",
                                 .param = "model"});
+  // A model whose every accelerator is lost cannot run it: 503, saying so.
+  if (opt.models_down) {
+    const std::vector<std::string> down = opt.models_down();
+    if (r.model < down.size() && !down[r.model].empty())
+      return reply_error(res, ApiError{.status = 503,
+                                       .message = down[r.model],
+                                       .type = "server_error",
+                                       .param = "model",
+                                       .code = "model_unavailable"});
+  }
   // Admission: a slot below max_queue, or 429 now.
   if (admitted.fetch_add(1) >= opt.max_queue) {
     admitted.fetch_sub(1);
@@ -374,8 +885,10 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   const std::int64_t created = unix_now();
   if (!r.stream) {
     std::unique_lock lk(c->mu);
-    if (!wait_end(*c, lk))
+    if (!wait_end(*c, lk)) {
+      if (c->abandoned()) return;  // (nobody to answer)
       return reply_error(res, ApiError{.status = 503, .message = "the server stopped", .type = "server_error"});
+    }
     if (!c->error.empty())
       return reply_error(res, ApiError{.status = 500, .message = c->error, .type = "server_error"});
     return reply(res, 200,
@@ -384,13 +897,27 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream", [this, c, id, created, &model, prompt_tokens, usage_chunk = r.include_usage,
-                            sent = std::size_t{0}](std::size_t, httplib::DataSink& sink) mutable {
+                            sent = std::size_t{0}, text = std::make_shared<StreamDecoder>(model),
+                            all = std::vector<std::int64_t>{}](std::size_t, httplib::DataSink& sink) mutable {
         auto send = [&](const json& j) {
           const std::string ev = "data: " + j.dump() + "\n\n";
           return sink.write(ev.data(), ev.size());
         };
         std::unique_lock lk(c->mu);
-        while (sent == c->tokens.size() && !c->ended && !stopped) c->cv.wait_for(lk, kWaitSlice);
+        while (sent == c->tokens.size() && !c->ended && !stopped) {
+          c->cv.wait_for(lk, kWaitSlice);
+          if (sent == c->tokens.size() && !c->ended && !stopped) {
+            // Nothing new: is the client still there? (Not under the lock:
+            // the engine thread takes it for every token.)
+            lk.unlock();
+            const bool there = sink.is_writable();
+            lk.lock();
+            if (!there && !c->ended) {
+              c->abandon();
+              return false;
+            }
+          }
+        }
         // One event per token, in order.
         std::vector<std::int64_t> fresh(c->tokens.begin() + static_cast<std::ptrdiff_t>(sent), c->tokens.end());
         const bool ended = c->ended;
@@ -398,13 +925,16 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         lk.unlock();
         for (std::int64_t t : fresh) {
           const std::int64_t one[] = {t};
-          if (!send(chunk_body(id, created, model.name, one, decode(model, one)))) return false;
+          all.push_back(t);  // (each token's text in context: the stream's text is the reply's)
+          if (!send(chunk_body(id, created, model.name, one, text->next(all)))) return false;
           ++sent;
         }
         if (!ended && error.empty()) return sink.is_writable();
         if (!error.empty()) {
           send(error_body(ApiError{.status = 500, .message = error, .type = "server_error"}));
         } else {
+          if (const std::string held = text->flush(all); !held.empty())
+            send(chunk_body(id, created, model.name, {}, held));
           send(final_chunk_body(id, created, model.name, prompt_tokens, static_cast<std::int64_t>(sent)));
           if (usage_chunk) {
             json u = final_chunk_body(id, created, model.name, prompt_tokens, static_cast<std::int64_t>(sent));
@@ -416,6 +946,12 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         sink.write(done.data(), done.size());
         sink.done();
         return true;
+      },
+      // A stream that did not end well lost its client: the engine drops
+      // the request (its sequence leaves the batch, its KV cache goes).
+      [c](bool success) {
+        std::lock_guard lk(c->mu);
+        if (!success && !c->ended) c->abandon();
       });
 }
 

@@ -8,9 +8,16 @@
 // least loaded one); batch lines go through the BatchRunner to its offline
 // tenant. Backpressure: past `max_queue` online requests admitted and not
 // ended, a request gets 429 with Retry-After; nothing queues without bound.
+// The front door: a thread per open connection (at most max_connections,
+// past it 503), a deadline for a request's headers and one for its body
+// (408), a body bound enforced while reading (413), each refusal an
+// OpenAI-style error naming its key. A client that goes away abandons its
+// request (the engine drops it). /health and /health/ready say whether the
+// models can be served (ServerOptions::models_down).
 module;
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,8 +34,17 @@ struct ServerOptions {
   int port = 8000;              // 0: any free port (see HttpServer::port)
   std::int64_t max_queue = 64;  // online requests admitted and not ended; past it, 429
   int retry_after_s = 1;        // the 429's Retry-After
-  int http_threads = 64;        // connections served at once (a streaming client holds one)
-  std::size_t max_body_bytes = 64u << 20;
+  int http_threads = 64;        // threads started at once; more start, up to max_connections, when all are busy
+  std::size_t max_body_bytes = 64u << 20;  // larger: 413, refused from Content-Length or while reading
+  // Front-door limits, each refusal an OpenAI-style error naming its key:
+  int header_timeout_s = 10;  // a request's line and headers must arrive within this (else 408)
+  int body_timeout_s = 60;    // its body within this, once the headers are in (else 408)
+  int max_connections = 512;  // open connections at once, each on a thread; past it, 503 at once
+  // Per served model (by index): "" while it can be served, else why not
+  // (every accelerator holding it lost). /health and /health/ready read it,
+  // and a completion for a model that cannot be served gets 503 with the
+  // reason. Called from HTTP threads. Null: always servable.
+  std::function<std::vector<std::string>()> models_down;
 };
 
 // Threading: start and stop from the owner's thread; the

@@ -2,6 +2,8 @@ module;
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <cerrno>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -13,6 +15,7 @@ module;
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -74,6 +77,7 @@ struct ExecutorServer::State {
   LlamaRunner& runner;
   ExecutorServerOptions opt;
   zmq::context_t ctx{1};
+  std::optional<zmq::socket_t> sock;  // the ROUTER, once bound
   int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 
   std::mutex out_mu;
@@ -189,6 +193,18 @@ struct ExecutorServer::State {
     } catch (const std::exception& e) {
       reply(route, json{{"req", body["req"]}, {"ok", false}, {"error", e.what()}});
     }
+  }
+  // Frees every value held and forgets queued operators and copies (the
+  // scheduler that asked for them is gone).
+  void drop_all() {
+    for (auto* qs : {&runq, &copyq})
+      for (auto& [a, q] : *qs) {
+        std::lock_guard lk(q->mu);
+        q->jobs.clear();
+      }
+    std::lock_guard lk(val_mu);
+    values.clear();
+    for (const auto& a : opt.accels) used[a.id] = a.weights;
   }
   void release(const json& ids) {
     std::lock_guard lk(val_mu);
@@ -425,8 +441,9 @@ ExecutorServer::~ExecutorServer() {
   close(st_->wake);
 }
 
-Status ExecutorServer::serve(const std::atomic<int>* stop) {
+Status ExecutorServer::bind() {
   State& s = *st_;
+  if (s.sock) return Status::Ok();
   zmq::socket_t sock(s.ctx, zmq::socket_type::router);
   sock.set(zmq::sockopt::linger, 0);
   try {
@@ -434,15 +451,34 @@ Status ExecutorServer::serve(const std::atomic<int>* stop) {
   } catch (const zmq::error_t& e) {
     return FailedPrecondition("executor '" + s.opt.host + "': cannot listen on " + s.opt.listen + ": " + e.what());
   }
+  s.sock.emplace(std::move(sock));
+  return Status::Ok();
+}
+
+Status ExecutorServer::serve(const std::atomic<int>* stop) {
+  State& s = *st_;
+  if (Status b = bind(); !b.ok()) return b;
+  zmq::socket_t& sock = *s.sock;
   const auto beat = std::chrono::milliseconds(s.opt.heartbeat_ms);
   const auto timeout = std::chrono::milliseconds(s.opt.timeout_ms);
-  std::vector<std::string> scheduler;  // its route, once it said hello
-  auto last_seen = Clock::now(), next_beat = Clock::now();
+  std::vector<std::string> scheduler;  // its route, once it said hello: the lease holder
+  std::string holder;                  // its name, for a refusal
+  auto last_seen = Clock::now(), next_beat = Clock::now(), since = Clock::now();
   std::deque<std::pair<std::vector<std::string>, wire::Message>> out;
+  auto refuse = [&](const std::vector<std::string>& route, const json& body, const std::string& why) {
+    std::fprintf(stderr, "slicesched executor '%s': refused %s: %s\n", s.opt.host.c_str(),
+                 body.value("scheduler", std::string("a scheduler")).c_str(), why.c_str());
+    s.reply(route, json{{"req", body.value("req", std::uint64_t{0})}, {"ok", false}, {"error", why}});
+  };
   for (;;) {
     if (stop && stop->load() != 0) return Status::Ok();
     zmq::pollitem_t items[2] = {{sock.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, s.wake, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 2, beat);
+    try {
+      zmq::poll(items, 2, beat);
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;  // a signal: the stop flag says whether to end
+      return Internal("executor '" + s.opt.host + "': polling its socket: " + e.what());
+    }
     if (items[1].revents) {
       eventfd_t v;
       (void)eventfd_read(s.wake, &v);
@@ -471,25 +507,64 @@ Status ExecutorServer::serve(const std::atomic<int>* stop) {
       try {
         switch (m->type) {
           case wire::Type::kHello: {
+            const auto now = Clock::now();
+            const std::string who = body.value("scheduler", std::string("a scheduler"));
+            if (!scheduler.empty() && route != scheduler && now - last_seen <= timeout) {
+              char held[96];
+              std::snprintf(held, sizeof held, "connected %.1f s ago, heard from %lld ms ago",
+                            std::chrono::duration<double>(now - since).count(),
+                            static_cast<long long>(
+                                std::chrono::duration_cast<std::chrono::milliseconds>(now - last_seen).count()));
+              refuse(route, body,
+                     "executor '" + s.opt.host + "' already serves the scheduler " + holder + " (" + held +
+                         "); one scheduler at a time: stop that one first, or start another executor");
+              break;
+            }
+            if (body.value("host", std::string()) != s.opt.host) {
+              refuse(route, body,
+                     "this executor serves host '" + s.opt.host + "', not '" + body.value("host", std::string()) + "'");
+              break;
+            }
+            wire::Fingerprint theirs;
+            if (const auto f = body.find("fingerprint"); f != body.end() && f->is_array())
+              for (const json& kv : *f) theirs.emplace_back(kv.at(0).get<std::string>(), kv.at(1).get<std::string>());
+            if (auto d = wire::first_difference(theirs, s.opt.fingerprint, "executor '" + s.opt.host + "'")) {
+              refuse(route, body, *d + " (start serve and every executor from the same config)");
+              break;
+            }
+            if (!scheduler.empty() && route != scheduler) {
+              // The holder is gone (silent past the timeout): what it left
+              // here is freed before the next one starts.
+              std::fprintf(stderr, "slicesched executor '%s': %s was silent for over %d ms; %s takes over\n",
+                           s.opt.host.c_str(), holder.c_str(), s.opt.timeout_ms, who.c_str());
+              s.drop_all();
+            }
             scheduler = route;
-            last_seen = Clock::now();
+            holder = who;
+            since = last_seen = now;
             json accels = json::array();
             for (const auto& a : s.opt.accels)
               accels.push_back({{"accel", a.id},
                                 {"name", a.name},
                                 {"weights", a.weights},
                                 {"gpu", s.gpu.count(a.id) ? s.gpu[a.id] : std::string()}});
-            if (body.value("host", std::string()) != s.opt.host)
-              s.reply(route, json{{"req", body["req"]},
-                                  {"ok", false},
-                                  {"error", "this executor serves host '" + s.opt.host + "', not '" +
-                                                body.value("host", std::string()) + "'"}});
-            else
-              s.reply(route, json{{"req", body["req"]}, {"ok", true}, {"host", s.opt.host}, {"accels", accels}});
+            json fp = json::array();
+            for (const auto& [k, v] : s.opt.fingerprint) fp.push_back({k, v});
+            s.reply(route, json{{"req", body["req"]},
+                                {"ok", true},
+                                {"host", s.opt.host},
+                                {"accels", accels},
+                                {"fingerprint", fp}});
             break;
           }
           case wire::Type::kRun:
           case wire::Type::kCopy: {
+            if (!from_scheduler) {
+              s.fail({route, body, {}, {}},
+                     "executor '" + s.opt.host + "' serves " +
+                         (holder.empty() ? std::string("no scheduler yet (say hello first)") : "the scheduler " + holder));
+              break;
+            }
             const AccelId a = body[m->type == wire::Type::kRun ? "accel" : "to"].get<AccelId>();
             if (!s.accel(a)) {
               s.fail({route, body, {}, {}},
@@ -501,7 +576,7 @@ Status ExecutorServer::serve(const std::atomic<int>* stop) {
             break;
           }
           case wire::Type::kRelease:
-            s.release(body["ids"]);
+            if (from_scheduler) s.release(body["ids"]);
             break;
           case wire::Type::kPull: {
             auto v = s.find(body["id"].get<std::uint64_t>());
@@ -544,6 +619,16 @@ Status ExecutorServer::serve(const std::atomic<int>* stop) {
           }
           case wire::Type::kShutdown:
             if (from_scheduler) return Status::Ok();
+            break;
+          case wire::Type::kBye:
+            // The holder did not start after all (another executor refused
+            // it): free for the next scheduler.
+            if (!from_scheduler) break;
+            std::fprintf(stderr, "slicesched executor '%s': %s left without serving; waiting for a scheduler\n",
+                         s.opt.host.c_str(), holder.c_str());
+            s.drop_all();
+            scheduler.clear();
+            holder.clear();
             break;
           default:
             break;

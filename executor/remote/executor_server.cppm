@@ -17,11 +17,20 @@
 // Liveness: after the scheduler's hello, heartbeats go to it every
 // heartbeat_ms; a scheduler silent for timeout_ms is gone, and the
 // process ends (no orphan executors hold devices).
+//
+// Handshake and lease: a hello must carry the fingerprint this executor
+// was started with (wire::Fingerprint: protocol, host entry, models'
+// shapes, vocabulary, dtype, weights), else it is refused naming the first
+// field that differs. The scheduler whose hello is accepted holds the
+// executor: another scheduler's hello is refused, naming the holder, while
+// the holder's heartbeats keep coming (a lease renewed by heartbeats), and
+// only the holder may run, copy, release or shut down.
 module;
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 export module slicesched.executor.server;
@@ -39,6 +48,8 @@ struct ExecutorServerOptions {
     std::int64_t budget = 0, weights = 0;
   };
   std::vector<Accel> accels;  // this host's, weights already loaded by the runner
+  // What a scheduler's hello must carry (wire::Fingerprint).
+  std::vector<std::pair<std::string, std::string>> fingerprint;
 };
 
 class ExecutorServer {
@@ -50,10 +61,14 @@ class ExecutorServer {
   ExecutorServer(const ExecutorServer&) = delete;
   ExecutorServer& operator=(const ExecutorServer&) = delete;
 
-  // Binds `listen` and serves until the scheduler says shutdown (Ok), goes
-  // silent after its hello (Aborted, naming how long), or `*stop` becomes
-  // non-zero (Ok; null: never). Fails at once, one line, when the endpoint
-  // cannot be bound. Called once, on the thread that owns the server.
+  // Binds `listen`; fails, one line, when the endpoint cannot be bound.
+  // Call on the thread that then calls serve().
+  Status bind();
+  // Serves (binding first if bind() was not called) until the scheduler
+  // says shutdown (Ok), goes silent after its hello (Aborted, naming how
+  // long), or `*stop` becomes non-zero (Ok; null: never); a signal that
+  // interrupts a wait is not an error. Called once, on the thread that owns
+  // the server.
   Status serve(const std::atomic<int>* stop);
   // One line of what crossed into and out of this executor: copies
   // received over NCCL, as bytes over ZeroMQ, within the process, and

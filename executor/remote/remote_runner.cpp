@@ -3,6 +3,7 @@ module;
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -152,7 +153,12 @@ void RemoteRunner::io_loop() {
   while (!ch_->stop) {
     items[0] = {nullptr, ch_->wake, ZMQ_POLLIN, 0};
     for (std::size_t i = 0; i < socks.size(); ++i) items[i + 1] = {socks[i].handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(items, beat);
+    try {
+      zmq::poll(items, beat);
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+      continue;  // a signal reached this thread: look again
+    }
     if (items[0].revents) {
       eventfd_t v;
       (void)eventfd_read(ch_->wake, &v);
@@ -245,23 +251,51 @@ void RemoteRunner::declare_dead(std::size_t exec, const std::string& why) {
 }
 
 Result<std::vector<std::int64_t>> RemoteRunner::connect(const std::vector<std::string>& names) {
+  auto r = connect_all(names);
+  // Refused somewhere (or stopped): the executors that took this scheduler
+  // are told it will not serve, so they stay free for the next one.
+  if (!r.ok())
+    for (std::size_t e = 0; e < hosts_.size(); ++e) ch_->post(e, {wire::Type::kBye, "{}", {}});
+  return r;
+}
+
+Result<std::vector<std::int64_t>> RemoteRunner::connect_all(const std::vector<std::string>& names) {
   std::vector<std::future<Result<wire::Message>>> hellos;
-  for (std::size_t e = 0; e < hosts_.size(); ++e)
-    hellos.push_back(ch_->call(e, wire::Type::kHello, json{{"host", hosts_[e].host}}));
+  for (std::size_t e = 0; e < hosts_.size(); ++e) {
+    json fp = json::array();
+    for (const auto& [k, v] : hosts_[e].fingerprint) fp.push_back({k, v});
+    hellos.push_back(ch_->call(e, wire::Type::kHello,
+                               json{{"host", hosts_[e].host}, {"scheduler", opt_.name}, {"fingerprint", fp}}));
+  }
   std::vector<std::int64_t> weights(accel_host_.size(), 0);
   std::vector<std::string> gpu(accel_host_.size());
   const auto deadline = Clock::now() + std::chrono::milliseconds(opt_.connect_ms);
   for (std::size_t e = 0; e < hosts_.size(); ++e) {
     const std::string who = "executor '" + hosts_[e].host + "' at " + hosts_[e].address;
-    if (hellos[e].wait_until(deadline) != std::future_status::ready)
-      return Aborted(who + " did not answer within " + std::to_string(opt_.connect_ms / 1000) +
-                     " s (is `slicesched executor --host " + hosts_[e].host + "` running there?)");
-    auto b = reply_body(hellos[e].get(), hosts_[e].host);
-    if (!b.ok()) return Aborted(who + ": " + b.status().message());
+    // In slices, so a signal (opt_.stop) ends the wait at once.
+    while (hellos[e].wait_until(std::min(deadline, Clock::now() + std::chrono::milliseconds(100))) !=
+           std::future_status::ready) {
+      if (opt_.stop && opt_.stop->load() != 0)
+        return Aborted("stopped while waiting for " + who + " to answer");
+      if (Clock::now() >= deadline)
+        return Aborted(who + " did not answer within " + std::to_string(opt_.connect_ms / 1000) +
+                       " s (is `slicesched executor --host " + hosts_[e].host + "` running there?)");
+    }
+    auto m = hellos[e].get();
+    if (!m.ok()) return Aborted(who + ": " + m.status().message());
+    auto b = json::parse(m->body, nullptr, false);
+    if (b.is_discarded()) return Aborted(who + " sent a malformed reply");
+    if (m->type == wire::Type::kError || !b.value("ok", false))
+      return Aborted(who + " refused this scheduler: " + b.value("error", std::string("no reason given")));
+    wire::Fingerprint theirs;
+    if (const auto f = b.find("fingerprint"); f != b.end() && f->is_array())
+      for (const json& kv : *f) theirs.emplace_back(kv.at(0).get<std::string>(), kv.at(1).get<std::string>());
+    if (auto d = wire::first_difference(hosts_[e].fingerprint, theirs, "executor '" + hosts_[e].host + "'"))
+      return Aborted(who + ": " + *d + " (start serve and every executor from the same config)");
     std::vector<std::string> expected, got;
     for (AccelId a = 0; a < accel_host_.size(); ++a)
       if (accel_host_[a] == e) expected.push_back(names[a]);
-    for (const json& a : (*b)["accels"]) {
+    for (const json& a : b["accels"]) {
       const auto id = a["accel"].get<AccelId>();
       got.push_back(a["name"].get<std::string>());
       if (id >= accel_host_.size() || accel_host_[id] != e || names[id] != got.back())

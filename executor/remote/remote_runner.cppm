@@ -44,6 +44,9 @@ export namespace slicesched {
 struct ExecutorEndpoint {
   std::string host;     // [[hosts]] name
   std::string address;  // where its executor listens ("tcp://h:p", "ipc://path")
+  // What its executor must have been started with (wire::Fingerprint:
+  // protocol, this host entry, the models); connect() refuses it otherwise.
+  std::vector<std::pair<std::string, std::string>> fingerprint;
 };
 
 struct RemoteOptions {
@@ -55,6 +58,11 @@ struct RemoteOptions {
   // executors goes as bytes over ZeroMQ ([live] transport = "copy", or a
   // build without LibTorch).
   std::function<std::string()> nccl_id;
+  // Who this scheduler is, as an executor held by it names it to another
+  // scheduler it refuses ("host pid N, serve CONFIG").
+  std::string name = "a scheduler";
+  // connect() gives up, Cancelled, once this is non-zero (a signal); null: never.
+  const std::atomic<int>* stop = nullptr;
 };
 
 // One model the executors serve: the operators of template `tmpl` are the
@@ -80,8 +88,10 @@ class RemoteRunner final : public OpRunner {
   // Called (from the I/O thread) once per accelerator of a lost executor.
   // Set before connect().
   void on_lost(std::function<void(AccelId)> f) { lost_cb_ = std::move(f); }
-  // Says hello to every executor and waits for each (up to connect_ms):
-  // each must speak this protocol version and own exactly the
+  // Says hello to every executor and waits for each (up to connect_ms, or
+  // until opt.stop): each must speak this protocol version, have the
+  // fingerprint its endpoint gives (else refused naming the first field
+  // that differs), serve no other live scheduler, and own exactly the
   // accelerators the config gives its host (`names[a]` for accelerator a).
   // Then, with opt.nccl_id, sets up the NCCL links between executors
   // (wire::plan_nccl_links over the GPUs their hellos name): one id per
@@ -107,6 +117,7 @@ class RemoteRunner final : public OpRunner {
   struct Channel;  // shared with value handles, which outlive nothing but may outlive a call
 
  private:
+  Result<std::vector<std::int64_t>> connect_all(const std::vector<std::string>& names);
   void io_loop();
   void declare_dead(std::size_t exec, const std::string& why);
   Status connect_nccl(const std::vector<std::string>& gpu, const std::vector<std::string>& names,

@@ -1,6 +1,8 @@
 module;
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 #include <zmq.hpp>
@@ -37,7 +39,7 @@ Result<Type> parse_header(const std::string& frame) {
     return FailedPrecondition("the peer speaks executor protocol version " + std::to_string(version) +
                               ", this process speaks version " + std::to_string(kProtocolVersion) +
                               " (run the same slicesched build on every host)");
-  if (type < 1 || type > static_cast<std::uint16_t>(Type::kLayout))
+  if (type < 1 || type > static_cast<std::uint16_t>(Type::kBye))
     return InvalidArgument("unknown executor message type " + std::to_string(type));
   return static_cast<Type>(type);
 }
@@ -86,6 +88,28 @@ std::vector<NcclLink> plan_nccl_links(const std::vector<std::size_t>& accel_host
       if (!gpu[a].empty() && !gpu[b].empty() && accel_host[a] != accel_host[b] && gpu[a] != gpu[b])
         links.push_back({a, b});
   return links;
+}
+
+Fingerprint host_fingerprint(const std::string& host, const std::vector<HostAccel>& accels) {
+  std::string list;
+  for (const HostAccel& a : accels)
+    list += (list.empty() ? "" : ", ") + a.name + " on " + a.device + " (" + std::to_string(a.budget) + " bytes)";
+  return {{"protocol", std::to_string(kProtocolVersion)}, {"host", host}, {"host.accelerators", list}};
+}
+
+std::optional<std::string> first_difference(const Fingerprint& scheduler, const Fingerprint& executor,
+                                            const std::string& who) {
+  const std::size_t n = std::min(scheduler.size(), executor.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& [sk, sv] = scheduler[i];
+    const auto& [ek, ev] = executor[i];
+    if (sk != ek)  // (the same build lists the same fields: one side serves more models)
+      return sk + ": the scheduler has it, " + who + " has " + ek + " in its place";
+    if (sv != ev) return sk + ": the scheduler has " + sv + ", " + who + " has " + ev;
+  }
+  if (scheduler.size() > n) return scheduler[n].first + ": the scheduler has " + scheduler[n].second + ", " + who + " has none";
+  if (executor.size() > n) return executor[n].first + ": the scheduler has none, " + who + " has " + executor[n].second;
+  return std::nullopt;
 }
 
 }  // namespace slicesched::wire

@@ -11,7 +11,9 @@
 module;
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 #include <zmq.hpp>
 
@@ -22,10 +24,13 @@ export namespace slicesched::wire {
 
 // Bumped whenever a message's meaning or a body's fields change.
 // 2: kNcclInit, kNcclPull, kLayout; hello replies name each accelerator's GPU.
-inline constexpr std::uint16_t kProtocolVersion = 2;
+// 3: the hello carries the scheduler's name and the fingerprint both sides
+//    must agree on; an executor serves one scheduler at a time.
+inline constexpr std::uint16_t kProtocolVersion = 3;
 
 enum class Type : std::uint16_t {
-  kHello = 1,      // scheduler -> executor: {host}; reply: {host, accels:[{accel, name, weights}]}
+  kHello = 1,      // scheduler -> executor: {host, scheduler, fingerprint}; reply: {host, accels:[{accel, name,
+                   // weights, gpu}], fingerprint}, or a refusal (fingerprint differs, another scheduler holds it)
   kRun = 2,        // scheduler -> executor: run an operator; reply: its result
   kCopy = 3,       // scheduler -> executor: copy a value onto one of its accelerators (maybe pulled from a peer)
   kRelease = 4,    // scheduler -> executor: {ids}: drop these values (no reply)
@@ -38,6 +43,7 @@ enum class Type : std::uint16_t {
   kNcclInit = 11,  // scheduler -> executor: {links:[{link, from, to, rank, id}]}; reply: kReply once all are up
   kNcclPull = 12,  // executor -> executor: {id, link}: send me this value over NCCL link; reply: kLayout
   kLayout = 13,    // reply to kNcclPull: {bytes} + the value's layout frame; its data follows over NCCL
+  kBye = 14,       // scheduler -> executor: it will not serve after all (connect failed): the lease is free
 };
 
 // One NCCL communicator between two executor processes: two ranks, the
@@ -55,6 +61,28 @@ struct NcclLink {
 // byte path between them. Ordered by (from, to); a link's index in the
 // result is its number on the wire. Pure; sizes must match.
 std::vector<NcclLink> plan_nccl_links(const std::vector<std::size_t>& accel_host, const std::vector<std::string>& gpu);
+
+// Everything serve and an executor must agree on for the executor's tokens
+// to be the ones the scheduler plans for: the protocol version, the host
+// entry (its name and accelerators) and every served model's shapes,
+// vocabulary, dtype and weights (seed or checkpoint digest), as ordered
+// (field, value) pairs. Both sides build it the same way from their own
+// config (host_fingerprint + the runner's model_fingerprint).
+using Fingerprint = std::vector<std::pair<std::string, std::string>>;
+
+struct HostAccel {
+  std::string name, device;
+  std::int64_t budget = 0;  // bytes
+};
+// The protocol version and the [[hosts]] entry `host` with its accelerators
+// (config order).
+Fingerprint host_fingerprint(const std::string& host, const std::vector<HostAccel>& accels);
+
+// The first field where `executor` differs from what `scheduler` expects,
+// as one line ("models[0].vocab: the scheduler has 512, executor 'a' has
+// 1024"), or nothing when they agree. `who` names the executor.
+std::optional<std::string> first_difference(const Fingerprint& scheduler, const Fingerprint& executor,
+                                            const std::string& who);
 
 struct Message {
   Type type = Type::kHeartbeat;

@@ -30,6 +30,14 @@ lines = [
 jsonl = "\n".join(json.dumps(x) for x in lines) + "\n"
 
 srv = Server(slicesched, config, store=store)
+# One server per store: a second one on it is refused at start, naming the first.
+import subprocess  # noqa: E402
+second = subprocess.run([slicesched, "serve", config, "--listen", "127.0.0.1:0", "--batch-store", store],
+                        capture_output=True, text=True, timeout=120)
+lines_2 = [l for l in second.stderr.splitlines() if l.strip()]
+check(second.returncode == 2 and len(lines_2) == 1 and lines_2[0].startswith(
+    "slicesched: batch store %s is in use by another server (pid %d on " % (store, srv.proc.pid)),
+    "a second server on the store is refused naming the first: %s" % lines_2, srv)
 boundary = "b0undary"
 form = (
     "--%s\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"

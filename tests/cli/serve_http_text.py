@@ -62,5 +62,17 @@ dec = subprocess.run(["spm_decode", "--model=" + os.path.join(ckpt, "tokenizer.m
 check(len(known) >= 12 and r.choices[0].text and r.choices[0].text == dec.stdout.rstrip("\n"),
       "the reply's text is its tokens decoded (%d of %d in the tokenizer's %d: %r, spm_decode %r)"
       % (len(known), len(tokens), spm_vocab, r.choices[0].text, dec.stdout), srv)
+# Streamed, the same text, token by token (each token's text in context).
+parts = []
+for chunk in client.completions.create(model="tiny-qwen", prompt=prompt, max_tokens=24, stream=True):
+    if chunk.choices:
+        parts.append(chunk.choices[0].text or "")
+check("".join(parts) == r.choices[0].text,
+      "the streamed text equals the whole reply's (%r against %r)" % ("".join(parts), r.choices[0].text), srv)
+# The checkpoint's own window (config.json: max_position_embeddings 4096), not a default.
+status, _, body = srv.post("/v1/completions", {"model": "tiny-qwen", "prompt": ids, "max_tokens": 5000})
+err = json.loads(body)["error"]
+check(status == 400 and "context window of 4096 tokens" in err["message"] and err["param"] == "max_tokens",
+      "a request past the checkpoint's 4096-token window is refused: %s" % err["message"], srv)
 check(srv.stop() == 0, "SIGTERM drains and exits 0", srv)
 print("ok: text prompt %r -> %d ids -> %d tokens -> %r" % (prompt, len(ids), len(tokens), r.choices[0].text))

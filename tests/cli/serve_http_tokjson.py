@@ -52,5 +52,12 @@ want = tok.decode(known, skip_special_tokens=False)
 check(len(known) >= 8 and r.choices[0].text and r.choices[0].text == want,
       "the reply's text is its tokens decoded (%d of %d in the tokenizer's %d: %r, tokenizers %r)"
       % (len(known), len(tokens), vocab, r.choices[0].text, want), srv)
+# Streamed, the same text, token by token (each token's text in context).
+parts = []
+for chunk in client.completions.create(model="tiny-qwen", prompt=prompt, max_tokens=24, stream=True):
+    if chunk.choices:
+        parts.append(chunk.choices[0].text or "")
+check("".join(parts) == r.choices[0].text,
+      "the streamed text equals the whole reply's (%r against %r)" % ("".join(parts), r.choices[0].text), srv)
 check(srv.stop() == 0, "SIGTERM drains and exits 0", srv)
 print("ok: text prompt %r -> %d ids -> %d tokens -> %r" % (prompt, len(ids), len(tokens), r.choices[0].text))

@@ -24,20 +24,25 @@
 #include <optional>
 #include <set>
 #include <span>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "executor/torch/cuda.h"
 #include "executor/torch/runtime.h"
 
+import slicesched.config;
 import slicesched.core;
 import slicesched.core.plugin;
 import slicesched.engine;
 import slicesched.engine.recorders;
 import slicesched.engine.union_partition_set;
 import slicesched.executor.live;
+import slicesched.executor.llama;
 import slicesched.executor.remote;
+import slicesched.executor.wire;
 import slicesched.plugins.builtin;
 import slicesched.plugins.greedy_arbiter;
 import slicesched.simulator.llama;
@@ -83,10 +88,10 @@ int free_port() {
 // device. Each executor's stderr goes to h<h>.log (logs() reads them).
 struct Executors {
   std::filesystem::path dir;
-  std::vector<std::string> addresses;
+  std::vector<std::string> addresses, devices;
   std::vector<pid_t> pids;
 
-  explicit Executors(std::vector<std::string> devices = {"cpu:0", "cpu:1", "cpu:2"}) {
+  explicit Executors(std::vector<std::string> devs = {"cpu:0", "cpu:1", "cpu:2"}) : devices(std::move(devs)) {
     dir = std::filesystem::temp_directory_path() / ("slicesched-remote-test-" + std::to_string(getpid()));
     std::filesystem::create_directories(dir);
     std::ofstream cfg(dir / "cluster.toml");
@@ -129,6 +134,23 @@ struct Executors {
     std::filesystem::remove_all(dir, ec);
   }
   void kill_one(int h) { kill(pids[static_cast<std::size_t>(h)], SIGKILL); }
+  // Where each executor listens, with the fingerprint (wire::Fingerprint)
+  // it was started with: built as serve builds it, from the same config.
+  std::vector<ExecutorEndpoint> endpoints() const {
+    auto cfg = load_config((dir / "cluster.toml").string());
+    REQUIRE(cfg.ok());
+    const auto& m = cfg->models[0];
+    const std::vector<rt::LlamaConfig> models{
+        runtime_config(*make_model(m).value(), m.weights_seed, m.checkpoint).value()};
+    std::vector<ExecutorEndpoint> out;
+    for (int h = 0; h < kExecutors; ++h) {
+      const auto& a = cfg->accelerators[static_cast<std::size_t>(h)];
+      wire::Fingerprint fp = wire::host_fingerprint("h" + std::to_string(h), {{a.name, a.device, a.hbm_bytes}});
+      for (auto& kv : model_fingerprint(models)) fp.push_back(std::move(kv));
+      out.push_back({"h" + std::to_string(h), addresses[static_cast<std::size_t>(h)], std::move(fp)});
+    }
+    return out;
+  }
   // Waits for every executor to exit (after the runner's shutdown, or
   // its silence), then returns their logs, concatenated.
   std::string logs() {
@@ -188,11 +210,10 @@ Run serve(Executors& ex, const std::vector<std::int64_t>& lengths, int output_to
   const TemplateId tmpl = templates->add(llama::make_template("llama-tiny", shape_of(model))).value();
   auto cluster = std::make_shared<AcceleratorSet>();
   (void)cluster->add_link_class("host", 10e9, 0);
-  std::vector<ExecutorEndpoint> hosts;
+  const std::vector<ExecutorEndpoint> hosts = ex.endpoints();
   std::vector<std::string> names;
   for (int a = 0; a < kExecutors; ++a) {
     REQUIRE(cluster->add("cpu" + std::to_string(a), "cpu", 64 << 20).ok());
-    hosts.push_back({"h" + std::to_string(a), ex.addresses[static_cast<std::size_t>(a)]});
     names.push_back("cpu" + std::to_string(a));
   }
   Gmg gmg(templates, cluster);
@@ -277,6 +298,47 @@ std::vector<std::vector<std::int64_t>> reference(const std::vector<std::int64_t>
 }
 
 }  // namespace
+
+TEST_CASE("remote executors: the handshake refuses another fingerprint, and a second scheduler",
+          "[executor][torch][remote]") {
+  rt::set_cpu_threads(1);
+  Executors ex;
+  const std::vector<std::string> names{"cpu0", "cpu1", "cpu2"};
+  RemoteOptions ro{100, 1500, 60000, {}};
+  // Each field the executors' config fixes, changed on the scheduler's side:
+  // refused, naming that field, and the executor keeps serving.
+  for (const std::string field : {"models[0].vocab", "models[0].layers", "models[0].weights", "host.accelerators"}) {
+    INFO(field);
+    auto hosts = ex.endpoints();
+    for (auto& [k, v] : hosts[1].fingerprint)
+      if (k == field) v += "0";
+    RemoteRunner wrong(hosts, {0, 1, 2}, {}, ro);
+    auto refused = wrong.connect(names);
+    REQUIRE_FALSE(refused.ok());
+    const std::string why = refused.status().message();
+    CHECK(why.find("executor 'h1' at " + ex.addresses[1]) == 0);
+    CHECK(why.find(field + ": the scheduler has ") != std::string::npos);
+  }
+  // (the wrong schedulers said bye to the executors that took them)
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  RemoteOptions first_opt = ro;
+  first_opt.name = "'first'";
+  RemoteRunner first(ex.endpoints(), {0, 1, 2}, {}, first_opt);
+  REQUIRE(first.connect(names).ok());
+  RemoteOptions second_opt = ro;
+  second_opt.name = "'second'";
+  RemoteRunner second(ex.endpoints(), {0, 1, 2}, {}, second_opt);
+  auto refused = second.connect(names);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("already serves the scheduler 'first'") != std::string::npos);
+  // The first still holds every executor: nothing was lost to the second.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // past the executors' timeout
+  CHECK(first.lost_executors() == 0);
+  first.shutdown();
+  const std::string logs = ex.logs();
+  CHECK(logs.find("refused 'second': executor 'h0' already serves the scheduler 'first'") != std::string::npos);
+  CHECK(logs.find("models[0].vocab: the scheduler has 5120, executor 'h1' has 512") != std::string::npos);
+}
 
 TEST_CASE("remote executors: three processes on loopback generate the reference tokens", "[executor][torch][remote]") {
   rt::set_cpu_threads(1);

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 #include <zmq.hpp>
 
@@ -60,7 +61,9 @@ TEST_CASE("wire: the NCCL messages round-trip, and a version-1 peer is refused",
   auto refused = wire::recv(b);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().message().find("version 1,") != std::string::npos);
-  CHECK_FALSE(wire::parse_header(wire::header(static_cast<wire::Type>(14))).ok());
+  // The last type is kBye (version 3); one past it is unknown.
+  CHECK(wire::parse_header(wire::header(wire::Type::kBye)).value() == wire::Type::kBye);
+  CHECK_FALSE(wire::parse_header(wire::header(static_cast<wire::Type>(15))).ok());
 }
 
 TEST_CASE("wire: NCCL links join GPUs of different executors, never one GPU twice", "[executor][wire]") {
@@ -86,4 +89,28 @@ TEST_CASE("wire: NCCL links join GPUs of different executors, never one GPU twic
     INFO(r.what);
     CHECK(wire::plan_nccl_links(r.host, r.gpu) == r.links);
   }
+}
+
+TEST_CASE("wire: the handshake names the first field that differs", "[executor][wire]") {
+  const wire::Fingerprint host = wire::host_fingerprint("a", {{"cpu0", "cpu:0", 268435456}});
+  REQUIRE(host.size() == 3);
+  CHECK(host[0] == std::pair<std::string, std::string>{"protocol", std::to_string(wire::kProtocolVersion)});
+  CHECK(host[2].second == "cpu0 on cpu:0 (268435456 bytes)");
+  wire::Fingerprint sched = host;
+  sched.push_back({"models", "1"});
+  sched.push_back({"models[0].vocab", "512"});
+  sched.push_back({"models[0].layers", "4"});
+  CHECK_FALSE(wire::first_difference(sched, sched, "executor 'a'").has_value());
+  wire::Fingerprint exec = sched;
+  exec[4].second = "1024";
+  exec[5].second = "8";  // (only the first difference is named)
+  CHECK(wire::first_difference(sched, exec, "executor 'a'").value() ==
+        "models[0].vocab: the scheduler has 512, executor 'a' has 1024");
+  exec = sched;
+  exec.pop_back();
+  CHECK(wire::first_difference(sched, exec, "executor 'a'").value() ==
+        "models[0].layers: the scheduler has 4, executor 'a' has none");
+  exec = host;  // an executor from before the fingerprint, or for another host
+  exec[1].second = "b";
+  CHECK(wire::first_difference(sched, exec, "executor 'b'").value() == "host: the scheduler has a, executor 'b' has b");
 }

@@ -151,3 +151,52 @@ TEST_CASE("api: completions go to the model's least loaded online tenant", "[ser
   CHECK(HttpServer::pick_tenant({0, 2, 3}, {4, 9, 1, 3}) == 2);
   CHECK(HttpServer::pick_tenant({0, 2}, {1, 0, 1}) == 0);  // ties: the first
 }
+
+TEST_CASE("api: a stream's text, token by token, is the whole reply's text", "[serving][api]") {
+  // SentencePiece's way: pieces with a word-leading "_", decoded as spaces,
+  // the first one of a decode dropped; and id 9 is half of a two-byte
+  // character that id 8 completes ("é": C3 A9).
+  ServedModel spm{.name = "spm", .vocab = 10};
+  const std::vector<std::string> pieces{"_the", "_lazy", "_fox", "s", "_ju", "dge", "_qu", "artz", "\xA9", "\xC3"};
+  spm.tokenizer.decode = [pieces](std::span<const std::int64_t> ids) {
+    std::string s;
+    for (auto id : ids) s += pieces[static_cast<std::size_t>(id)];
+    for (std::size_t at = s.find('_'); at != std::string::npos; at = s.find('_', at)) s[at] = ' ';
+    if (!s.empty() && s[0] == ' ') s.erase(0, 1);
+    // A lone lead byte is not a character: the replacement character.
+    if (!s.empty() && static_cast<unsigned char>(s.back()) == 0xC3) s.replace(s.size() - 1, 1, "\xEF\xBF\xBD");
+    return s;
+  };
+  const std::vector<std::int64_t> out{0, 1, 2, 3, 4, 5, 9, 8, 6, 7};
+  StreamDecoder d(spm);
+  std::string streamed;
+  std::vector<std::string> each;
+  for (std::size_t n = 1; n <= out.size(); ++n) {
+    each.push_back(d.next(std::span(out).first(n)));
+    streamed += each.back();
+  }
+  streamed += d.flush(out);
+  CHECK(streamed == decode(spm, out));
+  CHECK(streamed == "the lazy foxs judge\xC3\xA9 quartz");
+  CHECK(each[1] == " lazy");  // (decoded alone: "lazy", its space lost)
+  CHECK(each[6].empty());     // half a character: held ...
+  CHECK(each[7] == "\xC3\xA9");  // ... until it is whole
+  // Held at the end: flushed.
+  StreamDecoder e(spm);
+  const std::vector<std::int64_t> cut{0, 9};
+  CHECK(e.next(std::span(cut).first(1)) == "the");
+  CHECK(e.next(cut).empty());
+  CHECK(e.flush(cut) == "\xEF\xBF\xBD");
+}
+
+TEST_CASE("api: a prompt past max_prompt_tokens is refused at admission", "[serving][api]") {
+  const std::vector<ServedModel> ms{{.name = "m", .vocab = 100, .context_window = 1000, .max_prompt_tokens = 3}};
+  auto r = parse_completion(std::string_view(R"({"model": "m", "prompt": [1, 2, 3, 4], "max_tokens": 2})"), ms);
+  REQUIRE(std::holds_alternative<ApiError>(r));
+  const ApiError& e = std::get<ApiError>(r);
+  CHECK(e.status == 400);
+  CHECK(e.param == "prompt");
+  CHECK(e.message == "prompt: 4 tokens, more than the 3 one request may send ([serve] max_prompt_tokens)");
+  CHECK(std::holds_alternative<CompletionRequest>(
+      parse_completion(std::string_view(R"({"model": "m", "prompt": [1, 2, 3], "max_tokens": 2})"), ms)));
+}

@@ -2,19 +2,25 @@
 // restart): lines stay pending until their result is written, the last
 // result writes the output and error files and completes the batch, and a
 // result written twice counts once.
+#include <sqlite3.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
+#include <variant>
 #include <vector>
 
 import slicesched.core.status;
 import slicesched.serving.batch_store;
+import slicesched.serving.batches;
 
 using namespace slicesched;
 using namespace slicesched::serving;
@@ -105,4 +111,108 @@ TEST_CASE("batch store: a store that cannot be opened says where", "[serving][ba
   auto s = BatchStore::open("/nonexistent-folder/x/batches.sqlite");
   REQUIRE_FALSE(s.ok());
   CHECK(s.status().message().find("batch store /nonexistent-folder/x/batches.sqlite: cannot open") == 0);
+}
+
+TEST_CASE("batch store: one server per store, named when refused", "[serving][batch]") {
+  const auto dir = fresh_dir("batch_lock");
+  const auto path = dir / "batches.sqlite";
+  {
+    auto first = open_store(path);
+    auto second = BatchStore::open(path.string());
+    REQUIRE_FALSE(second.ok());
+    const std::string why = second.status().message();
+    INFO(why);
+    CHECK(why.find("batch store " + path.string() + " is in use by another server (pid " +
+                   std::to_string(::getpid()) + " on ") == 0);
+    CHECK(why.find("one server per store") != std::string::npos);
+  }
+  auto again = BatchStore::open(path.string());  // the first is gone: its lock with it
+  CHECK(again.ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("batch store: a file with another schema is refused at open", "[serving][batch]") {
+  const auto dir = fresh_dir("batch_schema");
+  const auto path = dir / "foreign.sqlite";
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.string().c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, "CREATE TABLE files (id TEXT, name TEXT);", nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  auto s = BatchStore::open(path.string());
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.status().message() == "batch store " + path.string() +
+                                    ": table 'files' has columns (id, name), expected (id, filename, purpose, bytes, "
+                                    "created_at, content): not a slicesched batch store (give another file)");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("batch runner: a full disk pauses the batch, keeps its results, and never runs a line twice",
+          "[serving][batch]") {
+  const auto dir = fresh_dir("batch_full");
+  auto store = open_store(dir / "batches.sqlite");
+  std::vector<BatchLine> lines;
+  for (int i = 0; i < 200; ++i) lines.push_back({"r" + std::to_string(i), "{}"});
+  auto b = store->create_batch("file-x", "/v1/completions", "24h", lines);
+  REQUIRE(b.ok());
+  // The disk is full from here: every write that needs a page fails.
+  REQUIRE(store->limit_pages(1).ok());
+
+  static const ServedModel model{.name = "m", .vocab = 8};
+  RequestInbox inbox;
+  std::atomic<int> runs{0};
+  std::atomic<bool> engine_stop{false};
+  // The engine: every request ends at once with one token.
+  std::thread engine([&] {
+    while (!engine_stop) {
+      for (LiveRequest& r : inbox.take()) {
+        ++runs;
+        r.sink->on_token(3, 0);
+        r.sink->on_end(1, 1, "", 0);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  BatchRunner runner(
+      *store, inbox,
+      [](const std::string&) -> std::variant<Routed, ApiError> {
+        return Routed{LiveRequest{0, {1}, 1, nullptr}, &model};
+      },
+      16);
+  runner.start();
+  const auto t0 = std::chrono::steady_clock::now();
+  while (runner.unwritten() == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(runner.unwritten() > 0);
+  CHECK(runner.store_error().find("database or disk is full") != std::string::npos);
+  // Paused: 3.5 s later nothing more ran, and the store was tried a few
+  // times (back-off 1 s, 2 s), not in a loop.
+  const int ran = runs.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  CHECK(runs.load() == ran);
+  CHECK(ran <= 32);  // (the lines already running when the first write failed)
+  CHECK(runner.failed_writes() >= 2);
+  CHECK(runner.failed_writes() <= 4);
+  auto during = store->batch(b->id);
+  REQUIRE(during.ok());
+  CHECK((*during)->status == "in_progress");
+  // Room again: the kept results are written, the batch resumes and
+  // completes, every line run exactly once.
+  REQUIRE(store->limit_pages(0).ok());
+  const auto t1 = std::chrono::steady_clock::now();
+  for (;;) {
+    auto now = store->batch(b->id);
+    REQUIRE(now.ok());
+    if ((*now)->status == "completed" || std::chrono::steady_clock::now() - t1 > std::chrono::seconds(60)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto done = store->batch(b->id);
+  REQUIRE(done.ok());
+  CHECK((*done)->status == "completed");
+  CHECK((*done)->completed == 200);
+  CHECK(runs.load() == 200);
+  CHECK(runner.store_error().empty());
+  CHECK(runner.stop().ok());
+  engine_stop = true;
+  engine.join();
+  std::filesystem::remove_all(dir);
 }
