@@ -9,7 +9,9 @@ module;
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -27,6 +29,7 @@ struct Scheduler::Workers {
     PluginPtr<TransferArbiter> arbiter;  // null: the default rule
     Status error;                        // the factory's failure, if it failed
     std::uint64_t prepared_round = 0;    // the round `sim` is prepared for
+    std::vector<AccelId> focus;          // the candidate's closed component (a focused what-if)
   };
   tbb::enumerable_thread_specific<Worker> local;
   // Per round, on the engine thread: which accelerators the snapshot ties
@@ -35,6 +38,7 @@ struct Scheduler::Workers {
   std::vector<AccelId> scope;
   std::vector<AccelId> seeds;
   std::vector<std::size_t> same_as;  // per candidate: an earlier one placing the batch the same way
+  std::unordered_multimap<std::uint64_t, std::size_t> first_of;  // placement hash -> first candidate
   std::uint64_t round = 0;           // what-if calls so far (a worker's prepare is for one of them)
   std::vector<std::uint32_t> load;   // per accelerator: issued operators
   std::vector<std::pair<std::uint32_t, std::size_t>> order;  // candidates in the order they are simulated
@@ -94,6 +98,10 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
   const std::size_t n_acc = gmg.accels().size();
   ws.scope.clear();
   std::size_t simulated = gmg.issued_count();  // operators each what-if simulates (before the batch)
+  // Each candidate's what-if is then focused on its own component (its
+  // accelerators and where the batch's inputs live): on a cluster-wide
+  // round an idle pair's what-if touches a few GPUs, not the cluster.
+  const bool focus = opt_.scoped && n_acc > 1;
   if (opt_.scoped && n_acc > 1) {
     ws.components.build(gmg);
     ws.seeds.clear();
@@ -105,12 +113,21 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
   }
   // A candidate that places the batch exactly as an earlier one does (a
   // one-op batch on a pair and on a quad) shares its outcome.
+  // Found by hashing each placement, not by comparing every pair: a
+  // cluster-wide partition set offers hundreds a round.
   ws.same_as.assign(cands.size(), kNoCandidate);
+  ws.first_of.clear();
   std::size_t distinct = 0;
   for (std::size_t c = 0; c < cands.size(); ++c) {
-    for (std::size_t d = 0; d < c && ws.same_as[c] == kNoCandidate; ++d)
-      if (ws.same_as[d] == kNoCandidate && cands[d].accel == cands[c].accel) ws.same_as[c] = d;
-    distinct += ws.same_as[c] == kNoCandidate;
+    std::uint64_t h = 1469598103934665603ull;
+    for (AccelId a : cands[c].accel) h = (h ^ a) * 1099511628211ull;
+    auto [it, end] = ws.first_of.equal_range(h);
+    for (; it != end && ws.same_as[c] == kNoCandidate; ++it)
+      if (cands[it->second].accel == cands[c].accel) ws.same_as[c] = it->second;
+    if (ws.same_as[c] == kNoCandidate) {
+      ws.first_of.emplace(h, c);
+      ++distinct;
+    }
   }
   // With a mean-completion objective a what-if stops once it must lose to
   // the best feasible candidate its thread has seen (`Best`: that one's
@@ -163,8 +180,20 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
     // Dominated when the summed completion must exceed this: a candidate
     // after the best loses a tie, so reaching the best's sum is enough.
     const std::int64_t above = !prune || best.sum < 0 ? -1 : best.index < c ? best.sum - 1 : best.sum;
-    const SimulationResult& r = w.sim.place(
-        cands[c].accel, {.horizon = opt_.horizon, .arbiter = w.arbiter.get(), .dominated_above = above});
+    if (focus) {
+      // Cut before finding the component when the batch alone loses.
+      if (above >= 0 && w.sim.dominated_alone(cands[c].accel, above, opt_.horizon)) {
+        o.dominated = true;
+        o.why = Outcome::Why::kDominated;
+        return;
+      }
+      ws.components.closure_of(gmg, cands[c].accel, batch.ops, w.focus);
+    }
+    const SimulationResult& r = w.sim.place(cands[c].accel, {.horizon = opt_.horizon,
+                                                             .arbiter = w.arbiter.get(),
+                                                             .dominated_above = above,
+                                                             .focus = focus ? std::span<const AccelId>(w.focus)
+                                                                            : std::span<const AccelId>()});
     if (r.dominated) {
       o.dominated = true;
       o.why = Outcome::Why::kDominated;

@@ -60,7 +60,6 @@ template <typename Est>
 const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<const AccelId> accels,
                                                     const SimOptions& opt, bool last) {
   const Gmg& gmg = *gmg_;
-  const GmgView& v = view_;
   const std::size_t n_acc = gmg.accels().size();
   if (accels.size() != batch_.size())
     throw std::invalid_argument("global simulator: a placement of " + std::to_string(accels.size()) +
@@ -73,52 +72,70 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
 
   // The batch's predicted times on these accelerators, and whether the
   // placement is dominated before anything runs (then nothing is touched).
-  const AcceleratorSet& set = gmg.accels();
-  const std::size_t nb = batch_.size();
-  batch_dur_.resize(nb);
-  for (std::size_t k = 0; k < nb; ++k) {
-    const OpRow& op = v.ops[batch_[k]];
-    batch_dur_[k] =
-        to_nanos(est.predict_op(op.kind, set.type(accels[k]), {v.features[batch_[k]].data(), op.feature_count}));
-  }
-  pruning_ = opt.dominated_above >= 0 && opt.dominated_above < INT64_MAX / 4 && nb > 0 && nb <= kMaxPrunedBatch;
-  dominated_at_ = kNever;
+  set_bound(est, accels, opt.dominated_above, opt.horizon);
   r_.dominated = false;
-  if (pruning_) {
-    batch_finish_.assign(nb, -1);
-    for (BatchEdge& be : batch_edges_)
-      be.x = accels[be.p] == accels[be.k] ? 0 : to_nanos(est.predict_transfer(accels[be.p], accels[be.k], be.bytes));
-    bound_sum_ = opt.dominated_above + static_cast<Nanos>(nb) * at_;
-    horizon_end_ = opt.horizon >= 0 ? now_ + opt.horizon : kNever;
-    constexpr Nanos kBeforeAll = INT64_MIN / 4;  // before any event
-    dominated_at_ = dominated_from(kBeforeAll);
-    if (dominated_at_ == kBeforeAll) {  // even alone on its accelerators it loses
-      r_.dominated = true;
-      return r_;
-    }
+  if (pruning_ && dominated_at_ == kBeforeAll) {  // even alone on its accelerators it loses
+    r_.dominated = true;
+    return r_;
   }
   arbiter_ = opt.arbiter && !opt.arbiter->uses_default_rule() ? opt.arbiter : nullptr;
+  // A focus: only its accelerators' operators are touched and simulated.
+  focused_ = !opt.focus.empty() && arbiter_ == nullptr;
+  if (focused_) {
+    focus_.assign(opt.focus.begin(), opt.focus.end());
+    for (AccelId a : accels)
+      if (!std::binary_search(focus_.begin(), focus_.end(), a))
+        throw std::invalid_argument("global simulator: a batch operator's accelerator is outside the focus");
+    for (AccelId a : focus_)
+      if (a >= n_acc || (!scope_.empty() && !std::binary_search(scope_.begin(), scope_.end(), a)))
+        throw std::invalid_argument("global simulator: the focus reaches outside the prepared scope");
+  }
+  auto each_placed = [&](auto&& f) {
+    if (focused_)
+      for (AccelId a : focus_) f(a);
+    else
+      each_accel(n_acc, f);
+  };
+
+  // The last placement's batch ops leave their queues (ranks come back
+  // with arrival_).
+  for (AccelId a : tent_accels_) std::erase_if(queue_[a], [&](std::uint32_t i) { return is_tent_[i] != 0; });
+  tent_accels_.clear();
+  if (focused_) {
+    focus_nodes_.clear();
+    for (AccelId a : focus_) focus_nodes_.insert(focus_nodes_.end(), queue_[a].begin(), queue_[a].end());
+    focus_nodes_.insert(focus_nodes_.end(), tnode_.begin(), tnode_.end());
+    std::sort(focus_nodes_.begin(), focus_nodes_.end());
+  }
 
   // Shared state back to what prepare() left: the first placement finds it
-  // as built and keeps a copy for the next ones, unless it is the last.
+  // as built and keeps a copy for the next ones, unless it is the last. A
+  // focused placement restores only what it will touch: its nodes and the
+  // ghosts (done producers) on its accelerators.
   if (base_saved_) {
-    std::copy(base_nodes_.begin(), base_nodes_.end(), nodes_.begin());
-    std::copy(base_arrival_.begin(), base_arrival_.end(), arrival_.begin());
+    if (focused_) {
+      if (!ghosts_indexed_) index_ghosts();
+      for (std::uint32_t i : focus_nodes_) {
+        nodes_[i] = base_nodes_[i];
+        arrival_[i] = base_arrival_[i];
+      }
+      for (AccelId a : focus_)
+        for (std::uint32_t g = ghost_off_[a]; g < ghost_off_[a + 1]; ++g) nodes_[ghost_list_[g]] = base_nodes_[ghost_list_[g]];
+    } else {
+      std::copy(base_nodes_.begin(), base_nodes_.end(), nodes_.begin());
+      std::copy(base_arrival_.begin(), base_arrival_.end(), arrival_.begin());
+    }
   } else if (!last) {
     base_nodes_.assign(nodes_.begin(), nodes_.end());
     base_arrival_.assign(arrival_.begin(), arrival_.end());
     base_saved_ = true;
   }
-  each_accel(n_acc, [&](AccelId a) {
+  each_placed([&](AccelId a) {
     used_[a] = base_used_[a];
     r_.busy[a] = 0;
     running_[a] = kNotSimulated;
     dirty_flag_[a] = send_busy_[a] = recv_busy_[a] = 0;
   });
-  // The last placement's batch ops leave their queues (ranks come back
-  // with arrival_).
-  for (AccelId a : tent_accels_) std::erase_if(queue_[a], [&](std::uint32_t i) { return is_tent_[i] != 0; });
-  tent_accels_.clear();
 
   // The batch's ops: accelerator, time, queue place.
   for (std::size_t k = 0; k < batch_.size(); ++k) {
@@ -173,15 +190,19 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
     events_.push(ev.t, ev.kind, ev.id);
   };
   std::size_t next_tent_event = 0;
-  for (std::uint32_t i = 0; i < n_sim_; ++i) {
+  auto push_node = [&](std::uint32_t i) {
     if (!is_tent_[i]) {
       for (std::uint32_t x = ev_begin_[i]; x < ev_begin_[i + 1]; ++x) push(node_events_[x]);
-      continue;
+      return;
     }
     while (next_tent_event < tent_events_.size() && edges_[tent_events_[next_tent_event].id].dst == i)
       push(tent_events_[next_tent_event++]);
     if (arrival_[i].pending == 0) push({ready_t_[i], kReady, i});
-  }
+  };
+  if (focused_)
+    for (std::uint32_t i : focus_nodes_) push_node(i);
+  else
+    for (std::uint32_t i = 0; i < n_sim_; ++i) push_node(i);
 
   r_.start.assign(n_sim_, -1);
   r_.finish.assign(n_sim_, -1);
@@ -190,7 +211,7 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
   r_.finished = 0;
   r_.begin = r_.end = 0;
   dirty_.clear();
-  each_accel(n_acc, [&](AccelId a) { r_.hbm_start[a] = r_.hbm_peak[a] = used_[a]; });
+  each_placed([&](AccelId a) { r_.hbm_start[a] = r_.hbm_peak[a] = used_[a]; });
   if (timelines_dirty_)
     for (auto& tl : r_.hbm_timeline) tl.clear();
   timelines_dirty_ = opt.record_hbm_timeline;
@@ -200,6 +221,55 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
     opt.record_transfers ? advance<Est, false, true>(est, opt) : advance<Est, false, false>(est, opt);
   arbiter_ = nullptr;
   return r_;
+}
+
+template <typename Est>
+void GlobalSimulator::set_bound(const Est& est, std::span<const AccelId> accels, std::int64_t dominated_above,
+                                Nanos horizon) {
+  const GmgView& v = view_;
+  const AcceleratorSet& set = gmg_->accels();
+  const std::size_t nb = batch_.size();
+  batch_dur_.resize(nb);
+  for (std::size_t k = 0; k < nb; ++k) {
+    const OpRow& op = v.ops[batch_[k]];
+    batch_dur_[k] =
+        to_nanos(est.predict_op(op.kind, set.type(accels[k]), {v.features[batch_[k]].data(), op.feature_count}));
+  }
+  pruning_ = dominated_above >= 0 && dominated_above < INT64_MAX / 4 && nb > 0 && nb <= kMaxPrunedBatch;
+  dominated_at_ = kNever;
+  if (!pruning_) return;
+  batch_finish_.assign(nb, -1);
+  for (BatchEdge& be : batch_edges_)
+    be.x = accels[be.p] == accels[be.k] ? 0 : to_nanos(est.predict_transfer(accels[be.p], accels[be.k], be.bytes));
+  bound_sum_ = dominated_above + static_cast<Nanos>(nb) * at_;
+  horizon_end_ = horizon >= 0 ? now_ + horizon : kNever;
+  dominated_at_ = dominated_from(kBeforeAll);
+}
+
+bool GlobalSimulator::dominated_alone(std::span<const AccelId> accels, std::int64_t above, Nanos horizon) {
+  if (!gmg_ || accels.size() != batch_.size()) return false;
+  const std::size_t n_acc = gmg_->accels().size();
+  for (AccelId a : accels)
+    if (a >= n_acc) return false;  // place() says what is wrong
+  if (est_set_)
+    set_bound(*est_set_, accels, above, horizon);
+  else
+    set_bound(*est_virtual_, accels, above, horizon);
+  return pruning_ && dominated_at_ == kBeforeAll;
+}
+
+// Ghost nodes grouped by accelerator (counting sort), for focused
+// placements to restore only their own.
+void GlobalSimulator::index_ghosts() {
+  const std::size_t n_acc = gmg_->accels().size();
+  ghost_off_.assign(n_acc + 1, 0);
+  for (std::size_t g = n_sim_; g < base_nodes_.size(); ++g) ++ghost_off_[base_nodes_[g].accel + 1];
+  for (std::size_t a = 0; a < n_acc; ++a) ghost_off_[a + 1] += ghost_off_[a];
+  ghost_list_.resize(base_nodes_.size() - n_sim_);
+  std::vector<std::uint32_t> fill(ghost_off_.begin(), ghost_off_.end() - 1);
+  for (std::size_t g = n_sim_; g < base_nodes_.size(); ++g)
+    ghost_list_[fill[base_nodes_[g].accel]++] = static_cast<std::uint32_t>(g);
+  ghosts_indexed_ = true;
 }
 
 // The first time >= t at which the batch's summed finishes must exceed
@@ -281,15 +351,23 @@ Nanos GlobalSimulator::dominated_from(Nanos t) const {
 // Sizes the ready bitsets for the queues as they are: 64^levels_ >= the
 // longest. Accelerators outside the scope get no words: nothing marks them
 // dirty.
+// Bitsets for the accelerators this placement simulates (the focus, else
+// the scope); others keep stale offsets that nothing reads.
 void GlobalSimulator::size_bitsets() {
   const std::size_t n_acc = queue_.size();
+  auto each = [&](auto&& f) {
+    if (focused_)
+      for (AccelId a : focus_) f(a);
+    else
+      each_accel(n_acc, f);
+  };
   std::size_t most = 0;
-  each_accel(n_acc, [&](AccelId a) { most = std::max(most, queue_[a].size()); });
+  each([&](AccelId a) { most = std::max(most, queue_[a].size()); });
   levels_ = 1;
   for (std::uint64_t span = 64; span < most; span *= 64) ++levels_;
   bits_off_.resize(n_acc * levels_);
   std::uint32_t words = 0;
-  each_accel(n_acc, [&](AccelId a) {
+  each([&](AccelId a) {
     std::uint64_t count = queue_[a].size();
     for (unsigned l = 0; l < levels_; ++l) {
       count = (count + 63) / 64;
@@ -578,7 +656,9 @@ void GlobalSimulator::advance(const Est& est, const SimOptions& opt) {
     dispatch<kHbm>(t);
     if (transfers_changed && !pending_transfers_.empty()) arbitrate<Est, kHbm, kTransfers>(est, t);
   }
-  if (!scope_.empty())
+  if (focused_)
+    for (AccelId a : focus_) r_.hbm_end[a] = used_[a];
+  else if (!scope_.empty())
     for (AccelId a : scope_) r_.hbm_end[a] = used_[a];
   else
     r_.hbm_end = used_;
@@ -626,6 +706,27 @@ void AccelComponents::build(const Gmg& gmg) {
   for (AccelId a = 0; a < n; ++a) members_[fill_[root_of_[a]]++] = a;
   ops_of_.assign(n, 0);
   for (OpId id : v.issued) ++ops_of_[root_of_[v.ops[id].accel]];
+}
+
+void AccelComponents::closure_of(const Gmg& gmg, std::span<const AccelId> seeds, std::span<const OpId> ops,
+                                 std::vector<AccelId>& out) const {
+  // Few roots: a linear search instead of the shared marks.
+  thread_local std::vector<AccelId> roots;
+  roots.clear();
+  auto add = [&](AccelId a) {
+    const AccelId r = root_of_[a];
+    if (std::find(roots.begin(), roots.end(), r) == roots.end()) roots.push_back(r);
+  };
+  for (AccelId a : seeds) add(a);
+  const GmgView v = gmg.view();
+  for (OpId id : ops)
+    for (std::uint32_t e = v.ops[id].first_in; e != kNoEdge; e = v.edges[e].next_in) {
+      const OpRow& src = v.ops[v.edges[e].src];
+      if (src.state != OpState::kUnscheduled) add(src.accel);
+    }
+  out.clear();
+  for (AccelId r : roots) out.insert(out.end(), members_.begin() + first_[r], members_.begin() + first_[r + 1]);
+  std::sort(out.begin(), out.end());
 }
 
 std::size_t AccelComponents::closure(const Gmg& gmg, std::span<const AccelId> seeds, std::span<const OpId> ops,

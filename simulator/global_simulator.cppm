@@ -77,6 +77,16 @@ struct SimOptions {
   // OOM outside is not seen, and the default transfer rule reserves the
   // ports of the oldest blocked intent inside (not of the oldest anywhere).
   std::span<const AccelId> scope{};
+  // place() only: simulate only the operators on these accelerators, a
+  // closed set inside the prepared scope that holds the placement's
+  // accelerators and those of the batch's producers (AccelComponents::
+  // closure_of gives one; sorted). The placement's result is the one over
+  // the prepared scope, except that an OOM elsewhere in it is not seen: a
+  // what-if over a cluster-wide round then costs what the candidate's own
+  // component holds, not the cluster. Ignored (the whole prepared scope is
+  // simulated) with an arbiter plugin, whose select() may tie components
+  // together. Empty: the prepared scope.
+  std::span<const AccelId> focus{};
 };
 
 // Which accelerators a snapshot ties together: two are joined when an issued
@@ -92,6 +102,10 @@ class AccelComponents {
   // many issued operators it holds (what a what-if over it simulates).
   std::size_t closure(const Gmg& gmg, std::span<const AccelId> seeds, std::span<const OpId> ops,
                       std::vector<AccelId>& out);
+  // The same for a few seeds (one candidate's accelerators), without the
+  // shared scratch: safe to call from several threads at once after build().
+  void closure_of(const Gmg& gmg, std::span<const AccelId> seeds, std::span<const OpId> ops,
+                  std::vector<AccelId>& out) const;
 
  private:
   AccelId find(AccelId a);
@@ -172,6 +186,10 @@ class GlobalSimulator {
   void prepare(const Gmg& gmg, const Estimator& est, std::span<const OpId> batch, Nanos at,
                std::span<const AccelId> scope = {});
   const SimulationResult& place(std::span<const AccelId> accels, const SimOptions& opt = {});
+  // Whether place(accels, {.dominated_above = above}) would stop before
+  // simulating anything: even alone on its accelerators the batch's summed
+  // completion must exceed `above` (>= 0). Cheap (the batch's own ops only).
+  bool dominated_alone(std::span<const AccelId> accels, std::int64_t above, Nanos horizon = -1);
 
  private:
   template <typename Est>
@@ -201,6 +219,11 @@ class GlobalSimulator {
   void collect_batch_edges();
   void order_queues();
   void size_bitsets();
+  // The batch's predicted times on `accels` and the bound that cuts a
+  // dominated placement short (pruning_, dominated_at_; see below).
+  template <typename Est>
+  void set_bound(const Est& est, std::span<const AccelId> accels, std::int64_t dominated_above, Nanos horizon);
+  void index_ghosts();
   // Calls f(a) for every accelerator of the scope (scope_), or of the
   // cluster when there is none.
   template <typename F>
@@ -317,6 +340,13 @@ class GlobalSimulator {
   std::vector<OpId> batch_;
   Nanos at_ = 0;
   std::vector<AccelId> scope_;         // sorted; empty: the cluster
+  std::vector<AccelId> focus_;         // the placement's (SimOptions::focus); empty: scope_
+  std::vector<std::uint32_t> focus_nodes_;  // the simulated nodes on focus_ and the batch's, ascending
+  bool focused_ = false;                    // the placement being simulated has a focus
+  // Ghost nodes by accelerator (ghost_off_[a], ghost_off_[a + 1]) into
+  // ghost_list_, built at the first focused placement after a prepare().
+  std::vector<std::uint32_t> ghost_off_, ghost_list_;
+  bool ghosts_indexed_ = false;
   std::vector<std::uint32_t> tnode_;   // per batch op: its node
   std::vector<std::uint8_t> is_tent_;  // per simulated node: a batch op
   std::vector<AccelId> tent_accels_;   // accelerators whose queues hold batch ops now
@@ -376,6 +406,7 @@ class GlobalSimulator {
   // known) and gives the first event time at which the summed completion
   // must exceed the bound, dominated_at_.
   static constexpr Nanos kNever = INT64_MAX;
+  static constexpr Nanos kBeforeAll = INT64_MIN / 4;  // before any event
   static constexpr std::size_t kMaxPrunedBatch = 64;  // larger batches run to the end
   struct BatchEdge {
     std::uint32_t k, p;  // batch op k reads batch op p (p < k)

@@ -42,6 +42,7 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
   at_ = at;
   now_ = batch.empty() ? view_.now : std::max(view_.now, at);
   base_saved_ = false;
+  ghosts_indexed_ = false;
   mark(scope);
   reset_accelerators(scope);
   select_nodes();

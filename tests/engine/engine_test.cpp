@@ -296,6 +296,26 @@ TEST_CASE("engine: what-ifs fanned out to oneTBB workers pick as serial ones do"
   }
 }
 
+TEST_CASE("engine: ties behind the best candidate are cut at once, and every pick stays the exhaustive one",
+          "[engine][scheduler]") {
+  // Thirty-two GPUs under a light load: most pairs and quads are idle, so
+  // many candidates tie with the best. Those after it in the partition
+  // set's order lose the tie and are cut before simulating; the picks are
+  // the exhaustive search's, serial and fanned out alike.
+  PluginRegistries plugins;
+  REQUIRE(plugins::register_builtins(plugins).ok());
+  for (const bool parallel : {false, true}) {
+    INFO("parallel " << parallel);
+    const Run cut = run_engine("greedy", json::object(), online_linear(plugins), {.gpus = 32, .parallel = parallel});
+    const Run whole = run_engine("greedy", json::object(), online_linear(plugins),
+                                 {.declared_objective = false, .gpus = 32, .parallel = parallel});
+    CHECK(cut.scheduling.dominated > cut.scheduling.simulations / 2);
+    CHECK(whole.scheduling.dominated == 0);
+    REQUIRE(cut.log.size() == whole.log.size());
+    for (std::size_t i = 0; i < cut.log.size(); ++i) REQUIRE(same(cut.log[i], whole.log[i]));
+  }
+}
+
 TEST_CASE("engine: a lost GPU's work is placed again and every request completes", "[engine][faults]") {
   PluginRegistries plugins;
   REQUIRE(plugins::register_builtins(plugins).ok());
