@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
       "roofline", "Roofline ground truth vs a measured profile it was not fitted on: MAPE per kind of work");
   bench_roof->add_option("--profile", roof_opt.profile, "Profile to predict (LLMServingSim layers or Vidur mlp CSV)");
   bench_roof->add_option("--type", roof_opt.type, "Its accelerator type (a name or alias in configs/accelerators)");
-  bench_roof->add_option("--model", roof_opt.model, "Model whose shapes the profile measured (llama3-8b)");
+  bench_roof->add_option("--model", roof_opt.model, "Preset whose shapes the profile measured (llama3-8b, llama2-7b, llama2-70b, codellama-34b, internlm-20b, ...)");
   bench_roof->add_option("--tp", roof_opt.tp, "Tensor parallelism of the rows used")->check(CLI::Range(1, 64));
   bench_roof->add_option("--fit", roof_opt.fit, "CSV@TYPE to fit the efficiencies on (repeatable)");
   bench_roof->add_option("--efficiencies", roof_opt.efficiencies,

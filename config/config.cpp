@@ -528,14 +528,19 @@ ModelConfig read_model(Table& m, NamedFiles& files, const std::string& file, boo
     }
   } else {
     mc.preset = listed ? m.str("preset", &def) : mc.name;
-    if (mc.preset == "llama-tiny") {
-      mc.vocab = 512, mc.hidden = 64, mc.heads = 4, mc.kv_heads = 2, mc.mlp = 128, mc.layers = 4, mc.groups = 2;
-      mc.dtype = "float32";
-      mc.context_window = 1 << 20;
-    } else if (mc.preset != "llama3-8b") {
+    if (const auto p = dense_preset(mc.preset)) {
+      mc.vocab = p->vocab, mc.hidden = p->hidden, mc.heads = p->heads, mc.kv_heads = p->kv_heads, mc.mlp = p->mlp;
+      mc.layers = static_cast<int>(p->layers), mc.groups = p->groups;
+      mc.dtype = p->dtype == DType::kF32 ? "float32" : p->dtype == DType::kF16 ? "float16" : "bfloat16";
+      mc.rope_theta = p->rope_theta;
+      mc.tied_embeddings = p->tied_embeddings, mc.qkv_bias = p->qkv_bias;
+      mc.context_window = p->context_window;
+    } else {
+      std::string known;
+      for (std::string_view n : dense_preset_names()) known += (known.empty() ? "\"" : ", \"") + std::string(n) + "\"";
       const std::string key = listed ? "preset" : "name";
       m.fail(m.node(key), key,
-             "expected \"llama3-8b\" or \"llama-tiny\"" +
+             "expected one of " + known +
                  std::string(listed ? " (or give hf_config, a Hugging Face config.json)" : "") + ", got \"" +
                  mc.preset + "\"");
     }
@@ -561,8 +566,8 @@ ModelConfig read_model(Table& m, NamedFiles& files, const std::string& file, boo
     if (mc.dtype != "bfloat16" && mc.dtype != "float16" && mc.dtype != "float32")
       m.fail(m.node("dtype"), "dtype", "expected \"bfloat16\", \"float16\" or \"float32\", got \"" + mc.dtype + "\"");
     mc.rope_theta = m.num("rope_theta", mc.rope_theta, 1e-6, 1e12);
-    mc.tied_embeddings = m.boolean("tied_embeddings", false);
-    mc.qkv_bias = m.boolean("qkv_bias", false);
+    mc.tied_embeddings = m.boolean("tied_embeddings", mc.tied_embeddings);
+    mc.qkv_bias = m.boolean("qkv_bias", mc.qkv_bias);
     mc.context_window = m.integer("context_window", mc.context_window, 1, INT64_MAX / 4);
   }
   static const std::string kRefuse = "refuse";
