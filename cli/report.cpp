@@ -86,9 +86,11 @@ void print_table(const std::vector<PolicyRun>& runs, const SloBasis& slo) {
     std::printf("\nSLO attainment n/a: %s\n", slo.basis.c_str());
 }
 
-nlohmann::json summary(const ExperimentConfig& cfg, const std::vector<PolicyRun>& runs, const SloBasis& slo) {
+nlohmann::json summary(const ExperimentConfig& cfg, const std::vector<PolicyRun>& runs, const SloBasis& slo,
+                       const nlohmann::json& ground_truth) {
   nlohmann::json j;
   j["config"] = cfg.name;
+  if (!ground_truth.is_null()) j["ground_truth"] = ground_truth;
   j["seed"] = cfg.seed;
   j["slo_threshold_s"] = slo.threshold_s ? nlohmann::json(round6(*slo.threshold_s)) : nlohmann::json(nullptr);
   j["slo_basis"] = slo.basis;
@@ -321,6 +323,24 @@ void check_out(const std::string& out, const std::vector<std::string>& policies,
                                  " is a folder (expected a file to replace or nothing there)");
 }
 
+nlohmann::json ground_truth_json(const std::vector<TruthPlayed>& played) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const TruthPlayed& p : played) {
+    nlohmann::json& t = j[p.type];
+    t["truth"] = p.truth;
+    t["source"] = p.source;
+    t["datasheet"] = p.datasheet;
+    if (p.fit)
+      for (int k = 0; k < kWorkKinds; ++k) {
+        const auto kind = static_cast<WorkKind>(k);
+        const KindEfficiency& e = (*p.fit)[kind];
+        t["efficiencies"][std::string(work_kind_name(kind))] = {
+            {"compute", round6(e.compute)}, {"memory", round6(e.memory)}, {"overhead_us", round6(e.overhead_s * 1e6)}};
+      }
+  }
+  return j;
+}
+
 nlohmann::json policy_summary(const PolicyRun& r) {
   const RunMetrics& m = r.metrics;
   nlohmann::json p;
@@ -408,7 +428,7 @@ void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const Rep
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error(dir.string() + ": cannot create (" + ec.message() + ")");
-  write_file(dir / kSummary, summary(cfg, runs, slo).dump(2) + "\n");
+  write_file(dir / kSummary, summary(cfg, runs, slo, opt.ground_truth).dump(2) + "\n");
   if (opt.explain) {
     std::string lines;
     for (const PolicyRun& r : runs)

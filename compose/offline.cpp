@@ -1,9 +1,12 @@
 module;
+#include <algorithm>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 module slicesched.compose.offline;
 import slicesched.config.accelerators;
@@ -89,6 +92,48 @@ Result<std::unique_ptr<GroundTruth>> make_ground_truth(const ExperimentConfig& c
                                                       g.transfer_noise_cv);
   profile->set_models(models);
   return std::unique_ptr<GroundTruth>(std::move(profile));
+}
+
+std::vector<TruthPlayed> truth_played(const ExperimentConfig& cfg, const Truths& truths) {
+  namespace fs = std::filesystem;
+  auto file = [](const std::string& path) { return fs::path(path).filename().string(); };
+  std::vector<TruthPlayed> out;
+  for (const auto& a : cfg.accelerators) {
+    if (std::any_of(out.begin(), out.end(), [&](const TruthPlayed& p) { return p.type == a.type; })) continue;
+    TruthPlayed p;
+    p.type = a.type;
+    p.datasheet = canonical_type(cfg.accelerator_types, a.type);
+    if (truths.calibrated) {
+      p.truth = "calibrated";
+      p.source = file(cfg.ground_truth.calibrated);
+    } else if (!truths.typed || plays_profile(*truths.typed, a.type)) {
+      p.truth = "profile";
+      p.source = file(cfg.ground_truth.layers_csv);
+    } else {
+      p.truth = "roofline";
+      p.source = file(cfg.ground_truth.roofline_fit);
+      p.fit = truths.typed->fit;
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::string roofline_fallback_line(const std::vector<TruthPlayed>& played) {
+  std::string types, source, profile;
+  for (const auto& p : played) {
+    if (p.truth == "roofline") {
+      types += (types.empty() ? "" : ", ") + p.type + (p.datasheet != p.type ? " (" + p.datasheet + ")" : "");
+      source = p.source;
+    } else if (p.truth == "profile") {
+      profile = p.source;
+    }
+  }
+  if (types.empty()) return "";
+  return "ground truth: " + types + " play" + (types.find(", ") == std::string::npos ? "s" : "") +
+         " the roofline (datasheet peaks, efficiencies from " + source + "), " +
+         (profile.empty() ? std::string("no measured profile given")
+                          : "not the measured profile " + profile + " (ground_truth.layers_type names another type)");
 }
 
 Status check_policies(const ExperimentConfig& cfg, const PluginRegistries& plugins,

@@ -664,7 +664,8 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       // Which types play the roofline: every type but the profile's.
       for (const auto& u : unresolved) {
         const bool measured = !cfg.ground_truth.layers_csv.empty() &&
-                              (cfg.ground_truth.layers_type.empty() || cfg.ground_truth.layers_type == u.type);
+                              (cfg.ground_truth.layers_type.empty() ||
+                               same_type(cfg.accelerator_types, cfg.ground_truth.layers_type, u.type));
         if (!measured)
           throw ConfigError(u.where + ": " + u.why + " (the roofline ground truth needs its datasheet figures)");
       }
