@@ -362,6 +362,9 @@ nlohmann::json policy_summary(const PolicyRun& r) {
       round6(m.requests_total ? static_cast<double>(m.requests_done) / static_cast<double>(m.requests_total) : 0.0);
   p["requests_beyond_window"] = r.requests_beyond_window;
   p["requests_truncated"] = r.requests_truncated;
+  p["fixed_costs"] = {{"iteration_overhead_us", round6(r.fixed_costs.per_iteration_s * 1e6)},
+                      {"iterations", r.fixed_costs.iterations},
+                      {"seconds", round6(r.fixed_costs.seconds)}};
   // The load each tenant offered inside the window: equal across the
   // policies that run it, so differences in throughput are the policy's.
   double offered_rps = 0, offered_tps = 0;

@@ -1,5 +1,6 @@
 module;
 #include <algorithm>
+#include <cstdint>
 #include <exception>
 #include <filesystem>
 #include <memory>
@@ -151,12 +152,49 @@ Status check_policies(const ExperimentConfig& cfg, const PluginRegistries& plugi
   return Status::Ok();
 }
 
+namespace {
+
+// Another ground truth plus the engine's fixed cost per iteration, charged
+// to the operator that samples (Model::sampler(): it ends the iteration),
+// and counted so a run can report it apart.
+class FixedCostTruth final : public GroundTruth {
+ public:
+  FixedCostTruth(GroundTruth& inner, const ModelSet& models, double per_iteration_s)
+      : inner_(inner), models_(models), per_iteration_s_(per_iteration_s) {}
+  Result<double> op_seconds(const Gmg& gmg, OpId op) override {
+    auto s = inner_.op_seconds(gmg, op);
+    if (!s.ok()) return s;
+    const OpRecord& r = gmg.op(op);
+    const Model* m = models_.of(r.tmpl);
+    if (!m || r.tmpl_op != m->sampler()) return s;
+    ++iterations_;
+    return s.value() + per_iteration_s_;
+  }
+  double transfer_seconds(AccelId from, AccelId to, std::int64_t bytes) override {
+    return inner_.transfer_seconds(from, to, bytes);
+  }
+  std::size_t iterations() const { return iterations_; }
+
+ private:
+  GroundTruth& inner_;
+  const ModelSet& models_;
+  double per_iteration_s_;
+  std::size_t iterations_ = 0;
+};
+
+}  // namespace
+
 Result<PolicyRun> run_offline(const ExperimentConfig& cfg, PolicyParts& parts, const Truths& truths,
                               const RecordOptions& opt) {
   auto truth = make_ground_truth(cfg, truths, *parts.accels, parts.models);
   if (!truth.ok()) return truth.status();
-  EmulatedCluster cluster(parts.accels->size(), *truth.value(), *parts.plugins.arbiter);
-  return run_recorded(cfg, parts, cluster, opt);
+  const double per_iteration_s = cfg.ground_truth.iteration_overhead_s;
+  FixedCostTruth fixed(*truth.value(), parts.models, per_iteration_s);
+  EmulatedCluster cluster(parts.accels->size(), fixed, *parts.plugins.arbiter);
+  auto run = run_recorded(cfg, parts, cluster, opt);
+  if (!run.ok()) return run;
+  run->fixed_costs = {per_iteration_s, fixed.iterations(), per_iteration_s * static_cast<double>(fixed.iterations())};
+  return run;
 }
 
 }  // namespace slicesched

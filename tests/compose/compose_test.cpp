@@ -475,3 +475,25 @@ TEST_CASE("a type without a profile falls back to the roofline, said in one line
         "not the measured profile llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv (ground_truth.layers_type names "
         "another type)");
 }
+
+TEST_CASE("the engine's fixed cost per iteration is charged to each sampling operator and reported apart",
+          "[compose][fixed_costs]") {
+  Small none;
+  Small fixed({{"ground_truth.iteration_overhead_us", "2000"}});
+  REQUIRE(fixed.cfg.ground_truth.iteration_overhead_s == 0.002);
+  auto a = none.build("Static-Online");
+  auto b = fixed.build("Static-Online");
+  auto without = run_offline(none.cfg, *a, none.truths);
+  auto with = run_offline(fixed.cfg, *b, fixed.truths);
+  REQUIRE(without.ok());
+  REQUIRE(with.ok());
+  // Every iteration's head is counted; without a cost it is charged nothing.
+  CHECK(without->fixed_costs.iterations > 100);
+  CHECK(without->fixed_costs.seconds == 0);
+  CHECK(with->fixed_costs.per_iteration_s == 0.002);
+  CHECK(with->fixed_costs.iterations > 100);
+  CHECK_THAT(with->fixed_costs.seconds,
+             Catch::Matchers::WithinRel(0.002 * static_cast<double>(with->fixed_costs.iterations), 1e-12));
+  // Each first token waits for at least one iteration's cost.
+  CHECK(with->metrics.ttft_p50_s > without->metrics.ttft_p50_s + 0.0015);
+}
