@@ -15,6 +15,7 @@
 #include "commands.hpp"
 
 import slicesched.config.accelerators;
+import slicesched.models.dense;
 
 namespace slicesched::cli {
 
@@ -28,10 +29,16 @@ int fail(const std::string& what) {
 }  // namespace
 
 int bench_roofline(const BenchRooflineOptions& opt) {
-  if (opt.model != "llama3-8b" && opt.model != "llama3.1-8b")
-    return fail("--model: unknown model '" + opt.model + "' (known: llama3-8b, llama3.1-8b: the same shapes)");
+  const auto preset = dense_preset(opt.model);
+  if (!preset) {
+    std::string known;
+    for (auto n : dense_preset_names()) known += (known.empty() ? "" : ", ") + std::string(n);
+    return fail("--model: unknown model '" + opt.model + "' (presets: " + known + ")");
+  }
   if (opt.profile.empty() && !opt.write) return fail("give --profile (to test) or --write (to save a fit), or both");
-  const DenseShape shape;  // Llama-3-8B
+  auto model = DenseDecoder::make(*preset);
+  if (!model.ok()) return fail("--model: " + model.status().message());
+  const DenseShape shape = model.value()->shape();
   const std::string dir = opt.accelerator_dir.empty() ? default_accelerator_dir() : opt.accelerator_dir;
   std::vector<AcceleratorType> types;
   auto add_type = [&](const std::string& name) -> Status {

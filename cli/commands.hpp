@@ -41,6 +41,17 @@ struct BenchRooflineOptions {
 };
 int bench_roofline(const BenchRooflineOptions& opt);
 
+// `slicesched validate` (validate.cpp).
+struct ValidateOptions {
+  std::string data = SLICESCHED_VALIDATION_CSV;  // published measurements (data/validation/trtllm_a100.csv)
+  std::optional<std::string> efficiencies;       // the fit file (default: configs/accelerators/roofline-fit.toml)
+  std::string accelerator_dir;                   // type tables the rows play (default: configs/accelerators)
+  double iteration_overhead_us = 0;              // fixed cost per iteration
+  double request_overhead_us = 0;                // fixed cost per request
+  bool json = false;
+};
+int validate(const ValidateOptions& opt);
+
 struct SimulateOptions {
   std::string config;
   std::optional<std::string> policy;  // run only this policy

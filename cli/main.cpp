@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
       "roofline", "Roofline ground truth vs a measured profile it was not fitted on: MAPE per kind of work");
   bench_roof->add_option("--profile", roof_opt.profile, "Profile to predict (LLMServingSim layers or Vidur mlp CSV)");
   bench_roof->add_option("--type", roof_opt.type, "Its accelerator type (a name or alias in configs/accelerators)");
-  bench_roof->add_option("--model", roof_opt.model, "Model whose shapes the profile measured (llama3-8b)");
+  bench_roof->add_option("--model", roof_opt.model, "Preset whose shapes the profile measured (llama3-8b, llama2-7b, llama2-70b, codellama-34b, internlm-20b, ...)");
   bench_roof->add_option("--tp", roof_opt.tp, "Tensor parallelism of the rows used")->check(CLI::Range(1, 64));
   bench_roof->add_option("--fit", roof_opt.fit, "CSV@TYPE to fit the efficiencies on (repeatable)");
   bench_roof->add_option("--efficiencies", roof_opt.efficiencies,
@@ -130,6 +130,20 @@ int main(int argc, char** argv) {
   bench_roof->add_option("--write", roof_opt.write, "Save the fitted efficiencies as TOML here");
   bench_roof->add_option("--accelerators", roof_opt.accelerator_dir, "Folder of accelerator type tables");
   bench_roof->add_flag("--json", roof_opt.json, "Print one JSON object (mape_pct, per kind)");
+
+  slicesched::cli::ValidateOptions val_opt;
+  auto* validate = app.add_subcommand(
+      "validate", "Replay published single-GPU measurements on the roofline: published, simulated, ratio per row");
+  validate->add_option("data", val_opt.data, "Published measurements CSV (default: data/validation/trtllm_a100.csv)");
+  validate->add_option("--efficiencies", val_opt.efficiencies,
+                       "Fit file (default: configs/accelerators/roofline-fit.toml)");
+  validate->add_option("--accelerators", val_opt.accelerator_dir,
+                       "Folder of accelerator type tables the rows play (floors use the shipped ones)");
+  validate->add_option("--iteration-overhead-us", val_opt.iteration_overhead_us, "Fixed cost per iteration")
+      ->check(CLI::Range(0.0, 1e6));
+  validate->add_option("--request-overhead-us", val_opt.request_overhead_us, "Fixed cost per request")
+      ->check(CLI::Range(0.0, 1e6));
+  validate->add_flag("--json", val_opt.json, "Print one JSON object");
 
   slicesched::cli::CalibrateOptions cal_opt;
   auto* calibrate = app.add_subcommand(
@@ -212,6 +226,7 @@ int main(int argc, char** argv) {
       return 2;
 #endif
     }
+    if (validate->parsed()) return slicesched::cli::validate(val_opt);
     if (bench_roof->parsed()) {
       roof_opt.command_line = "slicesched";
       for (int i = 1; i < argc; ++i) roof_opt.command_line += std::string(" ") + argv[i];

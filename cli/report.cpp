@@ -86,9 +86,11 @@ void print_table(const std::vector<PolicyRun>& runs, const SloBasis& slo) {
     std::printf("\nSLO attainment n/a: %s\n", slo.basis.c_str());
 }
 
-nlohmann::json summary(const ExperimentConfig& cfg, const std::vector<PolicyRun>& runs, const SloBasis& slo) {
+nlohmann::json summary(const ExperimentConfig& cfg, const std::vector<PolicyRun>& runs, const SloBasis& slo,
+                       const nlohmann::json& ground_truth) {
   nlohmann::json j;
   j["config"] = cfg.name;
+  if (!ground_truth.is_null()) j["ground_truth"] = ground_truth;
   j["seed"] = cfg.seed;
   j["slo_threshold_s"] = slo.threshold_s ? nlohmann::json(round6(*slo.threshold_s)) : nlohmann::json(nullptr);
   j["slo_basis"] = slo.basis;
@@ -338,6 +340,24 @@ void check_out(const std::string& out, const std::vector<std::string>& policies,
                                  " is a folder (expected a file to replace or nothing there)");
 }
 
+nlohmann::json ground_truth_json(const std::vector<TruthPlayed>& played) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const TruthPlayed& p : played) {
+    nlohmann::json& t = j[p.type];
+    t["truth"] = p.truth;
+    t["source"] = p.source;
+    t["datasheet"] = p.datasheet;
+    if (p.fit)
+      for (int k = 0; k < kWorkKinds; ++k) {
+        const auto kind = static_cast<WorkKind>(k);
+        const KindEfficiency& e = (*p.fit)[kind];
+        t["efficiencies"][std::string(work_kind_name(kind))] = {
+            {"compute", round6(e.compute)}, {"memory", round6(e.memory)}, {"overhead_us", round6(e.overhead_s * 1e6)}};
+      }
+  }
+  return j;
+}
+
 nlohmann::json policy_summary(const PolicyRun& r) {
   const RunMetrics& m = r.metrics;
   nlohmann::json p;
@@ -359,6 +379,9 @@ nlohmann::json policy_summary(const PolicyRun& r) {
       round6(m.requests_total ? static_cast<double>(m.requests_done) / static_cast<double>(m.requests_total) : 0.0);
   p["requests_beyond_window"] = r.requests_beyond_window;
   p["requests_truncated"] = r.requests_truncated;
+  p["fixed_costs"] = {{"iteration_overhead_us", round6(r.fixed_costs.per_iteration_s * 1e6)},
+                      {"iterations", r.fixed_costs.iterations},
+                      {"seconds", round6(r.fixed_costs.seconds)}};
   // The load each tenant offered inside the window: equal across the
   // policies that run it, so differences in throughput are the policy's.
   double offered_rps = 0, offered_tps = 0;
@@ -445,7 +468,7 @@ void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const Rep
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error(dir.string() + ": cannot create (" + ec.message() + ")");
-  write_file(dir / kSummary, summary(cfg, runs, slo).dump(2) + "\n");
+  write_file(dir / kSummary, summary(cfg, runs, slo, opt.ground_truth).dump(2) + "\n");
   if (opt.explain) {
     std::string lines;
     for (const PolicyRun& r : runs)

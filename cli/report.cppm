@@ -11,6 +11,7 @@ module;
 
 export module slicesched.cli.report;
 export import slicesched.compose.run;
+export import slicesched.compose.offline;
 
 export namespace slicesched::cli {
 
@@ -43,7 +44,15 @@ struct ReportOptions {
   double trace_seconds = 60;       // what the Chrome traces cover (the runs' timeline window)
   bool explain = false;            // also write decisions.jsonl (the runs recorded their decisions)
   std::optional<SloBasis> slo;     // the SLO basis; none: slo_basis(runs)
+  // summary.json's "ground_truth": what each accelerator type played
+  // (ground_truth_json); null: left out.
+  nlohmann::json ground_truth;
 };
+
+// {type: {"truth": "profile"|"calibrated"|"roofline", "source": file,
+// "datasheet": name, and for the roofline "efficiencies": {kind: {compute,
+// memory, overhead_us}}}} for summary.json.
+nlohmann::json ground_truth_json(const std::vector<TruthPlayed>& played);
 
 // Refuses an --out that report() could not write for these policies,
 // before anything runs: `out` must be a folder or creatable as one, and

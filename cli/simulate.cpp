@@ -88,6 +88,9 @@ int simulate(const SimulateOptions& opt) {
     PluginRegistries plugins;
     check(load_plugins(cfg.value(), plugins));
     const Truths truths = value_or_fail(load_truths(cfg.value()));
+    const std::vector<TruthPlayed> played = truth_played(cfg.value(), truths);
+    if (const std::string line = roofline_fallback_line(played); !line.empty())
+      std::fprintf(stderr, "slicesched: %s\n", line.c_str());
     std::vector<const PolicyConfig*> chosen;
     if (opt.policy)
       chosen.push_back(value_or_fail(find_policy(cfg.value(), opt.policy)));
@@ -206,7 +209,11 @@ int simulate(const SimulateOptions& opt) {
     }
     if (!finished.empty())
       report(cfg.value(), finished,
-             {.out = opt.out, .trace_seconds = opt.trace_seconds, .explain = opt.explain, .slo = slo});
+             {.out = opt.out,
+              .trace_seconds = opt.trace_seconds,
+              .explain = opt.explain,
+              .slo = slo,
+              .ground_truth = ground_truth_json(played)});
     std::size_t failed = 0;
     for (std::size_t k = 0; k < failures.size(); ++k)
       if (!failures[k].empty()) {

@@ -1,9 +1,13 @@
 module;
+#include <algorithm>
+#include <cstdint>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 module slicesched.compose.offline;
 import slicesched.config.accelerators;
@@ -91,6 +95,48 @@ Result<std::unique_ptr<GroundTruth>> make_ground_truth(const ExperimentConfig& c
   return std::unique_ptr<GroundTruth>(std::move(profile));
 }
 
+std::vector<TruthPlayed> truth_played(const ExperimentConfig& cfg, const Truths& truths) {
+  namespace fs = std::filesystem;
+  auto file = [](const std::string& path) { return fs::path(path).filename().string(); };
+  std::vector<TruthPlayed> out;
+  for (const auto& a : cfg.accelerators) {
+    if (std::any_of(out.begin(), out.end(), [&](const TruthPlayed& p) { return p.type == a.type; })) continue;
+    TruthPlayed p;
+    p.type = a.type;
+    p.datasheet = canonical_type(cfg.accelerator_types, a.type);
+    if (truths.calibrated) {
+      p.truth = "calibrated";
+      p.source = file(cfg.ground_truth.calibrated);
+    } else if (!truths.typed || plays_profile(*truths.typed, a.type)) {
+      p.truth = "profile";
+      p.source = file(cfg.ground_truth.layers_csv);
+    } else {
+      p.truth = "roofline";
+      p.source = file(cfg.ground_truth.roofline_fit);
+      p.fit = truths.typed->fit;
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::string roofline_fallback_line(const std::vector<TruthPlayed>& played) {
+  std::string types, source, profile;
+  for (const auto& p : played) {
+    if (p.truth == "roofline") {
+      types += (types.empty() ? "" : ", ") + p.type + (p.datasheet != p.type ? " (" + p.datasheet + ")" : "");
+      source = p.source;
+    } else if (p.truth == "profile") {
+      profile = p.source;
+    }
+  }
+  if (types.empty()) return "";
+  return "ground truth: " + types + " play" + (types.find(", ") == std::string::npos ? "s" : "") +
+         " the roofline (datasheet peaks, efficiencies from " + source + "), " +
+         (profile.empty() ? std::string("no measured profile given")
+                          : "not the measured profile " + profile + " (ground_truth.layers_type names another type)");
+}
+
 Status check_policies(const ExperimentConfig& cfg, const PluginRegistries& plugins,
                       const std::optional<std::string>& filter) {
   try {
@@ -106,12 +152,49 @@ Status check_policies(const ExperimentConfig& cfg, const PluginRegistries& plugi
   return Status::Ok();
 }
 
+namespace {
+
+// Another ground truth plus the engine's fixed cost per iteration, charged
+// to the operator that samples (Model::sampler(): it ends the iteration),
+// and counted so a run can report it apart.
+class FixedCostTruth final : public GroundTruth {
+ public:
+  FixedCostTruth(GroundTruth& inner, const ModelSet& models, double per_iteration_s)
+      : inner_(inner), models_(models), per_iteration_s_(per_iteration_s) {}
+  Result<double> op_seconds(const Gmg& gmg, OpId op) override {
+    auto s = inner_.op_seconds(gmg, op);
+    if (!s.ok()) return s;
+    const OpRecord& r = gmg.op(op);
+    const Model* m = models_.of(r.tmpl);
+    if (!m || r.tmpl_op != m->sampler()) return s;
+    ++iterations_;
+    return s.value() + per_iteration_s_;
+  }
+  double transfer_seconds(AccelId from, AccelId to, std::int64_t bytes) override {
+    return inner_.transfer_seconds(from, to, bytes);
+  }
+  std::size_t iterations() const { return iterations_; }
+
+ private:
+  GroundTruth& inner_;
+  const ModelSet& models_;
+  double per_iteration_s_;
+  std::size_t iterations_ = 0;
+};
+
+}  // namespace
+
 Result<PolicyRun> run_offline(const ExperimentConfig& cfg, PolicyParts& parts, const Truths& truths,
                               const RecordOptions& opt) {
   auto truth = make_ground_truth(cfg, truths, *parts.accels, parts.models);
   if (!truth.ok()) return truth.status();
-  EmulatedCluster cluster(parts.accels->size(), *truth.value(), *parts.plugins.arbiter);
-  return run_recorded(cfg, parts, cluster, opt);
+  const double per_iteration_s = cfg.ground_truth.iteration_overhead_s;
+  FixedCostTruth fixed(*truth.value(), parts.models, per_iteration_s);
+  EmulatedCluster cluster(parts.accels->size(), fixed, *parts.plugins.arbiter);
+  auto run = run_recorded(cfg, parts, cluster, opt);
+  if (!run.ok()) return run;
+  run->fixed_costs = {per_iteration_s, fixed.iterations(), per_iteration_s * static_cast<double>(fixed.iterations())};
+  return run;
 }
 
 }  // namespace slicesched

@@ -6,6 +6,7 @@ module;
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 export module slicesched.compose.offline;
 export import slicesched.compose.run;
@@ -31,6 +32,27 @@ struct Truths {
 // Reads what `cfg`'s [ground_truth] and [estimators] name; fails when the
 // config has no [ground_truth].
 Result<Truths> load_truths(const ExperimentConfig& cfg);
+
+// Which ground truth accelerators of one type play: "profile" (the measured
+// layers profile `source`), "calibrated" (the calibration profile
+// `source`) or "roofline" (the type's datasheet `datasheet` with the
+// efficiencies `fit`, read from `source`). Types are those of the config's
+// cluster as written there, in order of first appearance.
+struct TruthPlayed {
+  std::string type;       // as the cluster names it ("H100")
+  std::string datasheet;  // the type's own name where a table knows it ("H100-SXM"), else the name
+  std::string truth;      // "profile", "calibrated" or "roofline"
+  std::string source;     // the file behind it (file name only: summaries stay the same across checkouts)
+  std::optional<RooflineFit> fit;  // roofline only
+};
+// What each type of `cfg`'s cluster plays with `truths` (load_truths(cfg)):
+// the decision TypedGroundTruth makes (plays_profile), so a report says what
+// really ran.
+std::vector<TruthPlayed> truth_played(const ExperimentConfig& cfg, const Truths& truths);
+// One line for the types in `played` that fell back to the roofline while a
+// measured profile was given, or every type when no profile was ("" when
+// none plays the roofline): "ground truth: A100 plays the roofline ...".
+std::string roofline_fallback_line(const std::vector<TruthPlayed>& played);
 
 // The ground truth `truths` describes for the cluster `accels`, with the
 // config's seed and noise; a profile ground truth costs each template's

@@ -3,6 +3,7 @@
 // decisions, progress), gathered into a PolicyRun.
 module;
 #include <atomic>
+#include <cstddef>
 #include <optional>
 #include <span>
 #include <string>
@@ -45,6 +46,13 @@ struct PolicyRun {
   std::vector<PredictionError> predictions;       // empty when the policy does not simulate
   std::vector<DecisionLog::Line> decisions;       // with RecordOptions::decisions
   bool interrupted = false;                       // stopped by the stop flag
+  // The engine's fixed cost per iteration the ground truth charged (offline
+  // runs; [ground_truth] iteration_overhead_us), apart from the operators'.
+  struct FixedCosts {
+    double per_iteration_s = 0;
+    std::size_t iterations = 0;  // sampling operators charged
+    double seconds = 0;          // per_iteration_s * iterations
+  } fixed_costs;
 };
 
 struct RecordOptions {

@@ -528,14 +528,19 @@ ModelConfig read_model(Table& m, NamedFiles& files, const std::string& file, boo
     }
   } else {
     mc.preset = listed ? m.str("preset", &def) : mc.name;
-    if (mc.preset == "llama-tiny") {
-      mc.vocab = 512, mc.hidden = 64, mc.heads = 4, mc.kv_heads = 2, mc.mlp = 128, mc.layers = 4, mc.groups = 2;
-      mc.dtype = "float32";
-      mc.context_window = 1 << 20;
-    } else if (mc.preset != "llama3-8b") {
+    if (const auto p = dense_preset(mc.preset)) {
+      mc.vocab = p->vocab, mc.hidden = p->hidden, mc.heads = p->heads, mc.kv_heads = p->kv_heads, mc.mlp = p->mlp;
+      mc.layers = static_cast<int>(p->layers), mc.groups = p->groups;
+      mc.dtype = p->dtype == DType::kF32 ? "float32" : p->dtype == DType::kF16 ? "float16" : "bfloat16";
+      mc.rope_theta = p->rope_theta;
+      mc.tied_embeddings = p->tied_embeddings, mc.qkv_bias = p->qkv_bias;
+      mc.context_window = p->context_window;
+    } else {
+      std::string known;
+      for (std::string_view n : dense_preset_names()) known += (known.empty() ? "\"" : ", \"") + std::string(n) + "\"";
       const std::string key = listed ? "preset" : "name";
       m.fail(m.node(key), key,
-             "expected \"llama3-8b\" or \"llama-tiny\"" +
+             "expected one of " + known +
                  std::string(listed ? " (or give hf_config, a Hugging Face config.json)" : "") + ", got \"" +
                  mc.preset + "\"");
     }
@@ -561,8 +566,8 @@ ModelConfig read_model(Table& m, NamedFiles& files, const std::string& file, boo
     if (mc.dtype != "bfloat16" && mc.dtype != "float16" && mc.dtype != "float32")
       m.fail(m.node("dtype"), "dtype", "expected \"bfloat16\", \"float16\" or \"float32\", got \"" + mc.dtype + "\"");
     mc.rope_theta = m.num("rope_theta", mc.rope_theta, 1e-6, 1e12);
-    mc.tied_embeddings = m.boolean("tied_embeddings", false);
-    mc.qkv_bias = m.boolean("qkv_bias", false);
+    mc.tied_embeddings = m.boolean("tied_embeddings", mc.tied_embeddings);
+    mc.qkv_bias = m.boolean("qkv_bias", mc.qkv_bias);
     mc.context_window = m.integer("context_window", mc.context_window, 1, INT64_MAX / 4);
   }
   static const std::string kRefuse = "refuse";
@@ -664,7 +669,8 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       // Which types play the roofline: every type but the profile's.
       for (const auto& u : unresolved) {
         const bool measured = !cfg.ground_truth.layers_csv.empty() &&
-                              (cfg.ground_truth.layers_type.empty() || cfg.ground_truth.layers_type == u.type);
+                              (cfg.ground_truth.layers_type.empty() ||
+                               same_type(cfg.accelerator_types, cfg.ground_truth.layers_type, u.type));
         if (!measured)
           throw ConfigError(u.where + ": " + u.why + " (the roofline ground truth needs its datasheet figures)");
       }
@@ -674,6 +680,7 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
                                           : fs::path(cfg.accelerator_types.front().source).parent_path().string());
     }
     cfg.ground_truth.op_noise_cv = g.num("op_noise_cv", 0.006, 0, 1);
+    cfg.ground_truth.iteration_overhead_s = g.num("iteration_overhead_us", 0, 0, 1e6) * 1e-6;
     cfg.ground_truth.transfer_noise_cv = g.num("transfer_noise_cv", 0.0163, 0, 1);
     cfg.ground_truth.hbm_bytes_per_s = g.num("hbm_gbps", 3350, 1e-3, 1e7) * 1e9;
     g.finish();

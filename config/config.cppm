@@ -168,6 +168,10 @@ struct GroundTruthConfig {
   // `transfers_csv`, or the pair's link class when it is empty.
   std::string layers_type;
   std::string roofline_fit;
+  // The serving engine's fixed cost per iteration (CPU scheduling, sampling):
+  // added to the operator that samples each iteration (the model's head),
+  // whatever plays the operators. 0: none.
+  double iteration_overhead_s = 0;
   bool needs_roofline() const { return calibrated.empty() && (layers_csv.empty() || !layers_type.empty()); }
 };
 

@@ -53,7 +53,7 @@ Result<std::shared_ptr<const DenseDecoder>> make_model(const ModelConfig& m) {
     if (!read.ok()) return Status(read.status().code(), m.where + key + read.status().message());
     c = std::move(read).value();
   } else {
-    c = m.preset == "llama-tiny" ? llama_tiny() : llama3_8b();
+    c = dense_preset(m.preset).value_or(llama3_8b());
     c.name = m.name;
     c.hidden = m.hidden, c.layers = m.layers, c.heads = m.heads, c.kv_heads = m.kv_heads, c.mlp = m.mlp;
     c.vocab = m.vocab, c.groups = m.groups;

@@ -55,6 +55,7 @@ Work work_of(const DenseShape& s, Sublayer l, double rows) { return sublayer_wor
 Work sum(Work a, const Work& b) {
   a.flops += b.flops;
   a.bytes += b.bytes;
+  a.cache_bytes += b.cache_bytes;
   return a;
 }
 

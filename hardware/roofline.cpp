@@ -22,18 +22,32 @@ const AcceleratorType* find_type(std::span<const AcceleratorType> types, std::st
   return nullptr;
 }
 
+bool same_type(std::span<const AcceleratorType> types, std::string_view a, std::string_view b) {
+  if (a == b) return true;
+  const AcceleratorType* ta = find_type(types, a);
+  return ta && ta == find_type(types, b);
+}
+
+std::string canonical_type(std::span<const AcceleratorType> types, std::string_view name) {
+  const AcceleratorType* t = find_type(types, name);
+  return t ? t->name : std::string(name);
+}
+
 namespace {
 
-// The roofline time before the overhead.
-double bound_seconds(const AcceleratorType& t, const KindEfficiency& e, const Work& w) {
-  return std::max(w.flops / (t.peak_flops * e.compute), w.bytes / (t.hbm_bytes_per_s * e.memory));
+// The roofline time before the overhead; the KV-cache read at `kv`'s memory
+// efficiency adds to the kernel's other HBM traffic.
+double bound_seconds(const AcceleratorType& t, const KindEfficiency& e, const KindEfficiency& kv, const Work& w) {
+  const double memory = w.bytes / (t.hbm_bytes_per_s * e.memory) +
+                        (w.cache_bytes > 0 ? w.cache_bytes / (t.hbm_bytes_per_s * kv.memory) : 0.0);
+  return std::max(w.flops / (t.peak_flops * e.compute), memory);
 }
 
 }  // namespace
 
 double kernel_seconds(const AcceleratorType& t, const RooflineFit& f, const Work& w, double calls) {
   const KindEfficiency& e = f[w.kind];
-  return bound_seconds(t, e, w) + calls * e.overhead_s;
+  return bound_seconds(t, e, f[WorkKind::kKvRead], w) + calls * e.overhead_s;
 }
 
 double calls_seconds(const AcceleratorType& t, const RooflineFit& f, const DenseShape& s,
@@ -46,8 +60,10 @@ double calls_seconds(const AcceleratorType& t, const RooflineFit& f, const Dense
 Result<RooflineFit> fit_roofline(std::span<const ProfileRow> rows, std::span<const AcceleratorType> types,
                                  const RooflineFit& fallback) {
   RooflineFit fit = fallback;
+  bool gemm_fitted = false;
   for (int k = 0; k < kWorkKinds; ++k) {
     const auto kind = static_cast<WorkKind>(k);
+    if (kind == WorkKind::kKvRead) continue;  // derived below
     std::vector<const ProfileRow*> rs;
     std::vector<const AcceleratorType*> ts;
     bool any_flops = false;
@@ -62,6 +78,7 @@ Result<RooflineFit> fit_roofline(std::span<const ProfileRow> rows, std::span<con
       any_flops = any_flops || (r.work.flops > 0 && (kind == WorkKind::kGemm || kind == WorkKind::kAttention));
     }
     if (rs.empty()) continue;
+    gemm_fitted = gemm_fitted || kind == WorkKind::kGemm;
     // A grid of 1 % steps over both efficiencies; for each, the overhead that
     // minimises the squared relative error, (x + o) / y - 1, is closed form.
     double best = std::numeric_limits<double>::infinity();
@@ -72,7 +89,7 @@ Result<RooflineFit> fit_roofline(std::span<const ProfileRow> rows, std::span<con
         const KindEfficiency e{ci / 100.0, mi / 100.0, 0};
         double num = 0, den = 0;
         for (std::size_t i = 0; i < rs.size(); ++i) {
-          x[i] = bound_seconds(*ts[i], e, rs[i]->work);
+          x[i] = bound_seconds(*ts[i], e, fit[WorkKind::kKvRead], rs[i]->work);
           const double y = rs[i]->seconds;
           num += (y - x[i]) * rs[i]->calls / (y * y);
           den += rs[i]->calls * rs[i]->calls / (y * y);
@@ -88,6 +105,7 @@ Result<RooflineFit> fit_roofline(std::span<const ProfileRow> rows, std::span<con
     }
     fit.kinds[static_cast<std::size_t>(k)] = chosen;
   }
+  if (gemm_fitted) fit[WorkKind::kKvRead] = {1, fit[WorkKind::kGemm].memory, 0};
   return fit;
 }
 

@@ -35,9 +35,12 @@ struct AcceleratorType {
 };
 
 // How one kind of kernel falls short of the peaks: time =
-// max(flops / (peak_flops * compute), bytes / (hbm * memory)) + overhead_s.
+// max(flops / (peak_flops * compute), bytes / (hbm * memory)
+//     + cache_bytes / (hbm * kv_read.memory)) + overhead_s.
 // Two efficiencies, not one: a GEMM reaches a different fraction of peak
-// FLOP/s when compute-bound than of peak bandwidth when memory-bound.
+// FLOP/s when compute-bound than of peak bandwidth when memory-bound. An
+// attention kernel's KV-cache read is costed at the kv_read kind's memory
+// efficiency, apart from its score compute and new-token traffic.
 struct KindEfficiency {
   double compute = 1, memory = 1, overhead_s = 0;
 };
@@ -80,7 +83,12 @@ Result<std::vector<ProfileRow>> read_profile_rows(const std::string& path, const
 // in `types` by name or alias), minimising the mean absolute percentage
 // error: a grid over the two efficiencies, the overhead in closed form (a
 // least-squares fit of relative errors, never negative). A kind without rows
-// keeps `fallback`'s values.
+// keeps `fallback`'s values. kv_read has no rows of its own (no profile
+// here measures a filled KV cache): where GEMM rows were fitted it takes
+// their memory efficiency, the fraction of peak bandwidth a kernel reaches
+// streaming a large contiguous tensor (a memory-bound GEMM streams its
+// weights as decode attention streams its cache), with no overhead of its
+// own (the attention kernel's launch pays it).
 Result<RooflineFit> fit_roofline(std::span<const ProfileRow> rows, std::span<const AcceleratorType> types,
                                  const RooflineFit& fallback = {});
 
@@ -101,5 +109,11 @@ Result<RooflineError> roofline_error(std::span<const ProfileRow> rows, std::span
 
 // The type `name` names (by name or alias) among `types`, or nullptr.
 const AcceleratorType* find_type(std::span<const AcceleratorType> types, std::string_view name);
+// Whether `a` and `b` name one type: equal strings, or names or aliases of
+// the same entry of `types` ("H100" and "H100-SXM"). Every comparison of
+// type names goes through this, so an alias never picks another truth.
+bool same_type(std::span<const AcceleratorType> types, std::string_view a, std::string_view b);
+// The type's own name when `types` knows `name`, else `name` as given.
+std::string canonical_type(std::span<const AcceleratorType> types, std::string_view name);
 
 }  // namespace slicesched

@@ -9,8 +9,10 @@
 module;
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -40,6 +42,14 @@ struct DenseDecoderConfig {
 // Llama-3-8B, and the toy of the CPU tests (4 layers in 2 groups, float32).
 DenseDecoderConfig llama3_8b();
 DenseDecoderConfig llama_tiny();
+
+// The built-in presets by name (models/presets.cpp; shapes from each
+// model's Hugging Face config.json, cited there): llama3-8b, llama3.1-8b,
+// llama-tiny, llama2-7b, llama2-70b, codellama-34b, internlm-20b,
+// mistral-7b. nullopt for any other name. The config's name is the preset's.
+std::optional<DenseDecoderConfig> dense_preset(std::string_view name);
+// Their names, in the order above (for messages: "expected one of ...").
+std::span<const std::string_view> dense_preset_names();
 
 // Why `c` is not a dense decoder this code can build ("heads: expected a
 // divisor of hidden ..."), or "" when it is.

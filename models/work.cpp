@@ -39,6 +39,8 @@ std::string_view work_kind_name(WorkKind k) {
       return "elementwise";
     case WorkKind::kEmbedding:
       return "embedding";
+    case WorkKind::kKvRead:
+      return "kv_read";
   }
   return "?";
 }
@@ -118,12 +120,13 @@ Work sublayer_work(const DenseShape& s, const SublayerCall& c) {
       const double t = n / seqs, ctx = c.context / seqs;
       const double pairs = seqs * t * (ctx + (t + 1) / 2);
       // QK^T and PV: 2 FLOPs a multiply-add, twice, per head dim per pair.
-      w = {WorkKind::kAttention, 4 * q * pairs, eb * (2 * n * q + 2 * kv * (c.context + n))};
+      w = {WorkKind::kAttention, 4 * q * pairs, eb * (2 * n * q + 2 * kv * n), eb * 2 * kv * c.context};
       break;
     }
   }
   w.flops *= c.count;
   w.bytes *= c.count;
+  w.cache_bytes *= c.count;
   return w;
 }
 

@@ -18,19 +18,26 @@ export module slicesched.models.work;
 
 export namespace slicesched {
 
-// The kinds a roofline fits one efficiency each for: matrix products against
-// weights (projections, MLP, LM head), attention over new tokens and the
-// cache, elementwise and normalisation kernels, embedding gathers.
-enum class WorkKind : std::uint8_t { kGemm, kAttention, kElementwise, kEmbedding };
-inline constexpr int kWorkKinds = 4;
-std::string_view work_kind_name(WorkKind k);  // "gemm", "attention", "elementwise", "embedding"
+// The kinds a roofline has one efficiency each for: matrix products against
+// weights (projections, MLP, LM head), attention scores over the new tokens
+// (QK^T, softmax, PV: their FLOPs and the new tokens' q, k, v and output),
+// elementwise and normalisation kernels, embedding gathers, and reading a
+// KV cache (the cached K and V an attention kernel streams from HBM: decode
+// over a long context is this read). kKvRead is never a kernel's own kind:
+// it is the part `Work::cache_bytes` of an attention kernel.
+enum class WorkKind : std::uint8_t { kGemm, kAttention, kElementwise, kEmbedding, kKvRead };
+inline constexpr int kWorkKinds = 5;
+// "gemm", "attention", "elementwise", "embedding", "kv_read"
+std::string_view work_kind_name(WorkKind k);
 
 // One kernel's demand: FLOPs and HBM bytes (weights read, activations read
-// and written, KV cache read).
+// and written), and apart from them the bytes of a KV cache it reads
+// (costed at the kKvRead efficiency; 0 for every kernel but attention).
 struct Work {
   WorkKind kind = WorkKind::kGemm;
   double flops = 0;
   double bytes = 0;
+  double cache_bytes = 0;
 };
 
 // The kernels of a dense decoder (Llama, Mistral, Qwen2): one decoder layer
@@ -85,7 +92,9 @@ struct SublayerCall {
 // FLOPs and bytes of one call (times its count) from the shapes. Attention is
 // causal within the new tokens: each sequence's t new tokens attend to its
 // c cached ones and to the new ones before them, t * (c + (t + 1) / 2) pairs,
-// with the rows and context spread evenly over the sequences.
+// with the rows and context spread evenly over the sequences. Its `bytes`
+// are the new tokens' q, k, v and output; its `cache_bytes` the cached K
+// and V, read once (context * 2 * kv_heads * head_dim * elem_bytes).
 Work sublayer_work(const DenseShape& s, const SublayerCall& call);
 
 }  // namespace slicesched

@@ -1,11 +1,29 @@
 module;
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 
 module slicesched.simulator.roofline;
 
 namespace slicesched {
+
+bool plays_profile(const TypedTruthOptions& opt, std::string_view type) {
+  return opt.layers && (opt.layers_type.empty() || same_type(opt.types, opt.layers_type, type));
+}
+
+double roofline_op_seconds(const AcceleratorType& t, const RooflineFit& f, const Model& model, std::size_t op,
+                           const IterationDims& d) {
+  const auto calls = model.kernels(op, d);
+  return calls_seconds(t, f, model.shape(), calls);
+}
+
+double roofline_iteration_seconds(const AcceleratorType& t, const RooflineFit& f, const Model& model,
+                                  const IterationDims& d) {
+  double sum = 0;
+  for (std::size_t op = 0; op < model.ops().size(); ++op) sum += roofline_op_seconds(t, f, model, op, d);
+  return sum;
+}
 
 TypedGroundTruth::TypedGroundTruth(TypedTruthOptions opt, const AcceleratorSet& accels, std::uint64_t seed,
                                    double op_cv, double transfer_cv)
@@ -15,7 +33,7 @@ TypedGroundTruth::TypedGroundTruth(TypedTruthOptions opt, const AcceleratorSet& 
       transfer_noise_(seed ^ 0x9e3779b97f4a7c15ull, transfer_cv) {
   for (std::size_t t = 0; t < accels_.type_count(); ++t) {
     const std::string& name = accels_.type_name(static_cast<AccelTypeId>(t));
-    const bool measured = opt_.layers && (opt_.layers_type.empty() || opt_.layers_type == name);
+    const bool measured = plays_profile(opt_, name);
     by_type_.push_back(measured ? nullptr : find_type(opt_.types, name));
   }
 }
@@ -23,7 +41,7 @@ TypedGroundTruth::TypedGroundTruth(TypedTruthOptions opt, const AcceleratorSet& 
 Status TypedGroundTruth::check() const {
   for (std::size_t t = 0; t < by_type_.size(); ++t) {
     const std::string& name = accels_.type_name(static_cast<AccelTypeId>(t));
-    const bool measured = opt_.layers && (opt_.layers_type.empty() || opt_.layers_type == name);
+    const bool measured = plays_profile(opt_, name);
     if (!measured && !by_type_[t])
       return NotFound("ground truth: accelerator type '" + name + "' has neither a measured profile nor a datasheet");
   }

@@ -6,6 +6,7 @@ module;
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 export module slicesched.simulator.roofline;
@@ -21,6 +22,22 @@ struct TypedTruthOptions {
   RooflineFit fit;
   std::vector<AcceleratorType> types;  // datasheets, by name or alias
 };
+
+// Whether accelerators of type `type` play the measured layers profile: there
+// is one, and it names no type or names `type` by its name or an alias
+// (same_type over opt.types: "H100" plays a profile measured on "H100-SXM").
+// Every other type plays the roofline.
+bool plays_profile(const TypedTruthOptions& opt, std::string_view type);
+
+// Seconds of one operator's kernels (`op` indexes model.ops()) for one
+// iteration on type `t` with fit `f`: what the roofline ground truth plays,
+// before noise.
+double roofline_op_seconds(const AcceleratorType& t, const RooflineFit& f, const Model& model, std::size_t op,
+                           const IterationDims& d);
+// The same summed over every operator of the model (one iteration of the
+// whole model on one accelerator).
+double roofline_iteration_seconds(const AcceleratorType& t, const RooflineFit& f, const Model& model,
+                                  const IterationDims& d);
 
 // Not thread-safe (noise): one per emulated cluster. `accels` must outlive it.
 class TypedGroundTruth final : public GroundTruth {

@@ -1,6 +1,15 @@
 # `bench roofline --json`: fit on FIT, predict PROFILE, and hold the MAPE
 # (per row, and of the kernels summed at each token count) under bounds.
-execute_process(COMMAND ${SLICESCHED} bench roofline --profile ${PROFILE} --type ${TYPE} --fit ${FIT} --json
+# FIT may be a |-separated list (each one --fit); MODEL a preset (default llama3-8b).
+string(REPLACE "|" ";" fits "${FIT}")
+set(fit_args)
+foreach(f IN LISTS fits)
+  list(APPEND fit_args --fit ${f})
+endforeach()
+if(NOT DEFINED MODEL)
+  set(MODEL llama3-8b)
+endif()
+execute_process(COMMAND ${SLICESCHED} bench roofline --model ${MODEL} --profile ${PROFILE} --type ${TYPE} ${fit_args} --json
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "bench roofline failed (${rc}): ${err}")

@@ -6,6 +6,10 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -14,6 +18,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 import slicesched.compose.offline;
@@ -398,4 +403,97 @@ TEST_CASE("progress: a call per 1 % of requests ended, and at the last", "[obser
   REQUIRE(calls.size() == 84);  // every 3rd of 250 (3 * 100 >= 250), and the last
   CHECK(calls.front() == 3);
   CHECK(calls.back() == 250);
+}
+
+namespace {
+
+// small.toml with its cluster and [ground_truth] replaced, written beside
+// the build's working directory (its data paths made absolute).
+ExperimentConfig small_with(const std::string& accelerators, const std::string& layers_type) {
+  std::ifstream in(kSmall);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  const std::string data = std::string(SLICESCHED_SOURCE_DIR) + "/data/";
+  for (std::size_t at; (at = s.find("../../data/")) != std::string::npos;) s.replace(at, 11, data);
+  const std::string old_accels = "accelerators = [{ name_prefix = \"gpu\", count = 4, type = \"H100\", hbm_gib = 80 }]";
+  REQUIRE(s.find(old_accels) != std::string::npos);
+  s.replace(s.find(old_accels), old_accels.size(), "accelerators = [" + accelerators + "]");
+  const std::string gt = "[ground_truth]\n";
+  s.insert(s.find(gt) + gt.size(), "layers_type = \"" + layers_type + "\"\n");
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("slicesched_truth_" + std::to_string(std::hash<std::string>{}(s)) + ".toml");
+  std::ofstream(path) << s;
+  auto cfg = load_config(path.string());
+  std::filesystem::remove(path);
+  INFO((cfg.ok() ? std::string() : cfg.status().message()));
+  REQUIRE(cfg.ok());
+  return std::move(cfg).value();
+}
+
+std::vector<TruthPlayed> played(const ExperimentConfig& cfg) {
+  auto t = load_truths(cfg);
+  REQUIRE(t.ok());
+  return truth_played(cfg, t.value());
+}
+
+}  // namespace
+
+TEST_CASE("a type name and its alias play the same measured profile", "[compose][ground_truth]") {
+  // The profile says H100-SXM, the cluster says H100 (an alias), and the reverse.
+  for (const auto& [cluster, profile] : std::vector<std::pair<std::string, std::string>>{
+           {"H100", "H100-SXM"}, {"H100-SXM", "H100"}, {"H100", "H100"}}) {
+    const ExperimentConfig cfg =
+        small_with("{ name_prefix = \"gpu\", count = 4, type = \"" + cluster + "\" }", profile);
+    const auto p = played(cfg);
+    REQUIRE(p.size() == 1);
+    CHECK(p[0].type == cluster);
+    CHECK(p[0].datasheet == "H100-SXM");
+    CHECK(p[0].truth == "profile");
+    CHECK(p[0].source == "llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv");
+    CHECK(roofline_fallback_line(p).empty());
+  }
+}
+
+TEST_CASE("a type without a profile falls back to the roofline, said in one line", "[compose][ground_truth]") {
+  const ExperimentConfig cfg = small_with(
+      "{ name_prefix = \"gpu\", count = 2, type = \"H100\" }, "
+      "{ name_prefix = \"gpu\", count = 2, first_index = 2, type = \"A100\" }",
+      "H100-SXM");
+  const auto p = played(cfg);
+  REQUIRE(p.size() == 2);
+  CHECK(p[0].truth == "profile");
+  CHECK(p[1].type == "A100");
+  CHECK(p[1].datasheet == "A100-80GB");
+  CHECK(p[1].truth == "roofline");
+  CHECK(p[1].source == "roofline-fit.toml");
+  REQUIRE(p[1].fit.has_value());
+  // The KV-cache read has its own efficiency, from the shipped fit.
+  CHECK((*p[1].fit)[WorkKind::kKvRead].memory > 0.5);
+  CHECK(roofline_fallback_line(p) ==
+        "ground truth: A100 (A100-80GB) plays the roofline (datasheet peaks, efficiencies from roofline-fit.toml), "
+        "not the measured profile llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv (ground_truth.layers_type names "
+        "another type)");
+}
+
+TEST_CASE("the engine's fixed cost per iteration is charged to each sampling operator and reported apart",
+          "[compose][fixed_costs]") {
+  Small none;
+  Small fixed({{"ground_truth.iteration_overhead_us", "2000"}});
+  REQUIRE(fixed.cfg.ground_truth.iteration_overhead_s == 0.002);
+  auto a = none.build("Static-Online");
+  auto b = fixed.build("Static-Online");
+  auto without = run_offline(none.cfg, *a, none.truths);
+  auto with = run_offline(fixed.cfg, *b, fixed.truths);
+  REQUIRE(without.ok());
+  REQUIRE(with.ok());
+  // Every iteration's head is counted; without a cost it is charged nothing.
+  CHECK(without->fixed_costs.iterations > 100);
+  CHECK(without->fixed_costs.seconds == 0);
+  CHECK(with->fixed_costs.per_iteration_s == 0.002);
+  CHECK(with->fixed_costs.iterations > 100);
+  CHECK_THAT(with->fixed_costs.seconds,
+             Catch::Matchers::WithinRel(0.002 * static_cast<double>(with->fixed_costs.iterations), 1e-12));
+  // Each first token waits for at least one iteration's cost.
+  CHECK(with->metrics.ttft_p50_s > without->metrics.ttft_p50_s + 0.0015);
 }

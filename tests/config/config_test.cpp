@@ -214,7 +214,18 @@ TEST_CASE("live keys: bad devices and model shapes name the key", "[config][bad-
         ":4: cluster.accelerators[0].device: expected \"cpu\", \"cpu:N\", \"cuda:N\" or \"cpu:*\" / \"cuda:*\", got "
         "\"tpu:0\"");
   CHECK(load_error(base() + "[model]\nname = \"gpt2\"\n") ==
-        ":17: model.name: expected \"llama3-8b\" or \"llama-tiny\", got \"gpt2\"");
+        ":17: model.name: expected one of \"llama3-8b\", \"llama3.1-8b\", \"llama-tiny\", \"llama2-7b\", "
+        "\"llama2-70b\", \"codellama-34b\", \"internlm-20b\", \"mistral-7b\", got \"gpt2\"");
+  // A preset gives its shapes (here Llama-2-70B's: 80 layers, 8 KV heads of 128).
+  const fs::path bp = fs::temp_directory_path() / ("slicesched_config_preset_" + std::to_string(getpid()) + ".toml");
+  std::ofstream(bp) << base() + "[model]\nname = \"llama2-70b\"\n";
+  auto big = load_config(bp.string());
+  if (!big.ok()) FAIL(big.status().message());
+  CHECK(big->models.front().layers == 80);
+  CHECK(big->models.front().hidden == 8192);
+  CHECK(big->models.front().kv_heads == 8);
+  CHECK(big->models.front().mlp == 28672);
+  CHECK(big->models.front().vocab == 32000);
   CHECK(load_error(base() + "[model]\nname = \"llama-tiny\"\nheads = 3\n") ==
         ":18: model.heads: expected a divisor of hidden (64) leaving an even head dimension");
   CHECK(load_error(base() + "[model]\nname = \"llama-tiny\"\nkv_heads = 3\n") ==

@@ -33,7 +33,11 @@ TEST_CASE("attention is causal over new tokens and reads the whole cache", "[mod
   // One sequence, 4 new tokens, 6 cached: 4 * (6 + 2.5) = 34 query-key pairs.
   const Work a = sublayer_work(s, {Sublayer::kAttn, 4, 1, 6});
   CHECK_THAT(a.flops, WithinRel(4.0 * 4096 * 34, 1e-12));
-  CHECK_THAT(a.bytes, WithinRel(2.0 * (2 * 4 * 4096 + 2 * 1024 * 10), 1e-12));
+  // The new tokens' q, output, k and v; apart from them the cached K and V.
+  CHECK_THAT(a.bytes, WithinRel(2.0 * (2 * 4 * 4096 + 2 * 1024 * 4), 1e-12));
+  CHECK_THAT(a.cache_bytes, WithinRel(2.0 * 2 * 1024 * 6, 1e-12));
+  CHECK(sublayer_work(s, {Sublayer::kQProj, 4, 1, 6}).cache_bytes == 0);
+  CHECK(work_kind_name(WorkKind::kKvRead) == "kv_read");
   // Two such sequences in one batch cost twice as much.
   CHECK_THAT(sublayer_work(s, {Sublayer::kAttn, 8, 2, 12}).flops, WithinRel(2 * a.flops, 1e-12));
 }

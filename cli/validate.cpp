@@ -1,0 +1,154 @@
+// `slicesched validate`: replays every row of a published-measurements CSV
+// (data/validation/trtllm_a100.csv: TensorRT-LLM's own A100 tables) on the
+// roofline ground truth (simulator/validation.cppm) and prints published,
+// simulated and their ratio per row, the median and worst |error|, and
+// checks each simulated figure against its physical floor: a figure better
+// than physically possible on the published GPU fails the command.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+
+import slicesched.config.accelerators;
+import slicesched.simulator.validation;
+import slicesched.models.dense;
+
+namespace slicesched::cli {
+
+namespace {
+
+int fail(const std::string& what) {
+  std::fprintf(stderr, "slicesched: validate: %s\n", what.c_str());
+  return 2;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+int validate(const ValidateOptions& opt) {
+  auto rows = read_published(opt.data);
+  if (!rows.ok()) return fail(rows.status().message());
+  const std::string dir = opt.accelerator_dir.empty() ? default_accelerator_dir() : opt.accelerator_dir;
+  const std::string fit_path = opt.efficiencies ? *opt.efficiencies : default_roofline_fit(dir);
+  auto fit = load_roofline_fit(fit_path);
+  if (!fit.ok()) return fail(fit.status().message());
+  const FixedCosts fixed{opt.iteration_overhead_us * 1e-6, opt.request_overhead_us * 1e-6};
+
+  struct Out {
+    PublishedRow row;
+    std::string type;
+    RowFigures fig;
+    double ratio = 0;
+  };
+  std::vector<Out> out;
+  std::map<std::string, std::shared_ptr<const DenseDecoder>> models;
+  for (const PublishedRow& r : *rows) {
+    const std::string where = opt.data + ":" + std::to_string(r.line) + ": ";
+    auto played = find_accelerator_type(r.gpu, dir);
+    if (!played.ok()) return fail(where + "gpu: " + played.status().message());
+    // The floor is the published GPU's datasheet as shipped, whatever
+    // --accelerators says the simulated one is.
+    auto sheet = find_accelerator_type(r.gpu, default_accelerator_dir());
+    if (!sheet.ok()) return fail(where + "gpu: " + sheet.status().message());
+    if (r.precision != "fp16" && r.precision != "bf16")
+      return fail(where + "precision: expected fp16 or bf16 (16-bit weights), got \"" + r.precision + "\"");
+    auto& m = models[r.model];
+    if (!m) {
+      auto preset = dense_preset(r.model);
+      if (!preset) {
+        std::string known;
+        for (auto n : dense_preset_names()) known += (known.empty() ? "" : ", ") + std::string(n);
+        return fail(where + "model: no preset named \"" + r.model + "\" (presets: " + known + ")");
+      }
+      auto made = DenseDecoder::make(*preset);
+      if (!made.ok()) return fail(where + "model: " + made.status().message());
+      m = std::move(made).value();
+    }
+    if (r.input_tokens + r.output_tokens > m->context_window())
+      return fail(where + "input_tokens + output_tokens: " + std::to_string(r.input_tokens + r.output_tokens) +
+                  " exceed " + r.model + "'s context window of " + std::to_string(m->context_window()));
+    const StaticBatch b =
+        replay_static_batch(*played, *fit, *sheet, *m, r.batch, r.input_tokens, r.output_tokens, fixed);
+    Out o{r, played->name, row_figures(r, b), 0};
+    o.ratio = o.fig.simulated / r.value;
+    out.push_back(std::move(o));
+  }
+
+  std::vector<double> errors;
+  std::size_t worst = 0, within = 0, beats = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    errors.push_back(std::abs(out[i].ratio - 1));
+    if (errors[i] > errors[worst]) worst = i;
+    if (out[i].ratio >= 0.8 && out[i].ratio <= 1.25) ++within;
+    if (out[i].fig.beats_floor) ++beats;
+  }
+  const double med = median(errors);
+
+  if (opt.json) {
+    nlohmann::json j;
+    j["data"] = opt.data;
+    j["efficiencies"] = fit_path;
+    j["iteration_overhead_us"] = opt.iteration_overhead_us;
+    j["request_overhead_us"] = opt.request_overhead_us;
+    for (const Out& o : out)
+      j["rows"].push_back({{"line", o.row.line},
+                           {"model", o.row.model},
+                           {"version", o.row.version},
+                           {"gpu", o.type},
+                           {"batch", o.row.batch},
+                           {"input_tokens", o.row.input_tokens},
+                           {"output_tokens", o.row.output_tokens},
+                           {"metric", o.row.metric},
+                           {"published", o.row.value},
+                           {"simulated", o.fig.simulated},
+                           {"ratio", o.ratio},
+                           {"floor", o.fig.floor},
+                           {"beats_floor", o.fig.beats_floor}});
+    j["median_abs_error_pct"] = 100 * med;
+    j["worst_abs_error_pct"] = 100 * errors[worst];
+    j["worst_line"] = out[worst].row.line;
+    j["within_0.8_1.25"] = within;
+    j["rows_beating_floor"] = beats;
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("validate %s: %zu rows on the roofline (efficiencies %s; fixed costs %.0f us/iteration, %.0f us/request)\n",
+                opt.data.c_str(), out.size(), std::filesystem::path(fit_path).filename().c_str(),
+                opt.iteration_overhead_us, opt.request_overhead_us);
+    std::printf("%4s %-11s %-6s %-9s %5s %5s %5s %-20s %10s %10s %6s %10s\n", "line", "model", "ver", "gpu", "batch",
+                "in", "out", "metric", "published", "simulated", "ratio", "floor");
+    for (const Out& o : out)
+      std::printf("%4d %-11s %-6s %-9s %5lld %5lld %5lld %-20s %10.1f %10.1f %6.2f %10.1f%s\n", o.row.line,
+                  o.row.model.c_str(), o.row.version.c_str(), o.type.c_str(), static_cast<long long>(o.row.batch),
+                  static_cast<long long>(o.row.input_tokens), static_cast<long long>(o.row.output_tokens),
+                  o.row.metric.c_str(), o.row.value, o.fig.simulated, o.ratio, o.fig.floor,
+                  o.fig.beats_floor ? "  BEATS ITS FLOOR" : "");
+    std::printf("median |error| %.1f %%, worst |error| %.1f %% (line %d), %zu of %zu rows within 0.8-1.25x\n",
+                100 * med, 100 * errors[worst], out[worst].row.line, within, out.size());
+  }
+  if (beats > 0) {
+    for (const Out& o : out)
+      if (o.fig.beats_floor)
+        std::fprintf(stderr,
+                     "slicesched: validate: %s:%d: simulated %s %.1f beats its physical floor %.1f on %s "
+                     "(weights and KV cache at HBM bandwidth, FLOPs at peak)\n",
+                     opt.data.c_str(), o.row.line, o.row.metric.c_str(), o.fig.simulated, o.fig.floor,
+                     o.row.gpu.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace slicesched::cli

@@ -1,0 +1,148 @@
+module;
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+module slicesched.simulator.validation;
+
+namespace slicesched {
+
+namespace {
+
+std::vector<std::string> split(const std::string& line) {
+  std::vector<std::string> out(1);
+  for (char c : line) {
+    if (c == ',')
+      out.emplace_back();
+    else if (c != '\r')
+      out.back() += c;
+  }
+  return out;
+}
+
+const char* const kColumns[] = {"source", "version", "model", "precision", "gpu", "batch", "input_tokens",
+                                "output_tokens", "metric", "value"};
+
+// Parameters from the weights (every weight element once).
+double parameters(const Model& m) {
+  return static_cast<double>(m.weight_bytes()) / static_cast<double>(m.shape().elem_bytes);
+}
+
+// The floor of one iteration: its new tokens' FLOPs at peak, the weights and
+// the KV cache it attends to at peak bandwidth.
+double floor_seconds(const AcceleratorType& d, const Model& m, double tokens, double context) {
+  const double flops = 2 * parameters(m) * tokens;
+  const double bytes =
+      static_cast<double>(m.weight_bytes()) + static_cast<double>(m.kv_bytes_per_token()) * context;
+  return std::max(flops / d.peak_flops, bytes / d.hbm_bytes_per_s);
+}
+
+}  // namespace
+
+Result<std::vector<PublishedRow>> read_published(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound(path + ": cannot open");
+  std::string line;
+  if (!std::getline(in, line)) return InvalidArgument(path + ":1: empty file (expected a CSV header)");
+  const auto header = split(line);
+  std::vector<int> at;
+  for (const char* c : kColumns) {
+    const auto it = std::find(header.begin(), header.end(), c);
+    if (it == header.end()) return InvalidArgument(path + ":1: " + c + ": missing column");
+    at.push_back(static_cast<int>(it - header.begin()));
+  }
+  std::vector<PublishedRow> rows;
+  int n = 1;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.empty() || line == "\r") continue;
+    const auto f = split(line);
+    auto bad = [&](const std::string& col, const std::string& what) {
+      return InvalidArgument(path + ":" + std::to_string(n) + ": " + col + ": " + what);
+    };
+    if (f.size() != header.size())
+      return bad("line", "expected " + std::to_string(header.size()) + " fields, got " + std::to_string(f.size()));
+    PublishedRow r;
+    r.line = n;
+    r.source = f[at[0]], r.version = f[at[1]], r.model = f[at[2]], r.precision = f[at[3]], r.gpu = f[at[4]];
+    r.metric = f[at[8]];
+    std::int64_t* ints[] = {&r.batch, &r.input_tokens, &r.output_tokens};
+    for (int k = 0; k < 3; ++k) {
+      const std::string& s = f[at[5 + k]];
+      std::size_t used = 0;
+      long long v = 0;
+      try {
+        v = std::stoll(s, &used);
+      } catch (...) {
+        used = 0;
+      }
+      if (used == 0 || used != s.size() || v < 1) return bad(kColumns[5 + k], "expected a positive integer, got \"" + s + "\"");
+      *ints[k] = v;
+    }
+    if (r.metric != "ttft_ms" && r.metric != "output_tokens_per_s")
+      return bad("metric", "expected \"ttft_ms\" or \"output_tokens_per_s\", got \"" + r.metric + "\"");
+    {
+      const std::string& s = f[at[9]];
+      std::size_t used = 0;
+      try {
+        r.value = std::stod(s, &used);
+      } catch (...) {
+        used = 0;
+      }
+      if (used == 0 || used != s.size() || !(r.value > 0) || !std::isfinite(r.value))
+        return bad("value", "expected a number > 0, got \"" + s + "\"");
+    }
+    rows.push_back(std::move(r));
+  }
+  if (rows.empty()) return InvalidArgument(path + ": no rows");
+  return rows;
+}
+
+DecodeStep decode_step(const AcceleratorType& played, const RooflineFit& fit, const AcceleratorType& datasheet,
+                       const Model& model, std::int64_t sequences, std::int64_t context) {
+  const IterationDims d{sequences, sequences, context, context};
+  return {roofline_iteration_seconds(played, fit, model, d),
+          floor_seconds(datasheet, model, static_cast<double>(sequences), static_cast<double>(context))};
+}
+
+StaticBatch replay_static_batch(const AcceleratorType& played, const RooflineFit& fit, const AcceleratorType& datasheet,
+                                const Model& model, std::int64_t batch, std::int64_t input_tokens,
+                                std::int64_t output_tokens, const FixedCosts& fixed) {
+  StaticBatch b;
+  const IterationDims prefill{batch * input_tokens, batch, 0, 0};
+  b.prefill_s = roofline_iteration_seconds(played, fit, model, prefill) + fixed.per_iteration_s +
+                static_cast<double>(batch) * fixed.per_request_s;
+  b.floor_prefill_s = floor_seconds(datasheet, model, static_cast<double>(batch * input_tokens), 0);
+  // Decode step k (1 .. output - 1) runs the token step k - 1 sampled; each
+  // sequence attends to its input_tokens + k - 1 cached tokens.
+  for (std::int64_t k = 1; k < output_tokens; ++k) {
+    const DecodeStep s = decode_step(played, fit, datasheet, model, batch, batch * (input_tokens + k - 1));
+    b.decode_s += s.simulated_s + fixed.per_iteration_s;
+    b.floor_decode_s += s.floor_s;
+    ++b.decode_steps;
+  }
+  return b;
+}
+
+RowFigures row_figures(const PublishedRow& row, const StaticBatch& b) {
+  RowFigures f;
+  if (row.metric == "ttft_ms") {
+    f.simulated = 1e3 * b.prefill_s;
+    f.floor = 1e3 * b.floor_prefill_s;
+    f.beats_floor = f.simulated < f.floor;
+  } else if (row.metric == "output_tokens_per_s") {
+    const double tokens = static_cast<double>(row.batch * row.output_tokens);
+    f.simulated = tokens / b.total_s();
+    f.floor = tokens / b.floor_total_s();  // the most tokens per second physically possible
+    f.beats_floor = f.simulated > f.floor;
+  } else {
+    f.simulated = f.floor = std::numeric_limits<double>::quiet_NaN();
+  }
+  return f;
+}
+
+}  // namespace slicesched

@@ -1,0 +1,133 @@
+// The roofline against physics and published measurements
+// (simulator/validation.cppm): a decode step of many sequences over a long
+// context costs near its memory-bandwidth floor because the KV cache is read
+// at its own efficiency, the published CSV reads with one-line errors, and
+// a GPU faster than its datasheet is caught beating its floor.
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <unistd.h>
+
+import slicesched.simulator.validation;
+import slicesched.config.accelerators;
+import slicesched.models.dense;
+
+using namespace slicesched;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kPublished = std::string(SLICESCHED_SOURCE_DIR) + "/data/validation/trtllm_a100.csv";
+
+AcceleratorType a100() {
+  auto t = find_accelerator_type("A100", default_accelerator_dir());
+  REQUIRE(t.ok());
+  return t.value();
+}
+
+RooflineFit shipped_fit() {
+  auto f = load_roofline_fit(default_roofline_fit(default_accelerator_dir()));
+  REQUIRE(f.ok());
+  return f.value();
+}
+
+std::shared_ptr<const DenseDecoder> model(const std::string& name) {
+  auto p = dense_preset(name);
+  REQUIRE(p.has_value());
+  auto m = DenseDecoder::make(*p);
+  REQUIRE(m.ok());
+  return m.value();
+}
+
+}  // namespace
+
+TEST_CASE("a 256-sequence decode step costs near its memory-bandwidth floor", "[validation][roofline]") {
+  const AcceleratorType gpu = a100();
+  const RooflineFit fit = shipped_fit();
+  const auto m = model("llama2-7b");
+  // 256 sequences, 192 tokens cached each (128 in, 64 out so far): 25 GB of
+  // KV cache beside 13.5 GB of weights.
+  const DecodeStep s = decode_step(gpu, fit, gpu, *m, 256, 256 * 192);
+  const double ratio = s.simulated_s / s.floor_s;
+  // The floor overlaps everything (max of all FLOPs at peak, all bytes at
+  // peak bandwidth); the step runs its compute-bound GEMMs (256 rows) and
+  // its bandwidth-bound attention one after the other, so it cannot reach it.
+  CHECK(ratio >= 1.0);
+  CHECK(ratio < 2.0);
+  // The attention kernels alone: within 30 % of reading the cache at peak
+  // bandwidth (1/0.87 for the cache, plus the new tokens' q, k, v at the
+  // attention kind's own efficiency).
+  const Work attn = sublayer_work(m->shape(), {Sublayer::kAttn, 256, 256, 256 * 192, 32});
+  REQUIRE(attn.cache_bytes > 25e9);
+  const double attn_ratio = kernel_seconds(gpu, fit, attn, 32) / (attn.cache_bytes / gpu.hbm_bytes_per_s);
+  CHECK(attn_ratio >= 1.0);
+  CHECK(attn_ratio < 1.3);
+  // Read at the attention kind's memory efficiency instead (fitted on rows
+  // with an empty cache), the same step costs several times its floor.
+  RooflineFit slow = fit;
+  slow[WorkKind::kKvRead].memory = fit[WorkKind::kAttention].memory;
+  REQUIRE(slow[WorkKind::kAttention].memory < 0.5);
+  CHECK(decode_step(gpu, slow, gpu, *m, 256, 256 * 192).simulated_s / s.floor_s > 3.0);
+}
+
+TEST_CASE("published rows read with their line, and bad ones name it", "[validation]") {
+  auto rows = read_published(kPublished);
+  REQUIRE(rows.ok());
+  REQUIRE(rows->size() == 15);
+  const PublishedRow& first = rows->front();
+  CHECK(first.line == 2);
+  CHECK(first.model == "llama2-7b");
+  CHECK(first.gpu == "A100-80GB");
+  CHECK(first.batch == 1);
+  CHECK(first.input_tokens == 128);
+  CHECK(first.metric == "ttft_ms");
+  CHECK(first.value == 16.0);
+  CHECK(rows->back().model == "mistral-7b");
+  CHECK(rows->back().value == 1576);
+
+  const fs::path p = fs::temp_directory_path() / ("slicesched_published_" + std::to_string(getpid()) + ".csv");
+  std::ofstream(p) << "source,version,model,precision,gpu,batch,input_tokens,output_tokens,metric,value\n"
+                   << "x,v,llama2-7b,fp16,A100-80GB,0,128,1,ttft_ms,16.0\n";
+  auto bad = read_published(p.string());
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() == p.string() + ":2: batch: expected a positive integer, got \"0\"");
+  fs::remove(p);
+}
+
+TEST_CASE("no replayed row beats its physical floor; a too-fast GPU does", "[validation][floor]") {
+  const AcceleratorType gpu = a100();
+  const RooflineFit fit = shipped_fit();
+  auto rows = read_published(kPublished);
+  REQUIRE(rows.ok());
+  AcceleratorType fast = gpu;  // a datasheet ten times better than the real one
+  fast.peak_flops *= 10;
+  fast.hbm_bytes_per_s *= 10;
+  std::size_t caught = 0;
+  for (const PublishedRow& r : *rows) {
+    const auto m = model(r.model);
+    const StaticBatch b = replay_static_batch(gpu, fit, gpu, *m, r.batch, r.input_tokens, r.output_tokens);
+    CHECK(b.decode_steps == r.output_tokens - 1);
+    const RowFigures f = row_figures(r, b);
+    INFO("line " << r.line);
+    CHECK_FALSE(f.beats_floor);
+    CHECK(f.simulated > 0);
+    const RowFigures too_fast =
+        row_figures(r, replay_static_batch(fast, fit, gpu, *m, r.batch, r.input_tokens, r.output_tokens));
+    caught += too_fast.beats_floor ? 1 : 0;
+  }
+  CHECK(caught == rows->size());
+}
+
+TEST_CASE("fixed costs add per iteration and per request", "[validation]") {
+  const AcceleratorType gpu = a100();
+  const RooflineFit fit = shipped_fit();
+  const auto m = model("llama2-7b");
+  const StaticBatch none = replay_static_batch(gpu, fit, gpu, *m, 4, 128, 10);
+  const StaticBatch some = replay_static_batch(gpu, fit, gpu, *m, 4, 128, 10, {1e-3, 2e-3});
+  // 10 iterations (one prefill, nine decode steps) and 4 requests.
+  CHECK_THAT(some.total_s() - none.total_s(), Catch::Matchers::WithinRel(10 * 1e-3 + 4 * 2e-3, 1e-9));
+  CHECK(some.floor_total_s() == none.floor_total_s());
+}
