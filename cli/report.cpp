@@ -313,6 +313,26 @@ void check_out(const std::string& out, const std::vector<std::string>& policies,
                                  " is a folder (expected a file to replace or nothing there)");
 }
 
+// HBM pressure: what waited, what was preempted or failed, and the most
+// the ground truth (or the live devices) ever held against the budget.
+static nlohmann::json memory_summary(const PolicyRun& r) {
+  double peak_gib = 0, peak_fraction = 0;
+  for (std::size_t a = 0; a < r.memory.peak.size() && a < r.memory.budget.size(); ++a) {
+    peak_gib = std::max(peak_gib, static_cast<double>(r.memory.peak[a]) / (1024.0 * 1024.0 * 1024.0));
+    if (r.memory.budget[a] > 0)
+      peak_fraction =
+          std::max(peak_fraction, static_cast<double>(r.memory.peak[a]) / static_cast<double>(r.memory.budget[a]));
+  }
+  return {{"oom_waits", r.scheduling.oom_waits},
+          {"backend_memory_waits", r.memory.waits},
+          {"refused_receives", r.memory.refused_receives},
+          {"preemptions", r.preemptions},
+          {"preempted_sequences", r.preempted_sequences},
+          {"oom_failed_requests", r.oom_failed_requests},
+          {"peak_hbm_gib", round6(peak_gib)},
+          {"peak_hbm_fraction", round6(peak_fraction)}};
+}
+
 nlohmann::json policy_summary(const PolicyRun& r) {
   const RunMetrics& m = r.metrics;
   nlohmann::json p;
@@ -356,7 +376,9 @@ nlohmann::json policy_summary(const PolicyRun& r) {
                      {"candidates", r.scheduling.candidates},
                      {"simulations", r.scheduling.simulations},
                      {"dominated", r.scheduling.dominated},
-                     {"deferred", r.scheduling.deferred}};
+                     {"deferred", r.scheduling.deferred},
+                     {"invalid_picks", r.scheduling.invalid_picks}};
+  p["memory"] = memory_summary(r);
   // Which plugins ran it, with their arguments as configured.
   p["arbiter"] = {{"plugin", r.arbiter.name}, {"args", r.arbiter.args}};
   p["estimator"] = {{"plugin", r.estimator.name},

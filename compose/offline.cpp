@@ -4,6 +4,7 @@ module;
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 module slicesched.compose.offline;
 import slicesched.config.accelerators;
@@ -111,6 +112,15 @@ Result<PolicyRun> run_offline(const ExperimentConfig& cfg, PolicyParts& parts, c
   auto truth = make_ground_truth(cfg, truths, *parts.accels, parts.models);
   if (!truth.ok()) return truth.status();
   EmulatedCluster cluster(parts.accels->size(), *truth.value(), *parts.plugins.arbiter);
+  // The ground truth holds what each accelerator's HBM holds, no more.
+  std::vector<std::int64_t> budgets, weights;
+  for (AccelId a = 0; a < parts.accels->size(); ++a) {
+    budgets.push_back(parts.accels->hbm_bytes(a));
+    weights.push_back(parts.gmg->hbm(a).weights);
+  }
+  cluster.set_arbiter_name("transfer arbiter '" + parts.policy.arbiter.name + "'");
+  if (Status s = cluster.set_memory(std::move(budgets), weights); !s.ok())
+    return Status(s.code(), "policy '" + parts.policy.name + "': " + s.message());
   return run_recorded(cfg, parts, cluster, opt);
 }
 

@@ -64,6 +64,10 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
   r.scheduling = result->scheduling;
   r.lost_ops = result->lost_ops;
   r.rebuilt_sequences = result->rebuilt_sequences;
+  r.preemptions = result->preemptions;
+  r.preempted_sequences = result->preempted_sequences;
+  r.oom_failed_requests = result->oom_failed_requests;
+  r.memory = result->memory;
   r.offered = parts.offered;
   r.requests_beyond_window = parts.requests_beyond_window;
   r.requests_truncated = parts.requests_truncated;

@@ -37,6 +37,10 @@ struct PolicyRun {
   std::vector<EstimatorSet::ReportRow> estimators;  // empty when it is not linear
   RoundStats scheduling;
   std::size_t lost_ops = 0, rebuilt_sequences = 0;  // faults (EngineResult)
+  // Memory pressure (EngineResult): preemptions, the sequences they held,
+  // requests failed as out of memory, and the backend's accounting.
+  std::size_t preemptions = 0, preempted_sequences = 0, oom_failed_requests = 0;
+  MemoryStats memory;
   std::vector<OfferedLoad> offered;
   std::size_t requests_beyond_window = 0;
   std::size_t requests_truncated = 0;             // cut to their model's context window (on_overflow = "truncate")
