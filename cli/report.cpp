@@ -407,20 +407,35 @@ double slo_threshold(const std::vector<PolicyRun>& runs) {
 void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const ReportOptions& opt) {
   const double threshold = slo_threshold(runs);
   for (PolicyRun& r : runs) finish_slo(r.metrics, threshold);
-  print_table(runs, threshold);
+  std::vector<const PolicyRun*> all;  // finished, then failed
+  for (const PolicyRun& r : runs) all.push_back(&r);
+  if (opt.failed)
+    for (PolicyRun& r : *opt.failed) {
+      finish_slo(r.metrics, threshold);
+      all.push_back(&r);
+    }
+  if (!runs.empty()) print_table(runs, threshold);
   if (!opt.out) return;
   const fs::path dir(*opt.out);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error(dir.string() + ": cannot create (" + ec.message() + ")");
-  write_file(dir / kSummary, summary(cfg, runs, threshold).dump(2) + "\n");
+  nlohmann::json sum = summary(cfg, runs, threshold);
+  for (std::size_t k = runs.size(); k < all.size(); ++k) {
+    nlohmann::json p = policy_summary(*all[k]);
+    p["failed"] = true;
+    p["error"] = all[k]->error;
+    sum["policies"][all[k]->name] = std::move(p);
+  }
+  write_file(dir / kSummary, sum.dump(2) + "\n");
   if (opt.explain) {
     std::string lines;
-    for (const PolicyRun& r : runs)
-      for (const DecisionLog::Line& d : r.decisions) (lines += d.json) += '\n';
+    for (const PolicyRun* r : all)
+      for (const DecisionLog::Line& d : r->decisions) (lines += d.json) += '\n';
     write_file(dir / kDecisions, lines);
   }
-  for (const PolicyRun& r : runs) {
+  for (const PolicyRun* run : all) {
+    const PolicyRun& r = *run;
     write_file(dir / requests_file(r.name), requests_csv(r));
     write_file(dir / accelerators_file(r.name), accelerators_csv(r));
     write_file(dir / trace_file(r.name), chrome_trace(r, opt.trace_seconds));

@@ -26,6 +26,10 @@ struct ReportOptions {
   std::optional<std::string> out;  // the folder to write into; none: the table only
   double trace_seconds = 60;       // what the Chrome traces cover (the runs' timeline window)
   bool explain = false;            // also write decisions.jsonl (the runs recorded their decisions)
+  // Runs that failed (PolicyRun::error), with what they knew: not in the
+  // table, but in summary.json marked failed, and their decisions, CSVs
+  // and traces written.
+  std::vector<PolicyRun>* failed = nullptr;
 };
 
 // Refuses an --out that report() could not write for these policies,

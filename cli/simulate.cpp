@@ -128,12 +128,14 @@ int simulate(const SimulateOptions& opt) {
       ro.timeline_s = opt.trace_seconds;
       ro.decisions = opt.explain;
       ro.origin = "simulate " + cfg->path + ", policy " + chosen[k]->name;
+      ro.keep_failed = true;  // a failed run's decisions and trace are what explain it
       auto run = run_offline(cfg.value(), *parts[k], truths, ro);
       parts[k].reset();  // what a run held is not needed for the report
       if (!run.ok())
         failures[k] = run.status().message();
-      else if (!run->interrupted)
-        runs[k] = std::move(run).value();
+      else if (!run->error.empty())
+        failures[k] = run->error;
+      if (run.ok() && (!run->error.empty() || !run->interrupted)) runs[k] = std::move(run).value();
     };
     if (chosen.size() == 1) {
       run_one(0, {.progress = progress_printer(chosen[0]->name)});
@@ -173,11 +175,12 @@ int simulate(const SimulateOptions& opt) {
       std::fprintf(stderr, "\nslicesched: %s: stopped while simulating; nothing written\n", signal_name());
       return 130;
     }
-    std::vector<PolicyRun> finished;
+    std::vector<PolicyRun> finished, failed_runs;
     for (auto& r : runs)
-      if (r) finished.push_back(std::move(*r));
-    if (!finished.empty())
-      report(cfg.value(), finished, {.out = opt.out, .trace_seconds = opt.trace_seconds, .explain = opt.explain});
+      if (r) (r->error.empty() ? finished : failed_runs).push_back(std::move(*r));
+    if (!finished.empty() || !failed_runs.empty())
+      report(cfg.value(), finished,
+             {.out = opt.out, .trace_seconds = opt.trace_seconds, .explain = opt.explain, .failed = &failed_runs});
     std::size_t failed = 0;
     for (std::size_t k = 0; k < failures.size(); ++k)
       if (!failures[k].empty()) {

@@ -158,13 +158,19 @@ Result<PolicyPlugins> build_plugins(const ExperimentConfig& cfg, const PolicyCon
     const std::string who = "policy '" + policy.name + "': ";
     PolicyPlugins p;
     std::vector<PluginPtr<PartitionSet>> sets;
+    // Every plugin behind a guard: whatever it throws names it.
+    auto named = [](const auto& registry, const PluginChoice& c) { return registry.kind() + " '" + c.name + "'"; };
     for (const auto& choice : policy.partition_sets)
-      sets.push_back(made(plugins.partition.create(choice.name, tenant_ids(cfg, policy, choice.args)), who));
+      sets.push_back(guard(made(plugins.partition.create(choice.name, tenant_ids(cfg, policy, choice.args)), who),
+                           named(plugins.partition, choice)));
     p.partitions = std::make_unique<UnionPartitionSet>(std::move(sets));
     if (Status s = p.partitions->bind(accels); !s.ok()) fail(who + s.message());
-    p.placement = made(plugins.placement.create(policy.placement.name, policy.placement.args), who);
-    p.arbiter = made(plugins.arbiter.create(policy.arbiter.name, policy.arbiter.args), who);
-    p.estimator = made(plugins.estimator.create(policy.estimator.name, policy.estimator.args), who);
+    p.placement = guard(made(plugins.placement.create(policy.placement.name, policy.placement.args), who),
+                        named(plugins.placement, policy.placement));
+    p.arbiter = guard(made(plugins.arbiter.create(policy.arbiter.name, policy.arbiter.args), who),
+                      named(plugins.arbiter, policy.arbiter));
+    p.estimator = guard(made(plugins.estimator.create(policy.estimator.name, policy.estimator.args), who),
+                        named(plugins.estimator, policy.estimator));
     return p;
   });
 }
@@ -201,7 +207,11 @@ Result<std::unique_ptr<PolicyParts>> build_policy(const ExperimentConfig& cfg, c
     sopt.prune = !opt.explain;
     sopt.scoped = policy.scoped_what_if;
     sopt.horizon = policy.horizon_s < 0 ? -1 : static_cast<Nanos>(policy.horizon_s * 1e9);
-    sopt.arbiter = [&plugins, &choice = p->policy.arbiter] { return plugins.arbiter.create(choice.name, choice.args); };
+    sopt.arbiter = [&plugins, &choice = p->policy.arbiter]() -> Result<PluginPtr<TransferArbiter>> {
+      auto made = plugins.arbiter.create(choice.name, choice.args);
+      if (!made.ok()) return made.status();
+      return guard(std::move(made).value(), plugins.arbiter.kind() + " '" + choice.name + "'");
+    };
     p->scheduler =
         std::make_unique<Scheduler>(*p->plugins.placement, *p->plugins.partitions, *p->plugins.estimator, sopt);
     p->engine = engine_options(cfg, opt, *p->accels);

@@ -17,6 +17,7 @@ module;
 
 export module slicesched.compose.policy;
 export import slicesched.compose.setup;
+export import slicesched.compose.guard;
 export import slicesched.core.calibration;
 export import slicesched.engine;
 export import slicesched.engine.union_partition_set;

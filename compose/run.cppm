@@ -48,6 +48,9 @@ struct PolicyRun {
   std::vector<PredictionError> predictions;       // empty when the policy does not simulate
   std::vector<DecisionLog::Line> decisions;       // with RecordOptions::decisions
   bool interrupted = false;                       // stopped by the stop flag
+  // Why the run failed (RecordOptions::keep_failed): what it knew until
+  // then is above, cut short. Empty: it ran to the end.
+  std::string error;
 };
 
 struct RecordOptions {
@@ -59,10 +62,15 @@ struct RecordOptions {
   ProgressFn progress = {};   // called about every 1 % of requests ended
   const std::atomic<int>* stop = nullptr;
   std::string origin;  // where the calibration snapshot comes from, e.g. "simulate cfg.toml, policy P"
+  // A run that fails still comes back, with what it recorded until then
+  // and PolicyRun::error set (so its decisions and trace can be written);
+  // off, the failure is returned as a Status.
+  bool keep_failed = false;
 };
 
 // run() with the recorders, then the PolicyRun from them. `extra` observers
-// watch too (after the recorders). Fails as run() does.
+// watch too (after the recorders). Fails as run() does, unless
+// opt.keep_failed.
 Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, Backend& backend,
                                const RecordOptions& opt, std::span<EngineObserver* const> extra = {});
 

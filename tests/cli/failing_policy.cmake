@@ -1,24 +1,56 @@
-# One policy of two fails (MODE defer: its placement plugin defers every
-# batch, so the engine deadlocks; throw: its choose() throws): simulate
-# still reports and writes what finished (Static-Online), then fails with
-# one line naming the failing policy, its placement plugin and the cause.
+# One policy of two fails, in one of several ways; simulate still reports
+# and writes what finished (Static-Online), then fails with one line naming
+# the failing policy, the plugin at fault and the real cause:
+#   defer              its placement defers every batch: the engine deadlocks
+#   throw              choose() throws a std::runtime_error
+#   throw_int          choose() throws 42 (not a crash: caught at the plugin boundary)
+#   invalid_pick       choose() picks past the candidates: counted, named, deadlock
+#   partition_throws   a partition set's candidates() throws
+#   partition_unknown  a partition set offers an accelerator the cluster lacks
+#   arbiter_throws     the transfer arbiter's select() throws
+#   arbiter_never      the transfer arbiter never starts a transfer
+set(num "[0-9.]+")
+set(deadlock "engine: deadlock at ${num} s: ${num} operator\\(s\\) wait for a placement and nothing else can run")
+set(key "policies.Failing.placement.plugin")
 if(MODE STREQUAL "defer")
   set(plugin always-defer)
-  set(cause "engine: deadlock at [0-9.]+ s: [0-9]+ operator\\(s\\) wait for a placement and nothing else can run \\(the placement policy deferred every batch: [0-9]+ in the last round, [0-9]+ deferral\\(s\\) in all\\)")
+  set(cause "policy 'Failing' \\(placement 'always-defer'\\): ${deadlock} \\(the placement policy deferred every batch: [0-9]+ in the last round, [0-9]+ deferral\\(s\\) in all\\)")
 elseif(MODE STREQUAL "throw")
   set(plugin throws-at-choose)
-  set(cause "choose\\(\\) failed on purpose")
+  set(cause "policy 'Failing': placement policy 'throws-at-choose' threw: choose\\(\\) failed on purpose")
+elseif(MODE STREQUAL "throw_int")
+  set(plugin throws-int)
+  set(cause "policy 'Failing': placement policy 'throws-int' threw: a non-standard exception of type int")
+elseif(MODE STREQUAL "invalid_pick")
+  set(plugin invalid-pick)
+  set(cause "policy 'Failing' \\(placement 'invalid-pick'\\): ${deadlock} \\(tenant 'online0': invalid pick: candidate [0-9]+ of [0-9]+\\)")
+elseif(MODE STREQUAL "partition_throws")
+  set(key "policies.Failing.partition_sets")
+  set(plugin "[{plugin=\"throws-candidates\"}]")
+  set(cause "policy 'Failing': partition set 'throws-candidates' threw: candidates\\(\\) failed on purpose")
+elseif(MODE STREQUAL "partition_unknown")
+  set(key "policies.Failing.partition_sets")
+  set(plugin "[{plugin=\"unknown-accelerator\"}]")
+  set(cause "policy 'Failing': partition set 'unknown-accelerator': candidate 'nowhere' names accelerator 99, which the cluster does not have \\(it has 4\\)")
+elseif(MODE STREQUAL "arbiter_throws")
+  set(key "policies.Failing.arbiter")
+  set(plugin "{plugin=\"throws-select\"}")
+  set(cause "policy 'Failing': transfer arbiter 'throws-select' threw: select\\(\\) failed on purpose")
+elseif(MODE STREQUAL "arbiter_never")
+  set(key "policies.Failing.arbiter")
+  set(plugin "{plugin=\"never-starts\"}")
+  set(cause "policy 'Failing' \\(placement 'static'\\): ${deadlock} \\(transfer arbiter 'never-starts' started none of the [0-9]+ pending transfer\\(s\\), though every port is free\\)")
 else()
   message(FATAL_ERROR "unknown MODE '${MODE}'")
 endif()
 file(REMOVE_RECURSE ${OUT})
-execute_process(COMMAND ${SLICESCHED} simulate ${CONFIG} --out ${OUT} "--set" "plugins.paths=[\"${PLUGIN}\"]"
-                        "--set" "policies.Failing.placement.plugin=${plugin}"
+execute_process(COMMAND ${SLICESCHED} simulate ${CONFIG} --out ${OUT} --explain "--set" "plugins.paths=[\"${PLUGIN}\"]"
+                        "--set" "${key}=${plugin}"
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(rc STREQUAL "0" OR NOT rc MATCHES "^[0-9]+$")
   message(FATAL_ERROR "expected a non-zero exit status (not a crash), got '${rc}':\n${out}${err}")
 endif()
-if(NOT err MATCHES "\nslicesched: policy 'Failing' \\(placement '${plugin}'\\): ${cause}\n$")
+if(NOT err MATCHES "\nslicesched: ${cause}\n$")
   message(FATAL_ERROR "expected the last line to name the policy, its plugin and the cause, got:\n${err}")
 endif()
 if(NOT out MATCHES "\nStatic-Online +[0-9.]+ " OR out MATCHES "\nFailing ")
@@ -26,16 +58,44 @@ if(NOT out MATCHES "\nStatic-Online +[0-9.]+ " OR out MATCHES "\nFailing ")
 endif()
 file(READ ${OUT}/summary.json summary)
 string(JSON done GET "${summary}" policies Static-Online done)
-string(JSON failing ERROR_VARIABLE none GET "${summary}" policies Failing)
-if(NOT none)
-  message(FATAL_ERROR "summary.json holds the failed policy: ${failing}")
+# The failed policy leaves what it knew, marked failed: its summary so far,
+# its CSVs and trace, and (--explain) the rounds it recorded.
+string(JSON failed GET "${summary}" policies Failing failed)
+string(JSON error GET "${summary}" policies Failing error)
+if(NOT failed STREQUAL "ON" OR NOT error MATCHES "^${cause}$")
+  message(FATAL_ERROR "expected summary.json to mark Failing failed with its error, got failed=${failed} error=${error}")
 endif()
-foreach(f requests_static_online.csv trace_static_online.json plots/plots.gp)
+foreach(f requests_static_online.csv trace_static_online.json plots/plots.gp requests_failing.csv trace_failing.json
+          decisions.jsonl)
   if(NOT EXISTS ${OUT}/${f})
     message(FATAL_ERROR "missing ${OUT}/${f}")
   endif()
 endforeach()
+if(MODE MATCHES "^(defer|invalid_pick|arbiter_never)$")
+  file(READ ${OUT}/decisions.jsonl decisions)
+  if(NOT decisions MATCHES "\"policy\":\"Failing\"")
+    message(FATAL_ERROR "decisions.jsonl holds no round of the failed policy")
+  endif()
+endif()
+if(MODE STREQUAL "invalid_pick" AND NOT decisions MATCHES "\"waited\":\"invalid pick: candidate [0-9]+ of [0-9]+\"")
+  message(FATAL_ERROR "decisions.jsonl does not name the invalid pick")
+endif()
+if(MODE STREQUAL "invalid_pick")
+  string(JSON invalid GET "${summary}" policies Failing scheduling invalid_picks)
+  if(invalid LESS 1)
+    message(FATAL_ERROR "summary.json counts no invalid pick")
+  endif()
+endif()
 file(GLOB_RECURSE tmp ${OUT}/*.tmp)
 if(tmp)
   message(FATAL_ERROR "temporaries left: ${tmp}")
+endif()
+# explain with a policy the file does not record says so (not "the request
+# is in none of its rounds").
+if(MODE STREQUAL "defer")
+  execute_process(COMMAND ${SLICESCHED} explain ${OUT} --request 0 --policy Nope
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(rc EQUAL 0 OR NOT err MATCHES "^slicesched: --policy Nope: [^\n]*decisions.jsonl records no policy of that name \\(policies: Failing, Static-Online\\)\n$")
+    message(FATAL_ERROR "explain --policy Nope gave (${rc}):\n${err}")
+  endif()
 endif()

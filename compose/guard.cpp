@@ -1,0 +1,160 @@
+module;
+#include <cxxabi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+module slicesched.compose.guard;
+
+namespace slicesched {
+
+std::string describe_current_exception() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+  }
+  const std::type_info* type = abi::__cxa_current_exception_type();
+  if (!type) return "an unknown exception";
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(type->name(), nullptr, nullptr, &status);
+  std::string name = status == 0 && demangled ? demangled : type->name();
+  std::free(demangled);
+  return "a non-standard exception of type " + name;
+}
+
+namespace {
+
+// Runs `f`, a call into the plugin `who`; anything it throws comes out as
+// a PluginFailure naming it (one already named passes through).
+template <typename F>
+auto call(const std::string& who, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const PluginFailure&) {
+    throw;
+  } catch (...) {
+    throw PluginFailure(who + " threw: " + describe_current_exception());
+  }
+}
+
+class GuardedPartitionSet final : public PartitionSet {
+ public:
+  GuardedPartitionSet(PluginPtr<PartitionSet> inner, std::string who) : inner_(std::move(inner)), who_(std::move(who)) {}
+  Status bind(const AcceleratorSet& accels) override {
+    return call(who_, [&] { return inner_->bind(accels); });
+  }
+  std::vector<Candidate> candidates(const Gmg& gmg, const Batch& batch) override {
+    std::vector<Candidate> cands = call(who_, [&] { return inner_->candidates(gmg, batch); });
+    for (const Candidate& c : cands) {
+      if (c.accel.size() != batch.ops.size())
+        throw PluginFailure(who_ + ": candidate '" + c.label + "' places " + std::to_string(c.accel.size()) +
+                            " operator(s) of a batch of " + std::to_string(batch.ops.size()));
+      for (AccelId a : c.accel)
+        if (!gmg.accels().contains(a))
+          throw PluginFailure(who_ + ": candidate '" + c.label + "' names accelerator " + std::to_string(a) +
+                              ", which the cluster does not have (it has " + std::to_string(gmg.accels().size()) +
+                              ")");
+    }
+    return cands;
+  }
+
+ private:
+  PluginPtr<PartitionSet> inner_;
+  std::string who_;
+};
+
+class GuardedPlacement final : public PlacementPolicy {
+ public:
+  GuardedPlacement(PluginPtr<PlacementPolicy> inner, std::string who) : inner_(std::move(inner)), who_(std::move(who)) {}
+  bool needs_simulation() const override {
+    return call(who_, [&] { return inner_->needs_simulation(); });
+  }
+  Objective objective() const override {
+    return call(who_, [&] { return inner_->objective(); });
+  }
+  std::optional<std::size_t> choose(const Gmg& gmg, const Batch& batch, std::span<const Candidate> candidates,
+                                    std::span<const Outcome> outcomes) override {
+    return call(who_, [&] { return inner_->choose(gmg, batch, candidates, outcomes); });
+  }
+
+ private:
+  PluginPtr<PlacementPolicy> inner_;
+  std::string who_;
+};
+
+class GuardedArbiter final : public TransferArbiter {
+ public:
+  GuardedArbiter(PluginPtr<TransferArbiter> inner, std::string who) : inner_(std::move(inner)), who_(std::move(who)) {}
+  void select(std::span<const TransferIntent> pending, std::span<const std::uint8_t> src_busy,
+              std::span<const std::uint8_t> dst_busy, std::vector<std::size_t>& out) override {
+    call(who_, [&] { inner_->select(pending, src_busy, dst_busy, out); });
+  }
+  bool uses_default_rule() const override {
+    return call(who_, [&] { return inner_->uses_default_rule(); });
+  }
+
+ private:
+  PluginPtr<TransferArbiter> inner_;
+  std::string who_;
+};
+
+class GuardedEstimator final : public Estimator {
+ public:
+  GuardedEstimator(PluginPtr<Estimator> inner, std::string who) : inner_(std::move(inner)), who_(std::move(who)) {}
+  double predict_op(OpKindId kind, AccelTypeId type, std::span<const double> features) const override {
+    return call(who_, [&] { return inner_->predict_op(kind, type, features); });
+  }
+  double predict_transfer(AccelId src, AccelId dst, std::uint64_t bytes) const override {
+    return call(who_, [&] { return inner_->predict_transfer(src, dst, bytes); });
+  }
+  Status observe_op(OpKindId kind, AccelTypeId type, std::span<const double> features, double seconds) override {
+    return call(who_, [&] { return inner_->observe_op(kind, type, features, seconds); });
+  }
+  Status observe_transfer(AccelId src, AccelId dst, std::uint64_t bytes, double seconds) override {
+    return call(who_, [&] { return inner_->observe_transfer(src, dst, bytes, seconds); });
+  }
+  const EstimatorSet* linear() const override {
+    return call(who_, [&] { return inner_->linear(); });
+  }
+  Status seed_linear(const std::function<Status(EstimatorSet&)>& write) override {
+    return call(who_, [&] { return inner_->seed_linear(write); });
+  }
+
+ private:
+  PluginPtr<Estimator> inner_;
+  std::string who_;
+};
+
+template <typename Guarded, typename T>
+PluginPtr<T> wrap(PluginPtr<T> inner, std::string who) {
+  return PluginPtr<T>(new Guarded(std::move(inner), std::move(who)), PluginDeleter{});
+}
+
+}  // namespace
+
+PluginPtr<PartitionSet> guard(PluginPtr<PartitionSet> inner, std::string who) {
+  return wrap<GuardedPartitionSet>(std::move(inner), std::move(who));
+}
+PluginPtr<PlacementPolicy> guard(PluginPtr<PlacementPolicy> inner, std::string who) {
+  return wrap<GuardedPlacement>(std::move(inner), std::move(who));
+}
+PluginPtr<TransferArbiter> guard(PluginPtr<TransferArbiter> inner, std::string who) {
+  return wrap<GuardedArbiter>(std::move(inner), std::move(who));
+}
+PluginPtr<Estimator> guard(PluginPtr<Estimator> inner, std::string who) {
+  return wrap<GuardedEstimator>(std::move(inner), std::move(who));
+}
+
+}  // namespace slicesched
