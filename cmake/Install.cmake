@@ -31,7 +31,8 @@ install(EXPORT SliceSchedulerTargets
 
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/SliceSchedulerConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/SliceSchedulerConfig.cmake
-  INSTALL_DESTINATION ${SLICESCHED_CMAKE_DIR})
+  INSTALL_DESTINATION ${SLICESCHED_CMAKE_DIR}
+  PATH_VARS CMAKE_INSTALL_INCLUDEDIR)
 # The plugin interface is versioned by its entry symbol (plugin_entry.hpp),
 # and pre-1.0 minors may change it: only the same minor version matches.
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/SliceSchedulerConfigVersion.cmake
@@ -40,4 +41,5 @@ install(FILES
   ${CMAKE_CURRENT_BINARY_DIR}/SliceSchedulerConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/SliceSchedulerConfigVersion.cmake
   ${CMAKE_CURRENT_LIST_DIR}/SliceSchedulerPlugin.cmake
+  ${CMAKE_CURRENT_LIST_DIR}/SliceSchedulerHash.cmake
   DESTINATION ${SLICESCHED_CMAKE_DIR})
