@@ -75,7 +75,14 @@ foreach(pair "\"build/libslicesched_least_loaded.so\"|\"${library}\"" "\"../../.
 endforeach()
 file(WRITE ${WORK}/least_loaded.toml "${toml}")
 
-run("slicesched simulate" ${SLICESCHED} simulate ${WORK}/least_loaded.toml --out ${WORK}/out)
+# The installed CLI, from its prefix: it must find LibTorch through its
+# RUNPATH, with no LD_LIBRARY_PATH.
+set(installed ${prefix}/bin/slicesched)
+if(NOT EXISTS ${installed})
+  message(FATAL_ERROR "cmake --install left no ${installed}")
+endif()
+run("the installed slicesched simulate" ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH
+    ${installed} simulate ${WORK}/least_loaded.toml --out ${WORK}/out)
 file(READ ${WORK}/out/summary.json summary)
 string(JSON done ERROR_VARIABLE missing GET "${summary}" policies Least-Loaded requests_done)
 if(missing)
