@@ -381,6 +381,17 @@ nlohmann::json policy_summary(const PolicyRun& r) {
   p["memory"] = memory_summary(r);
   // Which plugins ran it, with their arguments as configured.
   p["arbiter"] = {{"plugin", r.arbiter.name}, {"args", r.arbiter.args}};
+  // Every plugin, where it was loaded from (null: built in), and how many
+  // calls the run made into it. (Not their wall time: summary.json is
+  // byte-identical for a config and seed; simulate warns when deciding
+  // takes longer than the time decided.)
+  p["plugins"] = nlohmann::json::array();
+  for (const PluginRecord& x : r.plugins)
+    p["plugins"].push_back({{"kind", x.kind},
+                            {"plugin", x.name},
+                            {"args", x.args},
+                            {"library", x.library.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.library)},
+                            {"calls", x.use ? x.use->calls.load() : 0}});
   p["estimator"] = {{"plugin", r.estimator.name},
                     {"args", r.estimator.args},
                     {"prior", r.estimator_prior.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.estimator_prior)}};

@@ -178,6 +178,18 @@ int simulate(const SimulateOptions& opt) {
     std::vector<PolicyRun> finished, failed_runs;
     for (auto& r : runs)
       if (r) (r->error.empty() ? finished : failed_runs).push_back(std::move(*r));
+    // A policy whose plugins take longer to decide than the time they
+    // schedule could not keep up live: say so.
+    for (const PolicyRun& r : finished) {
+      double deciding = 0;
+      for (const PluginRecord& x : r.plugins)
+        if (x.use && (x.kind == "placement policy" || x.kind == "partition set")) deciding += x.use->seconds();
+      if (deciding > r.metrics.span_s && r.metrics.span_s > 0)
+        std::fprintf(stderr,
+                     "slicesched: warning: policy '%s': its placement policy and partition sets took %.3f s of wall "
+                     "time to decide %.3f s of simulated time (summary.json plugins)\n",
+                     r.name.c_str(), deciding, r.metrics.span_s);
+    }
     if (!finished.empty() || !failed_runs.empty())
       report(cfg.value(), finished,
              {.out = opt.out, .trace_seconds = opt.trace_seconds, .explain = opt.explain, .failed = &failed_runs});

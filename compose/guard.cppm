@@ -9,9 +9,11 @@
 // The plugin interfaces return values, not Statuses, so a guard throws;
 // compose's run() catches PluginFailure and returns it as a Status.
 module;
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -34,12 +36,25 @@ class PluginFailure : public std::runtime_error {
 // inside a catch block.
 std::string describe_current_exception();
 
+// What calls into one plugin cost: how many, and the wall time they took
+// (steady clock, the plugin's own time). Shared by every guard of that
+// plugin (the what-if workers' arbiters are several objects); safe for
+// concurrent calls.
+struct PluginUse {
+  std::atomic<std::uint64_t> calls{0};
+  std::atomic<std::int64_t> nanos{0};
+  double seconds() const { return static_cast<double>(nanos.load()) / 1e9; }
+};
+
 // Each wraps a plugin object (which keeps its library loaded) and is
 // itself a plugin of the same interface. `who` names it in failures, e.g.
-// "partition set 'ring'".
-PluginPtr<PartitionSet> guard(PluginPtr<PartitionSet> inner, std::string who);
-PluginPtr<PlacementPolicy> guard(PluginPtr<PlacementPolicy> inner, std::string who);
-PluginPtr<TransferArbiter> guard(PluginPtr<TransferArbiter> inner, std::string who);
-PluginPtr<Estimator> guard(PluginPtr<Estimator> inner, std::string who);
+// "partition set 'ring'"; `use`, when given, counts its calls and time.
+PluginPtr<PartitionSet> guard(PluginPtr<PartitionSet> inner, std::string who,
+                              std::shared_ptr<PluginUse> use = nullptr);
+PluginPtr<PlacementPolicy> guard(PluginPtr<PlacementPolicy> inner, std::string who,
+                                 std::shared_ptr<PluginUse> use = nullptr);
+PluginPtr<TransferArbiter> guard(PluginPtr<TransferArbiter> inner, std::string who,
+                                 std::shared_ptr<PluginUse> use = nullptr);
+PluginPtr<Estimator> guard(PluginPtr<Estimator> inner, std::string who, std::shared_ptr<PluginUse> use = nullptr);
 
 }  // namespace slicesched

@@ -85,6 +85,7 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
   r.offered = parts.offered;
   r.requests_beyond_window = parts.requests_beyond_window;
   r.requests_truncated = parts.requests_truncated;
+  r.plugins = parts.plugins.records;
   r.arbiter = parts.policy.arbiter;
   r.estimator = parts.policy.estimator;
   if (parts.prior_applied) r.estimator_prior = cfg.estimator_prior;

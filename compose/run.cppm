@@ -41,6 +41,7 @@ struct PolicyRun {
   // requests failed as out of memory, and the backend's accounting.
   std::size_t preemptions = 0, preempted_sequences = 0, oom_failed_requests = 0;
   MemoryStats memory;
+  std::vector<PluginRecord> plugins;  // every plugin it ran, with what its calls cost
   std::vector<OfferedLoad> offered;
   std::size_t requests_beyond_window = 0;
   std::size_t requests_truncated = 0;             // cut to their model's context window (on_overflow = "truncate")

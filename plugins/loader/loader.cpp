@@ -99,4 +99,14 @@ Status load_plugin_library(const std::filesystem::path& path, PluginRegistries& 
   return Status::Ok();
 }
 
+std::string plugin_library_path(const std::shared_ptr<const void>& library) {
+  if (!library) return {};
+  // load_plugin_library is the only one to set a library, and it is always
+  // a boost::dll::shared_library.
+  const auto* lib = static_cast<const boost::dll::shared_library*>(library.get());
+  std::error_code ec;
+  const auto path = lib->location(ec);
+  return ec ? std::string() : path.string();
+}
+
 }  // namespace slicesched
