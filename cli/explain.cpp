@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -62,6 +63,7 @@ int explain(const ExplainOptions& opt) {
   }
   std::map<std::string, std::vector<nlohmann::json>> rounds;  // per policy, in file order
   std::size_t lineno = 0, lines = 0;
+  std::set<std::string> policies;  // every policy the file records
   std::string line;
   while (std::getline(in, line)) {
     ++lineno;
@@ -81,12 +83,20 @@ int explain(const ExplainOptions& opt) {
     }
     ++lines;
     const std::string policy = d.value("policy", std::string());
+    policies.insert(policy);
     if (opt.policy && policy != *opt.policy) continue;
     for (const auto& r : d["requests"])
       if (r.is_number_unsigned() && r.get<std::uint64_t>() == opt.request) {
         rounds[policy].push_back(std::move(d));
         break;
       }
+  }
+  if (opt.policy && !policies.contains(*opt.policy)) {
+    std::string names;
+    for (const std::string& p : policies) names += (names.empty() ? "" : ", ") + p;
+    std::fprintf(stderr, "slicesched: --policy %s: %s records no policy of that name (policies: %s)\n",
+                 opt.policy->c_str(), path.string().c_str(), names.empty() ? "none" : names.c_str());
+    return 2;
   }
   if (rounds.empty()) {
     std::fprintf(stderr,

@@ -358,6 +358,26 @@ nlohmann::json ground_truth_json(const std::vector<TruthPlayed>& played) {
   return j;
 }
 
+// HBM pressure: what waited, what was preempted or failed, and the most
+// the ground truth (or the live devices) ever held against the budget.
+static nlohmann::json memory_summary(const PolicyRun& r) {
+  double peak_gib = 0, peak_fraction = 0;
+  for (std::size_t a = 0; a < r.memory.peak.size() && a < r.memory.budget.size(); ++a) {
+    peak_gib = std::max(peak_gib, static_cast<double>(r.memory.peak[a]) / (1024.0 * 1024.0 * 1024.0));
+    if (r.memory.budget[a] > 0)
+      peak_fraction =
+          std::max(peak_fraction, static_cast<double>(r.memory.peak[a]) / static_cast<double>(r.memory.budget[a]));
+  }
+  return {{"oom_waits", r.scheduling.oom_waits},
+          {"backend_memory_waits", r.memory.waits},
+          {"refused_receives", r.memory.refused_receives},
+          {"preemptions", r.preemptions},
+          {"preempted_sequences", r.preempted_sequences},
+          {"oom_failed_requests", r.oom_failed_requests},
+          {"peak_hbm_gib", round6(peak_gib)},
+          {"peak_hbm_fraction", round6(peak_fraction)}};
+}
+
 nlohmann::json policy_summary(const PolicyRun& r) {
   const RunMetrics& m = r.metrics;
   nlohmann::json p;
@@ -407,9 +427,22 @@ nlohmann::json policy_summary(const PolicyRun& r) {
                      {"deferred", r.scheduling.deferred},
                      {"budget_full_calls", r.scheduling.budget_full_calls},
                      {"budget_held_s", round6(static_cast<double>(r.scheduling.budget_held) / 1e9)},
-                     {"issued_budget", r.issued_budget}};
+                     {"issued_budget", r.issued_budget},
+                     {"invalid_picks", r.scheduling.invalid_picks}};
+  p["memory"] = memory_summary(r);
   // Which plugins ran it, with their arguments as configured.
   p["arbiter"] = {{"plugin", r.arbiter.name}, {"args", r.arbiter.args}};
+  // Every plugin, where it was loaded from (null: built in), and how many
+  // calls the run made into it. (Not their wall time: summary.json is
+  // byte-identical for a config and seed; simulate warns when deciding
+  // takes longer than the time decided.)
+  p["plugins"] = nlohmann::json::array();
+  for (const PluginRecord& x : r.plugins)
+    p["plugins"].push_back({{"kind", x.kind},
+                            {"plugin", x.name},
+                            {"args", x.args},
+                            {"library", x.library.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.library)},
+                            {"calls", x.use ? x.use->calls.load() : 0}});
   p["estimator"] = {{"plugin", r.estimator.name},
                     {"args", r.estimator.args},
                     {"prior", r.estimator_prior.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.estimator_prior)}};
@@ -462,20 +495,34 @@ void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const Rep
   const SloBasis slo = opt.slo ? *opt.slo : slo_basis(runs);
   apply_slo(runs, slo);
   warn_budget(runs);
-  print_table(runs, slo);
+  std::vector<const PolicyRun*> all;  // finished, then failed
+  for (const PolicyRun& r : runs) all.push_back(&r);
+  if (opt.failed) {
+    apply_slo(*opt.failed, slo);
+    for (PolicyRun& r : *opt.failed) all.push_back(&r);
+  }
+  if (!runs.empty()) print_table(runs, slo);
   if (!opt.out) return;
   const fs::path dir(*opt.out);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error(dir.string() + ": cannot create (" + ec.message() + ")");
-  write_file(dir / kSummary, summary(cfg, runs, slo, opt.ground_truth).dump(2) + "\n");
+  nlohmann::json sum = summary(cfg, runs, slo, opt.ground_truth);
+  for (std::size_t k = runs.size(); k < all.size(); ++k) {
+    nlohmann::json p = policy_summary(*all[k]);
+    p["failed"] = true;
+    p["error"] = all[k]->error;
+    sum["policies"][all[k]->name] = std::move(p);
+  }
+  write_file(dir / kSummary, sum.dump(2) + "\n");
   if (opt.explain) {
     std::string lines;
-    for (const PolicyRun& r : runs)
-      for (const DecisionLog::Line& d : r.decisions) (lines += d.json) += '\n';
+    for (const PolicyRun* r : all)
+      for (const DecisionLog::Line& d : r->decisions) (lines += d.json) += '\n';
     write_file(dir / kDecisions, lines);
   }
-  for (const PolicyRun& r : runs) {
+  for (const PolicyRun* run : all) {
+    const PolicyRun& r = *run;
     write_file(dir / requests_file(r.name), requests_csv(r));
     write_file(dir / accelerators_file(r.name), accelerators_csv(r));
     write_file(dir / trace_file(r.name), chrome_trace(r, opt.trace_seconds));

@@ -47,6 +47,10 @@ struct ReportOptions {
   // summary.json's "ground_truth": what each accelerator type played
   // (ground_truth_json); null: left out.
   nlohmann::json ground_truth;
+  // Runs that failed (PolicyRun::error), with what they knew: not in the
+  // table, but in summary.json marked failed, and their decisions, CSVs
+  // and traces written.
+  std::vector<PolicyRun>* failed = nullptr;
 };
 
 // {type: {"truth": "profile"|"calibrated"|"roofline", "source": file,

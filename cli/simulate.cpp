@@ -145,12 +145,14 @@ int simulate(const SimulateOptions& opt) {
       ro.timeline_s = opt.trace_seconds;
       ro.decisions = opt.explain && k < reported;
       ro.origin = "simulate " + cfg->path + ", policy " + chosen[k]->name;
+      ro.keep_failed = true;  // a failed run's decisions and trace are what explain it
       auto run = run_offline(cfg.value(), *parts[k], truths, ro);
       parts[k].reset();  // what a run held is not needed for the report
       if (!run.ok())
         failures[k] = run.status().message();
-      else if (!run->interrupted)
-        runs[k] = std::move(run).value();
+      else if (!run->error.empty())
+        failures[k] = run->error;
+      if (run.ok() && (!run->error.empty() || !run->interrupted)) runs[k] = std::move(run).value();
     };
     if (chosen.size() == 1 || (reported == 1 && baseline)) {
       // The baseline beside (no what-ifs: about a fifth of SliceScheduler's
@@ -196,24 +198,37 @@ int simulate(const SimulateOptions& opt) {
       std::fprintf(stderr, "\nslicesched: %s: stopped while simulating; nothing written\n", signal_name());
       return 130;
     }
-    std::vector<PolicyRun> finished;
+    std::vector<PolicyRun> finished, failed_runs;
     for (std::size_t k = 0; k < reported; ++k)
-      if (runs[k]) finished.push_back(std::move(*runs[k]));
+      if (runs[k]) (runs[k]->error.empty() ? finished : failed_runs).push_back(std::move(*runs[k]));
     SloBasis slo = slo_basis(finished, opt.slo_threshold_s);
     if (baseline) {
-      if (runs.back())
+      if (runs.back() && runs.back()->error.empty())
         slo = {runs.back()->metrics.ttft_p90_s,
                std::string("p90 TTFT of ") + kSloBaseline + ", run beside as the baseline"};
       else
         slo = {std::nullopt, std::string("the baseline ") + kSloBaseline + " failed (below)"};
     }
-    if (!finished.empty())
+    // A policy whose plugins take longer to decide than the time they
+    // schedule could not keep up live: say so.
+    for (const PolicyRun& r : finished) {
+      double deciding = 0;
+      for (const PluginRecord& x : r.plugins)
+        if (x.use && (x.kind == "placement policy" || x.kind == "partition set")) deciding += x.use->seconds();
+      if (deciding > r.metrics.span_s && r.metrics.span_s > 0)
+        std::fprintf(stderr,
+                     "slicesched: warning: policy '%s': its placement policy and partition sets took %.3f s of wall "
+                     "time to decide %.3f s of simulated time (summary.json plugins)\n",
+                     r.name.c_str(), deciding, r.metrics.span_s);
+    }
+    if (!finished.empty() || !failed_runs.empty())
       report(cfg.value(), finished,
              {.out = opt.out,
               .trace_seconds = opt.trace_seconds,
               .explain = opt.explain,
               .slo = slo,
-              .ground_truth = ground_truth_json(played)});
+              .ground_truth = ground_truth_json(played),
+              .failed = &failed_runs});
     std::size_t failed = 0;
     for (std::size_t k = 0; k < failures.size(); ++k)
       if (!failures[k].empty()) {

@@ -21,6 +21,12 @@ target_compile_features(slicesched_core PUBLIC cxx_std_20)
 # records where a module file set is installed only from the directory that
 # defines the target (elsewhere the export names the source tree's files).
 install(FILES ${PROJECT_SOURCE_DIR}/plugins/plugin_entry.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/slicesched)
+# The installed CLI finds LibTorch, the CUDA runtime and NCCL where the build
+# found them (they live in .venv, inside the source tree, which CMake would
+# otherwise strip from an installed RUNPATH).
+if(SLICESCHED_HAVE_TORCH)
+  set_target_properties(slicesched PROPERTIES INSTALL_RPATH "${SLICESCHED_TORCH_RPATH}")
+endif()
 install(TARGETS slicesched RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 install(EXPORT SliceSchedulerTargets
@@ -31,7 +37,8 @@ install(EXPORT SliceSchedulerTargets
 
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/SliceSchedulerConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/SliceSchedulerConfig.cmake
-  INSTALL_DESTINATION ${SLICESCHED_CMAKE_DIR})
+  INSTALL_DESTINATION ${SLICESCHED_CMAKE_DIR}
+  PATH_VARS CMAKE_INSTALL_INCLUDEDIR)
 # The plugin interface is versioned by its entry symbol (plugin_entry.hpp),
 # and pre-1.0 minors may change it: only the same minor version matches.
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/SliceSchedulerConfigVersion.cmake
@@ -40,4 +47,5 @@ install(FILES
   ${CMAKE_CURRENT_BINARY_DIR}/SliceSchedulerConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/SliceSchedulerConfigVersion.cmake
   ${CMAKE_CURRENT_LIST_DIR}/SliceSchedulerPlugin.cmake
+  ${CMAKE_CURRENT_LIST_DIR}/SliceSchedulerHash.cmake
   DESTINATION ${SLICESCHED_CMAKE_DIR})

@@ -86,4 +86,8 @@ target_link_libraries(slicesched::nccl INTERFACE "${_nvidia}/nccl/lib/libnccl.so
 
 set(SLICESCHED_HAVE_TORCH ON CACHE INTERNAL "LibTorch found: live mode is built")
 set(SLICESCHED_TORCH_FOUND_AT "${_torch_root}" CACHE INTERNAL "the LibTorch in use")
+# Where an installed binary finds LibTorch and the CUDA runtime and NCCL it
+# loads (cmake/Install.cmake keeps them in its RUNPATH).
+set(SLICESCHED_TORCH_RPATH "${_torch_root}/lib;${_nvidia}/cu13/lib;${_nvidia}/nccl/lib" CACHE INTERNAL
+    "the run-time library folders of the LibTorch in use")
 message(STATUS "SliceScheduler: LibTorch at ${_torch_root}, CUDA runtime and NCCL at ${_nvidia}")

@@ -11,7 +11,11 @@
 #     initialisers, the interfaces' vtables and type_info) bind to its own
 #     copies even if the host exports the same names,
 #   --no-undefined: a missing symbol fails the link, not the dlopen (left
-#     out under -fsanitize=..., whose runtime lives in the host).
+#     out under -fsanitize=..., whose runtime lives in the host),
+#   SLICESCHED_INTERFACE_HASH and SLICESCHED_SDK_VERSION: the hash of the
+#     SDK's interfaces it compiles against (SliceSchedulerHash.cmake) and
+#     the SDK's version, which SLICESCHED_PLUGIN_ENTRY embeds and the
+#     loader checks against its own.
 function(slicesched_add_plugin target)
   if(NOT ARGN)
     message(FATAL_ERROR "slicesched_add_plugin(${target}): no sources")
@@ -26,6 +30,10 @@ function(slicesched_add_plugin target)
     target_sources(${target} PRIVATE FILE_SET CXX_MODULES FILES ${modules})
   endif()
   target_link_libraries(${target} PRIVATE SliceScheduler::core)
+  file(GLOB interfaces ${SliceScheduler_INTERFACE_DIR}/*.cppm)
+  slicesched_interface_hash(hash ${interfaces})
+  target_compile_definitions(${target} PRIVATE
+    SLICESCHED_INTERFACE_HASH="${hash}" SLICESCHED_SDK_VERSION="${SliceScheduler_VERSION}")
   target_compile_features(${target} PRIVATE cxx_std_20)
   set_target_properties(${target} PROPERTIES
     CXX_EXTENSIONS OFF

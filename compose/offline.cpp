@@ -191,6 +191,15 @@ Result<PolicyRun> run_offline(const ExperimentConfig& cfg, PolicyParts& parts, c
   const double per_iteration_s = cfg.ground_truth.iteration_overhead_s;
   FixedCostTruth fixed(*truth.value(), parts.models, per_iteration_s);
   EmulatedCluster cluster(parts.accels->size(), fixed, *parts.plugins.arbiter);
+  // The ground truth holds what each accelerator's HBM holds, no more.
+  std::vector<std::int64_t> budgets, weights;
+  for (AccelId a = 0; a < parts.accels->size(); ++a) {
+    budgets.push_back(parts.accels->hbm_bytes(a));
+    weights.push_back(parts.gmg->hbm(a).weights);
+  }
+  cluster.set_arbiter_name("transfer arbiter '" + parts.policy.arbiter.name + "'");
+  if (Status s = cluster.set_memory(std::move(budgets), weights); !s.ok())
+    return Status(s.code(), "policy '" + parts.policy.name + "': " + s.message());
   auto run = run_recorded(cfg, parts, cluster, opt);
   if (!run.ok()) return run;
   run->fixed_costs = {per_iteration_s, fixed.iterations(), per_iteration_s * static_cast<double>(fixed.iterations())};

@@ -163,13 +163,25 @@ Result<PolicyPlugins> build_plugins(const ExperimentConfig& cfg, const PolicyCon
     const std::string who = "policy '" + policy.name + "': ";
     PolicyPlugins p;
     std::vector<PluginPtr<PartitionSet>> sets;
+    // Every plugin behind a guard: whatever it throws names it, and its
+    // calls and their time are counted (PluginRecord).
+    auto guarded_plugin = [&](const auto& registry, const PluginChoice& c, auto ptr) {
+      auto use = std::make_shared<PluginUse>();
+      p.records.push_back(
+          {registry.kind(), c.name, c.args, plugin_library_path(ptr.get_deleter().library), use});
+      return guard(std::move(ptr), registry.kind() + " '" + c.name + "'", std::move(use));
+    };
     for (const auto& choice : policy.partition_sets)
-      sets.push_back(made(plugins.partition.create(choice.name, tenant_ids(cfg, policy, choice.args)), who));
+      sets.push_back(guarded_plugin(plugins.partition, choice,
+                                    made(plugins.partition.create(choice.name, tenant_ids(cfg, policy, choice.args)), who)));
     p.partitions = std::make_unique<UnionPartitionSet>(std::move(sets));
     if (Status s = p.partitions->bind(accels); !s.ok()) fail(who + s.message());
-    p.placement = made(plugins.placement.create(policy.placement.name, policy.placement.args), who);
-    p.arbiter = made(plugins.arbiter.create(policy.arbiter.name, policy.arbiter.args), who);
-    p.estimator = made(plugins.estimator.create(policy.estimator.name, policy.estimator.args), who);
+    p.placement = guarded_plugin(plugins.placement, policy.placement,
+                                 made(plugins.placement.create(policy.placement.name, policy.placement.args), who));
+    p.arbiter = guarded_plugin(plugins.arbiter, policy.arbiter,
+                               made(plugins.arbiter.create(policy.arbiter.name, policy.arbiter.args), who));
+    p.estimator = guarded_plugin(plugins.estimator, policy.estimator,
+                                 made(plugins.estimator.create(policy.estimator.name, policy.estimator.args), who));
     return p;
   });
 }
@@ -206,7 +218,15 @@ Result<std::unique_ptr<PolicyParts>> build_policy(const ExperimentConfig& cfg, c
     sopt.prune = !opt.explain;
     sopt.scoped = policy.scoped_what_if;
     sopt.horizon = policy.horizon_s < 0 ? -1 : static_cast<Nanos>(policy.horizon_s * 1e9);
-    sopt.arbiter = [&plugins, &choice = p->policy.arbiter] { return plugins.arbiter.create(choice.name, choice.args); };
+    // The what-if workers' arbiters count into the backend arbiter's record.
+    std::shared_ptr<PluginUse> arbiter_use;
+    for (const PluginRecord& r : p->plugins.records)
+      if (r.kind == plugins.arbiter.kind()) arbiter_use = r.use;
+    sopt.arbiter = [&plugins, &choice = p->policy.arbiter, arbiter_use]() -> Result<PluginPtr<TransferArbiter>> {
+      auto made = plugins.arbiter.create(choice.name, choice.args);
+      if (!made.ok()) return made.status();
+      return guard(std::move(made).value(), plugins.arbiter.kind() + " '" + choice.name + "'", arbiter_use);
+    };
     p->scheduler =
         std::make_unique<Scheduler>(*p->plugins.placement, *p->plugins.partitions, *p->plugins.estimator, sopt);
     p->engine = engine_options(cfg, opt, *p->accels);

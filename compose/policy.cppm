@@ -11,12 +11,14 @@ module;
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 export module slicesched.compose.policy;
 export import slicesched.compose.setup;
+export import slicesched.compose.guard;
 export import slicesched.core.calibration;
 export import slicesched.engine;
 export import slicesched.engine.union_partition_set;
@@ -35,13 +37,25 @@ struct OfferedLoad {
   double output_tokens_per_s() const { return window_s > 0 ? static_cast<double>(output_tokens) / window_s : 0; }
 };
 
+// One plugin a policy runs: its extension point ("placement policy"),
+// name and arguments as configured, the library it was loaded from (empty:
+// built in), and what calls into it cost (its guard counts them).
+struct PluginRecord {
+  std::string kind, name;
+  nlohmann::json args;
+  std::string library;
+  std::shared_ptr<PluginUse> use;
+};
+
 // A policy's plugins, each created once from its configured name and
-// arguments (the partition sets already bound to the cluster).
+// arguments (the partition sets already bound to the cluster), each behind
+// a guard (compose.guard).
 struct PolicyPlugins {
   PluginPtr<Estimator> estimator;
   std::unique_ptr<UnionPartitionSet> partitions;
   PluginPtr<PlacementPolicy> placement;
   PluginPtr<TransferArbiter> arbiter;  // the backend's; what-if workers make their own
+  std::vector<PluginRecord> records;    // every one of them, in config order
 };
 
 // Creates `policy`'s plugins for `accels`. Fails with one line naming the

@@ -25,8 +25,10 @@ Result<EngineResult> run(PolicyParts& parts, Backend& backend, std::span<EngineO
     auto result = engine.run(observers);
     if (!result.ok()) return Status(result.status().code(), who + result.status().message());
     return result;
-  } catch (const std::exception& e) {
-    return Internal(who + e.what());
+  } catch (const PluginFailure& e) {  // names the plugin that failed
+    return Internal("policy '" + parts.policy.name + "': " + e.what());
+  } catch (...) {
+    return Internal(who + describe_current_exception());
   }
 }
 
@@ -52,8 +54,20 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
 
   const auto t0 = std::chrono::steady_clock::now();
   auto result = run(parts, backend, observers, opt.stop);
-  if (!result.ok()) return result.status();
+  if (!result.ok() && !opt.keep_failed) return result.status();
   PolicyRun r;
+  if (!result.ok()) {
+    // What the run knew when it failed: the tenants' requests as they are,
+    // the scheduler's counts and the backend's memory so far.
+    r.error = result.status().message();
+    EngineResult so_far;
+    for (const Tenant& t : parts.tenants)
+      so_far.requests.insert(so_far.requests.end(), t.records().begin(), t.records().end());
+    so_far.end = backend.now();
+    so_far.scheduling = parts.scheduler->stats();
+    so_far.memory = backend.memory_stats();
+    result = std::move(so_far);
+  }
   r.name = parts.policy.name;
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.metrics = compute_metrics(parts.policy.name, result->requests, intervals, parts.online, cfg.duration_s);
@@ -65,9 +79,14 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
   r.issued_budget = parts.policy.issued_budget;
   r.lost_ops = result->lost_ops;
   r.rebuilt_sequences = result->rebuilt_sequences;
+  r.preemptions = result->preemptions;
+  r.preempted_sequences = result->preempted_sequences;
+  r.oom_failed_requests = result->oom_failed_requests;
+  r.memory = result->memory;
   r.offered = parts.offered;
   r.requests_beyond_window = parts.requests_beyond_window;
   r.requests_truncated = parts.requests_truncated;
+  r.plugins = parts.plugins.records;
   r.arbiter = parts.policy.arbiter;
   r.estimator = parts.policy.estimator;
   if (parts.prior_applied) r.estimator_prior = cfg.estimator_prior;

@@ -39,6 +39,11 @@ struct PolicyRun {
   RoundStats scheduling;
   std::size_t issued_budget = 0;  // the scheduler's cap on issued operators (policy config)
   std::size_t lost_ops = 0, rebuilt_sequences = 0;  // faults (EngineResult)
+  // Memory pressure (EngineResult): preemptions, the sequences they held,
+  // requests failed as out of memory, and the backend's accounting.
+  std::size_t preemptions = 0, preempted_sequences = 0, oom_failed_requests = 0;
+  MemoryStats memory;
+  std::vector<PluginRecord> plugins;  // every plugin it ran, with what its calls cost
   std::vector<OfferedLoad> offered;
   std::size_t requests_beyond_window = 0;
   std::size_t requests_truncated = 0;             // cut to their model's context window (on_overflow = "truncate")
@@ -53,6 +58,9 @@ struct PolicyRun {
     std::size_t iterations = 0;  // sampling operators charged
     double seconds = 0;          // per_iteration_s * iterations
   } fixed_costs;
+  // Why the run failed (RecordOptions::keep_failed): what it knew until
+  // then is above, cut short. Empty: it ran to the end.
+  std::string error;
 };
 
 struct RecordOptions {
@@ -64,10 +72,15 @@ struct RecordOptions {
   ProgressFn progress = {};   // called about every 1 % of requests ended
   const std::atomic<int>* stop = nullptr;
   std::string origin;  // where the calibration snapshot comes from, e.g. "simulate cfg.toml, policy P"
+  // A run that fails still comes back, with what it recorded until then
+  // and PolicyRun::error set (so its decisions and trace can be written);
+  // off, the failure is returned as a Status.
+  bool keep_failed = false;
 };
 
 // run() with the recorders, then the PolicyRun from them. `extra` observers
-// watch too (after the recorders). Fails as run() does.
+// watch too (after the recorders). Fails as run() does, unless
+// opt.keep_failed.
 Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, Backend& backend,
                                const RecordOptions& opt, std::span<EngineObserver* const> extra = {});
 

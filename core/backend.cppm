@@ -55,6 +55,16 @@ struct IterationPlan {
   std::vector<Seq> seqs;
 };
 
+// What a backend's memory accounting saw (ground truth offline, the
+// devices' budgets live): per accelerator its budget and the most it held
+// at once, weights included; operators that waited for memory to free
+// before they could start (each counted once); receives refused for memory
+// and retried. Empty vectors: the backend does not account memory.
+struct MemoryStats {
+  std::vector<std::int64_t> budget, peak;
+  std::size_t waits = 0, refused_receives = 0;
+};
+
 // Called from the engine thread only.
 class Backend {
  public:
@@ -85,6 +95,8 @@ class Backend {
   // Why nothing can progress although work is queued (e.g. every queued
   // operator waits for memory), or empty.
   virtual std::string stall_reason() const { return {}; }
+  // What its memory accounting saw so far (see MemoryStats).
+  virtual MemoryStats memory_stats() const { return {}; }
   // A fault at now(): accelerator `a` is lost with everything on it. Every
   // operator running or queued there, every transfer from or to it, and
   // every operator whose input only it held (now, or when it is submitted

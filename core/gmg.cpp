@@ -6,6 +6,7 @@ module;
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 module slicesched.core.gmg;
@@ -412,6 +413,116 @@ Status Gmg::check_batch(std::span<const OpId> ops) const {
     if (unscheduled > 0)
       return FailedPrecondition("issue: " + op_name(id) + " has " + std::to_string(unscheduled) +
                                 " unscheduled predecessor(s)");
+  }
+  return Status::Ok();
+}
+
+Status Gmg::check_memory(std::span<const OpId> ops, std::span<const AccelId> accels, AccelId* over,
+                         bool alone) const {
+  // Per accelerator of the batch (a handful: a small list, not a map):
+  // what it adds besides workspaces, and its largest workspace. One
+  // operator runs at a time on an accelerator, so only one workspace is
+  // ever live there: the account holds the largest, not their sum.
+  struct Need {
+    AccelId a;
+    std::int64_t bytes = 0, workspace = 0;
+  };
+  std::vector<Need> need;
+  auto at = [&](AccelId a) -> Need& {
+    for (Need& n : need)
+      if (n.a == a) return n;
+    return need.emplace_back(Need{a});
+  };
+  auto accel_of = [&](OpId src) {
+    for (std::size_t k = 0; k < ops.size(); ++k)
+      if (ops[k] == src) return accels[k];
+    return ops_[src].accel;
+  };
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    const OpRecord& r = ops_[ops[k]];
+    Need& n = at(accels[k]);
+    n.bytes += r.out_bytes + r.retained_bytes;
+    n.workspace = std::max(n.workspace, r.workspace_bytes);
+    for (std::uint32_t e = r.first_in; e != kNoEdge; e = edges_[e].next_in) {
+      const Edge& edge = edges_[e];
+      if (accel_of(edge.src) != accels[k]) at(accels[k]).bytes += edge.bytes;
+      // Alone, the batch still holds what it takes over until it is done.
+      if (alone && edge.retained && ops_[edge.src].retained_held) at(ops_[edge.src].accel).bytes += edge.bytes;
+    }
+  }
+  for (const Need& n : need) {
+    const AccelId a = n.a;
+    // What the accelerator holds or reserved, its issued operators'
+    // workspaces counted as their largest.
+    std::int64_t held = hbm_[a].weights, workspace = n.workspace;
+    if (!alone) {
+      std::int64_t issued_ws = 0;
+      for (OpId id : issued_ops_)
+        if (ops_[id].accel == a) {
+          issued_ws += ops_[id].workspace_bytes;
+          workspace = std::max(workspace, ops_[id].workspace_bytes);
+        }
+      held = hbm_[a].total() - issued_ws;
+    }
+    const std::int64_t cap = accels_->hbm_bytes(a), bytes = n.bytes + workspace;
+    if (held + bytes > cap) {
+      if (over) *over = a;
+      OpId first = ops.front();
+      for (std::size_t k = 0; k < ops.size(); ++k)
+        if (accels[k] == a) {
+          first = ops[k];
+          break;
+        }
+      return ResourceExhausted("HBM: " + op_name(first) + " on " + accels_->operator[](a).name + " needs " +
+                               std::to_string(bytes) + " bytes, " + std::to_string(cap - held) + " of " +
+                               std::to_string(cap) + " are free");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Gmg::cancel(std::span<const OpId> ops) {
+  auto inside = [&](OpId id) { return std::find(ops.begin(), ops.end(), id) != ops.end(); };
+  for (OpId id : ops) {
+    if (!contains(id)) return NotFound("cancel: " + op_name(id));
+    if (ops_[id].state != OpState::kUnscheduled)
+      return FailedPrecondition("cancel: " + op_name(id) + " is " +
+                                (ops_[id].state == OpState::kIssued ? "issued" : "done"));
+    for (std::uint32_t e = ops_[id].first_out; e != kNoEdge; e = edges_[e].next_out)
+      if (!inside(edges_[e].dst))
+        return FailedPrecondition("cancel: " + op_name(id) + " feeds " + op_name(edges_[e].dst) +
+                                  ", which is not cancelled with it");
+  }
+  for (OpId id : ops) {
+    OpRecord& r = ops_[id];
+    // Inputs from outside: the producer loses a successor (and, for a
+    // retained state, its consumer).
+    for (std::uint32_t e = r.first_in; e != kNoEdge;) {
+      const std::uint32_t next = edges_[e].next_in;
+      const OpId src = edges_[e].src;
+      if (!inside(src)) {
+        OpRecord& p = ops_[src];
+        std::uint32_t* link = &p.first_out;
+        while (*link != e) link = &edges_[*link].next_out;
+        *link = edges_[e].next_out;
+        if (edges_[e].retained) p.retained_attached = false;
+        --p.pending_succs;
+        if (--p.unscheduled_succs == 0) frontier_remove(frontier_s_, &FrontierPos::s, src);
+        rows_[src].pending_succs = p.pending_succs;
+        rows_[src].unscheduled_succs = p.unscheduled_succs;
+        maybe_free_output(src);
+      }
+      e = next;
+    }
+  }
+  // Edges inside the set, then the slots.
+  for (OpId id : ops) {
+    for (std::uint32_t e = ops_[id].first_in; e != kNoEdge; e = edges_[e].next_in) free_edges_.push_back(e);
+    frontier_remove(frontier_u_, &FrontierPos::u, id);
+    ops_[id] = OpRecord{};
+    rows_[id] = OpRow{};
+    free_ops_.push_back(id);
+    --live_;
   }
   return Status::Ok();
 }

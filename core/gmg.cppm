@@ -211,6 +211,29 @@ class Gmg {
     return accels_->contains(accel) && !down_[accel] &&
            (ops_[op].weight_bytes == 0 || weights_on(ops_[op].kind, accel));
   }
+  // Whether the GMG's HBM account holds the batch: what issuing ops[k]
+  // onto accels[k] reserves (outputs, retained state and a receive buffer
+  // per remote input, as issue() does, and a workspace) added to what each
+  // accelerator already holds or reserved stays within its HBM. Operators
+  // run one at a time per accelerator, so of the workspaces of the issued
+  // operators and the batch only the largest counts. The rule
+  // every policy's picks obey, whatever its what-if predicted: a batch
+  // that does not fit waits. Fails with ResourceExhausted naming the
+  // first accelerator over, the operator and the bytes. Requires
+  // check_issue(ops, accels) to pass.
+  // `over`, when given, is set to that accelerator. With `alone`, against
+  // an otherwise empty cluster instead: each accelerator holding only its
+  // weights and the retained state the batch itself takes over. A batch
+  // that fails that never fits there, whatever is preempted.
+  Status check_memory(std::span<const OpId> ops, std::span<const AccelId> accels, AccelId* over = nullptr,
+                      bool alone = false) const;
+  // Takes back an unscheduled instance's operators (all of `ops`, none
+  // issued, none read by an operator outside `ops`): they leave the GMG,
+  // and the producers they read from forget them (a retained state they
+  // attached to is free to release again). What a tenant calls when it
+  // preempts an iteration that has not started. Checks everything first;
+  // on failure nothing changed.
+  Status cancel(std::span<const OpId> ops);
   // A lost accelerator (a fault): nothing is issued onto it until it is
   // back. What ran or waited there is the backend's to fail; its weights
   // count as resident again when it comes back.

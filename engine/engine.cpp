@@ -2,6 +2,7 @@ module;
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -124,8 +125,11 @@ Status Engine::apply(const Feedback& f) {
 
 std::string Engine::deadlock_cause() const {
   const std::vector<Deferral>& deferred = scheduler_.last_deferrals();
-  if (deferred.empty()) return "is HBM too small?";
+  if (deferred.empty()) return "the backend holds work it does not run";
   auto tenant = [&](const Deferral& d) { return "tenant '" + tenants_[d.tenant].spec().name + "'"; };
+  // A pick that could not be issued says why itself.
+  for (const Deferral& d : deferred)
+    if (!d.reason.empty()) return tenant(d) + ": " + d.reason;
   // A batch that fits on no candidate with nothing else running never
   // will: that is the cause, whatever the policy did with the others.
   for (const Deferral& d : deferred)
@@ -133,9 +137,87 @@ std::string Engine::deadlock_cause() const {
       return tenant(d) + ": its batch of " + std::to_string(d.ops) + " operator(s) exceeds the free HBM of all " +
              std::to_string(d.candidates) + " candidate placement(s) (its KV cache cannot fit anywhere)";
   for (const Deferral& d : deferred)
+    if (d.simulated && d.candidates > 0 && d.unplaceable > 0 && d.infeasible + d.unplaceable == d.candidates)
+      return tenant(d) + ": no candidate placement can take its batch of " + std::to_string(d.ops) +
+             " operator(s): " + std::to_string(d.unplaceable) +
+             " name an accelerator that is unknown, lost or lacks the weights" +
+             (d.infeasible ? ", " + std::to_string(d.infeasible) + " exceed the free HBM" : std::string());
+  for (const Deferral& d : deferred)
     if (d.candidates == 0) return tenant(d) + ": the partition sets offer no placement for its batch";
   return "the placement policy deferred every batch: " + std::to_string(deferred.size()) + " in the last round, " +
          std::to_string(scheduler_.stats().deferred) + " deferral(s) in all";
+}
+
+// Nothing is issued on the accelerators a memory wait is short on: nothing
+// there will free memory by finishing (the rest of the cluster may run).
+bool Engine::idle_on(const Deferral& d) const {
+  if (d.short_of.empty()) return false;
+  for (OpId op : gmg_.issued_ops())
+    if (std::find(d.short_of.begin(), d.short_of.end(), gmg_.op(op).accel) != d.short_of.end()) return false;
+  return true;
+}
+
+Result<bool> Engine::preempt(bool stalled) {
+  const std::vector<Deferral>& deferred = scheduler_.last_deferrals();
+  bool waiting = false;
+  std::int32_t top = 0;  // the highest priority waiting for memory
+  for (const Deferral& d : deferred)
+    if (d.memory) {
+      top = waiting ? std::max(top, d.priority) : d.priority;
+      waiting = true;
+    }
+  if (!waiting) return false;
+  struct Victim {
+    std::uint32_t tenant = 0;
+    std::int32_t priority = 0;
+    InstanceId instance = 0;
+  };
+  std::optional<Victim> victim;
+  auto consider = [&](std::uint32_t t, InstanceId instance) {
+    const std::int32_t p = tenants_[t].spec().priority;
+    if (!victim || p < victim->priority || (p == victim->priority && instance > victim->instance))
+      victim = Victim{t, p, instance};
+  };
+  for (std::uint32_t t = 0; t < tenants_.size(); ++t) {
+    if (stalled) {
+      if (auto i = tenants_[t].preemptable(gmg_)) consider(t, *i);
+      continue;
+    }
+    // A lower priority than the waiting batch's, where it is short; where
+    // nothing runs that could free memory, any priority (same-priority
+    // lanes holding each other's room would wait forever).
+    for (const Deferral& d : deferred)
+      if (d.memory && ((d.priority == top && tenants_[t].spec().priority < top) || idle_on(d)))
+        for (AccelId a : d.short_of)
+          if (auto i = tenants_[t].preemptable(gmg_, a)) consider(t, *i);
+  }
+  if (!victim) return false;
+  auto n = tenants_[victim->tenant].preempt(victim->instance, gmg_);
+  if (!n.ok())
+    return Status(n.status().code(), "tenant '" + tenants_[victim->tenant].spec().name + "': " + n.status().message());
+  flush_requests();
+  return n.value() > 0;
+}
+
+Result<bool> Engine::fail_out_of_memory(Nanos now, OomFail which) {
+  for (const Deferral& d : scheduler_.last_deferrals()) {
+    if (!d.memory) continue;
+    if (which == OomFail::kNever && !d.never) continue;
+    const std::string why =
+        d.never ? "out of memory: its iteration needs more HBM than any of its " + std::to_string(d.candidates) +
+                      " candidate placement(s) has beside the weights"
+        : d.reason.empty() ? "out of memory: its iteration fits the HBM of none of its " +
+                                 std::to_string(d.candidates) + " candidate placement(s)"
+                           : "out of memory: " + d.reason;
+    auto n = tenants_[d.tenant].fail_out_of_memory(d.instance, why, gmg_, now);
+    if (!n.ok())
+      return Status(n.status().code(), "tenant '" + tenants_[d.tenant].spec().name + "': " + n.status().message());
+    if (n.value() == 0) continue;
+    oom_failed_ += n.value();
+    flush_requests();
+    return true;
+  }
+  return false;
 }
 
 Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
@@ -189,6 +271,17 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
       for (EngineObserver* o : observers_) o->on_issue(gmg_, op, now);
       if (Status s = backend_.submit(gmg_, op); !s.ok()) return s;
     }
+    // An iteration that cannot fit even alone fails now; a batch that waits
+    // for HBM that lower-priority KV caches hold preempts one. Either way,
+    // schedule again at the same time.
+    if (auto f = fail_out_of_memory(now, OomFail::kNever); !f.ok())
+      return f.status();
+    else if (f.value())
+      continue;
+    if (auto p = preempt(false); !p.ok())
+      return p.status();
+    else if (p.value())
+      continue;
 
     Nanos next = backend_.next_event();
     if (stop == 0)
@@ -207,6 +300,18 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
       // Nothing to do until a client pushes a request (the push wakes
       // the backend's wait); the bound only keeps a missed wake harmless.
       next = now + kInboxWait;
+    }
+    if (next < 0) {
+      // Nothing runs and work waits for memory: preempt whatever holds a
+      // KV cache it could free; failing that, what can never fit fails.
+      if (auto p = preempt(true); !p.ok())
+        return p.status();
+      else if (p.value())
+        continue;
+      if (auto f = fail_out_of_memory(now, OomFail::kAny); !f.ok())
+        return f.status();
+      else if (f.value())
+        continue;
     }
     if (next < 0 && down_count_ > 0) {
       // Nothing left can run what waits: its placements need a lost
@@ -278,7 +383,13 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
   result.complete = std::all_of(tenants_.begin(), tenants_.end(), [](const Tenant& t) { return t.finished(); });
   result.interrupted = interrupted;
   result.lost_ops = lost_ops_;
-  for (const Tenant& t : tenants_) result.rebuilt_sequences += t.rebuilt();
+  for (const Tenant& t : tenants_) {
+    result.rebuilt_sequences += t.rebuilt();
+    result.preemptions += t.preemptions();
+    result.preempted_sequences += t.preempted_sequences();
+  }
+  result.oom_failed_requests = oom_failed_;
+  result.memory = backend_.memory_stats();
   return result;
 }
 

@@ -60,6 +60,11 @@ struct EngineResult {
   // data it held), whose work was placed again; sequences whose KV cache
   // was rebuilt by prefill.
   std::size_t lost_ops = 0, rebuilt_sequences = 0;
+  // Memory pressure: iterations preempted (their KV caches released, their
+  // sequences recomputed later) and the sequences they held; requests
+  // failed because their iteration could never fit the HBM.
+  std::size_t preemptions = 0, preempted_sequences = 0, oom_failed_requests = 0;
+  MemoryStats memory;  // the backend's (ground truth offline)
 };
 
 // Owns nothing; every argument must outlive run(). Not thread-safe.
@@ -90,6 +95,22 @@ class Engine {
   // Why the operators still waiting cannot be placed, from the scheduler's
   // last round (a hint in the deadlock error).
   std::string deadlock_cause() const;
+  // Memory pressure (the scheduler's last round deferred a batch for
+  // HBM): preempts one iteration that has not started and holds a KV
+  // cache, the lowest priority first, then the youngest (vLLM's order).
+  // While the cluster runs, only a lower priority than the waiting batch's
+  // holding KV where it is short; when nothing runs (`stalled`), any.
+  // Returns whether it preempted.
+  Result<bool> preempt(bool stalled);
+  // A waiting iteration fails as out of memory (its largest request; the
+  // others queue again): one that fits nowhere even alone
+  // (Deferral::never, kNever); or, when nothing runs anywhere and nothing
+  // is left to preempt, any that waits for memory (kAny). Returns whether
+  // one did.
+  enum class OomFail { kNever, kAny };
+  Result<bool> fail_out_of_memory(Nanos now, OomFail which);
+  // No operator is issued on the accelerators `d` is short of.
+  bool idle_on(const Deferral& d) const;
 
   Gmg& gmg_;
   std::vector<Tenant>& tenants_;
@@ -97,7 +118,7 @@ class Engine {
   Estimator& est_;
   Backend& backend_;
   EngineOptions opt_;
-  std::size_t next_fault_ = 0, lost_ops_ = 0;
+  std::size_t next_fault_ = 0, lost_ops_ = 0, oom_failed_ = 0;
   std::string lost_names_;      // "gpu3 at 600.000 s, ..." for failure reasons
   std::size_t down_count_ = 0;  // accelerators lost now
   std::span<EngineObserver* const> observers_;

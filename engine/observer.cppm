@@ -11,6 +11,7 @@ module;
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string_view>
 
 export module slicesched.engine.observer;
 export import slicesched.core.backend;
@@ -50,6 +51,10 @@ struct Decision {
   // The candidate issued; none when the round deferred the batch (the
   // policy deferred it, or picked a candidate that cannot be issued).
   std::optional<std::size_t> pick;
+  // Why the round deferred a batch the policy did pick (empty otherwise):
+  // the pick does not fit the HBM account, is out of range, or needs a
+  // lost accelerator.
+  std::string_view waited;
 };
 
 class EngineObserver {

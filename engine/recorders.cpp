@@ -144,6 +144,7 @@ void DecisionLog::on_decision(const Gmg& gmg, const Decision& d) {
   }
   j["candidates"] = std::move(cands);
   j["pick"] = d.pick ? nlohmann::json(d.candidates[*d.pick].label) : nlohmann::json(nullptr);
+  if (!d.waited.empty()) j["waited"] = d.waited;
   lines_.push_back({d.now, j.dump()});
 }
 

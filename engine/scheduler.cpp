@@ -168,6 +168,19 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
         o.at_accel = cands[c].accel[i];
         return;
       }
+    // Whatever the what-if predicts, a placement the HBM account cannot
+    // hold is not issued (the rule every policy obeys): do not simulate it.
+    if (AccelId over = kNoAccel; !gmg.check_memory(batch.ops, cands[c].accel, &over).ok()) {
+      o.why = Outcome::Why::kOutOfMemory;
+      o.at_accel = over;
+      o.at_op = batch.ops.front();
+      for (std::size_t i = 0; i < batch.ops.size(); ++i)
+        if (cands[c].accel[i] == over) {
+          o.at_op = batch.ops[i];
+          break;
+        }
+      return;
+    }
     // The batch is simulated as issued, without copying the GMG; what every
     // candidate shares is built once per round on each thread.
     if (w.prepared_round != ws.round) {
@@ -277,6 +290,10 @@ void Scheduler::close_budget_period(Nanos now) {
   budget_full_since_ = -1;
 }
 
+void Scheduler::count_oom_wait(const Gmg& gmg, const Batch& batch) {
+  if (oom_waited_.insert(gmg.op(batch.ops.front()).instance).second) ++stats_.oom_waits;
+}
+
 Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
   std::vector<OpId> issued;
   gmg.advance_clock(now);
@@ -285,6 +302,10 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
   // Batches the policy deferred this call: skip them, try lower priorities.
   std::vector<OpId> deferred;
   last_deferrals_.clear();
+  // Accelerators a batch waits for HBM on, with its priority: a lower
+  // priority may not take memory there in the same call (it would starve
+  // the higher one; the engine preempts it instead).
+  std::vector<std::pair<AccelId, std::int32_t>> reserved_for;
   for (;;) {
     ++stats_.rounds;
     if (gmg.issued_count() >= opt_.issued_budget) {
@@ -324,24 +345,93 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
     std::optional<std::size_t> pick = cands.empty() ? std::nullopt : policy_.choose(gmg, batch, cands, outcomes);
     // A pick onto a lost accelerator waits too: a static policy's pinned
     // instance is down until its accelerator is back.
-    const auto lost = [&](const Candidate& c) {
-      return std::any_of(c.accel.begin(), c.accel.end(),
-                         [&](AccelId a) { return a < gmg.accels().size() && gmg.is_down(a); });
-    };
-    const bool issuable =
-        pick && *pick < cands.size() && cands[*pick].accel.size() == batch.ops.size() && !lost(cands[*pick]);
-    if (!issuable) {
-      if (on_decision_) on_decision_(gmg, {now, &batch, cands, outcomes, policy_.needs_simulation(), std::nullopt});
+    // Why a pick cannot be issued (empty: it can). Whatever the policy,
+    // the pick must fit the HBM account: memory binds every policy alike.
+    std::string waited;
+    bool memory = false;
+    std::vector<AccelId> short_of;  // accelerators whose HBM the batch waits for
+    if (pick && *pick >= cands.size()) {
+      ++stats_.invalid_picks;
+      waited = "invalid pick: candidate " + std::to_string(*pick) + " of " + std::to_string(cands.size());
+    } else if (pick && cands[*pick].accel.size() != batch.ops.size()) {
+      ++stats_.invalid_picks;
+      waited = "invalid pick: candidate '" + cands[*pick].label + "' places " +
+               std::to_string(cands[*pick].accel.size()) + " operator(s) of " + std::to_string(batch.ops.size());
+    } else if (pick) {
+      for (std::size_t i = 0; i < batch.ops.size() && waited.empty(); ++i)
+        if (!gmg.placeable(batch.ops[i], cands[*pick].accel[i])) {
+          const AccelId a = cands[*pick].accel[i];
+          waited = a >= gmg.accels().size() ? "unknown accelerator " + std::to_string(a)
+                   : gmg.is_down(a)         ? "accelerator " + gmg.accels()[a].name + " is lost"
+                                            : gmg.op_name(batch.ops[i]) + " has no weights on " + gmg.accels()[a].name;
+        }
+      AccelId over = kNoAccel;
+      if (waited.empty())
+        if (Status m = gmg.check_memory(batch.ops, cands[*pick].accel, &over); !m.ok()) {
+          memory = true;
+          short_of.push_back(over);
+          count_oom_wait(gmg, batch);
+          waited = m.message();
+        }
+      for (std::size_t i = 0; i < batch.ops.size() && waited.empty(); ++i)
+        for (const auto& [a, priority] : reserved_for)
+          if (cands[*pick].accel[i] == a && batch.priority < priority) {
+            // Not short itself: it waits (counted), the higher one preempts.
+            count_oom_wait(gmg, batch);
+            waited = "HBM on " + gmg.accels()[a].name + " is kept for a higher-priority batch that waits for it";
+            break;
+          }
+    }
+    if (!pick && policy_.needs_simulation() && !cands.empty()) {
+      // Deferred because nothing fits: every candidate not cut short is
+      // out of memory.
+      std::size_t oom = 0, stopped = 0;
+      for (const Outcome& o : outcomes) {
+        oom += o.why == Outcome::Why::kOutOfMemory;
+        stopped += o.dominated;
+        if (o.why == Outcome::Why::kOutOfMemory && o.at_accel != kNoAccel &&
+            std::find(short_of.begin(), short_of.end(), o.at_accel) == short_of.end())
+          short_of.push_back(o.at_accel);
+      }
+      if (oom > 0 && oom + stopped == cands.size()) {
+        memory = true;
+        count_oom_wait(gmg, batch);
+      } else {
+        short_of.clear();
+      }
+    }
+    // Does not fit even with the cluster to itself: waiting will not help.
+    bool never = false;
+    if (memory) {
+      never = true;
+      for (std::size_t c = 0; c < cands.size() && never; ++c)
+        if (cands[c].accel.size() == batch.ops.size() && (!pick || c == *pick || policy_.needs_simulation()))
+          never = !gmg.check_memory(batch.ops, cands[c].accel, nullptr, true).ok();
+    }
+    if (memory)
+      for (AccelId a : short_of) reserved_for.push_back({a, batch.priority});
+    if (!pick || !waited.empty()) {
+      if (on_decision_)
+        on_decision_(gmg, {now, &batch, cands, outcomes, policy_.needs_simulation(), std::nullopt, waited});
       ++stats_.deferred;
       deferred.push_back(seed);
       Deferral d{.tenant = batch.tenant,
                  .ops = batch.ops.size(),
                  .candidates = cands.size(),
-                 .simulated = policy_.needs_simulation()};
+                 .simulated = policy_.needs_simulation(),
+                 .priority = batch.priority,
+                 .memory = memory,
+                 .never = never,
+                 .reason = std::move(waited),
+                 .instance = gmg.op(batch.ops.front()).instance,
+                 .short_of = std::move(short_of)};
       // Dominated candidates were stopped early, not found not to fit.
       if (d.simulated)
-        for (const Outcome& o : outcomes) d.infeasible += !o.feasible && !o.dominated;
-      last_deferrals_.push_back(d);
+        for (const Outcome& o : outcomes) {
+          d.infeasible += o.why == Outcome::Why::kOutOfMemory;
+          d.unplaceable += o.why == Outcome::Why::kNotPlaceable || o.why == Outcome::Why::kMalformed;
+        }
+      last_deferrals_.push_back(std::move(d));
       continue;
     }
     for (std::size_t i = 0; i < batch.ops.size(); ++i) {
@@ -349,7 +439,7 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
         return Status(s.code(), "scheduler: candidate '" + cands[*pick].label + "': " + s.message());
       issued.push_back(batch.ops[i]);
     }
-    if (on_decision_) on_decision_(gmg, {now, &batch, cands, outcomes, policy_.needs_simulation(), pick});
+    if (on_decision_) on_decision_(gmg, {now, &batch, cands, outcomes, policy_.needs_simulation(), pick, {}});
   }
   return issued;
 }

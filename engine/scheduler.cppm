@@ -8,6 +8,8 @@ module;
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -54,6 +56,11 @@ struct RoundStats {
   // waiting), summed: how long ready work waited for the budget alone.
   std::size_t budget_full_calls = 0;
   Nanos budget_held = 0;
+  // Iterations (instances) a batch of which waited for memory at least
+  // once: its pick did not fit the GMG's HBM account (Gmg::check_memory),
+  // or every candidate was out of memory; and picks the scheduler could not
+  // issue: an index out of range (a policy bug, named in the decision log).
+  std::size_t oom_waits = 0, invalid_picks = 0;
 };
 
 // A batch the placement policy deferred in the latest schedule() call, and
@@ -65,6 +72,17 @@ struct Deferral {
   std::size_t candidates = 0;  // placements the partition sets offered
   bool simulated = false;      // the what-if ran (the policy needs it)
   std::size_t infeasible = 0;  // of the candidates, predicted to exceed HBM (when simulated)
+  std::size_t unplaceable = 0;  // of the candidates, naming an accelerator that is unknown, lost or lacks the weights
+  std::int32_t priority = 0;    // the batch's
+  // Why the batch waited when the policy picked a candidate: it does not
+  // fit the HBM account (`memory`), or the pick could not be issued.
+  bool memory = false;
+  // It does not fit even alone (Gmg::check_memory's `alone`) on any
+  // candidate: waiting or preempting cannot help.
+  bool never = false;
+  std::string reason;
+  InstanceId instance = 0;          // the instance of the batch's first operator
+  std::vector<AccelId> short_of;    // when `memory`: the accelerators short of HBM
 };
 
 // Not thread-safe: the engine thread calls schedule(); what-if work fans
@@ -93,6 +111,8 @@ class Scheduler {
 
  private:
   Batch collect(const Gmg& gmg, OpId seed) const;
+  void count_oom_wait(const Gmg& gmg, const Batch& batch);
+  std::unordered_set<InstanceId> oom_waited_;
   Result<std::vector<Outcome>> what_if(const Gmg& gmg, const Batch& batch, const std::vector<Candidate>& cands,
                                        Nanos now);
 

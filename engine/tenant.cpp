@@ -173,9 +173,12 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   }
   auto inst = gmg.instantiate(spec);
   if (!inst.ok()) return inst.status();
+  lane.attached = std::move(lane.kv_ops);
   lane.kv_ops.clear();
   for (OpId op : inst->ops)
     if (gmg.op(op).retained_bytes > 0) lane.kv_ops.push_back(op);
+  lane.iter_ops = inst->ops;
+  lane.instance = inst->id;
   lane.head = model_ ? inst->ops[model_->sampler()] : inst->ops.back();  // (without a model: the last op samples)
   if (iteration_events_)
     for (const Seq& q : lane.running) event(RequestEvent::Kind::kIteration, q.request, gmg.now(), inst->id);
@@ -298,6 +301,8 @@ void Tenant::drop_iteration(Lane& lane, Gmg& gmg) {
   for (OpId kv : lane.kv_ops)
     if (gmg.contains(kv) && gmg.op(kv).retained_held && !gmg.op(kv).retained_attached) (void)gmg.release_retained(kv);
   lane.kv_ops.clear();
+  lane.attached.clear();
+  lane.iter_ops.clear();
   lane.kv_tokens = 0;
 }
 
@@ -342,6 +347,91 @@ std::size_t Tenant::drop_abandoned(Nanos t) {
     }
   }
   return ended;
+}
+
+Tenant::Lane* Tenant::unstarted(InstanceId instance, const Gmg& gmg) {
+  for (Lane& l : lanes_) {
+    if (!l.in_flight || l.instance != instance || l.iter_ops.empty()) continue;
+    for (OpId op : l.iter_ops)
+      if (!gmg.contains(op) || gmg.op(op).state != OpState::kUnscheduled) return nullptr;
+    return &l;
+  }
+  return nullptr;
+}
+
+std::optional<InstanceId> Tenant::preemptable(const Gmg& gmg, AccelId on) const {
+  std::optional<InstanceId> best;
+  for (const Lane& l : lanes_) {
+    if (!l.in_flight || l.attached.empty() || (best && l.instance < *best)) continue;
+    bool here = on == kNoAccel;
+    for (OpId kv : l.attached) here = here || (gmg.contains(kv) && gmg.op(kv).accel == on);
+    if (!here) continue;
+    bool unstarted = !l.iter_ops.empty();
+    for (OpId op : l.iter_ops) unstarted = unstarted && gmg.contains(op) && gmg.op(op).state == OpState::kUnscheduled;
+    if (unstarted) best = l.instance;
+  }
+  return best;
+}
+
+// Takes the lane's unstarted iteration out of the GMG and releases the KV
+// cache it would have taken over; the lane is free and empty after.
+Status Tenant::take_back(Lane& lane, Gmg& gmg) {
+  if (Status s = gmg.cancel(lane.iter_ops); !s.ok()) return s;
+  for (OpId kv : lane.attached)
+    if (gmg.contains(kv) && gmg.op(kv).retained_held && !gmg.op(kv).retained_attached)
+      if (Status s = gmg.release_retained(kv); !s.ok()) return s;
+  lane.running.clear();
+  lane.kv_ops.clear();
+  lane.attached.clear();
+  lane.iter_ops.clear();
+  lane.kv_tokens = 0;
+  lane.head = kNoOp;
+  lane.in_flight = false;
+  return Status::Ok();
+}
+
+Result<std::size_t> Tenant::preempt(InstanceId instance, Gmg& gmg) {
+  Lane* lane = unstarted(instance, gmg);
+  if (!lane) return std::size_t{0};
+  const std::vector<Seq> seqs = lane->running;
+  if (Status s = take_back(*lane, gmg); !s.ok()) return s;
+  // Queued again first, in order: a decode recomputes what it generated
+  // (its prefill covers prompt and output so far); an admitted prefill
+  // keeps what it had to recompute.
+  for (auto s = seqs.rbegin(); s != seqs.rend(); ++s) {
+    if (!s->prefill) redo_[s->request] = records_[s->request].generated;
+    waiting_.push_front(s->request);
+  }
+  ++preemptions_;
+  preempted_sequences_ += seqs.size();
+  return seqs.size();
+}
+
+Result<std::size_t> Tenant::fail_out_of_memory(InstanceId instance, const std::string& reason, Gmg& gmg, Nanos t) {
+  Lane* lane = unstarted(instance, gmg);
+  if (!lane) return std::size_t{0};
+  const std::vector<Seq> seqs = lane->running;
+  if (Status s = take_back(*lane, gmg); !s.ok()) return s;
+  // The sequence that needs the most fails; the others queue again first
+  // (they may fit without it), as a preemption would requeue them.
+  auto need = [&](const Seq& q) {
+    return q.prefill ? records_[q.request].input_tokens + redo_[q.request] : q.context;
+  };
+  std::size_t worst = 0;
+  for (std::size_t i = 1; i < seqs.size(); ++i)
+    if (need(seqs[i]) > need(seqs[worst])) worst = i;
+  for (std::size_t i = seqs.size(); i-- > 0;) {
+    if (i == worst) continue;
+    if (!seqs[i].prefill) redo_[seqs[i].request] = records_[seqs[i].request].generated;
+    waiting_.push_front(seqs[i].request);
+  }
+  RequestRecord& r = records_[seqs[worst].request];
+  r.error = reason;
+  r.done = t;
+  ++done_;
+  event(RequestEvent::Kind::kFailed, seqs[worst].request, t);
+  end_live(seqs[worst].request);
+  return std::size_t{1};
 }
 
 void Tenant::fail_unfinished(const std::string& reason, Nanos t) {

@@ -116,6 +116,26 @@ class Tenant {
   std::size_t abandoned() const { return abandoned_; }
   // Sequences whose KV cache was rebuilt after a loss.
   std::size_t rebuilt() const { return rebuilt_; }
+  // Memory pressure. A lane is preemptable when its in-flight iteration
+  // has not started anywhere (every operator unscheduled) and it holds a
+  // KV cache (the previous iteration's retained state). The youngest such
+  // iteration, if any, optionally only one holding KV on accelerator
+  // `on` (kNoAccel: anywhere).
+  std::optional<InstanceId> preemptable(const Gmg& gmg, AccelId on = kNoAccel) const;
+  // Preempts that iteration (vLLM's default, recompute): its operators
+  // leave the GMG, its KV cache is released, and its sequences queue again
+  // first; their next prefill recomputes prompt and generated tokens.
+  // Returns the sequences preempted.
+  Result<std::size_t> preempt(InstanceId instance, Gmg& gmg);
+  // The iteration `instance` can never fit the HBM (it waits for memory
+  // and nothing else holds any that could be freed): it leaves the GMG,
+  // the request that needs the most fails with `reason`, and the others
+  // queue again first. Returns the requests failed (0: the instance is not
+  // an in-flight iteration of this tenant that has not started).
+  Result<std::size_t> fail_out_of_memory(InstanceId instance, const std::string& reason, Gmg& gmg, Nanos t);
+  // Iterations preempted, and the sequences they held.
+  std::size_t preemptions() const { return preemptions_; }
+  std::size_t preempted_sequences() const { return preempted_sequences_; }
   // Live mode: from now on every iteration also gets an IterationPlan
   // (prompt ids from `prompts`, decode ids from the sampled tokens).
   void set_prompts(PromptFn prompts) { prompts_ = std::move(prompts); }
@@ -160,12 +180,18 @@ class Tenant {
   struct Lane {
     std::vector<Seq> running;    // sequences of the in-flight or next iteration
     std::vector<OpId> kv_ops;    // the last iteration's ops that retain the KV cache
+    std::vector<OpId> iter_ops;  // the in-flight iteration's ops
+    std::vector<OpId> attached;  // the KV cache it took over (the iteration before's kv_ops)
+    InstanceId instance = 0;     // the in-flight iteration's
     std::int64_t kv_tokens = 0;  // tokens those ops retain
     OpId head = kNoOp;
     bool in_flight = false;
   };
   Result<bool> start(Lane& lane, Gmg& gmg);
   void drop_iteration(Lane& lane, Gmg& gmg);
+  Lane* unstarted(InstanceId instance, const Gmg& gmg);
+  Status take_back(Lane& lane, Gmg& gmg);
+  std::size_t preemptions_ = 0, preempted_sequences_ = 0;
   std::int64_t kv_held() const;
 
   std::uint32_t id_;

@@ -641,4 +641,9 @@ std::size_t LiveCluster::memory_waits() const {
   return memory_waits_;
 }
 
+MemoryStats LiveCluster::memory_stats() const {
+  std::lock_guard lk(mu_);
+  return {budget_, peak_, memory_waits_, refused_};
+}
+
 }  // namespace slicesched

@@ -117,6 +117,7 @@ class LiveCluster final : public Backend {
   // Receives refused for memory, and operators that had to wait for memory.
   std::size_t refused_receives() const;
   std::size_t memory_waits() const;
+  MemoryStats memory_stats() const override;
 
  private:
   struct Succ {

@@ -1,6 +1,7 @@
 module;
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -185,6 +186,11 @@ Status EmulatedCluster::submit(const Gmg& gmg, OpId op) {
     task.accel = r.accel;
     task.key = queue_key(r.priority, r.issue_seq);
     task.dur = to_nanos(seconds.value());
+    task.out = r.out_bytes;
+    task.retained = r.retained_bytes;
+    task.workspace = r.workspace_bytes;
+    task.alloc = r.out_bytes + r.retained_bytes + r.workspace_bytes;
+    task.issue_seq = r.issue_seq;
   }
   for (std::uint32_t e = r.first_in; e != kNoEdge; e = gmg.edge(e).next_in) {
     const Edge& edge = gmg.edge(e);
@@ -238,9 +244,9 @@ Status EmulatedCluster::start_ready() {
   for (AccelId a : dirty_) {
     dirty_flag_[a] = 0;
     if (running_[a] != kNotRunning || ready_[a].empty()) continue;
-    std::pop_heap(ready_[a].begin(), ready_[a].end(), RunsLater{});
-    const std::uint32_t task = ready_[a].back().second;
-    ready_[a].pop_back();
+    const std::uint32_t task = pop_runnable(a);
+    if (task == kNoTask) continue;  // all wait for memory
+    charge(a, tasks_[task].alloc);
     running_[a] = task;
     tasks_[task].start = now_;
     tasks_[task].event_pending = true;
@@ -254,6 +260,7 @@ Status EmulatedCluster::start_ready() {
 
 // intents_ is in age order (since, then seq): the order they were added.
 Status EmulatedCluster::arbitrate() {
+  refused_pending_ = false;
   pending_.clear();
   for (std::uint32_t x : intents_) {
     const Xfer& xf = xfers_[x];
@@ -267,11 +274,18 @@ Status EmulatedCluster::arbitrate() {
                                 std::to_string(intents_.size()) + (k < intents_.size() ? " twice" : ""));
     const std::uint32_t x = intents_[k];
     Xfer& xf = xfers_[x];
+    if (!fits(xf.to, xf.bytes)) {  // refused: it stays pending, retried once memory frees
+      ++refused_;
+      refused_pending_ = true;
+      continue;
+    }
     if (send_busy_[xf.from] || recv_busy_[xf.to])
       return FailedPrecondition("emulated cluster: the transfer arbiter picked a transfer " + std::to_string(xf.from) +
                                 " -> " + std::to_string(xf.to) + " whose " +
                                 (send_busy_[xf.from] ? "source" : "destination") + " is busy");
     send_busy_[xf.from] = recv_busy_[xf.to] = 1;
+    charge(xf.to, xf.bytes);  // Recv allocates before Send moves
+    tasks_[xf.dst_task].received += xf.bytes;
     xf.start = now_;
     events_.push(now_ + xf.dur, kTransferFinish, x);
     intents_[k] = kNoTask;  // started
@@ -289,6 +303,13 @@ void EmulatedCluster::on_op_finish(std::uint32_t task, std::vector<Feedback>& ou
   }
   running_[t.accel] = kNotRunning;
   mark_dirty(t.accel);
+  if (!budget_.empty()) {
+    // The output and retained state stay until the GMG lets go of them.
+    if (held_.size() <= t.op) held_.resize(t.op + 1u);
+    held_[t.op] = {t.issue_seq, t.accel, epoch_[t.accel], t.out, t.retained};
+    uncharge(t.accel, t.workspace + t.received);
+    t.received = 0;
+  }
   out.push_back(
       {Feedback::Kind::kOp, t.op, kNoOp, t.accel, kNoAccel, 0, now_, now_ - t.start, {}, false, {}, false, t.start});
   for (const Succ& s : t.succs) {
@@ -365,6 +386,9 @@ void EmulatedCluster::fail_task(std::uint32_t task, std::vector<Feedback>& out) 
     running_[t.accel] = kNotRunning;
     mark_dirty(t.accel);
   }
+  // What it allocated is garbage now.
+  uncharge(t.accel, (ran ? t.alloc : 0) + t.received);
+  t.received = 0;
   Feedback f{Feedback::Kind::kOp, t.op, kNoOp, t.accel, kNoAccel, 0, now_, ran ? now_ - t.start : 0, {}, true, {}};
   f.lost = true;
   if (ran) f.start = t.start;
@@ -420,6 +444,10 @@ Status EmulatedCluster::fail_accelerator(const Gmg&, AccelId a, std::vector<Feed
   }
   arbitrate_ = true;
   fail_pending(out);
+  if (!budget_.empty()) {  // it held nothing but its weights any more
+    used_[a] = resident_[a];
+    ++epoch_[a];
+  }
   return Status::Ok();
 }
 
@@ -428,6 +456,94 @@ Status EmulatedCluster::restore_accelerator(AccelId a) {
     return FailedPrecondition("emulated cluster: accelerator " + std::to_string(a) + " is not lost");
   down_[a] = 0;
   return Status::Ok();
+}
+
+Status EmulatedCluster::set_memory(std::vector<std::int64_t> budgets, std::span<const std::int64_t> resident) {
+  if (budgets.size() != ready_.size() || resident.size() != ready_.size())
+    return InvalidArgument("emulated cluster: memory for " + std::to_string(budgets.size()) + " accelerator(s), " +
+                           std::to_string(resident.size()) + " resident, cluster has " +
+                           std::to_string(ready_.size()));
+  if (!tasks_.empty()) return FailedPrecondition("emulated cluster: memory is set before the first submit");
+  for (std::size_t a = 0; a < budgets.size(); ++a)
+    if (resident[a] > budgets[a])
+      return ResourceExhausted("emulated cluster: accelerator " + std::to_string(a) + " holds " +
+                               std::to_string(resident[a]) + " bytes of weights, over its " +
+                               std::to_string(budgets[a]));
+  budget_ = std::move(budgets);
+  resident_.assign(resident.begin(), resident.end());
+  used_ = resident_;
+  peak_ = resident_;
+  epoch_.assign(budget_.size(), 0);
+  return Status::Ok();
+}
+
+void EmulatedCluster::charge(AccelId a, std::int64_t bytes) {
+  if (budget_.empty()) return;
+  used_[a] += bytes;
+  if (used_[a] > peak_[a]) peak_[a] = used_[a];
+}
+
+// The ready operator of `a` to run now: the queue's best when it fits,
+// else the best that fits (the head could otherwise wait for memory only a
+// later operator frees), else none. The head waiting counts once.
+std::uint32_t EmulatedCluster::pop_runnable(AccelId a) {
+  auto& q = ready_[a];
+  const std::uint32_t head = q.front().second;
+  if (fits(a, tasks_[head].alloc)) {
+    std::pop_heap(q.begin(), q.end(), RunsLater{});
+    q.pop_back();
+    return head;
+  }
+  if (!tasks_[head].waited) {
+    tasks_[head].waited = true;
+    ++memory_waits_;
+  }
+  std::size_t best = q.size();
+  for (std::size_t i = 1; i < q.size(); ++i)
+    if (fits(a, tasks_[q[i].second].alloc) && (best == q.size() || q[i].first < q[best].first)) best = i;
+  if (best == q.size()) return kNoTask;
+  const std::uint32_t task = q[best].second;
+  q[best] = q.back();
+  q.pop_back();
+  std::make_heap(q.begin(), q.end(), RunsLater{});
+  return task;
+}
+
+void EmulatedCluster::release(std::span<const Release> released) {
+  if (budget_.empty()) return;
+  for (const Release& r : released) {
+    if (r.op >= held_.size()) continue;
+    Held& h = held_[r.op];
+    if (h.issue_seq != r.issue_seq || h.accel == kNoAccel || h.epoch != epoch_[h.accel]) continue;
+    std::int64_t& bytes = r.value == Release::Value::kOutput ? h.out : h.retained;
+    uncharge(h.accel, bytes);
+    bytes = 0;
+    // Something may fit now that waited: an idle accelerator with ready
+    // work looks again, a refused receive is retried.
+    if (running_[h.accel] == kNotRunning && !ready_[h.accel].empty()) mark_dirty(h.accel);
+    if (refused_pending_) arbitrate_ = true;
+  }
+}
+
+std::string EmulatedCluster::stall_reason() const {
+  // Intents pending, nothing moving or running, the arbiter asked: it
+  // started none of them.
+  bool moving = false;
+  for (AccelId a = 0; a < send_busy_.size(); ++a) moving = moving || send_busy_[a] || running_[a] != kNotRunning;
+  if (!intents_.empty() && !moving && !refused_pending_)
+    return arbiter_name_ + " started none of the " + std::to_string(intents_.size()) +
+           " pending transfer(s), though every port is free";
+  if (budget_.empty()) return {};
+  for (AccelId a = 0; a < ready_.size(); ++a)
+    if (running_[a] == kNotRunning && !ready_[a].empty()) {
+      const Task& t = tasks_[ready_[a].front().second];
+      return "out of memory in the emulated cluster: operator #" + std::to_string(t.op) + " on accelerator " +
+             std::to_string(a) + " needs " + std::to_string(t.alloc) + " bytes, " +
+             std::to_string(budget_[a] - used_[a]) + " of " + std::to_string(budget_[a]) + " are free";
+    }
+  if (refused_pending_ && !intents_.empty())
+    return "out of memory in the emulated cluster: a transfer's receive does not fit its destination";
+  return {};
 }
 
 Nanos EmulatedCluster::next_event() const {

@@ -10,9 +10,21 @@
 // at the same points as in the global simulator (see TransferArbiter): after
 // the events of a time are applied and the accelerators picked their next
 // operators, when an operator or transfer finished or an intent appeared.
+//
+// Memory, when budgets are set (set_memory): the live executor's rules.
+// Each accelerator holds its weights; an operator allocates its output,
+// retained state and workspace when it starts, frees its workspace and its
+// received copies when it finishes, and its output and retained state when
+// the GMG lets go of them (release()); a transfer allocates its copy on
+// the destination when it starts. An operator that does not fit waits (a
+// later ready one that fits may run meanwhile), counted once; a transfer
+// that does not fit is refused and retried when memory frees. Nothing
+// ever holds more than its budget.
 module;
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 export module slicesched.simulator.emulated;
@@ -110,6 +122,15 @@ class EmulatedCluster final : public Backend {
   // soon as their other inputs are in. Work cut short counts as busy.
   Status fail_accelerator(const Gmg& gmg, AccelId a, std::vector<Feedback>& out) override;
   Status restore_accelerator(AccelId a) override;
+  // Binds memory from now on: `budgets[a]` bytes on accelerator a (its
+  // HBM), `resident[a]` of them held by weights. Both as long as the
+  // cluster; before the first submit. Without it memory is not accounted.
+  Status set_memory(std::vector<std::int64_t> budgets, std::span<const std::int64_t> resident);
+  void release(std::span<const Release> released) override;
+  std::string stall_reason() const override;
+  // How stall_reason() names the arbiter, e.g. "transfer arbiter 'serial'".
+  void set_arbiter_name(std::string who) { arbiter_name_ = std::move(who); }
+  MemoryStats memory_stats() const override { return {budget_, peak_, memory_waits_, refused_}; }
 
  private:
   struct Succ {
@@ -127,6 +148,19 @@ class EmulatedCluster final : public Backend {
     bool lost = false;           // an input died with its accelerator: it fails once its inputs are in
     bool dead = false;           // failed and reported; the slot waits for its inputs and finish event
     bool event_pending = false;  // its finish event is queued
+    std::int64_t alloc = 0;      // output, retained state and workspace, allocated when it starts
+    std::int64_t out = 0, retained = 0, workspace = 0;
+    std::int64_t received = 0;   // copies landed for it, freed when it finishes
+    std::uint64_t issue_seq = 0;
+    bool waited = false;         // counted as waiting for memory
+  };
+  // An operator's output and retained state held after it finished, until
+  // the GMG releases them.
+  struct Held {
+    std::uint64_t issue_seq = 0;
+    AccelId accel = kNoAccel;
+    std::uint32_t epoch = 0;  // the accelerator's loss count when allocated
+    std::int64_t out = 0, retained = 0;
   };
   struct Xfer {
     OpId src = kNoOp;
@@ -151,6 +185,12 @@ class EmulatedCluster final : public Backend {
   void free_dead(std::uint32_t task);
   bool output_lost(const Gmg& gmg, OpId src) const;
   void mark_dirty(AccelId a);
+  bool fits(AccelId a, std::int64_t bytes) const { return budget_.empty() || used_[a] + bytes <= budget_[a]; }
+  void charge(AccelId a, std::int64_t bytes);
+  void uncharge(AccelId a, std::int64_t bytes) {
+    if (!budget_.empty()) used_[a] -= bytes;
+  }
+  std::uint32_t pop_runnable(AccelId a);
 
   static constexpr std::uint32_t kNoTask = 0xffffffffu, kNotRunning = 0xffffffffu;
   GroundTruth& truth_;
@@ -176,6 +216,13 @@ class EmulatedCluster final : public Backend {
   std::vector<Nanos> lost_at_;           // per accelerator: its last loss (-1: never)
   std::vector<std::uint8_t> lost_op_;    // per OpId: failed as lost (its output is garbage)
   std::vector<std::uint32_t> fail_now_;  // lost tasks whose inputs are all in: they fail at now_
+  // Memory (empty budget_: not accounted).
+  std::vector<std::int64_t> budget_, used_, peak_, resident_;
+  std::vector<std::uint32_t> epoch_;  // per accelerator: losses so far
+  std::vector<Held> held_;            // per OpId
+  std::size_t memory_waits_ = 0, refused_ = 0;
+  bool refused_pending_ = false;
+  std::string arbiter_name_ = "the transfer arbiter";  // a receive was refused since memory last freed
 };
 
 }  // namespace slicesched

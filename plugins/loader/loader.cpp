@@ -2,7 +2,10 @@ module;
 // plugin_entry.hpp first: it selects std::filesystem for Boost.DLL.
 #include "plugin_entry.hpp"
 //
+#include <cxxabi.h>
 #include <dlfcn.h>
+
+#include <cstdlib>
 
 #include <boost/dll/shared_library.hpp>
 #include <exception>
@@ -26,7 +29,21 @@ std::string load_failure_reason(const std::filesystem::path& path, const std::er
   const char* raw = dlerror();
   std::string why = raw != nullptr ? raw : ec.message();
   for (const std::string& prefix : {path.string() + ": ", "./" + path.string() + ": "})
-    if (why.rfind(prefix, 0) == 0) return why.substr(prefix.size());
+    if (why.rfind(prefix, 0) == 0) {
+      why = why.substr(prefix.size());
+      break;
+    }
+  // A missing C++ symbol as users wrote it, not mangled.
+  const std::string marker = "undefined symbol: ";
+  if (const auto at = why.find(marker); at != std::string::npos) {
+    const auto start = at + marker.size();
+    const auto end = why.find_first_of(" \t,)", start);
+    const std::string symbol = why.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    int status = 0;
+    char* readable = abi::__cxa_demangle(symbol.c_str(), nullptr, nullptr, &status);
+    if (status == 0 && readable) why.replace(start, symbol.size(), readable);
+    std::free(readable);
+  }
   return why;
 }
 
@@ -49,6 +66,23 @@ Status load_plugin_library(const std::filesystem::path& path, PluginRegistries& 
   if (!library->has(SLICESCHED_PLUGIN_ENTRY_SYMBOL))
     return NotFound(path.string() + ": no symbol '" SLICESCHED_PLUGIN_ENTRY_SYMBOL
                                     "' (is it a SliceScheduler plugin?)");
+  // Built against this SDK's interfaces, or refused before any of its
+  // code runs: a plugin compiled against another Outcome or Gmg would read
+  // the host's objects with the wrong layout.
+  const std::string ours = SLICESCHED_INTERFACE_HASH " " SLICESCHED_SDK_VERSION;
+  if (!library->has(SLICESCHED_PLUGIN_INTERFACE_SYMBOL))
+    return FailedPrecondition(path.string() + ": carries no interface hash (built against an SDK older than " +
+                              SLICESCHED_SDK_VERSION + "?); this slicesched has interface hash " +
+                              SLICESCHED_INTERFACE_HASH + ": rebuild the plugin against its SDK");
+  const std::string theirs = library->get<const char*()>(SLICESCHED_PLUGIN_INTERFACE_SYMBOL)();
+  if (theirs != ours) {
+    const auto space = theirs.find(' ');
+    const std::string hash = theirs.substr(0, space);
+    const std::string version = space == std::string::npos ? "unknown" : theirs.substr(space + 1);
+    return FailedPrecondition(path.string() + ": built against SDK " + version + " with interface hash " + hash +
+                              ", but this slicesched is SDK " + SLICESCHED_SDK_VERSION + " with interface hash " +
+                              SLICESCHED_INTERFACE_HASH + ": rebuild the plugin against this SDK");
+  }
   auto& entry = library->get_alias<PluginEntry>(SLICESCHED_PLUGIN_ENTRY_SYMBOL);
 
   PluginRegistries staged;
@@ -63,6 +97,16 @@ Status load_plugin_library(const std::filesystem::path& path, PluginRegistries& 
   if (!registered.ok()) return at(path, registered);
   if (Status s = into.adopt(std::move(staged), std::shared_ptr<const void>(library)); !s.ok()) return at(path, s);
   return Status::Ok();
+}
+
+std::string plugin_library_path(const std::shared_ptr<const void>& library) {
+  if (!library) return {};
+  // load_plugin_library is the only one to set a library, and it is always
+  // a boost::dll::shared_library.
+  const auto* lib = static_cast<const boost::dll::shared_library*>(library.get());
+  std::error_code ec;
+  const auto path = lib->location(ec);
+  return ec ? std::string() : path.string();
 }
 
 }  // namespace slicesched

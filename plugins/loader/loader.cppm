@@ -6,6 +6,8 @@
 // whatever order the owners die in.
 module;
 #include <filesystem>
+#include <memory>
+#include <string>
 
 export module slicesched.plugins.loader;
 export import slicesched.core.plugin;
@@ -22,5 +24,10 @@ export namespace slicesched {
 // On failure nothing is registered and the library is closed again.
 // Not thread-safe with respect to `into`: call at startup, from one thread.
 Status load_plugin_library(const std::filesystem::path& path, PluginRegistries& into);
+
+// The path of the library a plugin object's code lives in, from its
+// PluginPtr's deleter (PluginDeleter::library, as load_plugin_library set
+// it); empty for a linked-in plugin (a null library).
+std::string plugin_library_path(const std::shared_ptr<const void>& library);
 
 }  // namespace slicesched

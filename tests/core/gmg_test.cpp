@@ -351,3 +351,60 @@ TEST_CASE("the simulator's view matches the GMG after every kind of mutation", "
   CHECK(copy.view().ops.data() != f.gmg.view().ops.data());
   check_view(copy);
 }
+
+TEST_CASE("check_memory refuses a batch the HBM account cannot hold, naming where", "[gmg][memory]") {
+  Fixture f;  // 1 GiB per accelerator, 1 MiB of weights on each
+  auto small = f.add(4, 0);
+  const std::vector<AccelId> both0{0, 0}, split{0, 1};
+  CHECK(f.gmg.check_memory(small.ops, both0).ok());
+  CHECK(f.gmg.check_memory(small.ops, split).ok());
+  // 384 MiB outputs: a and b together on gpu 0 need 768 MiB, split each
+  // side holds 384 (b: its output and a receive buffer of 384): all fit.
+  auto big = f.add(384 * 1024, 0);
+  CHECK(f.gmg.check_memory(big.ops, both0).ok());
+  CHECK(f.gmg.check_memory(big.ops, split).ok());
+  // Issued, a reserves 384 MiB on gpu 0: another such batch no longer fits there.
+  REQUIRE(f.gmg.issue(big.ops[0], 0, 0).ok());
+  REQUIRE(f.gmg.issue(big.ops[1], 0, 0).ok());
+  auto more = f.add(384 * 1024, 0);
+  AccelId over = kNoAccel;
+  const Status s = f.gmg.check_memory(more.ops, both0, &over);
+  REQUIRE(s.code() == StatusCode::kResourceExhausted);
+  CHECK(over == 0);
+  CHECK(s.message().find("pipe#") != std::string::npos);
+  CHECK(s.message().find(" are free") != std::string::npos);
+  // On gpu 1, b needs its output and a copy of a's: 768 MiB, which fits.
+  CHECK(f.gmg.check_memory(more.ops, std::vector<AccelId>{1, 1}).ok());
+  // Checking changed nothing.
+  CHECK(f.gmg.hbm(1).total() == 1 << 20);
+}
+
+TEST_CASE("cancel takes an unstarted instance back and frees the cache it attached", "[gmg][memory]") {
+  Fixture f;
+  auto first = f.add(4, 0);
+  for (OpId op : first.ops) REQUIRE(f.gmg.issue(op, 0, 0).ok());
+  REQUIRE(f.gmg.complete(first.ops[0], 5, 5).ok());
+  REQUIRE(f.gmg.complete(first.ops[1], 9, 4).ok());
+  const std::size_t live = f.gmg.live_count();
+  auto second = f.add(1, 4, first.ops[1]);
+  CHECK(f.gmg.op(first.ops[1]).retained_attached);
+  // A set that leaves out a reader of its ops is refused, changing nothing.
+  const std::vector<OpId> half{second.ops[0]};
+  CHECK(f.gmg.cancel(half).code() == StatusCode::kFailedPrecondition);
+  CHECK(f.gmg.live_count() == live + 2);
+  REQUIRE(f.gmg.cancel(second.ops).ok());
+  CHECK(f.gmg.live_count() == live);
+  CHECK_FALSE(f.gmg.contains(second.ops[0]));
+  CHECK(f.gmg.unscheduled_frontier().empty());
+  CHECK(f.gmg.scheduled_frontier().empty());
+  CHECK_FALSE(f.gmg.op(first.ops[1]).retained_attached);
+  // The cache is free to release, and the GMG's account drops it.
+  REQUIRE(f.gmg.release_retained(first.ops[1]).ok());
+  CHECK(f.gmg.hbm(0).retained == 0);
+  // The slots come back for a new instance that attaches nothing.
+  auto third = f.add(2, 0);
+  CHECK(sorted(f.gmg.unscheduled_frontier()) == std::vector<OpId>{third.ops[0]});
+  // Issued work cannot be cancelled.
+  REQUIRE(f.gmg.issue(third.ops[0], 0, 10).ok());
+  CHECK(f.gmg.cancel(third.ops).code() == StatusCode::kFailedPrecondition);
+}

@@ -81,10 +81,10 @@ struct H100Cluster {
   std::optional<Gmg> gmg;
 };
 
-H100Cluster h100_cluster(int n) {
+H100Cluster h100_cluster(int n, std::int64_t hbm = 80ll << 30) {
   H100Cluster c;
   REQUIRE(c.accels->add_link_class("nvlink", 300e9, 5e-6).ok());
-  for (int i = 0; i < n; ++i) REQUIRE(c.accels->add("gpu" + std::to_string(i), "H100", 80ll << 30).ok());
+  for (int i = 0; i < n; ++i) REQUIRE(c.accels->add("gpu" + std::to_string(i), "H100", hbm).ok());
   c.tmpl = c.templates->add(llama::make_template("llama3-8b")).value();
   c.gmg.emplace(c.templates, c.accels);
   for (AccelId a = 0; a < c.accels->size(); ++a) REQUIRE(c.gmg->place_weights(c.tmpl, a).ok());
@@ -555,8 +555,8 @@ TEST_CASE("engine: a policy that defers every batch ends in a deadlock naming wh
   CHECK(gmg.issued_count() == 0);
 }
 
-TEST_CASE("engine: a request whose KV cache fits on no accelerator ends in a deadlock naming its tenant",
-          "[engine][deadlock]") {
+TEST_CASE("engine: a request whose iteration fits on no accelerator fails as out of memory, alone",
+          "[engine][memory]") {
   PluginRegistries plugins;
   REQUIRE(plugins::register_builtins(plugins).ok());
   H100Cluster c = h100_cluster(2);
@@ -586,12 +586,73 @@ TEST_CASE("engine: a request whose KV cache fits on no accelerator ends in a dea
   EmulatedCluster cluster(accels->size(), truth, *arbiter.value());
   Engine engine(gmg, tenants, scheduler, *estimator, cluster);
   auto result = engine.run();
-  REQUIRE(!result.ok());
-  // Not "is HBM too small?" in general, nor the policy's fault: the hint
-  // names the tenant whose batch fits nowhere.
-  const std::string& message = result.status().message();
-  INFO(message);
-  CHECK(message.find("nothing else can run (tenant 'huge': its batch of ") != std::string::npos);
-  CHECK(message.ends_with(" candidate placement(s) (its KV cache cannot fit anywhere))"));
-  CHECK(scheduler.stats().deferred > 0);
+  // Not a deadlock: the request fails as out of memory, saying why, and
+  // the run ends.
+  REQUIRE(result.ok());
+  CHECK(result->complete);
+  REQUIRE(result->requests.size() == 1);
+  CHECK(result->requests[0].error ==
+        "out of memory: its iteration needs more HBM than any of its 1 candidate placement(s) has beside the weights");
+  CHECK(result->oom_failed_requests == 1);
+  CHECK(scheduler.stats().oom_waits == 1);
+  CHECK(gmg.live_count() == 0);
+}
+
+TEST_CASE("engine: an online batch short of HBM preempts offline, which is recomputed and finishes",
+          "[engine][memory]") {
+  PluginRegistries plugins;
+  REQUIRE(plugins::register_builtins(plugins).ok());
+  // Two H100s of 15.3 GiB: about 0.34 GiB beside Llama-3-8B's weights.
+  H100Cluster c = h100_cluster(2, static_cast<std::int64_t>(15.3 * (1ll << 30)));
+  auto& accels = c.accels;
+  Gmg& gmg = *c.gmg;
+  EstimatorSet seeded;
+  REQUIRE(seed_priors(seeded, *c.templates, *accels).ok());
+  auto estimator = online_linear(plugins)(std::move(seeded));
+  // An offline request decoding 300 tokens holds its KV cache when a
+  // 2,048-token online prompt arrives that fits only without it.
+  Trace offline_stream, online_stream;
+  offline_stream.requests = {{0.0, 1024, 300}};
+  online_stream.requests = {{0.5, 2048, 4}};
+  std::vector<Tenant> tenants;
+  tenants.emplace_back(0, TenantSpec{.name = "offline", .online = false, .requests = offline_stream}, c.tmpl);
+  tenants.emplace_back(1, TenantSpec{.name = "online", .priority = 10, .requests = online_stream}, c.tmpl);
+  UnionPartitionSet partitions = partition_sets(plugins, *accels, {"pairs"});
+  auto policy = plugins.placement.create("static");
+  REQUIRE(policy.ok());
+  Scheduler scheduler(*policy.value(), partitions, *estimator, SchedulerOptions{.issued_budget = 64});
+  ProfileGroundTruth truth = h100_truth();
+  auto arbiter = plugins.arbiter.create("greedy");
+  REQUIRE(arbiter.ok());
+  EmulatedCluster cluster(accels->size(), truth, *arbiter.value());
+  std::vector<std::int64_t> budgets, weights;
+  for (AccelId a = 0; a < accels->size(); ++a) {
+    budgets.push_back(accels->hbm_bytes(a));
+    weights.push_back(gmg.hbm(a).weights);
+  }
+  REQUIRE(cluster.set_memory(budgets, weights).ok());
+  Engine engine(gmg, tenants, scheduler, *estimator, cluster);
+  auto result = engine.run();
+  REQUIRE(result.ok());
+  CHECK(result->complete);
+  // The offline iteration was preempted (lower priority, holding the cache
+  // where the online batch was short), recomputed, and every one of its
+  // tokens was still generated; the online request ran meanwhile.
+  CHECK(result->preemptions >= 1);
+  CHECK(result->preempted_sequences == result->preemptions);
+  CHECK(result->oom_failed_requests == 0);
+  REQUIRE(result->requests.size() == 2);
+  for (const RequestRecord& r : result->requests) {
+    CHECK(r.error.empty());
+    CHECK(r.generated == r.output_tokens);
+  }
+  const RequestRecord& offline = result->requests[0];
+  const RequestRecord& online = result->requests[1];
+  CHECK(online.done < offline.done);
+  CHECK(scheduler.stats().oom_waits >= 1);
+  // The ground truth never held more than the HBM.
+  const MemoryStats m = cluster.memory_stats();
+  REQUIRE(m.peak.size() == 2);
+  for (std::size_t a = 0; a < 2; ++a) CHECK(m.peak[a] <= m.budget[a]);
+  CHECK(m.waits == 0);
 }

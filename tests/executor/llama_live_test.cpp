@@ -3,6 +3,7 @@
 // together generate exactly the tokens of a plain single-device loop over
 // the same weights and prompts, while layer groups and KV caches land on
 // different accelerators and move between them.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <limits>
@@ -172,4 +173,110 @@ TEST_CASE("live llama: scheduled over virtual accelerators equals a plain single
     Run run = serve(lengths, out, 2, 2, 64 << 20, false, model);
     for (std::size_t i = 0; i < lengths.size(); ++i) CHECK(run.records[i].tokens == expect[i]);
   }
+}
+
+namespace {
+
+// The smallest HBM (bytes, weights included) one accelerator needs for a
+// prefill iteration of `prompt` tokens alone: what Gmg::check_memory asks.
+std::int64_t alone_need(std::shared_ptr<TemplateRegistry> templates, TemplateId tmpl, std::int64_t prompt) {
+  std::int64_t lo = 1, hi = std::int64_t{1} << 34;
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    auto accels = std::make_shared<AcceleratorSet>();
+    REQUIRE(accels->add("cpu0", "cpu", mid).ok());
+    Gmg gmg(templates, accels);
+    REQUIRE(gmg.place_weights(tmpl, 0).ok());
+    Tenant t(0, TenantSpec{.name = "probe", .requests = {.requests = {{0.0, prompt, 2}}}}, tmpl);
+    t.deliver_arrivals(0);
+    REQUIRE(t.start_iterations(gmg).ok());
+    // The whole iteration, in template order: every live op.
+    std::vector<OpId> ops;
+    for (OpId id = 0; id < gmg.slot_count(); ++id)
+      if (gmg.contains(id)) ops.push_back(id);
+    const std::vector<AccelId> where(ops.size(), 0);
+    if (gmg.check_memory(ops, where, nullptr, true).ok())
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+}  // namespace
+
+TEST_CASE("live llama: a preempted sequence is recomputed and keeps every token", "[executor][torch][memory]") {
+  rt::set_cpu_threads(1);
+  rt::LlamaModel model(tiny());
+  const rt::LlamaConfig cfg = model.config();
+  const std::int64_t offline_prompt = 16, online_prompt = 256;
+  const int offline_out = 200, online_out = 4;
+  const auto offline_ids = rt::synthetic_prompt(cfg, 11, 0, offline_prompt);
+  const auto online_ids = rt::synthetic_prompt(cfg, 13, 0, online_prompt);
+  const auto expect_offline = model.generate_reference({offline_ids}, offline_out, "cpu").front();
+  const auto expect_online = model.generate_reference({online_ids}, online_out, "cpu").front();
+
+  auto templates = std::make_shared<TemplateRegistry>();
+  const TemplateId tmpl = templates->add(llama::make_template("llama-tiny", shape_of(cfg))).value();
+  // One CPU accelerator whose memory holds the online prompt's prefill
+  // alone with 4 KiB to spare: less than the offline sequence's KV cache
+  // (16 tokens and more, 1 KiB each), so the online request cannot start
+  // while offline holds its cache, and the offline one must be preempted.
+  LlamaRunner runner(model, {"cpu:0"});
+  auto weights = runner.load_weights();
+  REQUIRE(weights.ok());
+  std::int64_t budget = alone_need(templates, tmpl, online_prompt) + 4096;
+  auto cluster = std::make_shared<AcceleratorSet>();
+  (void)cluster->add_link_class("host", 10e9, 0);
+  REQUIRE(cluster->add("cpu0", "cpu", budget).ok());
+  Gmg gmg(templates, cluster);
+  REQUIRE(gmg.place_weights(tmpl, 0).ok());
+  // The live budget holds the real weights where the GMG counts the template's.
+  const std::int64_t live_budget = budget + std::max<std::int64_t>(0, weights.value()[0] - gmg.hbm(0).weights);
+
+  PluginRegistries plugins;
+  REQUIRE(plugins::register_builtins(plugins).ok());
+  auto estimator = plugins.estimator.create("online-linear").value();
+  REQUIRE(estimator->seed_linear([&](EstimatorSet& set) { return seed_priors(set, *templates, *cluster); }).ok());
+  std::vector<PluginPtr<PartitionSet>> sets;
+  sets.push_back(std::move(plugins.partition.create("singles").value()));
+  UnionPartitionSet partitions(std::move(sets));
+  REQUIRE(partitions.bind(*cluster).ok());
+  auto placement = plugins.placement.create("static").value();
+  Scheduler scheduler(*placement, partitions, *estimator, SchedulerOptions{});
+
+  std::vector<Tenant> tenants;
+  tenants.emplace_back(0,
+                       TenantSpec{.name = "offline",
+                                  .online = false,
+                                  .requests = {.requests = {{0.0, offline_prompt, offline_out}}}},
+                       tmpl);
+  tenants.emplace_back(1,
+                       TenantSpec{.name = "online",
+                                  .priority = 10,
+                                  .requests = {.requests = {{0.02, online_prompt, online_out}}},
+                                  .token_budget = 256},
+                       tmpl);
+  tenants[0].set_prompts([cfg](std::uint64_t seq, std::int64_t n) { return rt::synthetic_prompt(cfg, 11, seq, n); });
+  tenants[1].set_prompts([cfg](std::uint64_t seq, std::int64_t n) { return rt::synthetic_prompt(cfg, 13, seq, n); });
+
+  plugins::GreedyArbiter arbiter;
+  LiveCluster live({live_budget}, runner, arbiter);
+  REQUIRE(live.reserve_resident(0, weights.value()[0]).ok());
+  Engine engine(gmg, tenants, scheduler, *estimator, live);
+  auto result = engine.run();
+  if (!result.ok()) FAIL(result.status().message());
+  REQUIRE(result->complete);
+  INFO("offline done at " << result->requests[0].done << " ns, online arrived at " << result->requests[1].arrival
+                           << " ns, first token at " << result->requests[1].first_token << " ns");
+  CHECK(result->preemptions >= 1);
+  CHECK(result->oom_failed_requests == 0);
+  REQUIRE(result->requests.size() == 2);
+  // Every token of the preempted sequence, recomputed from its prompt and
+  // what it had generated, is the reference's; the online one's too.
+  CHECK(result->requests[0].error.empty());
+  CHECK(result->requests[0].tokens == expect_offline);
+  CHECK(result->requests[1].error.empty());
+  CHECK(result->requests[1].tokens == expect_online);
+  CHECK(live.peak(0) <= live.budget(0));
 }

@@ -108,3 +108,27 @@ TEST_CASE("loader errors name the path and the symbol", "[plugins][loader]") {
   CHECK_FALSE(is_loaded(not_a_plugin));
   CHECK(regs.arbiter.names().empty());
 }
+
+TEST_CASE("a plugin built against another SDK interface is refused, naming both hashes", "[plugins][loader][sdk]") {
+  PluginRegistries regs;
+  const std::string other = SLICESCHED_TEST_OTHER_SDK;
+  const std::string ours = SLICESCHED_TEST_INTERFACE_HASH;
+  REQUIRE(ours.size() == 16);
+  REQUIRE(ours != "0123456789abcdef");
+  const Status s = load_plugin_library(other, regs);
+  CHECK(s.code() == StatusCode::kFailedPrecondition);
+  CHECK(s.message() == other + ": built against SDK 0.0.9 with interface hash 0123456789abcdef, but this slicesched is SDK " +
+                           SLICESCHED_SDK_VERSION_FOR_TEST + " with interface hash " + ours +
+                           ": rebuild the plugin against this SDK");
+  // Refused before it registered anything.
+  CHECK(regs.placement.names().empty());
+  CHECK(regs.partition.names().empty());
+}
+
+TEST_CASE("a missing C++ symbol is named as written, not mangled", "[plugins][loader]") {
+  PluginRegistries regs;
+  const std::string lib = SLICESCHED_TEST_MISSING_SYMBOL;
+  const Status s = load_plugin_library(lib, regs);
+  CHECK(s.code() == StatusCode::kNotFound);
+  CHECK(s.message() == lib + ": cannot load (undefined symbol: slicesched_test_missing(int))");
+}

@@ -1,12 +1,21 @@
-// A plugin library of placement policies that fail on purpose, for the CLI
-// tests of what simulate does when one policy of several fails:
-// "always-defer" defers every batch (the engine ends in a deadlock), and
-// "throws-at-choose" throws from choose() at its first batch.
+// A plugin library of plugins that fail on purpose, for the CLI tests of
+// what simulate does when one policy of several fails (each failure must
+// end in one line naming the plugin):
+//   placement "always-defer"      defers every batch (the engine ends in a deadlock)
+//   placement "throws-at-choose"  throws a std::runtime_error from choose()
+//   placement "throws-int"        throws 42 from choose()
+//   placement "invalid-pick"      picks an index past the candidates
+//   partition set "throws-candidates"  throws from candidates()
+//   partition set "unknown-accelerator" offers accelerator 99
+//   arbiter "throws-select"       throws from select()
+//   arbiter "never-starts"        never starts a transfer
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
+#include <vector>
 
 #include "plugin_entry.hpp"
 
@@ -34,7 +43,71 @@ class ThrowsAtChoose final : public PlacementPolicy {
   }
 };
 
+class ThrowsInt final : public PlacementPolicy {
+ public:
+  bool needs_simulation() const override { return false; }
+  std::optional<std::size_t> choose(const Gmg&, const Batch&, std::span<const Candidate>,
+                                    std::span<const Outcome>) override {
+    throw 42;
+  }
+};
+
+class InvalidPick final : public PlacementPolicy {
+ public:
+  bool needs_simulation() const override { return false; }
+  std::optional<std::size_t> choose(const Gmg&, const Batch&, std::span<const Candidate> candidates,
+                                    std::span<const Outcome>) override {
+    return candidates.size() + 5;
+  }
+};
+
+class ThrowsCandidates final : public PartitionSet {
+ public:
+  std::vector<Candidate> candidates(const Gmg&, const Batch&) override {
+    throw std::logic_error("candidates() failed on purpose");
+  }
+};
+
+class UnknownAccelerator final : public PartitionSet {
+ public:
+  std::vector<Candidate> candidates(const Gmg&, const Batch& batch) override {
+    return {Candidate{"nowhere", std::vector<AccelId>(batch.ops.size(), 99)}};
+  }
+};
+
+class ThrowsSelect final : public TransferArbiter {
+ public:
+  void select(std::span<const TransferIntent>, std::span<const std::uint8_t>, std::span<const std::uint8_t>,
+              std::vector<std::size_t>&) override {
+    throw std::runtime_error("select() failed on purpose");
+  }
+};
+
+class NeverStarts final : public TransferArbiter {
+ public:
+  void select(std::span<const TransferIntent>, std::span<const std::uint8_t>, std::span<const std::uint8_t>,
+              std::vector<std::size_t>&) override {}
+};
+
+template <typename T, typename Registry>
+Status add(Registry& registry, const char* name) {
+  return registry.add(name, [](const PluginArgs& args) {
+    check_keys(args, {});
+    return std::make_unique<T>();
+  });
+}
+
+Status register_more(PluginRegistries& r) {
+  for (Status s : {add<ThrowsInt>(r.placement, "throws-int"), add<InvalidPick>(r.placement, "invalid-pick"),
+                   add<ThrowsCandidates>(r.partition, "throws-candidates"),
+                   add<UnknownAccelerator>(r.partition, "unknown-accelerator"),
+                   add<ThrowsSelect>(r.arbiter, "throws-select"), add<NeverStarts>(r.arbiter, "never-starts")})
+    if (!s.ok()) return s;
+  return Status::Ok();
+}
+
 Status register_all(PluginRegistries& r) {
+  if (Status s = register_more(r); !s.ok()) return s;
   if (Status s = r.placement.add("always-defer",
                                  [](const PluginArgs& args) {
                                    check_keys(args, {});

@@ -75,7 +75,14 @@ foreach(pair "\"build/libslicesched_least_loaded.so\"|\"${library}\"" "\"../../.
 endforeach()
 file(WRITE ${WORK}/least_loaded.toml "${toml}")
 
-run("slicesched simulate" ${SLICESCHED} simulate ${WORK}/least_loaded.toml --out ${WORK}/out)
+# The installed CLI, from its prefix: it must find LibTorch through its
+# RUNPATH, with no LD_LIBRARY_PATH.
+set(installed ${prefix}/bin/slicesched)
+if(NOT EXISTS ${installed})
+  message(FATAL_ERROR "cmake --install left no ${installed}")
+endif()
+run("the installed slicesched simulate" ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH
+    ${installed} simulate ${WORK}/least_loaded.toml --out ${WORK}/out)
 file(READ ${WORK}/out/summary.json summary)
 string(JSON done ERROR_VARIABLE missing GET "${summary}" policies Least-Loaded requests_done)
 if(missing)
@@ -83,4 +90,37 @@ if(missing)
 endif()
 if(NOT done GREATER 0)
   message(FATAL_ERROR "Least-Loaded finished no request")
+endif()
+
+# An SDK copy that differs from the host's in one declaration (a field
+# added to Outcome, as a researcher's stale or edited copy would): the
+# plugin built against it carries another interface hash, and the installed
+# CLI refuses to load it, naming both hashes and SDK versions.
+set(edited ${WORK}/prefix-edited)
+file(COPY ${prefix}/ DESTINATION ${edited})
+set(interface ${edited}/include/slicesched/core/plugin.cppm)
+file(READ ${interface} text)
+string(REPLACE "  AccelId at_accel = kNoAccel;\n" "  AccelId at_accel = kNoAccel;\n  int extra_field = 0;\n" edited_text "${text}")
+if(edited_text STREQUAL text)
+  message(FATAL_ERROR "${interface} no longer declares Outcome::at_accel as expected: update this test")
+endif()
+file(WRITE ${interface} "${edited_text}")
+run("configuring the example against the edited SDK" ${CMAKE_COMMAND} -S ${example} -B ${WORK}/build-edited
+  -G "${GENERATOR}" "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}" "-DCMAKE_CXX_COMPILER=${CXX}"
+  "-DCMAKE_CXX_COMPILER_CLANG_SCAN_DEPS=${SCAN_DEPS}" "-DCMAKE_BUILD_TYPE=${BUILD_TYPE}"
+  "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}" "-DCMAKE_MODULE_LINKER_FLAGS=${LINKER_FLAGS}"
+  "-DBoost_DIR=${Boost_DIR}" "-Dnlohmann_json_DIR=${nlohmann_json_DIR}" "-DCMAKE_PREFIX_PATH=${edited}")
+run("building the example against the edited SDK" ${CMAKE_COMMAND} --build ${WORK}/build-edited ${config_arg})
+file(GLOB edited_library ${WORK}/build-edited/libslicesched_least_loaded.so
+     ${WORK}/build-edited/*/libslicesched_least_loaded.so)
+string(REPLACE "${library}" "${edited_library}" edited_toml "${toml}")
+file(WRITE ${WORK}/least_loaded_edited.toml "${edited_toml}")
+execute_process(COMMAND ${installed} simulate ${WORK}/least_loaded_edited.toml
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "${edited_library}: built against SDK [0-9.]+ with interface hash [0-9a-f]+, but this slicesched is SDK [0-9.]+ with interface hash [0-9a-f]+: rebuild the plugin against this SDK")
+  message(FATAL_ERROR "the installed slicesched loaded a plugin built against an edited SDK (${rc}):\n${out}\n${err}")
+endif()
+string(REGEX MATCH "interface hash ([0-9a-f]+), but this slicesched is SDK [0-9.]+ with interface hash ([0-9a-f]+)" m "${err}")
+if(CMAKE_MATCH_1 STREQUAL CMAKE_MATCH_2)
+  message(FATAL_ERROR "the two hashes are the same: ${err}")
 endif()

@@ -512,3 +512,47 @@ TEST_CASE("calibration profiles say which features their fits multiply", "[emula
   CHECK(est.predict_op(head.kind, 0, x) == Approx(4e-6 + 1e-4));
   std::filesystem::remove(path);
 }
+
+TEST_CASE("emulated cluster: an operator that does not fit waits until memory is released", "[emulated][memory]") {
+  auto reg = std::make_shared<TemplateRegistry>();
+  TemplateBuilder b("one");
+  b.op("p").output({{Expr::constant(600)}, DType::kI8}).features({Expr::constant(1)}).prior({0.001});
+  TemplateId t = reg->add(std::move(b).build().value()).value();
+  Gmg gmg(reg, cluster(1));
+  auto first = gmg.instantiate({t, {}, {}, 0, 0}).value();
+  auto second = gmg.instantiate({t, {}, {}, 0, 0}).value();
+  REQUIRE(gmg.issue(first.ops[0], 0, 0).ok());
+  REQUIRE(gmg.issue(second.ops[0], 0, 0).ok());
+  PriorTruth truth;
+  plugins::GreedyArbiter arbiter;
+  EmulatedCluster emu(1, truth, arbiter);
+  const std::vector<std::int64_t> resident{100};
+  CHECK(emu.set_memory({50}, resident).code() == StatusCode::kResourceExhausted);  // weights over budget
+  REQUIRE(emu.set_memory({1000}, resident).ok());
+  REQUIRE(emu.submit(gmg, first.ops[0]).ok());
+  REQUIRE(emu.submit(gmg, second.ops[0]).ok());
+  std::vector<Feedback> fb;
+  REQUIRE(emu.advance_to(emu.next_event(), fb).ok());
+  REQUIRE(emu.next_event() == 1'000'000);
+  REQUIRE(emu.advance_to(1'000'000, fb).ok());
+  REQUIRE(fb.size() == 1);
+  CHECK(fb[0].op == first.ops[0]);
+  // 100 of weights + 600 held by the first output: the second (600) waits,
+  // and nothing else can happen until the output is released.
+  CHECK(emu.memory_stats().waits == 1);
+  CHECK(emu.next_event() == -1);
+  CHECK(emu.stall_reason().find("out of memory in the emulated cluster") != std::string::npos);
+  REQUIRE(gmg.complete(fb[0].op, fb[0].t, fb[0].measured).ok());
+  emu.release(gmg.releases());  // (it has no reader: its output goes at once)
+  gmg.clear_releases();
+  REQUIRE(emu.next_event() == 1'000'000);
+  fb.clear();
+  REQUIRE(emu.advance_to(2'000'000, fb).ok());
+  REQUIRE(fb.size() == 1);
+  CHECK(fb[0].op == second.ops[0]);
+  CHECK(fb[0].start == 1'000'000);
+  const MemoryStats m = emu.memory_stats();
+  CHECK(m.budget == std::vector<std::int64_t>{1000});
+  CHECK(m.peak == std::vector<std::int64_t>{700});  // never both outputs at once
+  CHECK(m.waits == 1);
+}
