@@ -42,14 +42,25 @@ int bench_scheduler(const BenchSchedulerOptions& opt) {
   Estimator& est = *estimator.value();
   check(est.seed_linear([&](EstimatorSet& set) { return seed_priors(set, *templates, *accels); }));
 
-  // `candidates` groups of accelerators, spread over the cluster.
+  // `candidates` groups of accelerators, spread over the cluster; or,
+  // cluster-wide, every pair then every quad in id order.
   nlohmann::json groups = nlohmann::json::array();
-  const int per = std::max(1, opt.accelerators / opt.candidates);
-  for (int c = 0; c < opt.candidates; ++c) {
-    nlohmann::json g = nlohmann::json::array();
-    for (int k = 0; k < std::min(per, 4); ++k) g.push_back((c * per + k) % opt.accelerators);
-    groups.push_back(g);
+  if (opt.cluster_wide) {
+    for (int size : {2, 4})
+      for (int a = 0; a + size <= opt.accelerators; a += size) {
+        nlohmann::json g = nlohmann::json::array();
+        for (int k = 0; k < size; ++k) g.push_back(a + k);
+        groups.push_back(g);
+      }
+  } else {
+    const int per = std::max(1, opt.accelerators / opt.candidates);
+    for (int c = 0; c < opt.candidates; ++c) {
+      nlohmann::json g = nlohmann::json::array();
+      for (int k = 0; k < std::min(per, 4); ++k) g.push_back((c * per + k) % opt.accelerators);
+      groups.push_back(g);
+    }
   }
+  const int candidates = static_cast<int>(groups.size());
   auto partitions = plugins.partition.create("explicit", {{"groups", groups}});
   if (!partitions.ok()) throw std::runtime_error(partitions.status().message());
   check(partitions.value()->bind(*accels));
@@ -76,7 +87,7 @@ int bench_scheduler(const BenchSchedulerOptions& opt) {
   auto pct = [&](double p) { return ms[std::min(ms.size() - 1, static_cast<std::size_t>(p / 100 * ms.size()))]; };
   if (opt.json) {
     nlohmann::json j{{"accelerators", opt.accelerators},
-                     {"candidates", opt.candidates},
+                     {"candidates", candidates},
                      {"horizon", opt.horizon},
                      {"ops_per_simulation", simulated_ops},
                      {"rounds", ms.size()},
@@ -87,7 +98,7 @@ int bench_scheduler(const BenchSchedulerOptions& opt) {
   } else {
     std::printf(
         "Scheduling round: %d accelerators, %d candidates, horizon %d ops per accelerator (%zu ops per what-if)\n",
-        opt.accelerators, opt.candidates, opt.horizon, simulated_ops);
+        opt.accelerators, candidates, opt.horizon, simulated_ops);
     std::printf("%zu rounds: p50 %.3f ms, p99 %.3f ms, max %.3f ms (target p99 <= 1 ms)\n", ms.size(), pct(50), pct(99),
                 ms.back());
   }

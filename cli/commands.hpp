@@ -23,6 +23,9 @@ struct BenchSchedulerOptions {
   int horizon = 3;  // operators already queued per accelerator
   int rounds = 1000;
   bool json = false;
+  // Every pair and every quad of the cluster as candidates (what
+  // cluster-1000.toml's partition sets offer) instead of `candidates` groups.
+  bool cluster_wide = false;
 };
 int bench_scheduler(const BenchSchedulerOptions& opt);
 

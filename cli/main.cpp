@@ -109,13 +109,15 @@ int main(int argc, char** argv) {
 
   slicesched::cli::BenchSchedulerOptions sched_opt;
   auto* bench_sched = bench->add_subcommand("scheduler", "Latency of one scheduling round (what-if over candidates)");
-  bench_sched->add_option("--accelerators,-n", sched_opt.accelerators, "Cluster size")->check(CLI::Range(1, 1024));
+  bench_sched->add_option("--accelerators,-n", sched_opt.accelerators, "Cluster size")->check(CLI::Range(1, 100000));
   bench_sched->add_option("--candidates,-c", sched_opt.candidates, "Candidate placements per round")
       ->check(CLI::Range(1, 1024));
   bench_sched->add_option("--horizon", sched_opt.horizon, "Operators already queued per accelerator")
       ->check(CLI::Range(0, 1000));
   bench_sched->add_option("--rounds", sched_opt.rounds, "Rounds measured")->check(CLI::Range(1, 1000000));
   bench_sched->add_flag("--json", sched_opt.json, "Print one JSON object");
+  bench_sched->add_flag("--cluster-wide", sched_opt.cluster_wide,
+                        "Candidates: every pair and every quad of the cluster (overrides --candidates)");
 
   slicesched::cli::BenchRooflineOptions roof_opt;
   auto* bench_roof = bench->add_subcommand(
