@@ -54,8 +54,14 @@ grown = rss[-1] - rss[0]
 served = sum(completed[1:])
 per_request = grown / served
 print("growth after warm-up: %d KiB over %d requests = %.2f KiB per request" % (grown, served, per_request))
-check(per_request <= KIB_PER_REQUEST,
-      "memory per request %.2f KiB <= %d KiB (RSS %d -> %d KiB over %d requests)"
-      % (per_request, KIB_PER_REQUEST, rss[0], rss[-1], served), srv)
+# Under AddressSanitizer (make sanitize) freed memory sits in its
+# quarantine: RSS says nothing there, so the bound is checked only in the
+# plain build (make test).
+if os.environ.get("ASAN_OPTIONS") is None:
+    check(per_request <= KIB_PER_REQUEST,
+          "memory per request %.2f KiB <= %d KiB (RSS %d -> %d KiB over %d requests)"
+          % (per_request, KIB_PER_REQUEST, rss[0], rss[-1], served), srv)
+else:
+    print("memory bound not checked under AddressSanitizer (its quarantine holds freed memory)")
 check(srv.stop(signal.SIGTERM) == 0, "SIGTERM: exit 0", srv)
 print("PASS")

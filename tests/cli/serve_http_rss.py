@@ -50,7 +50,13 @@ time.sleep(1.0)
 after = srv.rss_kib()
 print(f"RSS: {before / 1024:.0f} MiB before, {peak[0] / 1024:.0f} MiB at the peak, {after / 1024:.0f} MiB after "
       f"({sum(sizes)} MB of bodies)")
-check(after <= before * 1.10, f"RSS back within 10 %: {after} KiB against {before} KiB", srv)
+# Under AddressSanitizer (make sanitize) freed memory sits in its quarantine
+# and its allocator is not glibc's: RSS says nothing there, so the bound is
+# checked only in the plain build (make test).
+if os.environ.get("ASAN_OPTIONS") is None:
+    check(after <= before * 1.10, f"RSS back within 10 %: {after} KiB against {before} KiB", srv)
+else:
+    print("RSS bound not checked under AddressSanitizer (its quarantine holds freed memory)")
 status, _, _ = srv.post("/v1/completions", {"model": "llama-tiny", "prompt": [1, 2, 3], "max_tokens": 4})
 check(status == 200, "still serving", srv)
 check(srv.stop() == 0, "SIGTERM: exit 0", srv)
