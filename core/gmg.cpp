@@ -417,8 +417,21 @@ Status Gmg::check_batch(std::span<const OpId> ops) const {
   return Status::Ok();
 }
 
-Status Gmg::check_memory(std::span<const OpId> ops, std::span<const AccelId> accels, AccelId* over,
-                         bool alone) const {
+IssuedWorkspaces Gmg::issued_workspaces() const {
+  IssuedWorkspaces w;
+  w.sum.assign(accels_->size(), 0);
+  w.largest.assign(accels_->size(), 0);
+  for (OpId id : issued_ops_) {
+    const OpRecord& r = ops_[id];
+    if (r.accel >= w.sum.size()) continue;
+    w.sum[r.accel] += r.workspace_bytes;
+    w.largest[r.accel] = std::max(w.largest[r.accel], r.workspace_bytes);
+  }
+  return w;
+}
+
+Status Gmg::check_memory(std::span<const OpId> ops, std::span<const AccelId> accels, AccelId* over, bool alone,
+                         const IssuedWorkspaces* issued) const {
   // Per accelerator of the batch (a handful: a small list, not a map):
   // what it adds besides workspaces, and its largest workspace. One
   // operator runs at a time on an accelerator, so only one workspace is
@@ -457,11 +470,16 @@ Status Gmg::check_memory(std::span<const OpId> ops, std::span<const AccelId> acc
     std::int64_t held = hbm_[a].weights, workspace = n.workspace;
     if (!alone) {
       std::int64_t issued_ws = 0;
-      for (OpId id : issued_ops_)
-        if (ops_[id].accel == a) {
-          issued_ws += ops_[id].workspace_bytes;
-          workspace = std::max(workspace, ops_[id].workspace_bytes);
-        }
+      if (issued && a < issued->sum.size()) {
+        issued_ws = issued->sum[a];
+        workspace = std::max(workspace, issued->largest[a]);
+      } else {
+        for (OpId id : issued_ops_)
+          if (ops_[id].accel == a) {
+            issued_ws += ops_[id].workspace_bytes;
+            workspace = std::max(workspace, ops_[id].workspace_bytes);
+          }
+      }
       held = hbm_[a].total() - issued_ws;
     }
     const std::int64_t cap = accels_->hbm_bytes(a), bytes = n.bytes + workspace;

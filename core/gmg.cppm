@@ -174,6 +174,11 @@ struct GmgView {
   std::uint64_t last_issue_seq = 0;  // 0: nothing issued yet
 };
 
+// What check_memory needs of the issued operators, per accelerator.
+struct IssuedWorkspaces {
+  std::vector<std::int64_t> sum, largest;
+};
+
 class Gmg {
  public:
   Gmg(std::shared_ptr<const TemplateRegistry> templates, std::shared_ptr<const AcceleratorSet> accels);
@@ -225,8 +230,14 @@ class Gmg {
   // an otherwise empty cluster instead: each accelerator holding only its
   // weights and the retained state the batch itself takes over. A batch
   // that fails that never fits there, whatever is preempted.
+  // `issued`, when given, is issued_workspaces() of this snapshot: a
+  // caller checking many placements of one batch builds it once (the check
+  // is then a handful of lookups, not a pass over every issued operator).
   Status check_memory(std::span<const OpId> ops, std::span<const AccelId> accels, AccelId* over = nullptr,
-                      bool alone = false) const;
+                      bool alone = false, const struct IssuedWorkspaces* issued = nullptr) const;
+  // Per accelerator, the summed and the largest workspace of its issued
+  // operators: O(issued operators + accelerators).
+  IssuedWorkspaces issued_workspaces() const;
   // Takes back an unscheduled instance's operators (all of `ops`, none
   // issued, none read by an operator outside `ops`): they leave the GMG,
   // and the producers they read from forget them (a retained state they

@@ -39,6 +39,7 @@ struct Scheduler::Workers {
   std::vector<AccelId> seeds;
   std::vector<std::size_t> same_as;  // per candidate: an earlier one placing the batch the same way
   std::unordered_multimap<std::uint64_t, std::size_t> first_of;  // placement hash -> first candidate
+  IssuedWorkspaces issued_ws;                                    // the round's, for Gmg::check_memory
   std::uint64_t round = 0;           // what-if calls so far (a worker's prepare is for one of them)
   std::vector<std::uint32_t> load;   // per accelerator: issued operators
   std::vector<std::pair<std::uint32_t, std::size_t>> order;  // candidates in the order they are simulated
@@ -93,6 +94,7 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
   std::vector<Outcome> out(cands.size());
   Workers& ws = *workers_;
   ++ws.round;
+  ws.issued_ws = gmg.issued_workspaces();  // once a round, not once per candidate
   // One scope for the round: the closure of every candidate's accelerators,
   // so all candidates are judged on the same part of the cluster.
   const std::size_t n_acc = gmg.accels().size();
@@ -170,7 +172,7 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
       }
     // Whatever the what-if predicts, a placement the HBM account cannot
     // hold is not issued (the rule every policy obeys): do not simulate it.
-    if (AccelId over = kNoAccel; !gmg.check_memory(batch.ops, cands[c].accel, &over).ok()) {
+    if (AccelId over = kNoAccel; !gmg.check_memory(batch.ops, cands[c].accel, &over, false, &ws.issued_ws).ok()) {
       o.why = Outcome::Why::kOutOfMemory;
       o.at_accel = over;
       o.at_op = batch.ops.front();
@@ -241,18 +243,43 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
     if (best.sum < 0 || sum_ns < best.sum || (sum_ns == best.sum && c < best.index)) best = {sum_ns, c};
   };
   // Worth a fan-out only when the round's simulations outweigh handing
-  // them to another thread (a few microseconds).
-  if (opt_.parallel && distinct >= kParallelCandidates && (simulated + batch.ops.size()) * distinct >= kParallelWork) {
+  // them to another thread (a few microseconds). Pruned and focused, most
+  // what-ifs end before simulating and the rest touch a few accelerators:
+  // then the per-thread prepare() of the round's snapshot is the cost, and
+  // a fan-out pays it once per thread (cluster-1000.toml: 56 s wall and
+  // 93 s CPU fanned out, against 52 s and 51 s serial), so the round stays
+  // on this thread.
+  if (opt_.parallel && !(prune && focus) && distinct >= kParallelCandidates &&
+      (simulated + batch.ops.size()) * distinct >= kParallelWork) {
     // One chunk per thread: a what-if takes microseconds, so finer tasks
     // cost more in stealing than they gain. A chunk no worker takes in time
     // runs here, so this is never slower than serial by more than a steal.
     const auto threads = static_cast<std::size_t>(tbb::this_task_arena::max_concurrency());
     const std::size_t grain = (cands.size() + threads - 1) / threads;
+    // With pruning, the least loaded candidate first, here: its outcome
+    // seeds every chunk's best, so the chunks cut their ties and losers at
+    // once instead of each finding a best of its own (on a cluster-wide
+    // round that doubled the work).
+    Best seed;
+    std::size_t seeded = kNoCandidate;
+    if (prune) {
+      ws.load.assign(n_acc, 0);
+      for (OpId id : gmg.issued_ops()) ++ws.load[gmg.op(id).accel];
+      std::uint32_t least = ~std::uint32_t{0};
+      for (std::size_t c = 0; c < cands.size(); ++c) {
+        if (ws.same_as[c] != kNoCandidate) continue;
+        std::uint32_t busiest = 0;
+        for (AccelId a : cands[c].accel) busiest = std::max(busiest, a < n_acc ? ws.load[a] : 0);
+        if (busiest < least) least = busiest, seeded = c;
+      }
+      if (seeded != kNoCandidate) one(seeded, seed);
+    }
     tbb::parallel_for(
         tbb::blocked_range<std::size_t>(0, cands.size(), grain),
         [&](const tbb::blocked_range<std::size_t>& r) {
-          Best best;
-          for (std::size_t c = r.begin(); c < r.end(); ++c) one(c, best);
+          Best best = seed;
+          for (std::size_t c = r.begin(); c < r.end(); ++c)
+            if (c != seeded) one(c, best);
         },
         tbb::simple_partitioner());
   } else if (prune) {
