@@ -40,8 +40,8 @@ struct Scheduler::Workers {
   std::vector<std::size_t> same_as;  // per candidate: an earlier one placing the batch the same way
   std::unordered_multimap<std::uint64_t, std::size_t> first_of;  // placement hash -> first candidate
   IssuedWorkspaces issued_ws;                                    // the round's, for Gmg::check_memory
-  std::uint64_t round = 0;           // what-if calls so far (a worker's prepare is for one of them)
-  std::vector<std::uint32_t> load;   // per accelerator: issued operators
+  std::uint64_t round = 0;          // what-if calls so far (a worker's prepare is for one of them)
+  std::vector<std::uint32_t> load;  // per accelerator: issued operators
   std::vector<std::pair<std::uint32_t, std::size_t>> order;  // candidates in the order they are simulated
 };
 
@@ -104,7 +104,7 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
   // accelerators and where the batch's inputs live): on a cluster-wide
   // round an idle pair's what-if touches a few GPUs, not the cluster.
   const bool focus = opt_.scoped && n_acc > 1;
-  if (opt_.scoped && n_acc > 1) {
+  if (focus) {
     ws.components.build(gmg);
     ws.seeds.clear();
     for (const Candidate& c : cands)
@@ -204,11 +204,11 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
       }
       ws.components.closure_of(gmg, cands[c].accel, batch.ops, w.focus);
     }
-    const SimulationResult& r = w.sim.place(cands[c].accel, {.horizon = opt_.horizon,
-                                                             .arbiter = w.arbiter.get(),
-                                                             .dominated_above = above,
-                                                             .focus = focus ? std::span<const AccelId>(w.focus)
-                                                                            : std::span<const AccelId>()});
+    const SimulationResult& r =
+        w.sim.place(cands[c].accel, {.horizon = opt_.horizon,
+                                     .arbiter = w.arbiter.get(),
+                                     .dominated_above = above,
+                                     .focus = focus ? std::span<const AccelId>(w.focus) : std::span<const AccelId>()});
     if (r.dominated) {
       o.dominated = true;
       o.why = Outcome::Why::kDominated;

@@ -34,6 +34,27 @@ OFFLINE = 10
 WINDOW_S = 60
 
 
+def cluster_lines(accels: int) -> list:
+    """The cluster, model and ground truth both configs share."""
+    return [
+        "[cluster]",
+        'link_classes = [{ name = "nvlink", bandwidth_gbps = 300.0, latency_us = 5.0 }]',
+        f'accelerators = [{{ name_prefix = "gpu", count = {accels}, type = "H100", hbm_gib = 80 }}]',
+        "",
+        "[model]",
+        'name = "llama3-8b"',
+        "layers = 32",
+        "groups = 4",
+        "",
+        "[ground_truth]",
+        'layers = "../../data/profiles/llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv"',
+        'transfers = "../../data/profiles/vidur_network_h100_dgx_send_recv.csv"',
+        "op_noise_cv = 0.006",
+        "transfer_noise_cv = 0.0163",
+        "",
+    ]
+
+
 def cluster_wide(out: Path, accels: int, online: int, offline: int, rate_scale: float, offline_rps: float,
                  window: int) -> None:
     if accels % online or accels % 4 or online % offline:
@@ -55,22 +76,7 @@ def cluster_wide(out: Path, accels: int, online: int, offline: int, rate_scale: 
         "seed = 1",
         f"duration_s = {window}",
         "",
-        "[cluster]",
-        'link_classes = [{ name = "nvlink", bandwidth_gbps = 300.0, latency_us = 5.0 }]',
-        f'accelerators = [{{ name_prefix = "gpu", count = {accels}, type = "H100", hbm_gib = 80 }}]',
-        "",
-        "[model]",
-        'name = "llama3-8b"',
-        "layers = 32",
-        "groups = 4",
-        "",
-        "[ground_truth]",
-        'layers = "../../data/profiles/llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv"',
-        'transfers = "../../data/profiles/vidur_network_h100_dgx_send_recv.csv"',
-        "op_noise_cv = 0.006",
-        "transfer_noise_cv = 0.0163",
-        "",
-    ]
+    ] + cluster_lines(accels)
     trace = "../../data/traces/AzureLLMInferenceTrace_code.csv"
     for k in range(online):
         lines += [
@@ -156,22 +162,7 @@ def main() -> None:
         "seed = 1",
         f"duration_s = {WINDOW_S}",
         "",
-        "[cluster]",
-        'link_classes = [{ name = "nvlink", bandwidth_gbps = 300.0, latency_us = 5.0 }]',
-        f'accelerators = [{{ name_prefix = "gpu", count = {ACCELS}, type = "H100", hbm_gib = 80 }}]',
-        "",
-        "[model]",
-        'name = "llama3-8b"',
-        "layers = 32",
-        "groups = 4",
-        "",
-        "[ground_truth]",
-        'layers = "../../data/profiles/llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv"',
-        'transfers = "../../data/profiles/vidur_network_h100_dgx_send_recv.csv"',
-        "op_noise_cv = 0.006",
-        "transfer_noise_cv = 0.0163",
-        "",
-    ]
+    ] + cluster_lines(ACCELS)
     trace = "../../data/traces/AzureLLMInferenceTrace_code.csv"
     for k in range(ONLINE):
         shift = k * 3600 // ONLINE  # spread over the trace's hour

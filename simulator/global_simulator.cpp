@@ -120,7 +120,8 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
         arrival_[i] = base_arrival_[i];
       }
       for (AccelId a : focus_)
-        for (std::uint32_t g = ghost_off_[a]; g < ghost_off_[a + 1]; ++g) nodes_[ghost_list_[g]] = base_nodes_[ghost_list_[g]];
+        for (std::uint32_t g = ghost_off_[a]; g < ghost_off_[a + 1]; ++g)
+          nodes_[ghost_list_[g]] = base_nodes_[ghost_list_[g]];
     } else {
       std::copy(base_nodes_.begin(), base_nodes_.end(), nodes_.begin());
       std::copy(base_arrival_.begin(), base_arrival_.end(), arrival_.begin());
@@ -708,6 +709,23 @@ void AccelComponents::build(const Gmg& gmg) {
   for (OpId id : v.issued) ++ops_of_[root_of_[v.ops[id].accel]];
 }
 
+namespace {
+
+// Calls add(a) for every seed and for the accelerator of every issued or
+// done producer of `ops`: what a closure must hold.
+template <typename F>
+void each_reached(const Gmg& gmg, std::span<const AccelId> seeds, std::span<const OpId> ops, F&& add) {
+  for (AccelId a : seeds) add(a);
+  const GmgView v = gmg.view();
+  for (OpId id : ops)
+    for (std::uint32_t e = v.ops[id].first_in; e != kNoEdge; e = v.edges[e].next_in) {
+      const OpRow& src = v.ops[v.edges[e].src];
+      if (src.state != OpState::kUnscheduled) add(src.accel);
+    }
+}
+
+}  // namespace
+
 void AccelComponents::closure_of(const Gmg& gmg, std::span<const AccelId> seeds, std::span<const OpId> ops,
                                  std::vector<AccelId>& out) const {
   // Few roots: a linear search instead of the shared marks.
@@ -717,13 +735,7 @@ void AccelComponents::closure_of(const Gmg& gmg, std::span<const AccelId> seeds,
     const AccelId r = root_of_[a];
     if (std::find(roots.begin(), roots.end(), r) == roots.end()) roots.push_back(r);
   };
-  for (AccelId a : seeds) add(a);
-  const GmgView v = gmg.view();
-  for (OpId id : ops)
-    for (std::uint32_t e = v.ops[id].first_in; e != kNoEdge; e = v.edges[e].next_in) {
-      const OpRow& src = v.ops[v.edges[e].src];
-      if (src.state != OpState::kUnscheduled) add(src.accel);
-    }
+  each_reached(gmg, seeds, ops, add);
   out.clear();
   for (AccelId r : roots) out.insert(out.end(), members_.begin() + first_[r], members_.begin() + first_[r + 1]);
   std::sort(out.begin(), out.end());
@@ -739,13 +751,7 @@ std::size_t AccelComponents::closure(const Gmg& gmg, std::span<const AccelId> se
       roots_.push_back(r);
     }
   };
-  for (AccelId a : seeds) add(a);
-  const GmgView v = gmg.view();
-  for (OpId id : ops)
-    for (std::uint32_t e = v.ops[id].first_in; e != kNoEdge; e = v.edges[e].next_in) {
-      const OpRow& src = v.ops[v.edges[e].src];
-      if (src.state != OpState::kUnscheduled) add(src.accel);
-    }
+  each_reached(gmg, seeds, ops, add);
   out.clear();
   std::size_t issued = 0;
   for (AccelId r : roots_) {
