@@ -284,11 +284,11 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
       }
   }
   if (result.interrupted)  // (finished: ended with every token; the failed and cancelled ones are not)
-    std::fprintf(stderr, "slicesched: interrupted: %zu of %zu request(s) finished\n",
-                 static_cast<std::size_t>(
-                     std::count_if(result.requests.begin(), result.requests.end(),
-                                   [](const RequestRecord& r) { return r.done >= 0 && r.error.empty(); })),
-                 result.requests.size());
+    std::fprintf(
+        stderr, "slicesched: interrupted: %zu of %zu request(s) finished\n",
+        static_cast<std::size_t>(std::count_if(result.requests.begin(), result.requests.end(),
+                                               [](const RequestRecord& r) { return r.done >= 0 && r.error.empty(); })),
+        result.requests.size());
   return result;
 }
 

@@ -21,9 +21,10 @@ int main(int argc, char** argv) {
   simulate->add_flag("--skip-bad-lines", sim.skip_bad_lines, "Skip and count corrupt trace lines instead of failing");
   simulate->add_option("--trace-seconds", sim.trace_seconds, "Simulated seconds covered by the Chrome traces")
       ->check(CLI::NonNegativeNumber);
-  simulate->add_option("--slo-threshold", sim.slo_threshold_s,
-                       "Online TTFT threshold in seconds for SLO attainment (default: the p90 TTFT of Static-Online, "
-                       "run beside when --policy leaves it out)")
+  simulate
+      ->add_option("--slo-threshold", sim.slo_threshold_s,
+                   "Online TTFT threshold in seconds for SLO attainment (default: the p90 TTFT of Static-Online, "
+                   "run beside when --policy leaves it out)")
       ->check(CLI::PositiveNumber);
   simulate->add_flag("--explain", sim.explain,
                      "Record every scheduling round of the traced seconds: decisions.jsonl and the trace's "
@@ -77,8 +78,9 @@ int main(int argc, char** argv) {
   serve->add_option("--seed", serve_opt.seed, "Override the config's seed");
   serve->add_option("--trace-seconds", serve_opt.trace_seconds, "Seconds covered by the Chrome trace")
       ->check(CLI::PositiveNumber);
-  serve->add_option("--slo-threshold", serve_opt.slo_threshold_s,
-                    "Online TTFT target in seconds for SLO attainment (overrides [serve] ttft_slo_s)")
+  serve
+      ->add_option("--slo-threshold", serve_opt.slo_threshold_s,
+                   "Online TTFT target in seconds for SLO attainment (overrides [serve] ttft_slo_s)")
       ->check(CLI::PositiveNumber);
   serve->add_flag("--explain", serve_opt.explain, "Record every scheduling round of the traced seconds, as simulate");
   serve->add_flag("--spawn-local", serve_opt.spawn_local,
@@ -124,7 +126,9 @@ int main(int argc, char** argv) {
       "roofline", "Roofline ground truth vs a measured profile it was not fitted on: MAPE per kind of work");
   bench_roof->add_option("--profile", roof_opt.profile, "Profile to predict (LLMServingSim layers or Vidur mlp CSV)");
   bench_roof->add_option("--type", roof_opt.type, "Its accelerator type (a name or alias in configs/accelerators)");
-  bench_roof->add_option("--model", roof_opt.model, "Preset whose shapes the profile measured (llama3-8b, llama2-7b, llama2-70b, codellama-34b, internlm-20b, ...)");
+  bench_roof->add_option(
+      "--model", roof_opt.model,
+      "Preset whose shapes the profile measured (llama3-8b, llama2-7b, llama2-70b, codellama-34b, internlm-20b, ...)");
   bench_roof->add_option("--tp", roof_opt.tp, "Tensor parallelism of the rows used")->check(CLI::Range(1, 64));
   bench_roof->add_option("--fit", roof_opt.fit, "CSV@TYPE to fit the efficiencies on (repeatable)");
   bench_roof->add_option("--efficiencies", roof_opt.efficiencies,

@@ -74,8 +74,8 @@ void print_table(const std::vector<PolicyRun>& runs, const SloBasis& slo) {
   for (const PolicyRun& r : runs) {
     const RunMetrics& m = r.metrics;
     std::printf(
-        "%-16s %9.3f %9.1f %8.3fs %8.3fs %8.3fs %9.2f %s %6.1f%% %5.1f%% %7.1f\n", r.name.c_str(),
-        m.request_throughput, m.token_throughput, m.ttft_p50_s, m.ttft_p90_s, m.ttft_p99_s, m.tpot_mean_s * 1e3,
+        "%-16s %9.3f %9.1f %8.3fs %8.3fs %8.3fs %9.2f %s %6.1f%% %5.1f%% %7.1f\n", r.name.c_str(), m.request_throughput,
+        m.token_throughput, m.ttft_p50_s, m.ttft_p90_s, m.ttft_p99_s, m.tpot_mean_s * 1e3,
         percent_or_na(m.slo_attainment, 8).c_str(), 100 * m.gpu_utilization,
         m.requests_total ? 100.0 * static_cast<double>(m.requests_done) / static_cast<double>(m.requests_total) : 0.0,
         r.wall_s);
@@ -247,8 +247,8 @@ void plots(const fs::path& dir, const std::vector<PolicyRun>& runs) {
   }
   gp << "\nunset logscale x\nset autoscale\n";
   // Idle-slice CDF per policy.
-  gp << "set output 'idle_slices_cdf.png'\nset title 'Idle slices between operators (CDF)"
-     << (no_idle ? ": none" : "") << "'\nset xlabel 'idle slice (s)'\nset logscale x\n";
+  gp << "set output 'idle_slices_cdf.png'\nset title 'Idle slices between operators (CDF)" << (no_idle ? ": none" : "")
+     << "'\nset xlabel 'idle slice (s)'\nset logscale x\n";
   empty_ranges(no_idle, "[0.000001:10]");
   gp << "plot ";
   for (std::size_t i = 0; i < runs.size(); ++i) {

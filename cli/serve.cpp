@@ -151,8 +151,7 @@ int serve(const ServeOptions& opt) {
       slo = {opt.slo_threshold_s, "--slo-threshold"};
     else if (cfg->serve.ttft_slo_s > 0)
       slo = {cfg->serve.ttft_slo_s, "[serve] ttft_slo_s"};
-    report(cfg.value(), runs,
-           {.out = opt.out, .trace_seconds = opt.trace_seconds, .explain = opt.explain, .slo = slo});
+    report(cfg.value(), runs, {.out = opt.out, .trace_seconds = opt.trace_seconds, .explain = opt.explain, .slo = slo});
     std::printf("served %s live in %.1f s wall\n", policy->name.c_str(), runs[0].wall_s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "slicesched: %s\n", e.what());

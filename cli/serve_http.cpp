@@ -130,8 +130,8 @@ PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, co
           names += (names.empty() ? "" : ", ") + cfg.accelerators[a].name;
         }
       down.push_back(left ? std::string()
-                          : "model '" + cfg.models[m].name + "' cannot be served: every accelerator holding it is lost (" +
-                                names + ")");
+                          : "model '" + cfg.models[m].name +
+                                "' cannot be served: every accelerator holding it is lost (" + names + ")");
     }
     return down;
   };

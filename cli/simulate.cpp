@@ -100,9 +100,8 @@ int simulate(const SimulateOptions& opt) {
     // a --policy that leaves the baseline out runs it beside (not reported),
     // unless a threshold is given.
     const PolicyConfig* baseline = nullptr;
-    if (!opt.slo_threshold_s && std::none_of(chosen.begin(), chosen.end(), [](const PolicyConfig* p) {
-          return p->name == kSloBaseline;
-        }))
+    if (!opt.slo_threshold_s &&
+        std::none_of(chosen.begin(), chosen.end(), [](const PolicyConfig* p) { return p->name == kSloBaseline; }))
       for (const auto& p : cfg->policies)
         if (p.name == kSloBaseline) baseline = &p;
     const std::size_t reported = chosen.size();

@@ -124,9 +124,10 @@ int validate(const ValidateOptions& opt) {
     j["rows_beating_floor"] = beats;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("validate %s: %zu rows on the roofline (efficiencies %s; fixed costs %.0f us/iteration, %.0f us/request)\n",
-                opt.data.c_str(), out.size(), std::filesystem::path(fit_path).filename().c_str(),
-                opt.iteration_overhead_us, opt.request_overhead_us);
+    std::printf(
+        "validate %s: %zu rows on the roofline (efficiencies %s; fixed costs %.0f us/iteration, %.0f us/request)\n",
+        opt.data.c_str(), out.size(), std::filesystem::path(fit_path).filename().c_str(), opt.iteration_overhead_us,
+        opt.request_overhead_us);
     std::printf("%4s %-11s %-6s %-9s %5s %5s %5s %-20s %10s %10s %6s %10s\n", "line", "model", "ver", "gpu", "batch",
                 "in", "out", "metric", "published", "simulated", "ratio", "floor");
     for (const Out& o : out)

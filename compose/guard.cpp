@@ -42,12 +42,14 @@ namespace {
 // Counts one call and its time into `use` (null: nothing), however it ends.
 struct Timed {
   PluginUse* use;
-  std::chrono::steady_clock::time_point t0 = use ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  std::chrono::steady_clock::time_point t0 =
+      use ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   ~Timed() {
     if (!use) return;
     use->calls.fetch_add(1, std::memory_order_relaxed);
-    use->nanos.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(),
-                         std::memory_order_relaxed);
+    use->nanos.fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(),
+        std::memory_order_relaxed);
   }
 };
 
@@ -79,8 +81,7 @@ class GuardedPartitionSet final : public PartitionSet {
       for (AccelId a : c.accel)
         if (!gmg.accels().contains(a))
           throw PluginFailure(who_ + ": candidate '" + c.label + "' names accelerator " + std::to_string(a) +
-                              ", which the cluster does not have (it has " + std::to_string(gmg.accels().size()) +
-                              ")");
+                              ", which the cluster does not have (it has " + std::to_string(gmg.accels().size()) + ")");
     }
     return cands;
   }

@@ -49,8 +49,7 @@ struct PluginUse {
 // Each wraps a plugin object (which keeps its library loaded) and is
 // itself a plugin of the same interface. `who` names it in failures, e.g.
 // "partition set 'ring'"; `use`, when given, counts its calls and time.
-PluginPtr<PartitionSet> guard(PluginPtr<PartitionSet> inner, std::string who,
-                              std::shared_ptr<PluginUse> use = nullptr);
+PluginPtr<PartitionSet> guard(PluginPtr<PartitionSet> inner, std::string who, std::shared_ptr<PluginUse> use = nullptr);
 PluginPtr<PlacementPolicy> guard(PluginPtr<PlacementPolicy> inner, std::string who,
                                  std::shared_ptr<PluginUse> use = nullptr);
 PluginPtr<TransferArbiter> guard(PluginPtr<TransferArbiter> inner, std::string who,

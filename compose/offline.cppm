@@ -39,10 +39,10 @@ Result<Truths> load_truths(const ExperimentConfig& cfg);
 // efficiencies `fit`, read from `source`). Types are those of the config's
 // cluster as written there, in order of first appearance.
 struct TruthPlayed {
-  std::string type;       // as the cluster names it ("H100")
-  std::string datasheet;  // the type's own name where a table knows it ("H100-SXM"), else the name
-  std::string truth;      // "profile", "calibrated" or "roofline"
-  std::string source;     // the file behind it (file name only: summaries stay the same across checkouts)
+  std::string type;                // as the cluster names it ("H100")
+  std::string datasheet;           // the type's own name where a table knows it ("H100-SXM"), else the name
+  std::string truth;               // "profile", "calibrated" or "roofline"
+  std::string source;              // the file behind it (file name only: summaries stay the same across checkouts)
   std::optional<RooflineFit> fit;  // roofline only
 };
 // What each type of `cfg`'s cluster plays with `truths` (load_truths(cfg)):

@@ -167,13 +167,13 @@ Result<PolicyPlugins> build_plugins(const ExperimentConfig& cfg, const PolicyCon
     // calls and their time are counted (PluginRecord).
     auto guarded_plugin = [&](const auto& registry, const PluginChoice& c, auto ptr) {
       auto use = std::make_shared<PluginUse>();
-      p.records.push_back(
-          {registry.kind(), c.name, c.args, plugin_library_path(ptr.get_deleter().library), use});
+      p.records.push_back({registry.kind(), c.name, c.args, plugin_library_path(ptr.get_deleter().library), use});
       return guard(std::move(ptr), registry.kind() + " '" + c.name + "'", std::move(use));
     };
     for (const auto& choice : policy.partition_sets)
-      sets.push_back(guarded_plugin(plugins.partition, choice,
-                                    made(plugins.partition.create(choice.name, tenant_ids(cfg, policy, choice.args)), who)));
+      sets.push_back(
+          guarded_plugin(plugins.partition, choice,
+                         made(plugins.partition.create(choice.name, tenant_ids(cfg, policy, choice.args)), who)));
     p.partitions = std::make_unique<UnionPartitionSet>(std::move(sets));
     if (Status s = p.partitions->bind(accels); !s.ok()) fail(who + s.message());
     p.placement = guarded_plugin(plugins.placement, policy.placement,

@@ -55,7 +55,7 @@ struct PolicyPlugins {
   std::unique_ptr<UnionPartitionSet> partitions;
   PluginPtr<PlacementPolicy> placement;
   PluginPtr<TransferArbiter> arbiter;  // the backend's; what-if workers make their own
-  std::vector<PluginRecord> records;    // every one of them, in config order
+  std::vector<PluginRecord> records;   // every one of them, in config order
 };
 
 // Creates `policy`'s plugins for `accels`. Fails with one line naming the

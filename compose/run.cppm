@@ -37,7 +37,7 @@ struct PolicyRun {
   std::string estimator_prior;                      // the [estimators] prior it started from, or empty
   std::vector<EstimatorSet::ReportRow> estimators;  // empty when it is not linear
   RoundStats scheduling;
-  std::size_t issued_budget = 0;  // the scheduler's cap on issued operators (policy config)
+  std::size_t issued_budget = 0;                    // the scheduler's cap on issued operators (policy config)
   std::size_t lost_ops = 0, rebuilt_sequences = 0;  // faults (EngineResult)
   // Memory pressure (EngineResult): preemptions, the sequences they held,
   // requests failed as out of memory, and the backend's accounting.

@@ -779,8 +779,8 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
     // nothing: refused, so a fault a user wrote always happens.
     if (cfg.duration_s > 0 && fc.at_s >= cfg.duration_s)
       f.fail(f.node("at_s"), "at_s",
-             "expected a time inside the measurement window (duration_s = " + Table::fmt(cfg.duration_s) +
-                 " s), got " + Table::fmt(fc.at_s) + " s");
+             "expected a time inside the measurement window (duration_s = " + Table::fmt(cfg.duration_s) + " s), got " +
+                 Table::fmt(fc.at_s) + " s");
     if (f.has("duration_s")) {
       fc.duration_s = f.num("duration_s", -1, 0, 1e9);
       if (fc.duration_s == 0) f.fail(f.node("duration_s"), "duration_s", "expected > 0 (leave it out: lost for good)");

@@ -141,15 +141,16 @@ struct ServeConfig {
   std::string listen;           // "HOST:PORT": serve HTTP even without --listen ("": replay unless --listen)
   std::int64_t max_queue = 64;  // online completions admitted and not ended; past it, 429
   std::int64_t retry_after_s = 1;
-  std::int64_t http_threads = 64;    // connections served at once (a streaming client holds one)
-  std::int64_t max_body_mib = 64;    // largest request body (a batch input file)
+  std::int64_t http_threads = 64;      // connections served at once (a streaming client holds one)
+  std::int64_t max_body_mib = 64;      // largest request body (a batch input file)
   std::int64_t header_timeout_s = 10;  // a request's line and headers arrive within this
   std::int64_t body_timeout_s = 60;    // its body within this
   std::int64_t max_connections = 512;  // open HTTP connections at once
   std::int64_t drain_timeout_s = 60;
-  std::int64_t max_prompt_tokens = 0;  // the longest prompt a request may send (0: its model's window bounds it)   // after a drain's signal, what still runs then is cancelled
-  std::string batch_store;           // SQLite file of the batch API (resolved; "": batch API off)
-  std::int64_t batch_inflight = 16;  // batch lines in the engine at once
+  std::int64_t max_prompt_tokens = 0;  // the longest prompt a request may send (0: its model's window bounds it)   //
+                                       // after a drain's signal, what still runs then is cancelled
+  std::string batch_store;             // SQLite file of the batch API (resolved; "": batch API off)
+  std::int64_t batch_inflight = 16;    // batch lines in the engine at once
   // The online TTFT target (seconds) SLO attainment is measured against, as
   // vLLM users state one; < 0: none (serve has no baseline run: n/a).
   double ttft_slo_s = -1;

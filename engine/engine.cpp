@@ -203,12 +203,12 @@ Result<bool> Engine::fail_out_of_memory(Nanos now, OomFail which) {
   for (const Deferral& d : scheduler_.last_deferrals()) {
     if (!d.memory) continue;
     if (which == OomFail::kNever && !d.never) continue;
-    const std::string why =
-        d.never ? "out of memory: its iteration needs more HBM than any of its " + std::to_string(d.candidates) +
-                      " candidate placement(s) has beside the weights"
-        : d.reason.empty() ? "out of memory: its iteration fits the HBM of none of its " +
-                                 std::to_string(d.candidates) + " candidate placement(s)"
-                           : "out of memory: " + d.reason;
+    const std::string why = d.never
+                                ? "out of memory: its iteration needs more HBM than any of its " +
+                                      std::to_string(d.candidates) + " candidate placement(s) has beside the weights"
+                            : d.reason.empty() ? "out of memory: its iteration fits the HBM of none of its " +
+                                                     std::to_string(d.candidates) + " candidate placement(s)"
+                                               : "out of memory: " + d.reason;
     auto n = tenants_[d.tenant].fail_out_of_memory(d.instance, why, gmg_, now);
     if (!n.ok())
       return Status(n.status().code(), "tenant '" + tenants_[d.tenant].spec().name + "': " + n.status().message());

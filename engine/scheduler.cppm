@@ -67,11 +67,11 @@ struct RoundStats {
 // what it had to choose from: enough for the engine to say why nothing
 // runs when nothing can.
 struct Deferral {
-  std::uint32_t tenant = 0;    // the batch's tenant (index into the engine's tenants)
-  std::size_t ops = 0;         // operators in the batch
-  std::size_t candidates = 0;  // placements the partition sets offered
-  bool simulated = false;      // the what-if ran (the policy needs it)
-  std::size_t infeasible = 0;  // of the candidates, predicted to exceed HBM (when simulated)
+  std::uint32_t tenant = 0;     // the batch's tenant (index into the engine's tenants)
+  std::size_t ops = 0;          // operators in the batch
+  std::size_t candidates = 0;   // placements the partition sets offered
+  bool simulated = false;       // the what-if ran (the policy needs it)
+  std::size_t infeasible = 0;   // of the candidates, predicted to exceed HBM (when simulated)
   std::size_t unplaceable = 0;  // of the candidates, naming an accelerator that is unknown, lost or lacks the weights
   std::int32_t priority = 0;    // the batch's
   // Why the batch waited when the policy picked a candidate: it does not
@@ -81,8 +81,8 @@ struct Deferral {
   // candidate: waiting or preempting cannot help.
   bool never = false;
   std::string reason;
-  InstanceId instance = 0;          // the instance of the batch's first operator
-  std::vector<AccelId> short_of;    // when `memory`: the accelerators short of HBM
+  InstanceId instance = 0;        // the instance of the batch's first operator
+  std::vector<AccelId> short_of;  // when `memory`: the accelerators short of HBM
 };
 
 // Not thread-safe: the engine thread calls schedule(); what-if work fans

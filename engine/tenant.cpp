@@ -338,7 +338,8 @@ std::size_t Tenant::drop_abandoned(Nanos t) {
     }
     for (Lane& lane : lanes_) {
       if (lane.in_flight) continue;  // (leaves at its iteration's end)
-      auto s = std::find_if(lane.running.begin(), lane.running.end(), [&](const Seq& x) { return x.request == request; });
+      auto s =
+          std::find_if(lane.running.begin(), lane.running.end(), [&](const Seq& x) { return x.request == request; });
       if (s == lane.running.end()) continue;
       lane.running.erase(s);
       end_abandoned(request, t);
@@ -414,9 +415,7 @@ Result<std::size_t> Tenant::fail_out_of_memory(InstanceId instance, const std::s
   if (Status s = take_back(*lane, gmg); !s.ok()) return s;
   // The sequence that needs the most fails; the others queue again first
   // (they may fit without it), as a preemption would requeue them.
-  auto need = [&](const Seq& q) {
-    return q.prefill ? records_[q.request].input_tokens + redo_[q.request] : q.context;
-  };
+  auto need = [&](const Seq& q) { return q.prefill ? records_[q.request].input_tokens + redo_[q.request] : q.context; };
   std::size_t worst = 0;
   for (std::size_t i = 1; i < seqs.size(); ++i)
     if (need(seqs[i]) > need(seqs[worst])) worst = i;

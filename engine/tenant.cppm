@@ -42,7 +42,7 @@ struct TenantSpec {
   // so they do not wait behind all of it. Off: a prompt's whole prefill is
   // one iteration (the queue's head is admitted even over the budget).
   bool chunked_prefill = false;
-  int lanes = 1;                          // iterations in flight at once
+  int lanes = 1;  // iterations in flight at once
 };
 
 // One request's life. Times in ns; -1 until they happen.
@@ -169,9 +169,9 @@ class Tenant {
 
  private:
   struct Seq {
-    std::size_t request;    // index into records_
-    std::int64_t context;   // tokens whose KV is cached
-    bool prefill;           // prefilling (admitted this iteration, or a chunked prefill not done)
+    std::size_t request;     // index into records_
+    std::int64_t context;    // tokens whose KV is cached
+    bool prefill;            // prefilling (admitted this iteration, or a chunked prefill not done)
     std::int64_t chunk = 0;  // while prefilling: the tokens this iteration adds to its cache
   };
   // What a sequence's prefill caches in all: its prompt, and the tokens it

@@ -133,11 +133,11 @@ std::vector<std::pair<std::string, std::string>> model_fingerprint(std::span<con
     add("groups", std::to_string(c.groups));
     add("dtype", c.dtype);
     add("rope_theta", number(c.rope_theta));
-    add("rope_scaling", c.rope_factor == 0 ? std::string("none")
-                                           : "llama3 factor " + number(c.rope_factor) + ", low " +
-                                                 number(c.rope_low_freq_factor) + ", high " +
-                                                 number(c.rope_high_freq_factor) + ", original context " +
-                                                 std::to_string(c.rope_original_context));
+    add("rope_scaling", c.rope_factor == 0
+                            ? std::string("none")
+                            : "llama3 factor " + number(c.rope_factor) + ", low " + number(c.rope_low_freq_factor) +
+                                  ", high " + number(c.rope_high_freq_factor) + ", original context " +
+                                  std::to_string(c.rope_original_context));
     add("norm_eps", number(c.norm_eps));
     add("qkv_bias", c.qkv_bias ? "true" : "false");
     add("tied_embeddings", c.tied_embeddings ? "true" : "false");

@@ -38,9 +38,8 @@ DenseDecoderConfig llama2(std::string_view name, std::int64_t hidden, std::int64
   return c;
 }
 
-constexpr std::array<std::string_view, 8> kPresets = {"llama3-8b",     "llama3.1-8b",  "llama-tiny", "llama2-7b",
-                                                      "llama2-70b",    "codellama-34b", "internlm-20b",
-                                                      "mistral-7b"};
+constexpr std::array<std::string_view, 8> kPresets = {"llama3-8b",  "llama3.1-8b",   "llama-tiny",   "llama2-7b",
+                                                      "llama2-70b", "codellama-34b", "internlm-20b", "mistral-7b"};
 
 }  // namespace
 

@@ -48,10 +48,10 @@ SweepRow make_row(const SweepPoint& point, const std::string& policy, const nloh
     auto it = e.find(name);
     // A figure that is n/a (null: SLO attainment without a baseline) stays
     // NaN, so no objective holds on it and no plot draws it as 0.
-    r.figures.push_back(it == e.end()         ? 0.0
-                        : it->is_number()     ? it->get<double>()
-                        : it->is_null()       ? std::numeric_limits<double>::quiet_NaN()
-                                              : 0.0);
+    r.figures.push_back(it == e.end()     ? 0.0
+                        : it->is_number() ? it->get<double>()
+                        : it->is_null()   ? std::numeric_limits<double>::quiet_NaN()
+                                          : 0.0);
   }
   return r;
 }

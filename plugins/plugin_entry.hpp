@@ -34,7 +34,8 @@
 #define SLICESCHED_PLUGIN_INTERFACE_SYMBOL "slicesched_plugin_interface"
 
 #if !defined(SLICESCHED_INTERFACE_HASH) || !defined(SLICESCHED_SDK_VERSION)
-#error "SLICESCHED_INTERFACE_HASH and SLICESCHED_SDK_VERSION are not defined: build plugins with slicesched_add_plugin() (find_package(SliceScheduler)), which computes them from the SDK"
+#error \
+    "SLICESCHED_INTERFACE_HASH and SLICESCHED_SDK_VERSION are not defined: build plugins with slicesched_add_plugin() (find_package(SliceScheduler)), which computes them from the SDK"
 #endif
 
 // The static_assert turns a wrong signature into a compile error instead of

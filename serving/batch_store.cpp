@@ -5,10 +5,9 @@ module;
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
-
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -155,8 +154,7 @@ Status BatchStore::check_schema(bool allow_missing) {
         return o;
       };
       return FailedPrecondition("batch store " + path_ + ": table '" + table + "' has columns (" + list(got) +
-                                "), expected (" + list(want) +
-                                "): not a slicesched batch store (give another file)");
+                                "), expected (" + list(want) + "): not a slicesched batch store (give another file)");
     }
   }
   return Status::Ok();
@@ -183,8 +181,8 @@ Result<std::unique_ptr<BatchStore>> BatchStore::open(const std::string& path) {
   {
     char host[128] = "?";
     (void)gethostname(host, sizeof host - 1);
-    const std::string me = "pid " + std::to_string(getpid()) + " on " + host + ", since unix time " +
-                           std::to_string(unix_now()) + "\n";
+    const std::string me =
+        "pid " + std::to_string(getpid()) + " on " + host + ", since unix time " + std::to_string(unix_now()) + "\n";
     (void)ftruncate(s->lock_fd_, 0);
     (void)pwrite(s->lock_fd_, me.data(), me.size(), 0);
   }

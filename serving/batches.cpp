@@ -146,9 +146,8 @@ void BatchRunner::loop() {
         ++failed_writes_;
         const bool first = store_error_.empty();
         store_error_ = s.message();
-        backoff_ = std::min<std::chrono::milliseconds>(std::chrono::seconds(30),
-                                                       backoff_.count() == 0 ? std::chrono::milliseconds(1000)
-                                                                             : 2 * backoff_);
+        backoff_ = std::min<std::chrono::milliseconds>(
+            std::chrono::seconds(30), backoff_.count() == 0 ? std::chrono::milliseconds(1000) : 2 * backoff_);
         retry_at_ = std::chrono::steady_clock::now() + backoff_;
         if (first_error_.ok()) first_error_ = s;
         lk.unlock();

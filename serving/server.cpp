@@ -1,23 +1,22 @@
 module;
 #include <arpa/inet.h>
-#include <malloc.h>
 #include <dirent.h>
 #include <httplib.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -199,10 +198,14 @@ thread_local Conn* t_conn = nullptr;
 
 std::string http_reason(int status) {
   switch (status) {
-    case 408: return "Request Timeout";
-    case 413: return "Payload Too Large";
-    case 503: return "Service Unavailable";
-    default: return "Error";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Payload Too Large";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Error";
   }
 }
 
@@ -210,9 +213,10 @@ std::string http_reason(int status) {
 // (a refusal before httplib wrote anything), best effort, within a second.
 void write_refusal(int fd, const ApiError& e, int retry_after_s = 0) {
   const std::string body = error_body(e).dump();
-  std::string r = "HTTP/1.1 " + std::to_string(e.status) + " " + http_reason(e.status) +
-                  "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
-                  std::to_string(body.size()) + "\r\n";
+  std::string r =
+      "HTTP/1.1 " + std::to_string(e.status) + " " + http_reason(e.status) +
+      "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n";
   if (retry_after_s > 0) r += "Retry-After: " + std::to_string(retry_after_s) + "\r\n";
   r += "\r\n" + body;
   std::size_t sent = 0;
@@ -234,16 +238,16 @@ ApiError timeout_error(const Conn& c, const Guard& g) {
   return ApiError{.status = 408,
                   .message = std::string(headers ? "the request line and headers" : "the request body") +
                              " did not arrive within " +
-                             std::to_string(headers ? g.header_timeout.count() : g.body_timeout.count()) + " s ([serve] " +
-                             (headers ? "header_timeout_s" : "body_timeout_s") + ")",
+                             std::to_string(headers ? g.header_timeout.count() : g.body_timeout.count()) +
+                             " s ([serve] " + (headers ? "header_timeout_s" : "body_timeout_s") + ")",
                   .code = headers ? "header_timeout" : "body_timeout"};
 }
 
 ApiError too_large_error(const Guard& g) {
-  return ApiError{.status = 413,
-                  .message = "the request body is larger than " + std::to_string(g.max_body >> 20) +
-                             " MiB ([serve] max_body_mib)",
-                  .code = "body_too_large"};
+  return ApiError{
+      .status = 413,
+      .message = "the request body is larger than " + std::to_string(g.max_body >> 20) + " MiB ([serve] max_body_mib)",
+      .code = "body_too_large"};
 }
 
 // A socket stream with the front door's deadlines: a read past the phase's
@@ -390,11 +394,12 @@ class GuardedServer final : public httplib::Server {
     const int open = g_.open.fetch_add(1) + 1;
     if (open > g_.max_connections) {
       ++g_.too_many;
-      write_refusal(sock, ApiError{.status = 503,
-                                   .message = "too many connections: " + std::to_string(g_.max_connections) +
-                                              " are open ([serve] max_connections); retry later",
-                                   .type = "server_error",
-                                   .code = "too_many_connections"},
+      write_refusal(sock,
+                    ApiError{.status = 503,
+                             .message = "too many connections: " + std::to_string(g_.max_connections) +
+                                        " are open ([serve] max_connections); retry later",
+                             .type = "server_error",
+                             .code = "too_many_connections"},
                     1);
     } else {
       t_conn = &c;
@@ -403,8 +408,8 @@ class GuardedServer final : public httplib::Server {
         c.deadline = Clock::now() + g_.header_timeout;
         c.got_bytes = false;
         if (!strm.buffered() &&
-            !wait_request(sock, std::min<std::chrono::seconds>(std::chrono::seconds(keep_alive_timeout_sec_),
-                                                               g_.header_timeout)))
+            !wait_request(
+                sock, std::min<std::chrono::seconds>(std::chrono::seconds(keep_alive_timeout_sec_), g_.header_timeout)))
           break;
         bool closed = false;
         c.body_read = 0;
@@ -661,10 +666,10 @@ void HttpServer::Impl::routes() {
           reply_error(res, too_large_error(guard));
         } else {
           ++rejected_bad;
-          reply_error(res, ApiError{.message = "Content-Length: expected a number of bytes, got '" + v.substr(0, 40) +
-                                               "'",
-                                    .param = "Content-Length",
-                                    .code = "bad_http_request"});
+          reply_error(res,
+                      ApiError{.message = "Content-Length: expected a number of bytes, got '" + v.substr(0, 40) + "'",
+                               .param = "Content-Length",
+                               .code = "bad_http_request"});
         }
         return httplib::Server::HandlerResponse::Handled;
       }
@@ -714,10 +719,10 @@ void HttpServer::Impl::routes() {
     extra += "slicesched_http_rejected_total{reason=\"bad_request\"} " + std::to_string(rejected_bad.load()) + "\n";
     extra += "slicesched_http_rejected_total{reason=\"header_timeout\"} " +
              std::to_string(guard.header_timeouts.load()) + "\n";
-    extra += "slicesched_http_rejected_total{reason=\"body_timeout\"} " + std::to_string(guard.body_timeouts.load()) +
-             "\n";
-    extra += "slicesched_http_rejected_total{reason=\"body_too_large\"} " + std::to_string(guard.too_large.load()) +
-             "\n";
+    extra +=
+        "slicesched_http_rejected_total{reason=\"body_timeout\"} " + std::to_string(guard.body_timeouts.load()) + "\n";
+    extra +=
+        "slicesched_http_rejected_total{reason=\"body_too_large\"} " + std::to_string(guard.too_large.load()) + "\n";
     extra += "slicesched_http_rejected_total{reason=\"too_many_connections\"} " +
              std::to_string(guard.too_many.load()) + "\n";
     extra += "# HELP slicesched_http_connections Open HTTP connections (max_connections bounds them).\n";
@@ -731,8 +736,9 @@ void HttpServer::Impl::routes() {
       extra += "# TYPE slicesched_batch_results_unwritten gauge\nslicesched_batch_results_unwritten " +
                std::to_string(runner->unwritten()) + "\n";
       extra += "# HELP slicesched_batch_store_failed_writes_total Writes of batch results the store refused.\n";
-      extra += "# TYPE slicesched_batch_store_failed_writes_total counter\nslicesched_batch_store_failed_writes_total " +
-               std::to_string(runner->failed_writes()) + "\n";
+      extra +=
+          "# TYPE slicesched_batch_store_failed_writes_total counter\nslicesched_batch_store_failed_writes_total " +
+          std::to_string(runner->failed_writes()) + "\n";
     }
     res.set_content(metrics.render(extra), "text/plain; version=0.0.4");
   });
@@ -804,8 +810,8 @@ void HttpServer::Impl::routes() {
         e = too_large_error(guard);
         break;
       case 414:
-        e.message = "the request line's URI is longer than " + std::to_string(CPPHTTPLIB_REQUEST_URI_MAX_LENGTH) +
-                    " bytes";
+        e.message =
+            "the request line's URI is longer than " + std::to_string(CPPHTTPLIB_REQUEST_URI_MAX_LENGTH) + " bytes";
         e.code = "uri_too_long";
         break;
       case 400:
@@ -896,9 +902,10 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
-      "text/event-stream", [this, c, id, created, &model, prompt_tokens, usage_chunk = r.include_usage,
-                            sent = std::size_t{0}, text = std::make_shared<StreamDecoder>(model),
-                            all = std::vector<std::int64_t>{}](std::size_t, httplib::DataSink& sink) mutable {
+      "text/event-stream",
+      [this, c, id, created, &model, prompt_tokens, usage_chunk = r.include_usage, sent = std::size_t{0},
+       text = std::make_shared<StreamDecoder>(model),
+       all = std::vector<std::int64_t>{}](std::size_t, httplib::DataSink& sink) mutable {
         auto send = [&](const json& j) {
           const std::string ev = "data: " + j.dump() + "\n\n";
           return sink.write(ev.data(), ev.size());

@@ -461,8 +461,7 @@ Status EmulatedCluster::restore_accelerator(AccelId a) {
 Status EmulatedCluster::set_memory(std::vector<std::int64_t> budgets, std::span<const std::int64_t> resident) {
   if (budgets.size() != ready_.size() || resident.size() != ready_.size())
     return InvalidArgument("emulated cluster: memory for " + std::to_string(budgets.size()) + " accelerator(s), " +
-                           std::to_string(resident.size()) + " resident, cluster has " +
-                           std::to_string(ready_.size()));
+                           std::to_string(resident.size()) + " resident, cluster has " + std::to_string(ready_.size()));
   if (!tasks_.empty()) return FailedPrecondition("emulated cluster: memory is set before the first submit");
   for (std::size_t a = 0; a < budgets.size(); ++a)
     if (resident[a] > budgets[a])

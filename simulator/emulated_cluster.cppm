@@ -150,9 +150,9 @@ class EmulatedCluster final : public Backend {
     bool event_pending = false;  // its finish event is queued
     std::int64_t alloc = 0;      // output, retained state and workspace, allocated when it starts
     std::int64_t out = 0, retained = 0, workspace = 0;
-    std::int64_t received = 0;   // copies landed for it, freed when it finishes
+    std::int64_t received = 0;  // copies landed for it, freed when it finishes
     std::uint64_t issue_seq = 0;
-    bool waited = false;         // counted as waiting for memory
+    bool waited = false;  // counted as waiting for memory
   };
   // An operator's output and retained state held after it finished, until
   // the GMG releases them.

@@ -339,8 +339,8 @@ class GlobalSimulator {
   const Estimator* est_virtual_ = nullptr;
   std::vector<OpId> batch_;
   Nanos at_ = 0;
-  std::vector<AccelId> scope_;         // sorted; empty: the cluster
-  std::vector<AccelId> focus_;         // the placement's (SimOptions::focus); empty: scope_
+  std::vector<AccelId> scope_;              // sorted; empty: the cluster
+  std::vector<AccelId> focus_;              // the placement's (SimOptions::focus); empty: scope_
   std::vector<std::uint32_t> focus_nodes_;  // the simulated nodes on focus_ and the batch's, ascending
   bool focused_ = false;                    // the placement being simulated has a focus
   // Ghost nodes by accelerator (ghost_off_[a], ghost_off_[a + 1]) into

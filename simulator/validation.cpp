@@ -24,8 +24,8 @@ std::vector<std::string> split(const std::string& line) {
   return out;
 }
 
-const char* const kColumns[] = {"source", "version", "model", "precision", "gpu", "batch", "input_tokens",
-                                "output_tokens", "metric", "value"};
+const char* const kColumns[] = {"source", "version",      "model",         "precision", "gpu",
+                                "batch",  "input_tokens", "output_tokens", "metric",    "value"};
 
 // Parameters from the weights (every weight element once).
 double parameters(const Model& m) {
@@ -36,8 +36,7 @@ double parameters(const Model& m) {
 // the KV cache it attends to at peak bandwidth.
 double floor_seconds(const AcceleratorType& d, const Model& m, double tokens, double context) {
   const double flops = 2 * parameters(m) * tokens;
-  const double bytes =
-      static_cast<double>(m.weight_bytes()) + static_cast<double>(m.kv_bytes_per_token()) * context;
+  const double bytes = static_cast<double>(m.weight_bytes()) + static_cast<double>(m.kv_bytes_per_token()) * context;
   return std::max(flops / d.peak_flops, bytes / d.hbm_bytes_per_s);
 }
 
@@ -80,7 +79,8 @@ Result<std::vector<PublishedRow>> read_published(const std::string& path) {
       } catch (...) {
         used = 0;
       }
-      if (used == 0 || used != s.size() || v < 1) return bad(kColumns[5 + k], "expected a positive integer, got \"" + s + "\"");
+      if (used == 0 || used != s.size() || v < 1)
+        return bad(kColumns[5 + k], "expected a positive integer, got \"" + s + "\"");
       *ints[k] = v;
     }
     if (r.metric != "ttft_ms" && r.metric != "output_tokens_per_s")

@@ -2,9 +2,8 @@ module;
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -550,19 +549,18 @@ Status ExecutorServer::serve(const std::atomic<int>* stop) {
                                 {"gpu", s.gpu.count(a.id) ? s.gpu[a.id] : std::string()}});
             json fp = json::array();
             for (const auto& [k, v] : s.opt.fingerprint) fp.push_back({k, v});
-            s.reply(route, json{{"req", body["req"]},
-                                {"ok", true},
-                                {"host", s.opt.host},
-                                {"accels", accels},
-                                {"fingerprint", fp}});
+            s.reply(
+                route,
+                json{
+                    {"req", body["req"]}, {"ok", true}, {"host", s.opt.host}, {"accels", accels}, {"fingerprint", fp}});
             break;
           }
           case wire::Type::kRun:
           case wire::Type::kCopy: {
             if (!from_scheduler) {
-              s.fail({route, body, {}, {}},
-                     "executor '" + s.opt.host + "' serves " +
-                         (holder.empty() ? std::string("no scheduler yet (say hello first)") : "the scheduler " + holder));
+              s.fail({route, body, {}, {}}, "executor '" + s.opt.host + "' serves " +
+                                                (holder.empty() ? std::string("no scheduler yet (say hello first)")
+                                                                : "the scheduler " + holder));
               break;
             }
             const AccelId a = body[m->type == wire::Type::kRun ? "accel" : "to"].get<AccelId>();

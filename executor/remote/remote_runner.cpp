@@ -3,8 +3,8 @@ module;
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -275,8 +275,7 @@ Result<std::vector<std::int64_t>> RemoteRunner::connect_all(const std::vector<st
     // In slices, so a signal (opt_.stop) ends the wait at once.
     while (hellos[e].wait_until(std::min(deadline, Clock::now() + std::chrono::milliseconds(100))) !=
            std::future_status::ready) {
-      if (opt_.stop && opt_.stop->load() != 0)
-        return Aborted("stopped while waiting for " + who + " to answer");
+      if (opt_.stop && opt_.stop->load() != 0) return Aborted("stopped while waiting for " + who + " to answer");
       if (Clock::now() >= deadline)
         return Aborted(who + " did not answer within " + std::to_string(opt_.connect_ms / 1000) +
                        " s (is `slicesched executor --host " + hosts_[e].host + "` running there?)");

@@ -107,7 +107,8 @@ std::optional<std::string> first_difference(const Fingerprint& scheduler, const 
       return sk + ": the scheduler has it, " + who + " has " + ek + " in its place";
     if (sv != ev) return sk + ": the scheduler has " + sv + ", " + who + " has " + ev;
   }
-  if (scheduler.size() > n) return scheduler[n].first + ": the scheduler has " + scheduler[n].second + ", " + who + " has none";
+  if (scheduler.size() > n)
+    return scheduler[n].first + ": the scheduler has " + scheduler[n].second + ", " + who + " has none";
   if (executor.size() > n) return executor[n].first + ": the scheduler has none, " + who + " has " + executor[n].second;
   return std::nullopt;
 }

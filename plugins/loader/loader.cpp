@@ -5,9 +5,8 @@ module;
 #include <cxxabi.h>
 #include <dlfcn.h>
 
-#include <cstdlib>
-
 #include <boost/dll/shared_library.hpp>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <memory>

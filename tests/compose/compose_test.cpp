@@ -9,13 +9,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <sstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <span>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -441,8 +441,8 @@ std::vector<TruthPlayed> played(const ExperimentConfig& cfg) {
 
 TEST_CASE("a type name and its alias play the same measured profile", "[compose][ground_truth]") {
   // The profile says H100-SXM, the cluster says H100 (an alias), and the reverse.
-  for (const auto& [cluster, profile] : std::vector<std::pair<std::string, std::string>>{
-           {"H100", "H100-SXM"}, {"H100-SXM", "H100"}, {"H100", "H100"}}) {
+  for (const auto& [cluster, profile] :
+       std::vector<std::pair<std::string, std::string>>{{"H100", "H100-SXM"}, {"H100-SXM", "H100"}, {"H100", "H100"}}) {
     const ExperimentConfig cfg =
         small_with("{ name_prefix = \"gpu\", count = 4, type = \"" + cluster + "\" }", profile);
     const auto p = played(cfg);

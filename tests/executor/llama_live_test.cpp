@@ -246,11 +246,9 @@ TEST_CASE("live llama: a preempted sequence is recomputed and keeps every token"
   Scheduler scheduler(*placement, partitions, *estimator, SchedulerOptions{});
 
   std::vector<Tenant> tenants;
-  tenants.emplace_back(0,
-                       TenantSpec{.name = "offline",
-                                  .online = false,
-                                  .requests = {.requests = {{0.0, offline_prompt, offline_out}}}},
-                       tmpl);
+  tenants.emplace_back(
+      0, TenantSpec{.name = "offline", .online = false, .requests = {.requests = {{0.0, offline_prompt, offline_out}}}},
+      tmpl);
   tenants.emplace_back(1,
                        TenantSpec{.name = "online",
                                   .priority = 10,
@@ -268,7 +266,7 @@ TEST_CASE("live llama: a preempted sequence is recomputed and keeps every token"
   if (!result.ok()) FAIL(result.status().message());
   REQUIRE(result->complete);
   INFO("offline done at " << result->requests[0].done << " ns, online arrived at " << result->requests[1].arrival
-                           << " ns, first token at " << result->requests[1].first_token << " ns");
+                          << " ns, first token at " << result->requests[1].first_token << " ns");
   CHECK(result->preemptions >= 1);
   CHECK(result->oom_failed_requests == 0);
   REQUIRE(result->requests.size() == 2);

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -24,7 +25,6 @@
 #include <optional>
 #include <set>
 #include <span>
-#include <chrono>
 #include <string>
 #include <thread>
 #include <utility>

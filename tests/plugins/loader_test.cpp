@@ -117,9 +117,9 @@ TEST_CASE("a plugin built against another SDK interface is refused, naming both 
   REQUIRE(ours != "0123456789abcdef");
   const Status s = load_plugin_library(other, regs);
   CHECK(s.code() == StatusCode::kFailedPrecondition);
-  CHECK(s.message() == other + ": built against SDK 0.0.9 with interface hash 0123456789abcdef, but this slicesched is SDK " +
-                           SLICESCHED_SDK_VERSION_FOR_TEST + " with interface hash " + ours +
-                           ": rebuild the plugin against this SDK");
+  CHECK(s.message() ==
+        other + ": built against SDK 0.0.9 with interface hash 0123456789abcdef, but this slicesched is SDK " +
+            SLICESCHED_SDK_VERSION_FOR_TEST + " with interface hash " + ours + ": rebuild the plugin against this SDK");
   // Refused before it registered anything.
   CHECK(regs.placement.names().empty());
   CHECK(regs.partition.names().empty());

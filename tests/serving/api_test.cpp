@@ -178,8 +178,8 @@ TEST_CASE("api: a stream's text, token by token, is the whole reply's text", "[s
   streamed += d.flush(out);
   CHECK(streamed == decode(spm, out));
   CHECK(streamed == "the lazy foxs judge\xC3\xA9 quartz");
-  CHECK(each[1] == " lazy");  // (decoded alone: "lazy", its space lost)
-  CHECK(each[6].empty());     // half a character: held ...
+  CHECK(each[1] == " lazy");     // (decoded alone: "lazy", its space lost)
+  CHECK(each[6].empty());        // half a character: held ...
   CHECK(each[7] == "\xC3\xA9");  // ... until it is whole
   // Held at the end: flushed.
   StreamDecoder e(spm);

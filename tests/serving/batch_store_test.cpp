@@ -122,8 +122,8 @@ TEST_CASE("batch store: one server per store, named when refused", "[serving][ba
     REQUIRE_FALSE(second.ok());
     const std::string why = second.status().message();
     INFO(why);
-    CHECK(why.find("batch store " + path.string() + " is in use by another server (pid " +
-                   std::to_string(::getpid()) + " on ") == 0);
+    CHECK(why.find("batch store " + path.string() + " is in use by another server (pid " + std::to_string(::getpid()) +
+                   " on ") == 0);
     CHECK(why.find("one server per store") != std::string::npos);
   }
   auto again = BatchStore::open(path.string());  // the first is gone: its lock with it

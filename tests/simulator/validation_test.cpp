@@ -3,13 +3,14 @@
 // context costs near its memory-bandwidth floor because the KV cache is read
 // at its own efficiency, the published CSV reads with one-line errors, and
 // a GPU faster than its datasheet is caught beating its floor.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
-#include <unistd.h>
 
 import slicesched.simulator.validation;
 import slicesched.config.accelerators;
