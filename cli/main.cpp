@@ -5,6 +5,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "live_runtime.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"SliceScheduler: operator-level scheduling of LLM inference across a GPU cluster"};
@@ -197,40 +198,21 @@ int main(int argc, char** argv) {
     if (sweep->parsed()) return slicesched::cli::sweep(sweep_opt);
     if (sweep_merge->parsed()) return slicesched::cli::sweep_merge(merge_opt);
     if (plan->parsed()) return slicesched::cli::plan(plan_opt);
-    if (serve->parsed()) {
-#ifdef SLICESCHED_LIVE
-      return slicesched::cli::serve(serve_opt);
-#else
-      std::fprintf(stderr, "slicesched: serve: live mode was not built (LibTorch was not found at configure time)\n");
-      return 2;
-#endif
-    }
-    if (executor->parsed()) {
-#ifdef SLICESCHED_LIVE
-      return slicesched::cli::executor(exec_opt);
-#else
-      std::fprintf(stderr,
-                   "slicesched: executor: live mode was not built (LibTorch was not found at configure time)\n");
-      return 2;
-#endif
-    }
-    if (devices->parsed()) {
-#ifdef SLICESCHED_LIVE
-      return slicesched::cli::devices();
-#else
-      std::fprintf(stderr, "slicesched: devices: live mode was not built (LibTorch was not found at configure time)\n");
-      return 2;
-#endif
-    }
-    if (calibrate->parsed() || bench_ovh->parsed() || bench_acc->parsed()) {
-#ifdef SLICESCHED_LIVE
-      if (calibrate->parsed()) return slicesched::cli::calibrate(cal_opt);
-      if (bench_ovh->parsed()) return slicesched::cli::bench_overhead(ovh_opt);
-      return slicesched::cli::bench_accuracy(acc_opt);
-#else
-      std::fprintf(stderr, "slicesched: live mode was not built (LibTorch was not found at configure time)\n");
-      return 2;
-#endif
+    if (serve->parsed() || executor->parsed() || devices->parsed() || calibrate->parsed() || bench_ovh->parsed() ||
+        bench_acc->parsed()) {
+      // LibTorch, CUDA and Python are mapped only here (cli/live_runtime.hpp).
+      std::string error;
+      const slicesched::cli::LiveCommands* live = slicesched::cli::live_commands(error);
+      if (live == nullptr) {
+        std::fprintf(stderr, "slicesched: %s\n", error.c_str());
+        return 2;
+      }
+      if (serve->parsed()) return live->serve(serve_opt);
+      if (executor->parsed()) return live->executor(exec_opt);
+      if (devices->parsed()) return live->devices();
+      if (calibrate->parsed()) return live->calibrate(cal_opt);
+      if (bench_ovh->parsed()) return live->bench_overhead(ovh_opt);
+      return live->bench_accuracy(acc_opt);
     }
     if (validate->parsed()) return slicesched::cli::validate(val_opt);
     if (bench_roof->parsed()) {

@@ -21,13 +21,15 @@ target_compile_features(slicesched_core PUBLIC cxx_std_20)
 # records where a module file set is installed only from the directory that
 # defines the target (elsewhere the export names the source tree's files).
 install(FILES ${PROJECT_SOURCE_DIR}/plugins/plugin_entry.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/slicesched)
-# The installed CLI finds LibTorch, the CUDA runtime and NCCL where the build
-# found them (they live in .venv, inside the source tree, which CMake would
-# otherwise strip from an installed RUNPATH).
-if(SLICESCHED_HAVE_TORCH)
-  set_target_properties(slicesched PROPERTIES INSTALL_RPATH "${SLICESCHED_TORCH_RPATH}")
-endif()
+# The installed live runtime finds LibTorch, the CUDA runtime and NCCL where
+# the build found them (they live in .venv, inside the source tree, which
+# CMake would otherwise strip from an installed RUNPATH); the CLI opens it
+# from ../lib (cli/live_runtime.cpp), so it goes to lib/ whatever LIBDIR is.
 install(TARGETS slicesched RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(SLICESCHED_HAVE_TORCH)
+  set_target_properties(slicesched_live PROPERTIES INSTALL_RPATH "${SLICESCHED_TORCH_RPATH}")
+  install(TARGETS slicesched_live LIBRARY DESTINATION lib)
+endif()
 
 install(EXPORT SliceSchedulerTargets
   NAMESPACE SliceScheduler::

@@ -11,6 +11,7 @@
 module;
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <dlfcn.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -125,6 +126,12 @@ std::string start(Interpreter& it) {
       }
     }
 #endif
+    // Extension modules (tokenizers' abi3 library) take the interpreter's
+    // symbols from the global scope. When libpython came in with a library
+    // opened RTLD_LOCAL (the live runtime, cli/live_runtime.hpp) they are
+    // not there: make the libpython this code links global.
+    if (Dl_info info{}; dladdr(reinterpret_cast<void*>(&Py_InitializeFromConfig), &info) != 0 && info.dli_fname)
+      dlopen(info.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
     PyStatus st = Py_InitializeFromConfig(&config);
     PyConfig_Clear(&config);
     if (PyStatus_Exception(st))

@@ -48,20 +48,35 @@ std::string load_failure_reason(const std::filesystem::path& path, const std::er
 
 Status at(const std::filesystem::path& path, const Status& s) { return {s.code(), path.string() + ": " + s.message()}; }
 
-}  // namespace
-
-Status load_plugin_library(const std::filesystem::path& path, PluginRegistries& into) {
+// rtld_now: a missing symbol fails here, naming itself, rather than at the
+// first call in the middle of a run. rtld_local: libraries cannot bind to
+// each other's symbols.
+Result<std::shared_ptr<boost::dll::shared_library>> open(const std::filesystem::path& path) {
   namespace dll = boost::dll;
-  // Declared before everything that may hold code from the library (the
-  // staged factories), so it is closed last on every path out.
   auto library = std::make_shared<dll::shared_library>();
   std::error_code ec;
-  // rtld_now: a missing symbol fails here, naming itself, rather than at
-  // the first call in the middle of a run. rtld_local: plugins cannot bind
-  // to each other's symbols.
   library->load(path, dll::load_mode::rtld_now | dll::load_mode::rtld_local, ec);
   if (ec || !library->is_loaded())
     return NotFound(path.string() + ": cannot load (" + load_failure_reason(path, ec) + ")");
+  return library;
+}
+
+}  // namespace
+
+Result<OpenedLibrary> open_library(const std::filesystem::path& path, const std::string& symbol) {
+  auto library = open(path);
+  if (!library.ok()) return library.status();
+  void* entry = dlsym((*library)->native(), symbol.c_str());
+  if (entry == nullptr) return NotFound(path.string() + ": no symbol '" + symbol + "'");
+  return OpenedLibrary{std::shared_ptr<const void>(*library), entry};
+}
+
+Status load_plugin_library(const std::filesystem::path& path, PluginRegistries& into) {
+  // Declared before everything that may hold code from the library (the
+  // staged factories), so it is closed last on every path out.
+  auto opened = open(path);
+  if (!opened.ok()) return opened.status();
+  std::shared_ptr<boost::dll::shared_library> library = *opened;
   if (!library->has(SLICESCHED_PLUGIN_ENTRY_SYMBOL))
     return NotFound(path.string() + ": no symbol '" SLICESCHED_PLUGIN_ENTRY_SYMBOL
                                     "' (is it a SliceScheduler plugin?)");

@@ -25,6 +25,20 @@ export namespace slicesched {
 // Not thread-safe with respect to `into`: call at startup, from one thread.
 Status load_plugin_library(const std::filesystem::path& path, PluginRegistries& into);
 
+// A library of this project's own opened for one entry point (the live
+// runtime, cli/live_runtime.hpp): `entry` is the address of its symbol,
+// valid while `library` (the open library) lives.
+struct OpenedLibrary {
+  std::shared_ptr<const void> library;
+  void* entry = nullptr;
+};
+
+// Opens the library at `path` as load_plugin_library does (every symbol
+// bound now, none shared with other libraries) and looks up `symbol`.
+// Errors start with the path, as load_plugin_library's: "cannot load
+// (<dlopen's reason>)" or "no symbol '<symbol>'". Thread-safe.
+Result<OpenedLibrary> open_library(const std::filesystem::path& path, const std::string& symbol);
+
 // The path of the library a plugin object's code lives in, from its
 // PluginPtr's deleter (PluginDeleter::library, as load_plugin_library set
 // it); empty for a linked-in plugin (a null library).

@@ -5,7 +5,7 @@ B=/work/main/build-gpu
 SP=/work/gpuvenv/lib/python3.11/site-packages
 export LD_LIBRARY_PATH=$SP/torch/lib:$SP/nvidia/cu13/lib:$SP/nvidia/nccl/lib
 rm -rf "$B/rtlibs"; mkdir -p "$B/rtlibs/stdcxx"
-files=("$B"/bin/slicesched "$B"/bin/slicesched_cuda_tests "$B"/bin/slicesched_tests "$B"/plugins/*.so)
+files=("$B"/bin/slicesched "$B"/bin/slicesched_cuda_tests "$B"/bin/slicesched_tests "$B"/lib/*.so "$B"/plugins/*.so)
 ldd "${files[@]}" | awk '/=> \//{print $1, $3}' | sort -u | grep -v "$SP" \
   | grep -Ev "^(libc|libm|libdl|libpthread|librt|libutil|libresolv)\.so|ld-linux|linux-vdso" |
 while read -r name path; do
