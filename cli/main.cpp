@@ -24,8 +24,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   simulate
       ->add_option("--slo-threshold", sim.slo_threshold_s,
-                   "Online TTFT threshold in seconds for SLO attainment (default: the p90 TTFT of Static-Online, "
-                   "run beside when --policy leaves it out)")
+                   "Online TTFT threshold in seconds for SLO attainment (default: the p90 TTFT of the config's "
+                   "slo_baseline policy, run beside when --policy leaves it out)")
       ->check(CLI::PositiveNumber);
   simulate->add_flag("--explain", sim.explain,
                      "Record every scheduling round of the traced seconds: decisions.jsonl and the trace's "

@@ -29,7 +29,7 @@ int plan(const PlanOptions& opt) {
       objectives.push_back(std::move(parsed).value());
     }
     if (objectives.empty()) fail("plan: give at least one --objective (e.g. ttft_p90_s<=1.0)");
-    // The Static-Online reference run sets the SLO threshold: run it only
+    // The baseline's run (slo_baseline) sets the SLO threshold: run it only
     // when an objective reads SLO attainment (it also pins GPUs by name, so
     // without it a range may start below them).
     const bool slo = std::any_of(objectives.begin(), objectives.end(),

@@ -38,14 +38,12 @@ PreparedPoint prepare_point(const std::string& config, const std::vector<ConfigO
   p.cfg = std::move(cfg).value();
   const std::string where = "point " + std::to_string(point.index) + " (" + describe(axes, point) + ")";
   for (const std::string& name : filter) (void)value_or_fail(find_policy(p.cfg, name));
-  bool has_baseline = false;
-  for (const auto& q : p.cfg.policies) {
-    has_baseline |= q.name == kSloBaseline;
+  for (const auto& q : p.cfg.policies)
     if (filter.empty() || std::find(filter.begin(), filter.end(), q.name) != filter.end()) p.policies.push_back(q.name);
-  }
-  if (with_reference && has_baseline &&
-      std::find(p.policies.begin(), p.policies.end(), kSloBaseline) == p.policies.end())
-    p.reference = kSloBaseline;
+  const std::string& baseline = p.cfg.slo_baseline;
+  if (with_reference && !baseline.empty() &&
+      std::find(p.policies.begin(), p.policies.end(), baseline) == p.policies.end())
+    p.reference = baseline;
   try {
     for (const auto& q : p.cfg.policies)
       if (std::find(p.policies.begin(), p.policies.end(), q.name) != p.policies.end() || p.reference == q.name)
@@ -153,8 +151,8 @@ std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, co
     std::vector<PolicyRun> ran;
     for (auto& r : runs[i])
       if (r) ran.push_back(std::move(*r));
-    // Against the point's Static-Online run, or n/a (null) without one.
-    apply_slo(ran, slo_basis(ran));
+    // Against the point's baseline run (slo_baseline), or n/a (null) without one.
+    apply_slo(ran, slo_basis(ran, p.cfg.slo_baseline));
     for (const std::string& name : p.policies)
       for (PolicyRun& r : ran)
         if (r.name == name) {

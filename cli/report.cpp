@@ -460,12 +460,17 @@ nlohmann::json policy_summary(const PolicyRun& r) {
   return p;
 }
 
-SloBasis slo_basis(const std::vector<PolicyRun>& runs, std::optional<double> given, const std::string& given_as) {
+SloBasis slo_basis(const std::vector<PolicyRun>& runs, const std::string& baseline, std::optional<double> given,
+                   const std::string& given_as) {
   if (given) return {given, given_as};
+  if (baseline.empty())
+    return {
+        std::nullopt,
+        "no baseline policy to take the threshold from (name one with slo_baseline, or give --slo-threshold SECONDS)"};
   for (const PolicyRun& r : runs)
-    if (r.name == kSloBaseline) return {r.metrics.ttft_p90_s, std::string("p90 TTFT of ") + kSloBaseline};
-  return {std::nullopt, std::string("no ") + kSloBaseline +
-                            " run to take the threshold from (run it beside, or give --slo-threshold SECONDS)"};
+    if (r.name == baseline) return {r.metrics.ttft_p90_s, "p90 TTFT of " + baseline};
+  return {std::nullopt,
+          "no " + baseline + " run to take the threshold from (run it beside, or give --slo-threshold SECONDS)"};
 }
 
 void apply_slo(std::vector<PolicyRun>& runs, const SloBasis& basis) {
@@ -492,7 +497,7 @@ void warn_budget(const std::vector<PolicyRun>& runs) {
 }
 
 void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const ReportOptions& opt) {
-  const SloBasis slo = opt.slo ? *opt.slo : slo_basis(runs);
+  const SloBasis slo = opt.slo ? *opt.slo : slo_basis(runs, cfg.slo_baseline);
   apply_slo(runs, slo);
   warn_budget(runs);
   std::vector<const PolicyRun*> all;  // finished, then failed

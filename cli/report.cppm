@@ -19,9 +19,6 @@ export namespace slicesched::cli {
 // load, scheduling counts and plugins.
 nlohmann::json policy_summary(const PolicyRun& r);
 
-// The policy whose p90 TTFT is the SLO threshold (the paper's definition).
-inline constexpr const char* kSloBaseline = "Static-Online";
-
 // What SLO attainment is measured against: a TTFT threshold and where it
 // came from, or none, and then every SLO figure is n/a and `basis` says why.
 // A run is never measured against its own TTFT.
@@ -31,10 +28,10 @@ struct SloBasis {
 };
 
 // The threshold for these runs: `given` when set (`given_as` says where it
-// came from), else the p90 TTFT of the kSloBaseline run among `runs`, else
-// none (basis: what to do about it).
-SloBasis slo_basis(const std::vector<PolicyRun>& runs, std::optional<double> given = std::nullopt,
-                   const std::string& given_as = "--slo-threshold");
+// came from), else the p90 TTFT of the `baseline` run among `runs` (the
+// config's slo_baseline), else none (basis: what to do about it).
+SloBasis slo_basis(const std::vector<PolicyRun>& runs, const std::string& baseline,
+                   std::optional<double> given = std::nullopt, const std::string& given_as = "--slo-threshold");
 
 // Fills each run's SLO attainment from `basis` (left empty, n/a, without a threshold).
 void apply_slo(std::vector<PolicyRun>& runs, const SloBasis& basis);

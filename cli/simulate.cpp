@@ -99,11 +99,12 @@ int simulate(const SimulateOptions& opt) {
     // SLO attainment is against the baseline's p90 TTFT, never a run's own:
     // a --policy that leaves the baseline out runs it beside (not reported),
     // unless a threshold is given.
+    const std::string& baseline_name = cfg->slo_baseline;
     const PolicyConfig* baseline = nullptr;
     if (!opt.slo_threshold_s &&
-        std::none_of(chosen.begin(), chosen.end(), [](const PolicyConfig* p) { return p->name == kSloBaseline; }))
+        std::none_of(chosen.begin(), chosen.end(), [&](const PolicyConfig* p) { return p->name == baseline_name; }))
       for (const auto& p : cfg->policies)
-        if (p.name == kSloBaseline) baseline = &p;
+        if (p.name == baseline_name) baseline = &p;
     const std::size_t reported = chosen.size();
     if (baseline) chosen.push_back(baseline);
     // So is an --out the results could not be written to.
@@ -200,13 +201,12 @@ int simulate(const SimulateOptions& opt) {
     std::vector<PolicyRun> finished, failed_runs;
     for (std::size_t k = 0; k < reported; ++k)
       if (runs[k]) (runs[k]->error.empty() ? finished : failed_runs).push_back(std::move(*runs[k]));
-    SloBasis slo = slo_basis(finished, opt.slo_threshold_s);
+    SloBasis slo = slo_basis(finished, baseline_name, opt.slo_threshold_s);
     if (baseline) {
       if (runs.back() && runs.back()->error.empty())
-        slo = {runs.back()->metrics.ttft_p90_s,
-               std::string("p90 TTFT of ") + kSloBaseline + ", run beside as the baseline"};
+        slo = {runs.back()->metrics.ttft_p90_s, "p90 TTFT of " + baseline_name + ", run beside as the baseline"};
       else
-        slo = {std::nullopt, std::string("the baseline ") + kSloBaseline + " failed (below)"};
+        slo = {std::nullopt, "the baseline " + baseline_name + " failed (below)"};
     }
     // A policy whose plugins take longer to decide than the time they
     // schedule could not keep up live: say so.

@@ -767,6 +767,29 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
     cfg.policies.push_back(std::move(pc));
   }
 
+  // Read whether given or not, so the key is known to --set and typo hints.
+  const bool baseline_given = root.has("slo_baseline");
+  const std::string no_baseline;
+  cfg.slo_baseline = root.str("slo_baseline", &no_baseline);
+  if (baseline_given && !cfg.slo_baseline.empty()) {
+    std::string names;
+    bool known = false;
+    for (const auto& pc : cfg.policies) {
+      known |= pc.name == cfg.slo_baseline;
+      names += (names.empty() ? "'" : ", '") + pc.name + "'";
+    }
+    if (!known)
+      root.fail(root.node("slo_baseline"), "slo_baseline",
+                "expected the name of a [[policies]] entry (" + (names.empty() ? std::string("none") : names) +
+                    ") or \"\" for none, got '" + cfg.slo_baseline + "'");
+  } else if (!baseline_given) {
+    for (const auto& pc : cfg.policies)
+      if (pc.placement.name == "static") {
+        cfg.slo_baseline = pc.name;
+        break;
+      }
+  }
+
   for (Table& f : tables_of(root, "faults", false, file)) {
     FaultConfig fc;
     fc.accelerator = f.str("accelerator");

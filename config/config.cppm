@@ -201,6 +201,10 @@ struct ExperimentConfig {
   GroundTruthConfig ground_truth;
   std::vector<TenantConfig> tenants;
   std::vector<PolicyConfig> policies;
+  // The policy whose p90 TTFT is the SLO threshold (`slo_baseline`; default
+  // the first policy with static placement, as the paper's Static-Online);
+  // empty: none, and SLO attainment is n/a unless a threshold is given.
+  std::string slo_baseline;
   std::vector<FaultConfig> faults;        // in time order
   std::vector<HostConfig> hosts;          // live mode's executor processes; empty: one process
   std::vector<std::string> plugin_paths;  // resolved

@@ -101,7 +101,7 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
         ":4: cluster.accelerators[0].hbm_gib: expected a number");
   CHECK(load_error(replace(base(), "[ground_truth]", "[ground_truht]")) ==
         ":5: ground_truht: unknown key (known here: cluster, duration_s, estimators, faults, ground_truth, hosts, "
-        "live, model, models, name, plugins, policies, seed, serve, tenants)");
+        "live, model, models, name, plugins, policies, seed, serve, slo_baseline, tenants)");
   CHECK(load_error(replace(base(), "tenants = [\"on\"]", "tenants = [\"off\"]")) ==
         ":13: policies[0].tenants: no tenant named 'off'");
   CHECK(load_error(replace(base(), "constant_rate = 1.0,", "constant_rate = 1.0, poisson_rate = 2.0,")) ==
