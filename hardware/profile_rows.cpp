@@ -2,44 +2,26 @@
 // bytes from the model's shapes, and its measured time.
 module;
 #include <algorithm>
+#include <charconv>
 #include <cmath>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 module slicesched.hardware;
+import slicesched.core.csv;
 
 namespace slicesched {
 
 namespace {
 
-std::vector<std::string> split(const std::string& line) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char c : line) {
-    if (c == ',') {
-      out.push_back(cur);
-      cur.clear();
-    } else if (c != '\r') {
-      cur += c;
-    }
-  }
-  out.push_back(cur);
-  return out;
-}
-
-bool number(const std::string& s, double& v) {
-  if (s.empty()) return false;
-  std::size_t used = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (...) {
-    return false;
-  }
-  return used == s.size() && std::isfinite(v);
+// A finite number filling the whole field.
+bool number(std::string_view s, double& v) {
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return !s.empty() && ec == std::errc() && end == s.data() + s.size() && std::isfinite(v);
 }
 
 DenseShape per_rank(DenseShape s, int tp) {
@@ -91,38 +73,39 @@ bool vidur_work(const std::string& op, const DenseShape& s, double n, Work& w) {
 
 Result<std::vector<ProfileRow>> read_profile_rows(const std::string& path, const DenseShape& shape, int tp,
                                                   const std::string& type) {
-  std::ifstream in(path);
-  if (!in) return NotFound(path + ": cannot open");
   if (tp < 1) return InvalidArgument(path + ": tensor parallelism must be >= 1");
   const DenseShape s = per_rank(shape, tp);
-  std::string line;
-  if (!std::getline(in, line)) return InvalidArgument(path + ": empty file (expected a CSV header)");
-  const std::vector<std::string> header = split(line);
+  auto text = csv::read_text(path);
+  if (!text.ok()) return text.status();
+  auto opened = csv::CsvReader::open(*text, path);
+  if (!opened.ok()) return opened.status();
+  csv::CsvReader& in = *opened;
+  const std::vector<std::string>& header = in.header();
   auto col = [&](std::string_view name) {
     auto it = std::find(header.begin(), header.end(), name);
     return it == header.end() ? -1 : static_cast<int>(it - header.begin());
   };
   std::vector<ProfileRow> rows;
-  std::size_t lineno = 1;
-  auto bad = [&](const std::string& what) {
-    return InvalidArgument(path + ":" + std::to_string(lineno) + ": " + what);
-  };
+  csv::CsvRow row;
   const int name_c = col("layer_name"), input_c = col("input"), kv_c = col("kv_cache"), tp_c = col("tp_size"),
             ns_c = col("latency(ns)");
   const int tokens_c = col("num_tokens"), vtp_c = col("num_tensor_parallel_workers"), embd_c = col("n_embd");
   if (name_c >= 0 && input_c >= 0 && kv_c >= 0 && tp_c >= 0 && ns_c >= 0) {  // LLMServingSim
-    while (std::getline(in, line)) {
-      ++lineno;
-      if (line.empty()) continue;
-      const auto f = split(line);
+    for (;;) {
+      auto more = in.next(row);
+      if (!more.ok()) return more.status();
+      if (!*more) break;
+      const auto& f = row.fields;
       double n, kv, t, ns;
-      if (f.size() != header.size() || !number(f[input_c], n) || !number(f[kv_c], kv) || !number(f[tp_c], t) ||
-          !number(f[ns_c], ns))
-        return bad("expected " + std::to_string(header.size()) + " fields: layer_name and four numbers");
+      if (!number(f[input_c], n) || !number(f[kv_c], kv) || !number(f[tp_c], t) || !number(f[ns_c], ns))
+        return InvalidArgument(in.at(row.line,
+                                     "expected layer_name and four numbers (input, kv_cache, tp_size, "
+                                     "latency(ns))"));
       if (t != tp || kv != 0) continue;
-      const auto l = sublayer_from_name(f[name_c]);
+      const std::string name(f[name_c]);
+      const auto l = sublayer_from_name(name);
       if (!l) continue;
-      rows.push_back({f[name_c], work_of(s, *l, n), 1, n, ns * 1e-9, type});
+      rows.push_back({name, work_of(s, *l, n), 1, n, ns * 1e-9, type});
     }
   } else if (tokens_c >= 0 && vtp_c >= 0) {  // Vidur compute
     std::vector<std::pair<std::string, int>> ops;
@@ -132,22 +115,25 @@ Result<std::vector<ProfileRow>> read_profile_rows(const std::string& path, const
       if (h.starts_with(pre) && h.ends_with(post) && h.size() > pre.size() + post.size())
         ops.emplace_back(h.substr(pre.size(), h.size() - pre.size() - post.size()), static_cast<int>(i));
     }
-    if (ops.empty()) return bad("no time_stats.<op>.median columns");
-    while (std::getline(in, line)) {
-      ++lineno;
-      if (line.empty()) continue;
-      const auto f = split(line);
+    if (ops.empty()) return InvalidArgument(in.at(in.header_line(), "no time_stats.<op>.median columns"));
+    for (;;) {
+      auto more = in.next(row);
+      if (!more.ok()) return more.status();
+      if (!*more) break;
+      const auto& f = row.fields;
       double n, t, embd;
-      if (f.size() != header.size() || !number(f[tokens_c], n) || !number(f[vtp_c], t))
-        return bad("expected " + std::to_string(header.size()) + " fields with numeric num_tokens");
+      if (!number(f[tokens_c], n) || !number(f[vtp_c], t))
+        return InvalidArgument(in.at(row.line, "expected numeric num_tokens and num_tensor_parallel_workers"));
       if (t != tp) continue;
       if (embd_c >= 0 && number(f[embd_c], embd) && embd != static_cast<double>(shape.hidden))
-        return bad("n_embd is " + f[embd_c] + ", the model's hidden size is " + std::to_string(shape.hidden));
+        return InvalidArgument(in.at(row.line, "n_embd is " + std::string(f[embd_c]) + ", the model's hidden size is " +
+                                                   std::to_string(shape.hidden)));
       for (const auto& [op, c] : ops) {
         Work w;
         double ms;
         if (!vidur_work(op, s, n, w)) continue;
-        if (!number(f[c], ms)) return bad("time_stats." + op + ".median: expected a number");
+        if (!number(f[c], ms))
+          return InvalidArgument(in.at(row.line, "time_stats." + op + ".median: expected a number"));
         rows.push_back({op, w, 1, n, ms * 1e-3, type});
       }
     }

@@ -13,7 +13,7 @@ module;
 #include <vector>
 
 module slicesched.simulator.profile;
-import :csv;
+import slicesched.core.csv;
 
 namespace slicesched {
 
@@ -31,8 +31,8 @@ double Curve::at(double v) const {
 
 namespace {
 
-using profile_detail::CsvReader;
-using profile_detail::CsvRow;
+using csv::CsvReader;
+using csv::CsvRow;
 using profile_detail::Curve;
 
 constexpr std::string_view kLayerOps[] = {
@@ -103,7 +103,7 @@ std::span<const std::string_view> LayerProfile::head_ops() { return kHeadOps; }
 
 Result<LayerProfile> LayerProfile::load(const std::filesystem::path& path, int tp_size,
                                         const LayerProfileOptions& options) {
-  auto text = profile_detail::read_text(path);
+  auto text = csv::read_text(path);
   if (!text.ok()) return text.status();
   return parse(*text, path.string(), tp_size, options);
 }

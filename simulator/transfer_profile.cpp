@@ -10,14 +10,14 @@ module;
 #include <vector>
 
 module slicesched.simulator.profile;
-import :csv;
+import slicesched.core.csv;
 
 namespace slicesched {
 
 namespace {
 
-using profile_detail::CsvReader;
-using profile_detail::CsvRow;
+using csv::CsvReader;
+using csv::CsvRow;
 
 constexpr std::string_view kMedian = "time_stats.send_recv.median";
 
@@ -50,7 +50,7 @@ std::vector<double> monotone_fit(const std::vector<double>& seconds, const std::
 }  // namespace
 
 Result<TransferProfile> TransferProfile::load(const std::filesystem::path& path, bool within_node) {
-  auto text = profile_detail::read_text(path);
+  auto text = csv::read_text(path);
   if (!text.ok()) return text.status();
   return parse(*text, path.string(), within_node);
 }

@@ -9,6 +9,7 @@ module;
 #include <vector>
 
 module slicesched.workload.trace;
+import slicesched.core.csv;
 
 namespace slicesched {
 namespace {
@@ -47,16 +48,6 @@ int digits(std::string_view s, std::size_t pos, std::size_t n) {
 constexpr std::string_view kTimestampColumn = "TIMESTAMP";
 constexpr std::string_view kInputColumn = "ContextTokens";
 constexpr std::string_view kOutputColumn = "GeneratedTokens";
-
-void split(std::string_view line, std::vector<std::string_view>& fields) {
-  fields.clear();
-  while (true) {
-    const std::size_t comma = line.find(',');
-    fields.push_back(trace_detail::trim(line.substr(0, comma)));
-    if (comma == std::string_view::npos) return;
-    line.remove_prefix(comma + 1);
-  }
-}
 
 std::string join(const std::vector<std::string_view>& fields) {
   std::string out;
@@ -113,7 +104,7 @@ Status read_azure_csv(std::string_view text, Sink& sink) {
   while (next_line(rest, line)) {
     ++line_no;
     if (trim(line).empty()) continue;
-    split(line, fields);
+    csv::split_fields(line, fields);
     if (columns == 0) {
       const std::array<std::string_view, 3> names = {kTimestampColumn, kInputColumn, kOutputColumn};
       std::array<std::size_t*, 3> cols = {&ts_col, &in_col, &out_col};

@@ -1,8 +1,3 @@
-// The small CSV reader behind the profiles: plain comma-separated fields (the
-// measured tables never quote), a header row, and errors that name the file,
-// the 1-based line and what was expected, on one line.
-//
-// An implementation partition: private to slicesched.simulator.profile.
 module;
 #include <cerrno>
 #include <charconv>
@@ -18,64 +13,9 @@ module;
 #include <utility>
 #include <vector>
 
-module slicesched.simulator.profile:csv;
-import slicesched.core.status;
+module slicesched.core.csv;
 
-namespace slicesched::profile_detail {
-
-// Whole file as text, or "path: cannot open (reason)".
-Result<std::string> read_text(const std::filesystem::path& path);
-
-struct CsvRow {
-  int line = 0;  // 1-based
-  std::vector<std::string_view> fields;
-};
-
-// Reads rows of `text` one at a time; views point into `text`, which must
-// outlive the reader.
-class CsvReader {
- public:
-  // Reads the header (the first non-blank line). An empty text is an error.
-  static Result<CsvReader> open(std::string_view text, std::string_view source);
-
-  // Index of the column named `name`, or "source:L: missing column 'name'
-  // (header: ...)".
-  Result<std::size_t> column(std::string_view name) const;
-
-  // The next non-blank row into `row`; false at the end. A row with another
-  // field count than the header is an error.
-  Result<bool> next(CsvRow& row);
-
-  // Field `col` of `row` as an integer >= `min`, or a finite number >= 0
-  // (> 0 for positive); otherwise "source:L: column 'name' is 'text',
-  // expected ...".
-  Result<std::int64_t> integer(const CsvRow& row, std::size_t col, std::int64_t min) const;
-  Result<double> non_negative(const CsvRow& row, std::size_t col) const { return number(row, col, false); }
-  Result<double> positive(const CsvRow& row, std::size_t col) const { return number(row, col, true); }
-
-  // "source:L: message" / "source: message", for checks made by the caller.
-  std::string at(int line, std::string_view message) const;
-  std::string at(std::string_view message) const;
-
- private:
-  CsvReader(std::string_view text, std::string source) : text_(text), source_(std::move(source)) {}
-  bool next_line(std::string_view& line);
-  Result<double> number(const CsvRow& row, std::size_t col, bool positive) const;
-  std::string bad_field(const CsvRow& row, std::size_t col, std::string_view expected) const;
-
-  std::string_view text_;
-  std::size_t pos_ = 0;
-  int line_ = 0;
-  std::string source_;
-  int header_line_ = 0;
-  std::vector<std::string> header_;
-};
-
-}  // namespace slicesched::profile_detail
-
-namespace slicesched::profile_detail {
-
-namespace {
+namespace slicesched::csv {
 
 std::string_view trim(std::string_view s) {
   const auto first = s.find_first_not_of(" \t\r");
@@ -83,7 +23,7 @@ std::string_view trim(std::string_view s) {
   return s.substr(first, s.find_last_not_of(" \t\r") - first + 1);
 }
 
-void split(std::string_view line, std::vector<std::string_view>& out) {
+void split_fields(std::string_view line, std::vector<std::string_view>& out) {
   out.clear();
   for (std::size_t start = 0;;) {
     const auto comma = line.find(',', start);
@@ -92,8 +32,6 @@ void split(std::string_view line, std::vector<std::string_view>& out) {
     start = comma + 1;
   }
 }
-
-}  // namespace
 
 Result<std::string> read_text(const std::filesystem::path& path) {
   std::error_code ec;
@@ -117,7 +55,7 @@ Result<CsvReader> CsvReader::open(std::string_view text, std::string_view source
   while (r.next_line(line)) {
     if (trim(line).empty()) continue;
     std::vector<std::string_view> fields;
-    split(line, fields);
+    split_fields(line, fields);
     r.header_.assign(fields.begin(), fields.end());
     r.header_line_ = r.line_;
     return r;
@@ -139,7 +77,7 @@ Result<bool> CsvReader::next(CsvRow& row) {
   while (next_line(line)) {
     if (trim(line).empty()) continue;
     row.line = line_;
-    split(line, row.fields);
+    split_fields(line, row.fields);
     if (row.fields.size() != header_.size()) {
       return InvalidArgument(at(line_, "expected " + std::to_string(header_.size()) +
                                            " fields as in the header, found " + std::to_string(row.fields.size())));
@@ -191,4 +129,4 @@ std::string CsvReader::bad_field(const CsvRow& row, std::size_t col, std::string
                           std::string(expected));
 }
 
-}  // namespace slicesched::profile_detail
+}  // namespace slicesched::csv
