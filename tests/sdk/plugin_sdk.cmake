@@ -92,6 +92,14 @@ if(NOT done GREATER 0)
   message(FATAL_ERROR "Least-Loaded finished no request")
 endif()
 
+# The installed live runtime, opened by the installed CLI from ../lib (a
+# live command with no GPU lists none and exits 0): its own RUNPATH finds
+# LibTorch, still with no LD_LIBRARY_PATH.
+if(NOT EXISTS ${prefix}/lib/libslicesched_live.so)
+  message(FATAL_ERROR "cmake --install left no ${prefix}/lib/libslicesched_live.so")
+endif()
+run("the installed slicesched devices" ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ${installed} devices)
+
 # An SDK copy that differs from the host's in one declaration (a field
 # added to Outcome, as a researcher's stale or edited copy would): the
 # plugin built against it carries another interface hash, and the installed
