@@ -22,3 +22,7 @@ message(STATUS "mape ${mape} %, summed ${summed} %, gemm ${gemm} %")
 if(seen OR mape GREATER ${MAX_MAPE} OR summed GREATER ${MAX_SUMMED})
   message(FATAL_ERROR "roofline MAPE ${mape} % (bound ${MAX_MAPE}), summed ${summed} % (bound ${MAX_SUMMED}), in fit: ${seen}")
 endif()
+# MAX_GEMM (optional): a bound on the GEMM kind's MAPE alone.
+if(DEFINED MAX_GEMM AND gemm GREATER ${MAX_GEMM})
+  message(FATAL_ERROR "roofline GEMM MAPE ${gemm} % (bound ${MAX_GEMM})")
+endif()
