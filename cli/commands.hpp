@@ -51,6 +51,8 @@ struct ValidateOptions {
   std::string accelerator_dir;                   // type tables the rows play (default: configs/accelerators)
   double iteration_overhead_us = 0;              // fixed cost per iteration
   double request_overhead_us = 0;                // fixed cost per request
+  double sequence_overhead_us = 0;               // fixed cost per sequence in each iteration
+  bool breakdown = false;                        // print each row's time per kind of work
   bool json = false;
 };
 int validate(const ValidateOptions& opt);

@@ -150,7 +150,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1e6));
   validate->add_option("--request-overhead-us", val_opt.request_overhead_us, "Fixed cost per request")
       ->check(CLI::Range(0.0, 1e6));
+  validate
+      ->add_option("--sequence-overhead-us", val_opt.sequence_overhead_us, "Fixed cost per sequence in each iteration")
+      ->check(CLI::Range(0.0, 1e6));
   validate->add_flag("--json", val_opt.json, "Print one JSON object");
+  validate->add_flag("--breakdown", val_opt.breakdown, "Print where each row's simulated time goes, per kind of work");
 
   slicesched::cli::CalibrateOptions cal_opt;
   auto* calibrate = app.add_subcommand(

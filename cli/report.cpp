@@ -2,6 +2,7 @@ module;
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -351,8 +352,10 @@ nlohmann::json ground_truth_json(const std::vector<TruthPlayed>& played) {
       for (int k = 0; k < kWorkKinds; ++k) {
         const auto kind = static_cast<WorkKind>(k);
         const KindEfficiency& e = (*p.fit)[kind];
-        t["efficiencies"][std::string(work_kind_name(kind))] = {
-            {"compute", round6(e.compute)}, {"memory", round6(e.memory)}, {"overhead_us", round6(e.overhead_s * 1e6)}};
+        auto& o = t["efficiencies"][std::string(work_kind_name(kind))];
+        o = {{"compute", round6(e.compute)}, {"memory", round6(e.memory)}, {"overhead_us", round6(e.overhead_s * 1e6)}};
+        if (std::isfinite(e.overlap_p)) o["overlap_p"] = round6(e.overlap_p);
+        if (e.sm_bytes_per_cycle > 0) o["sm_bytes_per_cycle"] = round6(e.sm_bytes_per_cycle);
       }
   }
   return j;
@@ -399,9 +402,17 @@ nlohmann::json policy_summary(const PolicyRun& r) {
       round6(m.requests_total ? static_cast<double>(m.requests_done) / static_cast<double>(m.requests_total) : 0.0);
   p["requests_beyond_window"] = r.requests_beyond_window;
   p["requests_truncated"] = r.requests_truncated;
-  p["fixed_costs"] = {{"iteration_overhead_us", round6(r.fixed_costs.per_iteration_s * 1e6)},
-                      {"iterations", r.fixed_costs.iterations},
-                      {"seconds", round6(r.fixed_costs.seconds)}};
+  // The configured costs (null: per type, from the calibration profile),
+  // then what was charged: per iteration, per sequence, and both.
+  const auto& fc = r.fixed_costs;
+  auto us = [](const std::optional<double>& s) { return s ? nlohmann::json(round6(*s * 1e6)) : nlohmann::json(); };
+  p["fixed_costs"] = {{"iteration_overhead_us", us(fc.per_iteration_s)},
+                      {"sequence_overhead_us", us(fc.per_sequence_s)},
+                      {"iterations", fc.iterations},
+                      {"sequence_iterations", fc.sequence_iterations},
+                      {"iteration_seconds", round6(fc.iteration_seconds)},
+                      {"sequence_seconds", round6(fc.sequence_seconds)},
+                      {"seconds", round6(fc.seconds)}};
   // The load each tenant offered inside the window: equal across the
   // policies that run it, so differences in throughput are the policy's.
   double offered_rps = 0, offered_tps = 0;

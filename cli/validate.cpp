@@ -29,6 +29,16 @@ int fail(const std::string& what) {
   return 2;
 }
 
+// The share of a replay's simulated time per kind of work and the fixed costs.
+nlohmann::json share_json(const StaticBatch& b) {
+  nlohmann::json j;
+  const double total = b.total_s();
+  for (int k = 0; k < kWorkKinds; ++k)
+    j[std::string(work_kind_name(static_cast<WorkKind>(k)))] = b.kind_s[static_cast<std::size_t>(k)] / total;
+  j["fixed"] = b.fixed_s / total;
+  return j;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return std::nan("");
   std::sort(v.begin(), v.end());
@@ -45,13 +55,15 @@ int validate(const ValidateOptions& opt) {
   const std::string fit_path = opt.efficiencies ? *opt.efficiencies : default_roofline_fit(dir);
   auto fit = load_roofline_fit(fit_path);
   if (!fit.ok()) return fail(fit.status().message());
-  const FixedCosts fixed{opt.iteration_overhead_us * 1e-6, opt.request_overhead_us * 1e-6};
+  const FixedCosts fixed{opt.iteration_overhead_us * 1e-6, opt.request_overhead_us * 1e-6,
+                         opt.sequence_overhead_us * 1e-6};
 
   struct Out {
     PublishedRow row;
     std::string type;
     RowFigures fig;
     double ratio = 0;
+    StaticBatch batch;
   };
   std::vector<Out> out;
   std::map<std::string, std::shared_ptr<const DenseDecoder>> models;
@@ -82,7 +94,7 @@ int validate(const ValidateOptions& opt) {
                   " exceed " + r.model + "'s context window of " + std::to_string(m->context_window()));
     const StaticBatch b =
         replay_static_batch(*played, *fit, *sheet, *m, r.batch, r.input_tokens, r.output_tokens, fixed);
-    Out o{r, played->name, row_figures(r, b), 0};
+    Out o{r, played->name, row_figures(r, b), 0, b};
     o.ratio = o.fig.simulated / r.value;
     out.push_back(std::move(o));
   }
@@ -103,6 +115,7 @@ int validate(const ValidateOptions& opt) {
     j["efficiencies"] = fit_path;
     j["iteration_overhead_us"] = opt.iteration_overhead_us;
     j["request_overhead_us"] = opt.request_overhead_us;
+    j["sequence_overhead_us"] = opt.sequence_overhead_us;
     for (const Out& o : out)
       j["rows"].push_back({{"line", o.row.line},
                            {"model", o.row.model},
@@ -116,7 +129,8 @@ int validate(const ValidateOptions& opt) {
                            {"simulated", o.fig.simulated},
                            {"ratio", o.ratio},
                            {"floor", o.fig.floor},
-                           {"beats_floor", o.fig.beats_floor}});
+                           {"beats_floor", o.fig.beats_floor},
+                           {"share", share_json(o.batch)}});
     j["median_abs_error_pct"] = 100 * med;
     j["worst_abs_error_pct"] = 100 * errors[worst];
     j["worst_line"] = out[worst].row.line;
@@ -125,9 +139,10 @@ int validate(const ValidateOptions& opt) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf(
-        "validate %s: %zu rows on the roofline (efficiencies %s; fixed costs %.0f us/iteration, %.0f us/request)\n",
+        "validate %s: %zu rows on the roofline (efficiencies %s; fixed costs %.0f us/iteration, %.0f us/request, "
+        "%.1f us/sequence/iteration)\n",
         opt.data.c_str(), out.size(), std::filesystem::path(fit_path).filename().c_str(), opt.iteration_overhead_us,
-        opt.request_overhead_us);
+        opt.request_overhead_us, opt.sequence_overhead_us);
     std::printf("%4s %-11s %-6s %-9s %5s %5s %5s %-20s %10s %10s %6s %10s\n", "line", "model", "ver", "gpu", "batch",
                 "in", "out", "metric", "published", "simulated", "ratio", "floor");
     for (const Out& o : out)
@@ -138,6 +153,19 @@ int validate(const ValidateOptions& opt) {
                   o.fig.beats_floor ? "  BEATS ITS FLOOR" : "");
     std::printf("median |error| %.1f %%, worst |error| %.1f %% (line %d), %zu of %zu rows within 0.8-1.25x\n",
                 100 * med, 100 * errors[worst], out[worst].row.line, within, out.size());
+    if (opt.breakdown) {
+      std::printf("\nwhere the simulated time goes (%% of each row's time):\n%4s", "line");
+      for (int k = 0; k < kWorkKinds; ++k)
+        std::printf(" %11s", std::string(work_kind_name(static_cast<WorkKind>(k))).c_str());
+      std::printf(" %11s %8s\n", "fixed", "prefill");
+      for (const Out& o : out) {
+        const double total = o.batch.total_s();
+        std::printf("%4d", o.row.line);
+        for (int k = 0; k < kWorkKinds; ++k)
+          std::printf(" %11.1f", 100 * o.batch.kind_s[static_cast<std::size_t>(k)] / total);
+        std::printf(" %11.1f %8.1f\n", 100 * o.batch.fixed_s / total, 100 * o.batch.prefill_s / total);
+      }
+    }
   }
   if (beats > 0) {
     for (const Out& o : out)

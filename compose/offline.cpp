@@ -152,34 +152,65 @@ Status check_policies(const ExperimentConfig& cfg, const PluginRegistries& plugi
   return Status::Ok();
 }
 
+std::vector<TypeFixedCosts> fixed_costs_per_type(const ExperimentConfig& cfg, const Truths& truths,
+                                                 const AcceleratorSet& accels) {
+  std::vector<TypeFixedCosts> out(accels.type_count());
+  for (AccelTypeId t = 0; t < accels.type_count(); ++t) {
+    // Type names and aliases resolve as everywhere ("H100" finds "H100-SXM").
+    const CalibrationProfile::FixedCost* measured = nullptr;
+    if (truths.calibrated)
+      for (const auto& f : truths.calibrated->fixed_costs)
+        if (same_type(cfg.accelerator_types, f.type, accels.type_name(t))) measured = &f;
+    out[t].iteration_s = cfg.ground_truth.iteration_overhead_s.value_or(measured ? measured->iteration_s : 0.0);
+    out[t].sequence_s = cfg.ground_truth.sequence_overhead_s.value_or(measured ? measured->sequence_s : 0.0);
+  }
+  return out;
+}
+
 namespace {
 
-// Another ground truth plus the engine's fixed cost per iteration, charged
-// to the operator that samples (Model::sampler(): it ends the iteration),
-// and counted so a run can report it apart.
+// Another ground truth plus the engine's fixed costs, per iteration and per
+// sequence of the iteration, charged to the operator that samples
+// (Model::sampler(): it ends the iteration) at the costs of its
+// accelerator's type, and summed so a run can report them apart.
 class FixedCostTruth final : public GroundTruth {
  public:
-  FixedCostTruth(GroundTruth& inner, const ModelSet& models, double per_iteration_s)
-      : inner_(inner), models_(models), per_iteration_s_(per_iteration_s) {}
+  using Costs = TypeFixedCosts;
+  // `per_type[t]`: the costs on accelerator type t.
+  FixedCostTruth(GroundTruth& inner, const ModelSet& models, const AcceleratorSet& accels, std::vector<Costs> per_type)
+      : inner_(inner), models_(models), accels_(accels), per_type_(std::move(per_type)) {}
   Result<double> op_seconds(const Gmg& gmg, OpId op) override {
     auto s = inner_.op_seconds(gmg, op);
     if (!s.ok()) return s;
     const OpRecord& r = gmg.op(op);
     const Model* m = models_.of(r.tmpl);
     if (!m || r.tmpl_op != m->sampler()) return s;
+    const Costs& c = per_type_[accels_.type(r.accel)];
+    const std::int64_t seqs = m->dims_of(gmg.templates().get(r.tmpl), gmg.dims(op)).sequences;
     ++iterations_;
-    return s.value() + per_iteration_s_;
+    sequence_iterations_ += static_cast<std::size_t>(std::max<std::int64_t>(0, seqs));
+    iteration_seconds_ += c.iteration_s;
+    sequence_seconds_ += c.sequence_s * static_cast<double>(seqs);
+    return s.value() + c.iteration_s + c.sequence_s * static_cast<double>(seqs);
   }
   double transfer_seconds(AccelId from, AccelId to, std::int64_t bytes) override {
     return inner_.transfer_seconds(from, to, bytes);
   }
-  std::size_t iterations() const { return iterations_; }
+  void report(PolicyRun::FixedCosts& out) const {
+    out.iterations = iterations_;
+    out.sequence_iterations = sequence_iterations_;
+    out.iteration_seconds = iteration_seconds_;
+    out.sequence_seconds = sequence_seconds_;
+    out.seconds = iteration_seconds_ + sequence_seconds_;
+  }
 
  private:
   GroundTruth& inner_;
   const ModelSet& models_;
-  double per_iteration_s_;
-  std::size_t iterations_ = 0;
+  const AcceleratorSet& accels_;
+  std::vector<Costs> per_type_;
+  std::size_t iterations_ = 0, sequence_iterations_ = 0;
+  double iteration_seconds_ = 0, sequence_seconds_ = 0;
 };
 
 }  // namespace
@@ -188,8 +219,7 @@ Result<PolicyRun> run_offline(const ExperimentConfig& cfg, PolicyParts& parts, c
                               const RecordOptions& opt) {
   auto truth = make_ground_truth(cfg, truths, *parts.accels, parts.models);
   if (!truth.ok()) return truth.status();
-  const double per_iteration_s = cfg.ground_truth.iteration_overhead_s;
-  FixedCostTruth fixed(*truth.value(), parts.models, per_iteration_s);
+  FixedCostTruth fixed(*truth.value(), parts.models, *parts.accels, fixed_costs_per_type(cfg, truths, *parts.accels));
   EmulatedCluster cluster(parts.accels->size(), fixed, *parts.plugins.arbiter);
   // The ground truth holds what each accelerator's HBM holds, no more.
   std::vector<std::int64_t> budgets, weights;
@@ -202,7 +232,9 @@ Result<PolicyRun> run_offline(const ExperimentConfig& cfg, PolicyParts& parts, c
     return Status(s.code(), "policy '" + parts.policy.name + "': " + s.message());
   auto run = run_recorded(cfg, parts, cluster, opt);
   if (!run.ok()) return run;
-  run->fixed_costs = {per_iteration_s, fixed.iterations(), per_iteration_s * static_cast<double>(fixed.iterations())};
+  run->fixed_costs.per_iteration_s = cfg.ground_truth.iteration_overhead_s;
+  run->fixed_costs.per_sequence_s = cfg.ground_truth.sequence_overhead_s;
+  fixed.report(run->fixed_costs);
   return run;
 }
 

@@ -54,6 +54,18 @@ std::vector<TruthPlayed> truth_played(const ExperimentConfig& cfg, const Truths&
 // none plays the roofline): "ground truth: A100 plays the roofline ...".
 std::string roofline_fallback_line(const std::vector<TruthPlayed>& played);
 
+// The serving engine's fixed costs on one accelerator type, per iteration
+// and per sequence of an iteration (charged to the operator that samples).
+struct TypeFixedCosts {
+  double iteration_s = 0, sequence_s = 0;
+};
+// Each type of `accels` (indexed by AccelTypeId): [ground_truth]'s
+// iteration_overhead_us / sequence_overhead_us where given, else what the
+// calibration profile (truths.calibrated) measured on the type (matched by
+// name or alias), else 0.
+std::vector<TypeFixedCosts> fixed_costs_per_type(const ExperimentConfig& cfg, const Truths& truths,
+                                                 const AcceleratorSet& accels);
+
 // The ground truth `truths` describes for the cluster `accels`, with the
 // config's seed and noise; a profile ground truth costs each template's
 // operators through its model in `models` (PolicyParts::models). The truths

@@ -51,12 +51,18 @@ struct PolicyRun {
   std::vector<PredictionError> predictions;       // empty when the policy does not simulate
   std::vector<DecisionLog::Line> decisions;       // with RecordOptions::decisions
   bool interrupted = false;                       // stopped by the stop flag
-  // The engine's fixed cost per iteration the ground truth charged (offline
-  // runs; [ground_truth] iteration_overhead_us), apart from the operators'.
+  // The engine's fixed costs the ground truth charged (offline runs;
+  // [ground_truth] iteration_overhead_us and sequence_overhead_us, or what
+  // calibrate measured per type), apart from the operators'.
   struct FixedCosts {
-    double per_iteration_s = 0;
-    std::size_t iterations = 0;  // sampling operators charged
-    double seconds = 0;          // per_iteration_s * iterations
+    // As configured: the same on every type ([ground_truth]), or nullopt
+    // where they came per type from the calibration profile.
+    std::optional<double> per_iteration_s, per_sequence_s;
+    std::size_t iterations = 0;           // sampling operators charged
+    std::size_t sequence_iterations = 0;  // their sequences, summed
+    double iteration_seconds = 0;         // charged per iteration
+    double sequence_seconds = 0;          // charged per sequence
+    double seconds = 0;                   // both
   } fixed_costs;
   // Why the run failed (RecordOptions::keep_failed): what it knew until
   // then is above, cut short. Empty: it ran to the end.

@@ -5,6 +5,7 @@ module;
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,6 +69,14 @@ struct Reader {
     if (!v || !std::isfinite(*v) || *v < 0) fail(n, key, "expected a number >= 0");
     return v ? *v : fallback;
   }
+  // An exponent >= 1; `inf` (TOML's infinity) allowed.
+  double at_least_one(const std::string& key, double fallback) {
+    const toml::node* n = get(key);
+    if (!n) return fallback;
+    auto v = n->value<double>();
+    if (!v || std::isnan(*v) || *v < 1) fail(n, key, "expected a number >= 1 (or inf)");
+    return v && !std::isnan(*v) ? *v : fallback;
+  }
   std::string str(const std::string& key, bool required) {
     const toml::node* n = get(key);
     if (!n) {
@@ -123,6 +132,13 @@ Result<AcceleratorType> load_accelerator_type(const std::string& path) {
   t.peak_flops = r.positive("peak_tflops", true) * 1e12;
   t.hbm_bytes_per_s = r.positive("hbm_gbps", true) * 1e9;
   t.hbm_bytes = static_cast<std::int64_t>(r.positive("hbm_gib", true) * 1073741824.0);
+  // Optional: the SMs and their boost clock (a kind's sm_bytes_per_cycle
+  // ceiling needs both).
+  t.sms = static_cast<int>(r.positive("sms", false, 0));
+  t.sm_clock_hz = r.positive("sm_clock_mhz", false, 0) * 1e6;
+  if ((t.sms > 0) != (t.sm_clock_hz > 0))
+    r.fail(nullptr, t.sms > 0 ? "sm_clock_mhz" : "sms",
+           "is required with " + std::string(t.sms > 0 ? "sms" : "sm_clock_mhz"));
   if (const toml::node* n = r.get("interconnect")) {
     if (!n->is_table()) {
       r.fail(n, "interconnect", "expected a table");
@@ -187,7 +203,10 @@ Result<RooflineFit> load_roofline_fit(const std::string& path) {
       continue;
     }
     Reader kr{*n->as_table(), "roofline." + key, path, {}, {}};
-    fit[kind] = {kr.fraction("compute", 1), kr.fraction("memory", 1), kr.non_negative("overhead_us", 0) * 1e-6};
+    // overlap_p absent: the plain roofline (files from before it existed).
+    fit[kind] = {kr.fraction("compute", 1), kr.fraction("memory", 1), kr.non_negative("overhead_us", 0) * 1e-6,
+                 kr.at_least_one("overlap_p", std::numeric_limits<double>::infinity()),
+                 kr.non_negative("sm_bytes_per_cycle", 0)};
     kr.finish();
     if (!kr.error.empty()) return InvalidArgument(kr.error);
   }
@@ -208,6 +227,8 @@ std::string roofline_fit_toml(const RooflineFit& fit, const std::vector<std::str
     const KindEfficiency& e = fit[kind];
     out += "\n[roofline." + std::string(work_kind_name(kind)) + "]\ncompute = " + fmt(e.compute) +
            "\nmemory = " + fmt(e.memory) + "\noverhead_us = " + fmt(e.overhead_s * 1e6) + "\n";
+    if (std::isfinite(e.overlap_p)) out += "overlap_p = " + fmt(e.overlap_p) + "\n";
+    if (e.sm_bytes_per_cycle > 0) out += "sm_bytes_per_cycle = " + fmt(e.sm_bytes_per_cycle) + "\n";
   }
   return out;
 }

@@ -680,7 +680,10 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
                                           : fs::path(cfg.accelerator_types.front().source).parent_path().string());
     }
     cfg.ground_truth.op_noise_cv = g.num("op_noise_cv", 0.006, 0, 1);
-    cfg.ground_truth.iteration_overhead_s = g.num("iteration_overhead_us", 0, 0, 1e6) * 1e-6;
+    if (g.has("iteration_overhead_us"))
+      cfg.ground_truth.iteration_overhead_s = g.num("iteration_overhead_us", 0, 0, 1e6) * 1e-6;
+    if (g.has("sequence_overhead_us"))
+      cfg.ground_truth.sequence_overhead_s = g.num("sequence_overhead_us", 0, 0, 1e6) * 1e-6;
     cfg.ground_truth.transfer_noise_cv = g.num("transfer_noise_cv", 0.0163, 0, 1);
     cfg.ground_truth.hbm_bytes_per_s = g.num("hbm_gbps", 3350, 1e-3, 1e7) * 1e9;
     g.finish();

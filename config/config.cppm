@@ -6,6 +6,7 @@ module;
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -169,10 +170,13 @@ struct GroundTruthConfig {
   // `transfers_csv`, or the pair's link class when it is empty.
   std::string layers_type;
   std::string roofline_fit;
-  // The serving engine's fixed cost per iteration (CPU scheduling, sampling):
-  // added to the operator that samples each iteration (the model's head),
-  // whatever plays the operators. 0: none.
-  double iteration_overhead_s = 0;
+  // The serving engine's fixed costs (CPU scheduling, sampling,
+  // detokenizing), per iteration and per sequence in an iteration: added to
+  // the operator that samples each iteration (the model's head), whatever
+  // plays the operators. Given, they hold on every accelerator type; absent,
+  // each type takes what calibrate measured on it (the `calibrated`
+  // profile's fixed_costs), else 0.
+  std::optional<double> iteration_overhead_s, sequence_overhead_s;
   bool needs_roofline() const { return calibrated.empty() && (layers_csv.empty() || !layers_type.empty()); }
 };
 

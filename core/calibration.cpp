@@ -43,6 +43,12 @@ const CalibrationProfile::Transfer* CalibrationProfile::find_transfer(const std:
   return nullptr;
 }
 
+const CalibrationProfile::FixedCost* CalibrationProfile::find_fixed_cost(const std::string& type) const {
+  for (const FixedCost& f : fixed_costs)
+    if (f.type == type) return &f;
+  return nullptr;
+}
+
 CalibrationProfile snapshot(const EstimatorSet& est, const TemplateRegistry& templates, const AcceleratorSet& accels,
                             std::string source) {
   CalibrationProfile p;
@@ -101,6 +107,14 @@ Status write_calibration(const CalibrationProfile& p, const std::string& path) {
                               {"fixed_s", t.fixed_s},
                               {"samples", t.samples},
                               {"mape_pct", t.mape_pct}});
+  if (!p.fixed_costs.empty()) {
+    j["fixed_costs"] = nlohmann::json::array();
+    for (const auto& f : p.fixed_costs)
+      j["fixed_costs"].push_back({{"type", f.type},
+                                  {"iteration_overhead_us", f.iteration_s * 1e6},
+                                  {"sequence_overhead_us", f.sequence_s * 1e6},
+                                  {"samples", f.samples}});
+  }
   return write_file_atomically(path, j.dump(2) + "\n");
 }
 
@@ -173,6 +187,25 @@ Result<CalibrationProfile> read_calibration(const std::string& path) {
       tr.samples = t.value("samples", std::uint64_t{0});
       tr.mape_pct = t.value("mape_pct", 0.0);
       p.transfers.push_back(std::move(tr));
+    }
+    if (j.contains("fixed_costs")) {
+      const auto& fixed = j.at("fixed_costs");
+      if (!fixed.is_array()) return InvalidArgument(path + ": fixed_costs: expected an array");
+      for (std::size_t i = 0; i < fixed.size(); ++i) {
+        const auto& f = fixed[i];
+        const std::string where = path + ": fixed_costs[" + std::to_string(i) + "]";
+        CalibrationProfile::FixedCost fc;
+        fc.type = f.at("type").get<std::string>();
+        for (const char* key : {"iteration_overhead_us", "sequence_overhead_us"})
+          if (!number(f.at(key)) || f.at(key).get<double>() < 0)
+            return InvalidArgument(where + "." + key + ": expected a finite number >= 0");
+        fc.iteration_s = f.at("iteration_overhead_us").get<double>() * 1e-6;
+        fc.sequence_s = f.at("sequence_overhead_us").get<double>() * 1e-6;
+        fc.samples = f.value("samples", std::uint64_t{0});
+        if (p.find_fixed_cost(fc.type))
+          return InvalidArgument(where + ".type: \"" + fc.type + "\" has fixed costs already");
+        p.fixed_costs.push_back(std::move(fc));
+      }
     }
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgument(path + ": " + std::string(e.what()));

@@ -9,7 +9,12 @@
 //                "features": ["sequences", "1"], "coefficients": [...],
 //                "samples": 120, "mape_pct": 0.4 } ],
 //     "transfers": [ { "src": "gpu0", "dst": "gpu1", "sec_per_byte": 3.3e-12,
-//                      "fixed_s": 5e-6, "samples": 40, "mape_pct": 0.9 } ] }
+//                      "fixed_s": 5e-6, "samples": 40, "mape_pct": 0.9 } ],
+//     "fixed_costs": [ { "type": "H100", "iteration_overhead_us": 120,
+//                        "sequence_overhead_us": 3, "samples": 12 } ] }
+// `fixed_costs` (optional: older /2 profiles have none) is the serving
+// engine's own time per iteration and per sequence in an iteration, beyond
+// its operators', that calibrate measured on each accelerator type.
 // Coefficients multiply the features in order; `features` are the template
 // operator's feature expressions as the fit saw them (Expr::to_string), so a
 // profile fitted to other features than the template's now is refused
@@ -42,13 +47,20 @@ struct CalibrationProfile {
     std::uint64_t samples = 0;
     double mape_pct = 0;
   };
+  struct FixedCost {
+    std::string type;
+    double iteration_s = 0, sequence_s = 0;  // each >= 0
+    std::uint64_t samples = 0;               // iteration shapes it was fitted to
+  };
   std::string source;
   std::vector<Op> ops;
   std::vector<Transfer> transfers;
+  std::vector<FixedCost> fixed_costs;  // at most one per type
 
   // Lookups by name; nullptr when absent.
   const Op* find_op(const std::string& tmpl, const std::string& op, const std::string& type) const;
   const Transfer* find_transfer(const std::string& src, const std::string& dst) const;
+  const FixedCost* find_fixed_cost(const std::string& type) const;
 };
 
 // Every estimator with samples, named through the registry and the set.

@@ -1,5 +1,6 @@
 module;
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -38,10 +39,23 @@ namespace {
 // The roofline time before the overhead; the KV-cache read at `kv`'s memory
 // efficiency adds to the kernel's other HBM traffic.
 double bound_seconds(const AcceleratorType& t, const KindEfficiency& e, const KindEfficiency& kv, const Work& w) {
-  const double memory = w.bytes / (t.hbm_bytes_per_s * e.memory) +
-                        (w.cache_bytes > 0 ? w.cache_bytes / (t.hbm_bytes_per_s * kv.memory) : 0.0);
-  return std::max(w.flops / (t.peak_flops * e.compute), memory);
+  double memory = w.bytes / (t.hbm_bytes_per_s * e.memory) +
+                  (w.cache_bytes > 0 ? w.cache_bytes / (t.hbm_bytes_per_s * kv.memory) : 0.0);
+  if (e.sm_bytes_per_cycle > 0 && t.sm_cycles_per_s() > 0)
+    memory = std::max(memory, (w.bytes + w.cache_bytes) / (t.sm_cycles_per_s() * e.sm_bytes_per_cycle));
+  const double compute = w.flops / (t.peak_flops * e.compute);
+  if (!std::isfinite(e.overlap_p)) return std::max(compute, memory);
+  // The p-norm, scaled by the larger term so that no power overflows.
+  const double hi = std::max(compute, memory);
+  if (!(hi > 0)) return 0;
+  const double p = e.overlap_p;
+  return hi * std::pow(std::pow(compute / hi, p) + std::pow(memory / hi, p), 1 / p);
 }
+
+// The overlap exponents a fit tries: infinity (the plain roofline) and a
+// range from no overlap (1) to nearly perfect (8).
+constexpr std::array<double, 10> kOverlapGrid{1,   1.25, 1.5, 1.75, 2,
+                                              2.5, 3,    4,   8,    std::numeric_limits<double>::infinity()};
 
 }  // namespace
 
@@ -81,27 +95,56 @@ Result<RooflineFit> fit_roofline(std::span<const ProfileRow> rows, std::span<con
     gemm_fitted = gemm_fitted || kind == WorkKind::kGemm;
     // A grid of 1 % steps over both efficiencies; for each, the overhead that
     // minimises the squared relative error, (x + o) / y - 1, is closed form.
+    // Without fitted FLOPs the overlap is moot: the plain roofline only.
     double best = std::numeric_limits<double>::infinity();
     KindEfficiency chosen = fit.kinds[static_cast<std::size_t>(k)];
     std::vector<double> x(rs.size());
-    for (int ci = any_flops ? 1 : 100; ci <= 100; ++ci) {
-      for (int mi = 1; mi <= 100; ++mi) {
-        const KindEfficiency e{ci / 100.0, mi / 100.0, 0};
-        double num = 0, den = 0;
-        for (std::size_t i = 0; i < rs.size(); ++i) {
-          x[i] = bound_seconds(*ts[i], e, fit[WorkKind::kKvRead], rs[i]->work);
-          const double y = rs[i]->seconds;
-          num += (y - x[i]) * rs[i]->calls / (y * y);
-          den += rs[i]->calls * rs[i]->calls / (y * y);
-        }
-        const double o = std::max(0.0, num / den);
-        double err = 0;
-        for (std::size_t i = 0; i < rs.size(); ++i) err += std::abs((x[i] + rs[i]->calls * o) / rs[i]->seconds - 1);
-        if (err < best) {
-          best = err;
-          chosen = {e.compute, e.memory, o};
-        }
+    auto score = [&](int ci, int mi, double p, double q = 0) {
+      const KindEfficiency e{ci / 100.0, mi / 100.0, 0, p, q};
+      double num = 0, den = 0;
+      for (std::size_t i = 0; i < rs.size(); ++i) {
+        x[i] = bound_seconds(*ts[i], e, fit[WorkKind::kKvRead], rs[i]->work);
+        const double y = rs[i]->seconds;
+        num += (y - x[i]) * rs[i]->calls / (y * y);
+        den += rs[i]->calls * rs[i]->calls / (y * y);
       }
+      const double o = std::max(0.0, num / den);
+      double err = 0;
+      for (std::size_t i = 0; i < rs.size(); ++i) err += std::abs((x[i] + rs[i]->calls * o) / rs[i]->seconds - 1);
+      if (err < best) {
+        best = err;
+        chosen = {e.compute, e.memory, o, p, q};
+      }
+      return err;
+    };
+    for (double p : kOverlapGrid) {
+      if (!any_flops && std::isfinite(p)) continue;
+      if (!std::isfinite(p)) {  // the plain roofline: every 1 % step, as before overlap_p
+        for (int ci = any_flops ? 1 : 100; ci <= 100; ++ci)
+          for (int mi = 1; mi <= 100; ++mi) score(ci, mi, p);
+        // A memory-bound kind may instead be held by its SMs: a ceiling of
+        // 0.25 to 32 bytes per SM cycle, where every row's type gives its SMs.
+        // Rows of one type cannot tell the two ceilings apart (both scale
+        // its time alike): only rows of several types try it.
+        const bool types_differ = std::any_of(ts.begin(), ts.end(), [&](const auto* t) { return t != ts.front(); });
+        if (!any_flops && types_differ &&
+            std::all_of(ts.begin(), ts.end(), [](const auto* t) { return t->sm_cycles_per_s() > 0; }))
+          for (int qi = 1; qi <= 128; ++qi)
+            for (int mi = 1; mi <= 100; ++mi) score(100, mi, p, qi / 4.0);
+        continue;
+      }
+      // A finite p costs powers: 5 % steps, then 1 % steps around the best.
+      double coarse = std::numeric_limits<double>::infinity();
+      int bc = 100, bm = 100;
+      for (int ci = 5; ci <= 100; ci += 5)
+        for (int mi = 5; mi <= 100; mi += 5)
+          if (const double err = score(ci, mi, p); err < coarse) {
+            coarse = err;
+            bc = ci;
+            bm = mi;
+          }
+      for (int ci = std::max(1, bc - 4); ci <= std::min(100, bc + 4); ++ci)
+        for (int mi = std::max(1, bm - 4); mi <= std::min(100, bm + 4); ++mi) score(ci, mi, p);
     }
     fit.kinds[static_cast<std::size_t>(k)] = chosen;
   }

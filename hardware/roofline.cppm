@@ -7,6 +7,7 @@
 module;
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,19 +31,41 @@ struct AcceleratorType {
   std::string interconnect;             // "nvlink4", "pcie4"
   double interconnect_bytes_per_s = 0;  // per direction, GPU to GPU
   double interconnect_latency_s = 0;
+  // Streaming multiprocessors and their boost clock: how many SM cycles a
+  // second the GPU issues (0: not given; no kind is then held to them).
+  int sms = 0;
+  double sm_clock_hz = 0;
+  double sm_cycles_per_s() const { return sms * sm_clock_hz; }
   std::string source;  // the file it was read from, for messages
   bool answers_to(std::string_view n) const;
 };
 
-// How one kind of kernel falls short of the peaks: time =
-// max(flops / (peak_flops * compute), bytes / (hbm * memory)
-//     + cache_bytes / (hbm * kv_read.memory)) + overhead_s.
+// How one kind of kernel falls short of the peaks: with
+// tc = flops / (peak_flops * compute) and
+// tm = bytes / (hbm * memory) + cache_bytes / (hbm * kv_read.memory),
+// time = (tc^p + tm^p)^(1/p) + overhead_s, p = overlap_p, where tm is at
+// least (bytes + cache_bytes) / (SMs * SM clock * sm_bytes_per_cycle) when
+// both the kind and the type give them.
 // Two efficiencies, not one: a GEMM reaches a different fraction of peak
 // FLOP/s when compute-bound than of peak bandwidth when memory-bound. An
 // attention kernel's KV-cache read is costed at the kv_read kind's memory
 // efficiency, apart from its score compute and new-token traffic.
+// overlap_p says how well a kernel hides its memory traffic behind its
+// compute: infinity is the plain roofline, max(tc, tm), perfect overlap; a
+// finite p charges both near the ridge point, where a real GEMM tile both
+// waits on HBM and computes (measured GEMMs there reach about half of each
+// peak: docs/ground-truth.md). p = 1 would be no overlap at all.
+// sm_bytes_per_cycle is a second ceiling on a memory-bound kernel: the
+// bytes its SMs move per SM cycle, for kernels that cannot keep enough
+// loads in flight to reach HBM's bandwidth (an embedding's gather of
+// scattered rows). Such a kernel runs at one rate per SM cycle on GPUs with
+// very different HBM: Vidur's embedding kernel moves about 2 bytes per SM
+// cycle on the A100, A40 and H100 alike, 15 %, 49 % and 17 % of their HBM
+// bandwidth (docs/ground-truth.md). 0: no such ceiling.
 struct KindEfficiency {
   double compute = 1, memory = 1, overhead_s = 0;
+  double overlap_p = std::numeric_limits<double>::infinity();
+  double sm_bytes_per_cycle = 0;
 };
 
 // One efficiency triple per WorkKind, indexed by the kind.
@@ -81,8 +104,9 @@ Result<std::vector<ProfileRow>> read_profile_rows(const std::string& path, const
 
 // Fits each kind's efficiencies to `rows` (each on its own type, looked up
 // in `types` by name or alias), minimising the mean absolute percentage
-// error: a grid over the two efficiencies, the overhead in closed form (a
-// least-squares fit of relative errors, never negative). A kind without rows
+// error: a grid over the two efficiencies (and, for kinds whose FLOPs are
+// fitted, over overlap_p), the overhead in closed form (a least-squares fit
+// of relative errors, never negative). A kind without rows
 // keeps `fallback`'s values. kv_read has no rows of its own (no profile
 // here measures a filled KV cache): where GEMM rows were fitted it takes
 // their memory efficiency, the fraction of peak bandwidth a kernel reaches

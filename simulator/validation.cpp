@@ -1,5 +1,6 @@
 module;
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -38,6 +39,20 @@ double floor_seconds(const AcceleratorType& d, const Model& m, double tokens, do
   const double flops = 2 * parameters(m) * tokens;
   const double bytes = static_cast<double>(m.weight_bytes()) + static_cast<double>(m.kv_bytes_per_token()) * context;
   return std::max(flops / d.peak_flops, bytes / d.hbm_bytes_per_s);
+}
+
+// Adds one iteration's roofline time to `kinds`, per kind of work.
+void add_kinds(const AcceleratorType& t, const RooflineFit& f, const Model& model, const IterationDims& d,
+               std::array<double, kWorkKinds>& kinds) {
+  for (std::size_t op = 0; op < model.ops().size(); ++op)
+    for (const SublayerCall& c : model.kernels(op, d)) {
+      Work w = sublayer_work(model.shape(), c);
+      const double all = kernel_seconds(t, f, w, c.count);
+      w.cache_bytes = 0;
+      const double without_cache = kernel_seconds(t, f, w, c.count);
+      kinds[static_cast<std::size_t>(w.kind)] += without_cache;
+      kinds[static_cast<std::size_t>(WorkKind::kKvRead)] += all - without_cache;
+    }
 }
 
 }  // namespace
@@ -114,14 +129,20 @@ StaticBatch replay_static_batch(const AcceleratorType& played, const RooflineFit
                                 std::int64_t output_tokens, const FixedCosts& fixed) {
   StaticBatch b;
   const IterationDims prefill{batch * input_tokens, batch, 0, 0};
-  b.prefill_s = roofline_iteration_seconds(played, fit, model, prefill) + fixed.per_iteration_s +
+  const double per_step = fixed.per_iteration_s + static_cast<double>(batch) * fixed.per_sequence_s;
+  b.prefill_s = roofline_iteration_seconds(played, fit, model, prefill) + per_step +
                 static_cast<double>(batch) * fixed.per_request_s;
   b.floor_prefill_s = floor_seconds(datasheet, model, static_cast<double>(batch * input_tokens), 0);
+  add_kinds(played, fit, model, prefill, b.kind_s);
+  b.fixed_s = per_step + static_cast<double>(batch) * fixed.per_request_s;
   // Decode step k (1 .. output - 1) runs the token step k - 1 sampled; each
   // sequence attends to its input_tokens + k - 1 cached tokens.
   for (std::int64_t k = 1; k < output_tokens; ++k) {
     const DecodeStep s = decode_step(played, fit, datasheet, model, batch, batch * (input_tokens + k - 1));
-    b.decode_s += s.simulated_s + fixed.per_iteration_s;
+    b.decode_s += s.simulated_s + per_step;
+    b.fixed_s += per_step;
+    const std::int64_t context = batch * (input_tokens + k - 1);
+    add_kinds(played, fit, model, {batch, batch, context, context}, b.kind_s);
     b.floor_decode_s += s.floor_s;
     ++b.decode_steps;
   }

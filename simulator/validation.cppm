@@ -12,6 +12,7 @@
 //
 // Pure functions and values: safe from any thread.
 module;
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -35,9 +36,11 @@ struct PublishedRow {
 Result<std::vector<PublishedRow>> read_published(const std::string& path);
 
 // Engine-level fixed costs a static batch pays: per iteration (scheduling,
-// sampling) and per request once (admission, detokenizing).
+// sampling), per sequence in each iteration (its sampling and detokenizing,
+// as [ground_truth] sequence_overhead_us charges it) and per request once
+// (admission, tokenizing).
 struct FixedCosts {
-  double per_iteration_s = 0, per_request_s = 0;
+  double per_iteration_s = 0, per_request_s = 0, per_sequence_s = 0;
 };
 
 // One static batch on `played` with `fit`, and its physical floor on
@@ -49,6 +52,11 @@ struct StaticBatch {
   double prefill_s = 0, decode_s = 0;              // simulated, fixed costs included
   double floor_prefill_s = 0, floor_decode_s = 0;  // the physical floor
   std::int64_t decode_steps = 0;
+  // Where the simulated time went: per kind of work (an attention kernel's
+  // time beyond what it takes without its cached K and V is kv_read's), and
+  // the fixed costs. They sum to total_s().
+  std::array<double, kWorkKinds> kind_s{};
+  double fixed_s = 0;
   double total_s() const { return prefill_s + decode_s; }
   double floor_total_s() const { return floor_prefill_s + floor_decode_s; }
 };

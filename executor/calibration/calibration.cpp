@@ -160,6 +160,43 @@ std::vector<double> time_operator(Bench& bench, const ModelOp& op, const ShapeGr
   return medians;
 }
 
+// The engine's fixed costs on device `dev`: every grid shape without a
+// fresh prefill run as the live executor runs one iteration (its step plan
+// built, then embed, every layer group on its KV cache and the head, which
+// samples and brings the tokens to the host), timed whole, round robin per
+// KV cache like the operators. A shape's whole-iteration median less the sum
+// of its operators' medians (`op_sum`, each timed alone) is what the
+// iteration costs beyond its operators; appended to `out` as (sequences,
+// seconds).
+void time_iterations(Bench& bench, const Model& model, const ShapeGrid& grid, const std::string& dev,
+                     const CalibrateSettings& s, const std::vector<double>& op_sum,
+                     std::vector<std::pair<double, double>>& out) {
+  rt::LlamaModel& rt_model = bench.model();
+  std::vector<int> groups;
+  for (const ModelOp& op : model.ops())
+    if (op.role == OpRole::kLayers) groups.push_back(op.group);
+  std::map<std::pair<std::int64_t, std::int64_t>, std::vector<std::size_t>> blocks;
+  for (std::size_t i = 0; i < grid.shapes.size(); ++i)
+    if (grid.shapes[i].prefill == 0) blocks[{grid.shapes[i].seqs, grid.shapes[i].context}].push_back(i);
+  for (const auto& [key, block] : blocks) {
+    std::vector<rt::Value> caches;
+    for (int g : groups) caches.push_back(bench.kv(g, key.first, key.second, dev));
+    auto run = [&](std::size_t k) {
+      const rt::StepPlan plan = bench.plan(grid.shapes[block[k]]);
+      rt::Value h = rt_model.embed(plan, dev);
+      for (std::size_t g = 0; g < groups.size(); ++g) {
+        rt::Value kv_out;
+        h = rt_model.layers(groups[g], h, caches[g], plan, dev, kv_out);
+      }
+      (void)rt_model.head(h, plan, dev);
+    };
+    const auto times = round_robin(block.size(), s, run, [&] { rt::LlamaModel::synchronize(dev); });
+    for (std::size_t k = 0; k < block.size(); ++k)
+      out.push_back(
+          {static_cast<double>(grid.shapes[block[k]].total_sequences()), median(times[k]) - op_sum[block[k]]});
+  }
+}
+
 // Fits op `op` on accelerator type `type` to its medians, appending its
 // row and points to `r`.
 void fit_operator(CalibrationResult& r, const GraphTemplate& tmpl, const TemplateOp& op, AccelTypeId type,
@@ -183,8 +220,10 @@ void fit_operator(CalibrationResult& r, const GraphTemplate& tmpl, const Templat
 
 // Every operator of `served` on one accelerator of each type that holds
 // its weights.
+// Each type's whole-iteration samples go to samples[type] (time_iterations).
 void calibrate_operators(CalibrationResult& r, const CalibrationTarget& target, const CalibrationTarget::Served& served,
-                         Bench& bench, const CalibrateSettings& s) {
+                         Bench& bench, const CalibrateSettings& s,
+                         std::map<AccelTypeId, std::vector<std::pair<double, double>>>& samples) {
   const AcceleratorSet& accels = *r.accels;
   const GraphTemplate& tmpl = r.templates->get(served.tmpl);
   if (!served.model || served.model->ops().size() != tmpl.ops().size())
@@ -199,10 +238,13 @@ void calibrate_operators(CalibrationResult& r, const CalibrationTarget& target, 
     if (rep == kNoAccel) continue;
     const std::string& dev = target.devices[rep];
     for (const TemplateOp& op : tmpl.ops()) bench.model().load(op.name, dev);
+    std::vector<double> op_sum(target.grid.shapes.size(), 0.0);  // the operators' medians, summed per shape
     for (std::size_t i = 0; i < tmpl.ops().size(); ++i) {
       const TemplateOp& op = tmpl.ops()[i];
       const auto t0 = Clock::now();
-      fit_operator(r, tmpl, op, type, target.grid, time_operator(bench, served.model->ops()[i], target.grid, dev, s));
+      const std::vector<double> medians = time_operator(bench, served.model->ops()[i], target.grid, dev, s);
+      for (std::size_t k = 0; k < medians.size(); ++k) op_sum[k] += medians[k];
+      fit_operator(r, tmpl, op, type, target.grid, medians);
       const CalibrationResult::Row& row = r.rows.back();
       if (s.progress)
         std::fprintf(stderr,
@@ -211,7 +253,34 @@ void calibrate_operators(CalibrationResult& r, const CalibrationTarget& target, 
                      static_cast<unsigned long long>(row.samples), row.min_s * 1e3, row.max_s * 1e3, row.mape_pct,
                      seconds_since(t0));
     }
+    const auto t0 = Clock::now();
+    time_iterations(bench, *served.model, target.grid, dev, s, op_sum, samples[type]);
+    if (s.progress)
+      std::fprintf(stderr, "  calibrate: %s whole iterations on %-8s (%s): fixed costs measured [%.1f s]\n",
+                   tmpl.name().c_str(), accels.type_name(type).c_str(), dev.c_str(), seconds_since(t0));
   }
+}
+
+// Least squares of overhead = iteration + sequence * seqs over `samples`
+// (seqs, overhead), each coefficient held at >= 0: what the engine costs
+// beyond its operators cannot be negative, and a negative fit is noise.
+CalibrationProfile::FixedCost fit_fixed_cost(const std::string& type,
+                                             const std::vector<std::pair<double, double>>& xs) {
+  CalibrationProfile::FixedCost f{type, 0, 0, xs.size()};
+  if (xs.empty()) return f;
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (auto [x, y] : xs) n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+  const double det = n * sxx - sx * sx;
+  double a = sy / n, b = 0;  // one sequence count: the mean per iteration
+  if (det > 0) {
+    b = (n * sxy - sx * sy) / det;
+    a = (sy - b * sx) / n;
+  }
+  if (b < 0) b = 0, a = sy / n;
+  if (a < 0) a = 0, b = sxx > 0 ? std::max(0.0, sxy / sxx) : 0;
+  f.iteration_s = std::max(0.0, a);
+  f.sequence_s = b;
+  return f;
 }
 
 // What the copies move, made on device `home`: hidden states of the grid's
@@ -308,10 +377,13 @@ CalibrationResult calibrate_models(const CalibrationTarget& target, std::span<rt
   r.accels = target.accels;
   r.templates = target.templates;
   check(seed_priors(r.est, *r.templates, *r.accels));
+  // The fixed costs are the engine's, not a model's: every model's samples
+  // on a type are fitted together.
+  std::map<AccelTypeId, std::vector<std::pair<double, double>>> overheads;
   try {
     for (std::size_t i = 0; i < target.models.size(); ++i) {
       Bench bench(target.models[i].prompt_seed, *runtimes[i]);
-      calibrate_operators(r, target, target.models[i], bench, s);
+      calibrate_operators(r, target, target.models[i], bench, s, overheads);
       if (i == 0) calibrate_copies(r, target, target.models[0], bench, s);
     }
   } catch (const rt::DeviceOutOfMemory& e) {
@@ -322,6 +394,8 @@ CalibrationResult calibrate_models(const CalibrationTarget& target, std::span<rt
     fail(std::string("calibrate: ") + e.what());
   }
   snapshot_profile(r, target.source);
+  for (const auto& [type, xs] : overheads)
+    r.profile.fixed_costs.push_back(fit_fixed_cost(r.accels->type_name(type), xs));
   r.wall_s = seconds_since(t_start);
   return r;
 }

@@ -22,6 +22,10 @@
 //   (T >= 2), so its fit sees two sequence counts and is identifiable.
 //   copies  hidden states of t tokens, t in {1, 4, 16, ...} < T and T, and KV
 //           caches of k tokens, k in {16, 64, ...} < K and K, between every ordered pair.
+//   fixed   every shape without a fresh prefill run whole, as the live executor
+//           runs an iteration (step plan, embed, every layer group, head with
+//           its sampling); its median less its operators' medians, fitted to
+//           {1, sequences} per accelerator type: the profile's fixed_costs.
 // Each point: `warmup` untimed runs, then `repeats` timed ones (each
 // followed by a device synchronize), taken round robin over the points that
 // share a KV cache (or over the sizes of one pair); the median is the sample.

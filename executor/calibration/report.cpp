@@ -14,6 +14,9 @@ void print_calibration(const CalibrationResult& r, std::FILE* out) {
     std::fprintf(out, "%-14s %-12s %-22s %8llu %8.2f %12.4f %12.4f\n", row.transfer ? "-" : row.model.c_str(),
                  row.what.c_str(), row.type.c_str(), static_cast<unsigned long long>(row.samples), row.mape_pct,
                  row.min_s * 1e3, row.max_s * 1e3);
+  for (const auto& f : r.profile.fixed_costs)
+    std::fprintf(out, "fixed costs on %s: %.1f us per iteration, %.2f us per sequence (%llu whole iterations)\n",
+                 f.type.c_str(), f.iteration_s * 1e6, f.sequence_s * 1e6, static_cast<unsigned long long>(f.samples));
 }
 
 bool write_points_csv(const CalibrationResult& r, const std::string& path) {

@@ -31,6 +31,20 @@ foreach(needle "\"format\": \"slicesched-calibration/2\"" "\"template\": \"llama
     message(FATAL_ERROR "the profile lacks ${needle}:\n${json}")
   endif()
 endforeach()
+# The engine's fixed costs, measured from whole iterations less their
+# operators: one entry for the type, each cost a number >= 0, on the table too.
+string(JSON fixed_type GET "${json}" fixed_costs 0 type)
+string(JSON fixed_iter GET "${json}" fixed_costs 0 iteration_overhead_us)
+string(JSON fixed_seq GET "${json}" fixed_costs 0 sequence_overhead_us)
+string(JSON fixed_n GET "${json}" fixed_costs 0 samples)
+if(NOT fixed_type STREQUAL "cpu" OR fixed_iter LESS 0 OR fixed_seq LESS 0 OR fixed_n LESS 2)
+  message(FATAL_ERROR "fixed costs: type ${fixed_type}, ${fixed_iter} us/iteration, ${fixed_seq} us/sequence, "
+                      "${fixed_n} samples")
+endif()
+if(NOT out MATCHES "\nfixed costs on cpu: [0-9.]+ us per iteration, [0-9.]+ us per sequence \\([0-9]+ whole iterations\\)")
+  message(FATAL_ERROR "the table lacks the fixed costs:\n${out}")
+endif()
+message(STATUS "fixed costs on cpu: ${fixed_iter} us/iteration, ${fixed_seq} us/sequence (${fixed_n} shapes)")
 if(NOT EXISTS ${OUT}/points.csv)
   message(FATAL_ERROR "calibrate --samples wrote no ${OUT}/points.csv")
 endif()
@@ -78,3 +92,12 @@ string(FIND "${summary}" "\"SliceScheduler\"" pos)
 if(pos EQUAL -1)
   message(FATAL_ERROR "summary.json lacks SliceScheduler")
 endif()
+# Played on the calibrated profile, the config gives no fixed costs: each
+# iteration pays what calibrate measured on its type, reported apart.
+string(JSON charged GET "${summary}" policies SliceScheduler fixed_costs iteration_seconds)
+string(JSON iterations GET "${summary}" policies SliceScheduler fixed_costs iterations)
+string(JSON configured TYPE "${summary}" policies SliceScheduler fixed_costs iteration_overhead_us)
+if(NOT configured STREQUAL "NULL" OR iterations LESS 1)
+  message(FATAL_ERROR "fixed_costs: configured ${configured}, iterations ${iterations}, charged ${charged} s")
+endif()
+message(STATUS "simulate on the profile: ${iterations} iterations charged ${charged} s of fixed costs")

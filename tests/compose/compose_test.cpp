@@ -491,9 +491,58 @@ TEST_CASE("the engine's fixed cost per iteration is charged to each sampling ope
   CHECK(without->fixed_costs.iterations > 100);
   CHECK(without->fixed_costs.seconds == 0);
   CHECK(with->fixed_costs.per_iteration_s == 0.002);
+  CHECK_FALSE(with->fixed_costs.per_sequence_s.has_value());
   CHECK(with->fixed_costs.iterations > 100);
   CHECK_THAT(with->fixed_costs.seconds,
              Catch::Matchers::WithinRel(0.002 * static_cast<double>(with->fixed_costs.iterations), 1e-12));
+  CHECK(with->fixed_costs.sequence_seconds == 0);
   // Each first token waits for at least one iteration's cost.
   CHECK(with->metrics.ttft_p50_s > without->metrics.ttft_p50_s + 0.0015);
+}
+
+TEST_CASE("the engine's fixed cost per sequence is charged for every sequence of every iteration, apart",
+          "[compose][fixed_costs]") {
+  Small fixed({{"ground_truth.iteration_overhead_us", "1000"}, {"ground_truth.sequence_overhead_us", "250"}});
+  REQUIRE(fixed.cfg.ground_truth.sequence_overhead_s == 0.00025);
+  auto parts = fixed.build("Static-Online");
+  auto run = run_offline(fixed.cfg, *parts, fixed.truths);
+  REQUIRE(run.ok());
+  const auto& f = run->fixed_costs;
+  CHECK(f.per_sequence_s == 0.00025);
+  // Every iteration holds at least one sequence, and batches hold several.
+  CHECK(f.iterations > 100);
+  CHECK(f.sequence_iterations > f.iterations);
+  CHECK_THAT(f.iteration_seconds, Catch::Matchers::WithinRel(0.001 * static_cast<double>(f.iterations), 1e-12));
+  CHECK_THAT(f.sequence_seconds,
+             Catch::Matchers::WithinRel(0.00025 * static_cast<double>(f.sequence_iterations), 1e-12));
+  CHECK_THAT(f.seconds, Catch::Matchers::WithinRel(f.iteration_seconds + f.sequence_seconds, 1e-12));
+  // A request that finishes sat in one iteration per token it generated (its
+  // prefill samples the first), so the sequences charged are at least the
+  // tokens of the requests done.
+  CHECK(f.sequence_iterations >= run->metrics.tokens_generated);
+}
+
+TEST_CASE("without [ground_truth] fixed costs, each type pays what calibrate measured on it",
+          "[compose][fixed_costs]") {
+  // The cluster says H100; calibrate measured "H100-SXM" (an alias of it).
+  const ExperimentConfig cfg = small_with("{ name_prefix = \"gpu\", count = 4, type = \"H100\" }", "H100");
+  REQUIRE_FALSE(cfg.ground_truth.iteration_overhead_s.has_value());
+  REQUIRE_FALSE(cfg.ground_truth.sequence_overhead_s.has_value());
+  const auto accels = make_cluster(cfg);
+  REQUIRE(accels->type_count() == 1);
+  Truths truths;
+  CHECK(fixed_costs_per_type(cfg, truths, *accels)[0].iteration_s == 0);  // nothing measured, nothing configured
+  CalibrationProfile cal;
+  cal.fixed_costs.push_back({"A100", 0.009, 0.009, 3});
+  cal.fixed_costs.push_back({"H100-SXM", 0.0005, 0.0001, 12});
+  truths.calibrated = cal;
+  const auto measured = fixed_costs_per_type(cfg, truths, *accels);
+  CHECK(measured[0].iteration_s == 0.0005);
+  CHECK(measured[0].sequence_s == 0.0001);
+  // Given in [ground_truth], a cost holds on every type, over the measurement.
+  ExperimentConfig given = cfg;
+  given.ground_truth.sequence_overhead_s = 0.00002;
+  const auto mixed = fixed_costs_per_type(given, truths, *accels);
+  CHECK(mixed[0].iteration_s == 0.0005);
+  CHECK(mixed[0].sequence_s == 0.00002);
 }

@@ -6,11 +6,14 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 import slicesched.simulator.validation;
 import slicesched.config.accelerators;
@@ -131,4 +134,79 @@ TEST_CASE("fixed costs add per iteration and per request", "[validation]") {
   // 10 iterations (one prefill, nine decode steps) and 4 requests.
   CHECK_THAT(some.total_s() - none.total_s(), Catch::Matchers::WithinRel(10 * 1e-3 + 4 * 2e-3, 1e-9));
   CHECK(some.floor_total_s() == none.floor_total_s());
+}
+
+TEST_CASE("a per-sequence fixed cost is paid by every sequence of every iteration", "[validation]") {
+  const AcceleratorType gpu = a100();
+  const RooflineFit fit = shipped_fit();
+  const auto m = model("llama2-7b");
+  const StaticBatch none = replay_static_batch(gpu, fit, gpu, *m, 4, 128, 10);
+  const StaticBatch some = replay_static_batch(gpu, fit, gpu, *m, 4, 128, 10, {0, 0, 5e-5});
+  // 10 iterations of 4 sequences; the prefill alone (the TTFT) pays 4.
+  CHECK_THAT(some.total_s() - none.total_s(), Catch::Matchers::WithinRel(10 * 4 * 5e-5, 1e-9));
+  CHECK_THAT(some.prefill_s - none.prefill_s, Catch::Matchers::WithinRel(4 * 5e-5, 1e-9));
+}
+
+TEST_CASE("the overlap exponent charges both bounds near the ridge point and neither far from it", "[roofline]") {
+  AcceleratorType t;
+  t.name = "X";
+  t.peak_flops = 100e12;
+  t.hbm_bytes_per_s = 1e12;
+  RooflineFit plain, smooth;
+  smooth[WorkKind::kGemm].overlap_p = 2;
+  // At the ridge: 1 ms of compute and 1 ms of memory.
+  const Work ridge{WorkKind::kGemm, 100e9, 1e9};
+  CHECK_THAT(kernel_seconds(t, plain, ridge), Catch::Matchers::WithinRel(1e-3, 1e-12));
+  CHECK_THAT(kernel_seconds(t, smooth, ridge), Catch::Matchers::WithinRel(std::sqrt(2.0) * 1e-3, 1e-12));
+  // Far below it (memory-bound, compute 1000x less): nearly the plain roofline.
+  const Work gemv{WorkKind::kGemm, 100e6, 1e9};
+  CHECK_THAT(kernel_seconds(t, smooth, gemv), Catch::Matchers::WithinRel(1e-3, 1e-6));
+}
+
+TEST_CASE("a fit recovers the overlap exponent of rows made with one", "[roofline]") {
+  AcceleratorType t;
+  t.name = "X";
+  t.peak_flops = 100e12;
+  t.hbm_bytes_per_s = 1e12;
+  const std::vector<AcceleratorType> types{t};
+  RooflineFit truth;
+  truth[WorkKind::kGemm] = {0.8, 0.9, 5e-6, 2};
+  std::vector<ProfileRow> rows;
+  for (double n = 1; n <= 8192; n *= 2) {  // a 4096 x 4096 GEMM of n tokens, across the ridge
+    const Work w{WorkKind::kGemm, 2 * n * 4096 * 4096, 2 * (4096.0 * 4096 + n * 8192)};
+    rows.push_back({"gemm", w, 1, n, kernel_seconds(t, truth, w), "X"});
+  }
+  auto fit = fit_roofline(rows, types);
+  REQUIRE(fit.ok());
+  const KindEfficiency& e = (*fit)[WorkKind::kGemm];
+  CHECK(e.overlap_p == 2);
+  CHECK_THAT(e.compute, Catch::Matchers::WithinAbs(0.8, 0.011));
+  CHECK_THAT(e.memory, Catch::Matchers::WithinAbs(0.9, 0.011));
+  auto err = roofline_error(rows, types, *fit);
+  REQUIRE(err.ok());
+  CHECK(err->overall_pct < 1);
+}
+
+TEST_CASE("overlap_p reads and writes, and an old fit file plays the plain roofline", "[roofline]") {
+  RooflineFit f = shipped_fit();
+  f[WorkKind::kGemm].overlap_p = 1.5;
+  f[WorkKind::kAttention].overlap_p = std::numeric_limits<double>::infinity();
+  const fs::path dir = fs::temp_directory_path() / ("overlap_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream(dir / "fit.toml") << roofline_fit_toml(f, {"test"});
+  }
+  auto back = load_roofline_fit((dir / "fit.toml").string());
+  REQUIRE(back.ok());
+  CHECK((*back)[WorkKind::kGemm].overlap_p == 1.5);
+  CHECK(std::isinf((*back)[WorkKind::kAttention].overlap_p));
+  {
+    std::ofstream(dir / "bad.toml") << "[roofline]\n[roofline.gemm]\noverlap_p = 0.5\n[roofline.attention]\n"
+                                       "[roofline.elementwise]\n[roofline.embedding]\n";
+  }
+  auto bad = load_roofline_fit((dir / "bad.toml").string());
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() ==
+        (dir / "bad.toml").string() + ":3: roofline.gemm.overlap_p: expected a number >= 1 (or inf)");
+  fs::remove_all(dir);
 }
