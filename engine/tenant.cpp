@@ -483,6 +483,12 @@ void Tenant::seat_riders(Lane& lane, std::int64_t& tokens, std::int64_t& context
   // from an owner that runs iterations of its own (it places them itself).
   const bool bounded = rider_cost_ && rider_slowdown_ >= 0 && seqs > 0;
   const bool own_less = rider_cost_ && rider_slowdown_ >= 0 && seqs == 0;
+  // Under a bound, an iteration that prefills own sequences decides their
+  // TTFT (the SLO): riders on board stay (decodes, and prefills a token at
+  // a time) but none joins, so it runs about as long as alone.
+  bool first_tokens = false;
+  if (bounded)
+    for (const Seq& s : lane.running) first_tokens = first_tokens || (!s.owner && s.prefill);
   const double limit = bounded ? (1 + rider_slowdown_) * rider_cost_({tokens, seqs, context, lane.kv_tokens}) : 0;
   auto fits = [&](std::int64_t dt, std::int64_t dc, std::int64_t dkv) {
     if (tokens + dt > spec_.token_budget || seqs + 1 > spec_.max_seqs || kv + dkv > spec_.kv_budget_tokens)
@@ -508,9 +514,12 @@ void Tenant::seat_riders(Lane& lane, std::int64_t& tokens, std::int64_t& context
     }
     const std::int64_t whole = s.owner->held(s.request);
     std::int64_t dt = 1;
-    if (s.prefill) dt = gone.empty() ? chunk_for(whole - s.context, s.context, whole + 1) : 0;
+    if (s.prefill && !first_tokens) dt = gone.empty() ? chunk_for(whole - s.context, s.context, whole + 1) : 0;
     const std::int64_t dkv = s.prefill ? whole + 1 : s.context + 1;
-    if (gone.empty() && dt > 0 && (s.prefill || fits(1, s.context, dkv))) {
+    const bool room = first_tokens ? tokens + 1 <= spec_.token_budget && kv + dkv <= spec_.kv_budget_tokens
+                      : s.prefill  ? dt > 0
+                                   : fits(1, s.context, dkv);
+    if (gone.empty() && room) {
       if (s.prefill) s.chunk = dt;
       tokens += dt;
       context += s.context;
@@ -526,7 +535,7 @@ void Tenant::seat_riders(Lane& lane, std::int64_t& tokens, std::int64_t& context
   lane.running = std::move(kept);
   // New riders, from each owner's queue in order, while they fit (none in
   // an iteration that just sent riders away: the room is online's).
-  if (!gone.empty()) return;
+  if (!gone.empty() || first_tokens) return;
   for (Tenant* o : sources_)
     while (!o->waiting_.empty() && !(own_less && !o->rides_only_)) {
       const std::size_t r = o->waiting_.front();
