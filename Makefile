@@ -39,14 +39,14 @@ gpu-check: build
 
 # The paper's co-location figure (section 6.2) over offline load, all five
 # policies, equal offered load: out/figure8/sweep.csv and its four panels.
-FIGURE8_RATES ?= 1,2,4,8,16,32,64
+FIGURE8_RATES ?= 1,2,4,8,16,32,64,128
 figure8: build
 	@$(BUILD)/bin/slicesched sweep configs/experiments/colocation.toml \
 	  --set offline_rps:tenants.offline0.stream.constant_rate=$(FIGURE8_RATES) --out out/figure8
 
 # The same sweep on a decode-heavy online load (chat-like replies of 200
 # tokens; online alone keeps the GPUs busy): out/figure-decode/sweep.csv.
-FIGURE_DECODE_RATES ?= 1,2,4,8,16,32,64
+FIGURE_DECODE_RATES ?= 1,2,4,8,16,32,64,128
 figure-decode: build
 	@$(BUILD)/bin/slicesched sweep configs/experiments/colocation-decode.toml \
 	  --set offline_rps:tenants.offline0.stream.constant_rate=$(FIGURE_DECODE_RATES) --out out/figure-decode
