@@ -80,7 +80,7 @@ TEST_CASE("the colocation experiment loads", "[config]") {
   CHECK(cfg->policies[5].placement.name == "simulation-guided");
   CHECK(cfg->policies[5].partition_sets.size() == 2);
   CHECK(cfg->policies[5].co_batch_own_iterations);
-  CHECK(cfg->policies[5].co_batch_slowdown == 0.10);
+  CHECK(cfg->policies[5].co_batch_slowdown == 2.0);
   CHECK(cfg->policies[0].partition_sets[0].args["groups"].size() == 4);
   CHECK(fs::exists(cfg->ground_truth.layers_csv));
   CHECK(fs::exists(cfg->tenants[0].stream.path));
