@@ -8,7 +8,7 @@ CMAKE = $(shell $(PY) -c 'import cmake; print(cmake.CMAKE_BIN_DIR)' 2>/dev/null)
 CTEST = $(shell $(PY) -c 'import cmake; print(cmake.CMAKE_BIN_DIR)' 2>/dev/null)/ctest
 NINJA = $(shell $(PY) -c 'import ninja, os; print(os.path.join(ninja.BIN_DIR, "ninja"))' 2>/dev/null)
 
-.PHONY: all setup configure build demo test bench figure8 sanitize tsan fuzz clean gpu-check
+.PHONY: all setup configure build demo test bench figure8 figure-decode sanitize tsan fuzz clean gpu-check
 
 all: build
 
@@ -39,10 +39,17 @@ gpu-check: build
 
 # The paper's co-location figure (section 6.2) over offline load, all five
 # policies, equal offered load: out/figure8/sweep.csv and its four panels.
-FIGURE8_RATES ?= 1,2,4,8,16,32,64
+FIGURE8_RATES ?= 1,2,4,8,16,32,64,128
 figure8: build
 	@$(BUILD)/bin/slicesched sweep configs/experiments/colocation.toml \
 	  --set offline_rps:tenants.offline0.stream.constant_rate=$(FIGURE8_RATES) --out out/figure8
+
+# The same sweep on a decode-heavy online load (chat-like replies of 200
+# tokens; online alone keeps the GPUs busy): out/figure-decode/sweep.csv.
+FIGURE_DECODE_RATES ?= 1,2,4,8,16,32,64,128
+figure-decode: build
+	@$(BUILD)/bin/slicesched sweep configs/experiments/colocation-decode.toml \
+	  --set offline_rps:tenants.offline0.stream.constant_rate=$(FIGURE_DECODE_RATES) --out out/figure-decode
 
 # The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer
 # (RelWithDebInfo, undefined behaviour is fatal) in its own build directory.

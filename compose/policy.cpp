@@ -1,10 +1,12 @@
 module;
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -111,6 +113,62 @@ void build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, PolicyP
   }
 }
 
+// An iteration's time as the policy's estimator predicts it on the first
+// accelerator's type (the sum of its operators at these dims; no
+// transfers): what a co-batch slowdown bound compares.
+Tenant::IterationCost iteration_cost(const PolicyParts& p, TemplateId tmpl) {
+  const GraphTemplate& t = p.templates->get(tmpl);
+  const Model* model = p.models.of(tmpl);
+  const Estimator* est = p.plugins.estimator.get();
+  const AccelTypeId type = p.accels->type(0);
+  return [&t, model, est, type](const IterationDims& d) {
+    Binding b(t.dims().size());
+    for (const auto& [name, value] : model->bind(d))
+      if (const int id = t.dims().find(name); id >= 0) b.set(static_cast<DimId>(id), value);
+    double seconds = 0;
+    std::array<double, kMaxFeatures> x{};
+    for (const TemplateOp& op : t.ops()) {
+      for (std::size_t f = 0; f < op.features.size(); ++f) {
+        auto v = op.features[f].eval(b, t.dims());
+        x[f] = v.ok() ? static_cast<double>(v.value()) : 0;
+      }
+      seconds += est->predict_op(op.kind, type, std::span<const double>(x.data(), op.features.size()));
+    }
+    return seconds;
+  };
+}
+
+// Cross-tenant batches (co_batch): hosts take riders from the rider
+// tenants' queues; same model only, instance k to host k when dealt.
+void wire_co_batch(const ExperimentConfig& cfg, PolicyParts& p) {
+  auto instances = [&](const std::string& name) {
+    std::vector<Tenant*> out;
+    for (Tenant& t : p.tenants)
+      if (t.spec().name == name || t.spec().name.rfind(name + "#", 0) == 0) out.push_back(&t);
+    return out;
+  };
+  const std::string who = cfg.path + ": policy '" + p.policy.name + "': co_batch.riders.";
+  for (const PolicyConfig::CoBatch& c : p.policy.co_batch) {
+    const std::vector<Tenant*> riders = instances(c.rider);
+    std::vector<Tenant*> hosts;
+    for (const std::string& h : c.hosts)
+      for (Tenant* t : instances(h)) hosts.push_back(t);
+    if (riders.size() != 1 && riders.size() != hosts.size())
+      fail(who + c.rider + ": expected one instance of '" + c.rider + "' or one per host (" +
+           std::to_string(hosts.size()) + "), got " + std::to_string(riders.size()));
+    for (std::size_t k = 0; k < hosts.size(); ++k) {
+      Tenant* rider = riders.size() == 1 ? riders[0] : riders[k];
+      if (rider->tmpl() != hosts[k]->tmpl())
+        fail(who + c.rider + ": host '" + hosts[k]->spec().name + "' serves another model (a batch runs one model)");
+      hosts[k]->add_rider_source(rider);
+      if (p.policy.co_batch_slowdown >= 0)
+        hosts[k]->set_rider_bound(iteration_cost(p, hosts[k]->tmpl()), p.policy.co_batch_slowdown);
+    }
+    if (!p.policy.co_batch_own_iterations)
+      for (Tenant* r : riders) r->set_rides_only(true);
+  }
+}
+
 // The estimator predicts for the what-if and learns from the backend's
 // feedback; the linear built-in starts from the template and link-class
 // priors (and [estimators] prior), a model without a linear form from
@@ -210,6 +268,7 @@ Result<std::unique_ptr<PolicyParts>> build_policy(const ExperimentConfig& cfg, c
     p->plugins = made(build_plugins(cfg, policy, plugins, *p->accels), "");
     seed_estimator(opt, *p);
     build_tenants(cfg, opt, *p);
+    wire_co_batch(cfg, *p);
 
     SchedulerOptions sopt;
     sopt.issued_budget = policy.issued_budget;

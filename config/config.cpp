@@ -731,6 +731,28 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       }
       inst.finish();
     }
+    if (const toml::table* ct = p.table("co_batch", false)) {
+      Table cb(*ct, p.qualified("co_batch"), file);
+      const toml::table* rt = cb.table("riders", true);
+      Table riders(*rt, cb.qualified("riders"), file);
+      auto runs = [&](const std::string& name) {
+        return std::find(pc.tenants.begin(), pc.tenants.end(), name) != pc.tenants.end();
+      };
+      for (const auto& [k, v] : *rt) {
+        const std::string name(k.str());
+        if (!runs(name)) riders.fail(&v, name, "the policy runs no tenant named '" + name + "'");
+        PolicyConfig::CoBatch c{name, strings(riders, name, true)};
+        if (c.hosts.empty()) riders.fail(&v, name, "expected at least one host tenant");
+        for (const auto& h : c.hosts)
+          if (!runs(h) || h == name)
+            riders.fail(&v, name, "expected host tenants the policy runs, other than '" + name + "', got '" + h + "'");
+        pc.co_batch.push_back(std::move(c));
+      }
+      riders.finish();
+      pc.co_batch_own_iterations = cb.boolean("own_iterations", true);
+      if (cb.has("slowdown")) pc.co_batch_slowdown = cb.num("slowdown", -1, 0, 1e6);
+      cb.finish();
+    }
     const toml::table* pt = p.table("placement", true);
     Table placement(*pt, p.qualified("placement"), file);
     pc.placement = plugin_choice(placement);

@@ -96,6 +96,17 @@ struct PolicyConfig {
   std::size_t issued_budget = 256, batch_cap = 16;
   double horizon_s = -1;
   bool scoped_what_if = true;  // scheduler.what_if_scope: "component" (true) or "cluster"
+  // Cross-tenant batches (co_batch): each rider tenant's requests may ride
+  // in its hosts' iterations (same model). A rider with one instance lends
+  // its queue to every host; with as many instances as hosts, instance k
+  // rides in host k only (its stream dealt among them).
+  struct CoBatch {
+    std::string rider;
+    std::vector<std::string> hosts;
+  };
+  std::vector<CoBatch> co_batch;
+  bool co_batch_own_iterations = true;  // co_batch.own_iterations: riders' tenants also run iterations of their own
+  double co_batch_slowdown = -1;        // co_batch.slowdown: bound on a host iteration's stretch (< 0: none)
 };
 
 // A dense-decoder model ([model], or one [[models]] table): its shapes

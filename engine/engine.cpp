@@ -249,6 +249,11 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
     if (opt_.inbox)
       if (Status s = take_inbox(now, stop); !s.ok()) return s;
     gmg_.advance_clock(now);  // (iterations started now are stamped now)
+    // Tenants that lend riders have their arrivals queued before any
+    // tenant starts an iteration, so a host sees them at once.
+    if (stop == 0)
+      for (Tenant& t : tenants_)
+        if (t.lends()) t.deliver_arrivals(now);
     for (Tenant& t : tenants_) {
       if (stop == 0) t.deliver_arrivals(now);
       if (opt_.inbox) t.drop_abandoned(now);

@@ -75,11 +75,15 @@ bool Tenant::idle() const {
   return true;
 }
 
-std::int64_t Tenant::kv_held() const {
+std::int64_t Tenant::kv_held(bool riders) const {
   std::int64_t kv = 0;
   for (const Lane& l : lanes_)
     // (a chunked prefill under way holds what it will cache in all)
-    for (const Seq& s : l.running) kv += (spec_.chunked_prefill && s.prefill ? held(s.request) : s.context) + 1;
+    for (const Seq& s : l.running) {
+      if (s.owner && !riders) continue;
+      const bool whole = s.prefill && (spec_.chunked_prefill || s.owner);
+      kv += (whole ? (s.owner ? s.owner->held(s.request) : held(s.request)) : s.context) + 1;
+    }
   return kv;
 }
 
@@ -88,8 +92,10 @@ Result<int> Tenant::start_iterations(Gmg& gmg) {
   // free lanes that start() would change (work to run or admit, or an idle
   // cache to release), and allocate nothing.
   startable_.clear();
+  if (rides_only_) return 0;  // (its requests ride in other tenants' iterations)
+  const bool riders = riders_waiting();
   for (Lane& l : lanes_)
-    if (!l.in_flight && (!l.running.empty() || !waiting_.empty() || !l.kv_ops.empty() || l.kv_tokens != 0))
+    if (!l.in_flight && (!l.running.empty() || !waiting_.empty() || riders || !l.kv_ops.empty() || l.kv_tokens != 0))
       startable_.push_back(&l);
   if (startable_.empty()) return 0;
   // Emptiest free lane first, so new requests spread over the lanes.
@@ -110,20 +116,22 @@ Result<int> Tenant::start_iterations(Gmg& gmg) {
 Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   // Decodes first (each one token), then admit waiting prefills FIFO while
   // the token, sequence and KV budgets allow.
+  // Riders are seated after (seat_riders): they take what is left.
   std::int64_t tokens = 0;
   std::int64_t context = 0;
   for (const Seq& s : lane.running) {
+    if (s.owner) continue;
     context += s.context;
     tokens += s.prefill ? 0 : 1;  // decodes first
   }
   // A chunked prefill under way goes on with what the budget leaves (at
   // least a token: it never stalls).
   for (Seq& s : lane.running)
-    if (s.prefill) {
+    if (s.prefill && !s.owner) {
       s.chunk = std::min(held(s.request) - s.context, std::max<std::int64_t>(1, spec_.token_budget - tokens));
       tokens += s.chunk;
     }
-  std::int64_t kv_after = kv_held();
+  std::int64_t kv_after = kv_held(false);
   bool admitted = false;
   while (!waiting_.empty()) {
     const RequestRecord& r = records_[waiting_.front()];
@@ -138,7 +146,9 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
     const bool tokens_ok = spec_.chunked_prefill ? tokens < spec_.token_budget || !admitted
                                                  : tokens + prefill <= spec_.token_budget || !admitted;
     const bool kv_ok = kv_after + r.input_tokens + r.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
-    const bool seqs_ok = static_cast<std::int64_t>(lane.running.size()) < spec_.max_seqs;
+    std::int64_t own_seqs = 0;
+    for (const Seq& s : lane.running) own_seqs += !s.owner;
+    const bool seqs_ok = own_seqs < spec_.max_seqs;
     if (!(tokens_ok && kv_ok && seqs_ok)) break;
     lane.running.push_back({waiting_.front(), 0, true, chunk});
     admitted = true;
@@ -146,6 +156,7 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
     kv_after += prefill;
     waiting_.pop_front();
   }
+  if (!sources_.empty()) seat_riders(lane, tokens, context, kv_after);
   if (tokens == 0) {
     // Idle: nobody will take the cache over.
     for (OpId op : lane.kv_ops)
@@ -158,6 +169,9 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   InstanceSpec spec;
   spec.tmpl = tmpl_;
   spec.priority = spec_.priority;
+  // An iteration of riders alone runs at their priority, not this tenant's.
+  if (std::all_of(lane.running.begin(), lane.running.end(), [](const Seq& q) { return q.owner != nullptr; }))
+    for (const Seq& q : lane.running) spec.priority = std::min(spec.priority, q.owner->spec_.priority);
   spec.tenant = id_;
   const IterationDims dims{tokens, static_cast<std::int64_t>(lane.running.size()), context, lane.kv_tokens};
   if (model_)
@@ -181,18 +195,20 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   lane.instance = inst->id;
   lane.head = model_ ? inst->ops[model_->sampler()] : inst->ops.back();  // (without a model: the last op samples)
   if (iteration_events_)
-    for (const Seq& q : lane.running) event(RequestEvent::Kind::kIteration, q.request, gmg.now(), inst->id);
+    for (const Seq& q : lane.running) own(q).event(RequestEvent::Kind::kIteration, q.request, gmg.now(), inst->id);
+  for (const Seq& q : lane.running) rider_steps_ += q.owner != nullptr;
   if (prompts_) {
     IterationPlan plan;
     plan.tenant = id_;
     for (const Seq& q : lane.running) {
-      const RequestRecord& r = records_[q.request];
+      Tenant& o = own(q);
+      const RequestRecord& r = o.records_[q.request];
       IterationPlan::Seq p;
-      p.seq = q.request;
+      p.seq = plan_id(q);
       p.position = q.context;
       if (q.prefill) {
-        const auto live = live_.find(q.request);
-        p.tokens = live != live_.end() ? live->second.prompt : prompts_(q.request, r.input_tokens);
+        const auto live = o.live_.find(q.request);
+        p.tokens = live != o.live_.end() ? live->second.prompt : o.prompts_(q.request, r.input_tokens);
         // A rebuilt sequence prefills what it held: its prompt and the
         // tokens it generated before the loss.
         p.tokens.insert(p.tokens.end(), r.tokens.begin(), r.tokens.end());
@@ -221,9 +237,10 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
       // Lost with an accelerator: the iteration is redone. Its sequences
       // queue again first, in order, and prefill what they hold.
       for (auto s = lane.running.rbegin(); s != lane.running.rend(); ++s) {
-        rebuilt_ += s->context > 0;
-        redo_[s->request] = records_[s->request].generated;
-        waiting_.push_front(s->request);
+        Tenant& o = own(*s);
+        o.rebuilt_ += s->context > 0;
+        o.redo_[s->request] = o.records_[s->request].generated;
+        o.waiting_.push_front(s->request);
       }
       drop_iteration(lane, gmg);
       return;
@@ -235,12 +252,13 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
     if (f.failed || !error.empty()) {
       // The iteration's requests fail; the lane's KV chain is lost with it.
       for (const Seq& s : lane.running) {
-        RequestRecord& r = records_[s.request];
+        Tenant& o = own(s);
+        RequestRecord& r = o.records_[s.request];
         r.error = error.empty() ? "operator failed" : error;
         r.done = t;
-        ++done_;
-        event(RequestEvent::Kind::kFailed, s.request, t);
-        end_live(s.request);
+        ++o.done_;
+        o.event(RequestEvent::Kind::kFailed, s.request, t);
+        o.end_live(s.request);
       }
       drop_iteration(lane, gmg);
       return;
@@ -248,12 +266,13 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
     std::size_t i = 0;
     std::vector<Seq> still;
     for (Seq& s : lane.running) {
-      if (is_abandoned(s.request)) {  // its client left: out of the batch, no token
+      Tenant& o = own(s);
+      if (o.is_abandoned(s.request)) {  // its client left: out of the batch, no token
         ++i;
-        end_abandoned(s.request, t);
+        o.end_abandoned(s.request, t);
         continue;
       }
-      if (s.prefill && s.context + s.chunk < held(s.request)) {
+      if (s.prefill && s.context + s.chunk < o.held(s.request)) {
         // A chunk of a prefill: cached, and what the head sampled after
         // it is no output token (the prompt goes on).
         ++i;
@@ -261,30 +280,30 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
         still.push_back(s);
         continue;
       }
-      RequestRecord& r = records_[s.request];
+      RequestRecord& r = o.records_[s.request];
       if (prompts_) {
         r.tokens.push_back(f.tokens[i]);
-        if (s.request >= stream_requests_)
-          if (auto live = live_.find(s.request); live != live_.end() && live->second.sink)
+        if (s.request >= o.stream_requests_)
+          if (auto live = o.live_.find(s.request); live != o.live_.end() && live->second.sink)
             live->second.sink->on_token(f.tokens[i], t);
       }
       ++i;
       if (s.prefill) {
         if (r.first_token < 0) {  // (a rebuilt sequence keeps its first token's time)
           r.first_token = t;
-          event(RequestEvent::Kind::kFirstToken, s.request, t);
+          o.event(RequestEvent::Kind::kFirstToken, s.request, t);
         }
-        s.context = r.input_tokens + redo_[s.request];
-        redo_[s.request] = 0;
+        s.context = r.input_tokens + o.redo_[s.request];
+        o.redo_[s.request] = 0;
         s.prefill = false;
       } else {
         s.context += 1;
       }
       if (++r.generated >= r.output_tokens) {
         r.done = t;
-        ++done_;
-        event(RequestEvent::Kind::kDone, s.request, t);
-        end_live(s.request);
+        ++o.done_;
+        o.event(RequestEvent::Kind::kDone, s.request, t);
+        o.end_live(s.request);
       } else {
         still.push_back(s);
       }
@@ -399,10 +418,7 @@ Result<std::size_t> Tenant::preempt(InstanceId instance, Gmg& gmg) {
   // Queued again first, in order: a decode recomputes what it generated
   // (its prefill covers prompt and output so far); an admitted prefill
   // keeps what it had to recompute.
-  for (auto s = seqs.rbegin(); s != seqs.rend(); ++s) {
-    if (!s->prefill) redo_[s->request] = records_[s->request].generated;
-    waiting_.push_front(s->request);
-  }
+  for (auto s = seqs.rbegin(); s != seqs.rend(); ++s) requeue(*s);
   ++preemptions_;
   preempted_sequences_ += seqs.size();
   return seqs.size();
@@ -415,41 +431,124 @@ Result<std::size_t> Tenant::fail_out_of_memory(InstanceId instance, const std::s
   if (Status s = take_back(*lane, gmg); !s.ok()) return s;
   // The sequence that needs the most fails; the others queue again first
   // (they may fit without it), as a preemption would requeue them.
-  auto need = [&](const Seq& q) { return q.prefill ? records_[q.request].input_tokens + redo_[q.request] : q.context; };
+  auto need = [&](const Seq& q) { return q.prefill ? own(q).held(q.request) : q.context; };
   std::size_t worst = 0;
   for (std::size_t i = 1; i < seqs.size(); ++i)
     if (need(seqs[i]) > need(seqs[worst])) worst = i;
-  for (std::size_t i = seqs.size(); i-- > 0;) {
-    if (i == worst) continue;
-    if (!seqs[i].prefill) redo_[seqs[i].request] = records_[seqs[i].request].generated;
-    waiting_.push_front(seqs[i].request);
-  }
-  RequestRecord& r = records_[seqs[worst].request];
+  for (std::size_t i = seqs.size(); i-- > 0;)
+    if (i != worst) requeue(seqs[i]);
+  Tenant& o = own(seqs[worst]);
+  RequestRecord& r = o.records_[seqs[worst].request];
   r.error = reason;
   r.done = t;
-  ++done_;
-  event(RequestEvent::Kind::kFailed, seqs[worst].request, t);
-  end_live(seqs[worst].request);
+  ++o.done_;
+  o.event(RequestEvent::Kind::kFailed, seqs[worst].request, t);
+  o.end_live(seqs[worst].request);
   return std::size_t{1};
 }
 
 void Tenant::fail_unfinished(const std::string& reason, Nanos t) {
-  auto fail = [&](std::size_t i) {
-    RequestRecord& r = records_[i];
+  auto fail = [&](Tenant& o, std::size_t i) {
+    RequestRecord& r = o.records_[i];
     if (r.done >= 0) return;
     r.error = reason;
     r.done = t;
-    ++done_;
-    event(RequestEvent::Kind::kFailed, i, t);
-    end_live(i);
+    ++o.done_;
+    o.event(RequestEvent::Kind::kFailed, i, t);
+    o.end_live(i);
   };
-  for (std::size_t i : waiting_) fail(i);
+  for (std::size_t i : waiting_) fail(*this, i);
   waiting_.clear();
   for (Lane& l : lanes_) {
-    for (const Seq& s : l.running) fail(s.request);
+    for (const Seq& s : l.running) fail(own(s), s.request);
     l.running.clear();
     l.in_flight = false;
   }
+}
+
+void Tenant::requeue(const Seq& s) {
+  Tenant& o = own(s);
+  // A decode recomputes what it generated (its prefill covers prompt and
+  // output so far); a prefill keeps what it had to recompute.
+  if (!s.prefill) o.redo_[s.request] = o.records_[s.request].generated;
+  o.waiting_.push_front(s.request);
+}
+
+void Tenant::seat_riders(Lane& lane, std::int64_t& tokens, std::int64_t& context, std::int64_t& kv) {
+  std::int64_t seqs = 0;
+  for (const Seq& s : lane.running) seqs += !s.owner;
+  // The iteration's time with the lane's own sequences alone: riders may
+  // stretch it by at most the bound. A lane with none of its own lets the
+  // riders on board finish under the budgets alone, and takes no new ones
+  // from an owner that runs iterations of its own (it places them itself).
+  const bool bounded = rider_cost_ && rider_slowdown_ >= 0 && seqs > 0;
+  const bool own_less = rider_cost_ && rider_slowdown_ >= 0 && seqs == 0;
+  // Under a bound, an iteration that prefills own sequences decides their
+  // TTFT (the SLO): riders on board stay (decodes, and prefills a token at
+  // a time) but none joins, so it runs about as long as alone.
+  bool first_tokens = false;
+  if (bounded)
+    for (const Seq& s : lane.running) first_tokens = first_tokens || (!s.owner && s.prefill);
+  const double limit = bounded ? (1 + rider_slowdown_) * rider_cost_({tokens, seqs, context, lane.kv_tokens}) : 0;
+  auto fits = [&](std::int64_t dt, std::int64_t dc, std::int64_t dkv) {
+    if (tokens + dt > spec_.token_budget || seqs + 1 > spec_.max_seqs || kv + dkv > spec_.kv_budget_tokens)
+      return false;
+    return !bounded || rider_cost_({tokens + dt, seqs + 1, context + dc, lane.kv_tokens}) <= limit;
+  };
+  // A prefill's chunk shrinks (halving, down to kMinChunk tokens) until it
+  // fits: a long prompt trickles into small decode batches.
+  constexpr std::int64_t kMinChunk = 32;
+  auto chunk_for = [&](std::int64_t left, std::int64_t dc, std::int64_t dkv) -> std::int64_t {
+    std::int64_t c = std::min(left, spec_.token_budget - tokens);
+    while (c > 0 && !fits(c, dc, dkv)) c = c > kMinChunk ? std::max(kMinChunk, c / 2) : 0;
+    return std::max<std::int64_t>(c, 0);
+  };
+  // Riders on board keep their seats in order while they fit; from the
+  // first that does not, they leave (the younger ones would only take the
+  // room back from online work next time).
+  std::vector<Seq> kept, gone;
+  for (Seq& s : lane.running) {
+    if (!s.owner) {
+      kept.push_back(s);
+      continue;
+    }
+    const std::int64_t whole = s.owner->held(s.request);
+    std::int64_t dt = 1;
+    if (s.prefill && !first_tokens) dt = gone.empty() ? chunk_for(whole - s.context, s.context, whole + 1) : 0;
+    const std::int64_t dkv = s.prefill ? whole + 1 : s.context + 1;
+    const bool room = first_tokens ? tokens + 1 <= spec_.token_budget && kv + dkv <= spec_.kv_budget_tokens
+                      : s.prefill  ? dt > 0
+                                   : fits(1, s.context, dkv);
+    if (gone.empty() && room) {
+      if (s.prefill) s.chunk = dt;
+      tokens += dt;
+      context += s.context;
+      kv += dkv;
+      ++seqs;
+      kept.push_back(s);
+    } else {
+      gone.push_back(s);
+    }
+  }
+  for (auto s = gone.rbegin(); s != gone.rend(); ++s) requeue(*s);
+  rider_evictions_ += gone.size();
+  lane.running = std::move(kept);
+  // New riders, from each owner's queue in order, while they fit (none in
+  // an iteration that just sent riders away: the room is online's).
+  if (!gone.empty() || first_tokens) return;
+  for (Tenant* o : sources_)
+    while (!o->waiting_.empty() && !(own_less && !o->rides_only_)) {
+      const std::size_t r = o->waiting_.front();
+      const std::int64_t whole = o->held(r);
+      const std::int64_t need = o->records_[r].input_tokens + o->records_[r].output_tokens;
+      const std::int64_t c = chunk_for(whole, 0, need);
+      if (c <= 0) return;
+      lane.running.push_back({r, 0, true, c, o});
+      o->waiting_.pop_front();
+      tokens += c;
+      kv += whole;
+      ++seqs;
+    }
 }
 
 }  // namespace slicesched

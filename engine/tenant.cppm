@@ -9,6 +9,14 @@
 // sequences and its own KV chain, so lanes can run on different
 // accelerators at once. New requests join the lane with the fewest
 // sequences among those free to start.
+//
+// Cross-tenant batches (riders): another tenant of the same model may lend
+// its waiting requests to this one's iterations. They ride at low priority:
+// this tenant's own sequences are seated first, riders take what the token,
+// sequence and KV budgets (and, when set, a slowdown bound on the
+// iteration's estimated time) leave, and a rider that no longer fits leaves
+// (recompute, vLLM's default preemption) and queues again first at its
+// owner. Records, events and the request's tokens stay its owner's.
 module;
 #include <cstdint>
 #include <deque>
@@ -133,6 +141,30 @@ class Tenant {
   // queue again first. Returns the requests failed (0: the instance is not
   // an in-flight iteration of this tenant that has not started).
   Result<std::size_t> fail_out_of_memory(InstanceId instance, const std::string& reason, Gmg& gmg, Nanos t);
+  // Cross-tenant batches. `owner` (another tenant of the same model, which
+  // must outlive this one and be driven by the same engine) lends its
+  // waiting requests to this tenant's iterations (see the file comment).
+  void add_rider_source(Tenant* owner) {
+    sources_.push_back(owner);
+    owner->lends_ = true;
+  }
+  // True when some tenant takes riders from this one.
+  bool lends() const { return lends_; }
+  // The owner's own lanes run nothing: its requests only ride
+  // (Priority-Batch, vLLM's single queue per instance).
+  void set_rides_only(bool only) { rides_only_ = only; }
+  // Riders join (and stay) only while `cost` of the iteration with them is
+  // at most (1 + slowdown) times its cost without them (the estimator's
+  // prediction at the combined token count). Unset: only the budgets bind.
+  using IterationCost = std::function<double(const IterationDims&)>;
+  void set_rider_bound(IterationCost cost, double slowdown) {
+    rider_cost_ = std::move(cost);
+    rider_slowdown_ = slowdown;
+  }
+  // Riders that left an iteration for room (each recomputes later), and
+  // rider sequence-iterations this tenant ran.
+  std::size_t rider_evictions() const { return rider_evictions_; }
+  std::size_t rider_steps() const { return rider_steps_; }
   // Iterations preempted, and the sequences they held.
   std::size_t preemptions() const { return preemptions_; }
   std::size_t preempted_sequences() const { return preempted_sequences_; }
@@ -169,11 +201,30 @@ class Tenant {
 
  private:
   struct Seq {
-    std::size_t request;     // index into records_
-    std::int64_t context;    // tokens whose KV is cached
-    bool prefill;            // prefilling (admitted this iteration, or a chunked prefill not done)
-    std::int64_t chunk = 0;  // while prefilling: the tokens this iteration adds to its cache
+    std::size_t request;      // index into records_
+    std::int64_t context;     // tokens whose KV is cached
+    bool prefill;             // prefilling (admitted this iteration, or a chunked prefill not done)
+    std::int64_t chunk = 0;   // while prefilling: the tokens this iteration adds to its cache
+    Tenant* owner = nullptr;  // a rider's owner (null: this tenant's own sequence)
   };
+  // The tenant that owns a sequence's record.
+  Tenant& own(const Seq& s) { return s.owner ? *s.owner : *this; }
+  // The sequence id a live plan gives it: riders apart from own requests.
+  std::uint64_t plan_id(const Seq& s) const {
+    return s.owner ? ((static_cast<std::uint64_t>(s.owner->id_) + 1) << 40) | s.request : s.request;
+  }
+  // Queues `s` again first at its owner; its next prefill recomputes.
+  void requeue(const Seq& s);
+  bool riders_waiting() const {
+    for (const Tenant* o : sources_)
+      if (!o->waiting_.empty()) return true;
+    return false;
+  }
+  std::vector<Tenant*> sources_;
+  bool lends_ = false, rides_only_ = false;
+  IterationCost rider_cost_;
+  double rider_slowdown_ = -1;
+  std::size_t rider_evictions_ = 0, rider_steps_ = 0;
   // What a sequence's prefill caches in all: its prompt, and the tokens it
   // generated before a loss (rebuilt).
   std::int64_t held(std::size_t request) const { return records_[request].input_tokens + redo_[request]; }
@@ -187,12 +238,15 @@ class Tenant {
     OpId head = kNoOp;
     bool in_flight = false;
   };
+  // Seats the lane's riders after its own sequences (see set_rider_bound);
+  // `tokens`, `context` and `kv` are the iteration's so far and grow.
+  void seat_riders(Lane& lane, std::int64_t& tokens, std::int64_t& context, std::int64_t& kv);
   Result<bool> start(Lane& lane, Gmg& gmg);
   void drop_iteration(Lane& lane, Gmg& gmg);
   Lane* unstarted(InstanceId instance, const Gmg& gmg);
   Status take_back(Lane& lane, Gmg& gmg);
   std::size_t preemptions_ = 0, preempted_sequences_ = 0;
-  std::int64_t kv_held() const;
+  std::int64_t kv_held(bool riders = true) const;
 
   std::uint32_t id_;
   TenantSpec spec_;

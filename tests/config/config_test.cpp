@@ -68,11 +68,19 @@ TEST_CASE("the colocation experiment loads", "[config]") {
   CHECK(cfg->accelerators[0].hbm_bytes == 80ll << 30);
   // One offline stream; Dual-Share serves it with two instances.
   CHECK(cfg->tenants.size() == 5);
-  CHECK(cfg->policies.size() == 5);
+  CHECK(cfg->policies.size() == 6);
   CHECK(instances_of(cfg->policies[2], cfg->tenants[4]) == 2);
   CHECK(instances_of(cfg->policies[1], cfg->tenants[4]) == 1);
-  CHECK(cfg->policies[4].placement.name == "simulation-guided");
-  CHECK(cfg->policies[4].partition_sets.size() == 2);
+  // Priority-Batch: offline dealt among the four online instances, riding only.
+  CHECK(instances_of(cfg->policies[4], cfg->tenants[4]) == 4);
+  CHECK(cfg->policies[4].co_batch.size() == 1);
+  CHECK(cfg->policies[4].co_batch[0].hosts.size() == 4);
+  CHECK_FALSE(cfg->policies[4].co_batch_own_iterations);
+  CHECK(cfg->policies[4].co_batch_slowdown < 0);
+  CHECK(cfg->policies[5].placement.name == "simulation-guided");
+  CHECK(cfg->policies[5].partition_sets.size() == 2);
+  CHECK(cfg->policies[5].co_batch_own_iterations);
+  CHECK(cfg->policies[5].co_batch_slowdown == 2.0);
   CHECK(cfg->policies[0].partition_sets[0].args["groups"].size() == 4);
   CHECK(fs::exists(cfg->ground_truth.layers_csv));
   CHECK(fs::exists(cfg->tenants[0].stream.path));
@@ -107,9 +115,10 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
   CHECK(load_error(replace(base(), "constant_rate = 1.0,", "constant_rate = 1.0, poisson_rate = 2.0,")) ==
         ":10: tenants[0].stream.trace: exactly one of trace, constant_rate, poisson_rate is required");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nbatch_cap = 3")) ==
-        ":13: policies[0].batch_cap: unknown key (known here: arbiter, estimator, instances, name, partition_sets, "
-        "placement, "
-        "scheduler, tenants)");
+        ":13: policies[0].batch_cap: unknown key (known here: arbiter, co_batch, estimator, instances, name, "
+        "partition_sets, placement, scheduler, tenants)");
+  CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nco_batch = { riders = { ghost = [\"t\"] } }")) ==
+        ":13: policies[0].co_batch.riders.ghost: the policy runs no tenant named 'ghost'");
   CHECK(load_error(replace(base(), "count = 2", "count = 0")) ==
         ":4: cluster.accelerators[0].count: expected an integer in [1, 100000], got 0");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nscheduler = { what_if_scope = \"half\" }")) ==
