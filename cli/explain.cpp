@@ -48,6 +48,11 @@ void print_round(const nlohmann::json& d) {
                   c.value("infeasible", std::string(simulated ? "" : "not simulated (static policy)")).c_str());
     }
   }
+  // What the policy said of its pick (PlacementPolicy::reasons).
+  if (d.contains("waited") && d["waited"].is_string())
+    std::printf("      waited: %s\n", d["waited"].get<std::string>().c_str());
+  for (const auto& r : d.value("reasons", nlohmann::json::array()))
+    if (r.is_string()) std::printf("      reason: %s\n", r.get<std::string>().c_str());
 }
 
 }  // namespace

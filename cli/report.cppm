@@ -18,6 +18,10 @@ export namespace slicesched::cli {
 // A policy's entry of summary.json (after finish_slo): its figures, offered
 // load, scheduling counts and plugins.
 nlohmann::json policy_summary(const PolicyRun& r);
+// Whether a plugin decides placements (a placement policy, a partition set
+// or a stage): what the "deciding takes longer than the time decided"
+// warning and timing.json's deciding_wall_s add up.
+bool deciding_plugin(const PluginRecord& x);
 
 // The policy whose p90 TTFT is the SLO threshold (the paper's definition).
 inline constexpr const char* kSloBaseline = "Static-Online";

@@ -20,7 +20,7 @@ Result<EngineResult> run(PolicyParts& parts, Backend& backend, std::span<EngineO
   Engine engine(*parts.gmg, parts.tenants, *parts.scheduler, *parts.plugins.estimator, backend, eopt);
   // A failure names the policy and its placement plugin, whether the
   // engine reports it or a plugin throws through it.
-  const std::string who = "policy '" + parts.policy.name + "' (placement '" + parts.policy.placement.name + "'): ";
+  const std::string who = "policy '" + parts.policy.name + "' (placement '" + placement_label(parts.policy) + "'): ";
   try {
     auto result = engine.run(observers);
     if (!result.ok()) return Status(result.status().code(), who + result.status().message());

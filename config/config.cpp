@@ -728,9 +728,31 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       }
       inst.finish();
     }
-    const toml::table* pt = p.table("placement", true);
-    Table placement(*pt, p.qualified("placement"), file);
-    pc.placement = plugin_choice(placement);
+    // A placement plugin, or a list of stages that together act as one.
+    if (p.has("stages") && p.has("placement"))
+      p.fail(p.node("stages"), "stages", "give either placement or stages, not both");
+    if (p.has("stages")) {
+      for (Table& st : tables_of(p, "stages", true, file)) {
+        StageChoice sc;
+        const std::string kind = st.str("kind");
+        if (kind != "filter" && kind != "score")
+          st.fail(st.node("kind"), "kind", "expected \"filter\" or \"score\", got \"" + kind + "\"");
+        sc.kind = kind == "filter" ? StageChoice::Kind::kFilter : StageChoice::Kind::kScore;
+        sc.plugin.name = st.str("plugin");
+        if (sc.kind == StageChoice::Kind::kScore)
+          sc.weight = st.num("weight", 1.0, 1e-12, 1e12);
+        else if (st.has("weight"))
+          st.fail(st.node("weight"), "weight", "only a score stage has a weight");
+        if (const toml::table* at = st.table("args", false)) sc.plugin.args = to_json(*at);
+        st.finish();
+        pc.stages.push_back(std::move(sc));
+      }
+      if (pc.stages.empty()) p.fail(p.node("stages"), "stages", "expected at least one stage");
+    } else {
+      const toml::table* pt = p.table("placement", true);
+      Table placement(*pt, p.qualified("placement"), file);
+      pc.placement = plugin_choice(placement);
+    }
     for (Table& ps : tables_of(p, "partition_sets", true, file)) pc.partition_sets.push_back(plugin_choice(ps));
     if (pc.partition_sets.empty()) p.fail(p.node("partition_sets"), "partition_sets", "expected at least one");
     // Optional plugins; their names and arguments are checked when simulate

@@ -82,10 +82,20 @@ struct PluginChoice {
   nlohmann::json args = nlohmann::json::object();
 };
 
+// One stage of a policy's `stages` list: a filter or score plugin, its
+// weight (scores) and its arguments (the stage's `args` table).
+struct StageChoice {
+  enum class Kind { kFilter, kScore } kind = Kind::kFilter;
+  PluginChoice plugin;
+  double weight = 1;
+};
+
 struct PolicyConfig {
   std::string name;
   std::vector<std::string> tenants;
-  PluginChoice placement;
+  PluginChoice placement;  // empty name when the policy is a list of stages
+  // Instead of `placement`: filters then weighted scores (docs/config.md).
+  std::vector<StageChoice> stages;
   std::vector<PluginChoice> partition_sets;  // candidates are their union, in order
   PluginChoice arbiter{"greedy"};            // starts transfers: in the emulated cluster and the what-if
   PluginChoice estimator{"online-linear"};   // predicts for the what-if, learns from the cluster's feedback
