@@ -368,14 +368,20 @@ static nlohmann::json memory_summary(const PolicyRun& r) {
       peak_fraction =
           std::max(peak_fraction, static_cast<double>(r.memory.peak[a]) / static_cast<double>(r.memory.budget[a]));
   }
-  return {{"oom_waits", r.scheduling.oom_waits},
-          {"backend_memory_waits", r.memory.waits},
-          {"refused_receives", r.memory.refused_receives},
-          {"preemptions", r.preemptions},
-          {"preempted_sequences", r.preempted_sequences},
-          {"oom_failed_requests", r.oom_failed_requests},
-          {"peak_hbm_gib", round6(peak_gib)},
-          {"peak_hbm_fraction", round6(peak_fraction)}};
+  nlohmann::json m = {{"oom_waits", r.scheduling.oom_waits},
+                      {"backend_memory_waits", r.memory.waits},
+                      {"refused_receives", r.memory.refused_receives},
+                      {"preemptions", r.preemptions},
+                      {"preempted_sequences", r.preempted_sequences},
+                      {"oom_failed_requests", r.oom_failed_requests},
+                      {"peak_hbm_gib", round6(peak_gib)},
+                      {"peak_hbm_fraction", round6(peak_fraction)}};
+  // Only where a tenant swaps, so recompute-only summaries keep their keys.
+  if (r.swap_mode) {
+    m["swapped_sequences"] = r.swapped_sequences;
+    m["swapped_gib"] = round6(static_cast<double>(r.swapped_bytes) / (1024.0 * 1024.0 * 1024.0));
+  }
+  return m;
 }
 
 nlohmann::json policy_summary(const PolicyRun& r) {

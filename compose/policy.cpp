@@ -105,6 +105,12 @@ void build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, PolicyP
       spec.max_seqs = tc.max_seqs;
       spec.kv_budget_tokens = tc.kv_budget_tokens;
       spec.lanes = tc.lanes;
+      if (tc.swap_preempted) {  // (the config checked that host_link is set)
+        const LinkClassConfig& host = cfg.link_classes[static_cast<std::size_t>(cfg.host_link)];
+        spec.preemption = TenantSpec::Preemption::kSwap;
+        spec.host_link_bytes_per_s = host.bandwidth_bytes_per_s;
+        spec.host_link_latency = static_cast<Nanos>(host.latency_s * 1e9);
+      }
       p.tenants.emplace_back(static_cast<std::uint32_t>(p.tenants.size()), std::move(spec), p.tmpls[model_index],
                              p.models.shared(p.tmpls[model_index]));
       p.online.push_back(tc.online);

@@ -82,6 +82,9 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
   r.preemptions = result->preemptions;
   r.preempted_sequences = result->preempted_sequences;
   r.oom_failed_requests = result->oom_failed_requests;
+  r.swapped_sequences = result->swapped_sequences;
+  r.swapped_bytes = result->swapped_bytes;
+  r.swap_mode = result->swap_mode;
   r.memory = result->memory;
   r.offered = parts.offered;
   r.requests_beyond_window = parts.requests_beyond_window;

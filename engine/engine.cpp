@@ -389,6 +389,9 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
     result.rebuilt_sequences += t.rebuilt();
     result.preemptions += t.preemptions();
     result.preempted_sequences += t.preempted_sequences();
+    result.swapped_sequences += t.swapped_sequences();
+    result.swapped_bytes += t.swapped_bytes();
+    result.swap_mode = result.swap_mode || t.spec().preemption == TenantSpec::Preemption::kSwap;
   }
   result.oom_failed_requests = oom_failed_;
   result.memory = backend_.memory_stats();
