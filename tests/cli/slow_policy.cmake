@@ -1,10 +1,10 @@
 # A placement policy that takes longer in wall time than the simulated time
-# it schedules (tests/plugins/misbehaving_placement.cpp "slow-static", 20 ms
+# it schedules (tests/plugins/misbehaving_placement.cpp "slow-static", 60 ms
 # a choice over a 1 s window): simulate warns in one line, timing.json has
 # the wall times and call counts, and summary.json stays free of wall time.
 file(REMOVE_RECURSE ${OUT})
 execute_process(COMMAND ${SLICESCHED} simulate ${CONFIG} --out ${OUT} "--set" "duration_s=1"
-                        "--set" "plugins.paths=[\"${PLUGIN}\"]" "--set" "policies.Failing.placement={plugin=\"slow-static\", ms=20}"
+                        "--set" "plugins.paths=[\"${PLUGIN}\"]" "--set" "policies.Failing.placement={plugin=\"slow-static\", ms=60}"
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "simulate failed (${rc}):\n${out}${err}")
