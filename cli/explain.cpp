@@ -45,7 +45,7 @@ void print_round(const nlohmann::json& d) {
                   c["mean_completion_s"].get<double>(), c["makespan_s"].get<double>(), note.c_str());
     } else {
       std::printf("    %s %-20s %12s %12s  %s\n", picked ? "*" : " ", label.c_str(), "-", "-",
-                  c.value("infeasible", std::string(simulated ? "" : "not simulated (static policy)")).c_str());
+                  c.value("infeasible", std::string(simulated ? "" : "not simulated (the policy needs no what-if)")).c_str());
     }
   }
   // What the policy said of its pick (PlacementPolicy::reasons).

@@ -82,7 +82,7 @@ if(NOT EXISTS ${installed})
   message(FATAL_ERROR "cmake --install left no ${installed}")
 endif()
 run("the installed slicesched simulate" ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH
-    ${installed} simulate ${WORK}/least_loaded.toml --out ${WORK}/out)
+    ${installed} simulate ${WORK}/least_loaded.toml --out ${WORK}/out --explain)
 file(READ ${WORK}/out/summary.json summary)
 string(JSON done ERROR_VARIABLE missing GET "${summary}" policies Least-Loaded requests_done)
 if(missing)
@@ -90,6 +90,12 @@ if(missing)
 endif()
 if(NOT done GREATER 0)
   message(FATAL_ERROR "Least-Loaded finished no request")
+endif()
+# It priced each accelerator's queue with the estimator it was handed, and
+# said so in every round it picked.
+file(READ ${WORK}/out/decisions.jsonl decisions)
+if(NOT decisions MATCHES "\"policy\":\"Least-Loaded\"[^\n]*\"reasons\":\\[\"least queued work: [0-9.]+ s on its busiest accelerator")
+  message(FATAL_ERROR "decisions.jsonl carries no least-loaded reason")
 endif()
 
 # An SDK copy that differs from the host's in one declaration (a field
