@@ -45,9 +45,14 @@ void print_round(const nlohmann::json& d) {
                   c["mean_completion_s"].get<double>(), c["makespan_s"].get<double>(), note.c_str());
     } else {
       std::printf("    %s %-20s %12s %12s  %s\n", picked ? "*" : " ", label.c_str(), "-", "-",
-                  c.value("infeasible", std::string(simulated ? "" : "not simulated (static policy)")).c_str());
+                  c.value("infeasible", std::string(simulated ? "" : "not simulated (the policy needs no what-if)")).c_str());
     }
   }
+  // What the policy said of its pick (PlacementPolicy::reasons).
+  if (d.contains("waited") && d["waited"].is_string())
+    std::printf("      waited: %s\n", d["waited"].get<std::string>().c_str());
+  for (const auto& r : d.value("reasons", nlohmann::json::array()))
+    if (r.is_string()) std::printf("      reason: %s\n", r.get<std::string>().c_str());
 }
 
 }  // namespace

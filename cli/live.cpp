@@ -112,6 +112,11 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
                    const CalibrationProfile* prior, const LiveRunOptions& opt) {
   check_devices(cfg);
   check_weights_fit(cfg);
+  // The live executors do not move a KV cache to host memory and back yet.
+  for (const TenantConfig& t : cfg.tenants)
+    if (t.swap_preempted && std::find(policy.tenants.begin(), policy.tenants.end(), t.name) != policy.tenants.end())
+      fail(cfg.path + ": tenants." + t.name +
+           ".preemption_mode: \"swap\" is simulated only; serve recomputes preempted sequences (use \"recompute\")");
   std::vector<rt::LlamaConfig> model_cfgs;
   for (const ModelConfig& m : cfg.models) {
     model_cfgs.push_back(runtime_model(m));

@@ -81,7 +81,7 @@ std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, co
     for (const auto& q : points[i].cfg.policies)
       if (std::find(points[i].policies.begin(), points[i].policies.end(), q.name) != points[i].policies.end() ||
           points[i].reference == q.name)
-        tasks.push_back({i, &q, q.placement.name == "simulation-guided"});
+        tasks.push_back({i, &q, q.placement.name == "simulation-guided" || !q.stages.empty()});
   std::stable_sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) { return a.simulated > b.simulated; });
 
   std::vector<std::vector<std::optional<PolicyRun>>> runs(points.size());

@@ -43,7 +43,7 @@ double round6(double v) { return std::round(v * 1e6) / 1e6; }
 
 // What report() writes, relative to --out: named once here, so check_out
 // looks for clashes at exactly the paths that are written.
-const fs::path kSummary = "summary.json", kPlots = "plots", kDecisions = "decisions.jsonl";
+const fs::path kSummary = "summary.json", kTiming = "timing.json", kPlots = "plots", kDecisions = "decisions.jsonl";
 fs::path requests_file(const std::string& policy) { return "requests_" + slug(policy) + ".csv"; }
 fs::path accelerators_file(const std::string& policy) { return "accelerators_" + slug(policy) + ".csv"; }
 fs::path trace_file(const std::string& policy) { return "trace_" + slug(policy) + ".json"; }
@@ -55,7 +55,7 @@ const char* const kPlotFiles[] = {"throughput.dat",      "plots.gp",        "ttf
                                   "idle_slices_cdf.png", "utilization.png", "throughput.png"};
 
 std::vector<fs::path> output_files(const std::vector<std::string>& policies, bool explain) {
-  std::vector<fs::path> files{kSummary};
+  std::vector<fs::path> files{kSummary, kTiming};
   if (explain) files.push_back(kDecisions);
   for (const std::string& p : policies)
     for (const fs::path& f : {requests_file(p), accelerators_file(p), trace_file(p), calibration_file(p),
@@ -371,14 +371,20 @@ static nlohmann::json memory_summary(const PolicyRun& r) {
       peak_fraction =
           std::max(peak_fraction, static_cast<double>(r.memory.peak[a]) / static_cast<double>(r.memory.budget[a]));
   }
-  return {{"oom_waits", r.scheduling.oom_waits},
-          {"backend_memory_waits", r.memory.waits},
-          {"refused_receives", r.memory.refused_receives},
-          {"preemptions", r.preemptions},
-          {"preempted_sequences", r.preempted_sequences},
-          {"oom_failed_requests", r.oom_failed_requests},
-          {"peak_hbm_gib", round6(peak_gib)},
-          {"peak_hbm_fraction", round6(peak_fraction)}};
+  nlohmann::json m = {{"oom_waits", r.scheduling.oom_waits},
+                      {"backend_memory_waits", r.memory.waits},
+                      {"refused_receives", r.memory.refused_receives},
+                      {"preemptions", r.preemptions},
+                      {"preempted_sequences", r.preempted_sequences},
+                      {"oom_failed_requests", r.oom_failed_requests},
+                      {"peak_hbm_gib", round6(peak_gib)},
+                      {"peak_hbm_fraction", round6(peak_fraction)}};
+  // Only where a tenant swaps, so recompute-only summaries keep their keys.
+  if (r.swap_mode) {
+    m["swapped_sequences"] = r.swapped_sequences;
+    m["swapped_gib"] = round6(static_cast<double>(r.swapped_bytes) / (1024.0 * 1024.0 * 1024.0));
+  }
+  return m;
 }
 
 nlohmann::json policy_summary(const PolicyRun& r) {
@@ -445,8 +451,8 @@ nlohmann::json policy_summary(const PolicyRun& r) {
   p["arbiter"] = {{"plugin", r.arbiter.name}, {"args", r.arbiter.args}};
   // Every plugin, where it was loaded from (null: built in), and how many
   // calls the run made into it. (Not their wall time: summary.json is
-  // byte-identical for a config and seed; simulate warns when deciding
-  // takes longer than the time decided.)
+  // byte-identical for a config and seed; timing.json has it, and simulate
+  // warns when deciding takes longer than the time decided.)
   p["plugins"] = nlohmann::json::array();
   for (const PluginRecord& x : r.plugins)
     p["plugins"].push_back({{"kind", x.kind},
@@ -454,6 +460,8 @@ nlohmann::json policy_summary(const PolicyRun& r) {
                             {"args", x.args},
                             {"library", x.library.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.library)},
                             {"calls", x.use ? x.use->calls.load() : 0}});
+  for (std::size_t i = 0; i < r.plugins.size(); ++i)
+    if (r.plugins[i].weight) p["plugins"][i]["weight"] = *r.plugins[i].weight;
   p["estimator"] = {{"plugin", r.estimator.name},
                     {"args", r.estimator.args},
                     {"prior", r.estimator_prior.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.estimator_prior)}};
@@ -507,6 +515,40 @@ void warn_budget(const std::vector<PolicyRun>& runs) {
   }
 }
 
+bool deciding_plugin(const PluginRecord& x) {
+  return x.kind == "placement policy" || x.kind == "partition set" || x.kind == "filter stage" ||
+         x.kind == "score stage";
+}
+
+// What summary.json leaves out because it changes from run to run: each
+// policy's wall time and the wall time of the calls into each plugin (its
+// guard's steady-clock count), beside the call counts summary.json has.
+nlohmann::json timing_json(const std::vector<const PolicyRun*>& all) {
+  nlohmann::json t;
+  t["note"] = "wall times of this run: they differ between runs, unlike summary.json";
+  t["policies"] = nlohmann::json::object();
+  for (const PolicyRun* r : all) {
+    nlohmann::json p;
+    p["wall_s"] = r->wall_s;
+    p["simulated_s"] = r->metrics.span_s;
+    double deciding = 0;
+    p["plugins"] = nlohmann::json::array();
+    for (const PluginRecord& x : r->plugins) {
+      const double secs = x.use ? x.use->seconds() : 0;
+      const std::uint64_t calls = x.use ? x.use->calls.load() : 0;
+      if (deciding_plugin(x)) deciding += secs;
+      p["plugins"].push_back({{"kind", x.kind},
+                              {"plugin", x.name},
+                              {"calls", calls},
+                              {"wall_s", secs},
+                              {"us_per_call", calls ? secs * 1e6 / static_cast<double>(calls) : 0.0}});
+    }
+    p["deciding_wall_s"] = deciding;
+    t["policies"][r->name] = std::move(p);
+  }
+  return t;
+}
+
 void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const ReportOptions& opt) {
   const SloBasis slo = opt.slo ? *opt.slo : slo_basis(runs, cfg.slo_baseline);
   apply_slo(runs, slo);
@@ -531,6 +573,7 @@ void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const Rep
     sum["policies"][all[k]->name] = std::move(p);
   }
   write_file(dir / kSummary, sum.dump(2) + "\n");
+  write_file(dir / kTiming, timing_json(all).dump(2) + "\n");
   if (opt.explain) {
     std::string lines;
     for (const PolicyRun* r : all)
@@ -553,7 +596,8 @@ void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const Rep
   }
   plots(dir, runs);
   std::printf(
-      "wrote %s/summary.json, per-policy CSVs, calibration profiles, Chrome traces (open in Perfetto)%s and plots/\n",
+      "wrote %s/summary.json, timing.json, per-policy CSVs, calibration profiles, Chrome traces (open in Perfetto)%s "
+      "and plots/\n",
       dir.string().c_str(), opt.explain ? ", decisions.jsonl" : "");
 }
 

@@ -18,6 +18,10 @@ export namespace slicesched::cli {
 // A policy's entry of summary.json (after finish_slo): its figures, offered
 // load, scheduling counts and plugins.
 nlohmann::json policy_summary(const PolicyRun& r);
+// Whether a plugin decides placements (a placement policy, a partition set
+// or a stage): what the "deciding takes longer than the time decided"
+// warning and timing.json's deciding_wall_s add up.
+bool deciding_plugin(const PluginRecord& x);
 
 // What SLO attainment is measured against: a TTFT threshold and where it
 // came from, or none, and then every SLO figure is n/a and `basis` says why.

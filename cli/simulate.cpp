@@ -213,11 +213,11 @@ int simulate(const SimulateOptions& opt) {
     for (const PolicyRun& r : finished) {
       double deciding = 0;
       for (const PluginRecord& x : r.plugins)
-        if (x.use && (x.kind == "placement policy" || x.kind == "partition set")) deciding += x.use->seconds();
+        if (x.use && deciding_plugin(x)) deciding += x.use->seconds();
       if (deciding > r.metrics.span_s && r.metrics.span_s > 0)
         std::fprintf(stderr,
                      "slicesched: warning: policy '%s': its placement policy and partition sets took %.3f s of wall "
-                     "time to decide %.3f s of simulated time (summary.json plugins)\n",
+                     "time to decide %.3f s of simulated time (timing.json)\n",
                      r.name.c_str(), deciding, r.metrics.span_s);
     }
     if (!finished.empty() || !failed_runs.empty())

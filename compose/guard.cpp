@@ -96,6 +96,14 @@ class GuardedPlacement final : public PlacementPolicy {
  public:
   GuardedPlacement(PluginPtr<PlacementPolicy> inner, std::string who, std::shared_ptr<PluginUse> use)
       : inner_(std::move(inner)), who_(std::move(who)), use_(std::move(use)) {}
+  // bind() and reasons() are not counted: reasons() runs only when the run
+  // records decisions, and the counts in summary.json must not depend on it.
+  Status bind(const PolicyContext& ctx) override {
+    return call(who_, nullptr, [&] { return inner_->bind(ctx); });
+  }
+  std::vector<std::string> reasons() const override {
+    return call(who_, nullptr, [&] { return inner_->reasons(); });
+  }
   bool needs_simulation() const override {
     return call(who_, use_, [&] { return inner_->needs_simulation(); });
   }
@@ -160,6 +168,58 @@ class GuardedEstimator final : public Estimator {
   std::shared_ptr<PluginUse> use_;
 };
 
+class GuardedFilter final : public CandidateFilter {
+ public:
+  GuardedFilter(PluginPtr<CandidateFilter> inner, std::string who, std::shared_ptr<PluginUse> use)
+      : inner_(std::move(inner)), who_(std::move(who)), use_(std::move(use)) {}
+  Status bind(const PolicyContext& ctx) override {
+    return call(who_, nullptr, [&] { return inner_->bind(ctx); });
+  }
+  bool needs_simulation() const override {
+    return call(who_, use_, [&] { return inner_->needs_simulation(); });
+  }
+  bool drops_only_infeasible() const override {
+    return call(who_, use_, [&] { return inner_->drops_only_infeasible(); });
+  }
+  void filter(const StageRound& round, std::span<std::uint8_t> keep) override {
+    call(who_, use_, [&] { inner_->filter(round, keep); });
+  }
+  std::vector<std::string> reasons() const override {
+    return call(who_, nullptr, [&] { return inner_->reasons(); });
+  }
+
+ private:
+  PluginPtr<CandidateFilter> inner_;
+  std::string who_;
+  std::shared_ptr<PluginUse> use_;
+};
+
+class GuardedScore final : public CandidateScore {
+ public:
+  GuardedScore(PluginPtr<CandidateScore> inner, std::string who, std::shared_ptr<PluginUse> use)
+      : inner_(std::move(inner)), who_(std::move(who)), use_(std::move(use)) {}
+  Status bind(const PolicyContext& ctx) override {
+    return call(who_, nullptr, [&] { return inner_->bind(ctx); });
+  }
+  bool needs_simulation() const override {
+    return call(who_, use_, [&] { return inner_->needs_simulation(); });
+  }
+  PlacementPolicy::Objective objective() const override {
+    return call(who_, use_, [&] { return inner_->objective(); });
+  }
+  void score(const StageRound& round, std::span<const std::uint8_t> keep, std::span<double> cost) override {
+    call(who_, use_, [&] { inner_->score(round, keep, cost); });
+  }
+  std::vector<std::string> reasons() const override {
+    return call(who_, nullptr, [&] { return inner_->reasons(); });
+  }
+
+ private:
+  PluginPtr<CandidateScore> inner_;
+  std::string who_;
+  std::shared_ptr<PluginUse> use_;
+};
+
 template <typename Guarded, typename T>
 PluginPtr<T> wrap(PluginPtr<T> inner, std::string who, std::shared_ptr<PluginUse> use) {
   return PluginPtr<T>(new Guarded(std::move(inner), std::move(who), std::move(use)), PluginDeleter{});
@@ -178,6 +238,13 @@ PluginPtr<TransferArbiter> guard(PluginPtr<TransferArbiter> inner, std::string w
 }
 PluginPtr<Estimator> guard(PluginPtr<Estimator> inner, std::string who, std::shared_ptr<PluginUse> use) {
   return wrap<GuardedEstimator>(std::move(inner), std::move(who), std::move(use));
+}
+
+PluginPtr<CandidateFilter> guard(PluginPtr<CandidateFilter> inner, std::string who, std::shared_ptr<PluginUse> use) {
+  return wrap<GuardedFilter>(std::move(inner), std::move(who), std::move(use));
+}
+PluginPtr<CandidateScore> guard(PluginPtr<CandidateScore> inner, std::string who, std::shared_ptr<PluginUse> use) {
+  return wrap<GuardedScore>(std::move(inner), std::move(who), std::move(use));
 }
 
 }  // namespace slicesched

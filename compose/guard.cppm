@@ -55,5 +55,9 @@ PluginPtr<PlacementPolicy> guard(PluginPtr<PlacementPolicy> inner, std::string w
 PluginPtr<TransferArbiter> guard(PluginPtr<TransferArbiter> inner, std::string who,
                                  std::shared_ptr<PluginUse> use = nullptr);
 PluginPtr<Estimator> guard(PluginPtr<Estimator> inner, std::string who, std::shared_ptr<PluginUse> use = nullptr);
+PluginPtr<CandidateFilter> guard(PluginPtr<CandidateFilter> inner, std::string who,
+                                 std::shared_ptr<PluginUse> use = nullptr);
+PluginPtr<CandidateScore> guard(PluginPtr<CandidateScore> inner, std::string who,
+                                std::shared_ptr<PluginUse> use = nullptr);
 
 }  // namespace slicesched

@@ -14,6 +14,7 @@ module;
 module slicesched.compose.policy;
 import slicesched.plugins.builtin;
 import slicesched.plugins.loader;
+import slicesched.plugins.staged;
 
 namespace slicesched {
 
@@ -106,6 +107,12 @@ void build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, PolicyP
       spec.max_seqs = tc.max_seqs;
       spec.kv_budget_tokens = tc.kv_budget_tokens;
       spec.lanes = tc.lanes;
+      if (tc.swap_preempted) {  // (the config checked that host_link is set)
+        const LinkClassConfig& host = cfg.link_classes[static_cast<std::size_t>(cfg.host_link)];
+        spec.preemption = TenantSpec::Preemption::kSwap;
+        spec.host_link_bytes_per_s = host.bandwidth_bytes_per_s;
+        spec.host_link_latency = static_cast<Nanos>(host.latency_s * 1e9);
+      }
       p.tenants.emplace_back(static_cast<std::uint32_t>(p.tenants.size()), std::move(spec), p.tmpls[model_index],
                              p.models.shared(p.tmpls[model_index]));
       p.online.push_back(tc.online);
@@ -225,7 +232,8 @@ Result<PolicyPlugins> build_plugins(const ExperimentConfig& cfg, const PolicyCon
     // calls and their time are counted (PluginRecord).
     auto guarded_plugin = [&](const auto& registry, const PluginChoice& c, auto ptr) {
       auto use = std::make_shared<PluginUse>();
-      p.records.push_back({registry.kind(), c.name, c.args, plugin_library_path(ptr.get_deleter().library), use});
+      p.records.push_back(
+          {registry.kind(), c.name, c.args, plugin_library_path(ptr.get_deleter().library), use, std::nullopt});
       return guard(std::move(ptr), registry.kind() + " '" + c.name + "'", std::move(use));
     };
     for (const auto& choice : policy.partition_sets)
@@ -234,8 +242,27 @@ Result<PolicyPlugins> build_plugins(const ExperimentConfig& cfg, const PolicyCon
                          made(plugins.partition.create(choice.name, tenant_ids(cfg, policy, choice.args)), who)));
     p.partitions = std::make_unique<UnionPartitionSet>(std::move(sets));
     if (Status s = p.partitions->bind(accels); !s.ok()) fail(who + s.message());
-    p.placement = guarded_plugin(plugins.placement, policy.placement,
-                                 made(plugins.placement.create(policy.placement.name, policy.placement.args), who));
+    if (policy.stages.empty()) {
+      p.placement = guarded_plugin(plugins.placement, policy.placement,
+                                   made(plugins.placement.create(policy.placement.name, policy.placement.args), who));
+    } else {
+      // A list of stages, each its own guarded plugin, acting as one policy.
+      std::vector<plugins::FilterStage> filters;
+      std::vector<plugins::ScoreStage> scores;
+      for (const StageChoice& st : policy.stages) {
+        const PluginChoice& c = st.plugin;
+        if (st.kind == StageChoice::Kind::kFilter) {
+          filters.push_back(
+              {guarded_plugin(plugins.filter, c, made(plugins.filter.create(c.name, c.args), who)), c.name});
+        } else {
+          scores.push_back(
+              {guarded_plugin(plugins.score, c, made(plugins.score.create(c.name, c.args), who)), c.name, st.weight});
+          p.records.back().weight = st.weight;
+        }
+      }
+      p.placement = PluginPtr<PlacementPolicy>(new plugins::StagedPlacement(std::move(filters), std::move(scores)),
+                                               PluginDeleter{});
+    }
     p.arbiter = guarded_plugin(plugins.arbiter, policy.arbiter,
                                made(plugins.arbiter.create(policy.arbiter.name, policy.arbiter.args), who));
     p.estimator = guarded_plugin(plugins.estimator, policy.estimator,
@@ -286,11 +313,18 @@ Result<std::unique_ptr<PolicyParts>> build_policy(const ExperimentConfig& cfg, c
       if (!made.ok()) return made.status();
       return guard(std::move(made).value(), plugins.arbiter.kind() + " '" + choice.name + "'", arbiter_use);
     };
+    // What the policy may read besides the GMG: the estimator, to price work.
+    if (Status s = p->plugins.placement->bind(PolicyContext{.estimator = p->plugins.estimator.get()}); !s.ok())
+      fail("policy '" + policy.name + "': placement '" + placement_label(policy) + "': " + s.message());
     p->scheduler =
         std::make_unique<Scheduler>(*p->plugins.placement, *p->plugins.partitions, *p->plugins.estimator, sopt);
     p->engine = engine_options(cfg, opt, *p->accels);
     return p;
   });
+}
+
+std::string placement_label(const PolicyConfig& policy) {
+  return policy.stages.empty() ? policy.placement.name : std::string("stages");
 }
 
 Result<const PolicyConfig*> find_policy(const ExperimentConfig& cfg, const std::optional<std::string>& name,

@@ -45,6 +45,7 @@ struct PluginRecord {
   nlohmann::json args;
   std::string library;
   std::shared_ptr<PluginUse> use;
+  std::optional<double> weight;  // a score stage's
 };
 
 // A policy's plugins, each created once from its configured name and
@@ -57,6 +58,10 @@ struct PolicyPlugins {
   PluginPtr<TransferArbiter> arbiter;  // the backend's; what-if workers make their own
   std::vector<PluginRecord> records;   // every one of them, in config order
 };
+
+// What a policy's placement is called in messages: its plugin's name, or
+// "stages" for a list of stages.
+std::string placement_label(const PolicyConfig& policy);
 
 // Creates `policy`'s plugins for `accels`. Fails with one line naming the
 // policy and the plugin (unknown name, bad argument, a partition set that

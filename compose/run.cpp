@@ -20,7 +20,7 @@ Result<EngineResult> run(PolicyParts& parts, Backend& backend, std::span<EngineO
   Engine engine(*parts.gmg, parts.tenants, *parts.scheduler, *parts.plugins.estimator, backend, eopt);
   // A failure names the policy and its placement plugin, whether the
   // engine reports it or a plugin throws through it.
-  const std::string who = "policy '" + parts.policy.name + "' (placement '" + parts.policy.placement.name + "'): ";
+  const std::string who = "policy '" + parts.policy.name + "' (placement '" + placement_label(parts.policy) + "'): ";
   try {
     auto result = engine.run(observers);
     if (!result.ok()) return Status(result.status().code(), who + result.status().message());
@@ -82,6 +82,9 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
   r.preemptions = result->preemptions;
   r.preempted_sequences = result->preempted_sequences;
   r.oom_failed_requests = result->oom_failed_requests;
+  r.swapped_sequences = result->swapped_sequences;
+  r.swapped_bytes = result->swapped_bytes;
+  r.swap_mode = result->swap_mode;
   r.memory = result->memory;
   r.offered = parts.offered;
   r.requests_beyond_window = parts.requests_beyond_window;

@@ -42,6 +42,9 @@ struct PolicyRun {
   // Memory pressure (EngineResult): preemptions, the sequences they held,
   // requests failed as out of memory, and the backend's accounting.
   std::size_t preemptions = 0, preempted_sequences = 0, oom_failed_requests = 0;
+  std::size_t swapped_sequences = 0;  // (EngineResult) when swap_mode
+  std::int64_t swapped_bytes = 0;
+  bool swap_mode = false;
   MemoryStats memory;
   std::vector<PluginRecord> plugins;  // every plugin it ran, with what its calls cost
   std::vector<OfferedLoad> offered;

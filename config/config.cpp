@@ -453,6 +453,17 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
     cfg.links.push_back({ends[0], ends[1], l.str("class")});
     l.finish();
   }
+  if (cluster.has("host_link")) {
+    const std::string name = cluster.str("host_link");
+    for (std::size_t i = 0; i < cfg.link_classes.size(); ++i)
+      if (cfg.link_classes[i].name == name) cfg.host_link = static_cast<int>(i);
+    if (cfg.host_link < 0) {
+      std::string names;
+      for (const auto& c : cfg.link_classes) names += (names.empty() ? "" : ", ") + c.name;
+      cluster.fail(cluster.node("host_link"), "host_link",
+                   "no link class named '" + name + "' (link_classes: " + names + ")");
+    }
+  }
   cluster.finish();
 }
 
@@ -699,6 +710,15 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
     tc.max_seqs = t.integer("max_seqs", 64, 1, 1 << 20);
     tc.kv_budget_tokens = t.integer("kv_budget_tokens", 65536, 1, INT64_MAX / 2);
     tc.lanes = static_cast<int>(t.integer("lanes", 1, 1, 1024));
+    // vLLM's preemption_mode: what a preempted sequence's KV cache becomes.
+    static const std::string kRecompute = "recompute";
+    const std::string mode = t.str("preemption_mode", &kRecompute);
+    if (mode != "recompute" && mode != "swap")
+      t.fail(t.node("preemption_mode"), "preemption_mode", "expected \"recompute\" or \"swap\", got \"" + mode + "\"");
+    tc.swap_preempted = mode == "swap";
+    if (tc.swap_preempted && cfg.host_link < 0)
+      t.fail(t.node("preemption_mode"), "preemption_mode",
+             "\"swap\" needs cluster.host_link: the link class KV caches cross to host memory and back");
     tc.instances = static_cast<int>(t.integer("instances", 1, 1, 1024));
     static const std::string kNone;
     tc.model = t.str("model", &kNone);
@@ -753,9 +773,31 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       if (cb.has("slowdown")) pc.co_batch_slowdown = cb.num("slowdown", -1, 0, 1e6);
       cb.finish();
     }
-    const toml::table* pt = p.table("placement", true);
-    Table placement(*pt, p.qualified("placement"), file);
-    pc.placement = plugin_choice(placement);
+    // A placement plugin, or a list of stages that together act as one.
+    if (p.has("stages") && p.has("placement"))
+      p.fail(p.node("stages"), "stages", "give either placement or stages, not both");
+    if (p.has("stages")) {
+      for (Table& st : tables_of(p, "stages", true, file)) {
+        StageChoice sc;
+        const std::string kind = st.str("kind");
+        if (kind != "filter" && kind != "score")
+          st.fail(st.node("kind"), "kind", "expected \"filter\" or \"score\", got \"" + kind + "\"");
+        sc.kind = kind == "filter" ? StageChoice::Kind::kFilter : StageChoice::Kind::kScore;
+        sc.plugin.name = st.str("plugin");
+        if (sc.kind == StageChoice::Kind::kScore)
+          sc.weight = st.num("weight", 1.0, 1e-12, 1e12);
+        else if (st.has("weight"))
+          st.fail(st.node("weight"), "weight", "only a score stage has a weight");
+        if (const toml::table* at = st.table("args", false)) sc.plugin.args = to_json(*at);
+        st.finish();
+        pc.stages.push_back(std::move(sc));
+      }
+      if (pc.stages.empty()) p.fail(p.node("stages"), "stages", "expected at least one stage");
+    } else {
+      const toml::table* pt = p.table("placement", true);
+      Table placement(*pt, p.qualified("placement"), file);
+      pc.placement = plugin_choice(placement);
+    }
     for (Table& ps : tables_of(p, "partition_sets", true, file)) pc.partition_sets.push_back(plugin_choice(ps));
     if (pc.partition_sets.empty()) p.fail(p.node("partition_sets"), "partition_sets", "expected at least one");
     // Optional plugins; their names and arguments are checked when simulate

@@ -68,6 +68,7 @@ struct TenantConfig {
   std::int64_t token_budget = 2048, max_seqs = 64, kv_budget_tokens = 65536;
   bool chunked_prefill = false;  // prompts past the token budget prefill over several iterations
   int lanes = 1;
+  bool swap_preempted = false;  // preemption_mode = "swap" (default "recompute")
   // Serving instances of this tenant (e.g. Dual-Share's two offline
   // copies). They share one request stream, dealt round-robin, so the
   // offered load does not grow with the instance count.
@@ -83,10 +84,20 @@ struct PluginChoice {
   nlohmann::json args = nlohmann::json::object();
 };
 
+// One stage of a policy's `stages` list: a filter or score plugin, its
+// weight (scores) and its arguments (the stage's `args` table).
+struct StageChoice {
+  enum class Kind { kFilter, kScore } kind = Kind::kFilter;
+  PluginChoice plugin;
+  double weight = 1;
+};
+
 struct PolicyConfig {
   std::string name;
   std::vector<std::string> tenants;
-  PluginChoice placement;
+  PluginChoice placement;  // empty name when the policy is a list of stages
+  // Instead of `placement`: filters then weighted scores (docs/config.md).
+  std::vector<StageChoice> stages;
   std::vector<PluginChoice> partition_sets;  // candidates are their union, in order
   PluginChoice arbiter{"greedy"};            // starts transfers: in the emulated cluster and the what-if
   PluginChoice estimator{"online-linear"};   // predicts for the what-if, learns from the cluster's feedback
@@ -205,6 +216,9 @@ struct ExperimentConfig {
   std::uint64_t seed = 1;
   double duration_s = -1;  // the measurement window: the run stops here (< 0: when every request finished)
   std::vector<LinkClassConfig> link_classes;
+  // cluster.host_link: the link class between an accelerator and host
+  // memory (what swapped KV caches cross); -1: none given.
+  int host_link = -1;
   std::vector<AcceleratorConfig> accelerators;
   // The type tables the cluster's types name (configs/accelerators, or
   // cluster.accelerator_types), each once; a type without one is absent.

@@ -92,6 +92,10 @@ class Backend {
   // What instance `instance` computes; called before any of its operators
   // is submitted.
   virtual Status on_iteration(InstanceId /*instance*/, IterationPlan /*plan*/) { return Status::Ok(); }
+  // Instance `instance` was taken back before any of its operators was
+  // submitted (preempted, or failed out of memory): forget its plan. An
+  // instance the backend has no plan for is ignored. Cannot fail.
+  virtual void drop_iteration(InstanceId /*instance*/) {}
   // Why nothing can progress although work is queued (e.g. every queued
   // operator waits for memory), or empty.
   virtual std::string stall_reason() const { return {}; }

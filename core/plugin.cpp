@@ -44,15 +44,18 @@ void OldestFirstRule::select(std::span<const TransferIntent> pending, std::span<
 }
 
 Status PluginRegistries::adopt(PluginRegistries&& staged, const std::shared_ptr<const void>& library) {
-  // All four checks before any move: a library that clashes anywhere
+  // All the checks before any move: a library that clashes anywhere
   // registers nothing, so a failed load leaves the registries as they were.
   for (Status s : {partition.check_disjoint(staged.partition), placement.check_disjoint(staged.placement),
-                   estimator.check_disjoint(staged.estimator), arbiter.check_disjoint(staged.arbiter)})
+                   estimator.check_disjoint(staged.estimator), arbiter.check_disjoint(staged.arbiter),
+                   filter.check_disjoint(staged.filter), score.check_disjoint(staged.score)})
     if (!s.ok()) return s;
   partition.adopt(std::move(staged.partition), library);
   placement.adopt(std::move(staged.placement), library);
   estimator.adopt(std::move(staged.estimator), library);
   arbiter.adopt(std::move(staged.arbiter), library);
+  filter.adopt(std::move(staged.filter), library);
+  score.adopt(std::move(staged.score), library);
   return Status::Ok();
 }
 

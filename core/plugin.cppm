@@ -96,11 +96,33 @@ class BOOST_SYMBOL_VISIBLE PartitionSet {
   virtual std::vector<Candidate> candidates(const Gmg& gmg, const Batch& batch) = 0;
 };
 
+class Estimator;
+
+// What a run hands a placement policy (or a stage) to read besides the
+// GMG of each call, once before the first round (bind()). Every pointer
+// outlives the policy's use of it; all read-only.
+struct PolicyContext {
+  // The policy's estimator, to price work the what-if does not (see
+  // price_op and price_template_op in slicesched.core.views). Only its
+  // const predict_* and linear() may be called, on the engine thread.
+  const Estimator* estimator = nullptr;
+};
+
 // Picks one candidate of a round. Not thread-safe: one instance per
 // scheduler.
 class BOOST_SYMBOL_VISIBLE PlacementPolicy {
  public:
   virtual ~PlacementPolicy() = default;
+  // Called once, on the engine thread, before the first choose(): keep
+  // what the policy wants of `ctx`. Fails with a one-line message naming
+  // what is missing; the default keeps nothing.
+  virtual Status bind(const PolicyContext& /*ctx*/) { return Status::Ok(); }
+  // Why the latest choose() picked (or deferred) what it did, one line
+  // each, e.g. "kv-affinity: tenant's KV cache is on gpu2". Read by the
+  // scheduler right after choose() when the run records decisions
+  // (--explain): decisions.jsonl carries them and `slicesched explain`
+  // prints them. Default: nothing to say.
+  virtual std::vector<std::string> reasons() const { return {}; }
   // False: the scheduler skips the what-if simulation (static policies) and
   // passes one default Outcome per candidate (feasible == false, not simulated).
   virtual bool needs_simulation() const { return true; }
@@ -110,14 +132,71 @@ class BOOST_SYMBOL_VISIBLE PlacementPolicy {
   // scheduler may then stop a what-if as soon as its mean must end up
   // greater, and hands that candidate over as dominated (the pick is the
   // same as with every candidate simulated to the end, only cheaper).
+  // kMakespan is the same promise for makespan_s: the what-if stops as
+  // soon as the batch's last operator must finish later than the best
+  // feasible candidate's.
   // kNone (the default): every candidate is simulated to the end.
-  enum class Objective { kNone, kMeanCompletion };
+  enum class Objective { kNone, kMeanCompletion, kMakespan };
   virtual Objective objective() const { return Objective::kNone; }
   // Index into candidates (outcomes has the same size), or
   // nullopt to defer the batch to a later round. "Nothing feasible" is a
   // nullopt, never an exception.
   virtual std::optional<std::size_t> choose(const Gmg& gmg, const Batch& batch, std::span<const Candidate> candidates,
                                             std::span<const Outcome> outcomes) = 0;
+};
+
+// ---- composable stages ----
+//
+// A placement policy may be a list of stages instead of one plugin (the
+// policy's `stages` in TOML; docs/config.md): filters, in order, drop
+// candidates; then every score prices each candidate left, and the one
+// with the lowest weighted sum of costs is picked (ties to the lowest
+// index); none left: the batch is deferred. The scheduler sees the list
+// as one PlacementPolicy. Stages are not thread-safe: one instance per
+// policy, called on the engine thread.
+
+// One round as a stage sees it. `outcomes` has one entry per candidate;
+// they are predictions only when some stage of the list needs_simulation().
+struct StageRound {
+  const Gmg& gmg;
+  const Batch& batch;
+  std::span<const Candidate> candidates;
+  std::span<const Outcome> outcomes;
+};
+
+class BOOST_SYMBOL_VISIBLE CandidateFilter {
+ public:
+  virtual ~CandidateFilter() = default;
+  // As PlacementPolicy::bind.
+  virtual Status bind(const PolicyContext& /*ctx*/) { return Status::Ok(); }
+  // Whether it reads the outcomes (the what-if then runs).
+  virtual bool needs_simulation() const { return false; }
+  // Promise: it drops only candidates whose outcome is not feasible (or
+  // not finite), so a what-if cut short under the list's objective (see
+  // PlacementPolicy::objective) changes no pick. False is always correct.
+  virtual bool drops_only_infeasible() const { return false; }
+  // Clears keep[i] for each candidate it rejects (keep has one flag per
+  // candidate; those already cleared by an earlier filter stay cleared).
+  virtual void filter(const StageRound& round, std::span<std::uint8_t> keep) = 0;
+  // As PlacementPolicy::reasons, for the latest filter() call.
+  virtual std::vector<std::string> reasons() const { return {}; }
+};
+
+class BOOST_SYMBOL_VISIBLE CandidateScore {
+ public:
+  virtual ~CandidateScore() = default;
+  virtual Status bind(const PolicyContext& /*ctx*/) { return Status::Ok(); }
+  virtual bool needs_simulation() const { return false; }
+  // kMeanCompletion: its cost is exactly outcome.mean_completion_s (and
+  // kMakespan: makespan_s) of a feasible candidate. When every score of a
+  // list says the same and every filter drops only infeasible ones, the
+  // list declares that objective and the scheduler may cut what-ifs short.
+  virtual PlacementPolicy::Objective objective() const { return PlacementPolicy::Objective::kNone; }
+  // Writes cost[i] for each kept candidate: lower is better; a NaN or
+  // infinite cost drops the candidate. Entries of dropped candidates are
+  // ignored.
+  virtual void score(const StageRound& round, std::span<const std::uint8_t> keep, std::span<double> cost) = 0;
+  virtual std::vector<std::string> reasons() const { return {}; }
 };
 
 // A cross-accelerator transfer waiting to start. `since` (when it became
@@ -302,6 +381,8 @@ struct PluginRegistries {
   PluginRegistry<PlacementPolicy> placement{"placement policy"};
   PluginRegistry<Estimator> estimator{"estimator"};
   PluginRegistry<TransferArbiter> arbiter{"transfer arbiter"};
+  PluginRegistry<CandidateFilter> filter{"filter stage"};
+  PluginRegistry<CandidateScore> score{"score stage"};
 
   // Moves every entry of `staged` in, all or nothing, each keeping
   // `library` loaded. Fails naming the first duplicate.

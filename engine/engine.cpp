@@ -195,6 +195,7 @@ Result<bool> Engine::preempt(bool stalled) {
   auto n = tenants_[victim->tenant].preempt(victim->instance, gmg_);
   if (!n.ok())
     return Status(n.status().code(), "tenant '" + tenants_[victim->tenant].spec().name + "': " + n.status().message());
+  if (n.value() > 0) backend_.drop_iteration(victim->instance);  // its plan never runs
   flush_requests();
   return n.value() > 0;
 }
@@ -213,6 +214,7 @@ Result<bool> Engine::fail_out_of_memory(Nanos now, OomFail which) {
     if (!n.ok())
       return Status(n.status().code(), "tenant '" + tenants_[d.tenant].spec().name + "': " + n.status().message());
     if (n.value() == 0) continue;
+    backend_.drop_iteration(d.instance);  // its plan never runs
     oom_failed_ += n.value();
     flush_requests();
     return true;
@@ -392,6 +394,9 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
     result.rebuilt_sequences += t.rebuilt();
     result.preemptions += t.preemptions();
     result.preempted_sequences += t.preempted_sequences();
+    result.swapped_sequences += t.swapped_sequences();
+    result.swapped_bytes += t.swapped_bytes();
+    result.swap_mode = result.swap_mode || t.spec().preemption == TenantSpec::Preemption::kSwap;
   }
   result.oom_failed_requests = oom_failed_;
   result.memory = backend_.memory_stats();

@@ -64,6 +64,12 @@ struct EngineResult {
   // sequences recomputed later) and the sequences they held; requests
   // failed because their iteration could never fit the HBM.
   std::size_t preemptions = 0, preempted_sequences = 0, oom_failed_requests = 0;
+  // Of the preempted sequences, those whose KV cache went to host memory
+  // and back (TenantSpec::preemption kSwap), and its bytes (one way); and
+  // whether any tenant swaps.
+  std::size_t swapped_sequences = 0;
+  std::int64_t swapped_bytes = 0;
+  bool swap_mode = false;
   MemoryStats memory;  // the backend's (ground truth offline)
 };
 

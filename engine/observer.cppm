@@ -55,6 +55,10 @@ struct Decision {
   // the pick does not fit the HBM account, is out of range, or needs a
   // lost accelerator.
   std::string_view waited;
+  // The policy whose choose() made this round's pick (null when it was not
+  // asked: no candidates). Its reasons() say why; an observer that records
+  // them asks during the call (they are built on demand).
+  const PlacementPolicy* chooser = nullptr;
 };
 
 class EngineObserver {

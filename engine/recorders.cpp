@@ -145,6 +145,8 @@ void DecisionLog::on_decision(const Gmg& gmg, const Decision& d) {
   j["candidates"] = std::move(cands);
   j["pick"] = d.pick ? nlohmann::json(d.candidates[*d.pick].label) : nlohmann::json(nullptr);
   if (!d.waited.empty()) j["waited"] = d.waited;
+  if (d.chooser)
+    if (std::vector<std::string> why = d.chooser->reasons(); !why.empty()) j["reasons"] = std::move(why);
   lines_.push_back({d.now, j.dump()});
 }
 

@@ -139,12 +139,15 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
   // the best is cut short at once (on an idle cluster, hundreds of
   // placements tie). Which candidates come out dominated depends on the
   // order they are simulated in; the pick does not.
-  const bool prune = opt_.prune && policy_.objective() == PlacementPolicy::Objective::kMeanCompletion;
+  // With a makespan objective the same, on the batch's latest completion.
+  const PlacementPolicy::Objective objective = policy_.objective();
+  const bool prune = opt_.prune && objective != PlacementPolicy::Objective::kNone;
+  const bool by_makespan = objective == PlacementPolicy::Objective::kMakespan;
   // What issuing the batch needs wherever it goes (check_issue's other half
   // is per candidate, below).
   const bool batch_ok = gmg.check_batch(batch.ops).ok();
   struct Best {
-    std::int64_t sum = -1;  // < 0: none yet
+    std::int64_t sum = -1;  // < 0: none yet (by_makespan: the latest completion, ns)
     std::size_t index = 0;
   };
   auto one = [&](std::size_t c, Best& best) {
@@ -197,7 +200,7 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
     const std::int64_t above = !prune || best.sum < 0 ? -1 : best.index < c ? best.sum - 1 : best.sum;
     if (focus) {
       // Cut before finding the component when the batch alone loses.
-      if (above >= 0 && w.sim.dominated_alone(cands[c].accel, above, opt_.horizon)) {
+      if (above >= 0 && w.sim.dominated_alone(cands[c].accel, above, opt_.horizon, by_makespan)) {
         o.dominated = true;
         o.why = Outcome::Why::kDominated;
         return;
@@ -208,6 +211,7 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
         w.sim.place(cands[c].accel, {.horizon = opt_.horizon,
                                      .arbiter = w.arbiter.get(),
                                      .dominated_above = above,
+                                     .dominated_by_makespan = by_makespan,
                                      .focus = focus ? std::span<const AccelId>(w.focus) : std::span<const AccelId>()});
     if (r.dominated) {
       o.dominated = true;
@@ -224,8 +228,7 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
     o.why = Outcome::Why::kNone;
     o.start.resize(batch.ops.size());
     o.finish.resize(batch.ops.size());
-    double worst = 0;
-    std::int64_t sum_ns = 0;
+    std::int64_t sum_ns = 0, worst_ns = 0;
     const Nanos end = opt_.horizon >= 0 ? now + opt_.horizon : r.end;
     for (std::size_t i = 0; i < batch.ops.size(); ++i) {
       const Nanos f = r.finish_of(batch.ops[i]);
@@ -233,14 +236,15 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
       o.finish[i] = f;
       const Nanos done = (f < 0 ? end : f) - now;  // past the horizon: at its end
       sum_ns += done;
-      const double s = static_cast<double>(done) / 1e9;
-      worst = std::max(worst, s);
+      worst_ns = std::max<std::int64_t>(worst_ns, done);
     }
     // From the exact sum, so equal sums are equal means and a smaller sum
     // never reads as a larger mean: the cut above matches the policy's pick.
     o.mean_completion_s = static_cast<double>(sum_ns) / 1e9 / static_cast<double>(batch.ops.size());
-    o.makespan_s = worst;
-    if (best.sum < 0 || sum_ns < best.sum || (sum_ns == best.sum && c < best.index)) best = {sum_ns, c};
+    // (The largest of the per-op seconds: the conversion is monotonic.)
+    o.makespan_s = static_cast<double>(worst_ns) / 1e9;
+    const std::int64_t key = by_makespan ? worst_ns : sum_ns;
+    if (best.sum < 0 || key < best.sum || (key == best.sum && c < best.index)) best = {key, c};
   };
   // Worth a fan-out only when the round's simulations outweigh handing
   // them to another thread (a few microseconds). Pruned and focused, most
@@ -439,7 +443,8 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
       for (AccelId a : short_of) reserved_for.push_back({a, batch.priority});
     if (!pick || !waited.empty()) {
       if (on_decision_)
-        on_decision_(gmg, {now, &batch, cands, outcomes, policy_.needs_simulation(), std::nullopt, waited});
+        on_decision_(gmg, {now, &batch, cands, outcomes, policy_.needs_simulation(), std::nullopt, waited,
+                           cands.empty() ? nullptr : &policy_});
       ++stats_.deferred;
       deferred.push_back(seed);
       Deferral d{.tenant = batch.tenant,
@@ -466,7 +471,7 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
         return Status(s.code(), "scheduler: candidate '" + cands[*pick].label + "': " + s.message());
       issued.push_back(batch.ops[i]);
     }
-    if (on_decision_) on_decision_(gmg, {now, &batch, cands, outcomes, policy_.needs_simulation(), pick, {}});
+    if (on_decision_) on_decision_(gmg, {now, &batch, cands, outcomes, policy_.needs_simulation(), pick, {}, &policy_});
   }
   return issued;
 }

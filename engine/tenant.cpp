@@ -1,5 +1,6 @@
 module;
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -57,7 +58,24 @@ void Tenant::end_live(std::size_t request) {
   r.tokens = {};
 }
 
-Nanos Tenant::next_arrival() const { return next_request_ < stream_requests_ ? records_[next_request_].arrival : -1; }
+Nanos Tenant::next_arrival() const {
+  Nanos next = next_request_ < stream_requests_ ? records_[next_request_].arrival : -1;
+  // A swapped sequence coming back is an arrival too (the front is the
+  // earliest: each preemption's copies follow the one before).
+  if (!swapped_.empty() && (next < 0 || swapped_.front().back < next)) next = swapped_.front().back;
+  return next;
+}
+
+void Tenant::return_swapped(Nanos t) {
+  std::size_t n = 0;
+  while (n < swapped_.size() && swapped_[n].back <= t) ++n;
+  // Queued again first, in preemption order, each with its cache.
+  for (std::size_t i = n; i-- > 0;) {
+    swapped_in_[swapped_[i].request] = swapped_[i].tokens;
+    waiting_.push_front(swapped_[i].request);
+  }
+  swapped_.erase(swapped_.begin(), swapped_.begin() + static_cast<std::ptrdiff_t>(n));
+}
 
 void Tenant::deliver_arrivals(Nanos t) {
   while (next_request_ < stream_requests_ && records_[next_request_].arrival <= t) {
@@ -69,7 +87,7 @@ void Tenant::deliver_arrivals(Nanos t) {
 bool Tenant::finished() const { return !open_ && done_ == records_.size(); }
 
 bool Tenant::idle() const {
-  if (!waiting_.empty()) return false;
+  if (!waiting_.empty() || !swapped_.empty()) return false;
   for (const Lane& l : lanes_)
     if (l.in_flight) return false;
   return true;
@@ -91,6 +109,7 @@ Result<int> Tenant::start_iterations(Gmg& gmg) {
   // The engine calls this at every event, for every tenant: look only at
   // free lanes that start() would change (work to run or admit, or an idle
   // cache to release), and allocate nothing.
+  if (!swapped_.empty()) return_swapped(gmg.now());
   startable_.clear();
   if (rides_only_) return 0;  // (its requests ride in other tenants' iterations)
   const bool riders = riders_waiting();
@@ -135,6 +154,22 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   bool admitted = false;
   while (!waiting_.empty()) {
     const RequestRecord& r = records_[waiting_.front()];
+    if (auto back = swapped_in_.find(waiting_.front()); back != swapped_in_.end()) {
+      // Back from host memory with its cache: a decode again (one token),
+      // attending what it had cached.
+      const bool kv_ok = kv_after + r.input_tokens + r.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
+      if (!(tokens + 1 <= spec_.token_budget || !admitted) || !kv_ok ||
+          static_cast<std::int64_t>(lane.running.size()) >= spec_.max_seqs)
+        break;
+      lane.running.push_back({waiting_.front(), back->second, false, 0});
+      admitted = true;
+      tokens += 1;
+      context += back->second;
+      kv_after += back->second + 1;
+      swapped_in_.erase(back);
+      waiting_.pop_front();
+      continue;
+    }
     const std::int64_t prefill = held(waiting_.front());
     // Chunked, a prompt is admitted while the budget has room and takes
     // what is left of it. Whole, the queue's head is admitted even over the
@@ -222,6 +257,7 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
     }
     plans_.emplace_back(inst->id, std::move(plan));
   }
+  lane.kv_prev = lane.kv_tokens;
   lane.kv_tokens = context + tokens;
   lane.in_flight = true;
   return true;
@@ -414,11 +450,40 @@ Result<std::size_t> Tenant::preempt(InstanceId instance, Gmg& gmg) {
   Lane* lane = unstarted(instance, gmg);
   if (!lane) return std::size_t{0};
   const std::vector<Seq> seqs = lane->running;
+  // Swapped: each decode's share of the cache it would have taken over
+  // (bytes per cached token, times its tokens) goes to host memory now and
+  // comes back after both copies; the copies of one preemption follow those
+  // of the one before on the host link.
+  const bool swap = spec_.preemption == TenantSpec::Preemption::kSwap && spec_.host_link_bytes_per_s > 0;
+  std::int64_t cache_bytes = 0;
+  for (OpId kv : lane->attached)
+    if (gmg.contains(kv)) cache_bytes += gmg.op(kv).retained_bytes;
+  const double per_token =
+      lane->kv_prev > 0 ? static_cast<double>(cache_bytes) / static_cast<double>(lane->kv_prev) : 0;
   if (Status s = take_back(*lane, gmg); !s.ok()) return s;
+  std::int64_t out_bytes = 0;
+  std::vector<Swapped> out;
   // Queued again first, in order: a decode recomputes what it generated
-  // (its prefill covers prompt and output so far); an admitted prefill
-  // keeps what it had to recompute.
-  for (auto s = seqs.rbegin(); s != seqs.rend(); ++s) requeue(*s);
+  // (its prefill covers prompt and output so far) unless its cache was
+  // swapped out; an admitted prefill keeps what it had to recompute. A
+  // rider's cache is its own tenant's records: it always recomputes.
+  for (auto s = seqs.rbegin(); s != seqs.rend(); ++s) {
+    if (swap && !s->owner && !s->prefill && s->context > 0 && per_token > 0) {
+      out_bytes += static_cast<std::int64_t>(per_token * static_cast<double>(s->context));
+      out.push_back({s->request, s->context, 0});
+      continue;
+    }
+    recomputed_tokens_ += s->prefill ? s->context : own(*s).held(s->request);
+    requeue(*s);
+  }
+  if (!out.empty()) {
+    const double one_way = static_cast<double>(out_bytes) / spec_.host_link_bytes_per_s;
+    const Nanos copy = spec_.host_link_latency + static_cast<Nanos>(one_way * 1e9);
+    host_link_free_ = std::max(host_link_free_, gmg.now()) + 2 * copy;
+    for (auto s = out.rbegin(); s != out.rend(); ++s) swapped_.push_back({s->request, s->tokens, host_link_free_});
+    swapped_sequences_ += out.size();
+    swapped_bytes_ += out_bytes;
+  }
   ++preemptions_;
   preempted_sequences_ += seqs.size();
   return seqs.size();

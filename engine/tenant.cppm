@@ -51,6 +51,15 @@ struct TenantSpec {
   // one iteration (the queue's head is admitted even over the budget).
   bool chunked_prefill = false;
   int lanes = 1;  // iterations in flight at once
+  // What preemption does with a preempted iteration's KV cache (vLLM's
+  // preemption_mode): kRecompute drops it and the sequences prefill prompt
+  // and output again; kSwap moves each decoding sequence's part of it to
+  // host memory over the host link and back before the sequence resumes
+  // as a decode, costed as both copies on that link (latency + bytes /
+  // bandwidth each way, one preemption's sequences after another's).
+  enum class Preemption : std::uint8_t { kRecompute, kSwap } preemption = Preemption::kRecompute;
+  double host_link_bytes_per_s = 16e9;  // kSwap: the accelerator-host link
+  Nanos host_link_latency = 0;
 };
 
 // One request's life. Times in ns; -1 until they happen.
@@ -168,6 +177,12 @@ class Tenant {
   // Iterations preempted, and the sequences they held.
   std::size_t preemptions() const { return preemptions_; }
   std::size_t preempted_sequences() const { return preempted_sequences_; }
+  // Of those, sequences whose KV cache went to host memory and back
+  // (kSwap), and its bytes (one way); and the tokens preempted sequences
+  // prefilled again (kRecompute, and kSwap's prefills under way).
+  std::size_t swapped_sequences() const { return swapped_sequences_; }
+  std::int64_t swapped_bytes() const { return swapped_bytes_; }
+  std::int64_t recomputed_tokens() const { return recomputed_tokens_; }
   // Live mode: from now on every iteration also gets an IterationPlan
   // (prompt ids from `prompts`, decode ids from the sampled tokens).
   void set_prompts(PromptFn prompts) { prompts_ = std::move(prompts); }
@@ -235,6 +250,7 @@ class Tenant {
     std::vector<OpId> attached;  // the KV cache it took over (the iteration before's kv_ops)
     InstanceId instance = 0;     // the in-flight iteration's
     std::int64_t kv_tokens = 0;  // tokens those ops retain
+    std::int64_t kv_prev = 0;    // tokens the attached cache holds
     OpId head = kNoOp;
     bool in_flight = false;
   };
@@ -246,6 +262,19 @@ class Tenant {
   Lane* unstarted(InstanceId instance, const Gmg& gmg);
   Status take_back(Lane& lane, Gmg& gmg);
   std::size_t preemptions_ = 0, preempted_sequences_ = 0;
+  // kSwap: sequences whose KV cache is on the host, in preemption order,
+  // each back (queued again first, with its cache) at `back`.
+  struct Swapped {
+    std::size_t request;
+    std::int64_t tokens;  // its cached tokens
+    Nanos back;
+  };
+  std::deque<Swapped> swapped_;
+  std::unordered_map<std::size_t, std::int64_t> swapped_in_;  // back in the queue: request -> cached tokens
+  Nanos host_link_free_ = 0;                                  // the host link's copies are done by then
+  void return_swapped(Nanos t);
+  std::size_t swapped_sequences_ = 0;
+  std::int64_t swapped_bytes_ = 0, recomputed_tokens_ = 0;
   std::int64_t kv_held(bool riders = true) const;
 
   std::uint32_t id_;

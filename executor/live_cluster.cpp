@@ -88,6 +88,8 @@ Status LiveCluster::on_iteration(InstanceId instance, IterationPlan plan) {
   return runner_.on_iteration(instance, std::move(plan));
 }
 
+void LiveCluster::drop_iteration(InstanceId instance) { runner_.drop_iteration(instance); }
+
 Status LiveCluster::submit(const Gmg& gmg, OpId op) {
   if (!gmg.contains(op) || gmg.op(op).state != OpState::kIssued)
     return FailedPrecondition("live cluster: " + gmg.op_name(op) + " is not issued");

@@ -91,6 +91,7 @@ class LiveCluster final : public Backend {
   Nanos now() const override;
   bool wants_plans() const override { return true; }
   Status on_iteration(InstanceId instance, IterationPlan plan) override;
+  void drop_iteration(InstanceId instance) override;
 
   // Accelerator `a` is lost (Backend's contract, the emulated cluster's
   // rules): queued operators there, and those whose input it held or was

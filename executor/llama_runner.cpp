@@ -236,6 +236,16 @@ Status LlamaRunner::on_iteration(InstanceId instance, IterationPlan plan) {
   return Status::Ok();
 }
 
+void LlamaRunner::drop_iteration(InstanceId instance) {
+  std::lock_guard lk(mu_);
+  plans_.erase(instance);
+}
+
+std::size_t LlamaRunner::pending_plans() {
+  std::lock_guard lk(mu_);
+  return plans_.size();
+}
+
 Result<std::shared_ptr<const void>> LlamaRunner::prepare(const Gmg& gmg, OpId op) {
   const OpRecord& r = gmg.op(op);
   const std::string& name = gmg.templates().get(r.tmpl).ops()[r.tmpl_op].name;

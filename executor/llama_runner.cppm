@@ -109,6 +109,11 @@ class LlamaRunner final : public OpRunner {
   Result<OpResult> run(AccelId accel, const void* prepared, std::span<const Payload> inputs) override;
   Result<CopyResult> copy(const Payload& value, AccelId to) override;
   Status on_iteration(InstanceId instance, IterationPlan plan) override;
+  // Forgets the plan of an instance taken back before it ran.
+  void drop_iteration(InstanceId instance) override;
+  // Plans handed over whose head has not run yet (a preempted one counts
+  // until dropped): what the runner holds for iterations in flight.
+  std::size_t pending_plans();
 
   const std::vector<std::string>& devices() const { return devices_; }
   static Payload wrap(const rt::Value& v);

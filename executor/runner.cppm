@@ -58,6 +58,9 @@ class OpRunner {
   virtual Result<CopyResult> copy(const Payload& value, AccelId to) = 0;
   // Plans of the iterations to come (engine thread, before submission).
   virtual Status on_iteration(InstanceId /*instance*/, IterationPlan /*plan*/) { return Status::Ok(); }
+  // The instance was taken back before it ran (Backend::drop_iteration):
+  // forget its plan. Engine thread.
+  virtual void drop_iteration(InstanceId /*instance*/) {}
 };
 
 }  // namespace slicesched

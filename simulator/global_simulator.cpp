@@ -72,7 +72,7 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
 
   // The batch's predicted times on these accelerators, and whether the
   // placement is dominated before anything runs (then nothing is touched).
-  set_bound(est, accels, opt.dominated_above, opt.horizon);
+  set_bound(est, accels, opt.dominated_above, opt.horizon, opt.dominated_by_makespan);
   r_.dominated = false;
   if (pruning_ && dominated_at_ == kBeforeAll) {  // even alone on its accelerators it loses
     r_.dominated = true;
@@ -226,7 +226,7 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
 
 template <typename Est>
 void GlobalSimulator::set_bound(const Est& est, std::span<const AccelId> accels, std::int64_t dominated_above,
-                                Nanos horizon) {
+                                Nanos horizon, bool by_makespan) {
   const GmgView& v = view_;
   const AcceleratorSet& set = gmg_->accels();
   const std::size_t nb = batch_.size();
@@ -242,20 +242,22 @@ void GlobalSimulator::set_bound(const Est& est, std::span<const AccelId> accels,
   batch_finish_.assign(nb, -1);
   for (BatchEdge& be : batch_edges_)
     be.x = accels[be.p] == accels[be.k] ? 0 : to_nanos(est.predict_transfer(accels[be.p], accels[be.k], be.bytes));
-  bound_sum_ = dominated_above + static_cast<Nanos>(nb) * at_;
+  bound_max_ = by_makespan;
+  bound_sum_ = dominated_above + (by_makespan ? 1 : static_cast<Nanos>(nb)) * at_;
   horizon_end_ = horizon >= 0 ? now_ + horizon : kNever;
   dominated_at_ = dominated_from(kBeforeAll);
 }
 
-bool GlobalSimulator::dominated_alone(std::span<const AccelId> accels, std::int64_t above, Nanos horizon) {
+bool GlobalSimulator::dominated_alone(std::span<const AccelId> accels, std::int64_t above, Nanos horizon,
+                                      bool by_makespan) {
   if (!gmg_ || accels.size() != batch_.size()) return false;
   const std::size_t n_acc = gmg_->accels().size();
   for (AccelId a : accels)
     if (a >= n_acc) return false;  // place() says what is wrong
   if (est_set_)
-    set_bound(*est_set_, accels, above, horizon);
+    set_bound(*est_set_, accels, above, horizon, by_makespan);
   else
-    set_bound(*est_virtual_, accels, above, horizon);
+    set_bound(*est_virtual_, accels, above, horizon, by_makespan);
   return pruning_ && dominated_at_ == kBeforeAll;
 }
 
@@ -309,6 +311,19 @@ Nanos GlobalSimulator::dominated_from(Nanos t) const {
   }
   // Times past now_ + a few days never occur: plain 64-bit sums suffice.
   const Nanos end = horizon_end_;
+  if (bound_max_) {
+    // The latest finish exceeds the bound once any one op's does: at once
+    // for one already past it, else when t + B_k passes it (never for an
+    // op whose finish counts at most the horizon's end, within the bound).
+    const Nanos t0 = std::max(t, at_);
+    Nanos first = kNever;
+    for (std::size_t k = 0; k < nb; ++k) {
+      const Nanos f = b[k] == kNone ? a[k] : std::max(a[k], t0 + b[k]);
+      if ((f < end ? f : end) > bound_sum_) return t;
+      if (b[k] != kNone && end > bound_sum_) first = std::min(first, bound_sum_ - b[k] + 1);
+    }
+    return first;
+  }
   auto sum_at = [&](Nanos x) {
     Nanos sum = 0;
     for (std::size_t k = 0; k < nb; ++k) {

@@ -67,6 +67,9 @@ struct SimOptions {
   // still running at the horizon counts as finishing there), must exceed
   // this. < 0: run to the end.
   std::int64_t dominated_above = -1;
+  // The bound is on the tentative ops' latest completion (makespan, max
+  // over them of finish - tentative.at) instead of their sum.
+  bool dominated_by_makespan = false;
   // Simulate only the operators on these accelerators (and the tentative
   // ones, whose accelerators must be listed). The set must be closed: no
   // issued operator inside reads from or feeds one outside, and no done
@@ -189,7 +192,9 @@ class GlobalSimulator {
   // Whether place(accels, {.dominated_above = above}) would stop before
   // simulating anything: even alone on its accelerators the batch's summed
   // completion must exceed `above` (>= 0). Cheap (the batch's own ops only).
-  bool dominated_alone(std::span<const AccelId> accels, std::int64_t above, Nanos horizon = -1);
+  // With `by_makespan`, the batch's latest completion instead.
+  bool dominated_alone(std::span<const AccelId> accels, std::int64_t above, Nanos horizon = -1,
+                       bool by_makespan = false);
 
  private:
   template <typename Est>
@@ -222,7 +227,8 @@ class GlobalSimulator {
   // The batch's predicted times on `accels` and the bound that cuts a
   // dominated placement short (pruning_, dominated_at_; see below).
   template <typename Est>
-  void set_bound(const Est& est, std::span<const AccelId> accels, std::int64_t dominated_above, Nanos horizon);
+  void set_bound(const Est& est, std::span<const AccelId> accels, std::int64_t dominated_above, Nanos horizon,
+                 bool by_makespan);
   void index_ghosts();
   // Calls f(a) for every accelerator of the scope (scope_), or of the
   // cluster when there is none.
@@ -418,7 +424,8 @@ class GlobalSimulator {
   std::vector<Nanos> batch_dur_;        // per batch op, in this placement
   std::vector<Nanos> batch_finish_;     // per batch op: its finish once started, else -1
   bool pruning_ = false;
-  Nanos bound_sum_ = 0;  // dominated_above + batch size * at_: a bound on the summed finishes
+  Nanos bound_sum_ = 0;     // dominated_above + batch size * at_: a bound on the summed finishes
+  bool bound_max_ = false;  // bound_sum_ is dominated_above + at_, a bound on the latest finish
   Nanos horizon_end_ = kNever;
   Nanos dominated_at_ = kNever;
 };

@@ -379,6 +379,11 @@ Status RemoteRunner::on_iteration(InstanceId instance, IterationPlan plan) {
   return Status::Ok();
 }
 
+void RemoteRunner::drop_iteration(InstanceId instance) {
+  std::lock_guard lk(plans_mu_);
+  plans_.erase(instance);
+}
+
 Result<std::shared_ptr<const void>> RemoteRunner::prepare(const Gmg& gmg, OpId op) {
   const OpRecord& r = gmg.op(op);
   auto p = std::make_shared<Prepared>();

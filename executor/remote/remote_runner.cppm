@@ -113,6 +113,7 @@ class RemoteRunner final : public OpRunner {
   Result<OpResult> run(AccelId accel, const void* prepared, std::span<const Payload> inputs) override;
   Result<CopyResult> copy(const Payload& value, AccelId to) override;
   Status on_iteration(InstanceId instance, IterationPlan plan) override;
+  void drop_iteration(InstanceId instance) override;
 
   struct Channel;  // shared with value handles, which outlive nothing but may outlive a call
 

@@ -11,6 +11,7 @@ import slicesched.plugins.partition_sets;
 import slicesched.plugins.online_linear;
 import slicesched.plugins.greedy_arbiter;
 import slicesched.plugins.serial_arbiter;
+import slicesched.plugins.stages;
 
 export namespace slicesched::plugins {
 
@@ -18,7 +19,7 @@ export namespace slicesched::plugins {
 // already taken.
 Status register_builtins(PluginRegistries& r) {
   for (auto add : {register_simulation_guided, register_static_placement, register_partition_sets,
-                   register_online_linear, register_greedy_arbiter, register_serial_arbiter})
+                   register_online_linear, register_greedy_arbiter, register_serial_arbiter, register_stages})
     if (Status s = add(r); !s.ok()) return s;
   return Status::Ok();
 }

@@ -381,3 +381,69 @@ TEST_CASE("a file the config names that cannot be opened names its key and resol
   CHECK(cfg.status().message() == "--set ground_truth.layers=\"gone.csv\": ground_truth.layers: cannot open " + dir +
                                       "/gone.csv (No such file or directory" + hint);
 }
+
+TEST_CASE("a policy's stages: filters and weighted scores instead of a placement", "[config]") {
+  const fs::path p = fs::temp_directory_path() / "slicesched_config_stages.toml";
+  std::ofstream(p) << replace(base(), "placement = { plugin = \"static\" }",
+                              "stages = [{ kind = \"filter\", plugin = \"feasible\" },\n"
+                              "  { kind = \"score\", plugin = \"makespan\", weight = 2.5, args = { x = 1 } }]");
+  auto cfg = load_config(p.string());
+  REQUIRE(cfg.ok());
+  const PolicyConfig& policy = cfg->policies[0];
+  CHECK(policy.placement.name.empty());
+  REQUIRE(policy.stages.size() == 2);
+  CHECK(policy.stages[0].kind == StageChoice::Kind::kFilter);
+  CHECK(policy.stages[0].plugin.name == "feasible");
+  CHECK(policy.stages[0].weight == 1.0);
+  CHECK(policy.stages[1].kind == StageChoice::Kind::kScore);
+  CHECK(policy.stages[1].plugin.name == "makespan");
+  CHECK(policy.stages[1].weight == 2.5);
+  CHECK(policy.stages[1].plugin.args == nlohmann::json{{"x", 1}});
+}
+
+TEST_CASE("a policy's stages: every mistake names its key", "[config][bad-input]") {
+  const std::string at = "placement = { plugin = \"static\" }";
+  CHECK(load_error(replace(base(), at, at + "\nstages = [{ kind = \"score\", plugin = \"makespan\" }]")) ==
+        ":15: policies[0].stages: give either placement or stages, not both");
+  CHECK(load_error(replace(base(), at, "stages = [{ kind = \"rank\", plugin = \"x\" }]")) ==
+        ":14: policies[0].stages[0].kind: expected \"filter\" or \"score\", got \"rank\"");
+  CHECK(load_error(replace(base(), at, "stages = [{ kind = \"filter\", plugin = \"feasible\", weight = 2 }]")) ==
+        ":14: policies[0].stages[0].weight: only a score stage has a weight");
+  CHECK(load_error(replace(base(), at, "stages = [{ kind = \"score\", plugin = \"makespan\", wieght = 2 }]")) ==
+        ":14: policies[0].stages[0].wieght: unknown key (known here: args, kind, plugin, weight)");
+  CHECK(load_error(replace(base(), at, "stages = [{ kind = \"score\" }]")) ==
+        ":14: policies[0].stages[0].plugin: is required (a string)");
+  CHECK(load_error(replace(base(), at, "stages = []")) == ":14: policies[0].stages: expected at least one stage");
+  CHECK(load_error(replace(base(), at, "stages = [{ kind = \"score\", plugin = \"m\", weight = 0 }]"))
+            .find(":14: policies[0].stages[0].weight: ") == 0);
+}
+
+TEST_CASE("preemption_mode: recompute by default, swap over the cluster's host link", "[config]") {
+  const fs::path p = fs::temp_directory_path() / "slicesched_config_swap.toml";
+  std::ofstream(p) << base();
+  auto cfg = load_config(p.string());
+  REQUIRE(cfg.ok());
+  CHECK_FALSE(cfg->tenants[0].swap_preempted);
+  CHECK(cfg->host_link == -1);
+  const std::string links = "link_classes = [{ name = \"nvlink\", bandwidth_gbps = 300.0 }]";
+  std::ofstream(p) << replace(
+      replace(base(), links,
+              "link_classes = [{ name = \"nvlink\", bandwidth_gbps = 300.0 }, { name = \"pcie\", bandwidth_gbps = "
+              "25.0, latency_us = 10 }]\nhost_link = \"pcie\""),
+      "name = \"on\"", "name = \"on\"\npreemption_mode = \"swap\"");
+  cfg = load_config(p.string());
+  REQUIRE(cfg.ok());
+  CHECK(cfg->tenants[0].swap_preempted);
+  REQUIRE(cfg->host_link == 1);
+  CHECK(cfg->link_classes[1].bandwidth_bytes_per_s == 25e9);
+}
+
+TEST_CASE("preemption_mode: bad values and a missing host link name their keys", "[config][bad-input]") {
+  CHECK(load_error(replace(base(), "name = \"on\"", "name = \"on\"\npreemption_mode = \"swap\"")) ==
+        ":10: tenants[0].preemption_mode: \"swap\" needs cluster.host_link: the link class KV caches cross to host "
+        "memory and back");
+  CHECK(load_error(replace(base(), "name = \"on\"", "name = \"on\"\npreemption_mode = \"drop\"")) ==
+        ":10: tenants[0].preemption_mode: expected \"recompute\" or \"swap\", got \"drop\"");
+  CHECK(load_error(replace(base(), "[ground_truth]", "host_link = \"pcie\"\n[ground_truth]")) ==
+        ":5: cluster.host_link: no link class named 'pcie' (link_classes: nvlink)");
+}

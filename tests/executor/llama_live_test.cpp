@@ -277,4 +277,7 @@ TEST_CASE("live llama: a preempted sequence is recomputed and keeps every token"
   CHECK(result->requests[1].error.empty());
   CHECK(result->requests[1].tokens == expect_online);
   CHECK(live.peak(0) <= live.budget(0));
+  // The preempted iteration's plan was dropped with it: nothing is left
+  // behind once every iteration ran (it leaked before).
+  CHECK(runner.pending_plans() == 0);
 }

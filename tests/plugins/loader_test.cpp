@@ -81,6 +81,8 @@ TEST_CASE("the loader opens real plugin libraries and keeps them alive while use
     CHECK(loaded.placement.names() == linked.placement.names());
     CHECK(loaded.estimator.names() == linked.estimator.names());
     CHECK(loaded.arbiter.names() == linked.arbiter.names());
+    CHECK(loaded.filter.names() == linked.filter.names());
+    CHECK(loaded.score.names() == linked.score.names());
     auto est = loaded.estimator.create("online-linear");
     REQUIRE(est.ok());
     CHECK((*est)->linear() != nullptr);

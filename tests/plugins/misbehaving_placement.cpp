@@ -9,12 +9,15 @@
 //   partition set "unknown-accelerator" offers accelerator 99
 //   arbiter "throws-select"       throws from select()
 //   arbiter "never-starts"        never starts a transfer
+//   placement "slow-static"       takes candidate 0 after sleeping `ms` milliseconds
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "plugin_entry.hpp"
@@ -59,6 +62,23 @@ class InvalidPick final : public PlacementPolicy {
                                     std::span<const Outcome>) override {
     return candidates.size() + 5;
   }
+};
+
+// Static placement that takes `ms` of wall time per choice: deciding
+// outlasts the simulated time it schedules.
+class SlowStatic final : public PlacementPolicy {
+ public:
+  explicit SlowStatic(std::int64_t ms) : ms_(ms) {}
+  bool needs_simulation() const override { return false; }
+  std::optional<std::size_t> choose(const Gmg&, const Batch&, std::span<const Candidate> candidates,
+                                    std::span<const Outcome>) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
+    if (candidates.empty()) return std::nullopt;
+    return 0;
+  }
+
+ private:
+  std::int64_t ms_;
 };
 
 class ThrowsCandidates final : public PartitionSet {
@@ -108,6 +128,13 @@ Status register_more(PluginRegistries& r) {
 
 Status register_all(PluginRegistries& r) {
   if (Status s = register_more(r); !s.ok()) return s;
+  if (Status s = r.placement.add("slow-static",
+                                 [](const PluginArgs& args) {
+                                   check_keys(args, {"ms"});
+                                   return std::make_unique<SlowStatic>(integer_arg(args, "ms", 10, 0, 10'000));
+                                 });
+      !s.ok())
+    return s;
   if (Status s = r.placement.add("always-defer",
                                  [](const PluginArgs& args) {
                                    check_keys(args, {});

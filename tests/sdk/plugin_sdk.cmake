@@ -82,7 +82,7 @@ if(NOT EXISTS ${installed})
   message(FATAL_ERROR "cmake --install left no ${installed}")
 endif()
 run("the installed slicesched simulate" ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH
-    ${installed} simulate ${WORK}/least_loaded.toml --out ${WORK}/out)
+    ${installed} simulate ${WORK}/least_loaded.toml --out ${WORK}/out --explain)
 file(READ ${WORK}/out/summary.json summary)
 string(JSON done ERROR_VARIABLE missing GET "${summary}" policies Least-Loaded requests_done)
 if(missing)
@@ -90,6 +90,12 @@ if(missing)
 endif()
 if(NOT done GREATER 0)
   message(FATAL_ERROR "Least-Loaded finished no request")
+endif()
+# It priced each accelerator's queue with the estimator it was handed, and
+# said so in every round it picked.
+file(READ ${WORK}/out/decisions.jsonl decisions)
+if(NOT decisions MATCHES "\"policy\":\"Least-Loaded\"[^\n]*\"reasons\":\\[\"least queued work: [0-9.]+ s on its busiest accelerator")
+  message(FATAL_ERROR "decisions.jsonl carries no least-loaded reason")
 endif()
 
 # The installed live runtime, opened by the installed CLI from ../lib (a
@@ -131,4 +137,78 @@ endif()
 string(REGEX MATCH "interface hash ([0-9a-f]+), but this slicesched is SDK [0-9.]+ with interface hash ([0-9a-f]+)" m "${err}")
 if(CMAKE_MATCH_1 STREQUAL CMAKE_MATCH_2)
   message(FATAL_ERROR "the two hashes are the same: ${err}")
+endif()
+
+# The wider SDK (docs/plugins.md, "A stage"): docs/examples/kv_affinity_stage,
+# a score stage that reads where its tenant's KV caches live, prices the
+# batch with the estimator and gives its reasons, stacked in TOML after the
+# built-in "feasible" filter and "mean-completion" score. Built against the
+# same installed SDK and run by the installed CLI with --explain; `explain`
+# prints the stage's reasons.
+set(kv_example ${SOURCE_DIR}/docs/examples/kv_affinity_stage)
+# Configured as docs/plugins.md says, without a build type: the example's
+# CMakeLists must pick Release itself, not CMake's unoptimised default.
+run("configuring the kv-affinity example" ${CMAKE_COMMAND} -S ${kv_example} -B ${WORK}/build-kv -G "${GENERATOR}"
+  "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}" "-DCMAKE_CXX_COMPILER=${CXX}"
+  "-DCMAKE_CXX_COMPILER_CLANG_SCAN_DEPS=${SCAN_DEPS}"
+  "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}" "-DCMAKE_MODULE_LINKER_FLAGS=${LINKER_FLAGS}"
+  "-DBoost_DIR=${Boost_DIR}" "-Dnlohmann_json_DIR=${nlohmann_json_DIR}" "-DCMAKE_PREFIX_PATH=${prefix}")
+file(STRINGS ${WORK}/build-kv/CMakeCache.txt kv_type REGEX "^CMAKE_BUILD_TYPE:")
+if(NOT kv_type MATCHES "=Release$")
+  message(FATAL_ERROR "the example configured without a build type builds as '${kv_type}', not Release (-O0?)")
+endif()
+run("building the kv-affinity example" ${CMAKE_COMMAND} --build ${WORK}/build-kv ${config_arg})
+file(GLOB kv_library ${WORK}/build-kv/libslicesched_kv_affinity.so ${WORK}/build-kv/*/libslicesched_kv_affinity.so)
+if(NOT kv_library)
+  message(FATAL_ERROR "the kv-affinity example built no libslicesched_kv_affinity.so under ${WORK}/build-kv")
+endif()
+file(READ ${kv_example}/kv_affinity.toml kv_toml)
+foreach(pair "\"build/libslicesched_kv_affinity.so\"|\"${kv_library}\"" "\"../../../data/|\"${SOURCE_DIR}/data/")
+  string(REPLACE "|" ";" pair "${pair}")
+  list(GET pair 0 from)
+  list(GET pair 1 to)
+  string(FIND "${kv_toml}" "${from}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "kv_affinity.toml no longer contains ${from}: update this test")
+  endif()
+  string(REPLACE "${from}" "${to}" kv_toml "${kv_toml}")
+endforeach()
+file(WRITE ${WORK}/kv_affinity.toml "${kv_toml}")
+run("the installed slicesched simulate (kv-affinity)" ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH
+    ${installed} simulate ${WORK}/kv_affinity.toml --out ${WORK}/out-kv --explain)
+file(READ ${WORK}/out-kv/summary.json summary)
+string(JSON done ERROR_VARIABLE missing GET "${summary}" policies KV-Affinity requests_done)
+if(missing OR NOT done GREATER 0)
+  message(FATAL_ERROR "KV-Affinity finished no request (${missing}):\n${summary}")
+endif()
+# summary.json names each stage with its weight, arguments and library.
+string(JSON n LENGTH "${summary}" policies KV-Affinity plugins)
+set(found_stage OFF)
+math(EXPR last "${n} - 1")
+foreach(i RANGE ${last})
+  string(JSON plugin GET "${summary}" policies KV-Affinity plugins ${i} plugin)
+  if(plugin STREQUAL "kv-affinity")
+    string(JSON kind GET "${summary}" policies KV-Affinity plugins ${i} kind)
+    string(JSON weight GET "${summary}" policies KV-Affinity plugins ${i} weight)
+    string(JSON away GET "${summary}" policies KV-Affinity plugins ${i} args away_s_per_gib)
+    string(JSON lib GET "${summary}" policies KV-Affinity plugins ${i} library)
+    string(JSON calls GET "${summary}" policies KV-Affinity plugins ${i} calls)
+    if(NOT kind STREQUAL "score stage" OR NOT weight EQUAL 0.5 OR NOT away EQUAL 0.02 OR NOT lib MATCHES "libslicesched_kv_affinity.so$"
+       OR NOT calls GREATER 0)
+      message(FATAL_ERROR "summary.json records kv-affinity as ${kind}, weight ${weight}, args ${away}, ${lib}, ${calls} calls")
+    endif()
+    set(found_stage ON)
+  endif()
+endforeach()
+if(NOT found_stage)
+  message(FATAL_ERROR "summary.json does not record the kv-affinity stage:\n${summary}")
+endif()
+file(READ ${WORK}/out-kv/decisions.jsonl decisions)
+if(NOT decisions MATCHES "\"kv-affinity: the tenant holds [0-9.]+ MiB of KV cache on [0-9]+ accelerator\\(s\\), most on gpu[0-9]")
+  message(FATAL_ERROR "decisions.jsonl carries no kv-affinity reason naming where the KV cache is")
+endif()
+execute_process(COMMAND ${installed} explain ${WORK}/out-kv --request 3 --policy KV-Affinity
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "\n +reason: kv-affinity: " OR NOT out MATCHES "\n +reason: filter 'feasible' left ")
+  message(FATAL_ERROR "explain printed no stage reasons (${rc}):\n${out}\n${err}")
 endif()
