@@ -109,6 +109,9 @@ class LlamaRunner final : public OpRunner {
   Result<OpResult> run(AccelId accel, const void* prepared, std::span<const Payload> inputs) override;
   Result<CopyResult> copy(const Payload& value, AccelId to) override;
   Status on_iteration(InstanceId instance, IterationPlan plan) override;
+  // One sequence of an iteration plan in the runtime's terms (its sampling
+  // included), for on_iteration and an executor process's plans.
+  static rt::SeqStep runtime_step(IterationPlan::Seq s);
 
   const std::vector<std::string>& devices() const { return devices_; }
   static Payload wrap(const rt::Value& v);
