@@ -5,22 +5,25 @@ processes) and in process on configs/live/http-tiny-cpu.toml (the same
 weights) gives the same tokens and log-probabilities; both differ from
 greedy, and are the same again with the same seed.
 
-  serve_remote_sampling.py SLICESCHED PROJECT_DIR   (.venv's python)
+  serve_remote_sampling.py SLICESCHED PROJECT_DIR WORKDIR   (.venv's python)
 """
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from http_server import Server, check  # noqa: E402
+from http_server import Server, check, fresh_dir  # noqa: E402
 
 import openai  # noqa: E402
 
-slicesched, project = sys.argv[1:3]
+slicesched, project, work = sys.argv[1:4]
+fresh_dir(work)
 seeded = {"temperature": 1.2, "top_p": 0.95, "seed": 7, "presence_penalty": 0.5, "repetition_penalty": 1.1}
 
 
 def run(config, extra=()):
-    srv = Server(slicesched, os.path.join(project, "configs", "live", config), extra=list(extra))
+    # (the batch store in the work folder, not beside the shipped config)
+    srv = Server(slicesched, os.path.join(project, "configs", "live", config), extra=list(extra),
+                 store=os.path.join(work, config + ".sqlite"))
     c = openai.OpenAI(base_url=srv.url + "/v1", api_key="x")
     kw = dict(model="llama-tiny", prompt=[1, 2, 3, 4], max_tokens=12, logprobs=2)
     a = c.completions.create(**kw, extra_body=seeded).choices[0]
