@@ -120,8 +120,10 @@ struct ServeOptions {
   // HOST:PORT: serve HTTP (OpenAI-compatible) instead of replaying the
   // tenants' streams; overrides [serve] listen.
   std::optional<std::string> listen;
-  std::optional<std::string> batch_store;  // overrides [serve] batch_store
-  std::optional<double> slo_threshold_s;   // overrides [serve] ttft_slo_s
+  std::optional<std::string> batch_store;    // overrides [serve] batch_store
+  std::optional<double> slo_threshold_s;     // overrides [serve] ttft_slo_s
+  std::optional<std::string> chat_template;  // a Jinja file for every model's chat completions
+  std::optional<std::string> api_key;        // Bearer key on /v1/* (else SLICESCHED_API_KEY)
 };
 // Only built with LibTorch (live mode); main says so otherwise.
 int serve(const ServeOptions& opt);

@@ -91,6 +91,12 @@ int main(int argc, char** argv) {
                     "instead of replaying the tenants' streams");
   serve->add_option("--batch-store", serve_opt.batch_store,
                     "The batch API's SQLite file (overrides [serve] batch_store)");
+  serve->add_option("--chat-template", serve_opt.chat_template,
+                    "A Jinja chat template file for /v1/chat/completions (overrides every model's "
+                    "tokenizer_config.json chat_template)");
+  serve->add_option("--api-key", serve_opt.api_key,
+                    "Require 'Authorization: Bearer KEY' on /v1/* (else SLICESCHED_API_KEY; /health and /metrics "
+                    "stay open)");
   slicesched::cli::ExecutorOptions exec_opt;
   auto* executor = app.add_subcommand(
       "executor", "Live serving across processes: run one [[hosts]] entry's accelerators for `serve` to drive");

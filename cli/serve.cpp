@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -125,8 +126,13 @@ int serve(const ServeOptions& opt) {
       }
     } end_clock{drain_mu, drain_cv, run_over, drain_clock};
     if (!listen.empty())
-      runs.push_back(serve_http(cfg.value(), *policy, plugins, prior ? &*prior : nullptr, listen,
-                                opt.batch_store ? *opt.batch_store : cfg->serve.batch_store, lopt, g_wake));
+      runs.push_back(serve_http(
+          cfg.value(), *policy, plugins, prior ? &*prior : nullptr, listen,
+          opt.batch_store ? *opt.batch_store : cfg->serve.batch_store, lopt, g_wake,
+          HttpExtras{.chat_template = opt.chat_template.value_or(""),
+                     .api_key = opt.api_key                         ? *opt.api_key
+                                : std::getenv("SLICESCHED_API_KEY") ? std::string(std::getenv("SLICESCHED_API_KEY"))
+                                                                    : std::string()}));
     else
       runs.push_back(run_live(cfg.value(), *policy, plugins, prior ? &*prior : nullptr, lopt));
     if (drain_expired) {

@@ -1,11 +1,13 @@
 module;
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
@@ -43,8 +45,7 @@ std::pair<std::string, int> parse_listen(const std::string& listen) {
 // the ids the tokenizer knows; an id past its vocabulary is one of the
 // model's padding rows and has no text. Without a tokenizer, encode
 // refuses text with the reason model_tokenizer gives (what to do).
-serving::Tokenizer text_hook(const ModelConfig& m) {
-  const ModelTokenizer mt = value_or_fail(model_tokenizer(m));
+serving::Tokenizer text_hook(const ModelTokenizer& mt) {
   serving::Tokenizer hook;
   if (!mt.tokenizer) {
     hook.encode = [absent = mt.absent](std::string_view) -> Result<std::vector<std::int64_t>> {
@@ -59,6 +60,9 @@ serving::Tokenizer text_hook(const ModelConfig& m) {
     ids.insert(ids.end(), body.begin(), body.end());
     return ids;
   };
+  hook.encode_plain = [t = mt.tokenizer](std::string_view text) -> Result<std::vector<std::int64_t>> {
+    return t->encode(text);
+  };
   hook.decode = [t = mt.tokenizer](std::span<const std::int64_t> ids) {
     std::vector<std::int64_t> known;
     for (std::int64_t id : ids)
@@ -72,7 +76,7 @@ serving::Tokenizer text_hook(const ModelConfig& m) {
 
 PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, const PluginRegistries& plugins,
                      const CalibrationProfile* prior, const std::string& listen, const std::string& batch_store,
-                     const LiveRunOptions& base, std::atomic<std::atomic<int>*>& wake) {
+                     const LiveRunOptions& base, std::atomic<std::atomic<int>*>& wake, const HttpExtras& extras) {
   const auto [host, port] = parse_listen(listen);
   std::unique_ptr<serving::BatchStore> store;
   if (!batch_store.empty()) store = value_or_fail(serving::BatchStore::open(batch_store));
@@ -86,11 +90,20 @@ PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, co
     // its config.json's vocab_size and max_position_embeddings, not the
     // TOML keys' defaults (a 4096-token checkpoint was served with 8192).
     const auto made = value_or_fail(make_model(m));
-    models.push_back({.name = m.name,
-                      .vocab = made->config().vocab,
-                      .context_window = made->context_window(),
-                      .max_prompt_tokens = cfg.serve.max_prompt_tokens,
-                      .tokenizer = text_hook(m)});
+    const ModelTokenizer mt = value_or_fail(model_tokenizer(m));
+    serving::ServedModel served{.name = m.name,
+                                .vocab = made->config().vocab,
+                                .context_window = made->context_window(),
+                                .max_prompt_tokens = cfg.serve.max_prompt_tokens,
+                                .tokenizer = text_hook(mt)};
+    served.eos_ids = value_or_fail(model_eos_ids(m, mt.tokenizer.get()));
+    // Chat: the model's own template (or --chat-template), rendered by jinja2.
+    if (auto tmpl = value_or_fail(model_chat_template(m, extras.chat_template)))
+      served.chat_template = [t = std::make_shared<const ChatTemplate>(std::move(*tmpl))](
+                                 const nlohmann::json& messages) -> Result<std::string> {
+        return render_chat_template(t->text, messages.dump(), t->bos, t->eos);
+      };
+    models.push_back(std::move(served));
   }
 
   RequestInbox inbox;
@@ -106,7 +119,7 @@ PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, co
     if (m.offline.empty())
       return serving::ApiError{.message = "model '" + m.name + "' has no offline tenant in the served policy"};
     const std::uint32_t tenant = m.offline[next_offline++ % m.offline.size()];
-    return serving::Routed{LiveRequest{tenant, std::move(r.prompt), r.max_tokens, nullptr}, &m};
+    return serving::Routed{LiveRequest{tenant, std::move(r.prompt), r.max_tokens, nullptr, r.gen.sampling}, &m, r.gen};
   };
 
   // Health: the accelerators lost so far (executor processes gone); a
@@ -153,10 +166,26 @@ PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, co
       online.push_back(tenants[t].online);
       auto& m = models[tenants[t].model];
       (tenants[t].online ? m.online : m.offline).push_back(t);
+      // The request priorities it takes (its [[tenants]] entry; an
+      // instance "name#k" is its entry's).
+      if (tenants[t].online) {
+        const std::string base = tenants[t].name.substr(0, tenants[t].name.rfind('#'));
+        std::pair<std::int64_t, std::int64_t> range{INT32_MIN, INT32_MAX};
+        for (const TenantConfig& tc : cfg.tenants)
+          if (tc.name == tenants[t].name || tc.name == base) range = {tc.request_priority_min, tc.request_priority_max};
+        m.online_priorities.push_back(range);
+      }
       // A request must fit every tenant that may run it.
       if (m.request_tokens_max == 0 || tenants[t].kv_budget_tokens < m.request_tokens_max)
         m.request_tokens_max = tenants[t].kv_budget_tokens;
     }
+    std::vector<std::string> model_of;
+    std::vector<std::int64_t> kv_budget;
+    for (const ServedTenant& t : tenants) {
+      model_of.push_back(models[t.model].name);
+      kv_budget.push_back(t.kv_budget_tokens);
+    }
+    metrics.set_models(std::move(model_of), std::move(kv_budget));
     metrics.set_tenants(std::move(names), std::move(online));
     if (store) runner = std::make_unique<serving::BatchRunner>(*store, inbox, route, cfg.serve.batch_inflight);
     serving::ServerOptions sopt{.host = host,
@@ -168,7 +197,8 @@ PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, co
                                 .header_timeout_s = static_cast<int>(cfg.serve.header_timeout_s),
                                 .body_timeout_s = static_cast<int>(cfg.serve.body_timeout_s),
                                 .max_connections = static_cast<int>(cfg.serve.max_connections),
-                                .models_down = models_down};
+                                .models_down = models_down,
+                                .api_key = extras.api_key};
     server = std::make_unique<serving::HttpServer>(sopt, models, inbox, metrics, store.get(), runner.get());
     check(server->start());
     if (runner) runner->start();

@@ -19,8 +19,13 @@ export namespace slicesched::cli {
 // after changing `stop` (the engine's wait ends on it). `batch_store`: the
 // SQLite file ("": batch API off). Throws std::runtime_error with one line
 // on a bad address, a store that cannot be opened, or a failed run.
+// The front end's options from the command line.
+struct HttpExtras {
+  std::string chat_template;  // a Jinja file overriding every model's chat template ("": theirs)
+  std::string api_key;        // "": /v1/* open; else Bearer auth on it
+};
 PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, const PluginRegistries& plugins,
                      const CalibrationProfile* prior, const std::string& listen, const std::string& batch_store,
-                     const LiveRunOptions& base, std::atomic<std::atomic<int>*>& wake);
+                     const LiveRunOptions& base, std::atomic<std::atomic<int>*>& wake, const HttpExtras& extras = {});
 
 }  // namespace slicesched::cli

@@ -3,6 +3,7 @@ module;
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -720,6 +721,23 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       t.fail(t.node("preemption_mode"), "preemption_mode",
              "\"swap\" needs cluster.host_link: the link class KV caches cross to host memory and back");
     tc.instances = static_cast<int>(t.integer("instances", 1, 1, 1024));
+    if (const toml::array* rp = t.array("request_priorities", false)) {
+      auto bound = [&](std::size_t i) -> std::int64_t {
+        const auto v = (*rp)[i].value<std::int64_t>();
+        if (!v || *v < INT32_MIN || *v > INT32_MAX)
+          t.fail(&(*rp)[i], "request_priorities", "expected [lowest, highest], two 32-bit integers");
+        return *v;
+      };
+      if (rp->size() != 2)
+        t.fail(t.node("request_priorities"), "request_priorities",
+               "expected [lowest, highest] (two integers), got " + std::to_string(rp->size()) + " values");
+      tc.request_priority_min = bound(0);
+      tc.request_priority_max = bound(1);
+      if (tc.request_priority_min > tc.request_priority_max)
+        t.fail(t.node("request_priorities"), "request_priorities",
+               "expected [lowest, highest] with lowest <= highest, got [" + std::to_string(tc.request_priority_min) +
+                   ", " + std::to_string(tc.request_priority_max) + "]");
+    }
     static const std::string kNone;
     tc.model = t.str("model", &kNone);
     tc.model_where = t.where(t.node("model") ? t.node("model") : nullptr, "model");

@@ -3,6 +3,7 @@
 // the line and the key, and says what was expected. docs/config.md is the
 // reference for every key.
 module;
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -76,6 +77,10 @@ struct TenantConfig {
   StreamConfig stream;
   std::string model;        // [[models]] name; "" = the only model
   std::string model_where;  // "file:line: tenants[i].model" (or the tenant's table) for errors
+  // The request priorities (an HTTP request's `priority`, vLLM's: lower runs
+  // earlier) this tenant takes, inclusive; request_priorities = [lo, hi].
+  // Default: every priority.
+  std::int64_t request_priority_min = INT32_MIN, request_priority_max = INT32_MAX;
 };
 
 // A plugin by name plus its arguments (every other key of its table).

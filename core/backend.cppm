@@ -5,12 +5,14 @@
 // utilization, traces) is the engine observers' business, not the backend's.
 module;
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 export module slicesched.core.backend;
 export import slicesched.core.gmg;
+export import slicesched.core.sampling;
 
 export namespace slicesched {
 
@@ -40,6 +42,11 @@ struct Feedback {
   // occupied; -1 when it never ran (lost while queued). In live mode
   // `measured` is timed inside the worker and may be shorter.
   Nanos start = -1;
+  // Parallel to `tokens` when a sequence of the iteration asked for
+  // log-probabilities (empty otherwise; a sequence that did not ask has an
+  // entry with no alternatives).
+  // (Last, so that positional initializers of the fields above stand.)
+  std::vector<TokenLogprob> logprobs;
 };
 
 // What one iteration of a tenant computes, for backends that run real
@@ -50,6 +57,12 @@ struct IterationPlan {
     std::uint64_t seq = 0;  // unique within the tenant
     std::int64_t position = 0;
     std::vector<std::int64_t> tokens;
+    // How its next token is chosen (null: greedy, no log-probabilities).
+    std::shared_ptr<const SamplingParams> sampling;
+    // What penalties count (only when sampling->penalized()): the prompt's
+    // tokens, then the output's from history[prompt_tokens] on.
+    std::vector<std::int64_t> history;
+    std::int64_t prompt_tokens = 0;
   };
   std::uint32_t tenant = 0;
   std::vector<Seq> seqs;

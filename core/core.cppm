@@ -8,4 +8,5 @@ export import slicesched.core.accel;
 export import slicesched.core.gmg;
 export import slicesched.core.estimator;
 export import slicesched.core.priors;
+export import slicesched.core.sampling;
 export import slicesched.core.backend;

@@ -40,6 +40,14 @@ class RequestSink {
   // sequence leaves the batch at its iteration's end, and the next
   // iteration's KV cache no longer holds it (as a finished one's).
   virtual bool abandoned() const { return false; }
+  // The log-probabilities of the token the next on_token brings, called
+  // just before it when the request asked for them (sampling->logprobs >= 0).
+  virtual void on_logprob(const TokenLogprob&) {}
+  // True once the output is complete before max_tokens (a stop string, a
+  // stop token, end of sequence), read by the engine thread right after
+  // on_token: the request then ends as done (on_end, no error) and leaves
+  // the batch, as one that reached max_tokens.
+  virtual bool complete() const { return false; }
 };
 
 // One request from a client: its tenant (the engine's index), prompt token
@@ -50,6 +58,8 @@ struct LiveRequest {
   std::vector<std::int64_t> prompt;
   std::int64_t max_tokens = 1;
   std::shared_ptr<RequestSink> sink;
+  // How its tokens are chosen (null: greedy, as a recorded stream's).
+  std::shared_ptr<const SamplingParams> sampling;
 };
 
 // Thread-safe: push and close from any thread; take from the engine thread.

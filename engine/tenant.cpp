@@ -42,7 +42,7 @@ void Tenant::submit(LiveRequest r, Nanos t) {
   records_.push_back(
       {id_, t, -1, -1, static_cast<std::int64_t>(r.prompt.size()), std::max<std::int64_t>(1, r.max_tokens), 0, {}, {}});
   redo_.push_back(0);
-  live_.emplace(i, Live{std::move(r.prompt), std::move(r.sink)});
+  live_.emplace(i, Live{std::move(r.prompt), std::move(r.sink), std::move(r.sampling)});
   event(RequestEvent::Kind::kArrived, i, t);
   waiting_.push_back(i);
 }
@@ -241,8 +241,16 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
       IterationPlan::Seq p;
       p.seq = plan_id(q);
       p.position = q.context;
+      const auto live = o.live_.find(q.request);
+      if (live != o.live_.end() && live->second.sampling) {
+        p.sampling = live->second.sampling;
+        if (p.sampling->penalized()) {
+          p.history = live->second.prompt;
+          p.history.insert(p.history.end(), r.tokens.begin(), r.tokens.end());
+          p.prompt_tokens = static_cast<std::int64_t>(live->second.prompt.size());
+        }
+      }
       if (q.prefill) {
-        const auto live = o.live_.find(q.request);
         p.tokens = live != o.live_.end() ? live->second.prompt : o.prompts_(q.request, r.input_tokens);
         // A rebuilt sequence prefills what it held: its prompt and the
         // tokens it generated before the loss.
@@ -317,11 +325,16 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
         continue;
       }
       RequestRecord& r = o.records_[s.request];
+      bool complete = false;  // the sink saw a stop condition
       if (prompts_) {
         r.tokens.push_back(f.tokens[i]);
         if (s.request >= o.stream_requests_)
-          if (auto live = o.live_.find(s.request); live != o.live_.end() && live->second.sink)
+          if (auto live = o.live_.find(s.request); live != o.live_.end() && live->second.sink) {
+            if (i < f.logprobs.size() && live->second.sampling && live->second.sampling->logprobs >= 0)
+              live->second.sink->on_logprob(f.logprobs[i]);
             live->second.sink->on_token(f.tokens[i], t);
+            complete = live->second.sink->complete();
+          }
       }
       ++i;
       if (s.prefill) {
@@ -335,7 +348,7 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
       } else {
         s.context += 1;
       }
-      if (++r.generated >= r.output_tokens) {
+      if (++r.generated >= r.output_tokens || complete) {
         r.done = t;
         ++o.done_;
         o.event(RequestEvent::Kind::kDone, s.request, t);

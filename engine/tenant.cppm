@@ -287,6 +287,7 @@ class Tenant {
   struct Live {
     std::vector<std::int64_t> prompt;
     std::shared_ptr<RequestSink> sink;
+    std::shared_ptr<const SamplingParams> sampling;
   };
   std::unordered_map<std::size_t, Live> live_;  // submitted requests not ended yet, by record
   void end_live(std::size_t request);

@@ -32,7 +32,7 @@ pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
 add_library(slicesched_executor_remote STATIC)
 target_sources(slicesched_executor_remote
   PUBLIC FILE_SET CXX_MODULES FILES remote/wire.cppm remote/remote_runner.cppm
-  PRIVATE remote/wire.cpp remote/remote_runner.cpp)
+  PRIVATE remote/wire.cpp remote/plan_wire.cpp remote/remote_runner.cpp)
 target_link_libraries(slicesched_executor_remote PUBLIC slicesched_executor slicesched_models PkgConfig::ZMQ
   PRIVATE nlohmann_json::nlohmann_json)
 target_compile_options(slicesched_executor_remote PRIVATE -Wall -Wextra)

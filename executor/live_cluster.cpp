@@ -341,6 +341,7 @@ void LiveCluster::worker(AccelId a) {
       h.retained = std::move(res.retained);
       charge(a, h.output.bytes + h.retained.bytes);
       d.feedback.tokens = std::move(res.tokens);
+      d.feedback.logprobs = std::move(res.logprobs);
     } else {
       h.failed = true;
       h.error = result.status().message();

@@ -227,10 +227,25 @@ Result<std::vector<std::int64_t>> LlamaRunner::load_weights() {
   return bytes;
 }
 
+rt::SeqStep LlamaRunner::runtime_step(IterationPlan::Seq s) {
+  rt::SeqStep step{s.seq, s.position, std::move(s.tokens), nullptr};
+  if (s.sampling) {
+    const SamplingParams& p = *s.sampling;
+    auto r = std::make_shared<rt::Sampling>();
+    r->temperature = p.temperature, r->top_p = p.top_p, r->min_p = p.min_p, r->top_k = p.top_k, r->seed = p.seed;
+    r->presence_penalty = p.presence_penalty, r->frequency_penalty = p.frequency_penalty;
+    r->repetition_penalty = p.repetition_penalty, r->logprobs = p.logprobs;
+    r->history = std::move(s.history);
+    r->prompt_tokens = s.prompt_tokens;
+    step.sampling = std::move(r);
+  }
+  return step;
+}
+
 Status LlamaRunner::on_iteration(InstanceId instance, IterationPlan plan) {
   auto p = std::make_shared<rt::StepPlan>();
   p->seqs.reserve(plan.seqs.size());
-  for (auto& s : plan.seqs) p->seqs.push_back({s.seq, s.position, std::move(s.tokens)});
+  for (auto& s : plan.seqs) p->seqs.push_back(runtime_step(std::move(s)));
   std::lock_guard lk(mu_);
   plans_[instance] = std::move(p);
   return Status::Ok();
@@ -332,7 +347,9 @@ Result<OpResult> LlamaRunner::run(AccelId accel, const void* prepared, std::span
     }
     case Prepared::Kind::kHead: {
       if (inputs.empty()) return InvalidArgument("llama runner: " + p.name + " has no input");
-      out.tokens = p.runtime->head(unwrap(inputs[0]), *p.plan, device);
+      rt::LlamaModel::Sampled sampled = p.runtime->head_sampled(unwrap(inputs[0]), *p.plan, device);
+      out.tokens = std::move(sampled.tokens);
+      for (rt::Logprobs& l : sampled.logprobs) out.logprobs.push_back({l.chosen, std::move(l.top)});
       break;
     }
   }

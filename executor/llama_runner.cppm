@@ -114,6 +114,9 @@ class LlamaRunner final : public OpRunner {
   // Plans handed over whose head has not run yet (a preempted one counts
   // until dropped): what the runner holds for iterations in flight.
   std::size_t pending_plans();
+  // One sequence of an iteration plan in the runtime's terms (its sampling
+  // included), for on_iteration and an executor process's plans.
+  static rt::SeqStep runtime_step(IterationPlan::Seq s);
 
   const std::vector<std::string>& devices() const { return devices_; }
   static Payload wrap(const rt::Value& v);

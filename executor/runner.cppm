@@ -26,9 +26,10 @@ struct Payload {
 
 // One operator's results.
 struct OpResult {
-  Payload output;                    // what successors read
-  Payload retained;                  // state a later instance takes over (e.g. a KV cache)
-  std::vector<std::int64_t> tokens;  // sampled tokens, for heads
+  Payload output;                      // what successors read
+  Payload retained;                    // state a later instance takes over (e.g. a KV cache)
+  std::vector<std::int64_t> tokens;    // sampled tokens, for heads
+  std::vector<TokenLogprob> logprobs;  // parallel to tokens when asked for (Feedback::logprobs)
   // The operator's time as the device measured it (CUDA events), or -1:
   // the executor then times the call on the host. What estimators learn.
   Nanos device_ns = -1;

@@ -34,6 +34,16 @@ for tag in cuda nccl; do
   else echo "$tag: FAILED" >> "$OUT/tests.summary"; status=1; fi
 done
 
+# Sampling on the GPU (executor/torch/sampler.cpp): temperature, top_k/p,
+# min_p, seeds, penalties and log-probabilities against host references,
+# with the head on cuda:0.
+step "sampling on cuda:0"
+if SLICESCHED_SAMPLER_DEVICE=cuda:0 "$BUILD/bin/slicesched_torch_tests" "[sampler]" 2>&1 | tee -a "$OUT/tests.txt"; then
+  echo "sampler-cuda: passed" >> "$OUT/tests.summary"
+else
+  echo "sampler-cuda: FAILED" >> "$OUT/tests.summary"; status=1
+fi
+
 step "calibrate $CONFIG"
 "$S" calibrate "$CONFIG" --out "$OUT/calibration.json" 2>&1 | tee "$OUT/calibrate.txt" || status=1
 

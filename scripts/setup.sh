@@ -48,3 +48,15 @@ if ! "$ROOT/.venv/bin/python3" -c "import tokenizers" 2>/dev/null; then
   echo "setup: installing Hugging Face tokenizers into $ROOT/.venv (tokenizer.json support)"
   "$ROOT/.venv/bin/python3" -m pip install -q --disable-pip-version-check tokenizers
 fi
+# jinja2 renders models' chat templates for /v1/chat/completions (the
+# library transformers uses), through the same embedded Python.
+if ! "$ROOT/.venv/bin/python3" -c "import jinja2" 2>/dev/null; then
+  echo "setup: installing jinja2 into $ROOT/.venv (chat templates)"
+  "$ROOT/.venv/bin/python3" -m pip install -q --disable-pip-version-check jinja2
+fi
+# guidellm (Neural Magic / vLLM project) benchmarks `serve --listen` as an
+# outside client in ctest serve_guidellm.
+if ! "$ROOT/.venv/bin/python3" -c "import guidellm" 2>/dev/null; then
+  echo "setup: installing guidellm into $ROOT/.venv (the serve_guidellm benchmark client)"
+  "$ROOT/.venv/bin/python3" -m pip install -q --disable-pip-version-check guidellm
+fi

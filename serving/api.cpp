@@ -1,6 +1,7 @@
 module;
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -42,23 +43,70 @@ std::variant<std::vector<std::int64_t>, ApiError> token_ids(const json& a, const
 
 }  // namespace
 
-std::variant<CompletionRequest, ApiError> parse_completion(const json& body, std::span<const ServedModel> models) {
-  if (!body.is_object()) return bad("", "the request body must be a JSON object");
-  CompletionRequest r;
+std::variant<std::size_t, ApiError> find_model(const json& body, std::span<const ServedModel> models) {
   const auto model = body.find("model");
   if (model == body.end() || !model->is_string()) return bad("model", "model: required (a string)");
   const std::string name = model->get<std::string>();
-  r.model = models.size();
   for (std::size_t i = 0; i < models.size(); ++i)
-    if (models[i].name == name) r.model = i;
-  if (r.model == models.size()) {
-    std::string known;
-    for (const ServedModel& m : models) known += (known.empty() ? "" : ", ") + m.name;
-    return ApiError{.status = 404,
-                    .message = "model '" + name + "' does not exist (served: " + known + ")",
-                    .param = "model",
-                    .code = "model_not_found"};
+    if (models[i].name == name) return i;
+  std::string known;
+  for (const ServedModel& m : models) known += (known.empty() ? "" : ", ") + m.name;
+  return ApiError{.status = 404,
+                  .message = "model '" + name + "' does not exist (served: " + known + ")",
+                  .param = "model",
+                  .code = "model_not_found"};
+}
+
+std::optional<ApiError> parse_common(const json& body, const ServedModel& m, bool chat, CompletionRequest& r) {
+  if (r.prompt.empty()) return bad("prompt", "prompt: empty (at least one token)");
+  if (m.max_prompt_tokens > 0 && static_cast<std::int64_t>(r.prompt.size()) > m.max_prompt_tokens)
+    return bad(chat ? "messages" : "prompt", (chat ? "messages: " : "prompt: ") + std::to_string(r.prompt.size()) +
+                                                 " tokens, more than the " + std::to_string(m.max_prompt_tokens) +
+                                                 " one request may send ([serve] max_prompt_tokens)");
+  for (const char* key : {"max_tokens", "max_completion_tokens"})
+    if (const auto mt = body.find(key); mt != body.end() && !mt->is_null()) {
+      if (!mt->is_number_integer() || mt->get<std::int64_t>() < 1)
+        return bad(key, std::string(key) + ": expected an integer >= 1, got " + mt->dump());
+      r.max_tokens = mt->get<std::int64_t>();
+    }
+  const auto total = static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens;
+  if (m.context_window > 0 && total > m.context_window)
+    return bad("max_tokens", "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" +
+                                 std::to_string(r.max_tokens) + ") exceeds model '" + m.name +
+                                 "''s context window of " + std::to_string(m.context_window) + " tokens");
+  if (m.request_tokens_max > 0 && total > m.request_tokens_max)
+    return bad("max_tokens", "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" +
+                                 std::to_string(r.max_tokens) + ") exceeds the " +
+                                 std::to_string(m.request_tokens_max) +
+                                 " tokens one request may hold on this server (its tenants' kv_budget_tokens)");
+  if (const auto s = body.find("stream"); s != body.end() && !s->is_null()) {
+    if (!s->is_boolean()) return bad("stream", "stream: expected true or false, got " + s->dump());
+    r.stream = s->get<bool>();
   }
+  if (const auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
+    if (!so->is_object()) return bad("stream_options", "stream_options: expected an object");
+    for (const auto& [k, v] : so->items())
+      if (k != "include_usage" && k != "continuous_usage_stats")
+        return bad("stream_options", "stream_options." + k + ": not supported (include_usage is)");
+    if (const auto u = so->find("include_usage"); u != so->end()) {
+      if (!u->is_boolean()) return bad("stream_options", "stream_options.include_usage: expected true or false");
+      r.include_usage = u->get<bool>();
+    }
+    if (const auto u = so->find("continuous_usage_stats"); u != so->end()) {
+      if (!u->is_boolean())
+        return bad("stream_options", "stream_options.continuous_usage_stats: expected true or false");
+      r.continuous_usage = u->get<bool>();
+    }
+  }
+  return parse_generation(body, m, chat, r.gen);
+}
+
+std::variant<CompletionRequest, ApiError> parse_completion(const json& body, std::span<const ServedModel> models) {
+  if (!body.is_object()) return bad("", "the request body must be a JSON object");
+  CompletionRequest r;
+  auto found = find_model(body, models);
+  if (auto* e = std::get_if<ApiError>(&found)) return *e;
+  r.model = std::get<std::size_t>(found);
   const ServedModel& m = models[r.model];
 
   const auto prompt = body.find("prompt");
@@ -79,47 +127,15 @@ std::variant<CompletionRequest, ApiError> parse_completion(const json& body, std
   } else {
     return bad("prompt", "prompt: expected a list of token ids or a string, got " + prompt->dump());
   }
-  if (r.prompt.empty()) return bad("prompt", "prompt: empty (at least one token)");
-  if (m.max_prompt_tokens > 0 && static_cast<std::int64_t>(r.prompt.size()) > m.max_prompt_tokens)
-    return bad("prompt", "prompt: " + std::to_string(r.prompt.size()) + " tokens, more than the " +
-                             std::to_string(m.max_prompt_tokens) + " one request may send ([serve] max_prompt_tokens)");
-
-  if (const auto mt = body.find("max_tokens"); mt != body.end() && !mt->is_null()) {
-    if (!mt->is_number_integer() || mt->get<std::int64_t>() < 1)
-      return bad("max_tokens", "max_tokens: expected an integer >= 1, got " + mt->dump());
-    r.max_tokens = mt->get<std::int64_t>();
-  }
-  const auto total = static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens;
-  if (m.context_window > 0 && total > m.context_window)
-    return bad("max_tokens", "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" +
-                                 std::to_string(r.max_tokens) + ") exceeds model '" + m.name +
-                                 "''s context window of " + std::to_string(m.context_window) + " tokens");
-  if (m.request_tokens_max > 0 && total > m.request_tokens_max)
-    return bad("max_tokens", "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" +
-                                 std::to_string(r.max_tokens) + ") exceeds the " +
-                                 std::to_string(m.request_tokens_max) +
-                                 " tokens one request may hold on this server (its tenants' kv_budget_tokens)");
-  if (const auto s = body.find("stream"); s != body.end() && !s->is_null()) {
-    if (!s->is_boolean()) return bad("stream", "stream: expected true or false, got " + s->dump());
-    r.stream = s->get<bool>();
-  }
-  if (const auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
-    if (!so->is_object()) return bad("stream_options", "stream_options: expected an object");
-    if (const auto u = so->find("include_usage"); u != so->end()) {
-      if (!u->is_boolean()) return bad("stream_options", "stream_options.include_usage: expected true or false");
-      r.include_usage = u->get<bool>();
-    }
-  }
   // What would change the reply's shape must be the default.
   auto is_default = [&](const char* key, const json& def) {
     const auto v = body.find(key);
     return v == body.end() || v->is_null() || *v == def;
   };
-  if (!is_default("n", 1)) return bad("n", "n: only 1 completion per request is supported");
   if (!is_default("best_of", 1)) return bad("best_of", "best_of: only 1 is supported");
   if (!is_default("echo", false)) return bad("echo", "echo: not supported");
-  if (!is_default("logprobs", 0)) return bad("logprobs", "logprobs: not supported");
   if (!is_default("suffix", "")) return bad("suffix", "suffix: not supported");
+  if (auto e = parse_common(body, m, false, r)) return *e;
   return r;
 }
 
@@ -143,8 +159,8 @@ namespace {
 // finished or not ("length": the runtime always runs to max_tokens), with
 // usage when `usage` holds prompt and completion token counts.
 json completion_object(const std::string& id, std::int64_t created, const std::string& model,
-                       std::span<const std::int64_t> tokens, const std::string& text, bool finished,
-                       const std::pair<std::int64_t, std::int64_t>* usage) {
+                       std::span<const std::int64_t> tokens, const std::string& text, const char* finished,
+                       const std::pair<std::int64_t, std::int64_t>* usage, const json& logprobs) {
   json body = {
       {"id", id},
       {"object", "text_completion"},
@@ -152,8 +168,8 @@ json completion_object(const std::string& id, std::int64_t created, const std::s
       {"model", model},
       {"choices", json::array({{{"text", text},
                                 {"index", 0},
-                                {"logprobs", nullptr},
-                                {"finish_reason", finished ? json("length") : json()},
+                                {"logprobs", logprobs},
+                                {"finish_reason", finished ? json(finished) : json()},
                                 {"token_ids", json(std::vector<std::int64_t>(tokens.begin(), tokens.end()))}}})}};
   if (usage)
     body["usage"] = {{"prompt_tokens", usage->first},
@@ -165,20 +181,21 @@ json completion_object(const std::string& id, std::int64_t created, const std::s
 }  // namespace
 
 json completion_body(const std::string& id, std::int64_t created, const std::string& model, std::int64_t prompt_tokens,
-                     std::span<const std::int64_t> tokens, const std::string& text) {
+                     std::span<const std::int64_t> tokens, const std::string& text, const char* finish_reason,
+                     const json& logprobs) {
   const std::pair<std::int64_t, std::int64_t> usage{prompt_tokens, static_cast<std::int64_t>(tokens.size())};
-  return completion_object(id, created, model, tokens, text, true, &usage);
+  return completion_object(id, created, model, tokens, text, finish_reason, &usage, logprobs);
 }
 
 json chunk_body(const std::string& id, std::int64_t created, const std::string& model,
-                std::span<const std::int64_t> tokens, const std::string& text) {
-  return completion_object(id, created, model, tokens, text, false, nullptr);
+                std::span<const std::int64_t> tokens, const std::string& text, const json& logprobs) {
+  return completion_object(id, created, model, tokens, text, nullptr, nullptr, logprobs);
 }
 
 json final_chunk_body(const std::string& id, std::int64_t created, const std::string& model, std::int64_t prompt_tokens,
-                      std::int64_t completion_tokens) {
+                      std::int64_t completion_tokens, const char* finish_reason) {
   const std::pair<std::int64_t, std::int64_t> usage{prompt_tokens, completion_tokens};
-  return completion_object(id, created, model, {}, "", true, &usage);
+  return completion_object(id, created, model, {}, "", finish_reason, &usage, nullptr);
 }
 
 std::string decode(const ServedModel& model, std::span<const std::int64_t> tokens) {

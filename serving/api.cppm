@@ -4,15 +4,20 @@
 // no HTTP, no engine, so they are tested alone.
 module;
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
 export module slicesched.serving.api;
 export import slicesched.serving.tokenizer;
+export import slicesched.core.sampling;
 
 export namespace slicesched::serving {
 
@@ -32,6 +37,17 @@ struct ServedModel {
   std::int64_t max_prompt_tokens = 0;
   Tokenizer tokenizer;
   std::vector<std::uint32_t> online, offline;
+  // Per online tenant (parallel to `online`): the request priorities it
+  // takes, inclusive ([[tenants]] request_priorities). Empty: all take all.
+  std::vector<std::pair<std::int64_t, std::int64_t>> online_priorities;
+  // The ids that end generation (generation_config.json's eos_token_id,
+  // else the tokenizer's EOS) unless a request sets ignore_eos.
+  std::vector<std::int64_t> eos_ids;
+  // Renders chat messages (a JSON array) into the prompt text with the
+  // model's chat template (tokenizer_config.json's chat_template, or
+  // --chat-template), a generation prompt appended. Null: the model has no
+  // template, and chat completions are refused saying so. Thread-safe.
+  std::function<Result<std::string>(const nlohmann::json& messages)> chat_template;
 };
 
 // An error as the client sees it: the HTTP status and OpenAI's error body
@@ -44,19 +60,42 @@ struct ApiError {
   std::string code = {};   // e.g. "model_not_found", or empty
 };
 
+// What a request asks of generation beyond its prompt and length: how
+// tokens are chosen (the head honours it on its device) and when the
+// output is complete (the front end watches it: StopWatch).
+struct GenerationOptions {
+  std::shared_ptr<const SamplingParams> sampling = std::make_shared<SamplingParams>();
+  std::vector<std::string> stop;             // stop strings: the text ends before the first
+  std::vector<std::int64_t> stop_token_ids;  // these ids end it (kept in token_ids, not in the text)
+  bool ignore_eos = false;
+  std::int64_t priority = 0;  // lower runs earlier (vLLM's); picks the tenant
+};
+
 struct CompletionRequest {
   std::size_t model = 0;  // index into the served models
   std::vector<std::int64_t> prompt;
   std::int64_t max_tokens = 16;  // OpenAI's default
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
+  bool include_usage = false;     // stream_options.include_usage
+  bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM's): usage in every event
+  GenerationOptions gen;
 };
 
+// The sampling and stop fields of a completion or chat body into `gen`, or
+// the first bad one (a 400 naming the field and its range). `chat`: the
+// chat endpoint's names (logprobs is a boolean, top_logprobs the count).
+// Fields that would be silently ignored are refused.
+std::optional<ApiError> parse_generation(const nlohmann::json& body, const ServedModel& model, bool chat,
+                                         GenerationOptions& gen);
+
+// A chat completion request (messages rendered with the model's chat
+// template, then tokenized with its BOS, as a text prompt), or why not.
+std::variant<CompletionRequest, ApiError> parse_chat(std::string_view body, std::span<const ServedModel> models);
+
 // The request `body` (a JSON object) for one of `models`, or why not.
-// Sampling parameters (temperature, top_p, stop, seed, ...) are accepted and
-// do nothing (the runtime samples greedily); what would change the reply's
-// shape (n, best_of, echo, logprobs, suffix) is refused unless it is the
-// default.
+// Sampling and stop fields go through parse_generation; what we do not
+// support (n > 1, best_of > 1, echo, suffix, logit_bias, ...) is refused
+// unless it is the default.
 std::variant<CompletionRequest, ApiError> parse_completion(const nlohmann::json& body,
                                                            std::span<const ServedModel> models);
 // The same from the body's text (malformed JSON is a 400).
@@ -69,14 +108,35 @@ nlohmann::json error_body(const ApiError& e);
 // choices[0].token_ids either way.
 nlohmann::json completion_body(const std::string& id, std::int64_t created, const std::string& model,
                                std::int64_t prompt_tokens, std::span<const std::int64_t> tokens,
-                               const std::string& text);
+                               const std::string& text, const char* finish_reason = "length",
+                               const nlohmann::json& logprobs = nullptr);
+
+// Log-probabilities in the completions shape ({tokens, token_logprobs,
+// top_logprobs, text_offset}) and the chat shape ({content: [{token,
+// logprob, bytes, top_logprobs}]}); each token's text decoded alone.
+nlohmann::json completion_logprobs(const ServedModel& model, std::span<const std::int64_t> tokens,
+                                   std::span<const TokenLogprob> lp, std::size_t text_offset = 0);
+nlohmann::json chat_logprobs(const ServedModel& model, std::span<const std::int64_t> tokens,
+                             std::span<const TokenLogprob> lp);
+
+// The chat shapes: a whole chat.completion, and one chat.completion.chunk
+// (a delta with `content`, the first with the role; the last with
+// finish_reason; usage when given).
+nlohmann::json chat_body(const std::string& id, std::int64_t created, const std::string& model,
+                         std::int64_t prompt_tokens, std::span<const std::int64_t> tokens, const std::string& text,
+                         const char* finish_reason, const nlohmann::json& logprobs = nullptr);
+nlohmann::json chat_chunk_body(const std::string& id, std::int64_t created, const std::string& model,
+                               const nlohmann::json& delta, const nlohmann::json& finish_reason = nullptr,
+                               const nlohmann::json& logprobs = nullptr);
 
 // One server-sent event's JSON of a stream: one token (finish_reason null),
 // or the last event (no token, finish_reason "length", with usage).
 nlohmann::json chunk_body(const std::string& id, std::int64_t created, const std::string& model,
-                          std::span<const std::int64_t> tokens, const std::string& text);
+                          std::span<const std::int64_t> tokens, const std::string& text,
+                          const nlohmann::json& logprobs = nullptr);
 nlohmann::json final_chunk_body(const std::string& id, std::int64_t created, const std::string& model,
-                                std::int64_t prompt_tokens, std::int64_t completion_tokens);
+                                std::int64_t prompt_tokens, std::int64_t completion_tokens,
+                                const char* finish_reason = "length");
 
 // The text of `tokens` for `model` ("" without a decode hook).
 std::string decode(const ServedModel& model, std::span<const std::int64_t> tokens);
@@ -101,4 +161,43 @@ class StreamDecoder {
   std::size_t prefix_ = 0, read_ = 0;  // tokens[prefix_, read_) gave the text sent last
 };
 
+// One request's output against its stop conditions, token by token (the
+// engine thread: RequestSink::on_token). EOS and stop_token_ids end it with
+// the id kept out of the text; a stop string ends it with the text cut
+// before it. Not thread-safe: its owner locks.
+class StopWatch {
+ public:
+  StopWatch(const ServedModel& model, const GenerationOptions& gen);
+  // Adds the next token; true once the output is complete.
+  bool add(std::int64_t token);
+  bool stopped() const { return stopped_; }
+  // "stop" when a stop condition ended the output, else "length".
+  const char* finish_reason() const { return stopped_ ? "stop" : "length"; }
+  // The tokens whose text is output (a stop token's is not).
+  std::size_t text_tokens() const { return text_tokens_; }
+  // With stop strings: the output text so far (cut at a stop string), and
+  // how much of it is final (a stop string may still begin in the rest).
+  bool watches_text() const { return !stop_.empty(); }
+  const std::string& text() const { return text_; }
+  std::size_t settled() const;
+
+ private:
+  const ServedModel& model_;
+  std::vector<std::string> stop_;
+  std::vector<std::int64_t> stop_ids_;
+  std::vector<std::int64_t> tokens_;
+  std::string text_;
+  std::size_t text_tokens_ = 0, longest_stop_ = 0;
+  bool stopped_ = false;
+  std::unique_ptr<StreamDecoder> decoder_;
+};
+
+}  // namespace slicesched::serving
+
+// Shared by the module's implementation files (api.cpp, chat.cpp), not
+// exported: the model a body names (404 naming those served), and the
+// fields completions and chat share, checked into `r` once its prompt is set.
+namespace slicesched::serving {
+std::variant<std::size_t, ApiError> find_model(const nlohmann::json& body, std::span<const ServedModel> models);
+std::optional<ApiError> parse_common(const nlohmann::json& body, const ServedModel& m, bool chat, CompletionRequest& r);
 }  // namespace slicesched::serving

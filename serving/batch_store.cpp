@@ -83,7 +83,8 @@ CREATE TABLE IF NOT EXISTS batches (
   id TEXT PRIMARY KEY, input_file_id TEXT NOT NULL, endpoint TEXT NOT NULL, completion_window TEXT NOT NULL,
   status TEXT NOT NULL, created_at INTEGER NOT NULL, completed_at INTEGER NOT NULL DEFAULT 0,
   output_file_id TEXT NOT NULL DEFAULT '', error_file_id TEXT NOT NULL DEFAULT '',
-  total INTEGER NOT NULL, completed INTEGER NOT NULL DEFAULT 0, failed INTEGER NOT NULL DEFAULT 0);
+  total INTEGER NOT NULL, completed INTEGER NOT NULL DEFAULT 0, failed INTEGER NOT NULL DEFAULT 0,
+  metadata TEXT NOT NULL DEFAULT 'null', expires_at INTEGER NOT NULL DEFAULT 0, ended_at INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS lines (
   batch_id TEXT NOT NULL, line INTEGER NOT NULL, custom_id TEXT NOT NULL, body TEXT NOT NULL,
   state TEXT NOT NULL, result TEXT NOT NULL DEFAULT '', PRIMARY KEY (batch_id, line));
@@ -104,12 +105,22 @@ BatchInfo read_batch(const Stmt& s) {
   b.total = s.col_int(9);
   b.completed = s.col_int(10);
   b.failed = s.col_int(11);
+  b.metadata = s.col_text(12);
+  b.expires_at = s.col_int(13);
+  b.ended_at = s.col_int(14);
   return b;
 }
 
 constexpr const char* kBatchColumns =
     "SELECT id, input_file_id, endpoint, completion_window, status, created_at, completed_at, output_file_id, "
-    "error_file_id, total, completed, failed FROM batches";
+    "error_file_id, total, completed, failed, metadata, expires_at, ended_at FROM batches";
+
+// The batches table before metadata, expires_at and ended_at (a store made
+// by an older server): those columns are added when it is opened.
+const std::vector<std::string> kBatchesBefore28 = {
+    "id",         "input_file_id", "endpoint",       "completion_window", "status",
+    "created_at", "completed_at",  "output_file_id", "error_file_id",     "total",
+    "completed",  "failed"};
 
 }  // namespace
 
@@ -133,7 +144,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& expected_ta
       {"files", {"id", "filename", "purpose", "bytes", "created_at", "content"}},
       {"batches",
        {"id", "input_file_id", "endpoint", "completion_window", "status", "created_at", "completed_at",
-        "output_file_id", "error_file_id", "total", "completed", "failed"}},
+        "output_file_id", "error_file_id", "total", "completed", "failed", "metadata", "expires_at", "ended_at"}},
       {"lines", {"batch_id", "line", "custom_id", "body", "state", "result"}}};
   return t;
 }
@@ -192,6 +203,18 @@ Result<std::unique_ptr<BatchStore>> BatchStore::open(const std::string& path) {
   sqlite3_busy_timeout(s->db_, 5000);
   // WAL with full sync: a result acknowledged by commit survives a crash
   // or power loss.
+  // A store of an older server gains the batches' new columns.
+  {
+    Stmt t(s->db_, "PRAGMA table_info(batches)");
+    if (!t.ok()) return s->error("reading the schema");
+    std::vector<std::string> got;
+    while (t.step() == SQLITE_ROW) got.push_back(t.col_text(1));
+    if (got == kBatchesBefore28)
+      for (const char* sql : {"ALTER TABLE batches ADD COLUMN metadata TEXT NOT NULL DEFAULT 'null';",
+                              "ALTER TABLE batches ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0;",
+                              "ALTER TABLE batches ADD COLUMN ended_at INTEGER NOT NULL DEFAULT 0;"})
+        if (Status st = s->exec(sql); !st.ok()) return st;
+  }
   // The tables there must be a batch store's before anything is added.
   if (Status st = s->check_schema(true); !st.ok()) return st;
   for (const char* sql : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", kSchema})
@@ -233,6 +256,37 @@ Result<std::optional<FileInfo>> BatchStore::file(const std::string& id) {
   return std::optional<FileInfo>(FileInfo{s.col_text(0), s.col_text(1), s.col_text(2), s.col_int(3), s.col_int(4)});
 }
 
+Result<std::vector<FileInfo>> BatchStore::files() {
+  std::lock_guard lk(mu_);
+  Stmt s(db_, "SELECT id, filename, purpose, bytes, created_at FROM files ORDER BY created_at DESC, rowid DESC");
+  if (!s.ok()) return error("files");
+  std::vector<FileInfo> out;
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW)
+    out.push_back(FileInfo{s.col_text(0), s.col_text(1), s.col_text(2), s.col_int(3), s.col_int(4)});
+  if (rc != SQLITE_DONE) return error("files");
+  return out;
+}
+
+Result<bool> BatchStore::delete_file(const std::string& id) {
+  std::lock_guard lk(mu_);
+  {
+    Stmt busy(db_, "SELECT id FROM batches WHERE input_file_id = ? AND status = 'in_progress' LIMIT 1");
+    if (!busy.ok()) return error("delete file");
+    busy.text(1, id);
+    const int rc = busy.step();
+    if (rc == SQLITE_ROW)
+      return FailedPrecondition("file '" + id + "' is the input of batch '" + busy.col_text(0) +
+                                "', still in progress; delete it once the batch ends");
+    if (rc != SQLITE_DONE) return error("delete file");
+  }
+  Stmt s(db_, "DELETE FROM files WHERE id = ?");
+  if (!s.ok()) return error("delete file");
+  s.text(1, id);
+  if (s.step() != SQLITE_DONE) return error("delete file");
+  return sqlite3_changes(db_) > 0;
+}
+
 Result<std::optional<std::string>> BatchStore::file_content(const std::string& id) {
   std::lock_guard lk(mu_);
   Stmt s(db_, "SELECT content FROM files WHERE id = ?");
@@ -245,15 +299,18 @@ Result<std::optional<std::string>> BatchStore::file_content(const std::string& i
 }
 
 Result<BatchInfo> BatchStore::create_batch(const std::string& input_file_id, const std::string& endpoint,
-                                           const std::string& window, const std::vector<BatchLine>& lines) {
+                                           const std::string& window, const std::vector<BatchLine>& lines,
+                                           std::int64_t window_s, const std::string& metadata) {
   std::lock_guard lk(mu_);
   BatchInfo b;
+  b.metadata = metadata;
   b.id = new_id("batch_");
   b.input_file_id = input_file_id;
   b.endpoint = endpoint;
   b.completion_window = window;
   b.status = "in_progress";
   b.created_at = unix_now();
+  b.expires_at = b.created_at + window_s;
   b.total = static_cast<std::int64_t>(lines.size());
   if (Status st = exec("BEGIN IMMEDIATE;"); !st.ok()) return st;
   auto rollback = [&](const char* what) {
@@ -263,11 +320,11 @@ Result<BatchInfo> BatchStore::create_batch(const std::string& input_file_id, con
   };
   {
     Stmt s(db_,
-           "INSERT INTO batches (id, input_file_id, endpoint, completion_window, status, created_at, total) "
-           "VALUES (?, ?, ?, ?, ?, ?, ?)");
+           "INSERT INTO batches (id, input_file_id, endpoint, completion_window, status, created_at, total, "
+           "metadata, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
     if (!s.ok()) return rollback("create_batch");
     s.text(1, b.id).text(2, input_file_id).text(3, endpoint).text(4, window).text(5, b.status);
-    s.integer(6, b.created_at).integer(7, b.total);
+    s.integer(6, b.created_at).integer(7, b.total).text(8, metadata).integer(9, b.expires_at);
     if (s.step() != SQLITE_DONE) return rollback("create_batch");
   }
   for (std::size_t i = 0; i < lines.size(); ++i) {
@@ -349,35 +406,139 @@ Status BatchStore::finish_line(const std::string& batch_id, std::int64_t line, b
     left = s.col_int(0);
   }
   if (left == 0) {
-    // The last line: the output (and error) file, in input order.
-    std::string output, errors;
-    {
-      Stmt s(db_, "SELECT state, result FROM lines WHERE batch_id = ? ORDER BY line");
-      if (!s.ok()) return rollback("finish_line");
-      s.text(1, batch_id);
-      int rc;
-      while ((rc = s.step()) == SQLITE_ROW) (s.col_text(0) == "done" ? output : errors) += s.col_text(1) + "\n";
-      if (rc != SQLITE_DONE) return rollback("finish_line");
+    if (Status st = finalize(batch_id); !st.ok()) {
+      (void)exec("ROLLBACK;");
+      return st;
     }
-    const std::int64_t now = unix_now();
-    std::string out_id = new_id("file-"), err_id = errors.empty() ? std::string() : new_id("file-");
-    for (const auto& [id, content, purpose] :
-         {std::tuple{out_id, output, "batch_output"}, std::tuple{err_id, errors, "batch_error"}}) {
-      if (id.empty()) continue;
-      Stmt s(db_, "INSERT INTO files (id, filename, purpose, bytes, created_at, content) VALUES (?, ?, ?, ?, ?, ?)");
-      if (!s.ok()) return rollback("finish_line");
-      s.text(1, id).text(2, batch_id + (std::string(purpose) == "batch_output" ? "_output.jsonl" : "_error.jsonl"));
-      s.text(3, purpose).integer(4, static_cast<std::int64_t>(content.size())).integer(5, now).blob(6, content);
-      if (s.step() != SQLITE_DONE) return rollback("finish_line");
-    }
-    Stmt s(db_,
-           "UPDATE batches SET status = 'completed', completed_at = ?, output_file_id = ?, error_file_id = ? "
-           "WHERE id = ?");
-    if (!s.ok()) return rollback("finish_line");
-    s.integer(1, now).text(2, out_id).text(3, err_id).text(4, batch_id);
-    if (s.step() != SQLITE_DONE) return rollback("finish_line");
   }
   return exec("COMMIT;");
+}
+
+// (In a transaction.) The batch's last line is answered or given up: the
+// output file (done lines) and error file (failed ones), in input order,
+// and its final status: completed, or cancelled / expired when it was
+// cancelling / expiring.
+Status BatchStore::finalize(const std::string& batch_id) {
+  std::string output, errors, status;
+  {
+    Stmt s(db_, "SELECT status FROM batches WHERE id = ?");
+    if (!s.ok()) return error("finalize");
+    s.text(1, batch_id);
+    if (s.step() != SQLITE_ROW) return error("finalize");
+    status = s.col_text(0);
+  }
+  const std::string final_status = status == "cancelling" ? "cancelled"
+                                   : status == "expiring" ? "expired"
+                                                          : "completed";
+  {
+    Stmt s(db_, "SELECT state, result FROM lines WHERE batch_id = ? ORDER BY line");
+    if (!s.ok()) return error("finalize");
+    s.text(1, batch_id);
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) {
+      const std::string state = s.col_text(0);
+      if (state == "done") output += s.col_text(1) + "\n";
+      if (state == "failed") errors += s.col_text(1) + "\n";
+    }
+    if (rc != SQLITE_DONE) return error("finalize");
+  }
+  const std::int64_t now = unix_now();
+  std::string out_id = output.empty() && final_status != "completed" ? std::string() : new_id("file-");
+  std::string err_id = errors.empty() ? std::string() : new_id("file-");
+  for (const auto& [id, content, purpose] :
+       {std::tuple{out_id, output, "batch_output"}, std::tuple{err_id, errors, "batch_error"}}) {
+    if (id.empty()) continue;
+    Stmt s(db_, "INSERT INTO files (id, filename, purpose, bytes, created_at, content) VALUES (?, ?, ?, ?, ?, ?)");
+    if (!s.ok()) return error("finalize");
+    s.text(1, id).text(2, batch_id + (std::string(purpose) == "batch_output" ? "_output.jsonl" : "_error.jsonl"));
+    s.text(3, purpose).integer(4, static_cast<std::int64_t>(content.size())).integer(5, now).blob(6, content);
+    if (s.step() != SQLITE_DONE) return error("finalize");
+  }
+  Stmt s(db_,
+         "UPDATE batches SET status = ?, completed_at = ?, ended_at = ?, output_file_id = ?, error_file_id = ? "
+         "WHERE id = ?");
+  if (!s.ok()) return error("finalize");
+  s.text(1, final_status).integer(2, final_status == "completed" ? now : 0).integer(3, now).text(4, out_id);
+  s.text(5, err_id).text(6, batch_id);
+  if (s.step() != SQLITE_DONE) return error("finalize");
+  return Status::Ok();
+}
+
+Result<std::optional<BatchInfo>> BatchStore::stop_batch(const std::string& id, bool expire,
+                                                        const std::set<std::pair<std::string, std::int64_t>>& running) {
+  std::lock_guard lk(mu_);
+  if (Status st = exec("BEGIN IMMEDIATE;"); !st.ok()) return st;
+  auto rollback = [&](const char* what) {
+    Status e = error(what);
+    (void)exec("ROLLBACK;");
+    return e;
+  };
+  std::string status;
+  {
+    Stmt s(db_, "SELECT status FROM batches WHERE id = ?");
+    if (!s.ok()) return rollback("cancel");
+    s.text(1, id);
+    const int rc = s.step();
+    if (rc == SQLITE_DONE) {
+      (void)exec("ROLLBACK;");
+      return std::optional<BatchInfo>();
+    }
+    if (rc != SQLITE_ROW) return rollback("cancel");
+    status = s.col_text(0);
+  }
+  if (status == "in_progress") {
+    // Lines not started are given up now; those in the engine finish (their
+    // results are kept), and the batch ends with the last of them.
+    std::vector<std::int64_t> drop;
+    {
+      Stmt s(db_, "SELECT line FROM lines WHERE batch_id = ? AND state = 'pending'");
+      if (!s.ok()) return rollback("cancel");
+      s.text(1, id);
+      while (s.step() == SQLITE_ROW)
+        if (!running.contains({id, s.col_int(0)})) drop.push_back(s.col_int(0));
+    }
+    for (std::int64_t line : drop) {
+      Stmt s(db_, "UPDATE lines SET state = ? WHERE batch_id = ? AND line = ?");
+      if (!s.ok()) return rollback("cancel");
+      s.text(1, expire ? "expired" : "cancelled").text(2, id).integer(3, line);
+      if (s.step() != SQLITE_DONE) return rollback("cancel");
+    }
+    {
+      Stmt s(db_, "UPDATE batches SET status = ? WHERE id = ?");
+      if (!s.ok()) return rollback("cancel");
+      s.text(1, expire ? "expiring" : "cancelling").text(2, id);
+      if (s.step() != SQLITE_DONE) return rollback("cancel");
+    }
+    std::int64_t left = 0;
+    {
+      Stmt s(db_, "SELECT COUNT(*) FROM lines WHERE batch_id = ? AND state = 'pending'");
+      if (!s.ok() || (s.text(1, id), s.step()) != SQLITE_ROW) return rollback("cancel");
+      left = s.col_int(0);
+    }
+    if (left == 0)
+      if (Status st = finalize(id); !st.ok()) {
+        (void)exec("ROLLBACK;");
+        return st;
+      }
+  }
+  if (Status st = exec("COMMIT;"); !st.ok()) return rollback("cancel");
+  Stmt s(db_, (std::string(kBatchColumns) + " WHERE id = ?").c_str());
+  if (!s.ok()) return error("cancel");
+  s.text(1, id);
+  if (s.step() != SQLITE_ROW) return error("cancel");
+  return std::optional<BatchInfo>(read_batch(s));
+}
+
+Result<std::vector<std::string>> BatchStore::expired(std::int64_t now) {
+  std::lock_guard lk(mu_);
+  Stmt s(db_, "SELECT id FROM batches WHERE status = 'in_progress' AND expires_at > 0 AND expires_at <= ?");
+  if (!s.ok()) return error("expired");
+  s.integer(1, now);
+  std::vector<std::string> out;
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW) out.push_back(s.col_text(0));
+  if (rc != SQLITE_DONE) return error("expired");
+  return out;
 }
 
 }  // namespace slicesched::serving

@@ -29,12 +29,18 @@ struct FileInfo {
 };
 
 // A batch as GET /v1/batches/{id} shows it. status: "in_progress" until its
-// last line has a result, then "completed".
+// last line has a result, then "completed"; "cancelling" then "cancelled"
+// (POST /v1/batches/{id}/cancel), "expiring" then "expired" (past
+// expires_at): the lines not started are given up, those in the engine
+// finish and their results are in the output file.
 struct BatchInfo {
   std::string id, input_file_id, endpoint, completion_window, status;
-  std::string output_file_id, error_file_id;  // once completed (error file: when a line failed)
+  std::string output_file_id, error_file_id;  // once ended (error file: when a line failed)
   std::int64_t created_at = 0, completed_at = 0;
   std::int64_t total = 0, completed = 0, failed = 0;
+  std::string metadata = "null";  // the client's metadata object, as JSON text
+  std::int64_t expires_at = 0;    // created_at + the completion window (0: a store's batch from before)
+  std::int64_t ended_at = 0;      // when it was completed, cancelled or expired
 };
 
 // One request line of a batch: its custom_id and its completion request body
@@ -65,9 +71,27 @@ class BatchStore {
   Result<FileInfo> add_file(const std::string& filename, const std::string& purpose, const std::string& content);
   Result<std::optional<FileInfo>> file(const std::string& id);
   Result<std::optional<std::string>> file_content(const std::string& id);
+  // Every file, newest first.
+  Result<std::vector<FileInfo>> files();
+  // Deletes file `id`: true when it was there. A batch input file that an
+  // unfinished batch still reads is refused (FailedPrecondition naming it).
+  Result<bool> delete_file(const std::string& id);
   // Creates an in_progress batch over `lines` (all pending; not empty), atomically.
+  // `window_s`: the completion window in seconds (expires_at is
+  // created_at plus it); `metadata`: JSON text kept as given.
   Result<BatchInfo> create_batch(const std::string& input_file_id, const std::string& endpoint,
-                                 const std::string& window, const std::vector<BatchLine>& lines);
+                                 const std::string& window, const std::vector<BatchLine>& lines,
+                                 std::int64_t window_s = 24 * 3600, const std::string& metadata = "null");
+  // Cancels (or, `expire`, expires) batch `id` if in progress: its pending
+  // lines not in `running` (in the engine now) are given up, its status
+  // becomes cancelling (expiring), and once no line is pending (now, or
+  // when the last running one is answered) it ends as cancelled (expired)
+  // with the results so far in its output file. Nothing when there is no
+  // such batch; a batch already ended is left as it is.
+  Result<std::optional<BatchInfo>> stop_batch(const std::string& id, bool expire,
+                                              const std::set<std::pair<std::string, std::int64_t>>& running);
+  // In-progress batches whose expires_at has passed at `now`.
+  Result<std::vector<std::string>> expired(std::int64_t now);
   Result<std::optional<BatchInfo>> batch(const std::string& id);
   Result<std::vector<BatchInfo>> batches();
   // Up to `limit` pending lines in creation order, leaving out those in
@@ -90,6 +114,7 @@ class BatchStore {
   Status exec(const char* sql);
   Status error(const std::string& what) const;
   Status check_schema(bool allow_missing);
+  Status finalize(const std::string& batch_id);  // under mu_, in a transaction
 
   std::string path_;
   sqlite3* db_ = nullptr;

@@ -9,6 +9,7 @@ module;
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -36,17 +37,27 @@ std::int64_t unix_now() {
 // result to the runner at the end.
 class BatchRunner::Sink final : public RequestSink {
  public:
-  Sink(BatchRunner& runner, Ended e) : runner_(runner), e_(std::move(e)) {}
-  void on_token(std::int64_t token, Nanos) override { e_.tokens.push_back(token); }
+  Sink(BatchRunner& runner, Ended e, const GenerationOptions& gen)
+      : runner_(runner), e_(std::move(e)), watch_(*e_.served, gen) {}
+  void on_token(std::int64_t token, Nanos) override {
+    e_.tokens.push_back(token);
+    watch_.add(token);
+  }
+  void on_logprob(const TokenLogprob& lp) override { e_.logprobs.push_back(lp); }
+  bool complete() const override { return watch_.stopped(); }
   void on_end(std::int64_t prompt_tokens, std::int64_t, const std::string& error, Nanos) override {
     e_.prompt_tokens = prompt_tokens;
     e_.error = error;
+    e_.finish_reason = watch_.finish_reason();
+    e_.text =
+        watch_.watches_text() ? watch_.text() : decode(*e_.served, std::span(e_.tokens).first(watch_.text_tokens()));
     runner_.deliver(std::move(e_));
   }
 
  private:
   BatchRunner& runner_;
   Ended e_;
+  StopWatch watch_;
 };
 
 BatchRunner::BatchRunner(BatchStore& store, RequestInbox& inbox, BatchRoute route, std::size_t max_inflight)
@@ -62,6 +73,17 @@ void BatchRunner::wake() {
   std::lock_guard lk(mu_);
   woken_ = true;
   cv_.notify_all();
+}
+
+Result<std::optional<BatchInfo>> BatchRunner::cancel(const std::string& id) {
+  std::set<std::pair<std::string, std::int64_t>> running;
+  {
+    std::lock_guard lk(mu_);
+    running = running_;
+  }
+  auto b = store_.stop_batch(id, false, running);
+  wake();
+  return b;
 }
 
 std::size_t BatchRunner::inflight() const {
@@ -96,14 +118,16 @@ Status BatchRunner::write(const Ended& e) {
   json line;
   if (e.error.empty()) {
     const std::string cmpl = "cmpl-" + e.batch_id + "-" + std::to_string(e.line);
-    line = {{"id", req_id},
-            {"custom_id", e.custom_id},
-            {"response",
-             {{"status_code", 200},
-              {"request_id", cmpl},
-              {"body", completion_body(cmpl, e.created, e.model, e.prompt_tokens, e.tokens,
-                                       e.served ? decode(*e.served, e.tokens) : std::string())}}},
-            {"error", nullptr}};
+    line = {
+        {"id", req_id},
+        {"custom_id", e.custom_id},
+        {"response",
+         {{"status_code", 200},
+          {"request_id", cmpl},
+          {"body", completion_body(
+                       cmpl, e.created, e.model, e.prompt_tokens, e.tokens, e.text, e.finish_reason.c_str(),
+                       e.want_logprobs && e.served ? completion_logprobs(*e.served, e.tokens, e.logprobs) : json())}}},
+        {"error", nullptr}};
   } else {
     line = {{"id", req_id},
             {"custom_id", e.custom_id},
@@ -167,6 +191,17 @@ void BatchRunner::loop() {
     }
     for (Ended& e : kept) unwritten_.push_back(std::move(e));
     if (stopping) return;  // (stop() was called after the engine ended: no sink reports later)
+    // Batches past their completion window expire: what did not start is
+    // given up (what runs finishes), before new lines are taken.
+    {
+      const auto running = running_;
+      lk.unlock();
+      if (auto gone = store_.expired(unix_now()); gone.ok())
+        for (const std::string& id : gone.value())
+          if (auto st = store_.stop_batch(id, true, running); !st.ok())
+            std::fprintf(stderr, "slicesched: %s\n", st.status().message().c_str());
+      lk.lock();
+    }
     // Paused while results wait for the store: nothing new runs.
     const std::size_t room =
         !unwritten_.empty() ? 0 : (max_inflight_ > running_.size() ? max_inflight_ - running_.size() : 0);
@@ -179,7 +214,8 @@ void BatchRunner::loop() {
       } else {
         for (PendingLine& p : lines.value()) {
           auto routed = route_(p.body);
-          Ended e{p.batch_id, p.custom_id, "", p.line, 0, unix_now(), {}, "", nullptr};
+          Ended e;
+          e.batch_id = p.batch_id, e.custom_id = p.custom_id, e.line = p.line, e.created = unix_now();
           if (auto* err = std::get_if<ApiError>(&routed)) {
             // Validated when the batch was made; the config changed since.
             e.error = err->message;
@@ -192,10 +228,11 @@ void BatchRunner::loop() {
           Routed& r = std::get<Routed>(routed);
           e.model = r.model->name;
           e.served = r.model;
+          e.want_logprobs = r.request.sampling && r.request.sampling->logprobs >= 0;
           lk.lock();
           running_.insert({p.batch_id, p.line});
           lk.unlock();
-          r.request.sink = std::make_shared<Sink>(*this, std::move(e));
+          r.request.sink = std::make_shared<Sink>(*this, std::move(e), r.gen);
           if (!inbox_.push(std::move(r.request))) {
             lk.lock();
             running_.erase({p.batch_id, p.line});

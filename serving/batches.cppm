@@ -14,6 +14,7 @@ module;
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -33,6 +34,7 @@ export namespace slicesched::serving {
 struct Routed {
   LiveRequest request;
   const ServedModel* model = nullptr;
+  GenerationOptions gen;  // its stop conditions (the sampling is in request)
 };
 // Routes one line's body (JSON text) to an offline tenant, or says why not.
 using BatchRoute = std::function<std::variant<Routed, ApiError>(const std::string& body)>;
@@ -50,6 +52,11 @@ class BatchRunner {
   // never run, stays pending in the store and runs after a restart.
   // Returns the first store error met, if any.
   Status stop();
+
+  // POST /v1/batches/{id}/cancel: the lines not in the engine are given up
+  // now, those in it finish (their results kept); see BatchStore::stop_batch.
+  // Any thread.
+  Result<std::optional<BatchInfo>> cancel(const std::string& id);
 
   // For the front end's metrics: lines in the engine now.
   std::size_t inflight() const;
@@ -70,6 +77,11 @@ class BatchRunner {
     std::vector<std::int64_t> tokens;
     std::string error;
     const ServedModel* served = nullptr;  // decodes the text
+    // Set at the end: why it ended and its text (cut at a stop string, a
+    // stop token's left out).
+    std::string finish_reason = "length", text;
+    std::vector<TokenLogprob> logprobs;
+    bool want_logprobs = false;
   };
   class Sink;
   void loop();

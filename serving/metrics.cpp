@@ -77,6 +77,7 @@ std::int64_t ServingMetrics::second_now() const {
 
 void ServingMetrics::on_request(const RequestEvent& e, const RequestRecord& r) {
   std::lock_guard lk(mu_);
+  vllm_request(e, r);
   if (e.tenant >= per_tenant_.size()) return;
   PerTenant& t = per_tenant_[e.tenant];
   const bool online = online_[e.tenant];
@@ -168,6 +169,7 @@ std::string ServingMetrics::render(const std::string& extra) const {
   out += "slicesched_scheduling_rounds_total " + std::to_string(rounds_) + "\n";
   head(out, "slicesched_scheduling_rounds_issued_total", "counter", "Scheduling rounds that issued their batch.");
   out += "slicesched_scheduling_rounds_issued_total " + std::to_string(rounds_issued_) + "\n";
+  vllm_render(out);
   out += extra;
   return out;
 }

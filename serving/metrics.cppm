@@ -13,6 +13,7 @@ module;
 #include <deque>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -47,12 +48,39 @@ class ServingMetrics final : public EngineObserver {
   void on_request(const RequestEvent& e, const RequestRecord& r) override;
   void on_finish(const RunRecord& r) override;
   void on_decision(const Gmg& gmg, const Decision& d) override;
+  // kIteration events: vllm:num_requests_running, the queue time and the KV use.
+  bool iterations() const override { return true; }
+
+  // The model each tenant serves (by tenant, engine order) and each
+  // tenant's KV budget in tokens: the vLLM-named metrics are per model
+  // (label model_name). Before the run starts; without it they are empty.
+  void set_models(std::vector<std::string> model_of_tenant, std::vector<std::int64_t> kv_budget_tokens);
 
   // The whole exposition; `extra` (already in the text format) is appended:
   // the front end's own gauges (in-flight HTTP requests, rejections).
   std::string render(const std::string& extra = {}) const;
 
  private:
+  // vLLM's metric names beside ours (vllm_metrics.cpp): per model, what a
+  // dashboard built for vLLM reads. State bounded by the requests in flight.
+  struct Vllm {
+    struct PerModel {
+      std::int64_t waiting = 0, running = 0, kv_tokens = 0, kv_budget = 0;
+      std::uint64_t prompt_tokens = 0, generation_tokens = 0, stop = 0, length = 0, abort = 0;
+      Histogram ttft, itl, e2e, queue;
+    };
+    std::vector<std::string> names;     // models
+    std::vector<std::size_t> model_of;  // per tenant
+    std::vector<PerModel> models;
+    struct Live {
+      bool running = false;
+      std::int64_t kv_tokens = 0;
+    };
+    std::unordered_map<std::uint64_t, Live> live;  // (tenant << 32 | request) -> state
+  } vllm_;
+  void vllm_request(const RequestEvent& e, const RequestRecord& r);  // under mu_
+  void vllm_render(std::string& out) const;                          // under mu_
+
   mutable std::mutex mu_;
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::vector<std::string> tenants_, accels_;

@@ -66,6 +66,7 @@ json file_json(const FileInfo& f) {
 // `store_error`: why the store refuses writes now ("" when it takes them):
 // an unfinished batch is paused meanwhile, and says why in its errors.
 json batch_json(const BatchInfo& b, const std::string& store_error = "") {
+  const bool cancelled = b.status == "cancelling" || b.status == "cancelled";
   auto id_or_null = [](const std::string& s) { return s.empty() ? json() : json(s); };
   json errors = nullptr;
   if (!store_error.empty() && b.status == "in_progress")
@@ -87,20 +88,34 @@ json batch_json(const BatchInfo& b, const std::string& store_error = "") {
           {"created_at", b.created_at},
           {"in_progress_at", b.created_at},
           {"completed_at", b.completed_at > 0 ? json(b.completed_at) : json()},
+          {"expires_at", b.expires_at > 0 ? json(b.expires_at) : json()},
+          {"cancelling_at", cancelled ? json(b.ended_at > 0 ? b.ended_at : b.created_at) : json()},
+          {"cancelled_at", b.status == "cancelled" ? json(b.ended_at) : json()},
+          {"expired_at", b.status == "expired" ? json(b.ended_at) : json()},
           {"request_counts", {{"total", b.total}, {"completed", b.completed}, {"failed", b.failed}}},
-          {"metadata", nullptr}};
+          {"metadata", json::parse(b.metadata, nullptr, false).is_discarded() ? json() : json::parse(b.metadata)}};
 }
 
 // One HTTP completion in flight: the engine thread adds tokens and the end;
 // the client's handler thread waits for them.
 class Completion final : public RequestSink {
  public:
-  Completion(std::atomic<std::int64_t>& admitted, std::atomic<std::int64_t>& tenant_inflight)
-      : admitted_(admitted), tenant_inflight_(tenant_inflight) {}
+  Completion(std::atomic<std::int64_t>& admitted, std::atomic<std::int64_t>& tenant_inflight, const ServedModel& model,
+             const GenerationOptions& gen)
+      : watch(model, gen), admitted_(admitted), tenant_inflight_(tenant_inflight) {}
   void on_token(std::int64_t token, Nanos) override {
     std::lock_guard lk(mu);
     tokens.push_back(token);
+    watch.add(token);
     cv.notify_all();
+  }
+  void on_logprob(const TokenLogprob& lp) override {
+    std::lock_guard lk(mu);
+    logprobs.push_back(lp);
+  }
+  bool complete() const override {
+    std::lock_guard lk(mu);
+    return watch.stopped();
   }
   void on_end(std::int64_t prompt, std::int64_t, const std::string& err, Nanos) override {
     {
@@ -124,9 +139,11 @@ class Completion final : public RequestSink {
     }
   }
 
-  std::mutex mu;
+  mutable std::mutex mu;
   std::condition_variable cv;
   std::vector<std::int64_t> tokens;
+  std::vector<TokenLogprob> logprobs;  // parallel to tokens when asked for
+  StopWatch watch;
   bool ended = false;
   std::string error;
   std::int64_t prompt_tokens = 0;
@@ -538,7 +555,7 @@ struct HttpServer::Impl {
   int port = 0;
   std::atomic<bool> stopped{false};
   std::atomic<std::int64_t> admitted{0};
-  std::atomic<std::uint64_t> rejected_busy{0}, rejected_bad{0}, completions{0};
+  std::atomic<std::uint64_t> rejected_busy{0}, rejected_bad{0}, rejected_auth{0}, completions{0};
   std::vector<std::unique_ptr<std::atomic<std::int64_t>>> tenant_inflight;
   const std::int64_t started = unix_now();
 
@@ -557,7 +574,7 @@ struct HttpServer::Impl {
   }
 
   void routes();
-  void completion(const httplib::Request& req, httplib::Response& res);
+  void completion(const httplib::Request& req, httplib::Response& res, bool chat);
   void upload(const httplib::Request& req, httplib::Response& res);
   void create_batch(const httplib::Request& req, httplib::Response& res);
   // The lines of a batch input file, each body validated; or the first bad line.
@@ -674,6 +691,22 @@ void HttpServer::Impl::routes() {
         return httplib::Server::HandlerResponse::Handled;
       }
     }
+    // The API key, before the body is read: /v1/* only (probes and
+    // scrapers of /health and /metrics carry none).
+    if (!opt.api_key.empty() && req.path.rfind("/v1/", 0) == 0 &&
+        req.get_header_value("Authorization") != "Bearer " + opt.api_key) {
+      enter_handling();
+      if (t_conn) t_conn->close = true;  // (its body, if any, is not read)
+      ++rejected_auth;
+      const bool given = req.has_header("Authorization");
+      reply_error(res, ApiError{.status = 401,
+                                .message = given ? "Incorrect API key provided (Authorization: Bearer <key>, the key "
+                                                   "serve was started with: --api-key or SLICESCHED_API_KEY)"
+                                                 : "You didn't provide an API key: send Authorization: Bearer <key> "
+                                                   "(this server was started with --api-key or SLICESCHED_API_KEY)",
+                                .code = "invalid_api_key"});
+      return httplib::Server::HandlerResponse::Handled;
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   });
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -701,6 +734,17 @@ void HttpServer::Impl::routes() {
       data.push_back({{"id", m.name}, {"object", "model"}, {"created", started}, {"owned_by", "slicesched"}});
     reply(res, 200, {{"object", "list"}, {"data", data}});
   });
+  svr.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    enter_handling();
+    const std::string id = req.matches[1];
+    for (const ServedModel& m : models)
+      if (m.name == id)
+        return reply(res, 200, {{"id", m.name}, {"object", "model"}, {"created", started}, {"owned_by", "slicesched"}});
+    reply_error(res, ApiError{.status = 404,
+                              .message = "model '" + id + "' does not exist",
+                              .param = "model",
+                              .code = "model_not_found"});
+  });
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     enter_handling();
     std::string extra;
@@ -717,6 +761,7 @@ void HttpServer::Impl::routes() {
     extra += "# TYPE slicesched_http_rejected_total counter\n";
     extra += "slicesched_http_rejected_total{reason=\"queue_full\"} " + std::to_string(rejected_busy.load()) + "\n";
     extra += "slicesched_http_rejected_total{reason=\"bad_request\"} " + std::to_string(rejected_bad.load()) + "\n";
+    extra += "slicesched_http_rejected_total{reason=\"unauthorized\"} " + std::to_string(rejected_auth.load()) + "\n";
     extra += "slicesched_http_rejected_total{reason=\"header_timeout\"} " +
              std::to_string(guard.header_timeouts.load()) + "\n";
     extra +=
@@ -744,7 +789,11 @@ void HttpServer::Impl::routes() {
   });
   svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     enter_handling();
-    completion(req, res);
+    completion(req, res, false);
+  });
+  svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    enter_handling();
+    completion(req, res, true);
   });
 
   auto no_store = [this](httplib::Response& res) {
@@ -755,6 +804,27 @@ void HttpServer::Impl::routes() {
   };
   svr.Post("/v1/files", [this, no_store](const httplib::Request& req, httplib::Response& res) {
     if (!no_store(res)) upload(req, res);
+  });
+  svr.Get("/v1/files", [this, no_store](const httplib::Request&, httplib::Response& res) {
+    if (no_store(res)) return;
+    auto all = store->files();
+    if (!all.ok())
+      return reply_error(res, ApiError{.status = 500, .message = all.status().message(), .type = "server_error"});
+    json data = json::array();
+    for (const FileInfo& f : all.value()) data.push_back(file_json(f));
+    reply(res, 200, {{"object", "list"}, {"data", data}, {"has_more", false}});
+  });
+  svr.Delete(R"(/v1/files/([A-Za-z0-9_\-]+))", [this, no_store](const httplib::Request& req, httplib::Response& res) {
+    if (no_store(res)) return;
+    const std::string id = req.matches[1];
+    auto gone = store->delete_file(id);
+    if (!gone.ok())
+      return reply_error(res,
+                         gone.status().code() == StatusCode::kFailedPrecondition
+                             ? ApiError{.status = 409, .message = gone.status().message(), .code = "file_in_use"}
+                             : ApiError{.status = 500, .message = gone.status().message(), .type = "server_error"});
+    if (!gone.value()) return reply_error(res, not_found("no file '" + id + "'"));
+    reply(res, 200, {{"id", id}, {"object", "file"}, {"deleted", true}});
   });
   svr.Get(R"(/v1/files/([A-Za-z0-9_\-]+))", [this, no_store](const httplib::Request& req, httplib::Response& res) {
     if (no_store(res)) return;
@@ -776,16 +846,56 @@ void HttpServer::Impl::routes() {
   svr.Post("/v1/batches", [this, no_store](const httplib::Request& req, httplib::Response& res) {
     if (!no_store(res)) create_batch(req, res);
   });
-  svr.Get("/v1/batches", [this, no_store](const httplib::Request&, httplib::Response& res) {
+  svr.Get("/v1/batches", [this, no_store](const httplib::Request& req, httplib::Response& res) {
     if (no_store(res)) return;
+    // OpenAI's pagination: newest first, `limit` (1-100, default 20) after
+    // the batch `after` (a cursor: the last id of the previous page).
+    std::size_t limit = 20;
+    if (req.has_param("limit")) {
+      const std::string v = req.get_param_value("limit");
+      if (v.empty() || v.size() > 3 || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) < 1 ||
+          std::stoi(v) > 100)
+        return reply_error(res,
+                           ApiError{.message = "limit: expected an integer in [1, 100], got '" + v.substr(0, 20) + "'",
+                                    .param = "limit"});
+      limit = static_cast<std::size_t>(std::stoi(v));
+    }
     auto all = store->batches();
     if (!all.ok())
       return reply_error(res, ApiError{.status = 500, .message = all.status().message(), .type = "server_error"});
+    std::size_t from = 0;
+    if (req.has_param("after")) {
+      const std::string after = req.get_param_value("after");
+      while (from < all.value().size() && all.value()[from].id != after) ++from;
+      if (from == all.value().size())
+        return reply_error(res,
+                           ApiError{.status = 404, .message = "after: no batch '" + after + "'", .param = "after"});
+      ++from;
+    }
     json data = json::array();
     const std::string failing = runner ? runner->store_error() : std::string();
-    for (const BatchInfo& b : all.value()) data.push_back(batch_json(b, failing));
-    reply(res, 200, {{"object", "list"}, {"data", data}, {"has_more", false}});
+    for (std::size_t i = from; i < all.value().size() && data.size() < limit; ++i)
+      data.push_back(batch_json(all.value()[i], failing));
+    const bool more = from + data.size() < all.value().size();
+    reply(res, 200,
+          {{"object", "list"},
+           {"data", data},
+           {"first_id", data.empty() ? json() : data.front()["id"]},
+           {"last_id", data.empty() ? json() : data.back()["id"]},
+           {"has_more", more}});
   });
+  svr.Post(
+      R"(/v1/batches/([A-Za-z0-9_\-]+)/cancel)", [this, no_store](const httplib::Request& req, httplib::Response& res) {
+        if (no_store(res)) return;
+        if (!runner)
+          return reply_error(
+              res, ApiError{.status = 503, .message = "the batch runner is not running", .type = "server_error"});
+        auto b = runner->cancel(req.matches[1]);
+        if (!b.ok())
+          return reply_error(res, ApiError{.status = 500, .message = b.status().message(), .type = "server_error"});
+        if (!b.value()) return reply_error(res, not_found("no batch '" + std::string(req.matches[1]) + "'"));
+        reply(res, 200, batch_json(*b.value()));
+      });
   svr.Get(R"(/v1/batches/([A-Za-z0-9_\-]+))", [this, no_store](const httplib::Request& req, httplib::Response& res) {
     if (no_store(res)) return;
     auto b = store->batch(req.matches[1]);
@@ -838,8 +948,9 @@ void HttpServer::Impl::routes() {
   });
 }
 
-void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response& res) {
-  auto parsed = parse_completion(std::string_view(req.body), models);
+void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
+  auto parsed =
+      chat ? parse_chat(std::string_view(req.body), models) : parse_completion(std::string_view(req.body), models);
   if (auto* e = std::get_if<ApiError>(&parsed)) {
     ++rejected_bad;
     return reply_error(res, *e);
@@ -848,7 +959,25 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   const ServedModel& model = models[r.model];
   std::vector<std::int64_t> loads;
   for (const auto& t : tenant_inflight) loads.push_back(t->load());
-  const int tenant = HttpServer::pick_tenant(model.online, loads);
+  // The tenants that take the request's priority; the least loaded of them.
+  std::vector<std::uint32_t> takers;
+  std::string ranges;
+  for (std::size_t i = 0; i < model.online.size(); ++i) {
+    if (i >= model.online_priorities.size()) {
+      takers.push_back(model.online[i]);
+      continue;
+    }
+    const auto [lo, hi] = model.online_priorities[i];
+    ranges += (ranges.empty() ? "" : ", ") + ("[" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    if (r.gen.priority >= lo && r.gen.priority <= hi) takers.push_back(model.online[i]);
+  }
+  if (!model.online.empty() && takers.empty())
+    return reply_error(res, ApiError{.status = 400,
+                                     .message = "priority: no tenant of model '" + model.name + "' takes priority " +
+                                                std::to_string(r.gen.priority) + " (its online tenants take " + ranges +
+                                                ": [[tenants]] request_priorities)",
+                                     .param = "priority"});
+  const int tenant = HttpServer::pick_tenant(takers, loads);
   if (tenant < 0)
     return reply_error(res,
                        ApiError{.status = 400,
@@ -878,17 +1007,25 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                                      .code = "queue_full"});
   }
   tenant_inflight[static_cast<std::size_t>(tenant)]->fetch_add(1);
-  auto c = std::make_shared<Completion>(admitted, *tenant_inflight[static_cast<std::size_t>(tenant)]);
+  auto c = std::make_shared<Completion>(admitted, *tenant_inflight[static_cast<std::size_t>(tenant)], model, r.gen);
   const std::int64_t prompt_tokens = static_cast<std::int64_t>(r.prompt.size());
-  if (!inbox.push(LiveRequest{static_cast<std::uint32_t>(tenant), std::move(r.prompt), r.max_tokens, c})) {
+  const bool want_logprobs = r.gen.sampling->logprobs >= 0;
+  if (!inbox.push(
+          LiveRequest{static_cast<std::uint32_t>(tenant), std::move(r.prompt), r.max_tokens, c, r.gen.sampling})) {
     c->release();
     return reply_error(
         res,
         ApiError{.status = 503, .message = "the server is shutting down; no new requests", .type = "server_error"});
   }
   const std::uint64_t n = ++completions;  // (unique per server run, whatever other threads do)
-  const std::string id = "cmpl-" + std::to_string(n) + "-" + std::to_string(unix_now());
+  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(n) + "-" + std::to_string(unix_now());
   const std::int64_t created = unix_now();
+  // The log-probabilities of tokens [from, to) in the endpoint's shape.
+  auto lp_json = [&model, chat, want_logprobs](std::span<const std::int64_t> tokens, std::span<const TokenLogprob> lp,
+                                               std::size_t offset) -> json {
+    if (!want_logprobs) return nullptr;
+    return chat ? chat_logprobs(model, tokens, lp) : completion_logprobs(model, tokens, lp, offset);
+  };
   if (!r.stream) {
     std::unique_lock lk(c->mu);
     if (!wait_end(*c, lk)) {
@@ -897,18 +1034,39 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     }
     if (!c->error.empty())
       return reply_error(res, ApiError{.status = 500, .message = c->error, .type = "server_error"});
-    return reply(res, 200,
-                 completion_body(id, created, model.name, prompt_tokens, c->tokens, decode(model, c->tokens)));
+    const std::string text =
+        c->watch.watches_text() ? c->watch.text() : decode(model, std::span(c->tokens).first(c->watch.text_tokens()));
+    const json lp = lp_json(c->tokens, c->logprobs, 0);
+    return reply(
+        res, 200,
+        chat ? chat_body(id, created, model.name, prompt_tokens, c->tokens, text, c->watch.finish_reason(), lp)
+             : completion_body(id, created, model.name, prompt_tokens, c->tokens, text, c->watch.finish_reason(), lp));
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, c, id, created, &model, prompt_tokens, usage_chunk = r.include_usage, sent = std::size_t{0},
+      [this, c, id, created, &model, prompt_tokens, chat, lp_json, usage_chunk = r.include_usage,
+       every_usage = r.continuous_usage, sent = std::size_t{0}, sent_text = std::size_t{0}, started = false,
        text = std::make_shared<StreamDecoder>(model),
        all = std::vector<std::int64_t>{}](std::size_t, httplib::DataSink& sink) mutable {
-        auto send = [&](const json& j) {
-          const std::string ev = "data: " + j.dump() + "\n\n";
+        auto send = [&](const json& in) {
+          // stream_options.continuous_usage_stats: every event says the usage so far (vLLM's).
+          json j = in;
+          if (every_usage && !j.contains("usage") && !j.contains("error"))
+            j["usage"] = {
+                {"prompt_tokens", prompt_tokens},
+                {"completion_tokens", static_cast<std::int64_t>(all.size() > sent ? all.size() : sent)},
+                {"total_tokens", prompt_tokens + static_cast<std::int64_t>(all.size() > sent ? all.size() : sent)}};
+          const std::string ev = "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
           return sink.write(ev.data(), ev.size());
+        };
+        // One event: `tokens` (completions only) and the text they add.
+        auto event = [&](std::span<const std::int64_t> tokens, const std::string& piece, const json& lp) {
+          if (!chat) return send(chunk_body(id, created, model.name, tokens, piece, lp));
+          json delta = {{"content", piece}};
+          if (!started) delta["role"] = "assistant";
+          started = true;
+          return send(chat_chunk_body(id, created, model.name, delta, nullptr, lp));
         };
         std::unique_lock lk(c->mu);
         while (sent == c->tokens.size() && !c->ended && !stopped) {
@@ -925,28 +1083,64 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             }
           }
         }
-        // One event per token, in order.
+        // One event per token, in order (with stop strings: the text that
+        // is settled, no stop string can begin in it any more).
         std::vector<std::int64_t> fresh(c->tokens.begin() + static_cast<std::ptrdiff_t>(sent), c->tokens.end());
+        std::vector<TokenLogprob> fresh_lp;
+        if (c->logprobs.size() > sent)
+          fresh_lp.assign(c->logprobs.begin() + static_cast<std::ptrdiff_t>(sent), c->logprobs.end());
         const bool ended = c->ended;
+        const std::size_t text_tokens = c->watch.text_tokens();
+        const bool by_text = c->watch.watches_text();
+        const std::size_t upto = !by_text ? 0 : ended ? c->watch.text().size() : c->watch.settled();
+        const std::string settled = upto > sent_text ? c->watch.text().substr(sent_text, upto - sent_text) : "";
+        const char* finish = c->watch.finish_reason();
         const std::string error = ended ? c->error : (stopped ? std::string("the server stopped") : std::string());
         lk.unlock();
-        for (std::int64_t t : fresh) {
-          const std::int64_t one[] = {t};
-          all.push_back(t);  // (each token's text in context: the stream's text is the reply's)
-          if (!send(chunk_body(id, created, model.name, one, text->next(all)))) return false;
-          ++sent;
+        if (by_text) {
+          if (!fresh.empty() || !settled.empty()) {
+            all.insert(all.end(), fresh.begin(), fresh.end());
+            if (!event(fresh, settled, lp_json(fresh, fresh_lp, sent_text))) return false;
+            sent += fresh.size();
+            sent_text += settled.size();
+          }
+        } else {
+          for (std::size_t i = 0; i < fresh.size(); ++i) {
+            const std::int64_t one[] = {fresh[i]};
+            all.push_back(fresh[i]);  // (each token's text in context: the stream's text is the reply's)
+            const std::string piece = all.size() <= text_tokens ? text->next(all) : std::string();
+            const json lp = i < fresh_lp.size() ? lp_json(one, std::span(fresh_lp).subspan(i, 1), 0) : json();
+            if (!event(one, piece, lp)) return false;
+            ++sent;
+          }
         }
         if (!ended && error.empty()) return sink.is_writable();
         if (!error.empty()) {
           send(error_body(ApiError{.status = 500, .message = error, .type = "server_error"}));
         } else {
-          if (const std::string held = text->flush(all); !held.empty())
-            send(chunk_body(id, created, model.name, {}, held));
-          send(final_chunk_body(id, created, model.name, prompt_tokens, static_cast<std::int64_t>(sent)));
-          if (usage_chunk) {
-            json u = final_chunk_body(id, created, model.name, prompt_tokens, static_cast<std::int64_t>(sent));
-            u["choices"] = json::array();
-            send(u);
+          if (!by_text)
+            if (const std::string held = text->flush(std::span(all).first(std::min(all.size(), text_tokens)));
+                !held.empty())
+              event({}, held, nullptr);
+          const json usage = {{"prompt_tokens", prompt_tokens},
+                              {"completion_tokens", static_cast<std::int64_t>(sent)},
+                              {"total_tokens", prompt_tokens + static_cast<std::int64_t>(sent)}};
+          if (chat) {
+            json last = chat_chunk_body(id, created, model.name, json::object(), finish);
+            send(last);
+            if (usage_chunk) {
+              last["choices"] = json::array();
+              last["usage"] = usage;
+              send(last);
+            }
+          } else {
+            send(final_chunk_body(id, created, model.name, prompt_tokens, static_cast<std::int64_t>(sent), finish));
+            if (usage_chunk) {
+              json u =
+                  final_chunk_body(id, created, model.name, prompt_tokens, static_cast<std::int64_t>(sent), finish);
+              u["choices"] = json::array();
+              send(u);
+            }
           }
         }
         const std::string done = "data: [DONE]\n\n";
@@ -966,8 +1160,13 @@ std::variant<std::vector<BatchLine>, ApiError> HttpServer::Impl::parse_jsonl(con
   std::vector<BatchLine> lines;
   std::set<std::string> ids;
   std::size_t pos = 0, number = 0;
+  // Every bad line is reported, not only the first (up to kListed of them
+  // in the message, and how many there are).
+  constexpr std::size_t kListed = 50;
+  std::vector<std::string> bad_lines;
+  std::size_t bad_count = 0;
   auto bad = [&](const std::string& what) {
-    return ApiError{.status = 400, .message = "line " + std::to_string(number) + ": " + what, .param = "file"};
+    if (++bad_count <= kListed) bad_lines.push_back("line " + std::to_string(number) + ": " + what);
   };
   while (pos < content.size()) {
     std::size_t end = content.find('\n', pos);
@@ -978,26 +1177,60 @@ std::variant<std::vector<BatchLine>, ApiError> HttpServer::Impl::parse_jsonl(con
     if (!text.empty() && text.back() == '\r') text.pop_back();
     if (text.find_first_not_of(" \t") == std::string::npos) continue;
     json j = json::parse(text, nullptr, false);
-    if (j.is_discarded()) return bad("not valid JSON");
-    if (!j.is_object()) return bad("expected a JSON object");
+    if (j.is_discarded()) {
+      bad("not valid JSON");
+      continue;
+    }
+    if (!j.is_object()) {
+      bad("expected a JSON object");
+      continue;
+    }
     const auto cid = j.find("custom_id");
-    if (cid == j.end() || !cid->is_string()) return bad("custom_id: required (a string)");
-    if (!ids.insert(cid->get<std::string>()).second)
-      return bad("custom_id '" + cid->get<std::string>() + "' is used twice (each line needs its own)");
-    if (const auto m = j.find("method"); m != j.end() && *m != "POST") return bad("method: expected \"POST\"");
+    if (cid == j.end() || !cid->is_string()) {
+      bad("custom_id: required (a string)");
+      continue;
+    }
+    if (!ids.insert(cid->get<std::string>()).second) {
+      bad("custom_id '" + cid->get<std::string>() + "' is used twice (each line needs its own)");
+      continue;
+    }
+    if (const auto m = j.find("method"); m != j.end() && *m != "POST") {
+      bad("method: expected \"POST\"");
+      continue;
+    }
     const auto url = j.find("url");
-    if (url == j.end() || *url != "/v1/completions") return bad("url: expected \"/v1/completions\"");
+    if (url == j.end() || *url != "/v1/completions") {
+      bad("url: expected \"/v1/completions\"");
+      continue;
+    }
     const auto body = j.find("body");
-    if (body == j.end()) return bad("body: required (a completion request)");
+    if (body == j.end()) {
+      bad("body: required (a completion request)");
+      continue;
+    }
     json b = *body;
-    if (b.is_object() && b.contains("stream") && b["stream"] == true)
-      return bad("body: stream is not allowed in a batch");
+    if (b.is_object() && b.contains("stream") && b["stream"] == true) {
+      bad("body: stream is not allowed in a batch");
+      continue;
+    }
     auto parsed = parse_completion(b, models);
-    if (auto* e = std::get_if<ApiError>(&parsed)) return bad("body: " + e->message);
+    if (auto* e = std::get_if<ApiError>(&parsed)) {
+      bad("body: " + e->message);
+      continue;
+    }
     const ServedModel& m = models[std::get<CompletionRequest>(parsed).model];
-    if (m.offline.empty())
-      return bad("body: model '" + m.name + "' has no offline tenant in the served policy to run batch jobs");
+    if (m.offline.empty()) {
+      bad("body: model '" + m.name + "' has no offline tenant in the served policy to run batch jobs");
+      continue;
+    }
     lines.push_back({cid->get<std::string>(), b.dump()});
+  }
+  if (bad_count == 1) return ApiError{.status = 400, .message = bad_lines.front(), .param = "file"};
+  if (bad_count > 1) {
+    std::string msg = std::to_string(bad_count) + " bad lines: ";
+    for (std::size_t i = 0; i < bad_lines.size(); ++i) msg += (i ? "; " : "") + bad_lines[i];
+    if (bad_count > bad_lines.size()) msg += "; ... (" + std::to_string(bad_count - bad_lines.size()) + " more)";
+    return ApiError{.status = 400, .message = msg, .param = "file"};
   }
   if (lines.empty()) return ApiError{.status = 400, .message = "the file has no request lines", .param = "file"};
   return lines;
@@ -1033,10 +1266,38 @@ void HttpServer::Impl::create_batch(const httplib::Request& req, httplib::Respon
   const auto endpoint = j.find("endpoint");
   if (endpoint == j.end() || *endpoint != "/v1/completions")
     return reply_error(res, ApiError{.message = "endpoint: expected \"/v1/completions\"", .param = "endpoint"});
+  // completion_window: OpenAI takes "24h"; any "<N>h", "<N>m" or "<N>s" up
+  // to 24 hours is honoured too (expires_at; the lines not started by then
+  // are given up).
   std::string window = "24h";
+  std::int64_t window_s = 24 * 3600;
   if (const auto w = j.find("completion_window"); w != j.end()) {
-    if (*w != "24h")
-      return reply_error(res, ApiError{.message = "completion_window: expected \"24h\"", .param = "completion_window"});
+    const std::string v = w->is_string() ? w->get<std::string>() : std::string();
+    const bool shaped = v.size() >= 2 && v.size() <= 6 && std::string("hms").find(v.back()) != std::string::npos &&
+                        v.find_first_not_of("0123456789") == v.size() - 1;
+    const std::int64_t n = shaped ? std::stoll(v.substr(0, v.size() - 1)) : 0;
+    const std::int64_t secs = n * (v.back() == 'h' ? 3600 : v.back() == 'm' ? 60 : 1);
+    if (!shaped || secs < 1 || secs > 24 * 3600)
+      return reply_error(res, ApiError{.message = "completion_window: expected \"24h\" (or <N>h, <N>m, <N>s up to "
+                                                  "24 hours), got " +
+                                                  w->dump(),
+                                       .param = "completion_window"});
+    window = v;
+    window_s = secs;
+  }
+  // metadata: OpenAI's, up to 16 string pairs, kept and shown as given.
+  std::string metadata = "null";
+  if (const auto m = j.find("metadata"); m != j.end() && !m->is_null()) {
+    if (!m->is_object() || m->size() > 16)
+      return reply_error(
+          res, ApiError{.message = "metadata: expected an object of at most 16 string values", .param = "metadata"});
+    for (const auto& [k, v] : m->items())
+      if (!v.is_string() || k.size() > 64 || v.get<std::string>().size() > 512)
+        return reply_error(res, ApiError{.message = "metadata." + k +
+                                                    ": expected a string of at most 512 "
+                                                    "characters (keys at most 64)",
+                                         .param = "metadata"});
+    metadata = m->dump();
   }
   if (inbox.closed())
     return reply_error(
@@ -1053,8 +1314,8 @@ void HttpServer::Impl::create_batch(const httplib::Request& req, httplib::Respon
     return reply_error(res, ApiError{.status = 500, .message = "cannot read the input file", .type = "server_error"});
   auto lines = parse_jsonl(*content.value());
   if (auto* e = std::get_if<ApiError>(&lines)) return reply_error(res, *e);
-  auto b =
-      store->create_batch(fid->get<std::string>(), "/v1/completions", window, std::get<std::vector<BatchLine>>(lines));
+  auto b = store->create_batch(fid->get<std::string>(), "/v1/completions", window,
+                               std::get<std::vector<BatchLine>>(lines), window_s, metadata);
   if (!b.ok())
     return reply_error(res, ApiError{.status = 500, .message = b.status().message(), .type = "server_error"});
   if (runner) runner->wake();

@@ -45,6 +45,10 @@ struct ServerOptions {
   // and a completion for a model that cannot be served gets 503 with the
   // reason. Called from HTTP threads. Null: always servable.
   std::function<std::vector<std::string>()> models_down;
+  // Non-empty: every /v1/* request must carry "Authorization: Bearer
+  // <api_key>" (else 401 in OpenAI's error shape); /health, /health/ready
+  // and /metrics stay open for probes and scrapers.
+  std::string api_key;
 };
 
 // Threading: start and stop from the owner's thread; the

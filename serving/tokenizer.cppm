@@ -22,6 +22,8 @@ export namespace slicesched::serving {
 struct Tokenizer {
   std::function<Result<std::vector<std::int64_t>>(std::string_view)> encode;
   std::function<std::string(std::span<const std::int64_t>)> decode;
+  // encode without BOS: a chat template's text names its special tokens itself.
+  std::function<Result<std::vector<std::int64_t>>(std::string_view)> encode_plain;
 };
 
 }  // namespace slicesched::serving

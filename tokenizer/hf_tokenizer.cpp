@@ -321,3 +321,78 @@ Result<std::shared_ptr<const Tokenizer>> load_hf_tokenizer(const std::string& fi
 }
 
 }  // namespace slicesched
+
+// ---- Chat templates: Hugging Face's Jinja templates through jinja2 ----
+
+namespace slicesched {
+
+namespace {
+
+// What transformers does in apply_chat_template (its
+// _compile_jinja_template): an ImmutableSandboxedEnvironment with
+// trim_blocks and lstrip_blocks and the loopcontrols extension, a tojson
+// filter that keeps non-ASCII, and the globals raise_exception and
+// strftime_now; render() gets messages, add_generation_prompt and the
+// special tokens. Compiled templates are cached by their text.
+constexpr const char* kChatRenderer = R"PY(
+import json
+from datetime import datetime
+from jinja2.exceptions import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+def _raise_exception(message):
+    raise TemplateError(message)
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+def _strftime_now(fmt):
+    return datetime.now().strftime(fmt)
+
+_compiled = {}
+
+def render(template, messages_json, bos_token, eos_token):
+    t = _compiled.get(template)
+    if t is None:
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                            extensions=["jinja2.ext.loopcontrols"])
+        env.filters["tojson"] = _tojson
+        env.globals["raise_exception"] = _raise_exception
+        env.globals["strftime_now"] = _strftime_now
+        t = _compiled[template] = env.from_string(template)
+    return t.render(messages=json.loads(messages_json), add_generation_prompt=True,
+                    bos_token=bos_token, eos_token=eos_token, tools=None, documents=None)
+)PY";
+
+}  // namespace
+
+Result<std::string> render_chat_template(const std::string& tmpl, const std::string& messages_json,
+                                         const std::string& bos, const std::string& eos) {
+  const Interpreter& it = interpreter();
+  if (!it.error.empty()) return FailedPrecondition("cannot render a chat template: " + it.error);
+  Gil gil;
+  // The renderer's namespace, made once (under the GIL) and kept.
+  static PyObject* render = nullptr;
+  static std::string render_error;
+  if (!render && render_error.empty()) {
+    Ref globals(PyDict_New());
+    if (globals) PyDict_SetItemString(globals.get(), "__builtins__", PyEval_GetBuiltins());
+    Ref done(globals ? PyRun_String(kChatRenderer, Py_file_input, globals.get(), globals.get()) : nullptr);
+    if (!done)
+      render_error = "the Python package `jinja2` cannot be used by the embedded Python (" + python_error() +
+                     "; run scripts/setup.sh to install it into .venv)";
+    else if (PyObject* f = PyDict_GetItemString(globals.get(), "render"))  // borrowed
+      render = (Py_INCREF(f), f);
+    else
+      render_error = "the chat renderer has no render()";
+  }
+  if (!render) return FailedPrecondition(render_error);
+  Ref out(PyObject_CallFunction(render, "ssss", tmpl.c_str(), messages_json.c_str(), bos.c_str(), eos.c_str()));
+  if (!out) return InvalidArgument(python_error());
+  Py_ssize_t n = 0;
+  const char* text = PyUnicode_AsUTF8AndSize(out.get(), &n);
+  if (!text) return Internal("the chat template's output is not text: " + python_error());
+  return std::string(text, static_cast<std::size_t>(n));
+}
+
+}  // namespace slicesched

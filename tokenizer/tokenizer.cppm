@@ -12,6 +12,7 @@
 module;
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -67,6 +68,35 @@ struct ModelTokenizer {
 // the file cannot be loaded or when the tokenizer's vocabulary is larger
 // than the model's (its ids would index past the embedding).
 Result<ModelTokenizer> model_tokenizer(const ModelConfig& m);
+
+// A model's chat template (the Jinja text Hugging Face ships) and the
+// special tokens it names.
+struct ChatTemplate {
+  std::string text;
+  std::string source;  // where it came from, for messages
+  std::string bos, eos;
+};
+
+// The chat template of [[models]] entry `m`: `override_file` when given
+// (--chat-template: the file's text is the template), else the
+// chat_template of the tokenizer_config.json beside its tokenizer (a
+// string, or the "default" of a list of {name, template}), else a
+// chat_template.jinja there; nothing when none. Fails (one line naming the
+// file) on an unreadable file or a malformed chat_template.
+Result<std::optional<ChatTemplate>> model_chat_template(const ModelConfig& m, const std::string& override_file);
+
+// `messages_json` (a JSON array of {role, content}) rendered by the
+// template with a generation prompt, through Python's jinja2 in a sandbox
+// as transformers renders it. Fails with the template's own error (its
+// raise_exception), or FailedPrecondition when jinja2 is missing.
+// Thread-safe (on Python's GIL).
+Result<std::string> render_chat_template(const std::string& tmpl, const std::string& messages_json,
+                                         const std::string& bos, const std::string& eos);
+
+// The ids that end generation for `m`: generation_config.json's
+// eos_token_id (an id or a list) in its checkpoint, else the tokenizer's
+// EOS, else none. Fails on a malformed generation_config.json.
+Result<std::vector<std::int64_t>> model_eos_ids(const ModelConfig& m, const Tokenizer* tokenizer);
 
 }  // namespace slicesched
 

@@ -230,11 +230,9 @@ struct ExecutorServer::State {
                            j.body.value("name", std::string()) + " makes");
     }
     auto plan = std::make_shared<rt::StepPlan>();
-    const json seqs = json::parse(j.plan, nullptr, false);
-    if (!seqs.is_array()) return fail(j, "a malformed iteration plan");
-    for (const json& s : seqs)
-      plan->seqs.push_back(
-          {s[0].get<std::uint64_t>(), s[1].get<std::int64_t>(), s[2].get<std::vector<std::int64_t>>()});
+    auto seqs = wire::decode_plan(j.plan);
+    if (!seqs.ok()) return fail(j, seqs.status().message());
+    for (IterationPlan::Seq& s : seqs.value()) plan->seqs.push_back(LlamaRunner::runtime_step(std::move(s)));
     auto prepared =
         runner.prepare_role(j.body["model"].get<std::size_t>(), static_cast<OpRole>(j.body["role"].get<int>()),
                             j.body["group"].get<int>(), j.body["name"].get<std::string>(), std::move(plan));
@@ -254,12 +252,10 @@ struct ExecutorServer::State {
       if (out.ok()) release(json::array({(*out)["id"]}));
       return fail(j, (!out.ok() ? out : ret).status().message());
     }
-    reply(j.route, json{{"req", j.body["req"]},
-                        {"ok", true},
-                        {"output", *out},
-                        {"retained", *ret},
-                        {"tokens", r->tokens},
-                        {"ns", r->device_ns >= 0 ? r->device_ns : ns}});
+    json body{{"req", j.body["req"]}, {"ok", true},          {"output", *out},
+              {"retained", *ret},     {"tokens", r->tokens}, {"ns", r->device_ns >= 0 ? r->device_ns : ns}};
+    if (!r->logprobs.empty()) body["logprobs"] = wire::encode_logprobs(r->logprobs);
+    reply(j.route, body);
   }
 
   // Asks the executor at `peer` (this thread's socket to it) for value

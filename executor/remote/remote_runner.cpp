@@ -371,9 +371,7 @@ void RemoteRunner::shutdown() {
 }
 
 Status RemoteRunner::on_iteration(InstanceId instance, IterationPlan plan) {
-  json seqs = json::array();
-  for (const auto& s : plan.seqs) seqs.push_back({s.seq, s.position, s.tokens});
-  auto text = std::make_shared<const std::string>(seqs.dump());
+  auto text = std::make_shared<const std::string>(wire::encode_plan(plan.seqs));
   std::lock_guard lk(plans_mu_);
   plans_[instance] = std::move(text);
   return Status::Ok();
@@ -443,6 +441,11 @@ Result<OpResult> RemoteRunner::run(AccelId accel, const void* prepared, std::spa
   out.output = handle((*b)["output"]);
   out.retained = handle((*b)["retained"]);
   out.tokens = (*b)["tokens"].get<std::vector<std::int64_t>>();
+  if (const auto lp = b->find("logprobs"); lp != b->end() && lp->is_string()) {
+    auto l = wire::decode_logprobs(lp->get<std::string>());
+    if (!l.ok()) return Internal("executor '" + hosts_[e].host + "': " + l.status().message());
+    out.logprobs = std::move(l).value();
+  }
   out.device_ns = (*b)["ns"].get<Nanos>();
   return out;
 }

@@ -26,7 +26,9 @@ export namespace slicesched::wire {
 // 2: kNcclInit, kNcclPull, kLayout; hello replies name each accelerator's GPU.
 // 3: the hello carries the scheduler's name and the fingerprint both sides
 //    must agree on; an executor serves one scheduler at a time.
-inline constexpr std::uint16_t kProtocolVersion = 3;
+// 4: an iteration plan's sequence may carry its sampling (and the history
+//    penalties count); a head's reply may carry log-probabilities.
+inline constexpr std::uint16_t kProtocolVersion = 4;
 
 enum class Type : std::uint16_t {
   kHello = 1,      // scheduler -> executor: {host, scheduler, fingerprint}; reply: {host, accels:[{accel, name,
@@ -98,6 +100,16 @@ Status send(zmq::socket_t& s, const Message& m, const std::vector<std::string>& 
 // the peer's identity, returned in `route`). Fails, one line, on a
 // malformed message or another protocol version. Blocks (use poll first).
 Result<Message> recv(zmq::socket_t& s, std::size_t route_frames = 0, std::vector<std::string>* route = nullptr);
+
+// An iteration plan's sequences as the kRun message's plan frame (JSON:
+// [[seq, position, tokens, sampling or null], ...]), and back; a malformed
+// frame fails with one line.
+std::string encode_plan(const std::vector<IterationPlan::Seq>& seqs);
+Result<std::vector<IterationPlan::Seq>> decode_plan(const std::string& frame);
+// A head's log-probabilities as JSON text ([[chosen, [[id, lp], ...]], ...]),
+// and back.
+std::string encode_logprobs(const std::vector<TokenLogprob>& lp);
+Result<std::vector<TokenLogprob>> decode_logprobs(const std::string& text);
 
 // The fixed header bytes (for tests of version refusal).
 std::string header(Type type, std::uint16_t version = kProtocolVersion);

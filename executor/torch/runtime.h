@@ -25,11 +25,17 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+namespace at {
+class Tensor;  // (LlamaModel's private head_with; no LibTorch include here)
+}
 
 namespace slicesched::rt {
 
@@ -82,12 +88,36 @@ std::int64_t kv_bytes_per_token(const LlamaConfig& cfg);
 // The hidden state passed between ops for `tokens` tokens: tokens * hidden * dtype_bytes.
 std::int64_t hidden_bytes(const LlamaConfig& cfg, std::int64_t tokens);
 
+// How one sequence's next token is chosen (the request's sampling
+// parameters, slicesched::SamplingParams, in this header's own terms).
+// Ranges are the caller's to check: temperature >= 0 (0: argmax), top_p in
+// (0, 1], top_k >= 0 (0: all), min_p in [0, 1], repetition_penalty > 0.
+struct Sampling {
+  double temperature = 0, top_p = 1, min_p = 0;
+  std::int64_t top_k = 0;
+  std::uint64_t seed = 0;
+  double presence_penalty = 0, frequency_penalty = 0, repetition_penalty = 1;
+  std::int32_t logprobs = -1;  // -1: none; k >= 0: the chosen token's and the k most likely
+  // What the penalties count: the prompt's tokens, then the output's from
+  // history[prompt_tokens] on (empty without penalties).
+  std::vector<std::int64_t> history;
+  std::int64_t prompt_tokens = 0;
+};
+
+// The log-probabilities of a chosen token and the most likely ones, from
+// the raw logits (log_softmax before any penalty, temperature or cut).
+struct Logprobs {
+  double chosen = 0;
+  std::vector<std::pair<std::int64_t, double>> top;  // most likely first
+};
+
 // One sequence's part of one iteration.
 struct SeqStep {
-  std::uint64_t seq = 0;             // request id, unique within a plan
-  std::int64_t position = 0;         // tokens already in this sequence's KV cache (0 for a prefill)
-  std::vector<std::int64_t> tokens;  // the new token ids (the prompt for a prefill, 1 id for a
-                                     // decode); non-empty, each in [0, vocab)
+  std::uint64_t seq = 0;                     // request id, unique within a plan
+  std::int64_t position = 0;                 // tokens already in this sequence's KV cache (0 for a prefill)
+  std::vector<std::int64_t> tokens;          // the new token ids (the prompt for a prefill, 1 id for a
+                                             // decode); non-empty, each in [0, vocab)
+  std::shared_ptr<const Sampling> sampling = nullptr;  // null: greedy, no log-probabilities
 };
 // One iteration (one graph instance): its sequences, in the order their
 // tokens are concatenated in the hidden state and head() returns tokens.
@@ -225,6 +255,20 @@ class LlamaModel {
   // Final norm, LM head and greedy sampling: the argmax next token after
   // each sequence's last new token, in plan order. Waits for the device.
   std::vector<std::int64_t> head(const Value& hidden, const StepPlan& plan, const std::string& device);
+  // The same with each sequence's Sampling honoured on `device`: penalties,
+  // temperature, top_k, top_p, min_p, then a draw that is a pure function
+  // of (seed, the position of the token drawn); a sequence without
+  // sampling (or temperature 0) takes the argmax. `logprobs` is parallel to
+  // `tokens` when any sequence asked for log-probabilities (empty entries
+  // for those that did not), else empty.
+  struct Sampled {
+    std::vector<std::int64_t> tokens;
+    std::vector<Logprobs> logprobs;
+  };
+  Sampled head_sampled(const Value& hidden, const StepPlan& plan, const std::string& device);
+  // The head's raw logits [sequences, vocab] as floats, row-major (for
+  // tests: references computed from the same logits). Waits for the device.
+  std::vector<float> head_logits(const Value& hidden, const StepPlan& plan, const std::string& device);
 
   // A transfer: a copy of v on `device` -- a real copy even cpu -> cpu, since
   // virtual accelerators are separate memories. An empty v gives an empty
@@ -278,6 +322,8 @@ class LlamaModel {
                                                             int max_new, const std::string& device);
 
  private:
+  void head_with(const Value& hidden, const StepPlan& plan, const std::string& device,
+                 const std::function<void(const at::Tensor&)>& use);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -27,6 +28,7 @@
 #include "cuda.h"
 #include "runtime.h"
 #include "runtime_internal.h"
+#include "sampler.h"
 
 namespace slicesched::rt {
 
@@ -860,6 +862,27 @@ Value LlamaModel::layers(int group, const Value& hidden, const Value& kv_in, con
 }
 
 std::vector<std::int64_t> LlamaModel::head(const Value& hidden, const StepPlan& plan, const std::string& device) {
+  return head_sampled(hidden, plan, device).tokens;
+}
+
+std::vector<float> LlamaModel::head_logits(const Value& hidden, const StepPlan& plan, const std::string& device) {
+  std::vector<float> out;
+  head_with(hidden, plan, device, [&](const at::Tensor& logits) {
+    const at::Tensor l = logits.to(at::kFloat).contiguous().to(at::kCPU);
+    out.assign(l.data_ptr<float>(), l.data_ptr<float>() + l.numel());
+  });
+  return out;
+}
+
+LlamaModel::Sampled LlamaModel::head_sampled(const Value& hidden, const StepPlan& plan, const std::string& device) {
+  Sampled out;
+  head_with(hidden, plan, device, [&](const at::Tensor& logits) { out = detail::sample(logits, plan); });
+  return out;
+}
+
+// The head's logits [sequences, vocab] on `device`, handed to `use`.
+void LlamaModel::head_with(const Value& hidden, const StepPlan& plan, const std::string& device,
+                           const std::function<void(const at::Tensor&)>& use) {
   const std::string op = "head";
   const Dev d = parse_device(device);
   auto w = impl_->weights(op, d);
@@ -879,10 +902,7 @@ std::vector<std::int64_t> LlamaModel::head(const Value& hidden, const StepPlan& 
       }
       x = at::index_select(x, 0, upload(last, at::kLong, d));
     }
-    at::Tensor logits = at::mm(rms_norm(x, w->t[0], impl_->cfg.norm_eps), w->t[1].t());  // [S, vocab]
-    at::Tensor next = logits.argmax(-1).to(at::kCPU);                                    // waits for the device
-    const std::int64_t* p = next.data_ptr<std::int64_t>();
-    return std::vector<std::int64_t>(p, p + S);
+    use(at::mm(rms_norm(x, w->t[0], impl_->cfg.norm_eps), w->t[1].t()));  // [S, vocab]; use waits for the device
   });
 }
 

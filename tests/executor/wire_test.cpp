@@ -3,6 +3,8 @@
 // with a line naming both versions.
 #include <catch2/catch.hpp>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -113,4 +115,48 @@ TEST_CASE("wire: the handshake names the first field that differs", "[executor][
   exec = host;  // an executor from before the fingerprint, or for another host
   exec[1].second = "b";
   CHECK(wire::first_difference(sched, exec, "executor 'b'").value() == "host: the scheduler has a, executor 'b' has b");
+}
+
+TEST_CASE("wire: an iteration plan carries each sequence's sampling, and a head its log-probabilities",
+          "[executor][wire]") {
+  IterationPlan::Seq greedy, sampled;
+  greedy.seq = 3, greedy.tokens = {1, 2, 3};
+  sampled.seq = 4, sampled.position = 9, sampled.tokens = {7};
+  auto p = std::make_shared<SamplingParams>();
+  p->temperature = 0.8, p->top_p = 0.9, p->top_k = 40, p->min_p = 0.05, p->seed = 0xFFFFFFFFFFFFFFF1ull;
+  p->presence_penalty = 0.5, p->frequency_penalty = -0.25, p->repetition_penalty = 1.1, p->logprobs = 3;
+  sampled.sampling = p;
+  sampled.history = {5, 6, 7};
+  sampled.prompt_tokens = 2;
+  auto back = wire::decode_plan(wire::encode_plan({greedy, sampled}));
+  REQUIRE(back.ok());
+  REQUIRE(back->size() == 2);
+  CHECK((*back)[0].tokens == greedy.tokens);
+  CHECK((*back)[0].sampling == nullptr);
+  const IterationPlan::Seq& s = (*back)[1];
+  CHECK(s.seq == 4);
+  CHECK(s.position == 9);
+  REQUIRE(s.sampling != nullptr);
+  CHECK(s.sampling->temperature == 0.8);
+  CHECK(s.sampling->top_p == 0.9);
+  CHECK(s.sampling->top_k == 40);
+  CHECK(s.sampling->min_p == 0.05);
+  CHECK(s.sampling->seed == 0xFFFFFFFFFFFFFFF1ull);  // (all 64 bits)
+  CHECK(s.sampling->presence_penalty == 0.5);
+  CHECK(s.sampling->frequency_penalty == -0.25);
+  CHECK(s.sampling->repetition_penalty == 1.1);
+  CHECK(s.sampling->logprobs == 3);
+  CHECK(s.history == std::vector<std::int64_t>{5, 6, 7});
+  CHECK(s.prompt_tokens == 2);
+  CHECK_FALSE(wire::decode_plan("[[1, 2]]").ok());
+  CHECK_FALSE(wire::decode_plan("{}").ok());
+
+  const std::vector<TokenLogprob> lp{{-0.5, {{7, -0.5}, {9, -1.25}}}, {-2.0, {}}};
+  auto l = wire::decode_logprobs(wire::encode_logprobs(lp));
+  REQUIRE(l.ok());
+  REQUIRE(l->size() == 2);
+  CHECK((*l)[0].logprob == -0.5);
+  CHECK((*l)[0].top == lp[0].top);
+  CHECK((*l)[1].top.empty());
+  CHECK_FALSE(wire::decode_logprobs("[1]").ok());
 }

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -103,7 +104,30 @@ TEST_CASE("api: malformed requests are 400s naming the field", "[serving][api]")
        "stream: expected true or false, got \"yes\""},
       {R"({"model": "llama-tiny", "prompt": [1], "n": 2})", 400, "n", "n: only 1 completion per request is supported"},
       {R"({"model": "llama-tiny", "prompt": [1], "echo": true})", 400, "echo", "echo: not supported"},
-      {R"({"model": "llama-tiny", "prompt": [1], "logprobs": 3})", 400, "logprobs", "logprobs: not supported"},
+      {R"({"model": "llama-tiny", "prompt": [1], "logprobs": 21})", 400, "logprobs",
+       "logprobs: expected an integer in [0, 20], got 21"},
+      {R"({"model": "llama-tiny", "prompt": [1], "temperature": -1})", 400, "temperature",
+       "temperature: expected a number in [0, 2] (0: greedy), got -1"},
+      {R"({"model": "llama-tiny", "prompt": [1], "temperature": "hot"})", 400, "temperature",
+       "temperature: expected a number in [0, 2] (0: greedy), got \"hot\""},
+      {R"({"model": "llama-tiny", "prompt": [1], "top_p": 5})", 400, "top_p",
+       "top_p: expected a number in (0, 1], got 5"},
+      {R"({"model": "llama-tiny", "prompt": [1], "top_p": 0})", 400, "top_p",
+       "top_p: expected a number in (0, 1], got 0"},
+      {R"({"model": "llama-tiny", "prompt": [1], "top_k": 1.5})", 400, "top_k",
+       "top_k: expected an integer >= 1, or 0 or -1 for all, got 1.5"},
+      {R"({"model": "llama-tiny", "prompt": [1], "seed": "x"})", 400, "seed", "seed: expected an integer, got \"x\""},
+      {R"({"model": "llama-tiny", "prompt": [1], "stop": ["ok", ""]})", 400, "stop",
+       "stop: expected a non-empty string or a list of them, got \"\""},
+      {R"({"model": "llama-tiny", "prompt": [1], "stop": "x"})", 400, "stop",
+       "stop: model 'llama-tiny' has no tokenizer, so its output has no text to stop in; use stop_token_ids"},
+      {R"({"model": "llama-tiny", "prompt": [1], "stop_token_ids": [512]})", 400, "stop_token_ids",
+       "stop_token_ids: expected token ids in [0, 512), got 512"},
+      {R"({"model": "llama-tiny", "prompt": [1], "ignore_eos": 1})", 400, "ignore_eos",
+       "ignore_eos: expected true or false, got 1"},
+      {R"({"model": "llama-tiny", "prompt": [1], "logit_bias": {"5": 1}})", 400, "logit_bias",
+       "logit_bias: not supported"},
+      {R"({"model": "llama-tiny", "prompt": [1], "best_of": 3})", 400, "best_of", "best_of: only 1 is supported"},
       {R"({"model": "texty", "prompt": "abz"})", 400, "prompt", "prompt: no token for 'z'"},
       {R"({"model": "texty", "prompt": "abc", "max_tokens": 4})", 400, "max_tokens",
        "prompt (3 tokens) + max_tokens (4) exceeds the 6 tokens one request may hold on this server (its tenants' "
@@ -119,6 +143,92 @@ TEST_CASE("api: malformed requests are 400s naming the field", "[serving][api]")
     CHECK(body["error"]["message"] == c.message);
     CHECK(body["error"]["type"] == "invalid_request_error");
   }
+}
+
+TEST_CASE("api: sampling fields are parsed, absent ones greedy", "[serving][api]") {
+  const auto r = ok(R"({"model": "texty", "prompt": [1], "max_tokens": 3, "temperature": 0.7, "top_p": 0.9,
+                        "top_k": -1, "min_p": 0.05, "seed": 11, "presence_penalty": 0.5, "frequency_penalty": -0.5,
+                        "repetition_penalty": 1.2, "logprobs": 4, "stop": "cd", "stop_token_ids": [9],
+                        "ignore_eos": true, "priority": -3, "user": "u1"})");
+  const SamplingParams& p = *r.gen.sampling;
+  CHECK(p.temperature == 0.7);
+  CHECK(p.top_p == 0.9);
+  CHECK(p.top_k == 0);  // -1: every token
+  CHECK(p.min_p == 0.05);
+  CHECK(p.seed == 11);
+  CHECK(p.presence_penalty == 0.5);
+  CHECK(p.frequency_penalty == -0.5);
+  CHECK(p.repetition_penalty == 1.2);
+  CHECK(p.logprobs == 4);
+  CHECK(r.gen.stop == std::vector<std::string>{"cd"});
+  CHECK(r.gen.stop_token_ids == std::vector<std::int64_t>{9});
+  CHECK(r.gen.ignore_eos);
+  CHECK(r.gen.priority == -3);
+  const auto g = ok(R"({"model": "llama-tiny", "prompt": [1]})");
+  CHECK(g.gen.sampling->greedy());
+  CHECK(g.gen.sampling->logprobs == -1);
+  CHECK(!g.gen.sampling->penalized());
+  // A misspelt field is refused, not ignored.
+  const ApiError e = error_of(R"({"model": "llama-tiny", "prompt": [1], "temprature": 0.5})");
+  CHECK(e.param == "temprature");
+  CHECK(e.message.rfind("temprature: not supported by this server", 0) == 0);
+}
+
+TEST_CASE("api: a stop watch ends output at EOS, stop ids and stop strings", "[serving][api]") {
+  const auto ms = models();
+  ServedModel texty = ms[1];
+  texty.eos_ids = {9};  // 'j'
+  GenerationOptions plain;
+  StopWatch eos(texty, plain);
+  CHECK(!eos.add(0));
+  CHECK(!eos.add(1));
+  CHECK(eos.add(9));
+  CHECK(eos.finish_reason() == std::string("stop"));
+  CHECK(eos.text_tokens() == 2);  // the EOS id is not text
+  GenerationOptions ignoring;
+  ignoring.ignore_eos = true;
+  StopWatch past(texty, ignoring);
+  CHECK(!past.add(9));
+  CHECK(past.finish_reason() == std::string("length"));
+  GenerationOptions ids;
+  ids.stop_token_ids = {4};
+  StopWatch by_id(texty, ids);
+  CHECK(!by_id.add(3));
+  CHECK(by_id.add(4));
+  // Stop strings: "cd" spans two tokens; the text ends before it.
+  GenerationOptions strings;
+  strings.stop = {"cd", "gh"};
+  StopWatch by_text(texty, strings);
+  CHECK(!by_text.add(0));  // a
+  CHECK(!by_text.add(1));  // ab
+  CHECK(!by_text.add(2));  // abc: "c" might begin "cd", so only "ab" is settled
+  CHECK(by_text.settled() == 2);
+  CHECK(by_text.add(3));  // abcd: stop
+  CHECK(by_text.text() == "ab");
+  CHECK(by_text.settled() == 2);
+  CHECK(by_text.finish_reason() == std::string("stop"));
+}
+
+TEST_CASE("api: chat requests render the model's template; none is a 400 saying so", "[serving][api]") {
+  auto ms = models();
+  const std::string body = R"({"model": "texty", "messages": [{"role": "user", "content": "bad"}], "max_tokens": 2})";
+  auto none = parse_chat(body, ms);
+  REQUIRE(std::holds_alternative<ApiError>(none));
+  CHECK(std::get<ApiError>(none).message.find("has no chat template") != std::string::npos);
+  // A template of the test's own: the last message's content.
+  ms[1].chat_template = [](const json& messages) -> Result<std::string> {
+    return messages.back()["content"].get<std::string>();
+  };
+  ms[1].tokenizer.encode_plain = ms[1].tokenizer.encode;
+  auto r = parse_chat(body, ms);
+  REQUIRE(std::holds_alternative<CompletionRequest>(r));
+  CHECK(std::get<CompletionRequest>(r).prompt == std::vector<std::int64_t>{1, 0, 3});
+  auto bad = parse_chat(R"({"model": "texty", "messages": [{"content": "x"}]})", ms);
+  REQUIRE(std::holds_alternative<ApiError>(bad));
+  CHECK(std::get<ApiError>(bad).message == "messages[0].role: required (system, user, assistant, ...)");
+  auto top = parse_chat(R"({"model": "texty", "messages": [{"role": "user", "content": "a"}], "max_tokens": 1, "top_logprobs": 2})", ms);
+  REQUIRE(std::holds_alternative<ApiError>(top));
+  CHECK(std::get<ApiError>(top).message == "top_logprobs: needs \"logprobs\": true");
 }
 
 TEST_CASE("api: text goes through the model's tokenizer, and back", "[serving][api]") {

@@ -107,6 +107,95 @@ TEST_CASE("batch store: accepted lines survive a reopen until answered", "[servi
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("batch store: cancel gives up what did not start, keeps what ran, and ends with the last running line",
+          "[serving][batch]") {
+  const auto dir = fresh_dir("batch_cancel");
+  auto store = open_store(dir / "batches.sqlite");
+  auto f = store->add_file("in.jsonl", "batch", "x\n");
+  REQUIRE(f.ok());
+  auto b = store->create_batch(f->id, "/v1/completions", "1h", {{"a", "{}"}, {"b", "{}"}, {"c", "{}"}, {"d", "{}"}},
+                               3600, R"({"team":"search"})");
+  REQUIRE(b.ok());
+  CHECK(b->expires_at == b->created_at + 3600);
+  CHECK(b->metadata == R"({"team":"search"})");
+  REQUIRE(store->finish_line(b->id, 1, true, "{\"a\": 1}").ok());
+  // The input of a batch in progress cannot be deleted.
+  auto busy = store->delete_file(f->id);
+  REQUIRE_FALSE(busy.ok());
+  CHECK(busy.status().message().find("still in progress") != std::string::npos);
+  // Line 2 runs; 3 and 4 have not started: they are given up.
+  auto c = store->stop_batch(b->id, false, {{b->id, 2}});
+  REQUIRE(c.ok());
+  REQUIRE(c->has_value());
+  CHECK((*c)->status == "cancelling");
+  auto pending = store->pending(10, {});
+  REQUIRE(pending.ok());
+  REQUIRE(pending->size() == 1);
+  CHECK((*pending)[0].line == 2);
+  REQUIRE(store->finish_line(b->id, 2, true, "{\"b\": 2}").ok());  // the last running line ends it
+  auto done = store->batch(b->id);
+  REQUIRE(done.ok());
+  CHECK((*done)->status == "cancelled");
+  CHECK((*done)->completed == 2);
+  CHECK((*done)->ended_at > 0);
+  CHECK((*done)->metadata == R"({"team":"search"})");
+  auto out = store->file_content((*done)->output_file_id);
+  REQUIRE(out.ok());
+  CHECK(**out == "{\"a\": 1}\n{\"b\": 2}\n");
+  // Cancelling again changes nothing; an unknown batch is nothing.
+  auto again = store->stop_batch(b->id, false, {});
+  REQUIRE(again.ok());
+  CHECK((*again)->status == "cancelled");
+  auto nope = store->stop_batch("batch_nope", false, {});
+  REQUIRE(nope.ok());
+  CHECK_FALSE(nope->has_value());
+  // Expiry: a batch past expires_at, nothing running, expires at once.
+  auto e = store->create_batch(f->id, "/v1/completions", "1s", {{"a", "{}"}}, 1);
+  REQUIRE(e.ok());
+  auto late = store->expired(e->created_at + 2);
+  REQUIRE(late.ok());
+  CHECK(*late == std::vector<std::string>{e->id});
+  auto x = store->stop_batch(e->id, true, {});
+  REQUIRE(x.ok());
+  CHECK((*x)->status == "expired");
+  // Files: listed newest first, deleted once no batch reads them.
+  auto files = store->files();
+  REQUIRE(files.ok());
+  CHECK(files->size() == 2);  // the input and the cancelled batch's output (the expired one did nothing)
+  auto gone = store->delete_file(f->id);
+  REQUIRE(gone.ok());
+  CHECK(*gone);
+  auto twice = store->delete_file(f->id);
+  REQUIRE(twice.ok());
+  CHECK_FALSE(*twice);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("batch store: a store of an older server gains the new columns", "[serving][batch]") {
+  const auto dir = fresh_dir("batch_migrate");
+  const auto path = dir / "old.sqlite";
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.string().c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db,
+                       "CREATE TABLE batches (id TEXT PRIMARY KEY, input_file_id TEXT NOT NULL, endpoint TEXT NOT "
+                       "NULL, completion_window TEXT NOT NULL, status TEXT NOT NULL, created_at INTEGER NOT NULL, "
+                       "completed_at INTEGER NOT NULL DEFAULT 0, output_file_id TEXT NOT NULL DEFAULT '', "
+                       "error_file_id TEXT NOT NULL DEFAULT '', total INTEGER NOT NULL, completed INTEGER NOT NULL "
+                       "DEFAULT 0, failed INTEGER NOT NULL DEFAULT 0);"
+                       "INSERT INTO batches (id, input_file_id, endpoint, completion_window, status, created_at, total)"
+                       " VALUES ('batch_old', 'file-x', '/v1/completions', '24h', 'completed', 5, 1);",
+                       nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  auto store = open_store(path);
+  auto b = store->batch("batch_old");
+  REQUIRE(b.ok());
+  REQUIRE(b->has_value());
+  CHECK((*b)->status == "completed");
+  CHECK((*b)->metadata == "null");
+  CHECK((*b)->expires_at == 0);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("batch store: a store that cannot be opened says where", "[serving][batch]") {
   auto s = BatchStore::open("/nonexistent-folder/x/batches.sqlite");
   REQUIRE_FALSE(s.ok());
