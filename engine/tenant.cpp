@@ -116,17 +116,40 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
     context += s.context;
     tokens += s.prefill ? 0 : 1;  // decodes first
   }
+  std::int64_t kv_after = kv_held();
+  bool admitted = false;
+  // Chunked, prompts waiting that fit whole in half the budget join before
+  // the chunks under way (vLLM's long_prefill_token_threshold, SGLang's
+  // mixed chunk): a 3-token request's prefill rides in the next iteration
+  // beside the next chunk of a 20k-token one, instead of a token at a time
+  // in what the chunk left. The chunks keep at least the other half, so a
+  // stream of short prompts slows a long prefill at most twofold.
+  auto fits = [&](std::size_t request) {
+    const RequestRecord& r = records_[request];
+    return kv_after + r.input_tokens + r.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
+  };
+  if (spec_.chunked_prefill) {
+    std::int64_t whole = 0;
+    const std::int64_t share = std::max<std::int64_t>(1, spec_.token_budget / 2);
+    while (!waiting_.empty() && static_cast<std::int64_t>(lane.running.size()) < spec_.max_seqs) {
+      const std::int64_t prefill = held(waiting_.front());
+      if (whole + prefill > share || tokens + prefill > spec_.token_budget || !fits(waiting_.front())) break;
+      lane.running.push_back({waiting_.front(), 0, true, prefill});
+      admitted = true;
+      whole += prefill;
+      tokens += prefill;
+      kv_after += prefill;
+      waiting_.pop_front();
+    }
+  }
   // A chunked prefill under way goes on with what the budget leaves (at
   // least a token: it never stalls).
   for (Seq& s : lane.running)
-    if (s.prefill) {
+    if (s.prefill && s.context > 0) {
       s.chunk = std::min(held(s.request) - s.context, std::max<std::int64_t>(1, spec_.token_budget - tokens));
       tokens += s.chunk;
     }
-  std::int64_t kv_after = kv_held();
-  bool admitted = false;
   while (!waiting_.empty()) {
-    const RequestRecord& r = records_[waiting_.front()];
     const std::int64_t prefill = held(waiting_.front());
     // Chunked, a prompt is admitted while the budget has room and takes
     // what is left of it. Whole, the queue's head is admitted even over the
@@ -137,7 +160,7 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
         spec_.chunked_prefill ? std::min(prefill, std::max<std::int64_t>(1, spec_.token_budget - tokens)) : prefill;
     const bool tokens_ok = spec_.chunked_prefill ? tokens < spec_.token_budget || !admitted
                                                  : tokens + prefill <= spec_.token_budget || !admitted;
-    const bool kv_ok = kv_after + r.input_tokens + r.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
+    const bool kv_ok = fits(waiting_.front());
     const bool seqs_ok = static_cast<std::int64_t>(lane.running.size()) < spec_.max_seqs;
     if (!(tokens_ok && kv_ok && seqs_ok)) break;
     lane.running.push_back({waiting_.front(), 0, true, chunk});
