@@ -84,7 +84,7 @@ tsan: setup
 	  "-DCMAKE_MODULE_LINKER_FLAGS=$(TSAN_FLAGS)" > $(TSAN_BUILD).configure.log 2>&1 \
 	  || (cat $(TSAN_BUILD).configure.log; exit 1)
 	@$(CMAKE) --build $(TSAN_BUILD) -j $(JOBS) --target slicesched_tests
-	@LD_LIBRARY_PATH=$(TSAN_TBB)/lib TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	@LD_LIBRARY_PATH=$(TSAN_TBB)/lib TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
 	  $(TSAN_BUILD)/bin/slicesched_tests "$(TSAN_TESTS)"
 
 # Every parser under libFuzzer (+ ASan, UBSan) for SECONDS each, from seed

@@ -122,11 +122,21 @@ PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, co
     return serving::Routed{LiveRequest{tenant, std::move(r.prompt), r.max_tokens, nullptr, r.gen.sampling}, &m, r.gen};
   };
 
-  // Health: the accelerators lost so far (executor processes gone); a
-  // model can be served while one accelerator holding it is left.
+  // Health: the accelerators lost now (executor processes gone, or taken
+  // by the config's [[faults]] until their duration ends); a model can be
+  // served while one accelerator holding it is left.
   struct Lost {
     std::mutex mu;
     std::vector<bool> accel;
+  };
+  // The engine's word on each loss and return (its thread; the HTTP
+  // threads read under the lock).
+  struct LostObserver final : EngineObserver {
+    std::shared_ptr<Lost> lost;
+    void on_accelerator(AccelId a, bool down, Nanos) override {
+      std::lock_guard lk(lost->mu);
+      if (a < lost->accel.size()) lost->accel[a] = down;
+    }
   };
   auto lost = std::make_shared<Lost>();
   lost->accel.assign(cfg.accelerators.size(), false);
@@ -156,7 +166,9 @@ PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, co
     if (a < lost->accel.size()) lost->accel[a] = true;
   };
   opt.inbox = &inbox;
-  EngineObserver* observers[] = {&metrics};
+  LostObserver lost_observer;
+  lost_observer.lost = lost;
+  EngineObserver* observers[] = {&metrics, &lost_observer};
   opt.observers = observers;
   opt.on_ready = [&](const std::vector<ServedTenant>& tenants) {
     std::vector<std::string> names;

@@ -1,10 +1,13 @@
 module;
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 module slicesched.engine;
@@ -14,6 +17,21 @@ namespace slicesched {
 namespace {
 // The longest an idle engine with an open inbox waits before looking again.
 constexpr Nanos kInboxWait = 500'000'000;
+
+// Drops accelerator `name`'s entry ("NAME at T s") from `lost`, the
+// ", "-joined list of the accelerators lost now: it came back, or is
+// lost again (then listed anew, at its new time).
+void drop_lost(std::string& lost, const std::string& name) {
+  std::string kept;
+  for (std::size_t pos = 0; pos < lost.size();) {
+    std::size_t end = lost.find(", ", pos);
+    if (end == std::string::npos) end = lost.size();
+    const std::string_view entry(lost.data() + pos, end - pos);
+    if (!entry.starts_with(name + " at ")) kept += (kept.empty() ? "" : ", ") + std::string(entry);
+    pos = end + 2;
+  }
+  lost = std::move(kept);
+}
 }  // namespace
 
 Engine::Engine(Gmg& gmg, std::vector<Tenant>& tenants, Scheduler& scheduler, Estimator& estimator, Backend& backend,
@@ -33,11 +51,27 @@ Status Engine::apply_faults(Nanos now) {
       if (gmg_.is_down(f.accel)) --down_count_;
       gmg_.set_down(f.accel, false);
       if (Status s = backend_.restore_accelerator(f.accel); !s.ok()) return s;
+      drop_lost(lost_names_, gmg_.accels()[f.accel].name);
+      for (EngineObserver* o : observers_) o->on_accelerator(f.accel, false, now);
       continue;
     }
     if (Status s = lose(f.accel, now); !s.ok()) return s;
   }
+  // Every accelerator down and none coming back: the same end as when the
+  // backend finds them all gone.
+  if (down_count_ == gmg_.accels().size() &&
+      std::none_of(opt_.faults.begin() + static_cast<std::ptrdiff_t>(next_fault_), opt_.faults.end(),
+                   [](const FaultEvent& f) { return !f.down; }))
+    return all_lost(now);
   return Status::Ok();
+}
+
+Status Engine::all_lost(Nanos now) {
+  const std::string why = "every accelerator is lost (" + lost_names_ + "); nothing is left to run on";
+  for (Tenant& t : tenants_) t.fail_unfinished(why, now);
+  flush_requests();
+  if (opt_.inbox) opt_.inbox->close();
+  return Aborted(why);
 }
 
 Status Engine::lose(AccelId a, Nanos now) {
@@ -47,8 +81,10 @@ Status Engine::lose(AccelId a, Nanos now) {
   gmg_.set_down(a, true);  // (a fault on one already down is the backend's to refuse)
   std::vector<Feedback> lost;
   if (Status s = backend_.fail_accelerator(gmg_, a, lost); !s.ok()) return s;
+  drop_lost(lost_names_, gmg_.accels()[a].name);
   if (!lost_names_.empty()) lost_names_ += ", ";
   lost_names_ += gmg_.accels()[a].name + " at " + std::to_string(static_cast<double>(now) / 1e9) + " s";
+  for (EngineObserver* o : observers_) o->on_accelerator(a, true, now);
   for (const Feedback& x : lost)
     if (Status s = apply(x); !s.ok()) return s;
   flush_requests();
@@ -358,13 +394,7 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
     // Losses the backend finds are for good: with every accelerator gone
     // nothing can ever run again, and the run ends as a failure, saying so
     // (what was unfinished fails with the same reason).
-    if (!found.empty() && down_count_ == gmg_.accels().size()) {
-      const std::string why = "every accelerator is lost (" + lost_names_ + "); nothing is left to run on";
-      for (Tenant& t : tenants_) t.fail_unfinished(why, now);
-      flush_requests();
-      if (opt_.inbox) opt_.inbox->close();
-      return Aborted(why);
-    }
+    if (!found.empty() && down_count_ == gmg_.accels().size()) return all_lost(now);
     for (const Feedback& f : feedback)
       if (Status s = apply(f); !s.ok()) return s;
     flush_requests();

@@ -38,7 +38,8 @@ struct EngineOptions {
   // iteration that lost anything starts again, rebuilding its sequences'
   // KV caches by prefill. When nothing is left that can run a waiting
   // request (its placements all need a lost accelerator, for good), the
-  // request fails with the reason.
+  // request fails with the reason; when every accelerator is lost with
+  // none coming back, the run fails (Aborted), saying so.
   std::vector<FaultEvent> faults;
   // Requests pushed at run time (live front ends; the caller's, must
   // outlive run()). While it is open the run does not end when every
@@ -95,6 +96,9 @@ class Engine {
   // Accelerator `a` is lost at `now`: a configured fault or one the backend
   // found (Backend::take_lost); both take this one path.
   Status lose(AccelId a, Nanos now);
+  // Every accelerator is lost for good: what is unfinished fails, the
+  // inbox closes, and the run ends as a failure saying so.
+  Status all_lost(Nanos now);
   // Hands what was pushed to the inbox to its tenants (closing it first on
   // a drain); fails on a request for a tenant that does not exist.
   Status take_inbox(Nanos now, int stop);

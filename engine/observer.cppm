@@ -77,6 +77,10 @@ class EngineObserver {
   virtual void on_decision(const Gmg& /*gmg*/, const Decision& /*d*/) {}
   // Something happened to a request; `record` is its record after it.
   virtual void on_request(const RequestEvent& /*e*/, const RequestRecord& /*record*/) {}
+  // Accelerator `a` was lost at `now` (`lost`: a configured fault, or an
+  // executor the backend found gone) or came back (`lost` false: a fault's
+  // duration ended). A server's health follows these.
+  virtual void on_accelerator(AccelId /*a*/, bool /*lost*/, Nanos /*now*/) {}
   // Whether this observer wants kIteration request events (one per request
   // per iteration: the most numerous kind, so only on request).
   virtual bool iterations() const { return false; }

@@ -143,23 +143,51 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
     context += s.context;
     tokens += s.prefill ? 0 : 1;  // decodes first
   }
+  std::int64_t kv_after = kv_held(false);
+  bool admitted = false;
+  auto fits = [&](std::size_t request) {
+    const RequestRecord& r = records_[request];
+    return kv_after + r.input_tokens + r.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
+  };
+  auto own_seqs = [&] {
+    std::int64_t n = 0;
+    for (const Seq& s : lane.running) n += !s.owner;
+    return n;
+  };
+  // Chunked, prompts waiting that fit whole in half the budget join before
+  // the chunks under way (vLLM's long_prefill_token_threshold, SGLang's
+  // mixed chunk): a 3-token request's prefill rides in the next iteration
+  // beside the next chunk of a 20k-token one, instead of a token at a time
+  // in what the chunk left. The chunks keep at least the other half, so a
+  // stream of short prompts slows a long prefill at most twofold. (A
+  // sequence back from host memory is a decode: the loop below takes it.)
+  if (spec_.chunked_prefill) {
+    std::int64_t whole = 0;
+    const std::int64_t share = std::max<std::int64_t>(1, spec_.token_budget / 2);
+    while (!waiting_.empty() && own_seqs() < spec_.max_seqs && !swapped_in_.contains(waiting_.front())) {
+      const std::int64_t prefill = held(waiting_.front());
+      if (whole + prefill > share || tokens + prefill > spec_.token_budget || !fits(waiting_.front())) break;
+      lane.running.push_back({waiting_.front(), 0, true, prefill});
+      admitted = true;
+      whole += prefill;
+      tokens += prefill;
+      kv_after += prefill;
+      waiting_.pop_front();
+    }
+  }
   // A chunked prefill under way goes on with what the budget leaves (at
   // least a token: it never stalls).
   for (Seq& s : lane.running)
-    if (s.prefill && !s.owner) {
+    if (s.prefill && !s.owner && s.context > 0) {
       s.chunk = std::min(held(s.request) - s.context, std::max<std::int64_t>(1, spec_.token_budget - tokens));
       tokens += s.chunk;
     }
-  std::int64_t kv_after = kv_held(false);
-  bool admitted = false;
   while (!waiting_.empty()) {
-    const RequestRecord& r = records_[waiting_.front()];
     if (auto back = swapped_in_.find(waiting_.front()); back != swapped_in_.end()) {
       // Back from host memory with its cache: a decode again (one token),
       // attending what it had cached.
-      const bool kv_ok = kv_after + r.input_tokens + r.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
-      if (!(tokens + 1 <= spec_.token_budget || !admitted) || !kv_ok ||
-          static_cast<std::int64_t>(lane.running.size()) >= spec_.max_seqs)
+      if (!(tokens + 1 <= spec_.token_budget || !admitted) || !fits(waiting_.front()) ||
+          own_seqs() >= spec_.max_seqs)
         break;
       lane.running.push_back({waiting_.front(), back->second, false, 0});
       admitted = true;
@@ -180,11 +208,7 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
         spec_.chunked_prefill ? std::min(prefill, std::max<std::int64_t>(1, spec_.token_budget - tokens)) : prefill;
     const bool tokens_ok = spec_.chunked_prefill ? tokens < spec_.token_budget || !admitted
                                                  : tokens + prefill <= spec_.token_budget || !admitted;
-    const bool kv_ok = kv_after + r.input_tokens + r.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
-    std::int64_t own_seqs = 0;
-    for (const Seq& s : lane.running) own_seqs += !s.owner;
-    const bool seqs_ok = own_seqs < spec_.max_seqs;
-    if (!(tokens_ok && kv_ok && seqs_ok)) break;
+    if (!(tokens_ok && fits(waiting_.front()) && own_seqs() < spec_.max_seqs)) break;
     lane.running.push_back({waiting_.front(), 0, true, chunk});
     admitted = true;
     tokens += chunk;

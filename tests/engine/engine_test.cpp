@@ -145,6 +145,8 @@ struct RunOptions {
   bool parallel = true;
   std::vector<FaultEvent> faults = {};
   const char* placement = "simulation-guided";
+  std::string* error = nullptr;  // set: a failed run leaves its message here (else it fails the test)
+  std::vector<std::pair<AccelId, bool>>* accelerators = nullptr;  // set: the on_accelerator events, in order
 };
 
 template <typename MakeEstimator>
@@ -182,8 +184,19 @@ Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimat
   EmulatedCluster cluster(accels->size(), truth, *backend_arbiter.value());
   Engine engine(gmg, tenants, scheduler, *estimator, cluster, {.faults = std::move(opt.faults)});
   TimelineRecorder timeline(std::numeric_limits<Nanos>::max());
-  EngineObserver* observers[] = {&timeline};
+  struct Accelerators final : EngineObserver {
+    std::vector<std::pair<AccelId, bool>>* seen = nullptr;
+    void on_accelerator(AccelId a, bool lost, Nanos) override {
+      if (seen) seen->emplace_back(a, lost);
+    }
+  } accelerators;
+  accelerators.seen = opt.accelerators;
+  EngineObserver* observers[] = {&timeline, &accelerators};
   auto result = engine.run(observers);
+  if (opt.error && !result.ok()) {
+    *opt.error = result.status().message();
+    return {};
+  }
   REQUIRE(result.ok());
   REQUIRE(result->complete);
   return {std::move(timeline.log()), result->requests, result->scheduling, result->lost_ops, result->rebuilt_sequences};
@@ -369,6 +382,49 @@ TEST_CASE("engine: a static placement pinned to a lost GPU waits for it, or fail
     }
   CHECK(failed > 0);
   CHECK(failed < gone.requests.size());  // what finished before the loss stays finished
+}
+
+TEST_CASE("engine: observers hear each loss and return; every GPU lost for good ends the run, saying so",
+          "[engine][faults]") {
+  PluginRegistries plugins;
+  REQUIRE(plugins::register_builtins(plugins).ok());
+  const Run healthy = run_engine("greedy", json::object(), online_linear(plugins));
+  const Nanos at = healthy.log[healthy.log.size() / 3].start;
+  // gpu1 lost and back, then all four lost with gpu2 and gpu3 coming back:
+  // the run goes on (and completes on that pair).
+  std::vector<std::pair<AccelId, bool>> seen;
+  std::string error;
+  const Run back = run_engine("greedy", json::object(), online_linear(plugins),
+                              {.faults = {{at, 1, true},
+                                          {at + 10'000'000, 1, false},
+                                          {at + 20'000'000, 0, true},
+                                          {at + 20'000'000, 1, true},
+                                          {at + 20'000'000, 2, true},
+                                          {at + 20'000'000, 3, true},
+                                          {at + 200'000'000, 2, false},
+                                          {at + 200'000'000, 3, false}},
+                               .error = &error,
+                               .accelerators = &seen});
+  CHECK(error.empty());
+  const std::vector<std::pair<AccelId, bool>> want = {{1, true}, {1, false}, {0, true},  {1, true},
+                                                      {2, true}, {3, true},  {2, false}, {3, false}};
+  CHECK(seen == want);
+  for (const RequestRecord& r : back.requests) CHECK((r.error.empty() && r.generated == r.output_tokens));
+  // The same four lost for good: the run fails, naming each once (gpu1's
+  // first loss is over).
+  const Run gone = run_engine("greedy", json::object(), online_linear(plugins),
+                              {.faults = {{at, 1, true},
+                                          {at + 10'000'000, 1, false},
+                                          {at + 20'000'000, 0, true},
+                                          {at + 20'000'000, 1, true},
+                                          {at + 20'000'000, 2, true},
+                                          {at + 20'000'000, 3, true}},
+                               .error = &error});
+  INFO(error);
+  CHECK(error.starts_with("every accelerator is lost (gpu0 at "));
+  CHECK(error.find(", gpu1 at ") != std::string::npos);
+  CHECK(error.find("gpu1") == error.rfind("gpu1"));
+  CHECK(error.ends_with("); nothing is left to run on"));
 }
 
 TEST_CASE("engine: an estimator without a linear form gives the fast path's run", "[engine][estimator]") {

@@ -294,7 +294,8 @@ class RefSimulator {
       flags_[i] |= static_cast<std::uint8_t>(kOutputHeld | (bytes_[i].ret > 0 ? kRetainedHeld : 0));
       running_[a] = i;
       r_.start[i] = t;
-      events_.push(std::max(t + dur_[i], now_), kOpFinish, i);
+      // (started before now_ and not done then: it ends after now_)
+      events_.push(t < now_ ? std::max(t + dur_[i], now_ + 1) : t + dur_[i], kOpFinish, i);
     }
     dirty_.clear();
   }
