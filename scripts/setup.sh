@@ -55,8 +55,10 @@ if ! "$ROOT/.venv/bin/python3" -c "import jinja2" 2>/dev/null; then
   "$ROOT/.venv/bin/python3" -m pip install -q --disable-pip-version-check jinja2
 fi
 # guidellm (Neural Magic / vLLM project) benchmarks `serve --listen` as an
-# outside client in ctest serve_guidellm.
-if ! "$ROOT/.venv/bin/python3" -c "import guidellm" 2>/dev/null; then
-  echo "setup: installing guidellm into $ROOT/.venv (the serve_guidellm benchmark client)"
-  "$ROOT/.venv/bin/python3" -m pip install -q --disable-pip-version-check guidellm
+# outside client in ctest serve_guidellm; pinned, as its command line changes
+# between releases.
+GUIDELLM_VERSION=0.8.1
+if ! "$ROOT/.venv/bin/python3" -c "import importlib.metadata as m, sys; sys.exit(m.version('guidellm') != '$GUIDELLM_VERSION')" 2>/dev/null; then
+  echo "setup: installing guidellm==$GUIDELLM_VERSION into $ROOT/.venv (the serve_guidellm benchmark client)"
+  "$ROOT/.venv/bin/python3" -m pip install -q --disable-pip-version-check "guidellm==$GUIDELLM_VERSION"
 fi

@@ -38,8 +38,9 @@ srv = Server(slicesched, os.path.join(ckpt, "serve.toml"))
 report = os.path.join(work, "benchmarks.json")
 env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
            GUIDELLM__LOGGING__CONSOLE_LOG_LEVEL="WARNING")
-guidellm = os.path.join(os.path.dirname(sys.executable), "guidellm")
-cmd = [guidellm, "run",
+# `python -m guidellm`, not the console script: a script's shebang names the
+# interpreter it was installed with, which a moved or linked .venv lacks.
+cmd = [sys.executable, "-m", "guidellm", "run",
        "--backend", "kind=openai_http,target=%s,model=tiny-qwen,request_format=/v1/completions" % srv.url,
        "--profile", "kind=concurrent,streams=4",
        "--constraint", "kind=max_requests,count=%d" % requests,
