@@ -44,8 +44,9 @@ void print_round(const nlohmann::json& d) {
       std::printf("    %s %-20s %12.6f %12.6f  %s\n", picked ? "*" : " ", label.c_str(),
                   c["mean_completion_s"].get<double>(), c["makespan_s"].get<double>(), note.c_str());
     } else {
-      std::printf("    %s %-20s %12s %12s  %s\n", picked ? "*" : " ", label.c_str(), "-", "-",
-                  c.value("infeasible", std::string(simulated ? "" : "not simulated (the policy needs no what-if)")).c_str());
+      std::printf(
+          "    %s %-20s %12s %12s  %s\n", picked ? "*" : " ", label.c_str(), "-", "-",
+          c.value("infeasible", std::string(simulated ? "" : "not simulated (the policy needs no what-if)")).c_str());
     }
   }
   // What the policy said of its pick (PlacementPolicy::reasons).

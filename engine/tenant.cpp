@@ -186,8 +186,7 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
     if (auto back = swapped_in_.find(waiting_.front()); back != swapped_in_.end()) {
       // Back from host memory with its cache: a decode again (one token),
       // attending what it had cached.
-      if (!(tokens + 1 <= spec_.token_budget || !admitted) || !fits(waiting_.front()) ||
-          own_seqs() >= spec_.max_seqs)
+      if (!(tokens + 1 <= spec_.token_budget || !admitted) || !fits(waiting_.front()) || own_seqs() >= spec_.max_seqs)
         break;
       lane.running.push_back({waiting_.front(), back->second, false, 0});
       admitted = true;

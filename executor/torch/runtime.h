@@ -113,10 +113,10 @@ struct Logprobs {
 
 // One sequence's part of one iteration.
 struct SeqStep {
-  std::uint64_t seq = 0;                     // request id, unique within a plan
-  std::int64_t position = 0;                 // tokens already in this sequence's KV cache (0 for a prefill)
-  std::vector<std::int64_t> tokens;          // the new token ids (the prompt for a prefill, 1 id for a
-                                             // decode); non-empty, each in [0, vocab)
+  std::uint64_t seq = 0;                               // request id, unique within a plan
+  std::int64_t position = 0;                           // tokens already in this sequence's KV cache (0 for a prefill)
+  std::vector<std::int64_t> tokens;                    // the new token ids (the prompt for a prefill, 1 id for a
+                                                       // decode); non-empty, each in [0, vocab)
   std::shared_ptr<const Sampling> sampling = nullptr;  // null: greedy, no log-probabilities
 };
 // One iteration (one graph instance): its sequences, in the order their

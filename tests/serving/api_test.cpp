@@ -226,7 +226,8 @@ TEST_CASE("api: chat requests render the model's template; none is a 400 saying 
   auto bad = parse_chat(R"({"model": "texty", "messages": [{"content": "x"}]})", ms);
   REQUIRE(std::holds_alternative<ApiError>(bad));
   CHECK(std::get<ApiError>(bad).message == "messages[0].role: required (system, user, assistant, ...)");
-  auto top = parse_chat(R"({"model": "texty", "messages": [{"role": "user", "content": "a"}], "max_tokens": 1, "top_logprobs": 2})", ms);
+  auto top = parse_chat(
+      R"({"model": "texty", "messages": [{"role": "user", "content": "a"}], "max_tokens": 1, "top_logprobs": 2})", ms);
   REQUIRE(std::holds_alternative<ApiError>(top));
   CHECK(std::get<ApiError>(top).message == "top_logprobs: needs \"logprobs\": true");
 }
