@@ -13,7 +13,7 @@ module slicesched.serving.metrics;
 
 namespace slicesched::serving {
 
-namespace {
+namespace prom {
 
 std::string num(double v) {
   char b[64];
@@ -38,7 +38,11 @@ void head(std::string& out, const char* name, const char* type, const char* help
   out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
 }
 
-}  // namespace
+}  // namespace prom
+
+using prom::head;
+using prom::label;
+using prom::num;
 
 void Histogram::add(double v) {
   std::size_t b = 0;

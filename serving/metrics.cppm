@@ -100,3 +100,11 @@ class ServingMetrics final : public EngineObserver {
 };
 
 }  // namespace slicesched::serving
+
+// Prometheus text-format pieces shared by metrics.cpp and vllm_metrics.cpp
+// (module-internal: not exported).
+namespace slicesched::serving::prom {
+std::string num(double v);                                                          // %.9g
+std::string label(const char* key, const std::string& value);                       // key="escaped value"
+void head(std::string& out, const char* name, const char* type, const char* help);  // # HELP / # TYPE
+}  // namespace slicesched::serving::prom

@@ -17,28 +17,10 @@ namespace slicesched::serving {
 
 namespace {
 
-std::string num(double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.9g", v);
-  return b;
-}
+using prom::head;
+using prom::num;
 
-std::string model_label(const std::string& name) {
-  std::string v;
-  for (char c : name) {
-    if (c == '\\' || c == '"') v += '\\';
-    if (c == '\n') {
-      v += "\\n";
-      continue;
-    }
-    v += c;
-  }
-  return "model_name=\"" + v + "\"";
-}
-
-void head(std::string& out, const char* name, const char* type, const char* help) {
-  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-}
+std::string model_label(const std::string& name) { return prom::label("model_name", name); }
 
 double seconds(Nanos ns) { return static_cast<double>(ns) / 1e9; }
 
