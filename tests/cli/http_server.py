@@ -1,6 +1,7 @@
 """Starts `slicesched serve CONFIG --listen 127.0.0.1:0` for the HTTP tests
 and finds the port it bound from its "listening on" line. Standard library
 only."""
+import http.client
 import json
 import os
 import re
@@ -91,6 +92,28 @@ def wait_batch(get_batch, until, what):
         if until(b):
             return b
         time.sleep(0.2)
+
+
+def stream_completion(port, ids, max_tokens, model="llama-tiny"):
+    """A streamed /v1/completions of token ids: (sent, first token time, token ids), monotonic seconds."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    body = json.dumps({"model": model, "prompt": ids, "max_tokens": max_tokens, "stream": True})
+    t0 = time.monotonic()
+    conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    first, tokens = None, []
+    while True:
+        line = resp.fp.readline()
+        if not line or line.startswith(b"data: [DONE]"):
+            break
+        if line.startswith(b"data: {"):
+            ev = json.loads(line[6:])
+            if ev.get("choices") and ev["choices"][0].get("token_ids"):
+                if first is None:
+                    first = time.monotonic()
+                tokens += ev["choices"][0]["token_ids"]
+    conn.close()
+    return t0, first, tokens
 
 
 def fresh_dir(path):

@@ -12,15 +12,13 @@ with the chat tenant's token_budget = 64:
 
   serve_http_chunked.py SLICESCHED CONFIG WORKDIR
 """
-import http.client
-import json
 import os
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from http_server import Server, check, fresh_dir  # noqa: E402
+from http_server import Server, check, fresh_dir, stream_completion  # noqa: E402
 
 slicesched, config, work = sys.argv[1:4]
 fresh_dir(work)
@@ -41,26 +39,7 @@ def prompt(n, seed):
 
 def stream(srv, ids, max_tokens, out, key):
     """Sends a streamed completion; records (sent, first token time, token ids) in out[key]."""
-    host, port = "127.0.0.1", int(srv.url.rsplit(":", 1)[1])
-    conn = http.client.HTTPConnection(host, port, timeout=300)
-    t0 = time.monotonic()
-    conn.request("POST", "/v1/completions",
-                 body=json.dumps({"model": "llama-tiny", "prompt": ids, "max_tokens": max_tokens, "stream": True}),
-                 headers={"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    first, tokens = None, []
-    while True:
-        line = resp.fp.readline()
-        if not line or line.startswith(b"data: [DONE]"):
-            break
-        if line.startswith(b"data: {"):
-            ev = json.loads(line[6:])
-            if ev.get("choices") and ev["choices"][0].get("token_ids"):
-                if first is None:
-                    first = time.monotonic()
-                tokens += ev["choices"][0]["token_ids"]
-    conn.close()
-    out[key] = (t0, first, tokens)
+    out[key] = stream_completion(int(srv.url.rsplit(":", 1)[1]), ids, max_tokens)
 
 
 results = {}

@@ -36,7 +36,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from http_server import Server, check, fresh_dir  # noqa: E402
+from http_server import Server, check, fresh_dir, stream_completion  # noqa: E402
 
 TOKEN_BUDGET = 64
 LONG = 20_000
@@ -56,36 +56,14 @@ def prompt(n, seed):
     return [1 + (seed + 7 * i) % 500 for i in range(n)]
 
 
-def stream(port, ids, max_tokens):
-    """A streamed completion: (sent, first token time, token ids)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-    body = json.dumps({"model": "llama-tiny", "prompt": ids, "max_tokens": max_tokens, "stream": True})
-    t0 = time.monotonic()
-    conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    first, tokens = None, []
-    while True:
-        line = resp.fp.readline()
-        if not line or line.startswith(b"data: [DONE]"):
-            break
-        if line.startswith(b"data: {"):
-            ev = json.loads(line[6:])
-            if ev.get("choices") and ev["choices"][0].get("token_ids"):
-                if first is None:
-                    first = time.monotonic()
-                tokens += ev["choices"][0]["token_ids"]
-    conn.close()
-    return t0, first, tokens
-
-
 srv = Server(slicesched, path)
 port = int(srv.url.rsplit(":", 1)[1])
 short = prompt(3, 1)
 for _ in range(5):  # warm-up (the first iterations allocate, the estimators learn)
-    stream(port, short, 1)
+    stream_completion(port, short, 1)
 alone = []
 for _ in range(SAMPLES):
-    t0, first, tokens = stream(port, short, 1)
+    t0, first, tokens = stream_completion(port, short, 1)
     check(len(tokens) == 1, "the short request alone gets its token")
     alone.append((first - t0) * 1000)
 
@@ -118,7 +96,7 @@ long_t.start()
 time.sleep(0.5)  # the long prefill is under way
 beside = []
 for _ in range(SAMPLES):
-    t0, first, tokens = stream(port, short, 1)
+    t0, first, tokens = stream_completion(port, short, 1)
     check(len(tokens) == 1, "the short request beside the long prompt gets its token")
     beside.append((first - t0) * 1000)
 check("first" not in long_out, "every short request beside was served while the long prompt prefilled", srv)
