@@ -138,8 +138,10 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   // Riders are seated after (seat_riders): they take what is left.
   std::int64_t tokens = 0;
   std::int64_t context = 0;
+  std::int64_t mine = 0;  // the lane's own sequences (riders are seated after)
   for (const Seq& s : lane.running) {
     if (s.owner) continue;
+    ++mine;
     context += s.context;
     tokens += s.prefill ? 0 : 1;  // decodes first
   }
@@ -149,10 +151,15 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
     const RequestRecord& r = records_[request];
     return kv_after + r.input_tokens + r.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
   };
-  auto own_seqs = [&] {
-    std::int64_t n = 0;
-    for (const Seq& s : lane.running) n += !s.owner;
-    return n;
+  // The queue's head joins the lane, taking `step` tokens of this
+  // iteration and `kv` tokens of cache.
+  auto admit = [&](const Seq& s, std::int64_t step, std::int64_t kv) {
+    lane.running.push_back(s);
+    ++mine;
+    admitted = true;
+    tokens += step;
+    kv_after += kv;
+    waiting_.pop_front();
   };
   // Chunked, prompts waiting that fit whole in half the budget join before
   // the chunks under way (vLLM's long_prefill_token_threshold, SGLang's
@@ -164,15 +171,11 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   if (spec_.chunked_prefill) {
     std::int64_t whole = 0;
     const std::int64_t share = std::max<std::int64_t>(1, spec_.token_budget / 2);
-    while (!waiting_.empty() && own_seqs() < spec_.max_seqs && !swapped_in_.contains(waiting_.front())) {
+    while (!waiting_.empty() && mine < spec_.max_seqs && !swapped_in_.contains(waiting_.front())) {
       const std::int64_t prefill = held(waiting_.front());
       if (whole + prefill > share || tokens + prefill > spec_.token_budget || !fits(waiting_.front())) break;
-      lane.running.push_back({waiting_.front(), 0, true, prefill});
-      admitted = true;
       whole += prefill;
-      tokens += prefill;
-      kv_after += prefill;
-      waiting_.pop_front();
+      admit({waiting_.front(), 0, true, prefill}, prefill, prefill);
     }
   }
   // A chunked prefill under way goes on with what the budget leaves (at
@@ -186,15 +189,11 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
     if (auto back = swapped_in_.find(waiting_.front()); back != swapped_in_.end()) {
       // Back from host memory with its cache: a decode again (one token),
       // attending what it had cached.
-      if (!(tokens + 1 <= spec_.token_budget || !admitted) || !fits(waiting_.front()) || own_seqs() >= spec_.max_seqs)
-        break;
-      lane.running.push_back({waiting_.front(), back->second, false, 0});
-      admitted = true;
-      tokens += 1;
-      context += back->second;
-      kv_after += back->second + 1;
+      if (!(tokens + 1 <= spec_.token_budget || !admitted) || !fits(waiting_.front()) || mine >= spec_.max_seqs) break;
+      const Seq s{waiting_.front(), back->second, false, 0};
       swapped_in_.erase(back);
-      waiting_.pop_front();
+      context += s.context;
+      admit(s, 1, s.context + 1);
       continue;
     }
     const std::int64_t prefill = held(waiting_.front());
@@ -207,12 +206,8 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
         spec_.chunked_prefill ? std::min(prefill, std::max<std::int64_t>(1, spec_.token_budget - tokens)) : prefill;
     const bool tokens_ok = spec_.chunked_prefill ? tokens < spec_.token_budget || !admitted
                                                  : tokens + prefill <= spec_.token_budget || !admitted;
-    if (!(tokens_ok && fits(waiting_.front()) && own_seqs() < spec_.max_seqs)) break;
-    lane.running.push_back({waiting_.front(), 0, true, chunk});
-    admitted = true;
-    tokens += chunk;
-    kv_after += prefill;
-    waiting_.pop_front();
+    if (!(tokens_ok && fits(waiting_.front()) && mine < spec_.max_seqs)) break;
+    admit({waiting_.front(), 0, true, chunk}, chunk, prefill);
   }
   if (!sources_.empty()) seat_riders(lane, tokens, context, kv_after);
   if (tokens == 0) {
