@@ -112,11 +112,14 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
                    const CalibrationProfile* prior, const LiveRunOptions& opt) {
   check_devices(cfg);
   check_weights_fit(cfg);
-  // The live executors do not move a KV cache to host memory and back yet.
+  // In-process runners keep swapped caches in this process's memory;
+  // executor processes do not move a KV cache to host memory and back yet.
   for (const TenantConfig& t : cfg.tenants)
-    if (t.swap_preempted && std::find(policy.tenants.begin(), policy.tenants.end(), t.name) != policy.tenants.end())
+    if (!cfg.hosts.empty() && t.swap_preempted &&
+        std::find(policy.tenants.begin(), policy.tenants.end(), t.name) != policy.tenants.end())
       fail(cfg.path + ": tenants." + t.name +
-           ".preemption_mode: \"swap\" is simulated only; serve recomputes preempted sequences (use \"recompute\")");
+           ".preemption_mode: \"swap\" needs the accelerators in this process; with [[hosts]] executors, use "
+           "\"recompute\"");
   std::vector<rt::LlamaConfig> model_cfgs;
   for (const ModelConfig& m : cfg.models) {
     model_cfgs.push_back(runtime_model(m));

@@ -63,6 +63,9 @@ struct IterationPlan {
     // tokens, then the output's from history[prompt_tokens] on.
     std::vector<std::int64_t> history;
     std::int64_t prompt_tokens = 0;
+    // Its cache (`position` tokens) comes back from host memory, where
+    // Backend::swap_out put it, instead of from the lane's last iteration.
+    bool from_host = false;
   };
   std::uint32_t tenant = 0;
   std::vector<Seq> seqs;
@@ -109,6 +112,21 @@ class Backend {
   // submitted (preempted, or failed out of memory): forget its plan. An
   // instance the backend has no plan for is ignored. Cannot fail.
   virtual void drop_iteration(InstanceId /*instance*/) {}
+  // Swap to host memory (preemption_mode = "swap"): sequences `seqs` of
+  // tenant `tenant` were preempted, and their parts of the KV caches that
+  // operators `kv` retained (done, released by the GMG in this step but
+  // not yet by release()) go to host memory until a plan brings them back
+  // (IterationPlan::Seq::from_host). A sequence already there (back, then
+  // preempted before its iteration ran) stays as it is. Backends that keep
+  // no values keep nothing (the default). Fails naming the sequence or
+  // operator it cannot keep.
+  virtual Status swap_out(const Gmg& /*gmg*/, std::uint32_t /*tenant*/, std::span<const OpId> /*kv*/,
+                          std::span<const std::uint64_t> /*seqs*/) {
+    return Status::Ok();
+  }
+  // Sequences of `tenant` that will not come back (their requests were
+  // abandoned): forget what swap_out kept of them. Cannot fail.
+  virtual void forget_swapped(std::uint32_t /*tenant*/, std::span<const std::uint64_t> /*seqs*/) {}
   // Why nothing can progress although work is queued (e.g. every queued
   // operator waits for memory), or empty.
   virtual std::string stall_reason() const { return {}; }

@@ -193,6 +193,18 @@ bool Engine::idle_on(const Deferral& d) const {
   return true;
 }
 
+Status Engine::copy_to_host(Tenant& t) {
+  for (const Tenant::HostCopy& c : t.take_host_copies()) {
+    if (c.kv.empty()) {
+      backend_.forget_swapped(t.id(), c.seqs);
+      continue;
+    }
+    if (Status s = backend_.swap_out(gmg_, t.id(), c.kv, c.seqs); !s.ok())
+      return Status(s.code(), "tenant '" + t.spec().name + "': swapping out: " + s.message());
+  }
+  return Status::Ok();
+}
+
 Result<bool> Engine::preempt(bool stalled) {
   const std::vector<Deferral>& deferred = scheduler_.last_deferrals();
   bool waiting = false;
@@ -232,6 +244,9 @@ Result<bool> Engine::preempt(bool stalled) {
   if (!n.ok())
     return Status(n.status().code(), "tenant '" + tenants_[victim->tenant].spec().name + "': " + n.status().message());
   if (n.value() > 0) backend_.drop_iteration(victim->instance);  // its plan never runs
+  // (After the drop: a sequence back from host memory whose plan it was is
+  // there again, and stays.)
+  if (Status s = copy_to_host(tenants_[victim->tenant]); !s.ok()) return s;
   flush_requests();
   return n.value() > 0;
 }
@@ -294,7 +309,10 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
         if (t.lends()) t.deliver_arrivals(now);
     for (Tenant& t : tenants_) {
       if (stop == 0) t.deliver_arrivals(now);
-      if (opt_.inbox) t.drop_abandoned(now);
+      if (opt_.inbox) {
+        t.drop_abandoned(now);
+        if (Status s = copy_to_host(t); !s.ok()) return s;
+      }
       auto started = t.start_iterations(gmg_);
       if (!started.ok())
         return Status(started.status().code(), "tenant '" + t.spec().name + "': " + started.status().message());

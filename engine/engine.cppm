@@ -112,6 +112,8 @@ class Engine {
   // holding KV where it is short; when nothing runs (`stalled`), any.
   // Returns whether it preempted.
   Result<bool> preempt(bool stalled);
+  // Hands the backend the tenant's swap-outs and forgotten host copies.
+  Status copy_to_host(Tenant& t);
   // A waiting iteration fails as out of memory (its largest request; the
   // others queue again): one that fits nowhere even alone
   // (Deferral::never, kNever); or, when nothing runs anywhere and nothing

@@ -190,7 +190,7 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
       // Back from host memory with its cache: a decode again (one token),
       // attending what it had cached.
       if (!(tokens + 1 <= spec_.token_budget || !admitted) || !fits(waiting_.front()) || mine >= spec_.max_seqs) break;
-      const Seq s{waiting_.front(), back->second, false, 0};
+      const Seq s{waiting_.front(), back->second, false, 0, nullptr, true};
       swapped_in_.erase(back);
       context += s.context;
       admit(s, 1, s.context + 1);
@@ -259,6 +259,7 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
       IterationPlan::Seq p;
       p.seq = plan_id(q);
       p.position = q.context;
+      p.from_host = q.from_host;
       const auto live = o.live_.find(q.request);
       if (live != o.live_.end() && live->second.sampling) {
         p.sampling = live->second.sampling;
@@ -283,6 +284,8 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
     }
     plans_.emplace_back(inst->id, std::move(plan));
   }
+  // (From now on their caches are the lane's.)
+  for (Seq& q : lane.running) q.from_host = false;
   lane.kv_prev = lane.kv_tokens;
   lane.kv_tokens = context + tokens;
   lane.in_flight = true;
@@ -418,6 +421,8 @@ std::size_t Tenant::drop_abandoned(Nanos t) {
   for (std::size_t request : gone) {
     if (auto w = std::find(waiting_.begin(), waiting_.end(), request); w != waiting_.end()) {
       waiting_.erase(w);
+      // Back from host memory but not yet running: its copy goes too.
+      if (swapped_in_.erase(request) > 0 && prompts_) host_copies_.push_back({{}, {request}});
       end_abandoned(request, t);
       ++ended;
       continue;
@@ -491,6 +496,7 @@ Result<std::size_t> Tenant::preempt(InstanceId instance, Gmg& gmg) {
     if (gmg.contains(kv)) cache_bytes += gmg.op(kv).retained_bytes;
   const double per_token =
       lane->kv_prev > 0 ? static_cast<double>(cache_bytes) / static_cast<double>(lane->kv_prev) : 0;
+  const std::vector<OpId> caches = lane->attached;
   if (Status s = take_back(*lane, gmg); !s.ok()) return s;
   std::int64_t out_bytes = 0;
   std::vector<Swapped> out;
@@ -512,6 +518,11 @@ Result<std::size_t> Tenant::preempt(InstanceId instance, Gmg& gmg) {
     const Nanos copy = spec_.host_link_latency + static_cast<Nanos>(one_way * 1e9);
     host_link_free_ = std::max(host_link_free_, gmg.now()) + 2 * copy;
     for (auto s = out.rbegin(); s != out.rend(); ++s) swapped_.push_back({s->request, s->tokens, host_link_free_});
+    if (prompts_) {  // a live backend copies the caches out before it frees them
+      HostCopy c{caches, {}};
+      for (auto s = out.rbegin(); s != out.rend(); ++s) c.seqs.push_back(s->request);
+      host_copies_.push_back(std::move(c));
+    }
     swapped_sequences_ += out.size();
     swapped_bytes_ += out_bytes;
   }

@@ -188,6 +188,15 @@ class Tenant {
   void set_prompts(PromptFn prompts) { prompts_ = std::move(prompts); }
   // The plans of the iterations started since the last call.
   std::vector<std::pair<InstanceId, IterationPlan>> take_plans() { return std::exchange(plans_, {}); }
+  // With plans: what the backend must do for swapped sequences since the
+  // last call, in order (Backend::swap_out / forget_swapped): keep `seqs`'
+  // parts of the KV caches operators `kv` retained, or (`kv` empty) forget
+  // what it kept of them.
+  struct HostCopy {
+    std::vector<OpId> kv;
+    std::vector<std::uint64_t> seqs;
+  };
+  std::vector<HostCopy> take_host_copies() { return std::exchange(host_copies_, {}); }
   // From now on, what happens to requests is appended to `sink` (null:
   // nothing is recorded); kIteration events only with `iterations`. The
   // sink is the caller's and must outlive the tenant's use of it.
@@ -221,6 +230,7 @@ class Tenant {
     bool prefill;             // prefilling (admitted this iteration, or a chunked prefill not done)
     std::int64_t chunk = 0;   // while prefilling: the tokens this iteration adds to its cache
     Tenant* owner = nullptr;  // a rider's owner (null: this tenant's own sequence)
+    bool from_host = false;   // back from host memory, its cache not yet in the lane's
   };
   // The tenant that owns a sequence's record.
   Tenant& own(const Seq& s) { return s.owner ? *s.owner : *this; }
@@ -303,6 +313,7 @@ class Tenant {
   std::vector<std::int64_t> redo_;  // per request: generated tokens its next prefill recomputes
   PromptFn prompts_;
   std::vector<std::pair<InstanceId, IterationPlan>> plans_;
+  std::vector<HostCopy> host_copies_;
   std::vector<RequestEvent>* events_ = nullptr;
   bool iteration_events_ = false;
   void event(RequestEvent::Kind kind, std::size_t request, Nanos t, InstanceId instance = 0) {

@@ -90,6 +90,27 @@ Status LiveCluster::on_iteration(InstanceId instance, IterationPlan plan) {
 
 void LiveCluster::drop_iteration(InstanceId instance) { runner_.drop_iteration(instance); }
 
+Status LiveCluster::swap_out(const Gmg& gmg, std::uint32_t tenant, std::span<const OpId> kv,
+                             std::span<const std::uint64_t> seqs) {
+  std::vector<Payload> caches;
+  {
+    std::lock_guard lk(mu_);
+    for (OpId op : kv) {
+      const auto it = held_.find(op);
+      if (it == held_.end() || !it->second.retained)
+        return FailedPrecondition("live cluster: swapping out tenant " + std::to_string(tenant) +
+                                  "'s sequences: " + gmg.op_name(op) + " holds no KV cache");
+      caches.push_back(it->second.retained);
+    }
+  }
+  // (The runner copies outside the lock: workers go on meanwhile.)
+  return runner_.swap_out(tenant, seqs, caches);
+}
+
+void LiveCluster::forget_swapped(std::uint32_t tenant, std::span<const std::uint64_t> seqs) {
+  runner_.forget_swapped(tenant, seqs);
+}
+
 Status LiveCluster::submit(const Gmg& gmg, OpId op) {
   if (!gmg.contains(op) || gmg.op(op).state != OpState::kIssued)
     return FailedPrecondition("live cluster: " + gmg.op_name(op) + " is not issued");

@@ -92,6 +92,11 @@ class LiveCluster final : public Backend {
   bool wants_plans() const override { return true; }
   Status on_iteration(InstanceId instance, IterationPlan plan) override;
   void drop_iteration(InstanceId instance) override;
+  // The runner keeps the sequences' parts of the operators' retained KV
+  // caches (still held here) in host memory; Backend's contract.
+  Status swap_out(const Gmg& gmg, std::uint32_t tenant, std::span<const OpId> kv,
+                  std::span<const std::uint64_t> seqs) override;
+  void forget_swapped(std::uint32_t tenant, std::span<const std::uint64_t> seqs) override;
 
   // Accelerator `a` is lost (Backend's contract, the emulated cluster's
   // rules): queued operators there, and those whose input it held or was

@@ -5,6 +5,7 @@ module;
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -27,7 +28,8 @@ struct Prepared {
   int group = 0;
   rt::LlamaModel* runtime = nullptr;
   std::shared_ptr<const rt::StepPlan> plan;
-  std::string name;  // for messages
+  std::vector<rt::Value> from_host;  // layers: this group's parts of the caches back from host memory
+  std::string name;                  // for messages
 };
 
 }  // namespace
@@ -243,10 +245,27 @@ rt::SeqStep LlamaRunner::runtime_step(IterationPlan::Seq s) {
 }
 
 Status LlamaRunner::on_iteration(InstanceId instance, IterationPlan plan) {
+  std::lock_guard lk(mu_);
+  for (const auto& s : plan.seqs)
+    if (s.from_host && !host_.contains({plan.tenant, s.seq}))
+      return FailedPrecondition("llama runner: sequence " + std::to_string(s.seq) + " of tenant " +
+                                std::to_string(plan.tenant) +
+                                " comes back from host memory, but none of its KV cache was swapped out");
+  std::vector<std::pair<HostKey, std::vector<rt::Value>>> back;
+  for (const auto& s : plan.seqs) {
+    const HostKey key{plan.tenant, s.seq};
+    if (s.from_host) {
+      auto it = host_.find(key);
+      back.emplace_back(key, std::move(it->second));
+      host_.erase(it);
+    } else if (s.position == 0) {
+      host_.erase(key);  // recomputed from its prompt: a copy kept of it is stale
+    }
+  }
+  if (!back.empty()) back_[instance] = std::move(back);
   auto p = std::make_shared<rt::StepPlan>();
   p->seqs.reserve(plan.seqs.size());
   for (auto& s : plan.seqs) p->seqs.push_back(runtime_step(std::move(s)));
-  std::lock_guard lk(mu_);
   plans_[instance] = std::move(p);
   return Status::Ok();
 }
@@ -254,6 +273,53 @@ Status LlamaRunner::on_iteration(InstanceId instance, IterationPlan plan) {
 void LlamaRunner::drop_iteration(InstanceId instance) {
   std::lock_guard lk(mu_);
   plans_.erase(instance);
+  // What it took back from host memory is there again.
+  if (auto it = back_.find(instance); it != back_.end()) {
+    for (auto& [key, parts] : it->second) host_[key] = std::move(parts);
+    back_.erase(it);
+  }
+}
+
+Status LlamaRunner::swap_out(std::uint32_t tenant, std::span<const std::uint64_t> seqs,
+                             std::span<const Payload> caches) {
+  std::vector<std::uint64_t> todo;
+  {
+    std::lock_guard lk(mu_);
+    for (std::uint64_t s : seqs)
+      if (!host_.contains({tenant, s})) todo.push_back(s);
+  }
+  std::map<HostKey, std::vector<rt::Value>> out;
+  for (std::uint64_t s : todo) {
+    std::vector<rt::Value> parts;
+    try {
+      for (const Payload& c : caches) parts.push_back(rt::LlamaModel::select_kv(unwrap(c), s, "cpu"));
+    } catch (const std::exception& e) {
+      return FailedPrecondition("llama runner: swapping out sequence " + std::to_string(s) + " of tenant " +
+                                std::to_string(tenant) + ": " + e.what());
+    }
+    out.emplace(HostKey{tenant, s}, std::move(parts));
+  }
+  std::lock_guard lk(mu_);
+  host_.merge(out);
+  return Status::Ok();
+}
+
+void LlamaRunner::forget_swapped(std::uint32_t tenant, std::span<const std::uint64_t> seqs) {
+  std::lock_guard lk(mu_);
+  for (std::uint64_t s : seqs) host_.erase({tenant, s});
+}
+
+std::size_t LlamaRunner::host_sequences() {
+  std::lock_guard lk(mu_);
+  return host_.size();
+}
+
+std::int64_t LlamaRunner::host_bytes() {
+  std::lock_guard lk(mu_);
+  std::int64_t n = 0;
+  for (const auto& [key, parts] : host_)
+    for (const rt::Value& v : parts) n += v.bytes();
+  return n;
 }
 
 std::size_t LlamaRunner::pending_plans() {
@@ -293,8 +359,15 @@ Result<std::shared_ptr<const void>> LlamaRunner::prepare(const Gmg& gmg, OpId op
   auto it = plans_.find(r.instance);
   if (it == plans_.end()) return FailedPrecondition("llama runner: no iteration plan for " + p->name);
   p->plan = it->second;
+  if (auto b = back_.find(r.instance); b != back_.end() && p->kind == Prepared::Kind::kLayers)
+    for (const auto& [key, parts] : b->second)
+      for (const rt::Value& v : parts)
+        if (v.group() == p->group) p->from_host.push_back(v);
   // The head is the instance's last operator: nothing needs the plan after.
-  if (p->kind == Prepared::Kind::kHead) plans_.erase(it);
+  if (p->kind == Prepared::Kind::kHead) {
+    plans_.erase(it);
+    back_.erase(r.instance);
+  }
   return std::shared_ptr<const void>(std::move(p));
 }
 
@@ -340,6 +413,14 @@ Result<OpResult> LlamaRunner::run(AccelId accel, const void* prepared, std::span
         (v.kind() == rt::Value::Kind::kKv ? kv : hidden) = &v;
       }
       if (!hidden) return InvalidArgument("llama runner: " + p.name + " has no hidden-state input");
+      // Caches back from host memory join the group's cache here.
+      rt::Value joined;
+      if (!p.from_host.empty()) {
+        std::vector<rt::Value> parts{kv ? *kv : kNone};
+        for (const rt::Value& h : p.from_host) parts.push_back(rt::LlamaModel::copy_to(h, device));
+        joined = rt::LlamaModel::join_kv(parts, device);
+        kv = &joined;
+      }
       rt::Value kv_out;
       out.output = wrap(p.runtime->layers(p.group, *hidden, kv ? *kv : kNone, *p.plan, device, kv_out));
       out.retained = wrap(kv_out);

@@ -10,6 +10,7 @@
 // (OpResult::device_ns), not host time around a sync.
 module;
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -111,9 +112,18 @@ class LlamaRunner final : public OpRunner {
   Status on_iteration(InstanceId instance, IterationPlan plan) override;
   // Forgets the plan of an instance taken back before it ran.
   void drop_iteration(InstanceId instance) override;
+  // Swap to host memory: each sequence's part of every layer group's
+  // cache is copied to host memory ("cpu") and kept until a plan brings it
+  // back (its from_host sequences' parts are joined to the group's cache on
+  // the operator's device), a plan recomputes it, or forget_swapped.
+  Status swap_out(std::uint32_t tenant, std::span<const std::uint64_t> seqs, std::span<const Payload> caches) override;
+  void forget_swapped(std::uint32_t tenant, std::span<const std::uint64_t> seqs) override;
   // Plans handed over whose head has not run yet (a preempted one counts
   // until dropped): what the runner holds for iterations in flight.
   std::size_t pending_plans();
+  // Sequences whose caches are in host memory now, and their bytes.
+  std::size_t host_sequences();
+  std::int64_t host_bytes();
   // One sequence of an iteration plan in the runtime's terms (its sampling
   // included), for on_iteration and an executor process's plans.
   static rt::SeqStep runtime_step(IterationPlan::Seq s);
@@ -136,6 +146,12 @@ class LlamaRunner final : public OpRunner {
   std::unique_ptr<rt::cuda::NcclLinks> nccl_;
   std::mutex mu_;  // plans_: the engine thread writes, prepare reads (same thread today; cheap insurance)
   std::unordered_map<InstanceId, std::shared_ptr<const rt::StepPlan>> plans_;
+  // Swapped-out caches in host memory, per (tenant, sequence): one KV
+  // value per layer group. Then, per planned iteration until its head is
+  // prepared, those its from_host sequences took back.
+  using HostKey = std::pair<std::uint32_t, std::uint64_t>;
+  std::map<HostKey, std::vector<rt::Value>> host_;
+  std::unordered_map<InstanceId, std::vector<std::pair<HostKey, std::vector<rt::Value>>>> back_;
 };
 
 }  // namespace slicesched

@@ -62,6 +62,15 @@ class OpRunner {
   // The instance was taken back before it ran (Backend::drop_iteration):
   // forget its plan. Engine thread.
   virtual void drop_iteration(InstanceId /*instance*/) {}
+  // Backend::swap_out: keeps sequences `seqs` of `tenant` in host memory,
+  // their parts of `caches` (one retained KV value per layer group, done).
+  // Engine thread. Runners that cannot refuse (the default).
+  virtual Status swap_out(std::uint32_t /*tenant*/, std::span<const std::uint64_t> /*seqs*/,
+                          std::span<const Payload> /*caches*/) {
+    return FailedPrecondition("this runner cannot keep KV caches in host memory (preemption_mode = \"swap\")");
+  }
+  // Backend::forget_swapped. Engine thread.
+  virtual void forget_swapped(std::uint32_t /*tenant*/, std::span<const std::uint64_t> /*seqs*/) {}
 };
 
 }  // namespace slicesched

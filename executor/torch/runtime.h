@@ -155,6 +155,8 @@ class Value {
   // plan that made it, and one sequence's cached tokens (-1 if absent).
   std::vector<std::uint64_t> sequences() const;
   std::int64_t cached_tokens(std::uint64_t seq) const;
+  // KV only: its layer group (-1 otherwise).
+  int group() const;
   // For tests and debugging: a host copy converted to float, row-major in
   // the layouts above. Blocks until the data is ready (a device sync).
   std::vector<float> to_floats() const;
@@ -305,6 +307,17 @@ class LlamaModel {
   // v's device. Not contiguous: logic_error. Writing through it is only for
   // a value fresh from allocate() that no other thread holds yet.
   static void* data(const Value& v);
+  // A preempted sequence's KV cache held apart (swapped to host memory) and
+  // joined back. select_kv: a copy on `device` of sequence `seq`'s part of
+  // KV cache `kv` (a KV value holding only it; `kv` is not modified); a
+  // value that is no KV cache, or holds no part of `seq`: invalid_argument
+  // naming them. join_kv: one KV value on `device` holding every part's
+  // sequences, in order (empty parts skipped; none: an empty value). The
+  // parts must be KV caches of one layer group with the same shape, on
+  // `device`, and hold each sequence once (else invalid_argument naming
+  // the first that does not).
+  static Value select_kv(const Value& kv, std::uint64_t seq, const std::string& device);
+  static Value join_kv(const std::vector<Value>& parts, const std::string& device);
   // Blocks until the work queued on the device's current stream (of the
   // calling thread) is done. CPU: no-op.
   static void synchronize(const std::string& device);

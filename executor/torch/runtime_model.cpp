@@ -906,6 +906,34 @@ void LlamaModel::head_with(const Value& hidden, const StepPlan& plan, const std:
   });
 }
 
+namespace {
+
+// A copy of t on device d (its own storage, even CPU -> CPU), by the
+// rules of copy_to. Under the caller's inference mode and device guard.
+at::Tensor copy_tensor(const at::Tensor& t, const Dev& d, cuda::NcclLinks* nccl) {
+  const c10::Device from = t.device();
+  if (from.is_cuda() && d.device.is_cuda()) {
+    if (nccl != nullptr && nccl->connects(from.index(), d.device.index())) {
+      const at::Tensor s = t.contiguous();
+      at::Tensor out = at::empty_like(s, s.options().device(d.device));
+      nccl->send_recv(s.data_ptr(), out.data_ptr(), s.nbytes(), from.index(), d.device.index());
+      return out;
+    }
+    return t.to(d.device, t.scalar_type(), /*non_blocking=*/true, /*copy=*/true);
+  }
+  if (from.is_cuda()) {  // to the host: DMA into pinned memory, then wait for it
+    at::Tensor out = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+    out.copy_(t, /*non_blocking=*/true);
+    c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(from).synchronize();
+    return out;
+  }
+  if (d.device.is_cuda())  // from the host: staged in pinned memory, DMA'd asynchronously
+    return t.pin_memory().to(d.device, t.scalar_type(), /*non_blocking=*/true, /*copy=*/false);
+  return t.clone(at::MemoryFormat::Contiguous);  // one virtual CPU device to another
+}
+
+}  // namespace
+
 Value LlamaModel::copy_to(const Value& v, const std::string& device, cuda::NcclLinks* nccl) {
   const ValueImpl* src = ValueAccess::get(v);
   const Dev d = parse_device(device);
@@ -913,29 +941,70 @@ Value LlamaModel::copy_to(const Value& v, const std::string& device, cuda::NcclL
   return guarded("copy " + src->label + " -> " + d.label, [&] {
     c10::InferenceMode im;
     c10::OptionalDeviceGuard dg(d.device);
-    auto copy = [&](const at::Tensor& t) -> at::Tensor {
-      const c10::Device from = t.device();
-      if (from.is_cuda() && d.device.is_cuda()) {
-        if (nccl != nullptr && nccl->connects(from.index(), d.device.index())) {
-          const at::Tensor s = t.contiguous();
-          at::Tensor out = at::empty_like(s, s.options().device(d.device));
-          nccl->send_recv(s.data_ptr(), out.data_ptr(), s.nbytes(), from.index(), d.device.index());
-          return out;
-        }
-        return t.to(d.device, t.scalar_type(), /*non_blocking=*/true, /*copy=*/true);
+    if (src->kind == Value::Kind::kHidden) return make_hidden(copy_tensor(src->hidden, d, nccl), d.label);
+    return make_kv(src->group, copy_tensor(src->cache, d, nccl), src->seqs, src->start, src->len, d.label);
+  });
+}
+
+Value LlamaModel::select_kv(const Value& kv, std::uint64_t seq, const std::string& device) {
+  const ValueImpl* src = ValueAccess::get(kv);
+  const Dev d = parse_device(device);
+  if (src == nullptr || src->kind != Value::Kind::kKv)
+    throw std::invalid_argument("select_kv: sequence " + std::to_string(seq) + ": the value is not a KV cache");
+  const std::int64_t k = src->find(seq);
+  if (k < 0)
+    throw std::invalid_argument("select_kv: the KV cache of layers" + std::to_string(src->group) +
+                                " holds no part of sequence " + std::to_string(seq));
+  const auto i = static_cast<std::size_t>(k);
+  return guarded("select_kv " + src->label + " -> " + d.label, [&] {
+    c10::InferenceMode im;
+    c10::OptionalDeviceGuard dg(d.device);
+    // (contiguous first: a narrowed view keeps the whole cache's storage)
+    const at::Tensor part = src->cache.narrow(3, src->start[i], src->len[i]).contiguous();
+    return make_kv(src->group, copy_tensor(part, d, nullptr), {seq}, {0}, {src->len[i]}, d.label);
+  });
+}
+
+Value LlamaModel::join_kv(const std::vector<Value>& parts, const std::string& device) {
+  const Dev d = parse_device(device);
+  std::vector<const ValueImpl*> in;
+  for (const Value& v : parts)
+    if (const ValueImpl* p = ValueAccess::get(v)) in.push_back(p);
+  if (in.empty()) return Value();
+  std::unordered_set<std::uint64_t> seen;
+  for (const ValueImpl* p : in) {
+    if (p->kind != Value::Kind::kKv) throw std::invalid_argument("join_kv: a part is not a KV cache");
+    if (p->label != d.label)
+      throw std::invalid_argument("join_kv: a part lives on " + p->label + ", not on " + d.label);
+    if (p->group != in[0]->group || p->cache.dim() != 5 || p->cache.scalar_type() != in[0]->cache.scalar_type() ||
+        p->cache.size(0) != in[0]->cache.size(0) || p->cache.size(2) != in[0]->cache.size(2) ||
+        p->cache.size(4) != in[0]->cache.size(4))
+      throw std::invalid_argument("join_kv: a part of layers" + std::to_string(p->group) +
+                                  " does not match the shape of layers" + std::to_string(in[0]->group) + "'s cache");
+    for (std::uint64_t s : p->seqs)
+      if (!seen.insert(s).second)
+        throw std::invalid_argument("join_kv: sequence " + std::to_string(s) + " is in two parts");
+  }
+  if (in.size() == 1)  // (immutable: the part itself)
+    for (const Value& v : parts)
+      if (!v.empty()) return v;
+  return guarded("join_kv on " + d.label, [&] {
+    c10::InferenceMode im;
+    c10::OptionalDeviceGuard dg(d.device);
+    std::vector<at::Tensor> caches;
+    std::vector<std::uint64_t> seqs;
+    std::vector<std::int64_t> start, len;
+    std::int64_t at = 0;
+    for (const ValueImpl* p : in) {
+      caches.push_back(p->cache);
+      for (std::size_t i = 0; i < p->seqs.size(); ++i) {
+        seqs.push_back(p->seqs[i]);
+        start.push_back(at + p->start[i]);
+        len.push_back(p->len[i]);
       }
-      if (from.is_cuda()) {  // to the host: DMA into pinned memory, then wait for it
-        at::Tensor out = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
-        out.copy_(t, /*non_blocking=*/true);
-        c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(from).synchronize();
-        return out;
-      }
-      if (d.device.is_cuda())  // from the host: staged in pinned memory, DMA'd asynchronously
-        return t.pin_memory().to(d.device, t.scalar_type(), /*non_blocking=*/true, /*copy=*/false);
-      return t.clone();  // one virtual CPU device to another
-    };
-    if (src->kind == Value::Kind::kHidden) return make_hidden(copy(src->hidden), d.label);
-    return make_kv(src->group, copy(src->cache), src->seqs, src->start, src->len, d.label);
+      at += p->cache.size(3);
+    }
+    return make_kv(in[0]->group, at::cat(caches, 3), std::move(seqs), std::move(start), std::move(len), d.label);
   });
 }
 
@@ -1181,6 +1250,8 @@ std::int64_t Value::cached_tokens(std::uint64_t seq) const {
   const std::int64_t i = impl_->find(seq);
   return i < 0 ? -1 : impl_->len[static_cast<std::size_t>(i)];
 }
+
+int Value::group() const { return impl_ && impl_->kind == Kind::kKv ? impl_->group : -1; }
 
 std::vector<float> Value::to_floats() const {
   if (!impl_) return {};

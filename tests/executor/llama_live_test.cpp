@@ -205,7 +205,11 @@ std::int64_t alone_need(std::shared_ptr<TemplateRegistry> templates, TemplateId 
 
 }  // namespace
 
-TEST_CASE("live llama: a preempted sequence is recomputed and keeps every token", "[executor][torch][memory]") {
+TEST_CASE("live llama: a preempted sequence, recomputed or swapped to host memory, keeps every token",
+          "[executor][torch][memory]") {
+  const auto mode = GENERATE(TenantSpec::Preemption::kRecompute, TenantSpec::Preemption::kSwap);
+  const bool swap = mode == TenantSpec::Preemption::kSwap;
+  INFO((swap ? "swap" : "recompute"));
   rt::set_cpu_threads(1);
   rt::LlamaModel model(tiny());
   const rt::LlamaConfig cfg = model.config();
@@ -246,9 +250,12 @@ TEST_CASE("live llama: a preempted sequence is recomputed and keeps every token"
   Scheduler scheduler(*placement, partitions, *estimator, SchedulerOptions{});
 
   std::vector<Tenant> tenants;
-  tenants.emplace_back(
-      0, TenantSpec{.name = "offline", .online = false, .requests = {.requests = {{0.0, offline_prompt, offline_out}}}},
-      tmpl);
+  tenants.emplace_back(0,
+                       TenantSpec{.name = "offline",
+                                  .online = false,
+                                  .requests = {.requests = {{0.0, offline_prompt, offline_out}}},
+                                  .preemption = mode},
+                       tmpl);
   tenants.emplace_back(1,
                        TenantSpec{.name = "online",
                                   .priority = 10,
@@ -269,9 +276,19 @@ TEST_CASE("live llama: a preempted sequence is recomputed and keeps every token"
                           << " ns, first token at " << result->requests[1].first_token << " ns");
   CHECK(result->preemptions >= 1);
   CHECK(result->oom_failed_requests == 0);
+  // Swapped, the decoding sequence's cache went to host memory and came
+  // back (nothing of it recomputed); nothing is left there at the end.
+  if (swap) {
+    CHECK(result->swapped_sequences >= 1);
+    CHECK(result->swapped_bytes >= 16 * rt::kv_bytes_per_token(cfg));
+  } else {
+    CHECK(result->swapped_sequences == 0);
+  }
+  CHECK(runner.host_sequences() == 0);
   REQUIRE(result->requests.size() == 2);
   // Every token of the preempted sequence, recomputed from its prompt and
-  // what it had generated, is the reference's; the online one's too.
+  // what it had generated or joined back from host memory, is the
+  // reference's; the online one's too.
   CHECK(result->requests[0].error.empty());
   CHECK(result->requests[0].tokens == expect_offline);
   CHECK(result->requests[1].error.empty());

@@ -284,6 +284,63 @@ TEST_CASE("a sequence left out of the plan is dropped from the KV cache and kv_i
   CHECK(kv_in.to_floats() == before);
 }
 
+TEST_CASE("a sequence's cache held apart on the host and joined back decodes as if it never left", "[torch]") {
+  LlamaModel m(tiny());
+  load_all(m, "cpu");
+  load_all(m, "cpu:1");
+  const std::int64_t per_token = kv_bytes_per_token(m.config());
+  std::vector<Value> kv(2);
+  Step first = run(m, StepPlan{{SeqStep{1, 0, kPrompts[0]}, SeqStep{2, 0, kPrompts[1]}}}, kv);
+  const StepPlan both{{SeqStep{1, 5, {first.next[0]}}, SeqStep{2, 9, {first.next[1]}}}};
+  std::vector<Value> stayed = kv;
+  const Step expect = run(m, both, stayed);
+
+  // Sequence 1's part goes to the host (a preemption's swap-out), the
+  // group's cache keeps sequence 2 alone; both join on another device.
+  std::vector<Value> joined(2);
+  for (std::size_t g = 0; g < 2; ++g) {
+    const Value host = LlamaModel::select_kv(kv[g], 1, "cpu");
+    CHECK(host.sequences() == std::vector<std::uint64_t>{1});
+    CHECK(host.cached_tokens(1) == 5);
+    CHECK(host.bytes() == 5 * per_token);  // its own storage, not the whole cache's
+    CHECK(host.group() == static_cast<int>(g));
+    const Value rest = LlamaModel::select_kv(kv[g], 2, "cpu:1");
+    joined[g] = LlamaModel::join_kv({rest, LlamaModel::copy_to(host, "cpu:1")}, "cpu:1");
+    CHECK(joined[g].sequences() == std::vector<std::uint64_t>{2, 1});
+    CHECK(joined[g].tokens() == 14);
+    CHECK(joined[g].device() == "cpu:1");
+    // A single part is itself; none is empty.
+    CHECK(LlamaModel::join_kv({Value(), rest}, "cpu:1").sequences() == std::vector<std::uint64_t>{2});
+    CHECK(LlamaModel::join_kv({}, "cpu").empty());
+  }
+  const Step back = run(m, both, joined, "cpu:1");
+  CHECK(back.next == expect.next);
+  CHECK(max_abs_diff(back.hidden.to_floats(), expect.hidden.to_floats()) < 1e-5f);
+  for (std::size_t g = 0; g < 2; ++g) CHECK(max_abs_diff(joined[g].to_floats(), stayed[g].to_floats()) < 1e-5f);
+
+  // Refused, naming what is wrong.
+  auto refuses = [](auto f, const std::string& part) {
+    try {
+      f();
+      FAIL("not refused: " << part);
+    } catch (const std::invalid_argument& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(part) != std::string::npos);
+    }
+  };
+  refuses([&] { (void)LlamaModel::select_kv(kv[0], 99, "cpu"); }, "holds no part of sequence 99");
+  refuses([&] { (void)LlamaModel::select_kv(first.hidden, 1, "cpu"); }, "not a KV cache");
+  refuses([&] { (void)LlamaModel::join_kv({kv[0], LlamaModel::select_kv(kv[0], 1, "cpu")}, "cpu"); },
+          "sequence 1 is in two parts");
+  refuses(
+      [&] {
+        (void)LlamaModel::join_kv({LlamaModel::select_kv(kv[0], 1, "cpu"), LlamaModel::select_kv(kv[1], 2, "cpu")},
+                                  "cpu");
+      },
+      "does not match");
+  refuses([&] { (void)LlamaModel::join_kv({kv[0]}, "cpu:1"); }, "lives on cpu, not on cpu:1");
+}
+
 TEST_CASE("sizes match the formulas and bad inputs are refused with named fields", "[torch]") {
   const LlamaConfig c = tiny();
   CHECK(dtype_bytes("float32") == 4);
