@@ -38,40 +38,6 @@ std::pair<std::string, int> parse_listen(const std::string& listen) {
   return {host, p};
 }
 
-// The front end's text hook for model `m` (its tokenizer/, or none):
-// a text prompt is encoded with the tokenizer's BOS first, as Hugging
-// Face's tokenizers do by default for these models (vLLM too), so text
-// and the same ids sent as a list give the same tokens. A reply decodes
-// the ids the tokenizer knows; an id past its vocabulary is one of the
-// model's padding rows and has no text. Without a tokenizer, encode
-// refuses text with the reason model_tokenizer gives (what to do).
-serving::Tokenizer text_hook(const ModelTokenizer& mt) {
-  serving::Tokenizer hook;
-  if (!mt.tokenizer) {
-    hook.encode = [absent = mt.absent](std::string_view) -> Result<std::vector<std::int64_t>> {
-      return FailedPrecondition(absent);
-    };
-    return hook;
-  }
-  hook.encode = [t = mt.tokenizer](std::string_view text) -> Result<std::vector<std::int64_t>> {
-    std::vector<std::int64_t> ids;
-    if (t->bos_id() >= 0) ids.push_back(t->bos_id());
-    const std::vector<std::int64_t> body = t->encode(text);
-    ids.insert(ids.end(), body.begin(), body.end());
-    return ids;
-  };
-  hook.encode_plain = [t = mt.tokenizer](std::string_view text) -> Result<std::vector<std::int64_t>> {
-    return t->encode(text);
-  };
-  hook.decode = [t = mt.tokenizer](std::span<const std::int64_t> ids) {
-    std::vector<std::int64_t> known;
-    for (std::int64_t id : ids)
-      if (id >= 0 && id < t->vocab_size()) known.push_back(id);
-    return t->decode(known);
-  };
-  return hook;
-}
-
 }  // namespace
 
 PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, const PluginRegistries& plugins,
@@ -95,7 +61,7 @@ PolicyRun serve_http(const ExperimentConfig& cfg, const PolicyConfig& policy, co
                                 .vocab = made->config().vocab,
                                 .context_window = made->context_window(),
                                 .max_prompt_tokens = cfg.serve.max_prompt_tokens,
-                                .tokenizer = text_hook(mt)};
+                                .tokenizer = mt};
     served.eos_ids = value_or_fail(model_eos_ids(m, mt.tokenizer.get()));
     // Chat: the model's own template (or --chat-template), rendered by jinja2.
     if (auto tmpl = value_or_fail(model_chat_template(m, extras.chat_template)))

@@ -112,10 +112,13 @@ std::variant<CompletionRequest, ApiError> parse_completion(const json& body, std
   const auto prompt = body.find("prompt");
   if (prompt == body.end()) return bad("prompt", "prompt: required (token ids, or text for a model with a tokenizer)");
   if (prompt->is_string()) {
-    if (!m.tokenizer.encode)
-      return bad("prompt", "prompt: model '" + m.name +
-                               "' has no tokenizer, so it takes no text; send the prompt as a list of token ids");
-    auto ids = m.tokenizer.encode(prompt->get<std::string>());
+    if (!m.tokenizer.has_text())
+      return bad("prompt", "prompt: " + (m.tokenizer.absent.empty()
+                                             ? "model '" + m.name +
+                                                   "' has no tokenizer, so it takes no text; send the prompt as a "
+                                                   "list of token ids"
+                                             : m.tokenizer.absent));
+    auto ids = m.tokenizer.encode_prompt(prompt->get<std::string>());
     if (!ids.ok()) return bad("prompt", "prompt: " + ids.status().message());
     auto checked = token_ids(json(ids.value()), m);
     if (auto* e = std::get_if<ApiError>(&checked)) return *e;
@@ -199,11 +202,11 @@ json final_chunk_body(const std::string& id, std::int64_t created, const std::st
 }
 
 std::string decode(const ServedModel& model, std::span<const std::int64_t> tokens) {
-  return model.tokenizer.decode ? model.tokenizer.decode(tokens) : std::string();
+  return model.tokenizer.decode(tokens);
 }
 
 std::string StreamDecoder::next(std::span<const std::int64_t> tokens) {
-  if (!model_.tokenizer.decode) return "";
+  if (!model_.tokenizer.has_text()) return "";
   const std::string before = decode(model_, tokens.subspan(prefix_, read_ - prefix_));
   const std::string now = decode(model_, tokens.subspan(prefix_));
   static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD: half a character so far
@@ -217,7 +220,7 @@ std::string StreamDecoder::next(std::span<const std::int64_t> tokens) {
 }
 
 std::string StreamDecoder::flush(std::span<const std::int64_t> tokens) {
-  if (!model_.tokenizer.decode || read_ == tokens.size()) return "";
+  if (!model_.tokenizer.has_text() || read_ == tokens.size()) return "";
   const std::string before = decode(model_, tokens.subspan(prefix_, read_ - prefix_));
   const std::string now = decode(model_, tokens.subspan(prefix_));
   read_ = tokens.size();

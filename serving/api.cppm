@@ -16,7 +16,7 @@ module;
 #include <vector>
 
 export module slicesched.serving.api;
-export import slicesched.serving.tokenizer;
+export import slicesched.core.tokenizer;
 export import slicesched.core.sampling;
 
 export namespace slicesched::serving {
@@ -35,7 +35,7 @@ struct ServedModel {
   // The longest prompt one request may send ([serve] max_prompt_tokens;
   // 0: no bound but the above), refused at admission.
   std::int64_t max_prompt_tokens = 0;
-  Tokenizer tokenizer;
+  ModelTokenizer tokenizer;  // text in and out (none: token ids only)
   std::vector<std::uint32_t> online, offline;
   // Per online tenant (parallel to `online`): the request priorities it
   // takes, inclusive ([[tenants]] request_priorities). Empty: all take all.

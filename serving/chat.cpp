@@ -97,11 +97,11 @@ std::variant<CompletionRequest, ApiError> parse_chat(std::string_view text, std:
     return bad("model", "model '" + m.name +
                             "' has no chat template (no chat_template in its tokenizer_config.json); start serve "
                             "with --chat-template FILE, or use /v1/completions");
-  if (!m.tokenizer.encode_plain)
+  if (!m.tokenizer.has_text())
     return bad("model", "model '" + m.name + "' has no tokenizer, so it cannot take chat messages");
   auto prompt = m.chat_template(std::get<json>(msgs));
   if (!prompt.ok()) return bad("messages", "messages: the chat template refused them: " + prompt.status().message());
-  auto ids = m.tokenizer.encode_plain(prompt.value());
+  auto ids = m.tokenizer.encode(prompt.value());
   if (!ids.ok()) return bad("messages", "messages: " + ids.status().message());
   for (std::int64_t id : ids.value())
     if (id < 0 || id >= m.vocab)

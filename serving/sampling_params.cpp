@@ -169,7 +169,7 @@ std::optional<ApiError> parse_generation(const json& body, const ServedModel& mo
     } else if (auto e = add(*s)) {
       return e;
     }
-    if (!gen.stop.empty() && !model.tokenizer.decode)
+    if (!gen.stop.empty() && !model.tokenizer.has_text())
       return bad("stop", "model '" + model.name +
                              "' has no tokenizer, so its output has no text to stop in; use "
                              "stop_token_ids");

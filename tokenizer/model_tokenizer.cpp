@@ -11,11 +11,6 @@ module slicesched.tokenizer;
 
 namespace slicesched {
 
-Result<std::vector<std::int64_t>> ModelTokenizer::encode(std::string_view text) const {
-  if (!tokenizer) return FailedPrecondition(absent);
-  return tokenizer->encode(text);
-}
-
 Result<ModelTokenizer> model_tokenizer(const ModelConfig& m) {
   namespace fs = std::filesystem;
   std::error_code ec;

@@ -19,28 +19,10 @@ module;
 #include <vector>
 
 export module slicesched.tokenizer;
-export import slicesched.core;
+export import slicesched.core.tokenizer;  // (what it loads)
 export import slicesched.config;
 
 export namespace slicesched {
-
-class Tokenizer {
- public:
-  virtual ~Tokenizer() = default;
-  // The ids of `text` (UTF-8), without BOS or EOS: the caller adds them
-  // where its model wants them (bos_id()). Never fails: bytes the model
-  // cannot spell become its unknown piece.
-  virtual std::vector<std::int64_t> encode(std::string_view text) const = 0;
-  // The text of `ids`. An id outside [0, vocab_size()) throws
-  // std::out_of_range naming it (a model's vocabulary can be larger than its
-  // tokenizer's: padding rows).
-  virtual std::string decode(std::span<const std::int64_t> ids) const = 0;
-  virtual std::int64_t vocab_size() const = 0;
-  virtual std::int64_t bos_id() const = 0;  // -1: none
-  virtual std::int64_t eos_id() const = 0;  // -1: none
-  // The file it was loaded from, for messages.
-  virtual const std::string& path() const = 0;
-};
 
 // Loads a tokenizer from `path`: a sentencepiece model file, a Hugging Face
 // tokenizer.json (any *.json), or a directory holding tokenizer.model or,
@@ -51,16 +33,6 @@ class Tokenizer {
 // Python's `tokenizers` package missing (FailedPrecondition, saying to run
 // scripts/setup.sh). Thread-safe.
 Result<std::shared_ptr<const Tokenizer>> load_tokenizer(const std::string& path);
-
-// A configured model's tokenizer, or why it has none. Text prompts go
-// through encode(), which refuses them with that reason; token ids need no
-// tokenizer. Copyable; immutable.
-struct ModelTokenizer {
-  std::shared_ptr<const Tokenizer> tokenizer;  // null: none
-  std::string absent;                          // when null: one line saying why and what to do
-  // The ids of `text`, or FailedPrecondition(absent) without a tokenizer.
-  Result<std::vector<std::int64_t>> encode(std::string_view text) const;
-};
 
 // The tokenizer of [[models]] entry `m`: its `tokenizer` file when given,
 // else its checkpoint directory's tokenizer.model or tokenizer.json when

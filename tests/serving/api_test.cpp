@@ -3,6 +3,7 @@
 // field; text needs a tokenizer; token ids are checked against the vocab.
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -10,6 +11,7 @@
 #include <vector>
 
 import slicesched.core.status;
+import slicesched.core.tokenizer;
 import slicesched.serving.api;
 import slicesched.serving.server;
 
@@ -19,23 +21,33 @@ using nlohmann::json;
 
 namespace {
 
-std::vector<ServedModel> models() {
-  ServedModel tiny{.name = "llama-tiny", .vocab = 512, .context_window = 64, .online = {0}, .offline = {1}};
-  ServedModel texty{.name = "texty", .vocab = 10, .context_window = 100, .request_tokens_max = 6, .online = {2}};
-  // A tokenizer of the test's own: one id per letter a..j.
-  texty.tokenizer.encode = [](std::string_view s) -> Result<std::vector<std::int64_t>> {
+// A tokenizer of the test's own: one id per letter a..j, and id 10 for
+// anything else (its unknown piece); no BOS.
+class Letters final : public Tokenizer {
+ public:
+  std::vector<std::int64_t> encode(std::string_view s) const override {
     std::vector<std::int64_t> ids;
-    for (char c : s) {
-      if (c < 'a' || c > 'j') return InvalidArgument(std::string("no token for '") + c + "'");
-      ids.push_back(c - 'a');
-    }
+    for (char c : s) ids.push_back(c >= 'a' && c <= 'j' ? c - 'a' : 10);
     return ids;
-  };
-  texty.tokenizer.decode = [](std::span<const std::int64_t> ids) {
+  }
+  std::string decode(std::span<const std::int64_t> ids) const override {
     std::string s;
     for (auto id : ids) s += static_cast<char>('a' + id);
     return s;
-  };
+  }
+  std::int64_t vocab_size() const override { return 11; }
+  std::int64_t bos_id() const override { return -1; }
+  std::int64_t eos_id() const override { return -1; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::string path_ = "letters";
+};
+
+std::vector<ServedModel> models() {
+  ServedModel tiny{.name = "llama-tiny", .vocab = 512, .context_window = 64, .online = {0}, .offline = {1}};
+  ServedModel texty{.name = "texty", .vocab = 10, .context_window = 100, .request_tokens_max = 6, .online = {2}};
+  texty.tokenizer.tokenizer = std::make_shared<Letters>();
   return {tiny, texty};
 }
 
@@ -128,7 +140,8 @@ TEST_CASE("api: malformed requests are 400s naming the field", "[serving][api]")
       {R"({"model": "llama-tiny", "prompt": [1], "logit_bias": {"5": 1}})", 400, "logit_bias",
        "logit_bias: not supported"},
       {R"({"model": "llama-tiny", "prompt": [1], "best_of": 3})", 400, "best_of", "best_of: only 1 is supported"},
-      {R"({"model": "texty", "prompt": "abz"})", 400, "prompt", "prompt: no token for 'z'"},
+      {R"({"model": "texty", "prompt": "abz"})", 400, "prompt",
+       "prompt[2]: token id 10 is outside model 'texty''s vocabulary [0, 10)"},
       {R"({"model": "texty", "prompt": "abc", "max_tokens": 4})", 400, "max_tokens",
        "prompt (3 tokens) + max_tokens (4) exceeds the 6 tokens one request may hold on this server (its tenants' "
        "kv_budget_tokens)"},
@@ -219,7 +232,6 @@ TEST_CASE("api: chat requests render the model's template; none is a 400 saying 
   ms[1].chat_template = [](const json& messages) -> Result<std::string> {
     return messages.back()["content"].get<std::string>();
   };
-  ms[1].tokenizer.encode_plain = ms[1].tokenizer.encode;
   auto r = parse_chat(body, ms);
   REQUIRE(std::holds_alternative<CompletionRequest>(r));
   CHECK(std::get<CompletionRequest>(r).prompt == std::vector<std::int64_t>{1, 0, 3});
@@ -267,17 +279,26 @@ TEST_CASE("api: a stream's text, token by token, is the whole reply's text", "[s
   // SentencePiece's way: pieces with a word-leading "_", decoded as spaces,
   // the first one of a decode dropped; and id 9 is half of a two-byte
   // character that id 8 completes ("é": C3 A9).
-  ServedModel spm{.name = "spm", .vocab = 10};
-  const std::vector<std::string> pieces{"_the", "_lazy", "_fox", "s", "_ju", "dge", "_qu", "artz", "\xA9", "\xC3"};
-  spm.tokenizer.decode = [pieces](std::span<const std::int64_t> ids) {
-    std::string s;
-    for (auto id : ids) s += pieces[static_cast<std::size_t>(id)];
-    for (std::size_t at = s.find('_'); at != std::string::npos; at = s.find('_', at)) s[at] = ' ';
-    if (!s.empty() && s[0] == ' ') s.erase(0, 1);
-    // A lone lead byte is not a character: the replacement character.
-    if (!s.empty() && static_cast<unsigned char>(s.back()) == 0xC3) s.replace(s.size() - 1, 1, "\xEF\xBF\xBD");
-    return s;
+  struct Pieces final : Tokenizer {
+    std::vector<std::string> pieces{"_the", "_lazy", "_fox", "s", "_ju", "dge", "_qu", "artz", "\xA9", "\xC3"};
+    std::string file = "pieces";
+    std::vector<std::int64_t> encode(std::string_view) const override { return {}; }
+    std::string decode(std::span<const std::int64_t> ids) const override {
+      std::string s;
+      for (auto id : ids) s += pieces[static_cast<std::size_t>(id)];
+      for (std::size_t at = s.find('_'); at != std::string::npos; at = s.find('_', at)) s[at] = ' ';
+      if (!s.empty() && s[0] == ' ') s.erase(0, 1);
+      // A lone lead byte is not a character: the replacement character.
+      if (!s.empty() && static_cast<unsigned char>(s.back()) == 0xC3) s.replace(s.size() - 1, 1, "\xEF\xBF\xBD");
+      return s;
+    }
+    std::int64_t vocab_size() const override { return 10; }
+    std::int64_t bos_id() const override { return -1; }
+    std::int64_t eos_id() const override { return -1; }
+    const std::string& path() const override { return file; }
   };
+  ServedModel spm{.name = "spm", .vocab = 10};
+  spm.tokenizer.tokenizer = std::make_shared<Pieces>();
   const std::vector<std::int64_t> out{0, 1, 2, 3, 4, 5, 9, 8, 6, 7};
   StreamDecoder d(spm);
   std::string streamed;

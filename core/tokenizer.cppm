@@ -1,0 +1,59 @@
+// The one tokenizer interface: text <-> token ids. tokenizer/ implements it
+// for real checkpoints (SentencePiece, Hugging Face tokenizer.json); the
+// HTTP front end (serving/) reads text through a model's ModelTokenizer,
+// so it needs neither those libraries nor Python.
+module;
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+export module slicesched.core.tokenizer;
+export import slicesched.core.status;
+
+export namespace slicesched {
+
+// Immutable once made; encode and decode are const and safe from any
+// thread at once (HTTP threads call them concurrently). Shared as
+// std::shared_ptr<const Tokenizer>.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // The ids of `text` (UTF-8), without BOS or EOS: the caller adds them
+  // where its model wants them (bos_id()). Never fails: bytes the model
+  // cannot spell become its unknown piece.
+  virtual std::vector<std::int64_t> encode(std::string_view text) const = 0;
+  // The text of `ids`. An id outside [0, vocab_size()) throws
+  // std::out_of_range naming it (a model's vocabulary can be larger than its
+  // tokenizer's: padding rows).
+  virtual std::string decode(std::span<const std::int64_t> ids) const = 0;
+  virtual std::int64_t vocab_size() const = 0;
+  virtual std::int64_t bos_id() const = 0;  // -1: none
+  virtual std::int64_t eos_id() const = 0;  // -1: none
+  // The file it was loaded from, for messages.
+  virtual const std::string& path() const = 0;
+};
+
+// A served model's tokenizer, or why it has none: what the front end
+// needs of text. Without a tokenizer, text is refused with `absent` (what
+// to do) and token ids need none. Copyable; immutable.
+struct ModelTokenizer {
+  std::shared_ptr<const Tokenizer> tokenizer;  // null: none
+  std::string absent;                          // when null: one line saying why and what to do
+  bool has_text() const { return tokenizer != nullptr; }
+  // A text prompt's ids with the tokenizer's BOS first, as Hugging Face's
+  // tokenizers do by default for these models (vLLM too), so text and the
+  // same ids sent as a list give the same tokens. FailedPrecondition(absent)
+  // without a tokenizer.
+  Result<std::vector<std::int64_t>> encode_prompt(std::string_view text) const;
+  // The ids of `text` alone (a chat template's text names its special
+  // tokens itself). FailedPrecondition(absent) without a tokenizer.
+  Result<std::vector<std::int64_t>> encode(std::string_view text) const;
+  // The text of the ids the tokenizer knows (an id past its vocabulary is
+  // one of the model's padding rows and has no text); "" without one.
+  std::string decode(std::span<const std::int64_t> ids) const;
+};
+
+}  // namespace slicesched
