@@ -102,32 +102,25 @@ static_assert(sizeof(OpRow) == 64);
 
 OpId Gmg::alloc_op() {
   ++live_;
-  if (!free_ops_.empty()) {
-    OpId id = free_ops_.back();
-    free_ops_.pop_back();
-    ops_[id] = OpRecord{};
-    rows_[id] = OpRow{};
-    frontier_pos_[id] = FrontierPos{};
-    return id;
-  }
-  ops_.emplace_back();
-  rows_.emplace_back();
-  frontier_pos_.emplace_back();
-  features_.emplace_back();
-  shapes_.emplace_back();
-  dims_.emplace_back();
-  return static_cast<OpId>(ops_.size() - 1);
+  return free_ops_.take(
+      [&] {
+        ops_.emplace_back();
+        rows_.emplace_back();
+        frontier_pos_.emplace_back();
+        features_.emplace_back();
+        shapes_.emplace_back();
+        dims_.emplace_back();
+      },
+      [&](OpId id) {
+        ops_[id] = OpRecord{};
+        rows_[id] = OpRow{};
+        frontier_pos_[id] = FrontierPos{};
+      },
+      ops_.size());
 }
 
 std::uint32_t Gmg::add_edge(OpId src, OpId dst, std::int64_t bytes, bool retained) {
-  std::uint32_t e;
-  if (!free_edges_.empty()) {
-    e = free_edges_.back();
-    free_edges_.pop_back();
-  } else {
-    e = static_cast<std::uint32_t>(edges_.size());
-    edges_.emplace_back();
-  }
+  const std::uint32_t e = free_edges_.take(edges_);
   edges_[e] = Edge{src, dst, ops_[src].first_out, ops_[dst].first_in, bytes, retained, -1};
   ops_[src].first_out = e;
   ops_[dst].first_in = e;
@@ -535,11 +528,11 @@ Status Gmg::cancel(std::span<const OpId> ops) {
   }
   // Edges inside the set, then the slots.
   for (OpId id : ops) {
-    for (std::uint32_t e = ops_[id].first_in; e != kNoEdge; e = edges_[e].next_in) free_edges_.push_back(e);
+    for (std::uint32_t e = ops_[id].first_in; e != kNoEdge; e = edges_[e].next_in) free_edges_.give_back(e);
     frontier_remove(frontier_u_, &FrontierPos::u, id);
     ops_[id] = OpRecord{};
     rows_[id] = OpRow{};
-    free_ops_.push_back(id);
+    free_ops_.give_back(id);
     --live_;
   }
   return Status::Ok();
@@ -695,7 +688,7 @@ std::size_t Gmg::retire() {
       std::uint32_t* link = &p.first_out;
       while (*link != e) link = &edges_[*link].next_out;
       *link = edges_[e].next_out;
-      free_edges_.push_back(e);
+      free_edges_.give_back(e);
       e = next;
     }
     // Outgoing edges point at done consumers; unlink them from theirs.
@@ -706,13 +699,13 @@ std::size_t Gmg::retire() {
       while (*link != e) link = &edges_[*link].next_in;
       *link = edges_[e].next_in;
       rows_[dst].first_in = ops_[dst].first_in;
-      free_edges_.push_back(e);
+      free_edges_.give_back(e);
       e = next;
     }
     frontier_remove(frontier_s_, &FrontierPos::s, id);
     r = OpRecord{};
     rows_[id] = OpRow{};
-    free_ops_.push_back(id);
+    free_ops_.give_back(id);
     --live_;
     ++n;
   }

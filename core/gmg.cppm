@@ -24,6 +24,7 @@ module;
 export module slicesched.core.gmg;
 export import slicesched.core.graph;
 export import slicesched.core.accel;
+import slicesched.core.slots;
 
 export namespace slicesched {
 
@@ -347,9 +348,9 @@ class Gmg {
   };
   std::vector<OpShapes> shapes_;
   std::vector<std::array<std::int64_t, kMaxDims>> dims_;
-  std::vector<OpId> free_ops_;
+  FreeSlots free_ops_;
   std::vector<Edge> edges_;
-  std::vector<std::uint32_t> free_edges_;
+  FreeSlots free_edges_;
   std::vector<OpId> frontier_u_, frontier_s_, issued_ops_;
   std::vector<OpId> retire_candidates_;
   std::vector<Release> releases_;

@@ -145,15 +145,7 @@ Status LiveCluster::submit(const Gmg& gmg, OpId op) {
                                 " was released before it was read");
   }
 
-  std::uint32_t id;
-  if (!free_tasks_.empty()) {
-    id = free_tasks_.back();
-    free_tasks_.pop_back();
-    tasks_[id] = Task{};
-  } else {
-    id = static_cast<std::uint32_t>(tasks_.size());
-    tasks_.emplace_back();
-  }
+  const std::uint32_t id = free_tasks_.take(tasks_);
   Task& t = tasks_[id];
   t.op = op;
   t.seq = r.issue_seq;
@@ -202,14 +194,7 @@ void LiveCluster::deliver(std::uint32_t task, std::uint32_t slot, OpId src, cons
 }
 
 void LiveCluster::add_intent(std::uint32_t task, std::uint32_t slot, OpId src, const Payload& value, AccelId from) {
-  std::uint32_t x;
-  if (!free_xfers_.empty()) {
-    x = free_xfers_.back();
-    free_xfers_.pop_back();
-  } else {
-    x = static_cast<std::uint32_t>(xfers_.size());
-    xfers_.emplace_back();
-  }
+  const std::uint32_t x = free_xfers_.take(xfers_);
   xfers_[x] = Xfer{next_xfer_id_++, task, slot, src, value, from, tasks_[task].accel, clock()};
   pending_.push_back(x);
 }
@@ -374,7 +359,7 @@ void LiveCluster::worker(AccelId a) {
       deliver(s.task, s.slot, t.op, s.retained ? h.retained : h.output, a, h.failed, h.error, h.lost);
     held_[t.op] = std::move(h);
     done_.push_back(std::move(d));
-    free_tasks_.push_back(id);
+    free_tasks_.give_back(id);
     tasks_[id].succs.clear();
     tasks_[id].prepared.reset();
     memory_freed();
@@ -394,7 +379,7 @@ void LiveCluster::receiver(AccelId a) {
     if (tasks_[x.task].dead) {  // its consumer was lost meanwhile
       send_busy_[x.from] = recv_busy_[a] = 0;
       x.value = Payload{};
-      free_xfers_.push_back(xi);
+      free_xfers_.give_back(xi);
       arbitrate();
       continue;
     }
@@ -457,7 +442,7 @@ void LiveCluster::receiver(AccelId a) {
     }
     d.feedback.src = xf.src;
     xf.value = Payload{};
-    free_xfers_.push_back(xi);
+    free_xfers_.give_back(xi);
     if (!t.dead && --t.pending == 0) make_ready(xf.task);
     // As in the emulated cluster, a transfer cut by a loss reports nothing:
     // its consumer reports lost.
@@ -601,7 +586,7 @@ Status LiveCluster::fail_accelerator(const Gmg&, AccelId a, std::vector<Feedback
     Xfer& x = xfers_[xi];
     deliver(x.task, x.slot, x.src, Payload{}, x.from, true, why, true);
     x.value = Payload{};
-    free_xfers_.push_back(xi);
+    free_xfers_.give_back(xi);
   };
   std::vector<std::uint32_t> keep;
   for (std::uint32_t xi : pending_)

@@ -45,6 +45,7 @@ export module slicesched.executor.live;
 export import slicesched.core;
 export import slicesched.core.plugin;
 export import slicesched.executor.runner;
+import slicesched.core.slots;
 
 export namespace slicesched {
 
@@ -195,13 +196,14 @@ class LiveCluster final : public Backend {
   bool stop_ = false;
 
   std::deque<Task> tasks_;  // stable addresses: workers read a running task unlocked
-  std::vector<std::uint32_t> free_tasks_;
+  FreeSlots free_tasks_;
   std::unordered_map<OpId, std::uint32_t> task_of_;  // submitted, not finished
   std::unordered_map<OpId, Held> held_;
   std::vector<std::vector<std::pair<std::uint64_t, std::uint32_t>>> ready_;  // per accelerator (key, task), unordered
   std::vector<std::uint8_t> running_;
   std::deque<Xfer> xfers_;
-  std::vector<std::uint32_t> free_xfers_, pending_;  // pending: oldest first
+  FreeSlots free_xfers_;
+  std::vector<std::uint32_t> pending_;  // oldest first
   std::vector<std::deque<std::uint32_t>> recv_q_;
   std::vector<std::uint8_t> send_busy_, recv_busy_;
   std::uint64_t next_xfer_id_ = 0, memory_epoch_ = 0;

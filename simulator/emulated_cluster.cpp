@@ -167,15 +167,7 @@ Status EmulatedCluster::submit(const Gmg& gmg, OpId op) {
   auto seconds = truth_.op_seconds(gmg, op);
   if (!seconds.ok()) return seconds.status();
 
-  std::uint32_t id;
-  if (!free_tasks_.empty()) {
-    id = free_tasks_.back();
-    free_tasks_.pop_back();
-    tasks_[id] = Task{};
-  } else {
-    id = static_cast<std::uint32_t>(tasks_.size());
-    tasks_.emplace_back();
-  }
+  const std::uint32_t id = free_tasks_.take(tasks_);
   if (task_of_.size() <= op) task_of_.resize(op + 1u, kNoTask);
   task_of_[op] = id;
   if (op < lost_op_.size()) lost_op_[op] = 0;  // a new operator in a reused slot
@@ -212,14 +204,7 @@ Status EmulatedCluster::submit(const Gmg& gmg, OpId op) {
 }
 
 void EmulatedCluster::add_intent(OpId src, AccelId from, std::uint32_t dst_task, std::int64_t bytes) {
-  std::uint32_t x;
-  if (!free_xfers_.empty()) {
-    x = free_xfers_.back();
-    free_xfers_.pop_back();
-  } else {
-    x = static_cast<std::uint32_t>(xfers_.size());
-    xfers_.emplace_back();
-  }
+  const std::uint32_t x = free_xfers_.take(xfers_);
   const Task& dst = tasks_[dst_task];
   const Nanos dur = to_nanos(truth_.transfer_seconds(from, dst.accel, bytes));
   xfers_[x] = Xfer{src, dst_task, from, dst.accel, bytes, dur, -1, now_, next_intent_++, true, false};
@@ -321,7 +306,7 @@ void EmulatedCluster::on_op_finish(std::uint32_t task, std::vector<Feedback>& ou
   }
   task_of_[t.op] = kNoTask;
   t.succs.clear();
-  free_tasks_.push_back(task);
+  free_tasks_.give_back(task);
   --live_;
   arbitrate_ = true;  // as in the global simulator: any completion asks the arbiter
 }
@@ -330,7 +315,7 @@ void EmulatedCluster::on_transfer_finish(std::uint32_t x, std::vector<Feedback>&
   Xfer& xf = xfers_[x];
   if (xf.cancelled) {  // its ports were freed when its accelerator was lost
     xf.cancelled = false;
-    free_xfers_.push_back(x);
+    free_xfers_.give_back(x);
     return;
   }
   xf.active = false;
@@ -350,7 +335,7 @@ void EmulatedCluster::on_transfer_finish(std::uint32_t x, std::vector<Feedback>&
                  false,
                  xf.start});
   input_arrived(xf.dst_task);
-  free_xfers_.push_back(x);
+  free_xfers_.give_back(x);
   arbitrate_ = true;
 }
 
@@ -367,7 +352,7 @@ void EmulatedCluster::input_arrived(std::uint32_t task) {
 
 void EmulatedCluster::free_dead(std::uint32_t task) {
   const Task& t = tasks_[task];
-  if (t.pending == 0 && !t.event_pending) free_tasks_.push_back(task);
+  if (t.pending == 0 && !t.event_pending) free_tasks_.give_back(task);
 }
 
 bool EmulatedCluster::output_lost(const Gmg& gmg, OpId src) const {
@@ -437,7 +422,7 @@ Status EmulatedCluster::fail_accelerator(const Gmg&, AccelId a, std::vector<Feed
       xf.cancelled = true;
     } else {
       std::erase(intents_, x);
-      free_xfers_.push_back(x);
+      free_xfers_.give_back(x);
     }
     tasks_[xf.dst_task].lost = true;
     input_arrived(xf.dst_task);

@@ -34,6 +34,7 @@ export import slicesched.core.plugin;
 export import slicesched.simulator.profile;
 export import slicesched.models.model;
 import slicesched.simulator.events;
+import slicesched.core.slots;
 
 export namespace slicesched {
 
@@ -200,10 +201,10 @@ class EmulatedCluster final : public Backend {
   std::vector<TransferIntent> pending_;  // the arbiter's view of intents_
   std::vector<std::size_t> picked_;
   std::vector<Task> tasks_;
-  std::vector<std::uint32_t> free_tasks_;
+  FreeSlots free_tasks_;
   std::vector<std::uint32_t> task_of_;  // OpId -> task while it lives
   std::vector<Xfer> xfers_;
-  std::vector<std::uint32_t> free_xfers_;
+  FreeSlots free_xfers_;
   std::vector<std::uint32_t> intents_;                                       // pending transfers, oldest first
   std::vector<std::vector<std::pair<std::uint64_t, std::uint32_t>>> ready_;  // per accel heap of (key, task)
   std::vector<std::uint32_t> running_;
