@@ -230,7 +230,9 @@ class FixedCostTruth final : public GroundTruth, public EngineObserver {
     return inner_.transfer_seconds(from, to, bytes);
   }
   void on_request(const RequestEvent& e, const RequestRecord& /*record*/) override {
-    if (e.kind != RequestEvent::Kind::kIteration) return;
+    // Only when some type charges requests: another observer may have asked
+    // for iteration events, and the count must not depend on who watches.
+    if (!per_request_ || e.kind != RequestEvent::Kind::kIteration) return;
     const std::uint64_t key = (static_cast<std::uint64_t>(e.tenant) << 32) | e.request;
     if (!charged_.contains(key)) first_[e.instance].push_back(key);
   }
