@@ -122,6 +122,9 @@ PolicyRun run_live(const ExperimentConfig& cfg, const PolicyConfig& policy, cons
            "\"recompute\"");
   std::vector<rt::LlamaConfig> model_cfgs;
   for (const ModelConfig& m : cfg.models) {
+    // Live executors load a model whole on each holder.
+    if (!m.spread.empty())
+      fail(m.where + ".spread: a model spread over accelerators is simulated only; serve loads each model whole");
     model_cfgs.push_back(runtime_model(m));
     try {
       rt::validate(model_cfgs.back());

@@ -409,16 +409,16 @@ nlohmann::json policy_summary(const PolicyRun& r) {
   p["requests_beyond_window"] = r.requests_beyond_window;
   p["requests_truncated"] = r.requests_truncated;
   // The configured costs (null: per type, from the calibration profile),
-  // then what was charged: per iteration, per sequence, and both.
+  // then what was charged: per iteration, per sequence, once per request,
+  // and all three.
   const auto& fc = r.fixed_costs;
   auto us = [](const std::optional<double>& s) { return s ? nlohmann::json(round6(*s * 1e6)) : nlohmann::json(); };
-  p["fixed_costs"] = {{"iteration_overhead_us", us(fc.per_iteration_s)},
-                      {"sequence_overhead_us", us(fc.per_sequence_s)},
-                      {"iterations", fc.iterations},
-                      {"sequence_iterations", fc.sequence_iterations},
-                      {"iteration_seconds", round6(fc.iteration_seconds)},
-                      {"sequence_seconds", round6(fc.sequence_seconds)},
-                      {"seconds", round6(fc.seconds)}};
+  p["fixed_costs"] = {
+      {"iteration_overhead_us", us(fc.per_iteration_s)},   {"sequence_overhead_us", us(fc.per_sequence_s)},
+      {"request_overhead_us", us(fc.per_request_s)},       {"iterations", fc.iterations},
+      {"sequence_iterations", fc.sequence_iterations},     {"requests", fc.requests},
+      {"iteration_seconds", round6(fc.iteration_seconds)}, {"sequence_seconds", round6(fc.sequence_seconds)},
+      {"request_seconds", round6(fc.request_seconds)},     {"seconds", round6(fc.seconds)}};
   // The load each tenant offered inside the window: equal across the
   // policies that run it, so differences in throughput are the policy's.
   double offered_rps = 0, offered_tps = 0;

@@ -52,9 +52,20 @@ int validate(const ValidateOptions& opt) {
   auto rows = read_published(opt.data);
   if (!rows.ok()) return fail(rows.status().message());
   const std::string dir = opt.accelerator_dir.empty() ? default_accelerator_dir() : opt.accelerator_dir;
-  const std::string fit_path = opt.efficiencies ? *opt.efficiencies : default_roofline_fit(dir);
-  auto fit = load_roofline_fit(fit_path);
-  if (!fit.ok()) return fail(fit.status().message());
+  // --efficiencies holds on every row; otherwise each row's type plays its
+  // own fit where its table names one (as the emulated cluster plays it),
+  // else the shipped general fit.
+  std::map<std::string, RooflineFit> fits;  // by path
+  auto fit_of = [&](const std::string& path) -> Result<const RooflineFit*> {
+    auto it = fits.find(path);
+    if (it == fits.end()) {
+      auto loaded = load_roofline_fit(path);
+      if (!loaded.ok()) return loaded.status();
+      it = fits.emplace(path, std::move(loaded).value()).first;
+    }
+    return &it->second;
+  };
+  std::string fit_paths;  // the fits played, for the header
   const FixedCosts fixed{opt.iteration_overhead_us * 1e-6, opt.request_overhead_us * 1e-6,
                          opt.sequence_overhead_us * 1e-6};
 
@@ -92,8 +103,15 @@ int validate(const ValidateOptions& opt) {
     if (r.input_tokens + r.output_tokens > m->context_window())
       return fail(where + "input_tokens + output_tokens: " + std::to_string(r.input_tokens + r.output_tokens) +
                   " exceed " + r.model + "'s context window of " + std::to_string(m->context_window()));
+    const std::string fit_path = opt.efficiencies                ? *opt.efficiencies
+                                 : !played->roofline_fit.empty() ? played->roofline_fit
+                                                                 : default_roofline_fit(dir);
+    auto fit = fit_of(fit_path);
+    if (!fit.ok()) return fail(fit.status().message());
+    const std::string shown = std::filesystem::path(fit_path).filename().string();
+    if (fit_paths.find(shown) == std::string::npos) fit_paths += (fit_paths.empty() ? "" : ", ") + shown;
     const StaticBatch b =
-        replay_static_batch(*played, *fit, *sheet, *m, r.batch, r.input_tokens, r.output_tokens, fixed);
+        replay_static_batch(*played, **fit, *sheet, *m, r.batch, r.input_tokens, r.output_tokens, fixed);
     Out o{r, played->name, row_figures(r, b), 0, b};
     o.ratio = o.fig.simulated / r.value;
     out.push_back(std::move(o));
@@ -112,7 +130,7 @@ int validate(const ValidateOptions& opt) {
   if (opt.json) {
     nlohmann::json j;
     j["data"] = opt.data;
-    j["efficiencies"] = fit_path;
+    j["efficiencies"] = fit_paths;
     j["iteration_overhead_us"] = opt.iteration_overhead_us;
     j["request_overhead_us"] = opt.request_overhead_us;
     j["sequence_overhead_us"] = opt.sequence_overhead_us;
@@ -141,8 +159,8 @@ int validate(const ValidateOptions& opt) {
     std::printf(
         "validate %s: %zu rows on the roofline (efficiencies %s; fixed costs %.0f us/iteration, %.0f us/request, "
         "%.1f us/sequence/iteration)\n",
-        opt.data.c_str(), out.size(), std::filesystem::path(fit_path).filename().c_str(), opt.iteration_overhead_us,
-        opt.request_overhead_us, opt.sequence_overhead_us);
+        opt.data.c_str(), out.size(), fit_paths.c_str(), opt.iteration_overhead_us, opt.request_overhead_us,
+        opt.sequence_overhead_us);
     std::printf("%4s %-11s %-6s %-9s %5s %5s %5s %-20s %10s %10s %6s %10s\n", "line", "model", "ver", "gpu", "batch",
                 "in", "out", "metric", "published", "simulated", "ratio", "floor");
     for (const Out& o : out)

@@ -6,6 +6,8 @@ module;
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -48,6 +50,16 @@ Result<Truths> load_truths(const ExperimentConfig& cfg) {
       if (!fit.ok())
         return Status(fit.status().code(), cfg.path + ": ground_truth.roofline: " + fit.status().message());
       t.fit = std::move(fit).value();
+      // A type fitted on its own kernels plays that fit, unless the config
+      // named one fit for every type.
+      if (!cfg.ground_truth.roofline_given)
+        for (const AcceleratorType& type : cfg.accelerator_types) {
+          if (type.roofline_fit.empty()) continue;
+          auto own = load_roofline_fit(type.roofline_fit);
+          if (!own.ok())
+            return Status(own.status().code(), type.source + ": accelerator.roofline: " + own.status().message());
+          t.type_fits.emplace_back(type.name, std::move(own).value());
+        }
     }
     t.types = cfg.accelerator_types;
     truths.typed = std::move(t);
@@ -112,8 +124,10 @@ std::vector<TruthPlayed> truth_played(const ExperimentConfig& cfg, const Truths&
       p.source = file(cfg.ground_truth.layers_csv);
     } else {
       p.truth = "roofline";
-      p.source = file(cfg.ground_truth.roofline_fit);
-      p.fit = truths.typed->fit;
+      const AcceleratorType* sheet = find_type(cfg.accelerator_types, a.type);
+      const bool own = !cfg.ground_truth.roofline_given && sheet && !sheet->roofline_fit.empty();
+      p.source = file(own ? sheet->roofline_fit : cfg.ground_truth.roofline_fit);
+      p.fit = fit_for(*truths.typed, a.type);
     }
     out.push_back(std::move(p));
   }
@@ -121,18 +135,21 @@ std::vector<TruthPlayed> truth_played(const ExperimentConfig& cfg, const Truths&
 }
 
 std::string roofline_fallback_line(const std::vector<TruthPlayed>& played) {
-  std::string types, source, profile;
+  std::string types, source, per_type, profile;
+  bool one_source = true;
   for (const auto& p : played) {
     if (p.truth == "roofline") {
       types += (types.empty() ? "" : ", ") + p.type + (p.datasheet != p.type ? " (" + p.datasheet + ")" : "");
+      one_source = one_source && (source.empty() || source == p.source);
       source = p.source;
+      per_type += (per_type.empty() ? "" : ", ") + p.source + " for " + p.type;
     } else if (p.truth == "profile") {
       profile = p.source;
     }
   }
   if (types.empty()) return "";
   return "ground truth: " + types + " play" + (types.find(", ") == std::string::npos ? "s" : "") +
-         " the roofline (datasheet peaks, efficiencies from " + source + "), " +
+         " the roofline (datasheet peaks, efficiencies from " + (one_source ? source : per_type) + "), " +
          (profile.empty() ? std::string("no measured profile given")
                           : "not the measured profile " + profile + " (ground_truth.layers_type names another type)");
 }
@@ -163,22 +180,29 @@ std::vector<TypeFixedCosts> fixed_costs_per_type(const ExperimentConfig& cfg, co
         if (same_type(cfg.accelerator_types, f.type, accels.type_name(t))) measured = &f;
     out[t].iteration_s = cfg.ground_truth.iteration_overhead_s.value_or(measured ? measured->iteration_s : 0.0);
     out[t].sequence_s = cfg.ground_truth.sequence_overhead_s.value_or(measured ? measured->sequence_s : 0.0);
+    out[t].request_s = cfg.ground_truth.request_overhead_s.value_or(measured ? measured->request_s : 0.0);
   }
   return out;
 }
 
 namespace {
 
-// Another ground truth plus the engine's fixed costs, per iteration and per
-// sequence of the iteration, charged to the operator that samples
-// (Model::sampler(): it ends the iteration) at the costs of its
-// accelerator's type, and summed so a run can report them apart.
-class FixedCostTruth final : public GroundTruth {
+// Another ground truth plus the engine's fixed costs, per iteration, per
+// sequence of the iteration and once per request, charged to the operator
+// that samples (Model::sampler(): it ends the iteration) at the costs of its
+// accelerator's type, and summed so a run can report them apart. A
+// request's cost is charged to the first iteration of it that runs (an
+// iteration preempted before it started charges nothing); the observer half
+// learns from the engine's kIteration events which requests each iteration
+// holds, and asks for them only when some type has a cost per request.
+class FixedCostTruth final : public GroundTruth, public EngineObserver {
  public:
   using Costs = TypeFixedCosts;
   // `per_type[t]`: the costs on accelerator type t.
   FixedCostTruth(GroundTruth& inner, const ModelSet& models, const AcceleratorSet& accels, std::vector<Costs> per_type)
-      : inner_(inner), models_(models), accels_(accels), per_type_(std::move(per_type)) {}
+      : inner_(inner), models_(models), accels_(accels), per_type_(std::move(per_type)) {
+    per_request_ = std::any_of(per_type_.begin(), per_type_.end(), [](const Costs& c) { return c.request_s > 0; });
+  }
   Result<double> op_seconds(const Gmg& gmg, OpId op) override {
     auto s = inner_.op_seconds(gmg, op);
     if (!s.ok()) return s;
@@ -191,17 +215,36 @@ class FixedCostTruth final : public GroundTruth {
     sequence_iterations_ += static_cast<std::size_t>(std::max<std::int64_t>(0, seqs));
     iteration_seconds_ += c.iteration_s;
     sequence_seconds_ += c.sequence_s * static_cast<double>(seqs);
-    return s.value() + c.iteration_s + c.sequence_s * static_cast<double>(seqs);
+    double extra = c.iteration_s + c.sequence_s * static_cast<double>(seqs);
+    if (auto it = first_.find(r.instance); it != first_.end()) {
+      std::size_t fresh = 0;
+      for (std::uint64_t key : it->second) fresh += charged_.insert(key).second;
+      first_.erase(it);
+      requests_ += fresh;
+      request_seconds_ += c.request_s * static_cast<double>(fresh);
+      extra += c.request_s * static_cast<double>(fresh);
+    }
+    return s.value() + extra;
   }
   double transfer_seconds(AccelId from, AccelId to, std::int64_t bytes) override {
     return inner_.transfer_seconds(from, to, bytes);
   }
+  void on_request(const RequestEvent& e, const RequestRecord& /*record*/) override {
+    // Only when some type charges requests: another observer may have asked
+    // for iteration events, and the count must not depend on who watches.
+    if (!per_request_ || e.kind != RequestEvent::Kind::kIteration) return;
+    const std::uint64_t key = (static_cast<std::uint64_t>(e.tenant) << 32) | e.request;
+    if (!charged_.contains(key)) first_[e.instance].push_back(key);
+  }
+  bool iterations() const override { return per_request_; }
   void report(PolicyRun::FixedCosts& out) const {
     out.iterations = iterations_;
     out.sequence_iterations = sequence_iterations_;
+    out.requests = requests_;
     out.iteration_seconds = iteration_seconds_;
     out.sequence_seconds = sequence_seconds_;
-    out.seconds = iteration_seconds_ + sequence_seconds_;
+    out.request_seconds = request_seconds_;
+    out.seconds = iteration_seconds_ + sequence_seconds_ + request_seconds_;
   }
 
  private:
@@ -209,8 +252,13 @@ class FixedCostTruth final : public GroundTruth {
   const ModelSet& models_;
   const AcceleratorSet& accels_;
   std::vector<Costs> per_type_;
-  std::size_t iterations_ = 0, sequence_iterations_ = 0;
-  double iteration_seconds_ = 0, sequence_seconds_ = 0;
+  bool per_request_ = false;
+  // Requests (tenant << 32 | request) already charged, and per iteration
+  // not yet run the requests it holds that were not.
+  std::unordered_set<std::uint64_t> charged_;
+  std::unordered_map<InstanceId, std::vector<std::uint64_t>> first_;
+  std::size_t iterations_ = 0, sequence_iterations_ = 0, requests_ = 0;
+  double iteration_seconds_ = 0, sequence_seconds_ = 0, request_seconds_ = 0;
 };
 
 }  // namespace
@@ -230,10 +278,12 @@ Result<PolicyRun> run_offline(const ExperimentConfig& cfg, PolicyParts& parts, c
   cluster.set_arbiter_name("transfer arbiter '" + parts.policy.arbiter.name + "'");
   if (Status s = cluster.set_memory(std::move(budgets), weights); !s.ok())
     return Status(s.code(), "policy '" + parts.policy.name + "': " + s.message());
-  auto run = run_recorded(cfg, parts, cluster, opt);
+  EngineObserver* const watch[] = {&fixed};
+  auto run = run_recorded(cfg, parts, cluster, opt, watch);
   if (!run.ok()) return run;
   run->fixed_costs.per_iteration_s = cfg.ground_truth.iteration_overhead_s;
   run->fixed_costs.per_sequence_s = cfg.ground_truth.sequence_overhead_s;
+  run->fixed_costs.per_request_s = cfg.ground_truth.request_overhead_s;
   fixed.report(run->fixed_costs);
   return run;
 }

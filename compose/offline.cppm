@@ -58,6 +58,7 @@ std::string roofline_fallback_line(const std::vector<TruthPlayed>& played);
 // and per sequence of an iteration (charged to the operator that samples).
 struct TypeFixedCosts {
   double iteration_s = 0, sequence_s = 0;
+  double request_s = 0;  // once per request, at its first iteration
 };
 // Each type of `accels` (indexed by AccelTypeId): [ground_truth]'s
 // iteration_overhead_us / sequence_overhead_us where given, else what the

@@ -292,6 +292,13 @@ Result<std::unique_ptr<PolicyParts>> build_policy(const ExperimentConfig& cfg, c
     const auto held = residency(cfg);
     for (AccelId a = 0; a < p->accels->size(); ++a)
       for (std::size_t m : held[a]) check(p->gmg->place_weights(p->tmpls[m], a));
+    // A spread model: each accelerator holds its share's operators only.
+    for (std::size_t m = 0; m < cfg.models.size(); ++m) {
+      const auto at = spread_holders(cfg, cfg.models[m]);
+      const auto& ops = p->templates->get(p->tmpls[m]).ops();
+      for (std::size_t i = 0; i < at.size(); ++i)
+        check(p->gmg->place_weights(p->tmpls[m], ops[i].name, static_cast<AccelId>(at[i])));
+    }
     p->plugins = made(build_plugins(cfg, policy, plugins, *p->accels), "");
     seed_estimator(opt, *p);
     build_tenants(cfg, opt, *p);

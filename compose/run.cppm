@@ -55,17 +55,20 @@ struct PolicyRun {
   std::vector<DecisionLog::Line> decisions;       // with RecordOptions::decisions
   bool interrupted = false;                       // stopped by the stop flag
   // The engine's fixed costs the ground truth charged (offline runs;
-  // [ground_truth] iteration_overhead_us and sequence_overhead_us, or what
+  // [ground_truth] iteration_overhead_us, sequence_overhead_us and
+  // request_overhead_us, or what
   // calibrate measured per type), apart from the operators'.
   struct FixedCosts {
     // As configured: the same on every type ([ground_truth]), or nullopt
     // where they came per type from the calibration profile.
-    std::optional<double> per_iteration_s, per_sequence_s;
+    std::optional<double> per_iteration_s, per_sequence_s, per_request_s;
     std::size_t iterations = 0;           // sampling operators charged
     std::size_t sequence_iterations = 0;  // their sequences, summed
+    std::size_t requests = 0;             // requests charged once (at their first iteration)
     double iteration_seconds = 0;         // charged per iteration
     double sequence_seconds = 0;          // charged per sequence
-    double seconds = 0;                   // both
+    double request_seconds = 0;           // charged per request
+    double seconds = 0;                   // all three
   } fixed_costs;
   // Why the run failed (RecordOptions::keep_failed): what it knew until
   // then is above, cut short. Empty: it ran to the end.

@@ -139,6 +139,14 @@ Result<AcceleratorType> load_accelerator_type(const std::string& path) {
   if ((t.sms > 0) != (t.sm_clock_hz > 0))
     r.fail(nullptr, t.sms > 0 ? "sm_clock_mhz" : "sms",
            "is required with " + std::string(t.sms > 0 ? "sms" : "sm_clock_mhz"));
+  // Optional: the type's own roofline fit (fitted on its own kernels),
+  // relative to the type's file.
+  if (const std::string fit = r.str("roofline", false); !fit.empty()) {
+    const fs::path p(fit);
+    t.roofline_fit = (p.is_absolute() ? p : fs::path(path).parent_path() / p).lexically_normal().string();
+    if (!fs::is_regular_file(t.roofline_fit))
+      r.fail(r.t.get("roofline"), "roofline", "no fit file " + t.roofline_fit + " (expected a [roofline] TOML file)");
+  }
   if (const toml::node* n = r.get("interconnect")) {
     if (!n->is_table()) {
       r.fail(n, "interconnect", "expected a table");
@@ -193,7 +201,7 @@ Result<RooflineFit> load_roofline_fit(const std::string& path) {
     const auto kind = static_cast<WorkKind>(k);
     const std::string key(work_kind_name(kind));
     const toml::node* n = r.get(key);
-    if (!n && kind == WorkKind::kKvRead) continue;  // derived below
+    if (!n && (kind == WorkKind::kKvRead || kind == WorkKind::kStreaming)) continue;  // derived below
     if (!n) {
       r.fail(nullptr, key, "is required (a table with compute, memory, overhead_us)");
       continue;
@@ -215,6 +223,9 @@ Result<RooflineFit> load_roofline_fit(const std::string& path) {
   // A file from before kv_read was its own kind: the KV cache streams at the
   // GEMMs' memory-bound efficiency (fit_roofline derives it the same way).
   if (!rt->contains("kv_read")) fit[WorkKind::kKvRead] = {1, fit[WorkKind::kGemm].memory, 0};
+  // A file from before streaming was apart from elementwise: a residual add
+  // was an elementwise kernel.
+  if (!rt->contains("streaming")) fit[WorkKind::kStreaming] = fit[WorkKind::kElementwise];
   return fit;
 }
 

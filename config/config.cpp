@@ -589,6 +589,9 @@ ModelConfig read_model(Table& m, NamedFiles& files, const std::string& file, boo
   mc.truncate_overflow = overflow == "truncate";
   mc.weights_seed = static_cast<std::uint64_t>(m.integer("weights_seed", 0, 0, INT64_MAX));
   if (m.has("tokenizer")) mc.tokenizer = files.add(m, "tokenizer");
+  mc.spread = strings(m, "spread", false);
+  if (m.has("spread") && mc.spread.size() < 2)
+    m.fail(m.node("spread"), "spread", "expected two or more accelerator names (the model spread over them)");
   m.finish();
   return mc;
 }
@@ -677,7 +680,10 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       cfg.ground_truth.layers_type = g.str("layers_type", &none);
       if (!cfg.ground_truth.layers_type.empty() && cfg.ground_truth.layers_csv.empty())
         g.fail(g.node("layers_type"), "layers_type", "names the type the layers profile measured: give layers too");
-      if (g.has("roofline")) cfg.ground_truth.roofline_fit = files.add(g, "roofline");
+      if (g.has("roofline")) {
+        cfg.ground_truth.roofline_fit = files.add(g, "roofline");
+        cfg.ground_truth.roofline_given = true;
+      }
       // Which types play the roofline: every type but the profile's.
       for (const auto& u : unresolved) {
         const bool measured = !cfg.ground_truth.layers_csv.empty() &&
@@ -696,6 +702,8 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       cfg.ground_truth.iteration_overhead_s = g.num("iteration_overhead_us", 0, 0, 1e6) * 1e-6;
     if (g.has("sequence_overhead_us"))
       cfg.ground_truth.sequence_overhead_s = g.num("sequence_overhead_us", 0, 0, 1e6) * 1e-6;
+    if (g.has("request_overhead_us"))
+      cfg.ground_truth.request_overhead_s = g.num("request_overhead_us", 0, 0, 1e7) * 1e-6;
     cfg.ground_truth.transfer_noise_cv = g.num("transfer_noise_cv", 0.0163, 0, 1);
     cfg.ground_truth.hbm_bytes_per_s = g.num("hbm_gbps", 3350, 1e-3, 1e7) * 1e9;
     g.finish();

@@ -148,7 +148,13 @@ struct ModelConfig {
   std::int64_t context_window = 8192;  // tokens (prompt + output) one request may hold
   bool truncate_overflow = false;      // on_overflow = "truncate": cut longer requests (counted), else refuse
   std::uint64_t weights_seed = 0;      // live mode without a checkpoint: weights are random from this seed
-  std::string where;                   // "file:line: models[i]" (or "file:line: model") for errors
+  // Accelerator names (`spread`): the model's layer groups spread over them
+  // in order, each holding only the weights of its share (group g of G on
+  // member floor(g * m / G), the embedding with the first group, the LM
+  // head with the last), a pipeline. Empty: each holder holds the whole
+  // model.
+  std::vector<std::string> spread;
+  std::string where;  // "file:line: models[i]" (or "file:line: model") for errors
 };
 
 // Live mode (`slicesched serve`).
@@ -204,6 +210,15 @@ struct GroundTruthConfig {
   // each type takes what calibrate measured on it (the `calibrated`
   // profile's fixed_costs), else 0.
   std::optional<double> iteration_overhead_s, sequence_overhead_s;
+  // And once per request (admission, tokenizing, the reply): charged to the
+  // sampling operator of the first iteration that runs the request. Given,
+  // on every type; absent, per type from the calibration profile, else 0.
+  std::optional<double> request_overhead_s;
+  // Whether `roofline_fit` was named ([ground_truth] roofline): then every
+  // roofline type plays it; otherwise a type whose table names its own fit
+  // (AcceleratorType::roofline_fit) plays that one, the others the shipped
+  // general fit.
+  bool roofline_given = false;
   bool needs_roofline() const { return calibrated.empty() && (layers_csv.empty() || !layers_type.empty()); }
 };
 
@@ -257,6 +272,10 @@ Result<std::shared_ptr<const DenseDecoder>> make_model(const ModelConfig& m);
 // (one model: every accelerator holds it, check_weights_fit says when it
 // does not fit; several: those that fit, in config order).
 std::vector<std::vector<std::size_t>> residency(const ExperimentConfig& cfg);
+// For a model with `spread`: per operator of its template (in order), the
+// index into cfg.accelerators of the accelerator holding its weights
+// (empty for a model without). Names load_config checked.
+std::vector<std::size_t> spread_holders(const ExperimentConfig& cfg, const ModelConfig& m);
 // The model cross-checks load_config makes (config/models.cpp): every
 // tenant names a model (or there is only one), every listed model exists
 // and fits where it is listed, every model is resident somewhere and every

@@ -82,17 +82,39 @@ std::vector<std::vector<std::size_t>> residency(const ExperimentConfig& cfg) {
         for (std::size_t i = 0; i < cfg.models.size(); ++i)
           if (cfg.models[i].name == name) held.push_back(i);
     } else if (cfg.models.size() == 1) {
-      held.push_back(0);
+      if (cfg.models[0].spread.empty()) held.push_back(0);
     } else {
-      // Every model that fits beside those before it, in config order.
+      // Every model that fits beside those before it, in config order (a
+      // spread model is held in shares, spread_holders()).
       std::int64_t used = 0;
       for (std::size_t i = 0; i < cfg.models.size(); ++i)
-        if (used + weights[i] < a.hbm_bytes) {
+        if (cfg.models[i].spread.empty() && used + weights[i] < a.hbm_bytes) {
           used += weights[i];
           held.push_back(i);
         }
     }
     out.push_back(std::move(held));
+  }
+  return out;
+}
+
+std::vector<std::size_t> spread_holders(const ExperimentConfig& cfg, const ModelConfig& m) {
+  std::vector<std::size_t> out;
+  if (m.spread.empty()) return out;
+  auto made = make_model(m);
+  if (!made.ok()) return out;
+  const auto ops = made.value()->ops();
+  const std::size_t k = m.spread.size();
+  const auto groups = static_cast<std::size_t>(std::max(1, m.groups));
+  for (const ModelOp& op : ops) {
+    // Embedding with the first group, the head with the last.
+    const std::size_t g = op.role == OpRole::kLayers  ? static_cast<std::size_t>(op.group)
+                          : op.role == OpRole::kEmbed ? 0
+                                                      : groups - 1;
+    const std::string& name = m.spread[std::min(k - 1, g * k / groups)];
+    std::size_t a = 0;
+    while (a < cfg.accelerators.size() && cfg.accelerators[a].name != name) ++a;
+    out.push_back(a);
   }
   return out;
 }
@@ -118,8 +140,35 @@ Status validate_models(const ExperimentConfig& cfg) {
       return InvalidArgument(a.models_where + ": accelerator '" + a.name + "' has " + gib(a.hbm_bytes) +
                              " of HBM; the weights of " + listed + " need " + gib(used));
   }
+  // A spread model: every name is an accelerator of the cluster, that
+  // accelerator lists no models whole beside it, and each share fits.
+  for (const auto& m : cfg.models) {
+    if (m.spread.empty()) continue;
+    if (static_cast<std::size_t>(m.groups) < m.spread.size())
+      return InvalidArgument(m.where + ".spread: " + std::to_string(m.spread.size()) + " accelerators, but '" + m.name +
+                             "' has only " + std::to_string(m.groups) + " layer groups (one at least for each)");
+    for (const auto& a : cfg.accelerators)
+      if (std::find(a.models.begin(), a.models.end(), m.name) != a.models.end())
+        return InvalidArgument(a.models_where + ": accelerator '" + a.name + "' lists '" + m.name +
+                               "' whole, which is spread (its spread decides who holds what)");
+    for (const auto& name : m.spread)
+      if (std::none_of(cfg.accelerators.begin(), cfg.accelerators.end(),
+                       [&](const AcceleratorConfig& a) { return a.name == name; }))
+        return InvalidArgument(m.where + ".spread: no accelerator named '" + name + "' in the cluster");
+    auto made = make_model(m);
+    const GraphTemplate t = made.value()->make_template();
+    const auto at = spread_holders(cfg, m);
+    std::vector<std::int64_t> share(cfg.accelerators.size(), 0);
+    for (std::size_t i = 0; i < at.size(); ++i) share[at[i]] += t.ops()[i].weight_bytes;
+    for (std::size_t a = 0; a < share.size(); ++a)
+      if (share[a] > 0 && share[a] >= cfg.accelerators[a].hbm_bytes)
+        return InvalidArgument(m.where + ".spread: accelerator '" + cfg.accelerators[a].name + "' has " +
+                               gib(cfg.accelerators[a].hbm_bytes) + " of HBM; its share of '" + m.name +
+                               "''s weights needs " + gib(share[a]) + " (spread it over more accelerators)");
+  }
   const auto held = residency(cfg);
   auto resident_anywhere = [&](std::size_t model) {
+    if (!cfg.models[model].spread.empty()) return true;
     for (const auto& h : held)
       for (std::size_t i : h)
         if (i == model) return true;

@@ -114,6 +114,8 @@ Status write_calibration(const CalibrationProfile& p, const std::string& path) {
                                   {"iteration_overhead_us", f.iteration_s * 1e6},
                                   {"sequence_overhead_us", f.sequence_s * 1e6},
                                   {"samples", f.samples}});
+    for (std::size_t i = 0; i < p.fixed_costs.size(); ++i)
+      if (p.fixed_costs[i].request_s > 0) j["fixed_costs"][i]["request_overhead_us"] = p.fixed_costs[i].request_s * 1e6;
   }
   return write_file_atomically(path, j.dump(2) + "\n");
 }
@@ -201,6 +203,11 @@ Result<CalibrationProfile> read_calibration(const std::string& path) {
             return InvalidArgument(where + "." + key + ": expected a finite number >= 0");
         fc.iteration_s = f.at("iteration_overhead_us").get<double>() * 1e-6;
         fc.sequence_s = f.at("sequence_overhead_us").get<double>() * 1e-6;
+        if (f.contains("request_overhead_us")) {
+          if (!number(f.at("request_overhead_us")) || f.at("request_overhead_us").get<double>() < 0)
+            return InvalidArgument(where + ".request_overhead_us: expected a finite number >= 0");
+          fc.request_s = f.at("request_overhead_us").get<double>() * 1e-6;
+        }
         fc.samples = f.value("samples", std::uint64_t{0});
         if (p.find_fixed_cost(fc.type))
           return InvalidArgument(where + ".type: \"" + fc.type + "\" has fixed costs already");

@@ -51,6 +51,10 @@ struct CalibrationProfile {
     std::string type;
     double iteration_s = 0, sequence_s = 0;  // each >= 0
     std::uint64_t samples = 0;               // iteration shapes it was fitted to
+    // Once per request (admission, tokenizing, the reply), >= 0; optional
+    // in the file (calibrate does not measure it: it is the serving front
+    // end's, not the executor's).
+    double request_s = 0;
   };
   std::string source;
   std::vector<Op> ops;

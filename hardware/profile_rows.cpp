@@ -42,7 +42,8 @@ Work sum(Work a, const Work& b) {
 }
 
 // Vidur's kernels in our terms: the fused projections are one GEMM each
-// (their works summed, one launch), "add" is the residual add.
+// (their works summed, one launch), "add" is the residual add (a pure
+// stream: the streaming kind).
 bool vidur_work(const std::string& op, const DenseShape& s, double n, Work& w) {
   if (op == "emb")
     w = work_of(s, Sublayer::kEmbedding, n);
@@ -62,7 +63,7 @@ bool vidur_work(const std::string& op, const DenseShape& s, double n, Work& w) {
     w = work_of(s, Sublayer::kDownProj, n);
   else if (op == "add") {
     const double h = static_cast<double>(s.hidden), eb = static_cast<double>(s.elem_bytes);
-    w = {WorkKind::kElementwise, n * h, 3 * eb * n * h};
+    w = {WorkKind::kStreaming, n * h, 3 * eb * n * h};
   } else {
     return false;
   }

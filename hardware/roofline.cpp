@@ -75,9 +75,12 @@ Result<RooflineFit> fit_roofline(std::span<const ProfileRow> rows, std::span<con
                                  const RooflineFit& fallback) {
   RooflineFit fit = fallback;
   bool gemm_fitted = false;
-  for (int k = 0; k < kWorkKinds; ++k) {
-    const auto kind = static_cast<WorkKind>(k);
-    if (kind == WorkKind::kKvRead) continue;  // derived below
+  int stream_pct = 0;  // the streaming kind's memory efficiency, % (0: not fitted)
+  // Streaming before the kinds whose single-type fit leans on it (below).
+  constexpr std::array<WorkKind, kWorkKinds - 1> kOrder{WorkKind::kGemm, WorkKind::kAttention, WorkKind::kStreaming,
+                                                        WorkKind::kElementwise, WorkKind::kEmbedding};
+  for (const WorkKind kind : kOrder) {
+    const int k = static_cast<int>(kind);
     std::vector<const ProfileRow*> rs;
     std::vector<const AcceleratorType*> ts;
     bool any_flops = false;
@@ -127,10 +130,23 @@ Result<RooflineFit> fit_roofline(std::span<const ProfileRow> rows, std::span<con
         // Rows of one type cannot tell the two ceilings apart (both scale
         // its time alike): only rows of several types try it.
         const bool types_differ = std::any_of(ts.begin(), ts.end(), [&](const auto* t) { return t != ts.front(); });
-        if (!any_flops && types_differ &&
-            std::all_of(ts.begin(), ts.end(), [](const auto* t) { return t->sm_cycles_per_s() > 0; }))
+        const bool sms = std::all_of(ts.begin(), ts.end(), [](const auto* t) { return t->sm_cycles_per_s() > 0; });
+        if (!any_flops && types_differ && sms)
           for (int qi = 1; qi <= 128; ++qi)
             for (int mi = 1; mi <= 100; ++mi) score(100, mi, p, qi / 4.0);
+        // On one type, where a plain stream's rate is known (the streaming
+        // kind), a memory-bound kind slower than it is held by its SMs, not
+        // by HBM: such a kernel is short of loads in flight, and moves bytes
+        // at a rate per SM cycle, whatever the HBM (Vidur's gather: 2 bytes
+        // per SM cycle on three GPUs). Its memory efficiency is then the
+        // stream's, its shortfall an SM ceiling, which carries to a type with
+        // other SMs and HBM where one memory efficiency would not. Faster
+        // than the stream, it stays an HBM efficiency.
+        if (!any_flops && !types_differ && sms && stream_pct > 0 && kind != WorkKind::kStreaming) {
+          best = std::numeric_limits<double>::infinity();
+          for (int mi = stream_pct + 1; mi <= 100; ++mi) score(100, mi, p);
+          for (int qi = 1; qi <= 128; ++qi) score(100, stream_pct, p, qi / 4.0);
+        }
         continue;
       }
       // A finite p costs powers: 5 % steps, then 1 % steps around the best.
@@ -147,8 +163,31 @@ Result<RooflineFit> fit_roofline(std::span<const ProfileRow> rows, std::span<con
         for (int mi = std::max(1, bm - 4); mi <= std::min(100, bm + 4); ++mi) score(ci, mi, p);
     }
     fit.kinds[static_cast<std::size_t>(k)] = chosen;
+    if (kind == WorkKind::kStreaming) stream_pct = static_cast<int>(std::lround(chosen.memory * 100));
   }
-  if (gemm_fitted) fit[WorkKind::kKvRead] = {1, fit[WorkKind::kGemm].memory, 0};
+  if (gemm_fitted) {
+    // A least-squares line through the matrix-vector rows, time against
+    // their bytes at peak bandwidth: its slope is 1 / the streaming
+    // efficiency, its intercept the launch (fitted here, not the GEMM
+    // kind's, which also absorbs what the grid's shape cannot say).
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (const auto& r : rows) {
+      if (r.work.kind != WorkKind::kGemm || !(r.seconds > 0) || !(r.work.bytes > 0)) continue;
+      const AcceleratorType* t = find_type(types, r.type);
+      const double ridge = t->peak_flops / t->hbm_bytes_per_s;  // FLOPs per byte
+      if (r.work.flops / r.work.bytes >= ridge / 8) continue;
+      const double x = r.work.bytes / t->hbm_bytes_per_s, y = r.seconds / r.calls;
+      n += 1;
+      sx += x;
+      sy += y;
+      sxx += x * x;
+      sxy += x * y;
+    }
+    const double var = n * sxx - sx * sx;
+    const double slope = var > 0 ? (n * sxy - sx * sy) / var : 0;
+    const double streamed = slope > 0 ? std::min(1.0, 1 / slope) : fit[WorkKind::kGemm].memory;
+    fit[WorkKind::kKvRead] = {1, std::round(streamed * 100) / 100, 0};
+  }
   return fit;
 }
 

@@ -36,6 +36,11 @@ struct AcceleratorType {
   int sms = 0;
   double sm_clock_hz = 0;
   double sm_cycles_per_s() const { return sms * sm_clock_hz; }
+  // The roofline efficiencies fitted on this type's own kernels (a fit
+  // file, resolved; "": none). The roofline plays them on this type instead
+  // of the general fit, which is fitted across types and carries mostly
+  // the behaviour of the type with the most rows (docs/ground-truth.md).
+  std::string roofline_fit;
   std::string source;  // the file it was read from, for messages
   bool answers_to(std::string_view n) const;
 };
@@ -109,10 +114,19 @@ Result<std::vector<ProfileRow>> read_profile_rows(const std::string& path, const
 // of relative errors, never negative). A kind without rows
 // keeps `fallback`'s values. kv_read has no rows of its own (no profile
 // here measures a filled KV cache): where GEMM rows were fitted it takes
-// their memory efficiency, the fraction of peak bandwidth a kernel reaches
-// streaming a large contiguous tensor (a memory-bound GEMM streams its
-// weights as decode attention streams its cache), with no overhead of its
-// own (the attention kernel's launch pays it).
+// the rate at which the memory-bound ones (matrix-vector products, under an
+// eighth of the ridge point's FLOPs per byte) stream their weights: the
+// inverse slope of a least-squares line of their time against their bytes
+// at peak bandwidth. Decode attention over a cache is that same product, a
+// batch of matrix-vector products whose matrix is the cached K and V, so it
+// streams at that rate, not at the fitted memory efficiency, which is
+// traded against the overlap and overhead over every row size. Without
+// such rows: the fitted GEMM memory efficiency. No overhead of its own (the
+// attention kernel's launch pays it).
+// On rows of one type, where an SM ceiling cannot be told from an HBM
+// efficiency, an elementwise or embedding kind slower than the streaming
+// kind is taken as held by its SMs: its memory efficiency is the stream's
+// and its shortfall an SM ceiling (docs/ground-truth.md).
 Result<RooflineFit> fit_roofline(std::span<const ProfileRow> rows, std::span<const AcceleratorType> types,
                                  const RooflineFit& fallback = {});
 

@@ -41,6 +41,8 @@ std::string_view work_kind_name(WorkKind k) {
       return "embedding";
     case WorkKind::kKvRead:
       return "kv_read";
+    case WorkKind::kStreaming:
+      return "streaming";
   }
   return "?";
 }

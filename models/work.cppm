@@ -23,11 +23,18 @@ export namespace slicesched {
 // (QK^T, softmax, PV: their FLOPs and the new tokens' q, k, v and output),
 // elementwise and normalisation kernels, embedding gathers, and reading a
 // KV cache (the cached K and V an attention kernel streams from HBM: decode
-// over a long context is this read). kKvRead is never a kernel's own kind:
-// it is the part `Work::cache_bytes` of an attention kernel.
-enum class WorkKind : std::uint8_t { kGemm, kAttention, kElementwise, kEmbedding, kKvRead };
-inline constexpr int kWorkKinds = 5;
-// "gemm", "attention", "elementwise", "embedding", "kv_read"
+// over a long context is this read), and pure streams (a residual add: read
+// two tensors, write one, no work per byte worth the name). kKvRead is never
+// a kernel's own kind: it is the part `Work::cache_bytes` of an attention
+// kernel. Elementwise and streaming are apart because they read memory
+// differently: a norm, rope or activation does a reduction or a
+// transcendental per element and runs at a rate its SMs set, a plain add
+// streams at HBM speed (docs/ground-truth.md). A dense decoder fuses its
+// residual adds into the norms (as vLLM and TensorRT-LLM do), so only
+// profiles that time the add alone (Vidur's) have streaming rows.
+enum class WorkKind : std::uint8_t { kGemm, kAttention, kElementwise, kEmbedding, kKvRead, kStreaming };
+inline constexpr int kWorkKinds = 6;
+// "gemm", "attention", "elementwise", "embedding", "kv_read", "streaming"
 std::string_view work_kind_name(WorkKind k);
 
 // One kernel's demand: FLOPs and HBM bytes (weights read, activations read

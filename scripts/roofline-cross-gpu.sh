@@ -1,8 +1,8 @@
 #!/bin/sh
 # The roofline across GPU types with one profiler (docs/results.md, "Across
 # GPU types"): per model, fit on Vidur's profiles of some types and predict
-# another's, printing GEMM, elementwise, embedding, all-kinds and summed MAPE
-# (%), then the fitted GEMM overlap exponent and the SM ceilings.
+# another's, printing GEMM, elementwise, streaming, embedding, all-kinds and
+# summed MAPE (%), then the fitted GEMM overlap exponent and the SM ceilings.
 # Usage: sh scripts/roofline-cross-gpu.sh  (V: the Vidur folder, B: the binary)
 set -eu
 cd "$(dirname "$0")/.."
@@ -22,7 +22,7 @@ row() {  # preset file-stem test-type fit-type...
 import json, sys
 j = json.load(sys.stdin); k = j["kinds"]
 f = lambda v: "nan" if v is None else "%.1f" % v
-print(f(k["gemm"]["mape_pct"]), f(k["elementwise"]["mape_pct"]), f(k["embedding"]["mape_pct"]), f(j["mape_pct"]),
+print(f(k["gemm"]["mape_pct"]), f(k["elementwise"]["mape_pct"]), f(k["streaming"]["mape_pct"]), f(k["embedding"]["mape_pct"]), f(j["mape_pct"]),
       f(j["summed_mape_pct"]), "p=%s" % k["gemm"]["overlap_p"], "q_emb=%s" % k["embedding"]["sm_bytes_per_cycle"],
       "q_el=%s" % k["elementwise"]["sm_bytes_per_cycle"])')"
 }

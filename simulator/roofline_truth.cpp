@@ -12,6 +12,12 @@ bool plays_profile(const TypedTruthOptions& opt, std::string_view type) {
   return opt.layers && (opt.layers_type.empty() || same_type(opt.types, opt.layers_type, type));
 }
 
+const RooflineFit& fit_for(const TypedTruthOptions& opt, std::string_view type) {
+  for (const auto& [name, fit] : opt.type_fits)
+    if (same_type(opt.types, name, type)) return fit;
+  return opt.fit;
+}
+
 double roofline_op_seconds(const AcceleratorType& t, const RooflineFit& f, const Model& model, std::size_t op,
                            const IterationDims& d) {
   const auto calls = model.kernels(op, d);
@@ -35,6 +41,7 @@ TypedGroundTruth::TypedGroundTruth(TypedTruthOptions opt, const AcceleratorSet& 
     const std::string& name = accels_.type_name(static_cast<AccelTypeId>(t));
     const bool measured = plays_profile(opt_, name);
     by_type_.push_back(measured ? nullptr : find_type(opt_.types, name));
+    fits_.push_back(&fit_for(opt_, name));
   }
 }
 
@@ -66,7 +73,7 @@ Result<double> TypedGroundTruth::op_seconds(const Gmg& gmg, OpId op) {
                     t.name() + "' (set_models)");
   const auto calls = m->kernels(r.tmpl_op, m->dims_of(t, gmg.dims(op)));
   if (calls.empty()) return InvalidArgument("ground truth for " + gmg.op_name(op) + ": its model gives no kernels");
-  return op_noise_.sample(calls_seconds(*sheet, opt_.fit, m->shape(), calls));
+  return op_noise_.sample(calls_seconds(*sheet, *fits_[type], m->shape(), calls));
 }
 
 double TypedGroundTruth::transfer_seconds(AccelId from, AccelId to, std::int64_t bytes) {

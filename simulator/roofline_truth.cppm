@@ -7,6 +7,7 @@ module;
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 export module slicesched.simulator.roofline;
@@ -19,7 +20,10 @@ struct TypedTruthOptions {
   std::optional<LayerProfile> layers;  // measured layer-group times
   std::string layers_type;             // the type they were measured on ("": every type)
   std::optional<TransferProfile> transfers;
-  RooflineFit fit;
+  RooflineFit fit;  // the general fit, for types without their own
+  // Types that play their own fit (fitted on their own kernels) instead of
+  // `fit`: by type name or alias, as `types` resolves them.
+  std::vector<std::pair<std::string, RooflineFit>> type_fits;
   std::vector<AcceleratorType> types;  // datasheets, by name or alias
 };
 
@@ -28,6 +32,9 @@ struct TypedTruthOptions {
 // (same_type over opt.types: "H100" plays a profile measured on "H100-SXM").
 // Every other type plays the roofline.
 bool plays_profile(const TypedTruthOptions& opt, std::string_view type);
+// The efficiencies a type that plays the roofline plays: its own fit
+// (opt.type_fits, matched by name or alias) where it has one, else opt.fit.
+const RooflineFit& fit_for(const TypedTruthOptions& opt, std::string_view type);
 
 // Seconds of one operator's kernels (`op` indexes model.ops()) for one
 // iteration on type `t` with fit `f`: what the roofline ground truth plays,
@@ -59,6 +66,7 @@ class TypedGroundTruth final : public GroundTruth {
   ModelSet models_;
   const AcceleratorSet& accels_;
   std::vector<const AcceleratorType*> by_type_;  // per AccelTypeId: the datasheet, or nullptr (the profile)
+  std::vector<const RooflineFit*> fits_;         // per AccelTypeId: the efficiencies it plays
   NoisyClock op_noise_, transfer_noise_;
 };
 

@@ -26,11 +26,29 @@ inline AccelId contiguous_member(std::span<const AccelId> members, std::size_t i
   return members[i * members.size() / n];
 }
 
-// The candidate that places a batch of n ops on `group` by the rule above.
-Candidate contiguous_candidate(const AccelGroup& group, std::size_t n) {
+// The candidate that places `batch` on `group` by the rule above, except
+// that an operator whose weights its member lacks goes to the first member
+// that holds them: a model spread over accelerators ([[models]] spread)
+// holds each layer group's weights on one of them only, and an operator
+// runs where its weights are. Where every member holds every weight (the
+// usual case) this is the rule above.
+Candidate contiguous_candidate(const AccelGroup& group, const Gmg& gmg, const Batch& batch) {
+  const std::size_t n = batch.ops.size();
   Candidate c{group.label, {}};
   c.accel.reserve(n);
-  for (std::size_t i = 0; i < n; ++i) c.accel.push_back(contiguous_member(group.members, i, n));
+  for (std::size_t i = 0; i < n; ++i) {
+    AccelId a = contiguous_member(group.members, i, n);
+    // Only missing weights move an operator: a lost member keeps its
+    // operators (the placement waits for it, or fails them, as before).
+    const OpId op = batch.ops[i];
+    if (gmg.contains(op) && gmg.op(op).weight_bytes > 0 && !gmg.weights_on(gmg.op(op).kind, a))
+      for (AccelId m : group.members)
+        if (gmg.weights_on(gmg.op(op).kind, m)) {
+          a = m;
+          break;
+        }
+    c.accel.push_back(a);
+  }
   return c;
 }
 

@@ -95,13 +95,12 @@ std::vector<Candidate> ExplicitGroups::candidates(const Gmg& gmg, const Batch& b
   if (&gmg.accels() != bound_to_ || gmg.accels().size() != bound_size_) (void)bind(gmg.accels());
   std::vector<Candidate> out;
   if (!bound_ok_) return out;
-  const std::size_t n = batch.ops.size();
   if (auto pinned = tenants_.find(batch.tenant); pinned != tenants_.end()) {
     out.reserve(pinned->second.size());
-    for (std::size_t g : pinned->second) out.push_back(contiguous_candidate(groups_[g], n));
+    for (std::size_t g : pinned->second) out.push_back(contiguous_candidate(groups_[g], gmg, batch));
   } else {
     out.reserve(groups_.size());
-    for (const AccelGroup& g : groups_) out.push_back(contiguous_candidate(g, n));
+    for (const AccelGroup& g : groups_) out.push_back(contiguous_candidate(g, gmg, batch));
   }
   return out;
 }

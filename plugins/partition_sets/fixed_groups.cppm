@@ -32,7 +32,7 @@ class FixedGroups final : public PartitionSet {
     refresh(gmg.accels());
     std::vector<Candidate> out;
     out.reserve(groups_.size());
-    for (const AccelGroup& g : groups_) out.push_back(contiguous_candidate(g, batch.ops.size()));
+    for (const AccelGroup& g : groups_) out.push_back(contiguous_candidate(g, gmg, batch));
     return out;
   }
 

@@ -23,6 +23,7 @@
 
 import slicesched.compose.offline;
 import slicesched.config;
+import slicesched.config.accelerators;
 
 using namespace slicesched;
 
@@ -466,14 +467,51 @@ TEST_CASE("a type without a profile falls back to the roofline, said in one line
   CHECK(p[1].type == "A100");
   CHECK(p[1].datasheet == "A100-80GB");
   CHECK(p[1].truth == "roofline");
-  CHECK(p[1].source == "roofline-fit.toml");
+  // The A100's table names a fit made on its own kernels: it plays that one.
+  CHECK(p[1].source == "roofline-fit-a100.toml");
   REQUIRE(p[1].fit.has_value());
-  // The KV-cache read has its own efficiency, from the shipped fit.
+  // The KV-cache read has its own efficiency, from the A100's fit.
   CHECK((*p[1].fit)[WorkKind::kKvRead].memory > 0.5);
   CHECK(roofline_fallback_line(p) ==
-        "ground truth: A100 (A100-80GB) plays the roofline (datasheet peaks, efficiencies from roofline-fit.toml), "
-        "not the measured profile llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv (ground_truth.layers_type names "
-        "another type)");
+        "ground truth: A100 (A100-80GB) plays the roofline (datasheet peaks, efficiencies from "
+        "roofline-fit-a100.toml), not the measured profile llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv "
+        "(ground_truth.layers_type names another type)");
+}
+
+TEST_CASE("a type plays its own roofline fit unless the config names one fit for every type",
+          "[compose][ground_truth]") {
+  const std::string dir = std::string(SLICESCHED_SOURCE_DIR) + "/configs/accelerators/";
+  auto own = load_roofline_fit(dir + "roofline-fit-a100.toml");
+  auto general = load_roofline_fit(dir + "roofline-fit.toml");
+  REQUIRE(own.ok());
+  REQUIRE(general.ok());
+  REQUIRE((*own)[WorkKind::kGemm].overlap_p != (*general)[WorkKind::kGemm].overlap_p);
+  // Two roofline types: the A100 has its own fit, the A40 none.
+  ExperimentConfig cfg = small_with(
+      "{ name_prefix = \"gpu\", count = 2, type = \"A100\" }, "
+      "{ name_prefix = \"gpu\", count = 2, first_index = 2, type = \"A40\" }",
+      "H100-SXM");
+  auto t = load_truths(cfg);
+  REQUIRE(t.ok());
+  REQUIRE(t->typed.has_value());
+  // By name or alias, as everywhere.
+  CHECK(fit_for(*t->typed, "A100")[WorkKind::kGemm].overlap_p == (*own)[WorkKind::kGemm].overlap_p);
+  CHECK(fit_for(*t->typed, "A100-80GB")[WorkKind::kGemm].overlap_p == (*own)[WorkKind::kGemm].overlap_p);
+  CHECK(fit_for(*t->typed, "A40")[WorkKind::kGemm].overlap_p == (*general)[WorkKind::kGemm].overlap_p);
+  auto p = truth_played(cfg, *t);
+  REQUIRE(p.size() == 2);
+  CHECK(p[0].source == "roofline-fit-a100.toml");
+  CHECK(p[1].source == "roofline-fit.toml");
+  CHECK(roofline_fallback_line(p) ==
+        "ground truth: A100 (A100-80GB), A40 play the roofline (datasheet peaks, efficiencies from "
+        "roofline-fit-a100.toml for A100, roofline-fit.toml for A40), no measured profile given");
+  // [ground_truth] roofline named: every type plays it.
+  cfg.ground_truth.roofline_given = true;
+  auto t2 = load_truths(cfg);
+  REQUIRE(t2.ok());
+  CHECK(t2->typed->type_fits.empty());
+  CHECK(fit_for(*t2->typed, "A100")[WorkKind::kGemm].overlap_p == (*general)[WorkKind::kGemm].overlap_p);
+  for (const auto& q : truth_played(cfg, *t2)) CHECK(q.source == "roofline-fit.toml");
 }
 
 TEST_CASE("the engine's fixed cost per iteration is charged to each sampling operator and reported apart",
@@ -522,6 +560,37 @@ TEST_CASE("the engine's fixed cost per sequence is charged for every sequence of
   CHECK(f.sequence_iterations >= run->metrics.tokens_generated);
 }
 
+TEST_CASE("the engine's fixed cost per request is charged once, at the request's first iteration, and reported apart",
+          "[compose][fixed_costs]") {
+  Small none;
+  Small fixed({{"ground_truth.request_overhead_us", "5000"}});
+  REQUIRE(fixed.cfg.ground_truth.request_overhead_s == 0.005);
+  auto a = none.build("Static-Online");
+  auto b = fixed.build("Static-Online");
+  auto without = run_offline(none.cfg, *a, none.truths);
+  auto with = run_offline(fixed.cfg, *b, fixed.truths);
+  REQUIRE(without.ok());
+  REQUIRE(with.ok());
+  CHECK(without->fixed_costs.requests == 0);
+  CHECK(without->fixed_costs.seconds == 0);
+  const auto& f = with->fixed_costs;
+  CHECK(f.per_request_s == 0.005);
+  CHECK_FALSE(f.per_iteration_s.has_value());
+  // Every request that finished ran, so it was charged; none twice (there
+  // are no more charges than requests).
+  CHECK(f.requests >= with->metrics.requests_done);
+  CHECK(f.requests <= with->metrics.requests_total);
+  CHECK(f.requests > 10);
+  CHECK_THAT(f.request_seconds, Catch::Matchers::WithinRel(0.005 * static_cast<double>(f.requests), 1e-12));
+  CHECK(f.iteration_seconds == 0);
+  CHECK(f.sequence_seconds == 0);
+  CHECK(f.seconds == f.request_seconds);
+  // The iterations are the same work: only their heads pay more.
+  CHECK(f.iterations > 100);
+  // A first token waits for its own request's cost at least.
+  CHECK(with->metrics.ttft_p50_s > without->metrics.ttft_p50_s + 0.004);
+}
+
 TEST_CASE("without [ground_truth] fixed costs, each type pays what calibrate measured on it",
           "[compose][fixed_costs]") {
   // The cluster says H100; calibrate measured "H100-SXM" (an alias of it).
@@ -539,10 +608,72 @@ TEST_CASE("without [ground_truth] fixed costs, each type pays what calibrate mea
   const auto measured = fixed_costs_per_type(cfg, truths, *accels);
   CHECK(measured[0].iteration_s == 0.0005);
   CHECK(measured[0].sequence_s == 0.0001);
+  CHECK(measured[0].request_s == 0);  // not in the profile
+  truths.calibrated->fixed_costs[1].request_s = 0.002;
+  CHECK(fixed_costs_per_type(cfg, truths, *accels)[0].request_s == 0.002);
   // Given in [ground_truth], a cost holds on every type, over the measurement.
   ExperimentConfig given = cfg;
   given.ground_truth.sequence_overhead_s = 0.00002;
   const auto mixed = fixed_costs_per_type(given, truths, *accels);
   CHECK(mixed[0].iteration_s == 0.0005);
   CHECK(mixed[0].sequence_s == 0.00002);
+  given.ground_truth.request_overhead_s = 0.0001;
+  CHECK(fixed_costs_per_type(given, truths, *accels)[0].request_s == 0.0001);
+}
+
+TEST_CASE("Llama-2-70B spread over four H100s holds a quarter of its weights on each, and runs", "[compose][spread]") {
+  auto c = load_config(std::string(SLICESCHED_SOURCE_DIR) + "/configs/experiments/llama2-70b.toml",
+                       {{"duration_s", "20"}, {"tenants.*.stream.duration_s", "20"}});
+  REQUIRE(c.ok());
+  const ExperimentConfig& cfg = c.value();
+  PluginRegistries plugins;
+  REQUIRE(load_plugins(cfg, plugins).ok());
+  auto truths = load_truths(cfg);
+  REQUIRE(truths.ok());
+  auto policy = find_policy(cfg, "SliceScheduler");
+  REQUIRE(policy.ok());
+  auto parts = build_policy(cfg, *policy.value(), plugins, {});
+  REQUIRE(parts.ok());
+  const Gmg& gmg = *parts.value()->gmg;
+  const std::int64_t whole = parts.value()->models.of(parts.value()->tmpl)->weight_bytes();
+  const double gib = 1073741824.0;
+  // 69B parameters in bf16: more than one 80 GiB H100 holds.
+  CHECK(static_cast<double>(whole) / gib > 120);
+  CHECK(static_cast<double>(whole) / gib < 130);
+  REQUIRE(gmg.accels().size() == 4);
+  std::int64_t sum = 0;
+  for (AccelId a = 0; a < 4; ++a) {
+    const std::int64_t w = gmg.hbm(a).weights;
+    sum += w;
+    // Two groups of ten layers each, 1.59 GiB a layer: 31.9 GiB, and the
+    // embedding (0.49 GiB) on the first, the LM head on the last.
+    INFO("gpu" << a << ": " << static_cast<double>(w) / gib << " GiB");
+    CHECK(static_cast<double>(w) / gib > 31.8);
+    CHECK(static_cast<double>(w) / gib < 32.4);
+  }
+  CHECK(gmg.hbm(0).weights > gmg.hbm(1).weights);
+  CHECK(gmg.hbm(1).weights == gmg.hbm(2).weights);
+  CHECK(gmg.hbm(3).weights > gmg.hbm(2).weights);
+  CHECK(sum == whole);
+  // It runs, each GPU's HBM holding its share and its layers' KV caches,
+  // never more than the GPU has.
+  auto run = run_offline(cfg, *parts.value(), truths.value());
+  REQUIRE(run.ok());
+  CHECK(run->metrics.requests_done > 5);
+  REQUIRE(run->memory.peak.size() == 4);
+  for (AccelId a = 0; a < 4; ++a) {
+    CHECK(run->memory.peak[a] > gmg.hbm(a).weights);
+    CHECK(run->memory.peak[a] <= run->memory.budget[a]);
+  }
+}
+
+TEST_CASE("a spread model is refused where a share does not fit or a name is not an accelerator", "[compose][spread]") {
+  const std::string path = std::string(SLICESCHED_SOURCE_DIR) + "/configs/experiments/llama2-70b.toml";
+  // H100s cut to 24 GiB: a quarter of 128 GiB does not fit.
+  auto small = load_config(path, {{"cluster.accelerators.0.hbm_gib", "24"}});
+  REQUIRE_FALSE(small.ok());
+  CHECK_THAT(small.status().message(), Catch::Matchers::Contains("model.spread: accelerator 'gpu0' has 24.00 GiB"));
+  auto unknown = load_config(path, {{"model.spread", "[\"gpu0\", \"gpu9\"]"}});
+  REQUIRE_FALSE(unknown.ok());
+  CHECK_THAT(unknown.status().message(), Catch::Matchers::Contains("model.spread: no accelerator named 'gpu9'"));
 }

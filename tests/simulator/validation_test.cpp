@@ -187,6 +187,45 @@ TEST_CASE("a fit recovers the overlap exponent of rows made with one", "[rooflin
   CHECK(err->overall_pct < 1);
 }
 
+TEST_CASE("kv_read streams at the rate the memory-bound GEMMs stream their weights", "[roofline]") {
+  AcceleratorType t;
+  t.name = "X";
+  t.peak_flops = 100e12;
+  t.hbm_bytes_per_s = 1e12;  // ridge: 100 FLOP/byte
+  const std::vector<AcceleratorType> types{t};
+  // GEMMs whose matrix-vector rows stream at 0.7 of peak bandwidth while the
+  // rows near and past the ridge behave as an (0.8, 0.9, p = 2) roofline:
+  // one memory efficiency cannot say both, and the fit's is traded against
+  // the overlap and the overhead; the stream's rate is what a KV cache
+  // read, a batch of matrix-vector products, runs at.
+  RooflineFit truth;
+  truth[WorkKind::kGemm] = {0.8, 0.9, 5e-6, 2};
+  std::vector<ProfileRow> rows;
+  for (double n = 1; n <= 8192; n *= 2) {
+    const Work w{WorkKind::kGemm, 2 * n * 4096 * 4096, 2 * (4096.0 * 4096 + n * 8192)};
+    const double s = n <= 8 ? w.bytes / (0.7 * t.hbm_bytes_per_s) + 5e-6 : kernel_seconds(t, truth, w);
+    rows.push_back({"gemm", w, 1, n, s, "X"});
+  }
+  auto fit = fit_roofline(rows, types);
+  REQUIRE(fit.ok());
+  CHECK((*fit)[WorkKind::kGemm].memory > 0.75);
+  CHECK_THAT((*fit)[WorkKind::kKvRead].memory, Catch::Matchers::WithinAbs(0.7, 0.03));
+  CHECK((*fit)[WorkKind::kKvRead].overhead_s == 0);
+}
+
+TEST_CASE("a fit file from before streaming was its own kind costs a residual add as elementwise", "[roofline]") {
+  const auto path = fs::temp_directory_path() / "slicesched_old_fit.toml";
+  std::ofstream(path) << "[roofline]\n[roofline.gemm]\ncompute = 0.8\nmemory = 0.9\n[roofline.attention]\n"
+                         "compute = 0.2\nmemory = 0.1\n[roofline.elementwise]\nmemory = 0.6\noverhead_us = 4\n"
+                         "[roofline.embedding]\nmemory = 0.2\n";
+  auto f = load_roofline_fit(path.string());
+  fs::remove(path);
+  REQUIRE(f.ok());
+  CHECK((*f)[WorkKind::kStreaming].memory == 0.6);
+  CHECK((*f)[WorkKind::kStreaming].overhead_s == (*f)[WorkKind::kElementwise].overhead_s);
+  CHECK(work_kind_name(WorkKind::kStreaming) == "streaming");
+}
+
 TEST_CASE("overlap_p reads and writes, and an old fit file plays the plain roofline", "[roofline]") {
   RooflineFit f = shipped_fit();
   f[WorkKind::kGemm].overlap_p = 1.5;
