@@ -118,3 +118,45 @@ TEST_CASE("co_batch: with a slowdown bound the online decode steps stay within i
   CHECK(u.metrics.tpot_mean_s > b.metrics.tpot_mean_s);
   CHECK(u.metrics.offline_done >= b.metrics.offline_done);
 }
+
+TEST_CASE("co_batch: kept riders leave only for KV room and lose no work to the bound", "[compose][co_batch]") {
+  // Under a tight bound, riders that no longer fit leave and recompute what
+  // they held; kept (keep_riders), they step one token instead.
+  CoBatch plain;
+  CoBatch kept({{"policies.Bounded-Batch.co_batch.keep_riders", "true"}});
+  auto p = plain.build("Bounded-Batch");
+  auto k = kept.build("Bounded-Batch");
+  const PolicyRun rp = plain.run(*p);
+  const PolicyRun rk = kept.run(*k);
+  const Tenant& host_p = tenant(*p, "online0");
+  const Tenant& host_k = tenant(*k, "online0");
+  INFO("evictions plain " << host_p.rider_evictions() << ", kept " << host_k.rider_evictions());
+  CHECK(host_p.rider_evictions() > 0);
+  // The KV budget holds every rider here: none leaves.
+  CHECK(host_k.rider_evictions() == 0);
+  CHECK(host_k.rider_steps() > 0);
+  CHECK(rk.metrics.offline_done >= rp.metrics.offline_done);
+  for (const RequestRecord& r : tenant(*k, "offline0").records())
+    if (r.done >= 0) {
+      CHECK(r.error.empty());
+      CHECK(r.generated == r.output_tokens);
+    }
+  for (const RequestRecord& r : host_k.records()) CHECK(r.error.empty());
+
+  // Short of KV room (about three offline prompts), online work still takes
+  // it back: kept riders leave then, and finish later with every token.
+  CoBatch short_kv(
+      {{"policies.Bounded-Batch.co_batch.keep_riders", "true"}, {"tenants.online0.kv_budget_tokens", "3500"}});
+  auto s = short_kv.build("Bounded-Batch");
+  const PolicyRun rs = short_kv.run(*s);
+  CHECK(tenant(*s, "online0").rider_evictions() > 0);
+  std::size_t done = 0;
+  for (const RequestRecord& r : tenant(*s, "offline0").records())
+    if (r.done >= 0) {
+      ++done;
+      CHECK(r.error.empty());
+      CHECK(r.generated == r.output_tokens);
+    }
+  CHECK(done > 0);
+  CHECK(rs.metrics.offline_done == done);
+}
