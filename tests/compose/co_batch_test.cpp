@@ -160,3 +160,28 @@ TEST_CASE("co_batch: kept riders leave only for KV room and lose no work to the 
   CHECK(done > 0);
   CHECK(rs.metrics.offline_done == done);
 }
+
+TEST_CASE("co_batch: a policy's lanes override a tenant's, instance by instance", "[compose][co_batch]") {
+  // colocation.toml: SliceScheduler runs four offline instances of two lanes,
+  // Priority-Batch four of the tenant's own four.
+  auto cfg = load_config(std::string(SLICESCHED_SOURCE_DIR) + "/configs/experiments/colocation.toml");
+  REQUIRE(cfg.ok());
+  PluginRegistries plugins;
+  REQUIRE(load_plugins(*cfg, plugins).ok());
+  for (const auto& [policy, lanes] : {std::pair<std::string, int>{"SliceScheduler", 2}, {"Priority-Batch", 4}}) {
+    auto p = find_policy(*cfg, policy);
+    REQUIRE(p.ok());
+    auto parts = build_policy(*cfg, *p.value(), plugins);
+    if (!parts.ok()) FAIL(parts.status().message());
+    int offline = 0;
+    for (const Tenant& t : parts.value()->tenants) {
+      if (t.spec().name.rfind("offline0#", 0) == 0) {
+        ++offline;
+        CHECK(t.spec().lanes == lanes);
+      } else {
+        CHECK(t.spec().lanes == 4);  // the online tenants keep their own
+      }
+    }
+    CHECK(offline == 4);
+  }
+}
