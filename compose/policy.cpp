@@ -106,7 +106,7 @@ void build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, PolicyP
       spec.chunked_prefill = tc.chunked_prefill;
       spec.max_seqs = tc.max_seqs;
       spec.kv_budget_tokens = tc.kv_budget_tokens;
-      spec.lanes = tc.lanes;
+      spec.lanes = lanes_of(p.policy, tc);
       if (tc.swap_preempted) {  // (the config checked that host_link is set)
         const LinkClassConfig& host = cfg.link_classes[static_cast<std::size_t>(cfg.host_link)];
         spec.preemption = TenantSpec::Preemption::kSwap;
@@ -168,6 +168,7 @@ void wire_co_batch(const ExperimentConfig& cfg, PolicyParts& p) {
       if (rider->tmpl() != hosts[k]->tmpl())
         fail(who + c.rider + ": host '" + hosts[k]->spec().name + "' serves another model (a batch runs one model)");
       hosts[k]->add_rider_source(rider);
+      hosts[k]->set_keep_riders(p.policy.co_batch_keep_riders);
       if (p.policy.co_batch_slowdown >= 0)
         hosts[k]->set_rider_bound(iteration_cost(p, hosts[k]->tmpl()), p.policy.co_batch_slowdown);
     }

@@ -777,6 +777,16 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       }
       inst.finish();
     }
+    if (const toml::table* lt = p.table("lanes", false)) {
+      Table lanes(*lt, p.qualified("lanes"), file);
+      for (const auto& [k, v] : *lt) {
+        const std::string name(k.str());
+        if (std::find(pc.tenants.begin(), pc.tenants.end(), name) == pc.tenants.end())
+          lanes.fail(&v, name, "the policy runs no tenant named '" + name + "'");
+        pc.lanes.emplace_back(name, static_cast<int>(lanes.integer(name, 1, 1, 1024)));
+      }
+      lanes.finish();
+    }
     if (const toml::table* ct = p.table("co_batch", false)) {
       Table cb(*ct, p.qualified("co_batch"), file);
       const toml::table* rt = cb.table("riders", true);
@@ -797,6 +807,7 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       riders.finish();
       pc.co_batch_own_iterations = cb.boolean("own_iterations", true);
       if (cb.has("slowdown")) pc.co_batch_slowdown = cb.num("slowdown", -1, 0, 1e6);
+      pc.co_batch_keep_riders = cb.boolean("keep_riders", false);
       cb.finish();
     }
     // A placement plugin, or a list of stages that together act as one.

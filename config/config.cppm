@@ -109,6 +109,9 @@ struct PolicyConfig {
   // Instances per tenant where this policy differs from the tenant's own
   // `instances` (e.g. Dual-Share serves one offline stream with two).
   std::vector<std::pair<std::string, int>> instances;
+  // Lanes per instance where this policy differs from the tenant's own
+  // `lanes` (how many iterations each of its instances keeps in flight).
+  std::vector<std::pair<std::string, int>> lanes;
   std::size_t issued_budget = 256, batch_cap = 16;
   double horizon_s = -1;
   bool scoped_what_if = true;  // scheduler.what_if_scope: "component" (true) or "cluster"
@@ -123,6 +126,10 @@ struct PolicyConfig {
   std::vector<CoBatch> co_batch;
   bool co_batch_own_iterations = true;  // co_batch.own_iterations: riders' tenants also run iterations of their own
   double co_batch_slowdown = -1;        // co_batch.slowdown: bound on a host iteration's stretch (< 0: none)
+  // co_batch.keep_riders: a rider on board leaves only when its host needs
+  // the KV room (or the sequence cap); short of token room or the slowdown
+  // bound it steps one token instead of being evicted and recomputed.
+  bool co_batch_keep_riders = false;
 };
 
 // A dense-decoder model ([model], or one [[models]] table): its shapes
@@ -288,6 +295,13 @@ inline int instances_of(const PolicyConfig& policy, const TenantConfig& t) {
   for (const auto& [name, n] : policy.instances)
     if (name == t.name) return n;
   return t.instances;
+}
+
+// How many lanes each of `policy`'s instances of tenant `t` has.
+inline int lanes_of(const PolicyConfig& policy, const TenantConfig& t) {
+  for (const auto& [name, n] : policy.lanes)
+    if (name == t.name) return n;
+  return t.lanes;
 }
 
 // One `--set KEY=VALUE` of sweep and plan: KEY is a dotted path into the

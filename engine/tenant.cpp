@@ -623,9 +623,16 @@ void Tenant::seat_riders(Lane& lane, std::int64_t& tokens, std::int64_t& context
     std::int64_t dt = 1;
     if (s.prefill && !first_tokens) dt = gone.empty() ? chunk_for(whole - s.context, s.context, whole + 1) : 0;
     const std::int64_t dkv = s.prefill ? whole + 1 : s.context + 1;
-    const bool room = first_tokens ? tokens + 1 <= spec_.token_budget && kv + dkv <= spec_.kv_budget_tokens
-                      : s.prefill  ? dt > 0
-                                   : fits(1, s.context, dkv);
+    bool room = first_tokens ? tokens + 1 <= spec_.token_budget && kv + dkv <= spec_.kv_budget_tokens
+                : s.prefill  ? dt > 0
+                             : fits(1, s.context, dkv);
+    // Kept, a rider leaves only when the KV room or the sequence cap is
+    // short: one more token costs the host far less than recomputing all
+    // the rider holds (a decode's whole prompt, a prefill's chunks so far).
+    if (!room && keep_riders_ && gone.empty() && kv + dkv <= spec_.kv_budget_tokens && seqs + 1 <= spec_.max_seqs) {
+      room = true;
+      dt = 1;
+    }
     if (gone.empty() && room) {
       if (s.prefill) s.chunk = dt;
       tokens += dt;

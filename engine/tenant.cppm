@@ -170,6 +170,11 @@ class Tenant {
     rider_cost_ = std::move(cost);
     rider_slowdown_ = slowdown;
   }
+  // Riders on board leave only for KV room or the sequence cap: short of
+  // token room or the slowdown bound they step one token (a decode, or a
+  // one-token chunk of their prefill) instead of leaving and recomputing
+  // what they hold. Off: they leave from the first that does not fit.
+  void set_keep_riders(bool keep) { keep_riders_ = keep; }
   // Riders that left an iteration for room (each recomputes later), and
   // rider sequence-iterations this tenant ran.
   std::size_t rider_evictions() const { return rider_evictions_; }
@@ -246,7 +251,7 @@ class Tenant {
     return false;
   }
   std::vector<Tenant*> sources_;
-  bool lends_ = false, rides_only_ = false;
+  bool lends_ = false, rides_only_ = false, keep_riders_ = false;
   IterationCost rider_cost_;
   double rider_slowdown_ = -1;
   std::size_t rider_evictions_ = 0, rider_steps_ = 0;

@@ -118,3 +118,70 @@ TEST_CASE("co_batch: with a slowdown bound the online decode steps stay within i
   CHECK(u.metrics.tpot_mean_s > b.metrics.tpot_mean_s);
   CHECK(u.metrics.offline_done >= b.metrics.offline_done);
 }
+
+TEST_CASE("co_batch: kept riders leave only for KV room and lose no work to the bound", "[compose][co_batch]") {
+  // Under a tight bound, riders that no longer fit leave and recompute what
+  // they held; kept (keep_riders), they step one token instead.
+  CoBatch plain;
+  CoBatch kept({{"policies.Bounded-Batch.co_batch.keep_riders", "true"}});
+  auto p = plain.build("Bounded-Batch");
+  auto k = kept.build("Bounded-Batch");
+  const PolicyRun rp = plain.run(*p);
+  const PolicyRun rk = kept.run(*k);
+  const Tenant& host_p = tenant(*p, "online0");
+  const Tenant& host_k = tenant(*k, "online0");
+  INFO("evictions plain " << host_p.rider_evictions() << ", kept " << host_k.rider_evictions());
+  CHECK(host_p.rider_evictions() > 0);
+  // The KV budget holds every rider here: none leaves.
+  CHECK(host_k.rider_evictions() == 0);
+  CHECK(host_k.rider_steps() > 0);
+  CHECK(rk.metrics.offline_done >= rp.metrics.offline_done);
+  for (const RequestRecord& r : tenant(*k, "offline0").records())
+    if (r.done >= 0) {
+      CHECK(r.error.empty());
+      CHECK(r.generated == r.output_tokens);
+    }
+  for (const RequestRecord& r : host_k.records()) CHECK(r.error.empty());
+
+  // Short of KV room (about three offline prompts), online work still takes
+  // it back: kept riders leave then, and finish later with every token.
+  CoBatch short_kv(
+      {{"policies.Bounded-Batch.co_batch.keep_riders", "true"}, {"tenants.online0.kv_budget_tokens", "3500"}});
+  auto s = short_kv.build("Bounded-Batch");
+  const PolicyRun rs = short_kv.run(*s);
+  CHECK(tenant(*s, "online0").rider_evictions() > 0);
+  std::size_t done = 0;
+  for (const RequestRecord& r : tenant(*s, "offline0").records())
+    if (r.done >= 0) {
+      ++done;
+      CHECK(r.error.empty());
+      CHECK(r.generated == r.output_tokens);
+    }
+  CHECK(done > 0);
+  CHECK(rs.metrics.offline_done == done);
+}
+
+TEST_CASE("co_batch: a policy's lanes override a tenant's, instance by instance", "[compose][co_batch]") {
+  // colocation.toml: SliceScheduler runs four offline instances of two lanes,
+  // Priority-Batch four of the tenant's own four.
+  auto cfg = load_config(std::string(SLICESCHED_SOURCE_DIR) + "/configs/experiments/colocation.toml");
+  REQUIRE(cfg.ok());
+  PluginRegistries plugins;
+  REQUIRE(load_plugins(*cfg, plugins).ok());
+  for (const auto& [policy, lanes] : {std::pair<std::string, int>{"SliceScheduler", 2}, {"Priority-Batch", 4}}) {
+    auto p = find_policy(*cfg, policy);
+    REQUIRE(p.ok());
+    auto parts = build_policy(*cfg, *p.value(), plugins);
+    if (!parts.ok()) FAIL(parts.status().message());
+    int offline = 0;
+    for (const Tenant& t : parts.value()->tenants) {
+      if (t.spec().name.rfind("offline0#", 0) == 0) {
+        ++offline;
+        CHECK(t.spec().lanes == lanes);
+      } else {
+        CHECK(t.spec().lanes == 4);  // the online tenants keep their own
+      }
+    }
+    CHECK(offline == 4);
+  }
+}

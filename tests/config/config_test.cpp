@@ -78,9 +78,16 @@ TEST_CASE("the colocation experiment loads", "[config]") {
   CHECK_FALSE(cfg->policies[4].co_batch_own_iterations);
   CHECK(cfg->policies[4].co_batch_slowdown < 0);
   CHECK(cfg->policies[5].placement.name == "simulation-guided");
-  CHECK(cfg->policies[5].partition_sets.size() == 2);
+  CHECK(cfg->policies[5].partition_sets.size() == 3);
   CHECK(cfg->policies[5].co_batch_own_iterations);
   CHECK(cfg->policies[5].co_batch_slowdown == 2.0);
+  // SliceScheduler: offline dealt over four instances of two lanes each,
+  // riders kept on board unless their host needs the KV room.
+  CHECK(instances_of(cfg->policies[5], cfg->tenants[4]) == 4);
+  CHECK(lanes_of(cfg->policies[5], cfg->tenants[4]) == 2);
+  CHECK(lanes_of(cfg->policies[4], cfg->tenants[4]) == 4);
+  CHECK(cfg->policies[5].co_batch_keep_riders);
+  CHECK_FALSE(cfg->policies[4].co_batch_keep_riders);
   CHECK(cfg->policies[0].partition_sets[0].args["groups"].size() == 4);
   CHECK(fs::exists(cfg->ground_truth.layers_csv));
   CHECK(fs::exists(cfg->tenants[0].stream.path));
@@ -115,10 +122,16 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
   CHECK(load_error(replace(base(), "constant_rate = 1.0,", "constant_rate = 1.0, poisson_rate = 2.0,")) ==
         ":10: tenants[0].stream.trace: exactly one of trace, constant_rate, poisson_rate is required");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nbatch_cap = 3")) ==
-        ":13: policies[0].batch_cap: unknown key (known here: arbiter, co_batch, estimator, instances, name, "
+        ":13: policies[0].batch_cap: unknown key (known here: arbiter, co_batch, estimator, instances, lanes, name, "
         "partition_sets, placement, scheduler, tenants)");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nco_batch = { riders = { ghost = [\"t\"] } }")) ==
         ":13: policies[0].co_batch.riders.ghost: the policy runs no tenant named 'ghost'");
+  CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nlanes = { ghost = 2 }")) ==
+        ":13: policies[0].lanes.ghost: the policy runs no tenant named 'ghost'");
+  CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nlanes = { on = 0 }")) ==
+        ":13: policies[0].lanes.on: expected an integer in [1, 1024], got 0");
+  CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nco_batch = { riders = {}, keep_riders = 1 }")) ==
+        ":13: policies[0].co_batch.keep_riders: expected true or false");
   CHECK(load_error(replace(base(), "count = 2", "count = 0")) ==
         ":4: cluster.accelerators[0].count: expected an integer in [1, 100000], got 0");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nscheduler = { what_if_scope = \"half\" }")) ==
