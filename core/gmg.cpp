@@ -433,11 +433,18 @@ Status Gmg::check_memory(std::span<const OpId> ops, std::span<const AccelId> acc
     AccelId a;
     std::int64_t bytes = 0, workspace = 0;
   };
-  std::vector<Need> need;
+  // On the stack for the usual handful (a round checks thousands of
+  // candidates); a larger batch spills into the vector.
+  std::array<Need, 16> few;
+  std::size_t n_few = 0;
+  std::vector<Need> more;
   auto at = [&](AccelId a) -> Need& {
-    for (Need& n : need)
+    for (std::size_t i = 0; i < n_few; ++i)
+      if (few[i].a == a) return few[i];
+    for (Need& n : more)
       if (n.a == a) return n;
-    return need.emplace_back(Need{a});
+    if (n_few < few.size()) return few[n_few++] = Need{a};
+    return more.emplace_back(Need{a});
   };
   auto accel_of = [&](OpId src) {
     for (std::size_t k = 0; k < ops.size(); ++k)
@@ -456,7 +463,8 @@ Status Gmg::check_memory(std::span<const OpId> ops, std::span<const AccelId> acc
       if (alone && edge.retained && ops_[edge.src].retained_held) at(ops_[edge.src].accel).bytes += edge.bytes;
     }
   }
-  for (const Need& n : need) {
+  for (std::size_t i = 0; i < n_few + more.size(); ++i) {
+    const Need& n = i < n_few ? few[i] : more[i - n_few];
     const AccelId a = n.a;
     // What the accelerator holds or reserved, its issued operators'
     // workspaces counted as their largest.

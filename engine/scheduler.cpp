@@ -11,7 +11,6 @@ module;
 #include <optional>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -38,8 +37,11 @@ struct Scheduler::Workers {
   std::vector<AccelId> scope;
   std::vector<AccelId> seeds;
   std::vector<std::size_t> same_as;  // per candidate: an earlier one placing the batch the same way
-  std::unordered_multimap<std::uint64_t, std::size_t> first_of;  // placement hash -> first candidate
-  IssuedWorkspaces issued_ws;                                    // the round's, for Gmg::check_memory
+  // Open addressing over placement hashes: (hash, first candidate placing
+  // the batch that way); a node-based map spent more on its nodes than on
+  // the look-ups at thousands of candidates a round.
+  std::vector<std::pair<std::uint64_t, std::size_t>> first_of;
+  IssuedWorkspaces issued_ws;       // the round's, for Gmg::check_memory
   std::uint64_t round = 0;          // what-if calls so far (a worker's prepare is for one of them)
   std::vector<std::uint32_t> load;  // per accelerator: issued operators
   std::vector<std::pair<std::uint32_t, std::size_t>> order;  // candidates in the order they are simulated
@@ -118,17 +120,24 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
   // Found by hashing each placement, not by comparing every pair: a
   // cluster-wide partition set offers hundreds a round.
   ws.same_as.assign(cands.size(), kNoCandidate);
-  ws.first_of.clear();
+  std::size_t slots = 16;
+  while (slots < 2 * cands.size()) slots *= 2;
+  ws.first_of.assign(slots, {0, kNoCandidate});
   std::size_t distinct = 0;
   for (std::size_t c = 0; c < cands.size(); ++c) {
     std::uint64_t h = 1469598103934665603ull;
     for (AccelId a : cands[c].accel) h = (h ^ a) * 1099511628211ull;
-    auto [it, end] = ws.first_of.equal_range(h);
-    for (; it != end && ws.same_as[c] == kNoCandidate; ++it)
-      if (cands[it->second].accel == cands[c].accel) ws.same_as[c] = it->second;
-    if (ws.same_as[c] == kNoCandidate) {
-      ws.first_of.emplace(h, c);
-      ++distinct;
+    for (std::size_t s = (h ^ (h >> 29)) & (slots - 1);; s = (s + 1) & (slots - 1)) {
+      auto& [hash, first] = ws.first_of[s];
+      if (first == kNoCandidate) {
+        ws.first_of[s] = {h, c};
+        ++distinct;
+        break;
+      }
+      if (hash == h && cands[first].accel == cands[c].accel) {
+        ws.same_as[c] = first;
+        break;
+      }
     }
   }
   // With a mean-completion objective a what-if stops once it must lose to
@@ -150,14 +159,14 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
     std::int64_t sum = -1;  // < 0: none yet (by_makespan: the latest completion, ns)
     std::size_t index = 0;
   };
-  auto one = [&](std::size_t c, Best& best) {
+  // `w`: this thread's worker, looked up once per chunk, not per candidate.
+  auto one = [&](std::size_t c, Best& best, Workers::Worker& w) {
     if (ws.same_as[c] != kNoCandidate) return;
     Outcome& o = out[c];
     if (!batch_ok || cands[c].accel.size() != batch.ops.size()) {  // malformed candidate: infeasible
       o.why = Outcome::Why::kMalformed;
       return;
     }
-    Workers::Worker& w = workers_->local.local();
     if (opt_.arbiter && !w.arbiter) {
       auto made = opt_.arbiter();
       if (!made.ok()) {
@@ -276,14 +285,15 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
         for (AccelId a : cands[c].accel) busiest = std::max(busiest, a < n_acc ? ws.load[a] : 0);
         if (busiest < least) least = busiest, seeded = c;
       }
-      if (seeded != kNoCandidate) one(seeded, seed);
+      if (seeded != kNoCandidate) one(seeded, seed, workers_->local.local());
     }
     tbb::parallel_for(
         tbb::blocked_range<std::size_t>(0, cands.size(), grain),
         [&](const tbb::blocked_range<std::size_t>& r) {
           Best best = seed;
+          Workers::Worker& w = workers_->local.local();
           for (std::size_t c = r.begin(); c < r.end(); ++c)
-            if (c != seeded) one(c, best);
+            if (c != seeded) one(c, best, w);
         },
         tbb::simple_partitioner());
   } else if (prune) {
@@ -301,10 +311,12 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
     }
     std::stable_sort(ws.order.begin(), ws.order.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
     Best best;
-    for (const auto& [busiest, c] : ws.order) one(c, best);
+    Workers::Worker& w = workers_->local.local();
+    for (const auto& [busiest, c] : ws.order) one(c, best, w);
   } else {
     Best best;
-    for (std::size_t c = 0; c < cands.size(); ++c) one(c, best);
+    Workers::Worker& w = workers_->local.local();
+    for (std::size_t c = 0; c < cands.size(); ++c) one(c, best, w);
   }
   for (std::size_t c = 0; c < cands.size(); ++c)
     if (ws.same_as[c] != kNoCandidate) out[c] = out[ws.same_as[c]];

@@ -108,28 +108,40 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
     std::sort(focus_nodes_.begin(), focus_nodes_.end());
   }
 
-  // Shared state back to what prepare() left: the first placement finds it
-  // as built and keeps a copy for the next ones, unless it is the last. A
-  // focused placement restores only what it will touch: its nodes and the
-  // ghosts (done producers) on its accelerators.
-  if (base_saved_) {
-    if (focused_) {
-      if (!ghosts_indexed_) index_ghosts();
-      for (std::uint32_t i : focus_nodes_) {
-        nodes_[i] = base_nodes_[i];
-        arrival_[i] = base_arrival_[i];
-      }
-      for (AccelId a : focus_)
-        for (std::uint32_t g = ghost_off_[a]; g < ghost_off_[a + 1]; ++g)
-          nodes_[ghost_list_[g]] = base_nodes_[ghost_list_[g]];
-    } else {
-      std::copy(base_nodes_.begin(), base_nodes_.end(), nodes_.begin());
-      std::copy(base_arrival_.begin(), base_arrival_.end(), arrival_.begin());
+  // Shared state back to what prepare() left. A node is saved (its record
+  // and arrival, into base_nodes_ and base_arrival_) the first time a
+  // placement touches it after a prepare and restored at every later one,
+  // unless the placement is the last, which needs no copy. A focused
+  // placement touches only its nodes and the ghosts (done producers) on its
+  // accelerators, so a cluster-wide round copies what its few simulated
+  // candidates touch, not every issued operator.
+  if (base_nodes_.size() < nodes_.size()) {
+    base_nodes_.resize(nodes_.size());
+    saved_at_.resize(nodes_.size(), 0);
+  }
+  if (base_arrival_.size() < arrival_.size()) base_arrival_.resize(arrival_.size());
+  auto touch = [&](std::uint32_t i) {
+    if (saved_at_[i] == epoch_) {
+      nodes_[i] = base_nodes_[i];
+      if (i < n_sim_) arrival_[i] = base_arrival_[i];
+    } else if (!last) {
+      base_nodes_[i] = nodes_[i];
+      if (i < n_sim_) base_arrival_[i] = arrival_[i];
+      saved_at_[i] = epoch_;
+      some_saved_ = true;
     }
-  } else if (!last) {
-    base_nodes_.assign(nodes_.begin(), nodes_.end());
-    base_arrival_.assign(arrival_.begin(), arrival_.end());
-    base_saved_ = true;
+  };
+  if (focused_) {
+    if (!ghosts_indexed_) index_ghosts();
+    for (std::uint32_t i : focus_nodes_) touch(i);
+    for (AccelId a : focus_)
+      for (std::uint32_t g = ghost_off_[a]; g < ghost_off_[a + 1]; ++g) touch(ghost_list_[g]);
+  } else if (base_saved_) {
+    std::copy_n(base_nodes_.begin(), nodes_.size(), nodes_.begin());
+    std::copy_n(base_arrival_.begin(), arrival_.size(), arrival_.begin());
+  } else if (some_saved_ || !last) {
+    for (std::uint32_t i = 0; i < nodes_.size(); ++i) touch(i);
+    base_saved_ = !last;  // every node saved
   }
   each_placed([&](AccelId a) {
     used_[a] = base_used_[a];
@@ -205,8 +217,16 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
   else
     for (std::uint32_t i = 0; i < n_sim_; ++i) push_node(i);
 
-  r_.start.assign(n_sim_, -1);
-  r_.finish.assign(n_sim_, -1);
+  if (focused_ && results_partial_) {
+    for (std::uint32_t i : results_set_) r_.start[i] = r_.finish[i] = -1;
+  } else {
+    r_.start.assign(n_sim_, -1);
+    r_.finish.assign(n_sim_, -1);
+  }
+  // Only the focus's nodes are simulated: the next focused placement finds
+  // every other entry still -1.
+  results_partial_ = focused_;
+  if (focused_) results_set_.assign(focus_nodes_.begin(), focus_nodes_.end());
   r_.transfers.clear();
   r_.oom.reset();
   r_.finished = 0;
@@ -231,10 +251,16 @@ void GlobalSimulator::set_bound(const Est& est, std::span<const AccelId> accels,
   const AcceleratorSet& set = gmg_->accels();
   const std::size_t nb = batch_.size();
   batch_dur_.resize(nb);
+  const std::size_t n_types = set.type_count();
+  if (dur_of_type_.size() != nb * n_types) dur_of_type_.assign(nb * n_types, kNoDur);
   for (std::size_t k = 0; k < nb; ++k) {
-    const OpRow& op = v.ops[batch_[k]];
-    batch_dur_[k] =
-        to_nanos(est.predict_op(op.kind, set.type(accels[k]), {v.features[batch_[k]].data(), op.feature_count}));
+    const AccelTypeId type = set.type(accels[k]);
+    Nanos& dur = dur_of_type_[k * n_types + type];
+    if (dur == kNoDur) {
+      const OpRow& op = v.ops[batch_[k]];
+      dur = to_nanos(est.predict_op(op.kind, type, {v.features[batch_[k]].data(), op.feature_count}));
+    }
+    batch_dur_[k] = dur;
   }
   pruning_ = dominated_above >= 0 && dominated_above < INT64_MAX / 4 && nb > 0 && nb <= kMaxPrunedBatch;
   dominated_at_ = kNever;
@@ -266,12 +292,13 @@ bool GlobalSimulator::dominated_alone(std::span<const AccelId> accels, std::int6
 void GlobalSimulator::index_ghosts() {
   const std::size_t n_acc = gmg_->accels().size();
   ghost_off_.assign(n_acc + 1, 0);
-  for (std::size_t g = n_sim_; g < base_nodes_.size(); ++g) ++ghost_off_[base_nodes_[g].accel + 1];
+  // (A ghost's accelerator never changes: nodes_ gives it whether restored or not.)
+  for (std::size_t g = n_sim_; g < nodes_.size(); ++g) ++ghost_off_[nodes_[g].accel + 1];
   for (std::size_t a = 0; a < n_acc; ++a) ghost_off_[a + 1] += ghost_off_[a];
-  ghost_list_.resize(base_nodes_.size() - n_sim_);
+  ghost_list_.resize(nodes_.size() - n_sim_);
   std::vector<std::uint32_t> fill(ghost_off_.begin(), ghost_off_.end() - 1);
-  for (std::size_t g = n_sim_; g < base_nodes_.size(); ++g)
-    ghost_list_[fill[base_nodes_[g].accel]++] = static_cast<std::uint32_t>(g);
+  for (std::size_t g = n_sim_; g < nodes_.size(); ++g)
+    ghost_list_[fill[nodes_[g].accel]++] = static_cast<std::uint32_t>(g);
   ghosts_indexed_ = true;
 }
 

@@ -349,6 +349,17 @@ class GlobalSimulator {
   std::vector<AccelId> focus_;              // the placement's (SimOptions::focus); empty: scope_
   std::vector<std::uint32_t> focus_nodes_;  // the simulated nodes on focus_ and the batch's, ascending
   bool focused_ = false;                    // the placement being simulated has a focus
+  // r_.start and r_.finish are sized for this prepare and -1 except at the
+  // nodes listed in results_set_ (the last focused placement's): the next
+  // focused placement resets those, not every node (on a cluster-wide round
+  // the whole cluster's issued operators, once per simulated candidate).
+  bool results_partial_ = false;
+  std::vector<std::uint32_t> results_set_;
+  // Per batch op and accelerator type: its predicted time (kNoDur: not
+  // yet asked), so a round's thousands of bound checks ask the estimator
+  // once per type, not once per candidate. Reset by every prepare().
+  static constexpr Nanos kNoDur = INT64_MIN;
+  std::vector<Nanos> dur_of_type_;
   // Ghost nodes by accelerator (ghost_off_[a], ghost_off_[a + 1]) into
   // ghost_list_, built at the first focused placement after a prepare().
   std::vector<std::uint32_t> ghost_off_, ghost_list_;
@@ -364,9 +375,14 @@ class GlobalSimulator {
   std::vector<Deferred> deferred_;
   std::vector<Event> node_events_, tent_events_;  // issued ops' events by node; a placement's batch transfers
   std::vector<std::uint32_t> ev_begin_;           // node_events_[ev_begin_[i], ev_begin_[i + 1]): node i's
-  std::vector<Node> base_nodes_;                  // saved by the first placement (base_saved_)
+  // What prepare() left, saved node by node as placements touch them:
+  // node i is saved when saved_at_[i] == epoch_ (bumped by every prepare);
+  // base_saved_: every node is; some_saved_: any is.
+  std::vector<Node> base_nodes_;
   std::vector<Arrival> base_arrival_;
-  bool base_saved_ = false;
+  std::vector<std::uint64_t> saved_at_;
+  std::uint64_t epoch_ = 0;
+  bool base_saved_ = false, some_saved_ = false;
   std::vector<std::int64_t> base_used_;
   std::vector<std::uint8_t> in_scope_;  // per accelerator, during a scoped build
   std::vector<OpId> scoped_ops_;        // the issued ops inside the scope, during a scoped build

@@ -41,8 +41,11 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
   batch_.assign(batch.begin(), batch.end());
   at_ = at;
   now_ = batch.empty() ? view_.now : std::max(view_.now, at);
-  base_saved_ = false;
+  base_saved_ = some_saved_ = false;
+  ++epoch_;  // nothing saved of this build yet
   ghosts_indexed_ = false;
+  results_partial_ = false;  // node indices change
+  dur_of_type_.assign(batch_.size() * gmg.accels().type_count(), kNoDur);
   mark(scope);
   reset_accelerators(scope);
   select_nodes();

@@ -101,7 +101,8 @@ void require_same(const SimulationResult& want, const SimulationResult& got) {
 TEST_CASE("the global simulator agrees exactly with its reference implementation", "[simulator][differential]") {
   std::mt19937_64 rng(20261123);
   GlobalSimulator reused;  // scratch buffers carried across very different snapshots
-  int compared_ops = 0, with_oom = 0, with_ghosts = 0, tentative_trials = 0, scoped_trials = 0, dominated_trials = 0;
+  int compared_ops = 0, with_oom = 0, with_ghosts = 0, tentative_trials = 0, scoped_trials = 0, dominated_trials = 0,
+      focused_trials = 0;
   for (int trial = 0; trial < 600; ++trial) {
     INFO("trial " << trial);
     const int n_acc = std::uniform_int_distribution<int>(1, 5)(rng);
@@ -271,6 +272,38 @@ TEST_CASE("the global simulator agrees exactly with its reference implementation
       }
       CHECK_THROWS_AS(round.place(std::vector<AccelId>(batch.size() + 1, 0), opt), std::invalid_argument);
     }
+    // Focused placements back to back, with whole-scope ones between (a
+    // cluster-wide round): each gives the start and finish of every node
+    // that the same focused placement gives on a freshly prepared
+    // simulator; a reused one resets only what the last focus touched.
+    {
+      AccelComponents comps;
+      comps.build(gmg);
+      GlobalSimulator round;
+      round.prepare(gmg, est, batch, at);
+      for (int p = 0; p < 4; ++p) {
+        std::vector<AccelId> there, focus;
+        for (std::size_t k = 0; k < batch.size(); ++k) there.push_back(static_cast<AccelId>(pick_acc(rng)));
+        comps.closure_of(gmg, there, batch, focus);
+        SimOptions focused = opt;
+        focused.focus = focus;
+        if (p == 2) (void)round.place(there, opt);  // the whole scope written between two focused ones
+        GlobalSimulator fresh;
+        fresh.prepare(gmg, est, batch, at);
+        const SimulationResult want_focused = fresh.place(there, focused);
+        const SimulationResult& got = round.place(there, focused);
+        INFO("focused placement " << p << " on " << focus.size() << " of " << n_acc << " accelerators");
+        REQUIRE(got.ops == want_focused.ops);
+        REQUIRE(got.start == want_focused.start);
+        REQUIRE(got.finish == want_focused.finish);
+        REQUIRE(got.oom.has_value() == want_focused.oom.has_value());
+        for (AccelId a : focus) {
+          REQUIRE(got.busy[a] == want_focused.busy[a]);
+          REQUIRE(got.hbm_peak[a] == want_focused.hbm_peak[a]);
+        }
+        ++focused_trials;
+      }
+    }
     // Scoped to the closure of the batch's accelerators, the simulation
     // agrees with the whole cluster's inside the scope whenever nothing
     // outside could reach in: no transfer outside (the default rule
@@ -343,6 +376,7 @@ TEST_CASE("the global simulator agrees exactly with its reference implementation
   }
   CHECK(tentative_trials > 200);
   CHECK(scoped_trials > 25);
+  CHECK(focused_trials > 800);
   CHECK(dominated_trials > 100);
   CHECK(compared_ops > 3000);
   CHECK(with_oom > 20);
