@@ -29,7 +29,10 @@ if(NOT failed EQUAL 0 OR done LESS 1)
   message(FATAL_ERROR "summary.json: ${failed} failed, ${done} completed")
 endif()
 # No executor child outlives serve (they are told to exit, then reaped).
-execute_process(COMMAND pgrep -f "slicesched executor .*tiny-multiprocess.toml" OUTPUT_VARIABLE left)
+# (Matched by this checkout's config path: other checkouts' tests on the
+# same machine run the same command.)
+execute_process(COMMAND pgrep -f "slicesched executor .*--config ${SRC}/configs/live/tiny-multiprocess.toml"
+                OUTPUT_VARIABLE left)
 if(NOT left STREQUAL "")
   message(FATAL_ERROR "executor processes outlived serve: ${left}")
 endif()
