@@ -1,5 +1,8 @@
 module;
 #include <cxxabi.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
 
 #include <chrono>
 #include <cstddef>
@@ -37,19 +40,51 @@ std::string describe_current_exception() {
 
 namespace {
 
+#if defined(__x86_64__) || defined(__i386__)
+constexpr bool kCounter = true;
+std::int64_t ticks_now() { return static_cast<std::int64_t>(__rdtsc()); }
+#else
+constexpr bool kCounter = false;
+std::int64_t ticks_now() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+#endif
+
+// Both clocks when the first guard was made: seconds() scales ticks by
+// the steady clock's time since then over the ticks since then.
+struct Epoch {
+  std::chrono::steady_clock::time_point wall = std::chrono::steady_clock::now();
+  std::int64_t ticks = ticks_now();
+};
+const Epoch& epoch() {
+  static const Epoch e;
+  return e;
+}
+
+double seconds_per_tick() {
+  if (!kCounter) return 1e-9;
+  const Epoch& e = epoch();
+  // At least a millisecond apart, so the ratio is not the reads' noise.
+  auto wall = std::chrono::steady_clock::now();
+  std::int64_t ticks = ticks_now();
+  while (wall - e.wall < std::chrono::milliseconds(1) || ticks <= e.ticks) {
+    wall = std::chrono::steady_clock::now();
+    ticks = ticks_now();
+  }
+  return std::chrono::duration<double>(wall - e.wall).count() / static_cast<double>(ticks - e.ticks);
+}
+
 // Runs `f`, a call into the plugin `who`; anything it throws comes out as
 // a PluginFailure naming it (one already named passes through).
 // Counts one call and its time into `use` (null: nothing), however it ends.
 struct Timed {
   PluginUse* use;
-  std::chrono::steady_clock::time_point t0 =
-      use ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  std::int64_t t0 = use ? ticks_now() : 0;
   ~Timed() {
     if (!use) return;
     use->calls.fetch_add(1, std::memory_order_relaxed);
-    use->nanos.fetch_add(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(),
-        std::memory_order_relaxed);
+    use->ticks.fetch_add(ticks_now() - t0, std::memory_order_relaxed);
   }
 };
 
@@ -74,6 +109,16 @@ class GuardedPartitionSet final : public PartitionSet {
   }
   std::vector<Candidate> candidates(const Gmg& gmg, const Batch& batch) override {
     std::vector<Candidate> cands = call(who_, use_, [&] { return inner_->candidates(gmg, batch); });
+    check(gmg, batch, cands);
+    return cands;
+  }
+  void candidates_into(const Gmg& gmg, const Batch& batch, std::vector<Candidate>& out) override {
+    call(who_, use_, [&] { inner_->candidates_into(gmg, batch, out); });
+    check(gmg, batch, out);
+  }
+
+ private:
+  void check(const Gmg& gmg, const Batch& batch, const std::vector<Candidate>& cands) const {
     for (const Candidate& c : cands) {
       if (c.accel.size() != batch.ops.size())
         throw PluginFailure(who_ + ": candidate '" + c.label + "' places " + std::to_string(c.accel.size()) +
@@ -83,10 +128,8 @@ class GuardedPartitionSet final : public PartitionSet {
           throw PluginFailure(who_ + ": candidate '" + c.label + "' names accelerator " + std::to_string(a) +
                               ", which the cluster does not have (it has " + std::to_string(gmg.accels().size()) + ")");
     }
-    return cands;
   }
 
- private:
   PluginPtr<PartitionSet> inner_;
   std::string who_;
   std::shared_ptr<PluginUse> use_;
@@ -222,10 +265,13 @@ class GuardedScore final : public CandidateScore {
 
 template <typename Guarded, typename T>
 PluginPtr<T> wrap(PluginPtr<T> inner, std::string who, std::shared_ptr<PluginUse> use) {
+  epoch();  // before the first call is timed
   return PluginPtr<T>(new Guarded(std::move(inner), std::move(who), std::move(use)), PluginDeleter{});
 }
 
 }  // namespace
+
+double PluginUse::seconds() const { return static_cast<double>(ticks.load()) * seconds_per_tick(); }
 
 PluginPtr<PartitionSet> guard(PluginPtr<PartitionSet> inner, std::string who, std::shared_ptr<PluginUse> use) {
   return wrap<GuardedPartitionSet>(std::move(inner), std::move(who), std::move(use));

@@ -65,11 +65,6 @@ std::string Gmg::op_name(OpId id) const {
   return t.name() + "#" + std::to_string(r.instance) + "/" + t.ops()[r.tmpl_op].name;
 }
 
-bool Gmg::weights_on(OpKindId kind, AccelId accel) const {
-  std::size_t i = static_cast<std::size_t>(kind) * accels_->size() + accel;
-  return i < weights_.size() && weights_[i];
-}
-
 Status Gmg::place_weights(TemplateId tmpl, AccelId accel) {
   if (tmpl >= templates_->size()) return NotFound("no template with id " + std::to_string(tmpl));
   for (const auto& op : templates_->get(tmpl).ops()) {

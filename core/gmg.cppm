@@ -192,7 +192,12 @@ class Gmg {
   // accelerator without them fails.
   Status place_weights(TemplateId tmpl, AccelId accel);
   Status place_weights(TemplateId tmpl, std::string_view op, AccelId accel);
-  bool weights_on(OpKindId kind, AccelId accel) const;
+  // Inline: a cluster-wide round asks it for every operator of thousands
+  // of candidates (the partition set's split and the placeable check).
+  inline bool weights_on(OpKindId kind, AccelId accel) const {
+    const std::size_t i = static_cast<std::size_t>(kind) * accels_->size() + accel;
+    return i < weights_.size() && weights_[i];
+  }
 
   // Infers shapes and sizes and inserts the instance as unscheduled. Fails,
   // naming the template and operator, on unknown or unbound dims, unknown or

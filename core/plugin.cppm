@@ -94,6 +94,14 @@ class BOOST_SYMBOL_VISIBLE PartitionSet {
   // Candidates for `batch`, each with batch.ops.size() accelerators, all
   // valid ids of gmg.accels(). Empty: nothing fits, the batch waits.
   virtual std::vector<Candidate> candidates(const Gmg& gmg, const Batch& batch) = 0;
+  // The same candidates, written over `out`: a set that overrides this
+  // reuses the label and accelerator buffers `out` already holds (the
+  // scheduler passes last round's), where a cluster-wide set would
+  // otherwise allocate two per candidate, thousands a round. The default
+  // assigns candidates().
+  virtual void candidates_into(const Gmg& gmg, const Batch& batch, std::vector<Candidate>& out) {
+    out = candidates(gmg, batch);
+  }
 };
 
 class Estimator;

@@ -31,6 +31,8 @@ struct Scheduler::Workers {
     std::vector<AccelId> focus;          // the candidate's closed component (a focused what-if)
   };
   tbb::enumerable_thread_specific<Worker> local;
+  std::vector<Candidate> cands;   // the round's (schedule()), kept so the next round reuses their buffers
+  std::vector<Outcome> outcomes;  // the same for their outcomes
   // Per round, on the engine thread: which accelerators the snapshot ties
   // together, and the round's closed scope (empty: the whole cluster).
   AccelComponents components;
@@ -41,10 +43,12 @@ struct Scheduler::Workers {
   // the batch that way); a node-based map spent more on its nodes than on
   // the look-ups at thousands of candidates a round.
   std::vector<std::pair<std::uint64_t, std::size_t>> first_of;
-  IssuedWorkspaces issued_ws;       // the round's, for Gmg::check_memory
-  std::uint64_t round = 0;          // what-if calls so far (a worker's prepare is for one of them)
-  std::vector<std::uint32_t> load;  // per accelerator: issued operators
-  std::vector<std::pair<std::uint32_t, std::size_t>> order;  // candidates in the order they are simulated
+  IssuedWorkspaces issued_ws;          // the round's, for Gmg::check_memory
+  std::uint64_t round = 0;             // what-if calls so far (a worker's prepare is for one of them)
+  std::vector<std::uint32_t> load;     // per accelerator: issued operators
+  std::vector<std::size_t> order;      // candidates in the order they are simulated
+  std::vector<std::uint32_t> busiest;  // per candidate: the most issued operators on one of its accelerators
+  std::vector<std::size_t> first_at;   // the counting sort's slots, by load
 };
 
 // When a round's what-ifs fan out to oneTBB workers: enough candidates to
@@ -91,9 +95,10 @@ Batch Scheduler::collect(const Gmg& gmg, OpId seed) const {
   return b;
 }
 
-Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<Candidate>& cands,
-                                                Nanos now) {
-  std::vector<Outcome> out(cands.size());
+Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<Candidate>& cands, Nanos now,
+                          std::vector<Outcome>& out) {
+  out.resize(cands.size());
+  std::fill(out.begin(), out.end(), Outcome{});
   Workers& ws = *workers_;
   ++ws.round;
   ws.issued_ws = gmg.issued_workspaces();  // once a round, not once per candidate
@@ -303,16 +308,25 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
     // order changes which come out dominated, never the pick.)
     ws.load.assign(n_acc, 0);
     for (OpId id : gmg.issued_ops()) ++ws.load[gmg.op(id).accel];
-    ws.order.clear();
+    // A counting sort by load, ties in index order: what a stable sort
+    // gives, without its buffer and comparisons (loads are small counts,
+    // and thousands of candidates a round share a handful of them).
+    ws.busiest.resize(cands.size());
+    std::uint32_t top = 0;
     for (std::size_t c = 0; c < cands.size(); ++c) {
       std::uint32_t busiest = 0;
       for (AccelId a : cands[c].accel) busiest = std::max(busiest, a < n_acc ? ws.load[a] : 0);
-      ws.order.push_back({busiest, c});
+      ws.busiest[c] = busiest;
+      top = std::max(top, busiest);
     }
-    std::stable_sort(ws.order.begin(), ws.order.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    ws.first_at.assign(static_cast<std::size_t>(top) + 2, 0);
+    for (std::uint32_t b : ws.busiest) ++ws.first_at[b + 1];
+    for (std::size_t b = 1; b < ws.first_at.size(); ++b) ws.first_at[b] += ws.first_at[b - 1];
+    ws.order.resize(cands.size());
+    for (std::size_t c = 0; c < cands.size(); ++c) ws.order[ws.first_at[ws.busiest[c]]++] = c;
     Best best;
     Workers::Worker& w = workers_->local.local();
-    for (const auto& [busiest, c] : ws.order) one(c, best, w);
+    for (std::size_t c : ws.order) one(c, best, w);
   } else {
     Best best;
     Workers::Worker& w = workers_->local.local();
@@ -324,7 +338,7 @@ Result<std::vector<Outcome>> Scheduler::what_if(const Gmg& gmg, const Batch& bat
   for (std::size_t c = 0; c < cands.size(); ++c) stats_.dominated += ws.same_as[c] == kNoCandidate && out[c].dominated;
   for (const Workers::Worker& w : workers_->local)
     if (!w.error.ok()) return Status(w.error.code(), "scheduler: what-if arbiter: " + w.error.message());
-  return out;
+  return Status::Ok();
 }
 
 void Scheduler::close_budget_period(Nanos now) {
@@ -375,15 +389,16 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
     if (seed == kNoOp) break;
     Batch batch = collect(gmg, seed);
     ++stats_.batches;
-    std::vector<Candidate> cands = partitions_.candidates(gmg, batch);
+    // Last round's candidates, overwritten: their buffers are reused.
+    std::vector<Candidate>& cands = workers_->cands;
+    partitions_.candidates_into(gmg, batch, cands);
     stats_.candidates += cands.size();
-    std::vector<Outcome> outcomes;
+    std::vector<Outcome>& outcomes = workers_->outcomes;  // last round's, overwritten
     if (policy_.needs_simulation()) {
-      auto simulated = what_if(gmg, batch, cands, now);
-      if (!simulated.ok()) return simulated.status();
-      outcomes = std::move(simulated).value();
+      if (Status s = what_if(gmg, batch, cands, now, outcomes); !s.ok()) return s;
     } else {
       outcomes.resize(cands.size());  // a static policy does not look at them
+      std::fill(outcomes.begin(), outcomes.end(), Outcome{});
     }
     std::optional<std::size_t> pick = cands.empty() ? std::nullopt : policy_.choose(gmg, batch, cands, outcomes);
     // A pick onto a lost accelerator waits too: a static policy's pinned

@@ -113,8 +113,10 @@ class Scheduler {
   Batch collect(const Gmg& gmg, OpId seed) const;
   void count_oom_wait(const Gmg& gmg, const Batch& batch);
   std::unordered_set<InstanceId> oom_waited_;
-  Result<std::vector<Outcome>> what_if(const Gmg& gmg, const Batch& batch, const std::vector<Candidate>& cands,
-                                       Nanos now);
+  // Writes one outcome per candidate over `out` (last round's, so their
+  // buffers are reused).
+  Status what_if(const Gmg& gmg, const Batch& batch, const std::vector<Candidate>& cands, Nanos now,
+                 std::vector<Outcome>& out);
 
   PlacementPolicy& policy_;
   PartitionSet& partitions_;

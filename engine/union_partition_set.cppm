@@ -26,9 +26,28 @@ class UnionPartitionSet final : public PartitionSet {
     }
     return all;
   }
+  // Each set fills its own kept vector, copied over `out`'s elements:
+  // copies into buffers already large enough allocate nothing.
+  void candidates_into(const Gmg& gmg, const Batch& batch, std::vector<Candidate>& out) override {
+    kept_.resize(sets_.size());
+    std::size_t n = 0;
+    for (std::size_t s = 0; s < sets_.size(); ++s) {
+      sets_[s]->candidates_into(gmg, batch, kept_[s]);
+      n += kept_[s].size();
+    }
+    out.resize(n);
+    std::size_t i = 0;
+    for (const auto& k : kept_)
+      for (const Candidate& c : k) {
+        out[i].label = c.label;
+        out[i].accel = c.accel;
+        ++i;
+      }
+  }
 
  private:
   std::vector<PluginPtr<PartitionSet>> sets_;
+  std::vector<std::vector<Candidate>> kept_;  // per set, last round's
 };
 
 }  // namespace slicesched

@@ -32,10 +32,11 @@ inline AccelId contiguous_member(std::span<const AccelId> members, std::size_t i
 // holds each layer group's weights on one of them only, and an operator
 // runs where its weights are. Where every member holds every weight (the
 // usual case) this is the rule above.
-Candidate contiguous_candidate(const AccelGroup& group, const Gmg& gmg, const Batch& batch) {
+// Written over `c`, reusing its buffers.
+void contiguous_candidate_into(const AccelGroup& group, const Gmg& gmg, const Batch& batch, Candidate& c) {
   const std::size_t n = batch.ops.size();
-  Candidate c{group.label, {}};
-  c.accel.reserve(n);
+  c.label = group.label;
+  c.accel.clear();
   for (std::size_t i = 0; i < n; ++i) {
     AccelId a = contiguous_member(group.members, i, n);
     // Only missing weights move an operator: a lost member keeps its
@@ -49,6 +50,12 @@ Candidate contiguous_candidate(const AccelGroup& group, const Gmg& gmg, const Ba
         }
     c.accel.push_back(a);
   }
+}
+
+Candidate contiguous_candidate(const AccelGroup& group, const Gmg& gmg, const Batch& batch) {
+  Candidate c;
+  c.accel.reserve(batch.ops.size());
+  contiguous_candidate_into(group, gmg, batch, c);
   return c;
 }
 

@@ -36,6 +36,12 @@ class FixedGroups final : public PartitionSet {
     return out;
   }
 
+  void candidates_into(const Gmg& gmg, const Batch& batch, std::vector<Candidate>& out) override {
+    refresh(gmg.accels());
+    out.resize(groups_.size());
+    for (std::size_t i = 0; i < groups_.size(); ++i) contiguous_candidate_into(groups_[i], gmg, batch, out[i]);
+  }
+
  private:
   // GMG clones share one AcceleratorSet, so identity and size say whether
   // the cached groups still describe the cluster.

@@ -135,6 +135,29 @@ UnionPartitionSet partition_sets(PluginRegistries& plugins, const AcceleratorSet
   return partitions;
 }
 
+TEST_CASE("a union of partition sets writes over last round's candidates what it makes afresh", "[engine][partition]") {
+  // The scheduler keeps its candidates between rounds and has the sets
+  // overwrite them (their buffers reused): a round after a larger or
+  // smaller batch, or after an accelerator was lost or came back, must see
+  // exactly the candidates a fresh vector would get.
+  PluginRegistries plugins;
+  REQUIRE(plugins::register_builtins(plugins).ok());
+  Gmg gmg(std::make_shared<TemplateRegistry>(), testing::cluster(10));
+  UnionPartitionSet partitions = partition_sets(plugins, gmg.accels(), {"pairs", "quads", "singles"});
+  std::vector<Candidate> kept;
+  for (std::size_t ops : {6, 1, 4, 6})
+    for (int lost : {-1, 5, 9, -1}) {
+      for (AccelId a = 0; a < 10; ++a) gmg.set_down(a, static_cast<int>(a) == lost);
+      Batch batch;
+      for (std::size_t i = 0; i < ops; ++i) batch.ops.push_back(static_cast<OpId>(50 + i));
+      INFO(ops << " ops, lost " << lost);
+      partitions.candidates_into(gmg, batch, kept);
+      const std::vector<Candidate> fresh = partitions.candidates(gmg, batch);
+      CHECK(fresh.size() == 5 + 3 + 10);
+      CHECK(kept == fresh);
+    }
+}
+
 // What a run varies: whether the scheduler gets an arbiter factory (false:
 // the default rule), whether the policy declares its objective, the
 // cluster's size, parallel what-ifs, lost GPUs, the placement policy.

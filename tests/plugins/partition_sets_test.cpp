@@ -178,3 +178,28 @@ TEST_CASE("explicit groups bind themselves to the cluster they first see", "[plu
   REQUIRE(made.ok());
   CHECK((*made)->candidates(f.gmg, Batch{{1, 2}, 0, 0, 0}) == std::vector<Candidate>{{"a1+a2", {1, 2}}});
 }
+
+TEST_CASE("candidates written over last round's equal freshly made ones", "[plugins][partition]") {
+  // The scheduler hands a set last round's candidates to overwrite
+  // (candidates_into), so their buffers are reused. Whatever they held
+  // (another batch size, another set's, an accelerator lost or back since),
+  // the result must be what candidates() makes afresh.
+  Fixture f;
+  std::vector<Candidate> kept;
+  const json explicit_args = {{"groups", {{0, 1}, {2, 3, 4}, {7}}}, {"tenants", {{"3", {1, 0}}}}};
+  for (const char* set : {"pairs", "quads", "singles", "all", "explicit", "pairs"}) {
+    auto made = f.regs.partition.create(set, std::string(set) == "explicit" ? explicit_args : json::object());
+    REQUIRE(made.ok());
+    REQUIRE((*made)->bind(f.gmg.accels()).ok());
+    for (std::size_t ops : {6, 1, 3, 6, 2})
+      for (int lost : {-1, 3, 0, -1}) {
+        for (AccelId a = 0; a < 8; ++a) f.gmg.set_down(a, static_cast<int>(a) == lost);
+        Batch batch;
+        for (std::size_t i = 0; i < ops; ++i) batch.ops.push_back(static_cast<OpId>(100 + i));
+        batch.tenant = 3;
+        INFO(set << ", " << ops << " ops, lost " << lost);
+        (*made)->candidates_into(f.gmg, batch, kept);
+        CHECK(kept == (*made)->candidates(f.gmg, batch));
+      }
+  }
+}
