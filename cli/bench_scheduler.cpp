@@ -16,7 +16,7 @@
 import slicesched.core;
 import slicesched.engine;
 import slicesched.plugins.builtin;
-import slicesched.simulator.llama;
+import slicesched.simulator.bench_cluster;
 
 namespace slicesched::cli {
 
@@ -24,7 +24,7 @@ int bench_scheduler(const BenchSchedulerOptions& opt) {
   auto check = [](const Status& s) {
     if (!s.ok()) throw std::runtime_error(s.message());
   };
-  auto toy = llama::h100_cluster(opt.accelerators);
+  auto toy = bench::h100_cluster(opt.accelerators);
   check(toy.status());
   const auto& templates = toy->templates;
   const auto& accels = toy->accels;
@@ -32,7 +32,7 @@ int bench_scheduler(const BenchSchedulerOptions& opt) {
   Gmg& base = *toy->gmg;
   // Queues already hold `horizon` operators per accelerator (decode steps).
   check(
-      llama::issue_pipelines(base, tmpl, static_cast<std::int64_t>(opt.horizon) * opt.accelerators, 512, 15).status());
+      bench::issue_pipelines(base, tmpl, static_cast<std::int64_t>(opt.horizon) * opt.accelerators, 512, 15).status());
   // The default plugins of a policy: online-linear estimators (seeded with
   // the priors) and the default transfer rule.
   PluginRegistries plugins;

@@ -15,8 +15,8 @@
 #include "commands.hpp"
 
 import slicesched.core;
+import slicesched.simulator.bench_cluster;
 import slicesched.simulator.global;
-import slicesched.simulator.llama;
 
 namespace slicesched::cli {
 
@@ -42,14 +42,14 @@ double thread_cpu_ms() {
 }
 
 Row measure(int n, std::int64_t k, int repeats) {
-  auto toy = llama::h100_cluster(n);
+  auto toy = bench::h100_cluster(n);
   if (!toy.ok()) throw std::runtime_error(toy.status().message());
   const auto& reg = toy->templates;
   const auto& accels = toy->accels;
   const TemplateId tmpl = toy->tmpl;
   Gmg& gmg = *toy->gmg;
   // The paper's offline load shape: 2,048-token prompts, 15 output tokens.
-  auto requests = llama::issue_pipelines(gmg, tmpl, k, 2048, 15);
+  auto requests = bench::issue_pipelines(gmg, tmpl, k, 2048, 15);
   if (!requests.ok()) throw std::runtime_error(requests.status().message());
   EstimatorSet est;
   if (Status s = seed_priors(est, *reg, *accels); !s.ok()) throw std::runtime_error(s.message());

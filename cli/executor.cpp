@@ -18,7 +18,7 @@
 import slicesched.core;
 import slicesched.config;
 import slicesched.cli.live;
-import slicesched.executor.server;
+import slicesched.executor.remote.executor_server;
 
 namespace slicesched::cli {
 

@@ -21,8 +21,8 @@ module slicesched.cli.live;
 
 import slicesched.executor.live;
 import slicesched.executor.llama;
-import slicesched.executor.remote;
-import slicesched.executor.wire;
+import slicesched.executor.remote.remote_runner;
+import slicesched.executor.remote.wire;
 import slicesched.cli.progress;
 
 namespace slicesched::cli {

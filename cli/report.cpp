@@ -390,24 +390,6 @@ static nlohmann::json memory_summary(const PolicyRun& r) {
 nlohmann::json policy_summary(const PolicyRun& r) {
   const RunMetrics& m = r.metrics;
   nlohmann::json p;
-  p["request_throughput"] = round6(m.request_throughput);
-  p["token_throughput"] = round6(m.token_throughput);
-  p["ttft_p50_s"] = round6(m.ttft_p50_s);
-  p["ttft_p90_s"] = round6(m.ttft_p90_s);
-  p["ttft_p99_s"] = round6(m.ttft_p99_s);
-  p["tpot_mean_s"] = round6(m.tpot_mean_s);
-  p["slo_attainment"] = m.slo_attainment ? nlohmann::json(round6(*m.slo_attainment)) : nlohmann::json(nullptr);
-  p["gpu_utilization"] = round6(m.gpu_utilization);
-  p["span_s"] = round6(m.span_s);
-  p["requests_total"] = m.requests_total;
-  p["requests_done"] = m.requests_done;
-  p["online_done"] = m.online_done;
-  p["offline_done"] = m.offline_done;
-  p["tokens_generated"] = m.tokens_generated;
-  p["done"] =
-      round6(m.requests_total ? static_cast<double>(m.requests_done) / static_cast<double>(m.requests_total) : 0.0);
-  p["requests_beyond_window"] = r.requests_beyond_window;
-  p["requests_truncated"] = r.requests_truncated;
   // The configured costs (null: per type, from the calibration profile),
   // then what was charged: per iteration, per sequence, once per request,
   // and all three.
@@ -430,11 +412,15 @@ nlohmann::json policy_summary(const PolicyRun& r) {
     offered_rps += o.requests_per_s();
     offered_tps += o.output_tokens_per_s();
   }
-  p["offered_requests_per_s"] = round6(offered_rps);
-  p["offered_output_tokens_per_s"] = round6(offered_tps);
-  p["idle_slice_p50_s"] = round6(percentile(m.idle_slices_s, 50));
-  p["idle_slice_p90_s"] = round6(percentile(m.idle_slices_s, 90));
-  p["idle_slice_p99_s"] = round6(percentile(m.idle_slices_s, 99));
+  // The scalar figures (engine/metrics declares them; the sweep rows read
+  // them back from here by name).
+  const RunLoad load{offered_rps, offered_tps, r.requests_beyond_window, r.requests_truncated};
+  for (const RunFigure& f : run_figures()) {
+    const std::optional<double> v = f.read(m, load);
+    p[std::string(f.name)] = !v        ? nlohmann::json(nullptr)
+                             : f.count ? nlohmann::json(static_cast<std::int64_t>(*v))
+                                       : nlohmann::json(round6(*v));
+  }
   p["faults"] = {
       {"replaced_ops", r.lost_ops}, {"rebuilt_sequences", r.rebuilt_sequences}, {"failed_requests", m.requests_failed}};
   p["scheduling"] = {{"batches", r.scheduling.batches},

@@ -23,6 +23,7 @@
 
 import slicesched.cli.points;
 import slicesched.core.files;
+import slicesched.engine.metrics;
 import slicesched.planning.rows;
 
 namespace slicesched::cli {
@@ -73,12 +74,8 @@ bool numeric(const std::string& v, double& out) {
 // One PNG per (figure, swept key): a line per policy (and per value of the
 // other keys, when there are several).
 void plots(const fs::path& dir, const SweepTable& t) {
-  static const std::vector<std::pair<std::string, std::string>> figures = {
-      {"token_throughput", "token throughput (tokens/s)"},
-      {"request_throughput", "request throughput (requests/s)"},
-      {"slo_attainment", "SLO attainment"},
-      {"gpu_utilization", "GPU utilization"},
-      {"ttft_p90_s", "TTFT p90 (s)"}};
+  static const std::vector<std::string> figures = {"token_throughput", "request_throughput", "slo_attainment",
+                                                   "gpu_utilization", "ttft_p90_s"};
   const fs::path pd = dir / "plots";
   fs::create_directories(pd);
   std::ostringstream gp;
@@ -104,7 +101,8 @@ void plots(const fs::path& dir, const SweepTable& t) {
       if (!lines.count(name)) order.push_back(name);
       lines[name].push_back(&r);
     }
-    for (const auto& [figure, title] : figures) {
+    for (const std::string& figure : figures) {
+      const std::string title(find_run_figure(figure)->label);
       const std::string png = slug(figure) + "_vs_" + slug(axis.name) + ".png";
       gp << "set output '" << png << "'\nset title '" << title << " vs " << axis.name << "'\nset xlabel '" << axis.name
          << "'\nset ylabel '" << title << "'\n"

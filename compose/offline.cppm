@@ -12,7 +12,7 @@ export module slicesched.compose.offline;
 export import slicesched.compose.run;
 export import slicesched.simulator.emulated;
 import slicesched.simulator.profile;
-export import slicesched.simulator.roofline;
+export import slicesched.simulator.roofline_truth;
 
 export namespace slicesched {
 

@@ -14,7 +14,7 @@ module;
 module slicesched.compose.policy;
 import slicesched.plugins.builtin;
 import slicesched.plugins.loader;
-import slicesched.plugins.staged;
+import slicesched.plugins.stages.staged;
 
 namespace slicesched {
 

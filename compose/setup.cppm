@@ -14,7 +14,7 @@ export module slicesched.compose.setup;
 export import slicesched.core;
 export import slicesched.core.plugin;
 export import slicesched.config;
-export import slicesched.simulator.llama;
+export import slicesched.models.dense;
 export import slicesched.workload.trace;
 
 export namespace slicesched {

@@ -2,7 +2,10 @@ module;
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 module slicesched.engine.metrics;
@@ -110,6 +113,73 @@ void finish_slo(RunMetrics& m, double threshold_s) {
   if (m.online_total == 0) return;
   const auto within = std::upper_bound(m.online_ttft_s.begin(), m.online_ttft_s.end(), threshold_s);
   m.slo_attainment = static_cast<double>(within - m.online_ttft_s.begin()) / static_cast<double>(m.online_total);
+}
+
+namespace {
+
+template <typename T>
+std::optional<double> real(T v) {
+  return static_cast<double>(v);
+}
+
+// The order of the sweep columns (sweep.csv's header; sweep.json checks
+// its figures against it) is a file format: append, do not reorder.
+constexpr RunFigure kFigures[] = {
+    {"request_throughput", "request throughput (requests/s)", false, true,
+     [](const RunMetrics& m, const RunLoad&) { return real(m.request_throughput); }},
+    {"token_throughput", "token throughput (tokens/s)", false, true,
+     [](const RunMetrics& m, const RunLoad&) { return real(m.token_throughput); }},
+    {"ttft_p50_s", "TTFT p50 (s)", false, true, [](const RunMetrics& m, const RunLoad&) { return real(m.ttft_p50_s); }},
+    {"ttft_p90_s", "TTFT p90 (s)", false, true, [](const RunMetrics& m, const RunLoad&) { return real(m.ttft_p90_s); }},
+    {"ttft_p99_s", "TTFT p99 (s)", false, true, [](const RunMetrics& m, const RunLoad&) { return real(m.ttft_p99_s); }},
+    {"tpot_mean_s", "TPOT mean (s)", false, true,
+     [](const RunMetrics& m, const RunLoad&) { return real(m.tpot_mean_s); }},
+    {"slo_attainment", "SLO attainment", false, true,
+     [](const RunMetrics& m, const RunLoad&) { return m.slo_attainment; }},
+    {"gpu_utilization", "GPU utilization", false, true,
+     [](const RunMetrics& m, const RunLoad&) { return real(m.gpu_utilization); }},
+    {"done", "requests done (fraction)", false, true,
+     [](const RunMetrics& m, const RunLoad&) {
+       return real(m.requests_total ? static_cast<double>(m.requests_done) / static_cast<double>(m.requests_total)
+                                    : 0.0);
+     }},
+    {"requests_total", "requests", true, true,
+     [](const RunMetrics& m, const RunLoad&) { return real(m.requests_total); }},
+    {"requests_done", "requests done", true, true,
+     [](const RunMetrics& m, const RunLoad&) { return real(m.requests_done); }},
+    {"online_done", "online requests done", true, true,
+     [](const RunMetrics& m, const RunLoad&) { return real(m.online_done); }},
+    {"offline_done", "offline requests done", true, true,
+     [](const RunMetrics& m, const RunLoad&) { return real(m.offline_done); }},
+    {"tokens_generated", "tokens generated", true, true,
+     [](const RunMetrics& m, const RunLoad&) { return real(m.tokens_generated); }},
+    {"offered_requests_per_s", "offered load (requests/s)", false, true,
+     [](const RunMetrics&, const RunLoad& l) { return real(l.offered_requests_per_s); }},
+    {"offered_output_tokens_per_s", "offered load (output tokens/s)", false, true,
+     [](const RunMetrics&, const RunLoad& l) { return real(l.offered_output_tokens_per_s); }},
+    {"requests_beyond_window", "requests arriving after the window", true, true,
+     [](const RunMetrics&, const RunLoad& l) { return real(l.requests_beyond_window); }},
+    {"idle_slice_p50_s", "idle slice p50 (s)", false, true,
+     [](const RunMetrics& m, const RunLoad&) { return real(percentile(m.idle_slices_s, 50)); }},
+    {"idle_slice_p90_s", "idle slice p90 (s)", false, true,
+     [](const RunMetrics& m, const RunLoad&) { return real(percentile(m.idle_slices_s, 90)); }},
+    {"idle_slice_p99_s", "idle slice p99 (s)", false, true,
+     [](const RunMetrics& m, const RunLoad&) { return real(percentile(m.idle_slices_s, 99)); }},
+    // In summary.json only.
+    {"span_s", "span to the last completion (s)", false, false,
+     [](const RunMetrics& m, const RunLoad&) { return real(m.span_s); }},
+    {"requests_truncated", "requests cut to the context window", true, false,
+     [](const RunMetrics&, const RunLoad& l) { return real(l.requests_truncated); }},
+};
+
+}  // namespace
+
+std::span<const RunFigure> run_figures() { return kFigures; }
+
+const RunFigure* find_run_figure(std::string_view name) {
+  for (const RunFigure& f : kFigures)
+    if (f.name == name) return &f;
+  return nullptr;
 }
 
 }  // namespace slicesched

@@ -4,7 +4,9 @@
 module;
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -67,5 +69,32 @@ RunMetrics compute_metrics(const std::string& policy, const EngineResult& result
 // Sets slo_attainment for a TTFT threshold in seconds (left empty, n/a,
 // when the run had no online request).
 void finish_slo(RunMetrics& m, double threshold_s);
+
+// What a run's report adds to its RunMetrics: the load its tenants offered
+// inside the window (summed over tenants) and the requests it did not
+// replay as they came.
+struct RunLoad {
+  double offered_requests_per_s = 0, offered_output_tokens_per_s = 0;
+  std::size_t requests_beyond_window = 0;  // arrivals after the window, not replayed
+  std::size_t requests_truncated = 0;      // cut to their model's context window
+};
+
+// A scalar figure of a run, declared once: summary.json writes each under
+// its name, the sweep rows (sweep.csv, sweep.json) have one column per
+// `sweep_column` figure in run_figures() order, and plan's objectives and
+// sweep's plots name them.
+struct RunFigure {
+  std::string_view name;
+  std::string_view label;  // what it is, with its unit (plot titles)
+  bool count = false;      // an integer; otherwise a real rounded to 6 decimals
+  bool sweep_column = true;
+  // Its value; nullopt: n/a (SLO attainment without a threshold).
+  std::optional<double> (*read)(const RunMetrics&, const RunLoad&) = nullptr;
+};
+
+// Every figure, sweep columns first in column order.
+std::span<const RunFigure> run_figures();
+// The figure of that name, or nullptr.
+const RunFigure* find_run_figure(std::string_view name);
 
 }  // namespace slicesched

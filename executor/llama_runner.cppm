@@ -1,5 +1,5 @@
 // The LibTorch Llama model as an OpRunner: maps the scheduler's layer-group
-// operators (embed, layers<g>, head of llama::make_template) onto
+// operators (embed, layers<g>, head of DenseDecoder::make_template) onto
 // rt::LlamaModel calls on each accelerator's device, with the iteration
 // plans the tenants hand over. Values are rt::Value handles; a transfer is
 // rt::LlamaModel::copy_to onto the destination's device (NCCL between two

@@ -12,30 +12,17 @@ module;
 #include <vector>
 
 module slicesched.planning.rows;
+import slicesched.engine.metrics;
 
 namespace slicesched::planning {
 
 const std::vector<std::string>& figure_names() {
-  static const std::vector<std::string> names = {"request_throughput",
-                                                 "token_throughput",
-                                                 "ttft_p50_s",
-                                                 "ttft_p90_s",
-                                                 "ttft_p99_s",
-                                                 "tpot_mean_s",
-                                                 "slo_attainment",
-                                                 "gpu_utilization",
-                                                 "done",
-                                                 "requests_total",
-                                                 "requests_done",
-                                                 "online_done",
-                                                 "offline_done",
-                                                 "tokens_generated",
-                                                 "offered_requests_per_s",
-                                                 "offered_output_tokens_per_s",
-                                                 "requests_beyond_window",
-                                                 "idle_slice_p50_s",
-                                                 "idle_slice_p90_s",
-                                                 "idle_slice_p99_s"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const RunFigure& f : run_figures())
+      if (f.sweep_column) n.emplace_back(f.name);
+    return n;
+  }();
   return names;
 }
 

@@ -15,7 +15,8 @@ export import slicesched.planning.grid;
 
 export namespace slicesched::planning {
 
-// The figures of a row, in column order: the scalar keys of a policy's
+// The figures of a row, in column order: the sweep columns of the run's
+// figures (engine/metrics' run_figures()), read from a policy's
 // summary.json entry.
 const std::vector<std::string>& figure_names();
 

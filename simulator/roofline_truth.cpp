@@ -4,7 +4,7 @@ module;
 #include <string_view>
 #include <utility>
 
-module slicesched.simulator.roofline;
+module slicesched.simulator.roofline_truth;
 
 namespace slicesched {
 

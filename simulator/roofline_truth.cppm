@@ -10,7 +10,7 @@ module;
 #include <utility>
 #include <vector>
 
-export module slicesched.simulator.roofline;
+export module slicesched.simulator.roofline_truth;
 export import slicesched.simulator.emulated;
 export import slicesched.hardware;
 

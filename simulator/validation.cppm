@@ -18,7 +18,7 @@ module;
 #include <vector>
 
 export module slicesched.simulator.validation;
-export import slicesched.simulator.roofline;
+export import slicesched.simulator.roofline_truth;
 
 export namespace slicesched {
 

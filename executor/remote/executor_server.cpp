@@ -26,9 +26,9 @@ module;
 #include "executor/torch/cuda.h"
 #include "executor/torch/runtime.h"
 
-module slicesched.executor.server;
+module slicesched.executor.remote.executor_server;
 
-import slicesched.executor.wire;
+import slicesched.executor.remote.wire;
 
 namespace slicesched {
 

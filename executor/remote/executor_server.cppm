@@ -33,7 +33,7 @@ module;
 #include <utility>
 #include <vector>
 
-export module slicesched.executor.server;
+export module slicesched.executor.remote.executor_server;
 export import slicesched.executor.llama;
 
 export namespace slicesched {

@@ -8,7 +8,7 @@ module;
 #include <utility>
 #include <vector>
 
-module slicesched.executor.wire;
+module slicesched.executor.remote.wire;
 
 namespace slicesched::wire {
 

@@ -21,9 +21,9 @@ module;
 #include <vector>
 #include <zmq.hpp>
 
-module slicesched.executor.remote;
+module slicesched.executor.remote.remote_runner;
 
-import slicesched.executor.wire;
+import slicesched.executor.remote.wire;
 
 namespace slicesched {
 

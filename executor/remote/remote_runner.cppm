@@ -35,7 +35,7 @@ module;
 #include <utility>
 #include <vector>
 
-export module slicesched.executor.remote;
+export module slicesched.executor.remote.remote_runner;
 export import slicesched.executor.runner;
 export import slicesched.models.model;
 

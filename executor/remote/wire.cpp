@@ -7,7 +7,7 @@ module;
 #include <vector>
 #include <zmq.hpp>
 
-module slicesched.executor.wire;
+module slicesched.executor.remote.wire;
 
 namespace slicesched::wire {
 

@@ -17,7 +17,7 @@ module;
 #include <vector>
 #include <zmq.hpp>
 
-export module slicesched.executor.wire;
+export module slicesched.executor.remote.wire;
 export import slicesched.core;
 
 export namespace slicesched::wire {

@@ -9,7 +9,7 @@ module;
 #include <utility>
 #include <vector>
 
-module slicesched.plugins.staged;
+module slicesched.plugins.stages.staged;
 
 namespace slicesched::plugins {
 

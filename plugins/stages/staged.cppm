@@ -9,7 +9,7 @@ module;
 #include <string>
 #include <vector>
 
-export module slicesched.plugins.staged;
+export module slicesched.plugins.stages.staged;
 export import slicesched.core.plugin;
 
 export namespace slicesched::plugins {

@@ -30,7 +30,6 @@ import slicesched.plugins.greedy_arbiter;
 import slicesched.plugins.serial_arbiter;
 import slicesched.simulator.emulated;
 import slicesched.simulator.global;
-import slicesched.simulator.llama;
 import slicesched.workload.trace;
 import slicesched.testing;
 
@@ -85,7 +84,7 @@ H100Cluster h100_cluster(int n, std::int64_t hbm = 80ll << 30) {
   H100Cluster c;
   REQUIRE(c.accels->add_link_class("nvlink", 300e9, 5e-6).ok());
   for (int i = 0; i < n; ++i) REQUIRE(c.accels->add("gpu" + std::to_string(i), "H100", hbm).ok());
-  c.tmpl = c.templates->add(llama::make_template("llama3-8b")).value();
+  c.tmpl = c.templates->add(testing::dense_template()).value();
   c.gmg.emplace(c.templates, c.accels);
   for (AccelId a = 0; a < c.accels->size(); ++a) REQUIRE(c.gmg->place_weights(c.tmpl, a).ok());
   return c;
@@ -516,7 +515,7 @@ TEST_CASE("global simulator: the virtual estimator path predicts exactly the fas
 
 TEST_CASE("tenant: an iteration binds its sequences, so the head's features follow them", "[engine][tenant][llama]") {
   auto templates = std::make_shared<TemplateRegistry>();
-  const TemplateId tmpl = templates->add(llama::make_template("llama3-8b")).value();
+  const TemplateId tmpl = templates->add(testing::dense_template()).value();
   auto accels = std::make_shared<AcceleratorSet>();
   REQUIRE(accels->add_link_class("nvlink", 300e9, 5e-6).ok());
   REQUIRE(accels->add("gpu0", "H100", 80ll << 30).ok());

@@ -18,7 +18,7 @@ import slicesched.engine.union_partition_set;
 import slicesched.plugins.builtin;
 import slicesched.simulator.emulated;
 import slicesched.simulator.global;
-import slicesched.simulator.llama;
+import slicesched.testing;
 
 using namespace slicesched;
 
@@ -48,7 +48,7 @@ Result<EngineResult> run_with(RequestInbox& inbox, const std::atomic<int>* stop 
   auto templates = std::make_shared<TemplateRegistry>();
   REQUIRE(accels->add_link_class("nvlink", 300e9, 5e-6).ok());
   for (int i = 0; i < 2; ++i) REQUIRE(accels->add("gpu" + std::to_string(i), "H100", 80ll << 30).ok());
-  const TemplateId tmpl = templates->add(llama::make_template("llama3-8b")).value();
+  const TemplateId tmpl = templates->add(testing::dense_template()).value();
   Gmg gmg(templates, accels);
   for (AccelId a = 0; a < accels->size(); ++a) REQUIRE(gmg.place_weights(tmpl, a).ok());
 

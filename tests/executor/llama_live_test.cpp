@@ -23,9 +23,9 @@ import slicesched.engine.recorders;
 import slicesched.engine.union_partition_set;
 import slicesched.executor.live;
 import slicesched.executor.llama;
+import slicesched.models.dense;
 import slicesched.plugins.builtin;
 import slicesched.plugins.greedy_arbiter;
-import slicesched.simulator.llama;
 import slicesched.workload.trace;
 
 using namespace slicesched;
@@ -41,11 +41,13 @@ rt::LlamaConfig tiny() {
   return c;
 }
 
-llama::Shape shape_of(const rt::LlamaConfig& c) {
-  llama::Shape s;
-  s.hidden = c.hidden, s.kv_heads = c.kv_heads, s.head_dim = c.head_dim(), s.mlp = c.mlp, s.vocab = c.vocab;
-  s.layers = static_cast<int>(c.layers), s.groups = c.groups, s.dtype = DType::kF32;
-  return s;
+// The scheduler's template of runtime model `c` (float32).
+GraphTemplate template_of(const rt::LlamaConfig& c) {
+  DenseDecoderConfig d;
+  d.name = "llama-tiny";
+  d.hidden = c.hidden, d.kv_heads = c.kv_heads, d.head_dim = c.head_dim(), d.heads = c.hidden / c.head_dim();
+  d.mlp = c.mlp, d.vocab = c.vocab, d.layers = c.layers, d.groups = c.groups, d.dtype = DType::kF32;
+  return DenseDecoder::make(d).value()->make_template();
 }
 
 // Places every batch on the next candidate in turn, so consecutive
@@ -71,7 +73,7 @@ struct Run {
 Run serve(const std::vector<std::int64_t>& prompt_lengths, int output_tokens, int lanes, int accels,
           std::int64_t budget, bool round_robin, rt::LlamaModel& model) {
   auto templates = std::make_shared<TemplateRegistry>();
-  const TemplateId tmpl = templates->add(llama::make_template("llama-tiny", shape_of(model.config()))).value();
+  const TemplateId tmpl = templates->add(template_of(model.config())).value();
   auto cluster = std::make_shared<AcceleratorSet>();
   (void)cluster->add_link_class("host", 10e9, 0);
   std::vector<std::string> devices;
@@ -221,7 +223,7 @@ TEST_CASE("live llama: a preempted sequence, recomputed or swapped to host memor
   const auto expect_online = model.generate_reference({online_ids}, online_out, "cpu").front();
 
   auto templates = std::make_shared<TemplateRegistry>();
-  const TemplateId tmpl = templates->add(llama::make_template("llama-tiny", shape_of(cfg))).value();
+  const TemplateId tmpl = templates->add(template_of(cfg)).value();
   // One CPU accelerator whose memory holds the online prompt's prefill
   // alone with 4 KiB to spare: less than the offline sequence's KV cache
   // (16 tokens and more, 1 KiB each), so the online request cannot start

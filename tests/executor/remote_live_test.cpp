@@ -41,11 +41,11 @@ import slicesched.engine.recorders;
 import slicesched.engine.union_partition_set;
 import slicesched.executor.live;
 import slicesched.executor.llama;
-import slicesched.executor.remote;
-import slicesched.executor.wire;
+import slicesched.executor.remote.remote_runner;
+import slicesched.executor.remote.wire;
+import slicesched.models.dense;
 import slicesched.plugins.builtin;
 import slicesched.plugins.greedy_arbiter;
-import slicesched.simulator.llama;
 
 using namespace slicesched;
 
@@ -62,11 +62,13 @@ rt::LlamaConfig tiny() {  // models/dense.cpp's llama-tiny, weights_seed 7
   return c;
 }
 
-llama::Shape shape_of(const rt::LlamaConfig& c) {
-  llama::Shape s;
-  s.hidden = c.hidden, s.kv_heads = c.kv_heads, s.head_dim = c.head_dim(), s.mlp = c.mlp, s.vocab = c.vocab;
-  s.layers = static_cast<int>(c.layers), s.groups = c.groups, s.dtype = DType::kF32;
-  return s;
+// The scheduler's template of runtime model `c` (float32).
+GraphTemplate template_of(const rt::LlamaConfig& c) {
+  DenseDecoderConfig d;
+  d.name = "llama-tiny";
+  d.hidden = c.hidden, d.kv_heads = c.kv_heads, d.head_dim = c.head_dim(), d.heads = c.hidden / c.head_dim();
+  d.mlp = c.mlp, d.vocab = c.vocab, d.layers = c.layers, d.groups = c.groups, d.dtype = DType::kF32;
+  return DenseDecoder::make(d).value()->make_template();
 }
 
 // A free loopback port (the kernel's pick; released for the executor).
@@ -207,7 +209,7 @@ Run serve(Executors& ex, const std::vector<std::int64_t>& lengths, int output_to
           bool nccl = false) {
   const rt::LlamaConfig model = tiny();
   auto templates = std::make_shared<TemplateRegistry>();
-  const TemplateId tmpl = templates->add(llama::make_template("llama-tiny", shape_of(model))).value();
+  const TemplateId tmpl = templates->add(template_of(model)).value();
   auto cluster = std::make_shared<AcceleratorSet>();
   (void)cluster->add_link_class("host", 10e9, 0);
   const std::vector<ExecutorEndpoint> hosts = ex.endpoints();

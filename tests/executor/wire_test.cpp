@@ -11,7 +11,7 @@
 #include <zmq.hpp>
 
 import slicesched.core;
-import slicesched.executor.wire;
+import slicesched.executor.remote.wire;
 
 using namespace slicesched;
 

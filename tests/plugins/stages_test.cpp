@@ -12,7 +12,7 @@
 
 import slicesched.core.plugin;
 import slicesched.plugins.builtin;
-import slicesched.plugins.staged;
+import slicesched.plugins.stages.staged;
 
 using namespace slicesched;
 using Objective = PlacementPolicy::Objective;

@@ -14,8 +14,8 @@
 #include <vector>
 
 import slicesched.core;
+import slicesched.simulator.bench_cluster;
 import slicesched.simulator.global;
-import slicesched.simulator.llama;
 import slicesched.testing;
 import slicesched.testing.reference_simulator;
 
@@ -388,13 +388,13 @@ TEST_CASE("the global simulator agrees with its reference on the benchmark's Lla
   for (int n : {1, 3, 8, 64}) {
     INFO(n << " accelerators");
     auto reg = std::make_shared<TemplateRegistry>();
-    TemplateId t = reg->add(llama::make_template("llama3-8b")).value();
+    TemplateId t = reg->add(testing::dense_template()).value();
     auto accels = std::make_shared<AcceleratorSet>();
     (void)accels->add_link_class("nvlink", 300e9, 5e-6);
     for (int i = 0; i < n; ++i) (void)accels->add("gpu" + std::to_string(i), "H100", 80ll << 30);
     Gmg gmg(reg, accels);
     for (AccelId a = 0; a < static_cast<AccelId>(n); ++a) REQUIRE(gmg.place_weights(t, a).ok());
-    REQUIRE(llama::issue_pipelines(gmg, t, 4000, 2048, 15).ok());
+    REQUIRE(bench::issue_pipelines(gmg, t, 4000, 2048, 15).ok());
     EstimatorSet est;
     REQUIRE(seed_priors(est, *reg, *accels).ok());
     const SimOptions opt{.stop_at_oom = false, .record_hbm_timeline = true, .record_transfers = true};

@@ -20,7 +20,6 @@ import slicesched.core;
 import slicesched.core.plugin;
 import slicesched.simulator.global;
 import slicesched.simulator.emulated;
-import slicesched.simulator.llama;
 import slicesched.plugins.greedy_arbiter;
 import slicesched.plugins.serial_arbiter;
 import slicesched.testing;
@@ -380,7 +379,7 @@ TEST_CASE("profile ground truth times the Llama template from the measured table
   REQUIRE(layers.ok());
   REQUIRE(links.ok());
   auto reg = std::make_shared<TemplateRegistry>();
-  TemplateId t = reg->add(llama::make_template("llama3-8b")).value();
+  TemplateId t = reg->add(testing::dense_template()).value();
   auto accels = cluster(2);
   Gmg gmg(reg, accels);
   REQUIRE(gmg.place_weights(t, 0).ok());
@@ -488,7 +487,7 @@ TEST_CASE("calibration profiles say which features their fits multiply", "[emula
   // A head fitted to tokens is refused as a prior for the template whose
   // head follows the sequences; one fitted to sequences is taken.
   auto reg = std::make_shared<TemplateRegistry>();
-  const TemplateId t = reg->add(llama::make_template("llama3-8b")).value();
+  const TemplateId t = reg->add(testing::dense_template()).value();
   auto accels = cluster(1);
   auto stale = read(R"({"format": "slicesched-calibration/2", "transfers": [],
     "ops": [{"template": "llama3-8b", "op": "head", "type": "gpu", "features": ["tokens", "1"],

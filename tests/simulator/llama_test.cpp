@@ -8,7 +8,7 @@
 #include <vector>
 
 import slicesched.core;
-import slicesched.simulator.llama;
+import slicesched.simulator.bench_cluster;
 import slicesched.testing;
 
 using namespace slicesched;
@@ -23,7 +23,7 @@ struct Step {
 
 Step instantiate(std::int64_t tokens, std::int64_t sequences, std::int64_t context) {
   auto reg = std::make_shared<TemplateRegistry>();
-  const TemplateId t = reg->add(llama::make_template("llama3-8b")).value();
+  const TemplateId t = reg->add(testing::dense_template()).value();
   Gmg gmg(reg, cluster(1));
   auto inst = gmg.instantiate(
       {t, {{"tokens", tokens}, {"sequences", sequences}, {"context", context}, {"kv_prev", 0}}, {}, 0, 0});
@@ -69,7 +69,7 @@ TEST_CASE("llama: the head's features follow the sequences, the layers' the toke
 
 TEST_CASE("llama: an instance must bind sequences", "[llama]") {
   auto reg = std::make_shared<TemplateRegistry>();
-  const TemplateId t = reg->add(llama::make_template("llama3-8b")).value();
+  const TemplateId t = reg->add(testing::dense_template()).value();
   Gmg gmg(reg, cluster(1));
   auto inst = gmg.instantiate({t, {{"tokens", 64}, {"context", 0}}, {}, 0, 0});
   REQUIRE(!inst.ok());
@@ -78,12 +78,12 @@ TEST_CASE("llama: an instance must bind sequences", "[llama]") {
 
 TEST_CASE("llama: issue_pipelines binds one sequence per step", "[llama]") {
   auto reg = std::make_shared<TemplateRegistry>();
-  const TemplateId t = reg->add(llama::make_template("llama3-8b")).value();
+  const TemplateId t = reg->add(testing::dense_template()).value();
   Gmg gmg(reg, cluster(4));
   for (AccelId a = 0; a < 4; ++a) REQUIRE(gmg.place_weights(t, a).ok());
   // One request: a prefill of 32 tokens, then 2 decode steps chained
   // through the sampled token (head output [1] i64 = the tokens port [1]).
-  auto requests = llama::issue_pipelines(gmg, t, 18, 32, 2);
+  auto requests = bench::issue_pipelines(gmg, t, 18, 32, 2);
   REQUIRE(requests.ok());
   CHECK(requests.value() == 1);
   int heads = 0;
@@ -98,9 +98,10 @@ TEST_CASE("llama: issue_pipelines binds one sequence per step", "[llama]") {
 
 TEST_CASE("llama: the priors' bytes follow the dtype", "[llama]") {
   for (DType dt : {DType::kBF16, DType::kF32}) {
-    llama::Shape shape;
-    shape.dtype = dt;
-    const GraphTemplate t = llama::make_template("m", shape);
+    DenseDecoderConfig c;
+    c.name = "m";
+    c.dtype = dt;
+    const GraphTemplate t = dense_template(c);
     const double eb = static_cast<double>(dtype_bytes(dt)), hbm = 3.35e12;
     const TemplateOp& embed = t.ops().front();
     const TemplateOp& head = t.ops().back();

@@ -4,14 +4,22 @@ module;
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 export module slicesched.testing;
 export import slicesched.core;
+export import slicesched.models.dense;
 
 export namespace slicesched::testing {
 
 inline constexpr std::int64_t kGiB = 1ll << 30;
+
+// The graph template of the dense decoder `c` (by default Llama-3-8B's
+// shapes: 4 layer groups, bfloat16, named "llama3-8b").
+inline GraphTemplate dense_template(DenseDecoderConfig c = {}) {
+  return DenseDecoder::make(std::move(c)).value()->make_template();
+}
 
 // `n` accelerators "a0".."a{n-1}" of type "gpu" with `hbm` bytes each, all
 // linked by one class.
