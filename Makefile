@@ -55,10 +55,14 @@ figure-decode: build
 # (RelWithDebInfo, undefined behaviour is fatal) in its own build directory.
 SANITIZE_BUILD ?= build-sanitize
 SANITIZE_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+# -O1 and line tables only (file:line in reports, no full debug info): the
+# usual ASan build, and on 2 cores it compiles and links much faster.
+SANITIZE_OPT = -O1 -gline-tables-only -DNDEBUG
 sanitize: setup
 	@$(CMAKE) -S . -B $(SANITIZE_BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(NINJA) \
 	  -DCMAKE_CXX_COMPILER=clang++-19 -DCMAKE_CXX_COMPILER_CLANG_SCAN_DEPS=clang-scan-deps-19 \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS=$(SANITIZE_FLAGS)" \
+	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SANITIZE_OPT)" \
 	  "-DCMAKE_EXE_LINKER_FLAGS=$(SANITIZE_FLAGS)" "-DCMAKE_SHARED_LINKER_FLAGS=$(SANITIZE_FLAGS)" \
 	  "-DCMAKE_MODULE_LINKER_FLAGS=$(SANITIZE_FLAGS)" > $(SANITIZE_BUILD).configure.log 2>&1 \
 	  || (cat $(SANITIZE_BUILD).configure.log; exit 1)
@@ -96,6 +100,7 @@ fuzz: setup
 	@$(CMAKE) -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(NINJA) \
 	  -DCMAKE_CXX_COMPILER=clang++-19 -DCMAKE_CXX_COMPILER_CLANG_SCAN_DEPS=clang-scan-deps-19 \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLICESCHED_FUZZ=ON -DSLICESCHED_BUILD_TESTS=OFF \
+	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SANITIZE_OPT)" \
 	  "-DCMAKE_CXX_FLAGS=$(FUZZ_FLAGS)" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined" \
 	  > $(FUZZ_BUILD).configure.log 2>&1 || (cat $(FUZZ_BUILD).configure.log; exit 1)
 	@$(CMAKE) --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
