@@ -26,29 +26,12 @@ import slicesched.executor.llama;
 import slicesched.models.dense;
 import slicesched.plugins.builtin;
 import slicesched.plugins.greedy_arbiter;
+import slicesched.testing;
 import slicesched.workload.trace;
 
 using namespace slicesched;
 
 namespace {
-
-rt::LlamaConfig tiny() {
-  rt::LlamaConfig c;
-  c.name = "llama-tiny";
-  c.vocab = 512, c.hidden = 64, c.layers = 4, c.heads = 4, c.kv_heads = 2, c.mlp = 128, c.groups = 2;
-  c.dtype = "float32";
-  c.seed = 7;
-  return c;
-}
-
-// The scheduler's template of runtime model `c` (float32).
-GraphTemplate template_of(const rt::LlamaConfig& c) {
-  DenseDecoderConfig d;
-  d.name = "llama-tiny";
-  d.hidden = c.hidden, d.kv_heads = c.kv_heads, d.head_dim = c.head_dim(), d.heads = c.hidden / c.head_dim();
-  d.mlp = c.mlp, d.vocab = c.vocab, d.layers = c.layers, d.groups = c.groups, d.dtype = DType::kF32;
-  return DenseDecoder::make(d).value()->make_template();
-}
 
 // Places every batch on the next candidate in turn, so consecutive
 // iterations (and the ops of one iteration) move around the cluster.
@@ -73,7 +56,7 @@ struct Run {
 Run serve(const std::vector<std::int64_t>& prompt_lengths, int output_tokens, int lanes, int accels,
           std::int64_t budget, bool round_robin, rt::LlamaModel& model) {
   auto templates = std::make_shared<TemplateRegistry>();
-  const TemplateId tmpl = templates->add(template_of(model.config())).value();
+  const TemplateId tmpl = templates->add(testing::template_of(model.config())).value();
   auto cluster = std::make_shared<AcceleratorSet>();
   (void)cluster->add_link_class("host", 10e9, 0);
   std::vector<std::string> devices;
@@ -142,7 +125,7 @@ std::vector<std::vector<std::int64_t>> prompts(const rt::LlamaConfig& cfg, const
 
 TEST_CASE("live llama: scheduled over virtual accelerators equals a plain single-device run", "[executor][torch]") {
   rt::set_cpu_threads(1);
-  rt::LlamaModel model(tiny());
+  rt::LlamaModel model(testing::llama_tiny_rt());
   const std::vector<std::int64_t> lengths{5, 9, 3, 12, 7};
   const int out = 6;
   auto expect = model.generate_reference(prompts(model.config(), lengths), out, "cpu");
@@ -213,7 +196,7 @@ TEST_CASE("live llama: a preempted sequence, recomputed or swapped to host memor
   const bool swap = mode == TenantSpec::Preemption::kSwap;
   INFO((swap ? "swap" : "recompute"));
   rt::set_cpu_threads(1);
-  rt::LlamaModel model(tiny());
+  rt::LlamaModel model(testing::llama_tiny_rt());
   const rt::LlamaConfig cfg = model.config();
   const std::int64_t offline_prompt = 16, online_prompt = 256;
   const int offline_out = 200, online_out = 4;
@@ -223,7 +206,7 @@ TEST_CASE("live llama: a preempted sequence, recomputed or swapped to host memor
   const auto expect_online = model.generate_reference({online_ids}, online_out, "cpu").front();
 
   auto templates = std::make_shared<TemplateRegistry>();
-  const TemplateId tmpl = templates->add(template_of(cfg)).value();
+  const TemplateId tmpl = templates->add(testing::template_of(cfg)).value();
   // One CPU accelerator whose memory holds the online prompt's prefill
   // alone with 4 KiB to spare: less than the offline sequence's KV cache
   // (16 tokens and more, 1 KiB each), so the online request cannot start

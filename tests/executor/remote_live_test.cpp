@@ -46,30 +46,13 @@ import slicesched.executor.remote.wire;
 import slicesched.models.dense;
 import slicesched.plugins.builtin;
 import slicesched.plugins.greedy_arbiter;
+import slicesched.testing;
 
 using namespace slicesched;
 
 namespace {
 
 constexpr int kExecutors = 3;
-
-rt::LlamaConfig tiny() {  // models/dense.cpp's llama-tiny, weights_seed 7
-  rt::LlamaConfig c;
-  c.name = "llama-tiny";
-  c.vocab = 512, c.hidden = 64, c.layers = 4, c.heads = 4, c.kv_heads = 2, c.mlp = 128, c.groups = 2;
-  c.dtype = "float32";
-  c.seed = 7;
-  return c;
-}
-
-// The scheduler's template of runtime model `c` (float32).
-GraphTemplate template_of(const rt::LlamaConfig& c) {
-  DenseDecoderConfig d;
-  d.name = "llama-tiny";
-  d.hidden = c.hidden, d.kv_heads = c.kv_heads, d.head_dim = c.head_dim(), d.heads = c.hidden / c.head_dim();
-  d.mlp = c.mlp, d.vocab = c.vocab, d.layers = c.layers, d.groups = c.groups, d.dtype = DType::kF32;
-  return DenseDecoder::make(d).value()->make_template();
-}
 
 // A free loopback port (the kernel's pick; released for the executor).
 int free_port() {
@@ -207,9 +190,9 @@ struct Run {
 
 Run serve(Executors& ex, const std::vector<std::int64_t>& lengths, int output_tokens, EngineObserver* extra,
           bool nccl = false) {
-  const rt::LlamaConfig model = tiny();
+  const rt::LlamaConfig model = testing::llama_tiny_rt();
   auto templates = std::make_shared<TemplateRegistry>();
-  const TemplateId tmpl = templates->add(template_of(model)).value();
+  const TemplateId tmpl = templates->add(testing::template_of(model)).value();
   auto cluster = std::make_shared<AcceleratorSet>();
   (void)cluster->add_link_class("host", 10e9, 0);
   const std::vector<ExecutorEndpoint> hosts = ex.endpoints();
@@ -292,7 +275,7 @@ std::map<std::string, std::pair<long, long>> summaries(const std::string& logs) 
 }
 
 std::vector<std::vector<std::int64_t>> reference(const std::vector<std::int64_t>& lengths, int out) {
-  rt::LlamaModel model(tiny());
+  rt::LlamaModel model(testing::llama_tiny_rt());
   std::vector<std::vector<std::int64_t>> prompts;
   for (std::size_t i = 0; i < lengths.size(); ++i)
     prompts.push_back(rt::synthetic_prompt(model.config(), 11, i, lengths[i]));

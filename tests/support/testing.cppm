@@ -7,6 +7,8 @@ module;
 #include <utility>
 #include <vector>
 
+#include "executor/torch/runtime.h"
+
 export module slicesched.testing;
 export import slicesched.core;
 export import slicesched.models.dense;
@@ -19,6 +21,25 @@ inline constexpr std::int64_t kGiB = 1ll << 30;
 // shapes: 4 layer groups, bfloat16, named "llama3-8b").
 inline GraphTemplate dense_template(DenseDecoderConfig c = {}) {
   return DenseDecoder::make(std::move(c)).value()->make_template();
+}
+
+// The live tests' model: models/dense.cpp's llama-tiny in float32 with
+// weights_seed 7, as the LibTorch runtime takes it (no LibTorch needed to
+// build it), and the scheduler's template of such a runtime model.
+inline rt::LlamaConfig llama_tiny_rt() {
+  rt::LlamaConfig c;
+  c.name = "llama-tiny";
+  c.vocab = 512, c.hidden = 64, c.layers = 4, c.heads = 4, c.kv_heads = 2, c.mlp = 128, c.groups = 2;
+  c.dtype = "float32";
+  c.seed = 7;
+  return c;
+}
+inline GraphTemplate template_of(const rt::LlamaConfig& c) {
+  DenseDecoderConfig d;
+  d.name = "llama-tiny";
+  d.hidden = c.hidden, d.kv_heads = c.kv_heads, d.head_dim = c.head_dim(), d.heads = c.hidden / c.head_dim();
+  d.mlp = c.mlp, d.vocab = c.vocab, d.layers = c.layers, d.groups = c.groups, d.dtype = DType::kF32;
+  return dense_template(d);
 }
 
 // `n` accelerators "a0".."a{n-1}" of type "gpu" with `hbm` bytes each, all
