@@ -89,7 +89,8 @@ int simulate(const SimulateOptions& opt) {
     check(load_plugins(cfg.value(), plugins));
     const Truths truths = value_or_fail(load_truths(cfg.value()));
     const std::vector<TruthPlayed> played = truth_played(cfg.value(), truths);
-    if (const std::string line = roofline_fallback_line(played); !line.empty())
+    const std::string profile = std::filesystem::path(cfg->ground_truth.layers_csv).filename().string();
+    if (const std::string line = roofline_fallback_line(played, profile); !line.empty())
       std::fprintf(stderr, "slicesched: %s\n", line.c_str());
     std::vector<const PolicyConfig*> chosen;
     if (opt.policy)

@@ -134,7 +134,7 @@ std::vector<TruthPlayed> truth_played(const ExperimentConfig& cfg, const Truths&
   return out;
 }
 
-std::string roofline_fallback_line(const std::vector<TruthPlayed>& played) {
+std::string roofline_fallback_line(const std::vector<TruthPlayed>& played, const std::string& profile_given) {
   std::string types, source, per_type, profile;
   bool one_source = true;
   for (const auto& p : played) {
@@ -148,6 +148,7 @@ std::string roofline_fallback_line(const std::vector<TruthPlayed>& played) {
     }
   }
   if (types.empty()) return "";
+  if (profile.empty()) profile = profile_given;
   return "ground truth: " + types + " play" + (types.find(", ") == std::string::npos ? "s" : "") +
          " the roofline (datasheet peaks, efficiencies from " + (one_source ? source : per_type) + "), " +
          (profile.empty() ? std::string("no measured profile given")

@@ -52,7 +52,9 @@ std::vector<TruthPlayed> truth_played(const ExperimentConfig& cfg, const Truths&
 // One line for the types in `played` that fell back to the roofline while a
 // measured profile was given, or every type when no profile was ("" when
 // none plays the roofline): "ground truth: A100 plays the roofline ...".
-std::string roofline_fallback_line(const std::vector<TruthPlayed>& played);
+// `profile_given`: the configured layers profile's file name ("" for none),
+// named even where no type of the cluster plays it.
+std::string roofline_fallback_line(const std::vector<TruthPlayed>& played, const std::string& profile_given = "");
 
 // The serving engine's fixed costs on one accelerator type, per iteration
 // and per sequence of an iteration (charged to the operator that samples).

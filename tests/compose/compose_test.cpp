@@ -456,6 +456,19 @@ TEST_CASE("a type name and its alias play the same measured profile", "[compose]
   }
 }
 
+TEST_CASE("a profile that no type of the cluster plays is named in the fallback line", "[compose][ground_truth]") {
+  const ExperimentConfig cfg = small_with("{ name_prefix = \"gpu\", count = 2, type = \"A100\" }", "H100-SXM");
+  const auto p = played(cfg);
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].truth == "roofline");
+  const std::string profile = std::filesystem::path(cfg.ground_truth.layers_csv).filename().string();
+  CHECK(profile == "llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv");
+  CHECK(roofline_fallback_line(p, profile) ==
+        "ground truth: A100 (A100-80GB) plays the roofline (datasheet peaks, efficiencies from "
+        "roofline-fit-a100.toml), not the measured profile llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv "
+        "(ground_truth.layers_type names another type)");
+}
+
 TEST_CASE("a type without a profile falls back to the roofline, said in one line", "[compose][ground_truth]") {
   const ExperimentConfig cfg = small_with(
       "{ name_prefix = \"gpu\", count = 2, type = \"H100\" }, "
