@@ -128,6 +128,12 @@ Status BatchStore::error(const std::string& what) const {
   return Internal("batch store " + path_ + ": " + what + ": " + (db_ ? sqlite3_errmsg(db_) : "not open"));
 }
 
+Status BatchStore::rollback(const std::string& what) {
+  Status e = error(what);  // (before ROLLBACK replaces SQLite's message)
+  (void)exec("ROLLBACK;");
+  return e;
+}
+
 Status BatchStore::exec(const char* sql) {
   char* msg = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
@@ -313,11 +319,6 @@ Result<BatchInfo> BatchStore::create_batch(const std::string& input_file_id, con
   b.expires_at = b.created_at + window_s;
   b.total = static_cast<std::int64_t>(lines.size());
   if (Status st = exec("BEGIN IMMEDIATE;"); !st.ok()) return st;
-  auto rollback = [&](const char* what) {
-    Status e = error(what);
-    (void)exec("ROLLBACK;");
-    return e;
-  };
   {
     Stmt s(db_,
            "INSERT INTO batches (id, input_file_id, endpoint, completion_window, status, created_at, total, "
@@ -378,11 +379,6 @@ Result<std::vector<PendingLine>> BatchStore::pending(std::size_t limit,
 Status BatchStore::finish_line(const std::string& batch_id, std::int64_t line, bool ok, const std::string& result) {
   std::lock_guard lk(mu_);
   if (Status st = exec("BEGIN IMMEDIATE;"); !st.ok()) return st;
-  auto rollback = [&](const char* what) {
-    Status e = error(what);
-    (void)exec("ROLLBACK;");
-    return e;
-  };
   {
     Stmt s(db_, "UPDATE lines SET state = ?, result = ? WHERE batch_id = ? AND line = ? AND state = 'pending'");
     if (!s.ok()) return rollback("finish_line");
@@ -468,11 +464,6 @@ Result<std::optional<BatchInfo>> BatchStore::stop_batch(const std::string& id, b
                                                         const std::set<std::pair<std::string, std::int64_t>>& running) {
   std::lock_guard lk(mu_);
   if (Status st = exec("BEGIN IMMEDIATE;"); !st.ok()) return st;
-  auto rollback = [&](const char* what) {
-    Status e = error(what);
-    (void)exec("ROLLBACK;");
-    return e;
-  };
   std::string status;
   {
     Stmt s(db_, "SELECT status FROM batches WHERE id = ?");

@@ -113,6 +113,8 @@ class BatchStore {
   explicit BatchStore(std::string path) : path_(std::move(path)) {}
   Status exec(const char* sql);
   Status error(const std::string& what) const;
+  // error(what), then the open transaction rolled back.
+  Status rollback(const std::string& what);
   Status check_schema(bool allow_missing);
   Status finalize(const std::string& batch_id);  // under mu_, in a transaction
 
