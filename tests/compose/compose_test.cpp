@@ -51,6 +51,13 @@ struct Small {
     if (!parts.ok()) FAIL(parts.status().message());
     return std::move(parts).value();
   }
+  // `policy` built and run offline as simulate runs it (summary figures included).
+  PolicyRun run_policy(const std::string& policy) {
+    auto parts = build(policy);
+    auto r = run_offline(cfg, *parts, truths);
+    if (!r.ok()) FAIL(r.status().message());
+    return std::move(r).value();
+  }
   // Runs `parts` on the emulated cluster playing the config's ground truth.
   Result<EngineResult> run(PolicyParts& parts, std::span<EngineObserver* const> observers,
                            const std::atomic<int>* stop = nullptr) {
@@ -532,33 +539,27 @@ TEST_CASE("the engine's fixed cost per iteration is charged to each sampling ope
   Small none;
   Small fixed({{"ground_truth.iteration_overhead_us", "2000"}});
   REQUIRE(fixed.cfg.ground_truth.iteration_overhead_s == 0.002);
-  auto a = none.build("Static-Online");
-  auto b = fixed.build("Static-Online");
-  auto without = run_offline(none.cfg, *a, none.truths);
-  auto with = run_offline(fixed.cfg, *b, fixed.truths);
-  REQUIRE(without.ok());
-  REQUIRE(with.ok());
+  const PolicyRun without = none.run_policy("Static-Online");
+  const PolicyRun with = fixed.run_policy("Static-Online");
   // Every iteration's head is counted; without a cost it is charged nothing.
-  CHECK(without->fixed_costs.iterations > 100);
-  CHECK(without->fixed_costs.seconds == 0);
-  CHECK(with->fixed_costs.per_iteration_s == 0.002);
-  CHECK_FALSE(with->fixed_costs.per_sequence_s.has_value());
-  CHECK(with->fixed_costs.iterations > 100);
-  CHECK_THAT(with->fixed_costs.seconds,
-             Catch::Matchers::WithinRel(0.002 * static_cast<double>(with->fixed_costs.iterations), 1e-12));
-  CHECK(with->fixed_costs.sequence_seconds == 0);
+  CHECK(without.fixed_costs.iterations > 100);
+  CHECK(without.fixed_costs.seconds == 0);
+  CHECK(with.fixed_costs.per_iteration_s == 0.002);
+  CHECK_FALSE(with.fixed_costs.per_sequence_s.has_value());
+  CHECK(with.fixed_costs.iterations > 100);
+  CHECK_THAT(with.fixed_costs.seconds,
+             Catch::Matchers::WithinRel(0.002 * static_cast<double>(with.fixed_costs.iterations), 1e-12));
+  CHECK(with.fixed_costs.sequence_seconds == 0);
   // Each first token waits for at least one iteration's cost.
-  CHECK(with->metrics.ttft_p50_s > without->metrics.ttft_p50_s + 0.0015);
+  CHECK(with.metrics.ttft_p50_s > without.metrics.ttft_p50_s + 0.0015);
 }
 
 TEST_CASE("the engine's fixed cost per sequence is charged for every sequence of every iteration, apart",
           "[compose][fixed_costs]") {
   Small fixed({{"ground_truth.iteration_overhead_us", "1000"}, {"ground_truth.sequence_overhead_us", "250"}});
   REQUIRE(fixed.cfg.ground_truth.sequence_overhead_s == 0.00025);
-  auto parts = fixed.build("Static-Online");
-  auto run = run_offline(fixed.cfg, *parts, fixed.truths);
-  REQUIRE(run.ok());
-  const auto& f = run->fixed_costs;
+  const PolicyRun run = fixed.run_policy("Static-Online");
+  const auto& f = run.fixed_costs;
   CHECK(f.per_sequence_s == 0.00025);
   // Every iteration holds at least one sequence, and batches hold several.
   CHECK(f.iterations > 100);
@@ -570,7 +571,7 @@ TEST_CASE("the engine's fixed cost per sequence is charged for every sequence of
   // A request that finishes sat in one iteration per token it generated (its
   // prefill samples the first), so the sequences charged are at least the
   // tokens of the requests done.
-  CHECK(f.sequence_iterations >= run->metrics.tokens_generated);
+  CHECK(f.sequence_iterations >= run.metrics.tokens_generated);
 }
 
 TEST_CASE("the engine's fixed cost per request is charged once, at the request's first iteration, and reported apart",
@@ -578,21 +579,17 @@ TEST_CASE("the engine's fixed cost per request is charged once, at the request's
   Small none;
   Small fixed({{"ground_truth.request_overhead_us", "5000"}});
   REQUIRE(fixed.cfg.ground_truth.request_overhead_s == 0.005);
-  auto a = none.build("Static-Online");
-  auto b = fixed.build("Static-Online");
-  auto without = run_offline(none.cfg, *a, none.truths);
-  auto with = run_offline(fixed.cfg, *b, fixed.truths);
-  REQUIRE(without.ok());
-  REQUIRE(with.ok());
-  CHECK(without->fixed_costs.requests == 0);
-  CHECK(without->fixed_costs.seconds == 0);
-  const auto& f = with->fixed_costs;
+  const PolicyRun without = none.run_policy("Static-Online");
+  const PolicyRun with = fixed.run_policy("Static-Online");
+  CHECK(without.fixed_costs.requests == 0);
+  CHECK(without.fixed_costs.seconds == 0);
+  const auto& f = with.fixed_costs;
   CHECK(f.per_request_s == 0.005);
   CHECK_FALSE(f.per_iteration_s.has_value());
   // Every request that finished ran, so it was charged; none twice (there
   // are no more charges than requests).
-  CHECK(f.requests >= with->metrics.requests_done);
-  CHECK(f.requests <= with->metrics.requests_total);
+  CHECK(f.requests >= with.metrics.requests_done);
+  CHECK(f.requests <= with.metrics.requests_total);
   CHECK(f.requests > 10);
   CHECK_THAT(f.request_seconds, Catch::Matchers::WithinRel(0.005 * static_cast<double>(f.requests), 1e-12));
   CHECK(f.iteration_seconds == 0);
@@ -601,7 +598,7 @@ TEST_CASE("the engine's fixed cost per request is charged once, at the request's
   // The iterations are the same work: only their heads pay more.
   CHECK(f.iterations > 100);
   // A first token waits for its own request's cost at least.
-  CHECK(with->metrics.ttft_p50_s > without->metrics.ttft_p50_s + 0.004);
+  CHECK(with.metrics.ttft_p50_s > without.metrics.ttft_p50_s + 0.004);
 }
 
 TEST_CASE("without [ground_truth] fixed costs, each type pays what calibrate measured on it",
