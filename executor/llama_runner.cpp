@@ -314,14 +314,6 @@ std::size_t LlamaRunner::host_sequences() {
   return host_.size();
 }
 
-std::int64_t LlamaRunner::host_bytes() {
-  std::lock_guard lk(mu_);
-  std::int64_t n = 0;
-  for (const auto& [key, parts] : host_)
-    for (const rt::Value& v : parts) n += v.bytes();
-  return n;
-}
-
 std::size_t LlamaRunner::pending_plans() {
   std::lock_guard lk(mu_);
   return plans_.size();

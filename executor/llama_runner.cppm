@@ -121,9 +121,8 @@ class LlamaRunner final : public OpRunner {
   // Plans handed over whose head has not run yet (a preempted one counts
   // until dropped): what the runner holds for iterations in flight.
   std::size_t pending_plans();
-  // Sequences whose caches are in host memory now, and their bytes.
+  // Sequences whose caches are in host memory now.
   std::size_t host_sequences();
-  std::int64_t host_bytes();
   // One sequence of an iteration plan in the runtime's terms (its sampling
   // included), for on_iteration and an executor process's plans.
   static rt::SeqStep runtime_step(IterationPlan::Seq s);
