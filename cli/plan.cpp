@@ -12,6 +12,7 @@
 
 #include "commands.hpp"
 
+import slicesched.compose.experiment;
 import slicesched.cli.fail;
 import slicesched.cli.points;
 import slicesched.planning.rows;
@@ -40,10 +41,9 @@ int plan(const PlanOptions& opt) {
     if (eq == std::string::npos || eq == 0) fail("--set " + s + ": expected KEY=VALUE");
     base.push_back({s.substr(0, eq), s.substr(eq + 1)});
   }
-  auto cfg = load_config(opt.config, base);
-  if (!cfg.ok()) fail(cfg.status().message());
-  PluginRegistries plugins;
-  check(load_plugins(cfg.value(), plugins));
+  // (Each point reads the prior with its ground truth, by load_truths.)
+  const auto opened = value_or_fail(open_experiment(opt.config, {.overrides = base, .prior = false}));
+  const PluginRegistries& plugins = opened->plugins;
 
   const std::vector<planning::SweepAxis> axes = {{vary->key.substr(vary->key.find_last_of('.') + 1), vary->key, {}}};
   auto point_at = [&](std::int64_t v) {

@@ -21,6 +21,7 @@
 
 #include "commands.hpp"
 
+import slicesched.compose.experiment;
 import slicesched.cli.fail;
 import slicesched.cli.points;
 import slicesched.core.files;
@@ -172,11 +173,10 @@ int sweep(const SweepOptions& opt) {
     if (!s.ok()) fail(s.status().message());
     shard = s.value();
   }
-  auto base = load_config(opt.config);
-  if (!base.ok()) fail(base.status().message());
+  const auto opened = value_or_fail(open_experiment(opt.config, {.prior = false}));
+  const ExperimentConfig* const base = &opened->cfg;
+  const PluginRegistries& plugins = opened->plugins;
   check_out(opt.out);
-  PluginRegistries plugins;
-  check(load_plugins(base.value(), plugins));
 
   const auto grid = planning::expand(axes);
   const auto mine = planning::select(grid, shard);
