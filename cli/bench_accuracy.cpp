@@ -1,7 +1,7 @@
 // `slicesched bench accuracy CONFIG`: how well the simulator predicts a live
 // run (the paper's end-to-end and estimator accuracy).
 //   1. calibrate the config's model on its devices (the code of `calibrate`);
-//   2. serve one policy of the config live (run_live), recording every
+//   2. serve one policy of the config live (compose/live), recording every
 //      operator and transfer the engine measured, with its features;
 //   3. simulate the same config and policy with the calibration profile as
 //      ground truth, without noise (the emulated cluster, same engine,
@@ -29,9 +29,19 @@
 #include "commands.hpp"
 #include "executor/torch/runtime.h"
 
+import slicesched.core;
+import slicesched.core.calibration;
+import slicesched.core.plugin;
 import slicesched.config;
-import slicesched.cli.live;
+import slicesched.engine.observer;
+import slicesched.engine.recorders;
+import slicesched.compose.setup;
+import slicesched.compose.policy;
+import slicesched.compose.run;
+import slicesched.compose.live;
 import slicesched.cli.calibrate;
+import slicesched.cli.fail;
+import slicesched.cli.progress;
 import slicesched.simulator.emulated;
 
 namespace slicesched::cli {
@@ -101,7 +111,7 @@ Timeline timeline(const std::vector<RequestRecord>& requests, const std::vector<
   return t;
 }
 
-// The simulated twin of run_live: same parts, the calibration profile as
+// The simulated twin of the live run: same parts, the calibration profile as
 // noise-free ground truth.
 struct SimRun {
   std::vector<RequestRecord> requests;
@@ -136,24 +146,20 @@ struct Mape {
 }  // namespace
 
 int bench_accuracy(const BenchAccuracyOptions& opt) {
-  auto loaded = load_config(opt.config);
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "slicesched: %s\n", loaded.status().message().c_str());
-    return 2;
-  }
-  ExperimentConfig& cfg = loaded.value();
+  ExperimentConfig cfg = value_or_fail(load_config(opt.config));
   if (opt.time_scale) cfg.live.time_scale = *opt.time_scale;
-  try {
+  {
+    // What fails below is said of the config (as one line, from main).
     try {
-      check_devices(cfg);
-      check_weights_fit(cfg);
+      check(check_devices(cfg));
+      check(check_weights_fit(cfg));
       const PolicyConfig* policy = value_or_fail(find_policy(cfg, opt.policy, /*first_by_default=*/true));
       // Both runs start from [estimators] prior, as serve and simulate do.
       const std::optional<CalibrationProfile> prior = value_or_fail(read_prior(cfg));
       const bool progress = !opt.json;
 
       // 1. Calibrate.
-      for (const ModelConfig& m : cfg.models) rt::validate(runtime_model(m));
+      for (const ModelConfig& m : cfg.models) rt::validate(value_or_fail(runtime_model(m)));
       rt::set_cpu_threads(cfg.live.threads);
       CalibrateSettings cs;
       cs.warmup = opt.warmup;
@@ -169,11 +175,14 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
       Recorder recorder;
       EngineObserver* recorders[] = {&recorder};
       if (progress) std::fprintf(stderr, "bench accuracy: 2/3 serving policy '%s' live\n", policy->name.c_str());
-      LiveRunOptions lopt;
-      lopt.progress = progress;
-      lopt.trace_seconds = 1e9;  // the whole run: its first operator's start counts
-      lopt.observers = recorders;
-      const PolicyRun live = run_live(cfg, *policy, plugins, prior ? &*prior : nullptr, lopt);
+      const PolicyRun live = [&] {  // (the devices are let go before the simulation)
+        auto session =
+            value_or_fail(LiveSession::open(cfg, *policy, plugins, prior ? &*prior : nullptr, {.progress = progress}));
+        RecordOptions ro;
+        ro.timeline_s = 1e9;  // the whole run: its first operator's start counts
+        if (progress) ro.progress = progress_printer(policy->name);
+        return value_or_fail(session->run(ro, recorders));
+      }();
 
       // 3. Simulate the same run on the calibration.
       if (progress) std::fprintf(stderr, "bench accuracy: 3/3 simulating it on the calibration profile\n");
@@ -276,9 +285,6 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
       const std::string what = e.what();
       fail(what.rfind(cfg.path, 0) == 0 ? what : cfg.path + ": " + what);
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "slicesched: %s\n", e.what());
-    return 2;
   }
   return 0;
 }

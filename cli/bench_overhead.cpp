@@ -28,10 +28,17 @@
 #include "commands.hpp"
 #include "executor/torch/runtime.h"
 
+import slicesched.core;
+import slicesched.core.calibration;
+import slicesched.core.plugin;
 import slicesched.config;
-import slicesched.cli.live;
+import slicesched.compose.setup;
+import slicesched.compose.policy;
+import slicesched.compose.run;
+import slicesched.compose.live;
 import slicesched.executor.live;
 import slicesched.executor.llama;
+import slicesched.cli.fail;
 
 namespace slicesched::cli {
 
@@ -127,13 +134,9 @@ ScheduledRun run_scheduled(const ExperimentConfig& cfg, const PolicyConfig& poli
 }  // namespace
 
 int bench_overhead(const BenchOverheadOptions& opt) {
-  auto loaded = load_config(opt.config);
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "slicesched: %s\n", loaded.status().message().c_str());
-    return 2;
-  }
-  const ExperimentConfig& full = loaded.value();
-  try {
+  const ExperimentConfig full = value_or_fail(load_config(opt.config));
+  {
+    // What fails below is said of the config (as one line, from main).
     try {
       // One accelerator (the first, or --accelerator), one tenant, the policy's plugins.
       ExperimentConfig cfg = full;
@@ -147,8 +150,8 @@ int bench_overhead(const BenchOverheadOptions& opt) {
       if (full.accelerators.empty()) fail("cluster: no accelerators");
       cfg.accelerators = {full.accelerators[ai]};
       cfg.links.clear();
-      check_devices(cfg);
-      check_weights_fit(cfg);
+      check(check_devices(cfg));
+      check(check_weights_fit(cfg));
       const PolicyConfig* base = value_or_fail(find_policy(full, opt.policy, /*first_by_default=*/true));
       PolicyConfig policy = *base;
       policy.tenants = {"bench"};
@@ -168,7 +171,7 @@ int bench_overhead(const BenchOverheadOptions& opt) {
       check(load_plugins(cfg, plugins));
       const std::optional<CalibrationProfile> prior = value_or_fail(read_prior(cfg));
 
-      const rt::LlamaConfig mc = runtime_model(cfg.models.front());
+      const rt::LlamaConfig mc = value_or_fail(runtime_model(cfg.models.front()));
       rt::validate(mc);
       rt::set_cpu_threads(cfg.live.threads);
       rt::LlamaModel model(mc);
@@ -177,7 +180,7 @@ int bench_overhead(const BenchOverheadOptions& opt) {
       Prompts prompts;
       for (int i = 0; i < n; ++i)
         prompts.ids.push_back(rt::synthetic_prompt(mc, cfg.seed, static_cast<std::uint64_t>(i), 1));
-      const GraphTemplate tmpl = build_model(cfg.models.front())->make_template();
+      const GraphTemplate tmpl = value_or_fail(build_model(cfg.models.front()))->make_template();
       for (const auto& op : tmpl.ops()) model.load(op.name, device);
 
       const bool progress = !opt.json;
@@ -252,9 +255,6 @@ int bench_overhead(const BenchOverheadOptions& opt) {
       const std::string what = e.what();
       fail(what.rfind(full.path, 0) == 0 ? what : full.path + ": " + what);
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "slicesched: %s\n", e.what());
-    return 2;
   }
   return 0;
 }

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,13 +16,11 @@ import slicesched.core;
 import slicesched.engine;
 import slicesched.plugins.builtin;
 import slicesched.simulator.bench_cluster;
+import slicesched.cli.fail;
 
 namespace slicesched::cli {
 
 int bench_scheduler(const BenchSchedulerOptions& opt) {
-  auto check = [](const Status& s) {
-    if (!s.ok()) throw std::runtime_error(s.message());
-  };
   auto toy = bench::h100_cluster(opt.accelerators);
   check(toy.status());
   const auto& templates = toy->templates;
@@ -62,10 +59,10 @@ int bench_scheduler(const BenchSchedulerOptions& opt) {
   }
   const int candidates = static_cast<int>(groups.size());
   auto partitions = plugins.partition.create("explicit", {{"groups", groups}});
-  if (!partitions.ok()) throw std::runtime_error(partitions.status().message());
+  if (!partitions.ok()) fail(partitions.status().message());
   check(partitions.value()->bind(*accels));
   auto policy = plugins.placement.create("simulation-guided", nullptr);
-  if (!policy.ok()) throw std::runtime_error(policy.status().message());
+  if (!policy.ok()) fail(policy.status().message());
 
   std::vector<double> ms;
   std::size_t simulated_ops = 0;

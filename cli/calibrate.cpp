@@ -5,35 +5,30 @@
 // ([ground_truth] calibrated) or as estimator prior ([estimators] prior).
 #include <cstdio>
 #include <exception>
-#include <stdexcept>
 #include <string>
 
 #include "commands.hpp"
 #include "executor/torch/runtime.h"
 
+import slicesched.core;
 import slicesched.config;
 import slicesched.compose.setup;
-import slicesched.cli.live;
+import slicesched.compose.live;
+import slicesched.executor.calibration;
 import slicesched.cli.calibrate;
+import slicesched.cli.fail;
 
 namespace slicesched::cli {
 
 int calibrate(const CalibrateOptions& opt) {
   auto cfg = load_config(opt.config);
-  if (!cfg.ok()) {
-    std::fprintf(stderr, "slicesched: %s\n", cfg.status().message().c_str());
-    return 2;
-  }
-  try {
+  if (!cfg.ok()) fail(cfg.status().message());
+  {
     try {
-      check_weights_fit(cfg.value());
+      check(check_weights_fit(cfg.value()));
       std::string names;
       for (const ModelConfig& m : cfg->models) {
-        try {
-          rt::validate(runtime_model(m));
-        } catch (const std::invalid_argument& e) {
-          fail(m.where + ": " + e.what());
-        }
+        (void)value_or_fail(validated_runtime_model(m));
         names += (names.empty() ? "" : ", ") + m.name;
       }
       if (opt.dry_run) {
@@ -41,7 +36,7 @@ int calibrate(const CalibrateOptions& opt) {
                     describe(shape_grid(cfg.value())).c_str());
         return 0;
       }
-      check_devices(cfg.value());
+      check(check_devices(cfg.value()));
       if (opt.out.empty()) fail("calibrate: --out PROFILE is required");
       rt::set_cpu_threads(cfg->live.threads);
       CalibrateSettings s;
@@ -56,13 +51,10 @@ int calibrate(const CalibrateOptions& opt) {
       std::printf("wrote %s (%zu op fits, %zu transfer fits) in %.1f s\n", opt.out.c_str(), r.profile.ops.size(),
                   r.profile.transfers.size(), r.wall_s);
     } catch (const std::exception& e) {
-      // One line, naming the config.
+      // One line, naming the config (main prints it).
       const std::string what = e.what();
       fail(what.rfind(cfg->path, 0) == 0 ? what : cfg->path + ": " + what);
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "slicesched: %s\n", e.what());
-    return 2;
   }
   return 0;
 }

@@ -20,8 +20,8 @@ export namespace slicesched::cli {
 //       tenant's requests), T = the most tokens one iteration can hold
 //       (max(token_budget, P), capped by requests * P), K = the most cached
 //       tokens (kv_budget_tokens, capped by requests * (P + O)).
-// 1 for each when there are no tenants. Throws std::runtime_error when a
-// trace cannot be read.
+// 1 for each when there are no tenants. Throws CommandError (cli/fail)
+// when a trace cannot be read.
 GridBounds grid_bounds(const ExperimentConfig& cfg);
 ShapeGrid shape_grid(const ExperimentConfig& cfg);
 
@@ -32,8 +32,8 @@ CalibrationTarget calibration_target(const ExperimentConfig& cfg);
 // slicesched::calibrate_models of calibration_target(cfg), each model's
 // runtime built from its [[models]] table (random weights from its seed),
 // with its contract: the devices must exist (check_devices) and the weights
-// fit (check_weights_fit). Throws std::runtime_error (one line) on a model
-// the runtime cannot build.
+// fit (check_weights_fit). Throws CommandError (one line) on a model the
+// runtime cannot build.
 CalibrationResult calibrate_config(const ExperimentConfig& cfg, const CalibrateSettings& s);
 
 }  // namespace slicesched::cli

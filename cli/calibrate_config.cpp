@@ -9,7 +9,12 @@ module;
 
 module slicesched.cli.calibrate;
 
-import slicesched.cli.live;
+import slicesched.core;
+import slicesched.config;
+import slicesched.compose.setup;
+import slicesched.compose.live;
+import slicesched.executor.calibration;
+import slicesched.cli.fail;
 
 namespace slicesched::cli {
 
@@ -19,7 +24,7 @@ GridBounds grid_bounds(const ExperimentConfig& cfg) {
   for (std::size_t i = 0; i < cfg.tenants.size(); ++i) {
     const TenantConfig& t = cfg.tenants[i];
     // What the window replays, as build_policy does.
-    const Trace trace = make_stream(t, cfg.seed + i, cfg.duration_s > 0 ? cfg.duration_s : -1);
+    const Trace trace = value_or_fail(make_stream(t, cfg.seed + i, cfg.duration_s > 0 ? cfg.duration_s : -1));
     std::int64_t p = 1, o = 1;
     for (const Request& r : trace.requests) {
       p = std::max(p, r.input_tokens);
@@ -39,13 +44,13 @@ ShapeGrid shape_grid(const ExperimentConfig& cfg) { return slicesched::shape_gri
 
 CalibrationTarget calibration_target(const ExperimentConfig& cfg) {
   CalibrationTarget t;
-  t.accels = make_cluster(cfg);
+  t.accels = value_or_fail(make_cluster(cfg));
   for (const auto& a : cfg.accelerators) t.devices.push_back(a.device);
   t.templates = std::make_shared<TemplateRegistry>();
   const auto held = residency(cfg);
   for (std::size_t i = 0; i < cfg.models.size(); ++i) {
     CalibrationTarget::Served m;
-    m.model = build_model(cfg.models[i]);
+    m.model = value_or_fail(build_model(cfg.models[i]));
     m.tmpl = t.templates->add(m.model->make_template()).value();
     for (AccelId a = 0; a < held.size(); ++a)
       if (std::find(held[a].begin(), held[a].end(), i) != held[a].end()) m.accels.push_back(a);
@@ -64,7 +69,7 @@ CalibrationResult calibrate_config(const ExperimentConfig& cfg, const CalibrateS
   std::vector<std::unique_ptr<rt::LlamaModel>> runtimes;
   std::vector<rt::LlamaModel*> views;
   for (const ModelConfig& m : cfg.models) {
-    runtimes.push_back(std::make_unique<rt::LlamaModel>(runtime_model(m)));
+    runtimes.push_back(std::make_unique<rt::LlamaModel>(value_or_fail(runtime_model(m))));
     views.push_back(runtimes.back().get());
   }
   return slicesched::calibrate_models(calibration_target(cfg), views, s);

@@ -4,8 +4,6 @@
 // its devices, then serves until the scheduler says shutdown, the
 // scheduler goes silent ([live] executor_timeout_ms), or SIGINT/SIGTERM.
 #include <algorithm>
-#include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -17,15 +15,15 @@
 
 import slicesched.core;
 import slicesched.config;
-import slicesched.cli.live;
+import slicesched.compose.live;
+import slicesched.executor.llama;
 import slicesched.executor.remote.executor_server;
+import slicesched.cli.fail;
+import slicesched.cli.signals;
 
 namespace slicesched::cli {
 
 namespace {
-
-std::atomic<int> g_exec_stop{0};
-extern "C" void on_exec_signal(int) { g_exec_stop = 1; }
 
 // A tcp:// endpoint's port must be a port (ZeroMQ takes 99999 and listens
 // on what it wraps to); "" when `listen` is fine, else the one line.
@@ -45,97 +43,70 @@ std::string bad_listen(const std::string& listen) {
 }  // namespace
 
 int executor(const ExecutorOptions& opt) {
-  if (const std::string bad = bad_listen(opt.listen); !bad.empty()) {
-    std::fprintf(stderr, "slicesched: %s\n", bad.c_str());
-    return 2;
+  if (const std::string bad = bad_listen(opt.listen); !bad.empty()) fail(bad);
+  const ExperimentConfig cfg = value_or_fail(load_config(opt.config));
+  const HostConfig* host = nullptr;
+  std::string names;
+  for (const HostConfig& h : cfg.hosts) {
+    if (h.name == opt.host) host = &h;
+    names += (names.empty() ? "" : ", ") + h.name;
   }
-  auto cfg = load_config(opt.config);
-  if (!cfg.ok()) {
-    std::fprintf(stderr, "slicesched: %s\n", cfg.status().message().c_str());
-    return 2;
-  }
-  try {
-    const HostConfig* host = nullptr;
-    std::string names;
-    for (const HostConfig& h : cfg->hosts) {
-      if (h.name == opt.host) host = &h;
-      names += (names.empty() ? "" : ", ") + h.name;
-    }
-    if (!host)
-      fail(cfg->path + ": --host " + opt.host + ": no [[hosts]] entry of that name" +
-           (names.empty() ? " (the config has no [[hosts]])" : " (known: " + names + ")"));
-    check_executor_devices(cfg.value(), opt.host);
-    rt::set_cpu_threads(cfg->live.threads);
+  if (!host)
+    fail(cfg.path + ": --host " + opt.host + ": no [[hosts]] entry of that name" +
+         (names.empty() ? " (the config has no [[hosts]])" : " (known: " + names + ")"));
+  check(check_executor_devices(cfg, opt.host));
+  rt::set_cpu_threads(cfg.live.threads);
 
-    // The runner indexes accelerators as the scheduler does (config order,
-    // every host); another host's accelerators get a placeholder device
-    // that nothing here ever runs on.
-    std::vector<std::string> devices;
-    ExecutorServerOptions so{opt.listen, opt.host, cfg->live.heartbeat_ms, cfg->live.executor_timeout_ms, {}};
-    for (AccelId a = 0; a < cfg->accelerators.size(); ++a) {
-      const AcceleratorConfig& ac = cfg->accelerators[a];
-      const bool mine = ac.host == opt.host;
-      devices.push_back(mine ? ac.device : "cpu");
-      if (mine) so.accels.push_back({a, ac.name, ac.device, ac.hbm_bytes, 0});
-    }
-    if (so.accels.empty()) fail(host->where + ": host '" + opt.host + "' has no accelerator (give one `host = ...`)");
-    const auto held = residency(cfg.value());
-    std::vector<std::unique_ptr<rt::LlamaModel>> runtimes;
-    std::vector<ServedModel> served;
-    std::vector<rt::LlamaConfig> model_cfgs;
-    for (std::size_t i = 0; i < cfg->models.size(); ++i) {
-      rt::LlamaConfig mc = runtime_model(cfg->models[i]);
-      model_cfgs.push_back(mc);
-      try {
-        rt::validate(mc);
-      } catch (const std::exception& e) {
-        fail(cfg->models[i].where + ": " + e.what());
-      }
-      try {  // (a checkpoint's files are opened here)
-        runtimes.push_back(std::make_unique<rt::LlamaModel>(mc));
-      } catch (const std::exception& e) {
-        fail(cfg->models[i].where + ": " + e.what());
-      }
-      ServedModel m{static_cast<TemplateId>(i), runtimes.back().get(), nullptr, {}};
-      for (const auto& x : so.accels)
-        if (std::find(held[x.id].begin(), held[x.id].end(), i) != held[x.id].end()) m.accels.push_back(x.id);
-      served.push_back(std::move(m));
-    }
-    LlamaRunner runner(std::move(served), devices, transport(cfg->live));
-    auto gpus = runner.start_devices();
-    if (!gpus.ok()) fail(cfg->path + ": " + gpus.status().message());
-    auto weights = runner.load_weights();
-    if (!weights.ok()) fail(cfg->path + ": " + weights.status().message());
-    for (auto& x : so.accels) {
-      x.weights = weights.value()[x.id];
-      if (x.weights > x.budget)
-        fail(cfg->path + ": cluster: accelerator '" + x.name + "' cannot hold its weights (" +
-             std::to_string(x.weights) + " bytes, hbm " + std::to_string(x.budget) + ")");
-    }
-    so.fingerprint = executor_fingerprint(cfg.value(), model_cfgs, opt.host);
-    ExecutorServer server(runner, so);
-    g_exec_stop = 0;
-    struct sigaction sa = {};
-    sa.sa_handler = on_exec_signal;
-    sigemptyset(&sa.sa_mask);
-    for (int sig : {SIGINT, SIGTERM}) sigaction(sig, &sa, nullptr);
-    // Said once the endpoint is bound, not before.
-    if (Status b = server.bind(); !b.ok()) {
-      std::fprintf(stderr, "slicesched: %s\n", b.message().c_str());
-      return 2;
-    }
-    std::fprintf(stderr, "slicesched executor '%s': %zu accelerator(s), listening on %s\n", opt.host.c_str(),
-                 so.accels.size(), opt.listen.c_str());
-    const Status s = server.serve(&g_exec_stop);
-    std::fprintf(stderr, "slicesched executor '%s': %s\n", opt.host.c_str(), server.summary().c_str());
-    if (!s.ok()) {
-      std::fprintf(stderr, "slicesched: %s\n", s.message().c_str());
-      return 1;
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "slicesched: %s\n", e.what());
-    return 2;
+  // The runner indexes accelerators as the scheduler does (config order,
+  // every host); another host's accelerators get a placeholder device
+  // that nothing here ever runs on.
+  std::vector<std::string> devices;
+  ExecutorServerOptions so{opt.listen, opt.host, cfg.live.heartbeat_ms, cfg.live.executor_timeout_ms, {}};
+  for (AccelId a = 0; a < cfg.accelerators.size(); ++a) {
+    const AcceleratorConfig& ac = cfg.accelerators[a];
+    const bool mine = ac.host == opt.host;
+    devices.push_back(mine ? ac.device : "cpu");
+    if (mine) so.accels.push_back({a, ac.name, ac.device, ac.hbm_bytes, 0});
   }
+  if (so.accels.empty()) fail(host->where + ": host '" + opt.host + "' has no accelerator (give one `host = ...`)");
+  const auto held = residency(cfg);
+  std::vector<std::unique_ptr<rt::LlamaModel>> runtimes;
+  std::vector<ServedModel> served;
+  std::vector<rt::LlamaConfig> model_cfgs;
+  for (std::size_t i = 0; i < cfg.models.size(); ++i) {
+    const rt::LlamaConfig mc = value_or_fail(validated_runtime_model(cfg.models[i]));
+    model_cfgs.push_back(mc);
+    try {  // (a checkpoint's files are opened here; LibTorch says what is wrong by throwing)
+      runtimes.push_back(std::make_unique<rt::LlamaModel>(mc));
+    } catch (const std::exception& e) {
+      fail(cfg.models[i].where + ": " + e.what());
+    }
+    ServedModel m{static_cast<TemplateId>(i), runtimes.back().get(), nullptr, {}};
+    for (const auto& x : so.accels)
+      if (std::find(held[x.id].begin(), held[x.id].end(), i) != held[x.id].end()) m.accels.push_back(x.id);
+    served.push_back(std::move(m));
+  }
+  LlamaRunner runner(std::move(served), devices, transport(cfg.live));
+  auto gpus = runner.start_devices();
+  if (!gpus.ok()) fail(cfg.path + ": " + gpus.status().message());
+  auto weights = runner.load_weights();
+  if (!weights.ok()) fail(cfg.path + ": " + weights.status().message());
+  for (auto& x : so.accels) {
+    x.weights = weights.value()[x.id];
+    if (x.weights > x.budget)
+      fail(cfg.path + ": cluster: accelerator '" + x.name + "' cannot hold its weights (" + std::to_string(x.weights) +
+           " bytes, hbm " + std::to_string(x.budget) + ")");
+  }
+  so.fingerprint = executor_fingerprint(cfg, model_cfgs, opt.host);
+  ExecutorServer server(runner, so);
+  const StopSignals signals(StopSignals::Options{});
+  // Said once the endpoint is bound, not before.
+  check(server.bind());
+  std::fprintf(stderr, "slicesched executor '%s': %zu accelerator(s), listening on %s\n", opt.host.c_str(),
+               so.accels.size(), opt.listen.c_str());
+  const Status s = server.serve(&signals.stop());
+  std::fprintf(stderr, "slicesched executor '%s': %s\n", opt.host.c_str(), server.summary().c_str());
+  if (!s.ok()) fail(s.message(), 1);
   return 0;
 }
 

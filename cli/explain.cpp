@@ -16,6 +16,8 @@
 
 #include "commands.hpp"
 
+import slicesched.cli.fail;
+
 namespace slicesched::cli {
 
 namespace {
@@ -61,12 +63,8 @@ void print_round(const nlohmann::json& d) {
 int explain(const ExplainOptions& opt) {
   const std::filesystem::path path = std::filesystem::path(opt.dir) / "decisions.jsonl";
   std::ifstream in(path);
-  if (!in) {
-    std::fprintf(stderr,
-                 "slicesched: %s: cannot open (write it with `slicesched simulate CONFIG --explain --out %s`)\n",
-                 path.string().c_str(), opt.dir.c_str());
-    return 2;
-  }
+  if (!in)
+    fail(path.string() + ": cannot open (write it with `slicesched simulate CONFIG --explain --out " + opt.dir + "`)");
   std::map<std::string, std::vector<nlohmann::json>> rounds;  // per policy, in file order
   std::size_t lineno = 0, lines = 0;
   std::set<std::string> policies;  // every policy the file records
@@ -77,16 +75,11 @@ int explain(const ExplainOptions& opt) {
     nlohmann::json d;
     try {
       d = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "slicesched: %s:%zu: expected one JSON object per line (%s)\n", path.string().c_str(),
-                   lineno, e.what());
-      return 2;
+    } catch (const nlohmann::json::exception& e) {
+      fail(path.string() + ":" + std::to_string(lineno) + ": expected one JSON object per line (" + e.what() + ")");
     }
-    if (!d.is_object() || !d.contains("requests") || !d["requests"].is_array()) {
-      std::fprintf(stderr, "slicesched: %s:%zu: expected a decision object with a \"requests\" array\n",
-                   path.string().c_str(), lineno);
-      return 2;
-    }
+    if (!d.is_object() || !d.contains("requests") || !d["requests"].is_array())
+      fail(path.string() + ":" + std::to_string(lineno) + ": expected a decision object with a \"requests\" array");
     ++lines;
     const std::string policy = d.value("policy", std::string());
     policies.insert(policy);
@@ -100,18 +93,15 @@ int explain(const ExplainOptions& opt) {
   if (opt.policy && !policies.contains(*opt.policy)) {
     std::string names;
     for (const std::string& p : policies) names += (names.empty() ? "" : ", ") + p;
-    std::fprintf(stderr, "slicesched: --policy %s: %s records no policy of that name (policies: %s)\n",
-                 opt.policy->c_str(), path.string().c_str(), names.empty() ? "none" : names.c_str());
-    return 2;
+    fail("--policy " + *opt.policy + ": " + path.string() +
+         " records no policy of that name (policies: " + (names.empty() ? "none" : names) + ")");
   }
-  if (rounds.empty()) {
-    std::fprintf(stderr,
-                 "slicesched: request %llu is in none of the %zu recorded round(s)%s of %s (rounds are recorded for "
-                 "the first --trace-seconds of a run; ids are rows of requests_<policy>.csv)\n",
-                 static_cast<unsigned long long>(opt.request), lines,
-                 opt.policy ? (" of policy '" + *opt.policy + "'").c_str() : "", path.string().c_str());
-    return 1;
-  }
+  if (rounds.empty())
+    fail("request " + std::to_string(opt.request) + " is in none of the " + std::to_string(lines) +
+             " recorded round(s)" + (opt.policy ? " of policy '" + *opt.policy + "'" : std::string()) + " of " +
+             path.string() +
+             " (rounds are recorded for the first --trace-seconds of a run; ids are rows of requests_<policy>.csv)",
+         1);
   for (const auto& [policy, list] : rounds) {
     std::printf("policy %s: request %llu was placed in %zu round(s)\n", policy.c_str(),
                 static_cast<unsigned long long>(opt.request), list.size());

@@ -7,6 +7,8 @@
 #include "commands.hpp"
 #include "live_runtime.hpp"
 
+import slicesched.cli.fail;
+
 int main(int argc, char** argv) {
   CLI::App app{"SliceScheduler: operator-level scheduling of LLM inference across a GPU cluster"};
   app.require_subcommand(1);
@@ -213,10 +215,7 @@ int main(int argc, char** argv) {
       // LibTorch, CUDA and Python are mapped only here (cli/live_runtime.hpp).
       std::string error;
       const slicesched::cli::LiveCommands* live = slicesched::cli::live_commands(error);
-      if (live == nullptr) {
-        std::fprintf(stderr, "slicesched: %s\n", error.c_str());
-        return 2;
-      }
+      if (live == nullptr) throw slicesched::cli::CommandError(error);
       if (serve->parsed()) return live->serve(serve_opt);
       if (executor->parsed()) return live->executor(exec_opt);
       if (devices->parsed()) return live->devices();
@@ -232,9 +231,13 @@ int main(int argc, char** argv) {
     }
     if (bench_sim->parsed()) return slicesched::cli::bench_simulator(sim_opt);
     if (bench_sched->parsed()) return slicesched::cli::bench_scheduler(sched_opt);
+  } catch (const slicesched::cli::CommandError& e) {
+    // The one place a command's failure is printed (cli/fail.cppm).
+    std::fprintf(stderr, "slicesched: %s\n", e.what());
+    return e.status;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "slicesched: %s\n", e.what());
-    return 1;
+    return 2;
   }
   return 0;
 }

@@ -12,6 +12,8 @@
 
 #include "commands.hpp"
 
+import slicesched.compose.experiment;
+import slicesched.cli.fail;
 import slicesched.cli.points;
 import slicesched.planning.rows;
 import slicesched.planning.search;
@@ -19,109 +21,103 @@ import slicesched.planning.search;
 namespace slicesched::cli {
 
 int plan(const PlanOptions& opt) {
-  try {
-    auto vary = planning::parse_vary(opt.vary);
-    if (!vary.ok()) fail(vary.status().message());
-    std::vector<planning::Objective> objectives;
-    for (const auto& o : opt.objectives) {
-      auto parsed = planning::parse_objective(o);
-      if (!parsed.ok()) fail(parsed.status().message());
-      objectives.push_back(std::move(parsed).value());
-    }
-    if (objectives.empty()) fail("plan: give at least one --objective (e.g. ttft_p90_s<=1.0)");
-    // The baseline's run (slo_baseline) sets the SLO threshold: run it only
-    // when an objective reads SLO attainment (it also pins GPUs by name, so
-    // without it a range may start below them).
-    const bool slo = std::any_of(objectives.begin(), objectives.end(),
-                                 [](const planning::Objective& o) { return o.figure.starts_with("slo"); });
-    std::vector<ConfigOverride> base;
-    for (const auto& s : opt.sets) {
-      const auto eq = s.find('=');
-      if (eq == std::string::npos || eq == 0) fail("--set " + s + ": expected KEY=VALUE");
-      base.push_back({s.substr(0, eq), s.substr(eq + 1)});
-    }
-    auto cfg = load_config(opt.config, base);
-    if (!cfg.ok()) fail(cfg.status().message());
-    PluginRegistries plugins;
-    check(load_plugins(cfg.value(), plugins));
+  auto vary = planning::parse_vary(opt.vary);
+  if (!vary.ok()) fail(vary.status().message());
+  std::vector<planning::Objective> objectives;
+  for (const auto& o : opt.objectives) {
+    auto parsed = planning::parse_objective(o);
+    if (!parsed.ok()) fail(parsed.status().message());
+    objectives.push_back(std::move(parsed).value());
+  }
+  if (objectives.empty()) fail("plan: give at least one --objective (e.g. ttft_p90_s<=1.0)");
+  // The baseline's run (slo_baseline) sets the SLO threshold: run it only
+  // when an objective reads SLO attainment (it also pins GPUs by name, so
+  // without it a range may start below them).
+  const bool slo = std::any_of(objectives.begin(), objectives.end(),
+                               [](const planning::Objective& o) { return o.figure.starts_with("slo"); });
+  std::vector<ConfigOverride> base;
+  for (const auto& s : opt.sets) {
+    const auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) fail("--set " + s + ": expected KEY=VALUE");
+    base.push_back({s.substr(0, eq), s.substr(eq + 1)});
+  }
+  // (Each point reads the prior with its ground truth, by load_truths.)
+  const auto opened = value_or_fail(open_experiment(opt.config, {.overrides = base, .prior = false}));
+  const PluginRegistries& plugins = opened->plugins;
 
-    const std::vector<planning::SweepAxis> axes = {{vary->key.substr(vary->key.find_last_of('.') + 1), vary->key, {}}};
-    auto point_at = [&](std::int64_t v) {
-      return planning::SweepPoint{static_cast<std::size_t>(v - vary->lo), {std::to_string(v)}};
-    };
-    // Both ends must make valid configs before anything runs.
-    prepare_point(opt.config, base, point_at(vary->lo), axes, {opt.policy}, plugins, slo);
-    prepare_point(opt.config, base, point_at(vary->hi), axes, {opt.policy}, plugins, slo);
+  const std::vector<planning::SweepAxis> axes = {{vary->key.substr(vary->key.find_last_of('.') + 1), vary->key, {}}};
+  auto point_at = [&](std::int64_t v) {
+    return planning::SweepPoint{static_cast<std::size_t>(v - vary->lo), {std::to_string(v)}};
+  };
+  // Both ends must make valid configs before anything runs.
+  prepare_point(opt.config, base, point_at(vary->lo), axes, {opt.policy}, plugins, slo);
+  prepare_point(opt.config, base, point_at(vary->hi), axes, {opt.policy}, plugins, slo);
 
-    struct Tried {
-      std::int64_t value;
-      bool holds;
-      nlohmann::json entry;
-    };
-    std::vector<Tried> tried;
-    const int jobs = slo ? 2 : 1;  // the policy and its reference side by side
-    auto holds = [&](std::int64_t v) {
-      const PreparedPoint p = prepare_point(opt.config, base, point_at(v), axes, {opt.policy}, plugins, slo);
-      const auto result = run_points({p}, plugins, jobs, "");
-      const nlohmann::json& e = result[0].entries[0];
-      const auto row = planning::make_row(p.point, opt.policy, e);
-      bool ok = true;
-      std::string why;
-      for (const auto& o : objectives) {
-        const double x = planning::figure(row, o.figure);
-        ok &= o.holds(x);
-        char b[96];
-        std::snprintf(b, sizeof b, "%s%s=%.4g", why.empty() ? "" : ", ", o.figure.c_str(), x);
-        why += b;
-      }
-      std::fprintf(stderr, "  %s=%lld: %s -> %s\n", axes[0].name.c_str(), static_cast<long long>(v), why.c_str(),
-                   ok ? "holds" : "fails");
-      tried.push_back({v, ok, e});
-      return ok;
-    };
-    const auto found = planning::smallest_holding(vary->lo, vary->hi, holds);
-    std::sort(tried.begin(), tried.end(), [](const Tried& a, const Tried& b) { return a.value < b.value; });
-
-    if (opt.json) {
-      nlohmann::json j;
-      j["key"] = vary->key;
-      j["policy"] = opt.policy;
-      j["range"] = {vary->lo, vary->hi};
-      j["objectives"] = opt.objectives;
-      j["answer"] = found.answer ? nlohmann::json(*found.answer) : nlohmann::json(nullptr);
-      j["monotone"] = found.monotone;
-      j["points"] = nlohmann::json::array();
-      for (const auto& t : tried) {
-        nlohmann::json f;
-        for (const auto& o : objectives) f[o.figure] = t.entry.value(o.figure, 0.0);
-        j["points"].push_back({{"value", t.value}, {"holds", t.holds}, {"figures", f}});
-      }
-      std::printf("%s\n", j.dump(2).c_str());
-    } else {
-      std::printf("\n%-12s", axes[0].name.c_str());
-      for (const auto& o : objectives) std::printf(" %16s", o.figure.c_str());
-      std::printf("  objectives\n");
-      for (const auto& t : tried) {
-        std::printf("%-12lld", static_cast<long long>(t.value));
-        for (const auto& o : objectives) std::printf(" %16.4f", t.entry.value(o.figure, 0.0));
-        std::printf("  %s\n", t.holds ? "hold" : "fail");
-      }
-      std::string objs;
-      for (const auto& o : opt.objectives) objs += (objs.empty() ? "" : ", ") + o;
-      if (found.answer)
-        std::printf("\nanswer: %s = %lld is the smallest value in [%lld, %lld] where %s (policy %s)\n",
-                    vary->key.c_str(), static_cast<long long>(*found.answer), static_cast<long long>(vary->lo),
-                    static_cast<long long>(vary->hi), objs.c_str(), opt.policy.c_str());
-      else
-        std::printf("\nanswer: none: even %s = %lld misses %s (policy %s)\n", vary->key.c_str(),
-                    static_cast<long long>(vary->hi), objs.c_str(), opt.policy.c_str());
-      if (!found.monotone)
-        std::printf("warning: the objectives are not monotone in %s here (a value above the answer fails)\n",
-                    vary->key.c_str());
+  struct Tried {
+    std::int64_t value;
+    bool holds;
+    nlohmann::json entry;
+  };
+  std::vector<Tried> tried;
+  const int jobs = slo ? 2 : 1;  // the policy and its reference side by side
+  auto holds = [&](std::int64_t v) {
+    const PreparedPoint p = prepare_point(opt.config, base, point_at(v), axes, {opt.policy}, plugins, slo);
+    const auto result = run_points({p}, plugins, jobs, "");
+    const nlohmann::json& e = result[0].entries[0];
+    const auto row = planning::make_row(p.point, opt.policy, e);
+    bool ok = true;
+    std::string why;
+    for (const auto& o : objectives) {
+      const double x = planning::figure(row, o.figure);
+      ok &= o.holds(x);
+      char b[96];
+      std::snprintf(b, sizeof b, "%s%s=%.4g", why.empty() ? "" : ", ", o.figure.c_str(), x);
+      why += b;
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "slicesched: %s\n", e.what());
-    return 2;
+    std::fprintf(stderr, "  %s=%lld: %s -> %s\n", axes[0].name.c_str(), static_cast<long long>(v), why.c_str(),
+                 ok ? "holds" : "fails");
+    tried.push_back({v, ok, e});
+    return ok;
+  };
+  const auto found = planning::smallest_holding(vary->lo, vary->hi, holds);
+  std::sort(tried.begin(), tried.end(), [](const Tried& a, const Tried& b) { return a.value < b.value; });
+
+  if (opt.json) {
+    nlohmann::json j;
+    j["key"] = vary->key;
+    j["policy"] = opt.policy;
+    j["range"] = {vary->lo, vary->hi};
+    j["objectives"] = opt.objectives;
+    j["answer"] = found.answer ? nlohmann::json(*found.answer) : nlohmann::json(nullptr);
+    j["monotone"] = found.monotone;
+    j["points"] = nlohmann::json::array();
+    for (const auto& t : tried) {
+      nlohmann::json f;
+      for (const auto& o : objectives) f[o.figure] = t.entry.value(o.figure, 0.0);
+      j["points"].push_back({{"value", t.value}, {"holds", t.holds}, {"figures", f}});
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("\n%-12s", axes[0].name.c_str());
+    for (const auto& o : objectives) std::printf(" %16s", o.figure.c_str());
+    std::printf("  objectives\n");
+    for (const auto& t : tried) {
+      std::printf("%-12lld", static_cast<long long>(t.value));
+      for (const auto& o : objectives) std::printf(" %16.4f", t.entry.value(o.figure, 0.0));
+      std::printf("  %s\n", t.holds ? "hold" : "fail");
+    }
+    std::string objs;
+    for (const auto& o : opt.objectives) objs += (objs.empty() ? "" : ", ") + o;
+    if (found.answer)
+      std::printf("\nanswer: %s = %lld is the smallest value in [%lld, %lld] where %s (policy %s)\n", vary->key.c_str(),
+                  static_cast<long long>(*found.answer), static_cast<long long>(vary->lo),
+                  static_cast<long long>(vary->hi), objs.c_str(), opt.policy.c_str());
+    else
+      std::printf("\nanswer: none: even %s = %lld misses %s (policy %s)\n", vary->key.c_str(),
+                  static_cast<long long>(vary->hi), objs.c_str(), opt.policy.c_str());
+    if (!found.monotone)
+      std::printf("warning: the objectives are not monotone in %s here (a value above the answer fails)\n",
+                  vary->key.c_str());
   }
   return 0;
 }

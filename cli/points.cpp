@@ -13,6 +13,7 @@ module;
 #include <vector>
 
 module slicesched.cli.points;
+import slicesched.cli.fail;
 import slicesched.cli.progress;
 import slicesched.cli.report;
 
@@ -44,14 +45,12 @@ PreparedPoint prepare_point(const std::string& config, const std::vector<ConfigO
   if (with_reference && !baseline.empty() &&
       std::find(p.policies.begin(), p.policies.end(), baseline) == p.policies.end())
     p.reference = baseline;
-  try {
-    for (const auto& q : p.cfg.policies)
-      if (std::find(p.policies.begin(), p.policies.end(), q.name) != p.policies.end() || p.reference == q.name)
-        check(check_policies(p.cfg, plugins, q.name));
-    p.truths = value_or_fail(load_truths(p.cfg));
-  } catch (const std::exception& e) {
-    fail(where + ": " + e.what());
-  }
+  for (const auto& q : p.cfg.policies)
+    if (std::find(p.policies.begin(), p.policies.end(), q.name) != p.policies.end() || p.reference == q.name)
+      if (Status s = check_policies(p.cfg, plugins, q.name); !s.ok()) fail(where + ": " + s.message());
+  auto truths = load_truths(p.cfg);
+  if (!truths.ok()) fail(where + ": " + truths.status().message());
+  p.truths = std::move(truths).value();
   return p;
 }
 

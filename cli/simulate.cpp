@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -22,79 +21,42 @@
 
 #include "commands.hpp"
 
+import slicesched.core;
+import slicesched.config;
+import slicesched.compose.experiment;
+import slicesched.compose.policy;
+import slicesched.compose.run;
 import slicesched.compose.offline;
+import slicesched.cli.fail;
 import slicesched.cli.progress;
 import slicesched.cli.report;
+import slicesched.cli.signals;
 
 namespace slicesched::cli {
-
-namespace {
-
-// Ctrl-C (SIGINT) or SIGTERM: the first cancels the runs at their next
-// event and nothing is written (results cut short would look complete);
-// once writing has begun it finishes. A second one stops the process at
-// once (a file being written is then left under its temporary name, never
-// under its own).
-std::atomic<int> g_stop{0};
-std::atomic<int> g_signal{0};
-
-extern "C" void on_stop_signal(int sig) {
-  g_signal.store(sig);
-  if (g_stop.fetch_add(1) >= 1) {
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-  }
-}
-
-struct StopSignals {
-  struct sigaction old_int = {}, old_term = {};
-  StopSignals() {
-    g_stop.store(0);
-    struct sigaction sa = {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-  }
-  ~StopSignals() {
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGTERM, &old_term, nullptr);
-  }
-};
-
-const char* signal_name() { return g_signal.load() == SIGTERM ? "SIGTERM" : "SIGINT"; }
-
-}  // namespace
 
 int simulate(const SimulateOptions& opt) {
   std::vector<ConfigOverride> overrides;
   for (const auto& s : opt.sets) {
     const auto eq = s.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      std::fprintf(stderr, "slicesched: --set %s: expected KEY=VALUE\n", s.c_str());
-      return 2;
-    }
+    if (eq == std::string::npos || eq == 0) fail("--set " + s + ": expected KEY=VALUE");
     overrides.push_back({s.substr(0, eq), s.substr(eq + 1)});
   }
-  auto cfg = load_config(opt.config, overrides);
-  if (!cfg.ok()) {
-    std::fprintf(stderr, "slicesched: %s\n", cfg.status().message().c_str());
-    return 2;
-  }
-  if (opt.seed) cfg->seed = *opt.seed;
+  // (The prior is read with the ground truth, by load_truths.)
+  const auto opened =
+      value_or_fail(open_experiment(opt.config, {.overrides = overrides, .seed = opt.seed, .prior = false}));
+  ExperimentConfig* const cfg = &opened->cfg;
+  const PluginRegistries& plugins = opened->plugins;
   if (opt.skip_bad_lines)
     for (auto& t : cfg->tenants) t.stream.trace.skip_bad_lines = true;
-  try {
-    PluginRegistries plugins;
-    check(load_plugins(cfg.value(), plugins));
-    const Truths truths = value_or_fail(load_truths(cfg.value()));
-    const std::vector<TruthPlayed> played = truth_played(cfg.value(), truths);
+  {
+    const Truths truths = value_or_fail(load_truths(*cfg));
+    const std::vector<TruthPlayed> played = truth_played(*cfg, truths);
     const std::string profile = std::filesystem::path(cfg->ground_truth.layers_csv).filename().string();
     if (const std::string line = roofline_fallback_line(played, profile); !line.empty())
       std::fprintf(stderr, "slicesched: %s\n", line.c_str());
     std::vector<const PolicyConfig*> chosen;
     if (opt.policy)
-      chosen.push_back(value_or_fail(find_policy(cfg.value(), opt.policy)));
+      chosen.push_back(value_or_fail(find_policy(*cfg, opt.policy)));
     else
       for (const auto& p : cfg->policies) chosen.push_back(&p);
     // SLO attainment is against the baseline's p90 TTFT, never a run's own:
@@ -125,7 +87,7 @@ int simulate(const SimulateOptions& opt) {
     const bool parallel_whatifs = reported == 1;
     tbb::parallel_for(std::size_t{0}, chosen.size(), [&](std::size_t k) {
       auto made = build_policy(
-          cfg.value(), *chosen[k], plugins,
+          *cfg, *chosen[k], plugins,
           {.prior = truths.prior ? &*truths.prior : nullptr, .parallel = parallel_whatifs, .explain = opt.explain});
       if (made.ok())
         parts[k] = std::move(made).value();
@@ -134,7 +96,12 @@ int simulate(const SimulateOptions& opt) {
     });
     for (const Status& s : built) check(s);
 
-    const StopSignals signals;
+    // Ctrl-C (SIGINT) or SIGTERM: the first cancels the runs at their next
+    // event and nothing is written (results cut short would look complete);
+    // once writing has begun it finishes. A second one stops the process at
+    // once (a file being written is then left under its temporary name,
+    // never under its own).
+    const StopSignals signals({.second_kills = true});
     const auto t0 = std::chrono::steady_clock::now();
     // A policy that fails does not take the others' results with it: its
     // error is kept (one line naming it), the others run to the end, and
@@ -142,12 +109,12 @@ int simulate(const SimulateOptions& opt) {
     std::vector<std::optional<PolicyRun>> runs(chosen.size());
     std::vector<std::string> failures(chosen.size());
     auto run_one = [&](std::size_t k, RecordOptions ro) {
-      ro.stop = &g_stop;
+      ro.stop = &signals.stop();
       ro.timeline_s = opt.trace_seconds;
       ro.decisions = opt.explain && k < reported;
       ro.origin = "simulate " + cfg->path + ", policy " + chosen[k]->name;
       ro.keep_failed = true;  // a failed run's decisions and trace are what explain it
-      auto run = run_offline(cfg.value(), *parts[k], truths, ro);
+      auto run = run_offline(*cfg, *parts[k], truths, ro);
       parts[k].reset();  // what a run held is not needed for the report
       if (!run.ok())
         failures[k] = run.status().message();
@@ -195,8 +162,8 @@ int simulate(const SimulateOptions& opt) {
       });
       if (tty) std::fprintf(stderr, "\n");
     }
-    if (g_stop.load() > 0) {
-      std::fprintf(stderr, "\nslicesched: %s: stopped while simulating; nothing written\n", signal_name());
+    if (signals.count() > 0) {
+      std::fprintf(stderr, "\nslicesched: %s: stopped while simulating; nothing written\n", signals.name());
       return 130;
     }
     std::vector<PolicyRun> finished, failed_runs;
@@ -222,7 +189,7 @@ int simulate(const SimulateOptions& opt) {
                      r.name.c_str(), deciding, r.metrics.span_s);
     }
     if (!finished.empty() || !failed_runs.empty())
-      report(cfg.value(), finished,
+      report(*cfg, finished,
              {.out = opt.out,
               .trace_seconds = opt.trace_seconds,
               .explain = opt.explain,
@@ -239,15 +206,12 @@ int simulate(const SimulateOptions& opt) {
           std::fprintf(stderr, "slicesched: %s\n", failures[k].c_str());
       }
     if (failed > 0) return 2;
-    if (g_stop.load() > 0) {
-      std::fprintf(stderr, "slicesched: %s: came while writing; every output was written\n", signal_name());
+    if (signals.count() > 0) {
+      std::fprintf(stderr, "slicesched: %s: came while writing; every output was written\n", signals.name());
       return 130;
     }
     std::printf("%zu polic%s simulated in %.1f s wall\n", finished.size(), finished.size() == 1 ? "y" : "ies",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "slicesched: %s\n", e.what());
-    return 2;
   }
   return 0;
 }

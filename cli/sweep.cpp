@@ -21,6 +21,8 @@
 
 #include "commands.hpp"
 
+import slicesched.compose.experiment;
+import slicesched.cli.fail;
 import slicesched.cli.points;
 import slicesched.core.files;
 import slicesched.engine.metrics;
@@ -158,93 +160,82 @@ void write_outputs(const fs::path& dir, const SweepTable& t, bool wall) {
 }  // namespace
 
 int sweep(const SweepOptions& opt) {
-  try {
-    std::vector<planning::SweepAxis> axes;
-    for (const auto& s : opt.sets) {
-      auto axis = planning::parse_axis(s);
-      if (!axis.ok()) fail(axis.status().message());
-      axes.push_back(std::move(axis).value());
-    }
-    check(planning::check_axes(axes));
-    planning::Shard shard;
-    if (opt.shard) {
-      auto s = planning::parse_shard(*opt.shard);
-      if (!s.ok()) fail(s.status().message());
-      shard = s.value();
-    }
-    auto base = load_config(opt.config);
-    if (!base.ok()) fail(base.status().message());
-    check_out(opt.out);
-    PluginRegistries plugins;
-    check(load_plugins(base.value(), plugins));
-
-    const auto grid = planning::expand(axes);
-    const auto mine = planning::select(grid, shard);
-    // Every point's config is loaded and checked before anything runs.
-    std::vector<PreparedPoint> points;
-    for (const auto& p : mine) points.push_back(prepare_point(opt.config, {}, p, axes, opt.policies, plugins));
-
-    const int jobs = opt.jobs > 0 ? opt.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    std::fprintf(stderr, "sweep: %zu point(s)%s x %zu polic%s on %d thread(s)\n", points.size(),
-                 opt.shard ? (" (shard " + *opt.shard + " of " + std::to_string(grid.size()) + ")").c_str() : "",
-                 points.empty() ? 0 : points[0].policies.size(),
-                 !points.empty() && points[0].policies.size() == 1 ? "y" : "ies", jobs);
-    const auto results = run_points(points, plugins, jobs, "sweep");
-
-    SweepTable t;
-    t.config = opt.config;
-    t.config_hash = planning::fnv1a64_hex(read_text(opt.config));
-    t.seed = base->seed;
-    t.axes = axes;
-    for (const auto& q : base->policies)
-      if (opt.policies.empty() || std::find(opt.policies.begin(), opt.policies.end(), q.name) != opt.policies.end())
-        t.policies.push_back(q.name);
-    t.points_total = grid.size();
-    if (opt.shard) t.shard = shard;
-    for (std::size_t i = 0; i < points.size(); ++i)
-      for (std::size_t k = 0; k < points[i].policies.size(); ++k) {
-        auto row = planning::make_row(points[i].point, points[i].policies[k], results[i].entries[k]);
-        row.wall_s = results[i].wall_s[k];
-        t.rows.push_back(std::move(row));
-      }
-    planning::sort_rows(t);
-    print_table(t);
-    write_outputs(opt.out, t, true);
-    std::printf("\nwrote %s/sweep.csv, sweep.json, sweep_wall.csv and plots/\n", opt.out.c_str());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "slicesched: %s\n", e.what());
-    return 2;
+  std::vector<planning::SweepAxis> axes;
+  for (const auto& s : opt.sets) {
+    auto axis = planning::parse_axis(s);
+    if (!axis.ok()) fail(axis.status().message());
+    axes.push_back(std::move(axis).value());
   }
+  check(planning::check_axes(axes));
+  planning::Shard shard;
+  if (opt.shard) {
+    auto s = planning::parse_shard(*opt.shard);
+    if (!s.ok()) fail(s.status().message());
+    shard = s.value();
+  }
+  const auto opened = value_or_fail(open_experiment(opt.config, {.prior = false}));
+  const ExperimentConfig* const base = &opened->cfg;
+  const PluginRegistries& plugins = opened->plugins;
+  check_out(opt.out);
+
+  const auto grid = planning::expand(axes);
+  const auto mine = planning::select(grid, shard);
+  // Every point's config is loaded and checked before anything runs.
+  std::vector<PreparedPoint> points;
+  for (const auto& p : mine) points.push_back(prepare_point(opt.config, {}, p, axes, opt.policies, plugins));
+
+  const int jobs = opt.jobs > 0 ? opt.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::fprintf(stderr, "sweep: %zu point(s)%s x %zu polic%s on %d thread(s)\n", points.size(),
+               opt.shard ? (" (shard " + *opt.shard + " of " + std::to_string(grid.size()) + ")").c_str() : "",
+               points.empty() ? 0 : points[0].policies.size(),
+               !points.empty() && points[0].policies.size() == 1 ? "y" : "ies", jobs);
+  const auto results = run_points(points, plugins, jobs, "sweep");
+
+  SweepTable t;
+  t.config = opt.config;
+  t.config_hash = planning::fnv1a64_hex(read_text(opt.config));
+  t.seed = base->seed;
+  t.axes = axes;
+  for (const auto& q : base->policies)
+    if (opt.policies.empty() || std::find(opt.policies.begin(), opt.policies.end(), q.name) != opt.policies.end())
+      t.policies.push_back(q.name);
+  t.points_total = grid.size();
+  if (opt.shard) t.shard = shard;
+  for (std::size_t i = 0; i < points.size(); ++i)
+    for (std::size_t k = 0; k < points[i].policies.size(); ++k) {
+      auto row = planning::make_row(points[i].point, points[i].policies[k], results[i].entries[k]);
+      row.wall_s = results[i].wall_s[k];
+      t.rows.push_back(std::move(row));
+    }
+  planning::sort_rows(t);
+  print_table(t);
+  write_outputs(opt.out, t, true);
+  std::printf("\nwrote %s/sweep.csv, sweep.json, sweep_wall.csv and plots/\n", opt.out.c_str());
   return 0;
 }
 
 int sweep_merge(const SweepMergeOptions& opt) {
-  try {
-    std::vector<SweepTable> shards;
-    std::vector<std::string> names;
-    for (const auto& d : opt.dirs) {
-      const std::string path = (fs::path(d) / "sweep.json").string();
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(read_text(path));
-      } catch (const nlohmann::json::exception& e) {  // not JSON, or a number out of range
-        fail(path + ": not JSON (" + e.what() + ")");
-      }
-      auto t = planning::from_json(j, path);
-      if (!t.ok()) fail(t.status().message());
-      shards.push_back(std::move(t).value());
-      names.push_back(path);
+  std::vector<SweepTable> shards;
+  std::vector<std::string> names;
+  for (const auto& d : opt.dirs) {
+    const std::string path = (fs::path(d) / "sweep.json").string();
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_text(path));
+    } catch (const nlohmann::json::exception& e) {  // not JSON, or a number out of range
+      fail(path + ": not JSON (" + e.what() + ")");
     }
-    check_out(opt.out);
-    auto merged = planning::merge(std::move(shards), names);
-    if (!merged.ok()) fail(merged.status().message());
-    print_table(merged.value());
-    write_outputs(opt.out, merged.value(), false);
-    std::printf("\nmerged %zu shard(s) into %s/sweep.csv, sweep.json and plots/\n", opt.dirs.size(), opt.out.c_str());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "slicesched: %s\n", e.what());
-    return 2;
+    auto t = planning::from_json(j, path);
+    if (!t.ok()) fail(t.status().message());
+    shards.push_back(std::move(t).value());
+    names.push_back(path);
   }
+  check_out(opt.out);
+  auto merged = planning::merge(std::move(shards), names);
+  if (!merged.ok()) fail(merged.status().message());
+  print_table(merged.value());
+  write_outputs(opt.out, merged.value(), false);
+  std::printf("\nmerged %zu shard(s) into %s/sweep.csv, sweep.json and plots/\n", opt.dirs.size(), opt.out.c_str());
   return 0;
 }
 

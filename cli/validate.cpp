@@ -19,15 +19,14 @@
 import slicesched.config.accelerators;
 import slicesched.simulator.validation;
 import slicesched.models.dense;
+import slicesched.cli.fail;
 
 namespace slicesched::cli {
 
 namespace {
 
-int fail(const std::string& what) {
-  std::fprintf(stderr, "slicesched: validate: %s\n", what.c_str());
-  return 2;
-}
+// Fails the command with one line naming it.
+[[noreturn]] void refuse(const std::string& what) { fail("validate: " + what); }
 
 // The share of a replay's simulated time per kind of work and the fixed costs.
 nlohmann::json share_json(const StaticBatch& b) {
@@ -50,7 +49,7 @@ double median(std::vector<double> v) {
 
 int validate(const ValidateOptions& opt) {
   auto rows = read_published(opt.data);
-  if (!rows.ok()) return fail(rows.status().message());
+  if (!rows.ok()) refuse(rows.status().message());
   const std::string dir = opt.accelerator_dir.empty() ? default_accelerator_dir() : opt.accelerator_dir;
   // --efficiencies holds on every row; otherwise each row's type plays its
   // own fit where its table names one (as the emulated cluster plays it),
@@ -81,33 +80,33 @@ int validate(const ValidateOptions& opt) {
   for (const PublishedRow& r : *rows) {
     const std::string where = opt.data + ":" + std::to_string(r.line) + ": ";
     auto played = find_accelerator_type(r.gpu, dir);
-    if (!played.ok()) return fail(where + "gpu: " + played.status().message());
+    if (!played.ok()) refuse(where + "gpu: " + played.status().message());
     // The floor is the published GPU's datasheet as shipped, whatever
     // --accelerators says the simulated one is.
     auto sheet = find_accelerator_type(r.gpu, default_accelerator_dir());
-    if (!sheet.ok()) return fail(where + "gpu: " + sheet.status().message());
+    if (!sheet.ok()) refuse(where + "gpu: " + sheet.status().message());
     if (r.precision != "fp16" && r.precision != "bf16")
-      return fail(where + "precision: expected fp16 or bf16 (16-bit weights), got \"" + r.precision + "\"");
+      refuse(where + "precision: expected fp16 or bf16 (16-bit weights), got \"" + r.precision + "\"");
     auto& m = models[r.model];
     if (!m) {
       auto preset = dense_preset(r.model);
       if (!preset) {
         std::string known;
         for (auto n : dense_preset_names()) known += (known.empty() ? "" : ", ") + std::string(n);
-        return fail(where + "model: no preset named \"" + r.model + "\" (presets: " + known + ")");
+        refuse(where + "model: no preset named \"" + r.model + "\" (presets: " + known + ")");
       }
       auto made = DenseDecoder::make(*preset);
-      if (!made.ok()) return fail(where + "model: " + made.status().message());
+      if (!made.ok()) refuse(where + "model: " + made.status().message());
       m = std::move(made).value();
     }
     if (r.input_tokens + r.output_tokens > m->context_window())
-      return fail(where + "input_tokens + output_tokens: " + std::to_string(r.input_tokens + r.output_tokens) +
-                  " exceed " + r.model + "'s context window of " + std::to_string(m->context_window()));
+      refuse(where + "input_tokens + output_tokens: " + std::to_string(r.input_tokens + r.output_tokens) + " exceed " +
+             r.model + "'s context window of " + std::to_string(m->context_window()));
     const std::string fit_path = opt.efficiencies                ? *opt.efficiencies
                                  : !played->roofline_fit.empty() ? played->roofline_fit
                                                                  : default_roofline_fit(dir);
     auto fit = fit_of(fit_path);
-    if (!fit.ok()) return fail(fit.status().message());
+    if (!fit.ok()) refuse(fit.status().message());
     const std::string shown = std::filesystem::path(fit_path).filename().string();
     if (fit_paths.find(shown) == std::string::npos) fit_paths += (fit_paths.empty() ? "" : ", ") + shown;
     const StaticBatch b =

@@ -157,15 +157,12 @@ std::string roofline_fallback_line(const std::vector<TruthPlayed>& played, const
 
 Status check_policies(const ExperimentConfig& cfg, const PluginRegistries& plugins,
                       const std::optional<std::string>& filter) {
-  try {
-    check_weights_fit(cfg);
-    const auto cluster = make_cluster(cfg);
-    for (const auto& p : cfg.policies) {
-      if (filter && *filter != p.name) continue;
-      if (auto made = build_plugins(cfg, p, plugins, *cluster); !made.ok()) return made.status();
-    }
-  } catch (const std::exception& e) {
-    return InvalidArgument(e.what());
+  if (Status s = check_weights_fit(cfg); !s.ok()) return s;
+  const auto cluster = make_cluster(cfg);
+  if (!cluster.ok()) return cluster.status();
+  for (const auto& p : cfg.policies) {
+    if (filter && *filter != p.name) continue;
+    if (auto made = build_plugins(cfg, p, plugins, *cluster.value()); !made.ok()) return made.status();
   }
   return Status::Ok();
 }

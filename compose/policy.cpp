@@ -20,10 +20,10 @@ namespace slicesched {
 
 namespace {
 
-// The building blocks below throw (fail, check) as the setup helpers do;
-// the exported functions turn that into a Status at their boundary.
+// A plugin's factory may throw (plugin code): what it throws becomes the
+// Status naming the policy, as a failed Result does.
 template <typename F>
-auto guarded(F&& f) -> Result<decltype(f())> {
+auto guarded(F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const std::exception& e) {
@@ -31,23 +31,24 @@ auto guarded(F&& f) -> Result<decltype(f())> {
   }
 }
 
-template <typename T>
-T made(Result<T> r, const std::string& who) {
-  if (!r.ok()) fail(who + r.status().message());
-  return std::move(r).value();
-}
+// `s` with `who` in front of its message.
+Status named(const Status& s, const std::string& who) { return Status(s.code(), who + s.message()); }
 
 // The tenants of `policy`, each instance with its share of its stream.
-void build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, PolicyParts& p) {
+Status build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, PolicyParts& p) {
   // Only what the measurement window offers is replayed: a request that
   // arrives after it could neither finish nor be fairly scored.
   const double window = cfg.duration_s > 0 ? cfg.duration_s : -1;
   for (const std::string& name : p.policy.tenants) {
-    const TenantConfig& tc = tenant_config(cfg, name);
+    auto found = tenant_config(cfg, name);
+    if (!found.ok()) return found.status();
+    const TenantConfig& tc = *found.value();
     // Seeded by the tenant's place in the config, not in the policy, so
     // every policy that runs a tenant gets the same requests.
     const auto place = static_cast<std::uint64_t>(&tc - cfg.tenants.data());
-    Trace stream = opt.stream ? opt.stream(tc) : make_stream(tc, cfg.seed + place, window);
+    auto made = opt.stream ? Result<Trace>(opt.stream(tc)) : make_stream(tc, cfg.seed + place, window);
+    if (!made.ok()) return made.status();
+    Trace stream = std::move(made).value();
     OfferedLoad offered{tc.name};
     const double span = window > 0 ? window : stream.window_s;
     // A synthetic stream was cut at the window and counted what it left out;
@@ -74,10 +75,11 @@ void build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, PolicyP
       Request& r = stream.requests[i];
       if (r.input_tokens + r.output_tokens <= ctx_window) continue;
       if (!mc.truncate_overflow)
-        fail(cfg.path + ": tenants." + tc.name + ".stream: request " + std::to_string(i) + " needs " +
-             std::to_string(r.input_tokens + r.output_tokens) + " tokens (" + std::to_string(r.input_tokens) + " in, " +
-             std::to_string(r.output_tokens) + " out), more than model '" + mc.name + "''s context window of " +
-             std::to_string(ctx_window) + " (on_overflow = \"truncate\" cuts them)");
+        return InvalidArgument(cfg.path + ": tenants." + tc.name + ".stream: request " + std::to_string(i) + " needs " +
+                               std::to_string(r.input_tokens + r.output_tokens) + " tokens (" +
+                               std::to_string(r.input_tokens) + " in, " + std::to_string(r.output_tokens) +
+                               " out), more than model '" + mc.name + "''s context window of " +
+                               std::to_string(ctx_window) + " (on_overflow = \"truncate\" cuts them)");
       r.output_tokens = std::min<std::int64_t>(r.output_tokens, ctx_window - 1);
       r.input_tokens = ctx_window - r.output_tokens;
       ++truncated;
@@ -118,6 +120,7 @@ void build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, PolicyP
       p.online.push_back(tc.online);
     }
   }
+  return Status::Ok();
 }
 
 // An iteration's time as the policy's estimator predicts it on the first
@@ -147,7 +150,7 @@ Tenant::IterationCost iteration_cost(const PolicyParts& p, TemplateId tmpl) {
 
 // Cross-tenant batches (co_batch): hosts take riders from the rider
 // tenants' queues; same model only, instance k to host k when dealt.
-void wire_co_batch(const ExperimentConfig& cfg, PolicyParts& p) {
+Status wire_co_batch(const ExperimentConfig& cfg, PolicyParts& p) {
   auto instances = [&](const std::string& name) {
     std::vector<Tenant*> out;
     for (Tenant& t : p.tenants)
@@ -161,12 +164,13 @@ void wire_co_batch(const ExperimentConfig& cfg, PolicyParts& p) {
     for (const std::string& h : c.hosts)
       for (Tenant* t : instances(h)) hosts.push_back(t);
     if (riders.size() != 1 && riders.size() != hosts.size())
-      fail(who + c.rider + ": expected one instance of '" + c.rider + "' or one per host (" +
-           std::to_string(hosts.size()) + "), got " + std::to_string(riders.size()));
+      return InvalidArgument(who + c.rider + ": expected one instance of '" + c.rider + "' or one per host (" +
+                             std::to_string(hosts.size()) + "), got " + std::to_string(riders.size()));
     for (std::size_t k = 0; k < hosts.size(); ++k) {
       Tenant* rider = riders.size() == 1 ? riders[0] : riders[k];
       if (rider->tmpl() != hosts[k]->tmpl())
-        fail(who + c.rider + ": host '" + hosts[k]->spec().name + "' serves another model (a batch runs one model)");
+        return InvalidArgument(who + c.rider + ": host '" + hosts[k]->spec().name +
+                               "' serves another model (a batch runs one model)");
       hosts[k]->add_rider_source(rider);
       hosts[k]->set_keep_riders(p.policy.co_batch_keep_riders);
       if (p.policy.co_batch_slowdown >= 0)
@@ -175,26 +179,30 @@ void wire_co_batch(const ExperimentConfig& cfg, PolicyParts& p) {
     if (!p.policy.co_batch_own_iterations)
       for (Tenant* r : riders) r->set_rides_only(true);
   }
+  return Status::Ok();
 }
 
 // The estimator predicts for the what-if and learns from the backend's
 // feedback; the linear built-in starts from the template and link-class
 // priors (and [estimators] prior), a model without a linear form from
 // whatever it knows itself.
-void seed_estimator(const BuildOptions& opt, PolicyParts& p) {
+Status seed_estimator(const BuildOptions& opt, PolicyParts& p) {
   p.linear = p.plugins.estimator->linear();
   if (!p.linear) {
     std::fprintf(stderr,
                  "slicesched: policy '%s': estimator '%s' has no linear form: it starts without the priors from "
                  "the model, the link classes and [estimators] prior\n",
                  p.policy.name.c_str(), p.policy.estimator.name.c_str());
-    return;
+    return Status::Ok();
   }
-  check(p.plugins.estimator->seed_linear([&](EstimatorSet& set) {
-    if (Status s = seed_priors(set, *p.templates, *p.accels); !s.ok()) return s;
-    return opt.prior ? apply_as_prior(*opt.prior, set, *p.templates, *p.accels) : Status::Ok();
-  }));
+  if (Status s = p.plugins.estimator->seed_linear([&](EstimatorSet& set) {
+        if (Status s = seed_priors(set, *p.templates, *p.accels); !s.ok()) return s;
+        return opt.prior ? apply_as_prior(*opt.prior, set, *p.templates, *p.accels) : Status::Ok();
+      });
+      !s.ok())
+    return s;
   p.prior_applied = opt.prior != nullptr;
+  return Status::Ok();
 }
 
 // The window's end and the faults, in time order, on the run's clock: a
@@ -225,7 +233,7 @@ std::size_t PolicyParts::requests() const {
 
 Result<PolicyPlugins> build_plugins(const ExperimentConfig& cfg, const PolicyConfig& policy,
                                     const PluginRegistries& plugins, const AcceleratorSet& accels) {
-  return guarded([&] {
+  return guarded([&]() -> Result<PolicyPlugins> {
     const std::string who = "policy '" + policy.name + "': ";
     PolicyPlugins p;
     std::vector<PluginPtr<PartitionSet>> sets;
@@ -237,15 +245,19 @@ Result<PolicyPlugins> build_plugins(const ExperimentConfig& cfg, const PolicyCon
           {registry.kind(), c.name, c.args, plugin_library_path(ptr.get_deleter().library), use, std::nullopt});
       return guard(std::move(ptr), registry.kind() + " '" + c.name + "'", std::move(use));
     };
-    for (const auto& choice : policy.partition_sets)
-      sets.push_back(
-          guarded_plugin(plugins.partition, choice,
-                         made(plugins.partition.create(choice.name, tenant_ids(cfg, policy, choice.args)), who)));
+    for (const auto& choice : policy.partition_sets) {
+      auto args = tenant_ids(cfg, policy, choice.args);
+      if (!args.ok()) return args.status();
+      auto made = plugins.partition.create(choice.name, std::move(args).value());
+      if (!made.ok()) return named(made.status(), who);
+      sets.push_back(guarded_plugin(plugins.partition, choice, std::move(made).value()));
+    }
     p.partitions = std::make_unique<UnionPartitionSet>(std::move(sets));
-    if (Status s = p.partitions->bind(accels); !s.ok()) fail(who + s.message());
+    if (Status s = p.partitions->bind(accels); !s.ok()) return named(s, who);
     if (policy.stages.empty()) {
-      p.placement = guarded_plugin(plugins.placement, policy.placement,
-                                   made(plugins.placement.create(policy.placement.name, policy.placement.args), who));
+      auto made = plugins.placement.create(policy.placement.name, policy.placement.args);
+      if (!made.ok()) return named(made.status(), who);
+      p.placement = guarded_plugin(plugins.placement, policy.placement, std::move(made).value());
     } else {
       // A list of stages, each its own guarded plugin, acting as one policy.
       std::vector<plugins::FilterStage> filters;
@@ -253,38 +265,46 @@ Result<PolicyPlugins> build_plugins(const ExperimentConfig& cfg, const PolicyCon
       for (const StageChoice& st : policy.stages) {
         const PluginChoice& c = st.plugin;
         if (st.kind == StageChoice::Kind::kFilter) {
-          filters.push_back(
-              {guarded_plugin(plugins.filter, c, made(plugins.filter.create(c.name, c.args), who)), c.name});
+          auto made = plugins.filter.create(c.name, c.args);
+          if (!made.ok()) return named(made.status(), who);
+          filters.push_back({guarded_plugin(plugins.filter, c, std::move(made).value()), c.name});
         } else {
-          scores.push_back(
-              {guarded_plugin(plugins.score, c, made(plugins.score.create(c.name, c.args), who)), c.name, st.weight});
+          auto made = plugins.score.create(c.name, c.args);
+          if (!made.ok()) return named(made.status(), who);
+          scores.push_back({guarded_plugin(plugins.score, c, std::move(made).value()), c.name, st.weight});
           p.records.back().weight = st.weight;
         }
       }
       p.placement = PluginPtr<PlacementPolicy>(new plugins::StagedPlacement(std::move(filters), std::move(scores)),
                                                PluginDeleter{});
     }
-    p.arbiter = guarded_plugin(plugins.arbiter, policy.arbiter,
-                               made(plugins.arbiter.create(policy.arbiter.name, policy.arbiter.args), who));
-    p.estimator = guarded_plugin(plugins.estimator, policy.estimator,
-                                 made(plugins.estimator.create(policy.estimator.name, policy.estimator.args), who));
+    auto arbiter = plugins.arbiter.create(policy.arbiter.name, policy.arbiter.args);
+    if (!arbiter.ok()) return named(arbiter.status(), who);
+    p.arbiter = guarded_plugin(plugins.arbiter, policy.arbiter, std::move(arbiter).value());
+    auto estimator = plugins.estimator.create(policy.estimator.name, policy.estimator.args);
+    if (!estimator.ok()) return named(estimator.status(), who);
+    p.estimator = guarded_plugin(plugins.estimator, policy.estimator, std::move(estimator).value());
     return p;
   });
 }
 
 Result<std::unique_ptr<PolicyParts>> build_policy(const ExperimentConfig& cfg, const PolicyConfig& policy,
                                                   const PluginRegistries& plugins, const BuildOptions& opt) {
-  return guarded([&] {
-    check_weights_fit(cfg);
+  return guarded([&]() -> Result<std::unique_ptr<PolicyParts>> {
+    if (Status s = check_weights_fit(cfg); !s.ok()) return s;
     auto p = std::make_unique<PolicyParts>();
     p->policy = policy;
-    p->accels = make_cluster(cfg);
+    auto accels = make_cluster(cfg);
+    if (!accels.ok()) return accels.status();
+    p->accels = std::move(accels).value();
     p->templates = std::make_shared<TemplateRegistry>();
     for (const ModelConfig& mc : cfg.models) {
       auto model = build_model(mc);
-      const TemplateId id = made(p->templates->add(model->make_template()), "");
-      p->tmpls.push_back(id);
-      p->models.add(id, std::move(model));
+      if (!model.ok()) return model.status();
+      auto id = p->templates->add(model.value()->make_template());
+      if (!id.ok()) return id.status();
+      p->tmpls.push_back(id.value());
+      p->models.add(id.value(), std::move(model).value());
     }
     p->tmpl = p->tmpls.front();
     p->gmg = std::make_unique<Gmg>(p->templates, p->accels);
@@ -292,18 +312,21 @@ Result<std::unique_ptr<PolicyParts>> build_policy(const ExperimentConfig& cfg, c
     // GMG refuses to issue an operator where its model's weights are absent.
     const auto held = residency(cfg);
     for (AccelId a = 0; a < p->accels->size(); ++a)
-      for (std::size_t m : held[a]) check(p->gmg->place_weights(p->tmpls[m], a));
+      for (std::size_t m : held[a])
+        if (Status s = p->gmg->place_weights(p->tmpls[m], a); !s.ok()) return s;
     // A spread model: each accelerator holds its share's operators only.
     for (std::size_t m = 0; m < cfg.models.size(); ++m) {
       const auto at = spread_holders(cfg, cfg.models[m]);
       const auto& ops = p->templates->get(p->tmpls[m]).ops();
       for (std::size_t i = 0; i < at.size(); ++i)
-        check(p->gmg->place_weights(p->tmpls[m], ops[i].name, static_cast<AccelId>(at[i])));
+        if (Status s = p->gmg->place_weights(p->tmpls[m], ops[i].name, static_cast<AccelId>(at[i])); !s.ok()) return s;
     }
-    p->plugins = made(build_plugins(cfg, policy, plugins, *p->accels), "");
-    seed_estimator(opt, *p);
-    build_tenants(cfg, opt, *p);
-    wire_co_batch(cfg, *p);
+    auto made = build_plugins(cfg, policy, plugins, *p->accels);
+    if (!made.ok()) return made.status();
+    p->plugins = std::move(made).value();
+    if (Status s = seed_estimator(opt, *p); !s.ok()) return s;
+    if (Status s = build_tenants(cfg, opt, *p); !s.ok()) return s;
+    if (Status s = wire_co_batch(cfg, *p); !s.ok()) return s;
 
     SchedulerOptions sopt;
     sopt.issued_budget = policy.issued_budget;
@@ -323,7 +346,7 @@ Result<std::unique_ptr<PolicyParts>> build_policy(const ExperimentConfig& cfg, c
     };
     // What the policy may read besides the GMG: the estimator, to price work.
     if (Status s = p->plugins.placement->bind(PolicyContext{.estimator = p->plugins.estimator.get()}); !s.ok())
-      fail("policy '" + policy.name + "': placement '" + placement_label(policy) + "': " + s.message());
+      return named(s, "policy '" + policy.name + "': placement '" + placement_label(policy) + "': ");
     p->scheduler =
         std::make_unique<Scheduler>(*p->plugins.placement, *p->plugins.partitions, *p->plugins.estimator, sopt);
     p->engine = engine_options(cfg, opt, *p->accels);

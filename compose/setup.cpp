@@ -4,7 +4,6 @@ module;
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -12,18 +11,12 @@ module slicesched.compose.setup;
 
 namespace slicesched {
 
-void fail(const std::string& message) { throw std::runtime_error(message); }
-
-void check(const Status& s) {
-  if (!s.ok()) fail(s.message());
-}
-
-Trace make_stream(const TenantConfig& t, std::uint64_t seed, double window_s) {
+Result<Trace> make_stream(const TenantConfig& t, std::uint64_t seed, double window_s) {
   const StreamConfig& s = t.stream;
   switch (s.kind) {
     case StreamConfig::Kind::kTrace: {
       auto trace = read_trace(s.path, s.trace);
-      if (!trace.ok()) fail("tenant '" + t.name + "': " + trace.status().message());
+      if (!trace.ok()) return Status(trace.status().code(), "tenant '" + t.name + "': " + trace.status().message());
       if (trace->skipped_lines > 0)
         std::fprintf(stderr, "slicesched: tenant '%s': skipped %zu corrupt line(s) of %s (first: %s)\n", t.name.c_str(),
                      trace->skipped_lines, s.path.c_str(), trace->first_skipped.c_str());
@@ -34,36 +27,46 @@ Trace make_stream(const TenantConfig& t, std::uint64_t seed, double window_s) {
     case StreamConfig::Kind::kPoisson:
       return poisson(s.rate_per_s, s.duration_s, s.input_tokens, s.output_tokens, seed, window_s);
   }
-  return {};
+  return Trace{};
 }
 
-std::shared_ptr<AcceleratorSet> make_cluster(const ExperimentConfig& cfg) {
+Result<std::shared_ptr<AcceleratorSet>> make_cluster(const ExperimentConfig& cfg) {
   auto set = std::make_shared<AcceleratorSet>();
   for (const auto& l : cfg.link_classes)
-    check(set->add_link_class(l.name, l.bandwidth_bytes_per_s, l.latency_s).status());
-  for (const auto& a : cfg.accelerators) check(set->add(a.name, a.type, a.hbm_bytes).status());
+    if (auto added = set->add_link_class(l.name, l.bandwidth_bytes_per_s, l.latency_s); !added.ok())
+      return added.status();
+  for (const auto& a : cfg.accelerators)
+    if (auto added = set->add(a.name, a.type, a.hbm_bytes); !added.ok()) return added.status();
   for (const auto& l : cfg.links) {
     LinkClassId cls = 0;
     for (std::size_t i = 0; i < cfg.link_classes.size(); ++i)
       if (cfg.link_classes[i].name == l.link_class) cls = static_cast<LinkClassId>(i);
-    check(set->link(static_cast<AccelId>(set->find(l.a)), static_cast<AccelId>(set->find(l.b)), cls));
+    if (Status s = set->link(static_cast<AccelId>(set->find(l.a)), static_cast<AccelId>(set->find(l.b)), cls); !s.ok())
+      return s;
   }
   return set;
 }
 
-std::shared_ptr<const DenseDecoder> build_model(const ModelConfig& m) { return value_or_fail(make_model(m)); }
+Result<std::shared_ptr<const DenseDecoder>> build_model(const ModelConfig& m) { return make_model(m); }
 
-void check_weights_fit(const ExperimentConfig& cfg) {
+Status check_weights_fit(const ExperimentConfig& cfg) {
+  std::vector<std::shared_ptr<const DenseDecoder>> models;
+  for (const auto& m : cfg.models) {
+    auto model = build_model(m);
+    if (!model.ok()) return model.status();
+    models.push_back(std::move(model).value());
+  }
   std::vector<std::int64_t> weights;
-  for (const auto& m : cfg.models) weights.push_back(build_model(m)->weight_bytes());
+  for (const auto& m : models) weights.push_back(m->weight_bytes());
   const auto held = residency(cfg);
   // The shares of spread models, per accelerator.
   std::vector<std::int64_t> shares(cfg.accelerators.size(), 0);
   std::vector<std::string> share_of(cfg.accelerators.size());
-  for (const auto& m : cfg.models) {
+  for (std::size_t k = 0; k < cfg.models.size(); ++k) {
+    const ModelConfig& m = cfg.models[k];
     const auto at = spread_holders(cfg, m);
     if (at.empty()) continue;
-    const GraphTemplate t = build_model(m)->make_template();
+    const GraphTemplate t = models[k]->make_template();
     for (std::size_t i = 0; i < at.size(); ++i) {
       shares[at[i]] += t.ops()[i].weight_bytes;
       if (share_of[at[i]].find("'" + m.name + "'") == std::string::npos)
@@ -88,21 +91,23 @@ void check_weights_fit(const ExperimentConfig& cfg) {
           std::snprintf(s, sizeof s, "%.2f MiB", static_cast<double>(b) / 1048576.0);
         return std::string(s);
       };
-      fail(cfg.path + ": cluster: accelerator '" + a.name + "' has " + size(a.hbm_bytes) + " of HBM; " +
-           (held[i].size() == 1 && shares[i] == 0 ? cfg.models[held[i][0]].name + "'s weights alone need "
-                                                  : "the weights of " + who + " need ") +
-           size(need));
+      return InvalidArgument(
+          cfg.path + ": cluster: accelerator '" + a.name + "' has " + size(a.hbm_bytes) + " of HBM; " +
+          (held[i].size() == 1 && shares[i] == 0 ? cfg.models[held[i][0]].name + "'s weights alone need "
+                                                 : "the weights of " + who + " need ") +
+          size(need));
     }
   }
+  return Status::Ok();
 }
 
-const TenantConfig& tenant_config(const ExperimentConfig& cfg, const std::string& name) {
+Result<const TenantConfig*> tenant_config(const ExperimentConfig& cfg, const std::string& name) {
   auto it = std::find_if(cfg.tenants.begin(), cfg.tenants.end(), [&](const TenantConfig& t) { return t.name == name; });
-  if (it == cfg.tenants.end()) fail(cfg.path + ": no tenant named '" + name + "'");
-  return *it;
+  if (it == cfg.tenants.end()) return NotFound(cfg.path + ": no tenant named '" + name + "'");
+  return &*it;
 }
 
-PluginArgs tenant_ids(const ExperimentConfig& cfg, const PolicyConfig& p, PluginArgs args) {
+Result<PluginArgs> tenant_ids(const ExperimentConfig& cfg, const PolicyConfig& p, PluginArgs args) {
   if (!args.is_object() || !args.contains("tenants") || !args["tenants"].is_object()) return args;
   PluginArgs ids = PluginArgs::object();
   for (auto it_ = args["tenants"].begin(); it_ != args["tenants"].end(); ++it_) {
@@ -110,18 +115,23 @@ PluginArgs tenant_ids(const ExperimentConfig& cfg, const PolicyConfig& p, Plugin
     const auto& groups = it_.value();
     auto it = std::find(p.tenants.begin(), p.tenants.end(), name);
     if (it == p.tenants.end())
-      fail("policy '" + p.name + "': partition set pins tenant '" + name + "', which the policy does not run");
+      return InvalidArgument("policy '" + p.name + "': partition set pins tenant '" + name +
+                             "', which the policy does not run");
     // Tenant ids count instances: the policy's tenants in order, each
     // taking as many ids as it has instances.
     std::size_t first = 0;
-    for (auto t = p.tenants.begin(); t != it; ++t)
-      first += static_cast<std::size_t>(instances_of(p, tenant_config(cfg, *t)));
-    const auto instances = static_cast<std::size_t>(instances_of(p, tenant_config(cfg, name)));
+    for (auto t = p.tenants.begin(); t != it + 1; ++t) {
+      auto tc = tenant_config(cfg, *t);
+      if (!tc.ok()) return tc.status();
+      if (t != it) first += static_cast<std::size_t>(instances_of(p, **tc));
+    }
+    const auto instances = static_cast<std::size_t>(instances_of(p, *tenant_config(cfg, name).value()));
     // A list of lists pins instance by instance; a flat list every instance alike.
     const bool per_instance = groups.is_array() && !groups.empty() && groups[0].is_array();
     if (per_instance && groups.size() != instances)
-      fail("policy '" + p.name + "': partition set pins tenant '" + name + "' instance by instance: expected " +
-           std::to_string(instances) + " list(s) of groups (its instances), got " + std::to_string(groups.size()));
+      return InvalidArgument("policy '" + p.name + "': partition set pins tenant '" + name +
+                             "' instance by instance: expected " + std::to_string(instances) +
+                             " list(s) of groups (its instances), got " + std::to_string(groups.size()));
     for (std::size_t i = 0; i < instances; ++i) ids[std::to_string(first + i)] = per_instance ? groups[i] : groups;
   }
   args["tenants"] = ids;

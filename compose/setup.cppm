@@ -1,8 +1,7 @@
 // The pieces every command builds from a config in the same way: the
 // cluster, the model template, request streams, plugin arguments, and the
-// checks made before anything runs. Failures throw std::runtime_error with
-// a one-line message (build_policy turns them into a Status; the commands
-// print it and exit non-zero).
+// checks made before anything runs. Failures are Statuses with a one-line
+// message naming the config, the tenant or the policy.
 module;
 #include <cstdint>
 #include <memory>
@@ -19,35 +18,25 @@ export import slicesched.workload.trace;
 
 export namespace slicesched {
 
-// Throw std::runtime_error with the message (of a failed Status).
-[[noreturn]] void fail(const std::string& message);
-void check(const Status& s);
-// The value of `r`, or fail() with its message.
-template <typename T>
-T value_or_fail(Result<T> r) {
-  if (!r.ok()) fail(r.status().message());
-  return std::move(r).value();
-}
-
 // The tenant's requests (trace, constant or Poisson stream). A synthetic
 // stream is generated only up to `window_s` (the measurement window; < 0:
 // all of it), the rest counted in Trace::beyond_cut: what arrives after the
 // window is never replayed.
-Trace make_stream(const TenantConfig& t, std::uint64_t seed, double window_s = -1);
-std::shared_ptr<AcceleratorSet> make_cluster(const ExperimentConfig& cfg);
-// The config's model, built (make_model), or fail() with its message.
-std::shared_ptr<const DenseDecoder> build_model(const ModelConfig& m);
+Result<Trace> make_stream(const TenantConfig& t, std::uint64_t seed, double window_s = -1);
+Result<std::shared_ptr<AcceleratorSet>> make_cluster(const ExperimentConfig& cfg);
+// The config's model, built (make_model).
+Result<std::shared_ptr<const DenseDecoder>> build_model(const ModelConfig& m);
 // Every accelerator holds the full weights of each model resident on it
 // (residency(); any policy may put any of their operators there): refuses
 // a cluster they do not fit, naming the accelerator.
-void check_weights_fit(const ExperimentConfig& cfg);
+Status check_weights_fit(const ExperimentConfig& cfg);
 // The tenant of that name (the config reader checked that policies name
 // only known tenants).
-const TenantConfig& tenant_config(const ExperimentConfig& cfg, const std::string& name);
+Result<const TenantConfig*> tenant_config(const ExperimentConfig& cfg, const std::string& name);
 // Partition-set arguments name tenants; plugins see tenant ids, one per
 // tenant instance (a policy's tenants in order, each taking `instances`
 // ids). `offline0 = [4]` pins every instance to group 4; with instances = 2,
 // `offline0 = [[4], [5]]` pins instance 0 to group 4 and instance 1 to 5.
-PluginArgs tenant_ids(const ExperimentConfig& cfg, const PolicyConfig& p, PluginArgs args);
+Result<PluginArgs> tenant_ids(const ExperimentConfig& cfg, const PolicyConfig& p, PluginArgs args);
 
 }  // namespace slicesched

@@ -32,6 +32,36 @@ void drop_lost(std::string& lost, const std::string& name) {
   }
   lost = std::move(kept);
 }
+
+// What one run() hooks into the tenants and the scheduler for its
+// observers (request events, decisions) and the span it hands them: set
+// when made, cleared when it goes, so that whatever way run() ends nothing
+// keeps pointing into its frame.
+class Watching {
+ public:
+  Watching(std::vector<Tenant>& tenants, Scheduler& scheduler, std::span<EngineObserver* const>& slot,
+           std::span<EngineObserver* const> observers, std::vector<RequestEvent>& events,
+           Scheduler::DecisionFn on_decision)
+      : tenants_(tenants), scheduler_(scheduler), slot_(slot) {
+    slot_ = observers;
+    const bool iterations =
+        std::any_of(observers.begin(), observers.end(), [](const EngineObserver* o) { return o->iterations(); });
+    for (Tenant& t : tenants_) t.set_events(observers.empty() ? nullptr : &events, iterations);
+    if (!observers.empty()) scheduler_.on_decision(std::move(on_decision));
+  }
+  ~Watching() {
+    for (Tenant& t : tenants_) t.set_events(nullptr, false);
+    scheduler_.on_decision({});
+    slot_ = {};
+  }
+  Watching(const Watching&) = delete;
+  Watching& operator=(const Watching&) = delete;
+
+ private:
+  std::vector<Tenant>& tenants_;
+  Scheduler& scheduler_;
+  std::span<EngineObserver* const>& slot_;
+};
 }  // namespace
 
 Engine::Engine(Gmg& gmg, std::vector<Tenant>& tenants, Scheduler& scheduler, Estimator& estimator, Backend& backend,
@@ -274,20 +304,8 @@ Result<bool> Engine::fail_out_of_memory(Nanos now, OomFail which) {
 }
 
 Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
-  observers_ = observers;
-  const bool iterations =
-      std::any_of(observers.begin(), observers.end(), [](const EngineObserver* o) { return o->iterations(); });
-  for (Tenant& t : tenants_) t.set_events(observers.empty() ? nullptr : &request_events_, iterations);
-  if (!observers.empty()) scheduler_.on_decision([this](const Gmg& gmg, const Decision& d) { on_decision(gmg, d); });
-  // Whatever way run() ends, nothing keeps pointing into this call's frame.
-  struct Detach {
-    Engine& e;
-    ~Detach() {
-      for (Tenant& t : e.tenants_) t.set_events(nullptr, false);
-      e.scheduler_.on_decision({});
-      e.observers_ = {};
-    }
-  } detach{*this};
+  const Watching watching(tenants_, scheduler_, observers_, observers, request_events_,
+                          [this](const Gmg& gmg, const Decision& d) { on_decision(gmg, d); });
   std::vector<Feedback> feedback;
   Nanos now = backend_.now();
   const bool plans = backend_.wants_plans();

@@ -65,18 +65,38 @@ struct LiveRequest {
 // Thread-safe: push and close from any thread; take from the engine thread.
 // Once closed, push refuses, and take still returns what was pushed before
 // the close (so nothing accepted is dropped).
+//
+// The inbox owns the engine's one wake: the counter a waiting backend
+// watches (LiveCluster::set_interrupt) and the waker that ends its wait at
+// once. Pushes, the close and wake() go through it; a signal handler, which
+// may not lock, bumps counter() only (the wait sees it within its poll).
 class RequestInbox {
  public:
-  // Called after every push and at the close (any thread, under the
-  // inbox's lock: it must not push): wakes the engine's wait (e.g.
+  RequestInbox() = default;
+  // Counts on `wake` instead of a counter of its own (null: its own): a
+  // counter a signal handler bumps too (cli/signals), which must outlive
+  // the inbox.
+  explicit RequestInbox(std::atomic<int>* wake) : counter_(wake ? wake : &own_) {}
+  RequestInbox(const RequestInbox&) = delete;
+  RequestInbox& operator=(const RequestInbox&) = delete;
+
+  // Called after every push, at the close and by wake() (any thread, under
+  // the inbox's lock: it must not push): ends the engine's wait (e.g.
   // LiveCluster::wake). Clear it before what it calls goes away.
   void set_waker(std::function<void()> waker) {
     std::lock_guard lk(mu_);
     waker_ = std::move(waker);
   }
-  // The counter a push increments: the backend's interrupt flag, so that a
-  // wait in advance_to ends when a request arrives.
-  std::atomic<int>& counter() { return counter_; }
+  // The counter every wake increments: the backend's interrupt flag, so
+  // that a wait in advance_to ends when a request arrives.
+  std::atomic<int>& counter() { return *counter_; }
+  // Ends the engine's wait now (a drain or a cancel decided off a signal
+  // handler, e.g. a drain's deadline).
+  void wake() {
+    std::lock_guard lk(mu_);
+    counter_->fetch_add(1);
+    if (waker_) waker_();
+  }
 
   // False (and the request is not kept) once the inbox is closed.
   bool push(LiveRequest r) {
@@ -85,7 +105,7 @@ class RequestInbox {
     std::lock_guard lk(mu_);
     if (closed_) return false;
     pending_.push_back(std::move(r));
-    counter_.fetch_add(1);
+    counter_->fetch_add(1);
     if (waker_) waker_();
     return true;
   }
@@ -96,7 +116,7 @@ class RequestInbox {
   void close() {
     std::lock_guard lk(mu_);
     closed_ = true;
-    counter_.fetch_add(1);
+    counter_->fetch_add(1);
     if (waker_) waker_();
   }
   bool closed() const {
@@ -108,7 +128,8 @@ class RequestInbox {
   mutable std::mutex mu_;
   std::vector<LiveRequest> pending_;
   bool closed_ = false;
-  std::atomic<int> counter_{0};
+  std::atomic<int> own_{0};
+  std::atomic<int>* counter_ = &own_;
   std::function<void()> waker_;
 };
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 import slicesched.compose.offline;
+import slicesched.compose.experiment;
 import slicesched.config;
 import slicesched.config.accelerators;
 
@@ -191,6 +192,51 @@ TEST_CASE("compose: one policy lookup, one message", "[compose]") {
     INFO(row.found);
     CHECK((p.ok() ? p.value()->name : p.status().message()) == row.found);
   }
+}
+
+TEST_CASE("compose: a config opens one way: read, its policy found, its prior read, plugins loaded", "[compose]") {
+  auto e = open_experiment(
+      kSmall, {.overrides = {{"duration_s", "3"}}, .seed = 99, .one_policy = true, .policy = "SliceScheduler"});
+  if (!e.ok()) FAIL(e.status().message());
+  const Experiment& x = *e.value();
+  CHECK(x.cfg.duration_s == 3);
+  CHECK(x.cfg.seed == 99);
+  REQUIRE(x.policy != nullptr);
+  CHECK(x.policy == &x.cfg.policies[1]);  // points into the config it owns
+  CHECK(x.prior_or_null() == nullptr);    // small.toml names no prior
+  // The plugins are loaded: the policy builds from them.
+  auto parts = build_policy(x.cfg, *x.policy, x.plugins);
+  CHECK(parts.ok());
+  // Several policies and none named: the lookup's one line; with no lookup
+  // asked, no policy.
+  auto many = open_experiment(kSmall, {.one_policy = true});
+  REQUIRE_FALSE(many.ok());
+  CHECK(many.status().message().find("has 2 policies; pick one with --policy") != std::string::npos);
+  auto all = open_experiment(kSmall);
+  REQUIRE(all.ok());
+  CHECK(all.value()->policy == nullptr);
+  // Each step fails with its own line: the config, then the lookup.
+  auto missing = open_experiment(kSmall + ".nope", {.one_policy = true, .policy = "Nope"});
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().message().find("small.toml.nope") != std::string::npos);
+  auto nope = open_experiment(kSmall, {.one_policy = true, .policy = "Nope"});
+  REQUIRE_FALSE(nope.ok());
+  CHECK(nope.status().message().rfind("no policy named 'Nope' in ", 0) == 0);
+}
+
+TEST_CASE("compose: the setup steps fail as Statuses naming what is wrong", "[compose]") {
+  Small s;
+  REQUIRE(check_weights_fit(s.cfg).ok());
+  s.cfg.accelerators[0].hbm_bytes = 1 << 20;
+  const Status fit = check_weights_fit(s.cfg);
+  REQUIRE_FALSE(fit.ok());
+  CHECK(fit.message().find(": cluster: accelerator '" + s.cfg.accelerators[0].name + "' has 1.00 MiB of HBM; ") !=
+        std::string::npos);
+  auto nobody = tenant_config(s.cfg, "nobody");
+  REQUIRE_FALSE(nobody.ok());
+  CHECK(nobody.status().message() == s.cfg.path + ": no tenant named 'nobody'");
+  REQUIRE(tenant_config(s.cfg, "online0").ok());
+  CHECK(tenant_config(s.cfg, "online0").value()->name == "online0");
 }
 
 TEST_CASE("compose: a bad plugin fails the build with one line naming the policy", "[compose]") {
@@ -607,7 +653,7 @@ TEST_CASE("without [ground_truth] fixed costs, each type pays what calibrate mea
   const ExperimentConfig cfg = small_with("{ name_prefix = \"gpu\", count = 4, type = \"H100\" }", "H100");
   REQUIRE_FALSE(cfg.ground_truth.iteration_overhead_s.has_value());
   REQUIRE_FALSE(cfg.ground_truth.sequence_overhead_s.has_value());
-  const auto accels = make_cluster(cfg);
+  const auto accels = make_cluster(cfg).value();
   REQUIRE(accels->type_count() == 1);
   Truths truths;
   CHECK(fixed_costs_per_type(cfg, truths, *accels)[0].iteration_s == 0);  // nothing measured, nothing configured

@@ -152,3 +152,28 @@ TEST_CASE("inbox: a request for a tenant that does not exist stops the run", "[e
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().message() == "engine: a live request names tenant 7 of 2");
 }
+
+TEST_CASE("inbox: its wake counts on the counter it is given and calls the waker", "[engine][inbox]") {
+  // The one wake path: a signal handler bumps the same counter (cli/signals),
+  // a push, the close and wake() bump it and end the backend's wait.
+  std::atomic<int> wake{0};
+  RequestInbox inbox(&wake);
+  CHECK(&inbox.counter() == &wake);
+  int woken = 0;
+  inbox.set_waker([&woken] { ++woken; });
+  REQUIRE(inbox.push(request(0, 10, 1, std::make_shared<Heard>())));
+  CHECK(wake.load() == 1);
+  CHECK(woken == 1);
+  inbox.wake();
+  CHECK(wake.load() == 2);
+  CHECK(woken == 2);
+  inbox.set_waker({});  // (what it called is gone): the counter still counts
+  inbox.close();
+  CHECK(wake.load() == 3);
+  CHECK(woken == 2);
+  // Without one it counts on its own.
+  RequestInbox own(nullptr);
+  own.wake();
+  CHECK(own.counter().load() == 1);
+  CHECK(wake.load() == 3);
+}
