@@ -32,7 +32,7 @@
 import slicesched.config;
 import slicesched.cli.live;
 import slicesched.cli.calibrate;
-import slicesched.simulator.emulated;
+import slicesched.simulator.emulated_cluster;
 
 namespace slicesched::cli {
 

@@ -30,8 +30,8 @@
 
 import slicesched.config;
 import slicesched.cli.live;
-import slicesched.executor.live;
-import slicesched.executor.llama;
+import slicesched.executor.live_cluster;
+import slicesched.executor.llama_runner;
 
 namespace slicesched::cli {
 

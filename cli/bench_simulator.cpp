@@ -16,7 +16,7 @@
 
 import slicesched.core;
 import slicesched.simulator.bench_cluster;
-import slicesched.simulator.global;
+import slicesched.simulator.global_simulator;
 
 namespace slicesched::cli {
 

@@ -19,8 +19,8 @@ module;
 
 module slicesched.cli.live;
 
-import slicesched.executor.live;
-import slicesched.executor.llama;
+import slicesched.executor.live_cluster;
+import slicesched.executor.llama_runner;
 import slicesched.executor.remote.remote_runner;
 import slicesched.executor.remote.wire;
 import slicesched.cli.progress;

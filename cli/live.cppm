@@ -15,7 +15,7 @@ module;
 
 export module slicesched.cli.live;
 export import slicesched.compose.run;
-export import slicesched.executor.llama;
+export import slicesched.executor.llama_runner;
 
 export namespace slicesched::cli {
 

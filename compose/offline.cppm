@@ -10,7 +10,7 @@ module;
 
 export module slicesched.compose.offline;
 export import slicesched.compose.run;
-export import slicesched.simulator.emulated;
+export import slicesched.simulator.emulated_cluster;
 import slicesched.simulator.profile;
 export import slicesched.simulator.roofline_truth;
 

@@ -9,7 +9,7 @@ module;
 #include <vector>
 
 export module slicesched.config.accelerators;
-export import slicesched.hardware;
+export import slicesched.hardware.roofline;
 
 export namespace slicesched {
 

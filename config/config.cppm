@@ -16,7 +16,7 @@ export module slicesched.config;
 export import slicesched.core;
 export import slicesched.workload.trace;
 export import slicesched.models.dense;
-export import slicesched.hardware;
+export import slicesched.hardware.roofline;
 
 export namespace slicesched {
 

@@ -17,7 +17,7 @@ export module slicesched.engine.scheduler;
 export import slicesched.core;
 export import slicesched.core.plugin;
 export import slicesched.engine.observer;
-import slicesched.simulator.global;
+import slicesched.simulator.global_simulator;
 
 export namespace slicesched {
 

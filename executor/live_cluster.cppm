@@ -41,7 +41,7 @@ module;
 #include <unordered_map>
 #include <vector>
 
-export module slicesched.executor.live;
+export module slicesched.executor.live_cluster;
 export import slicesched.core;
 export import slicesched.core.plugin;
 export import slicesched.executor.runner;

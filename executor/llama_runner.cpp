@@ -17,7 +17,7 @@ module;
 #include "executor/torch/cuda.h"
 #include "executor/torch/runtime.h"
 
-module slicesched.executor.llama;
+module slicesched.executor.llama_runner;
 
 namespace slicesched {
 

@@ -22,7 +22,7 @@ module;
 #include "executor/torch/cuda.h"
 #include "executor/torch/runtime.h"
 
-export module slicesched.executor.llama;
+export module slicesched.executor.llama_runner;
 export import slicesched.executor.runner;
 export import slicesched.models.dense;
 

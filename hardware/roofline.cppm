@@ -13,7 +13,7 @@ module;
 #include <string_view>
 #include <vector>
 
-export module slicesched.hardware;
+export module slicesched.hardware.roofline;
 export import slicesched.models.work;
 export import slicesched.core.status;
 

@@ -6,7 +6,7 @@ module;
 #include <utility>
 #include <vector>
 
-module slicesched.simulator.emulated;
+module slicesched.simulator.emulated_cluster;
 
 namespace slicesched {
 

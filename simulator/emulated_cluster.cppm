@@ -27,7 +27,7 @@ module;
 #include <string>
 #include <vector>
 
-export module slicesched.simulator.emulated;
+export module slicesched.simulator.emulated_cluster;
 export import slicesched.core;
 export import slicesched.core.calibration;
 export import slicesched.core.plugin;

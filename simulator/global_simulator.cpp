@@ -10,7 +10,7 @@ module;
 #include <utility>
 #include <vector>
 
-module slicesched.simulator.global;
+module slicesched.simulator.global_simulator;
 
 namespace slicesched {
 

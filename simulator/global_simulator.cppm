@@ -30,7 +30,7 @@ module;
 #include <utility>
 #include <vector>
 
-export module slicesched.simulator.global;
+export module slicesched.simulator.global_simulator;
 export import slicesched.core;
 export import slicesched.core.estimator;
 export import slicesched.core.plugin;

@@ -11,8 +11,8 @@ module;
 #include <vector>
 
 export module slicesched.simulator.roofline_truth;
-export import slicesched.simulator.emulated;
-export import slicesched.hardware;
+export import slicesched.simulator.emulated_cluster;
+export import slicesched.hardware.roofline;
 
 export namespace slicesched {
 

@@ -11,7 +11,7 @@ module;
 #include <utility>
 #include <vector>
 
-module slicesched.simulator.global;
+module slicesched.simulator.global_simulator;
 
 namespace slicesched {
 

@@ -34,7 +34,7 @@ module;
 #include <vector>
 
 export module slicesched.executor.remote.executor_server;
-export import slicesched.executor.llama;
+export import slicesched.executor.llama_runner;
 
 export namespace slicesched {
 

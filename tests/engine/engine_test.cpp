@@ -28,8 +28,8 @@ import slicesched.engine.union_partition_set;
 import slicesched.plugins.builtin;
 import slicesched.plugins.greedy_arbiter;
 import slicesched.plugins.serial_arbiter;
-import slicesched.simulator.emulated;
-import slicesched.simulator.global;
+import slicesched.simulator.emulated_cluster;
+import slicesched.simulator.global_simulator;
 import slicesched.workload.trace;
 import slicesched.testing;
 

@@ -16,8 +16,8 @@ import slicesched.core.plugin;
 import slicesched.engine;
 import slicesched.engine.union_partition_set;
 import slicesched.plugins.builtin;
-import slicesched.simulator.emulated;
-import slicesched.simulator.global;
+import slicesched.simulator.emulated_cluster;
+import slicesched.simulator.global_simulator;
 import slicesched.testing;
 
 using namespace slicesched;

@@ -19,7 +19,7 @@
 #include "torch/tiny_checkpoint.h"
 
 import slicesched.config;
-import slicesched.executor.llama;
+import slicesched.executor.llama_runner;
 import slicesched.models.dense;
 
 using namespace slicesched;

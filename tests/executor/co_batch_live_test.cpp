@@ -17,8 +17,8 @@ import slicesched.compose.policy;
 import slicesched.compose.run;
 import slicesched.config;
 import slicesched.core.plugin;
-import slicesched.executor.live;
-import slicesched.executor.llama;
+import slicesched.executor.live_cluster;
+import slicesched.executor.llama_runner;
 
 using namespace slicesched;
 

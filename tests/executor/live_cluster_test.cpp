@@ -20,7 +20,7 @@
 #include <vector>
 
 import slicesched.core;
-import slicesched.executor.live;
+import slicesched.executor.live_cluster;
 import slicesched.plugins.greedy_arbiter;
 import slicesched.plugins.serial_arbiter;
 import slicesched.testing;

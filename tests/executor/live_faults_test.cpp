@@ -18,8 +18,8 @@
 
 import slicesched.core;
 import slicesched.core.plugin;
-import slicesched.simulator.emulated;
-import slicesched.executor.live;
+import slicesched.simulator.emulated_cluster;
+import slicesched.executor.live_cluster;
 import slicesched.plugins.greedy_arbiter;
 import slicesched.testing;
 

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-import slicesched.hardware;
+import slicesched.hardware.roofline;
 
 using namespace slicesched;
 namespace fs = std::filesystem;

@@ -15,7 +15,7 @@
 
 import slicesched.core;
 import slicesched.simulator.bench_cluster;
-import slicesched.simulator.global;
+import slicesched.simulator.global_simulator;
 import slicesched.testing;
 import slicesched.testing.reference_simulator;
 

@@ -18,8 +18,8 @@
 
 import slicesched.core;
 import slicesched.core.plugin;
-import slicesched.simulator.global;
-import slicesched.simulator.emulated;
+import slicesched.simulator.global_simulator;
+import slicesched.simulator.emulated_cluster;
 import slicesched.plugins.greedy_arbiter;
 import slicesched.plugins.serial_arbiter;
 import slicesched.testing;

@@ -6,7 +6,7 @@
 #include <vector>
 
 import slicesched.core;
-import slicesched.simulator.global;
+import slicesched.simulator.global_simulator;
 import slicesched.plugins.greedy_arbiter;
 import slicesched.plugins.serial_arbiter;
 import slicesched.testing;

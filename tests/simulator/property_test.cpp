@@ -8,7 +8,7 @@
 #include <vector>
 
 import slicesched.core;
-import slicesched.simulator.global;
+import slicesched.simulator.global_simulator;
 import slicesched.testing;
 
 using namespace slicesched;

@@ -13,7 +13,7 @@ module;
 
 export module slicesched.testing.reference_simulator;
 export import slicesched.core;
-export import slicesched.simulator.global;
+export import slicesched.simulator.global_simulator;
 
 export namespace slicesched::testing {
 
