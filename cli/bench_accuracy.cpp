@@ -33,6 +33,18 @@ import slicesched.config;
 import slicesched.cli.live;
 import slicesched.cli.calibrate;
 import slicesched.simulator.emulated_cluster;
+import slicesched.compose.policy;
+import slicesched.compose.run;
+import slicesched.compose.setup;
+import slicesched.core.backend;
+import slicesched.core.calibration;
+import slicesched.core.gmg;
+import slicesched.core.ids;
+import slicesched.core.plugin;
+import slicesched.engine.observer;
+import slicesched.engine.recorders;
+import slicesched.engine.tenant;
+import slicesched.executor.calibration;
 
 namespace slicesched::cli {
 

@@ -32,6 +32,16 @@ import slicesched.config;
 import slicesched.cli.live;
 import slicesched.executor.live_cluster;
 import slicesched.executor.llama_runner;
+import slicesched.compose.policy;
+import slicesched.compose.run;
+import slicesched.compose.setup;
+import slicesched.core.calibration;
+import slicesched.core.graph;
+import slicesched.core.plugin;
+import slicesched.engine.metrics;
+import slicesched.engine.observer;
+import slicesched.engine.tenant;
+import slicesched.workload.trace;
 
 namespace slicesched::cli {
 

@@ -15,6 +15,8 @@ import slicesched.config;
 import slicesched.compose.setup;
 import slicesched.cli.live;
 import slicesched.cli.calibrate;
+import slicesched.core.calibration;
+import slicesched.executor.calibration;
 
 namespace slicesched::cli {
 

@@ -10,6 +10,10 @@ module;
 module slicesched.cli.calibrate;
 
 import slicesched.cli.live;
+import slicesched.compose.setup;
+import slicesched.core.graph;
+import slicesched.core.ids;
+import slicesched.workload.trace;
 
 namespace slicesched::cli {
 

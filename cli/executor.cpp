@@ -15,10 +15,13 @@
 #include "commands.hpp"
 #include "executor/torch/runtime.h"
 
-import slicesched.core;
 import slicesched.config;
 import slicesched.cli.live;
 import slicesched.executor.remote.executor_server;
+import slicesched.compose.setup;
+import slicesched.core.ids;
+import slicesched.core.status;
+import slicesched.executor.llama_runner;
 
 namespace slicesched::cli {
 

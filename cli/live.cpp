@@ -24,6 +24,10 @@ import slicesched.executor.llama_runner;
 import slicesched.executor.remote.remote_runner;
 import slicesched.executor.remote.wire;
 import slicesched.cli.progress;
+import slicesched.compose.policy;
+import slicesched.compose.setup;
+import slicesched.engine.tenant;
+import slicesched.executor.runner;
 
 namespace slicesched::cli {
 

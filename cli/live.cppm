@@ -14,8 +14,14 @@ module;
 #include "executor/torch/runtime.h"
 
 export module slicesched.cli.live;
-export import slicesched.compose.run;
-export import slicesched.executor.llama_runner;
+import slicesched.compose.run;
+import slicesched.executor.llama_runner;
+import slicesched.config;
+import slicesched.core.calibration;
+import slicesched.core.ids;
+import slicesched.core.plugin;
+import slicesched.engine.inbox;
+import slicesched.engine.observer;
 
 export namespace slicesched::cli {
 

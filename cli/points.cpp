@@ -15,6 +15,9 @@ module;
 module slicesched.cli.points;
 import slicesched.cli.progress;
 import slicesched.cli.report;
+import slicesched.compose.policy;
+import slicesched.compose.run;
+import slicesched.compose.setup;
 
 namespace slicesched::cli {
 

@@ -26,11 +26,16 @@
 #include "commands.hpp"
 #include "local_executors.hpp"
 
-import slicesched.core;
 import slicesched.config;
 import slicesched.cli.live;
 import slicesched.cli.serve_http;
 import slicesched.cli.report;
+import slicesched.compose.policy;
+import slicesched.compose.run;
+import slicesched.compose.setup;
+import slicesched.core.calibration;
+import slicesched.core.plugin;
+import slicesched.engine.inbox;
 
 namespace slicesched::cli {
 

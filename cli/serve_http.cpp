@@ -19,6 +19,15 @@ module slicesched.cli.serve_http;
 
 import slicesched.serving.server;
 import slicesched.tokenizer;
+import slicesched.compose.setup;
+import slicesched.core.tokenizer;
+import slicesched.engine.inbox;
+import slicesched.engine.observer;
+import slicesched.executor.llama_runner;
+import slicesched.serving.api;
+import slicesched.serving.batch_store;
+import slicesched.serving.batches;
+import slicesched.serving.metrics;
 
 namespace slicesched::cli {
 

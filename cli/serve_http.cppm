@@ -7,7 +7,11 @@ module;
 #include <string>
 
 export module slicesched.cli.serve_http;
-export import slicesched.cli.live;
+import slicesched.cli.live;
+import slicesched.compose.run;
+import slicesched.config;
+import slicesched.core.calibration;
+import slicesched.core.plugin;
 
 export namespace slicesched::cli {
 

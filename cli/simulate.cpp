@@ -25,6 +25,13 @@
 import slicesched.compose.offline;
 import slicesched.cli.progress;
 import slicesched.cli.report;
+import slicesched.compose.policy;
+import slicesched.compose.run;
+import slicesched.compose.setup;
+import slicesched.config;
+import slicesched.core.ids;
+import slicesched.core.plugin;
+import slicesched.core.status;
 
 namespace slicesched::cli {
 

@@ -19,6 +19,9 @@
 import slicesched.config.accelerators;
 import slicesched.simulator.validation;
 import slicesched.models.dense;
+import slicesched.core.status;
+import slicesched.hardware.roofline;
+import slicesched.models.work;
 
 namespace slicesched::cli {
 

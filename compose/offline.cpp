@@ -13,6 +13,9 @@ module;
 
 module slicesched.compose.offline;
 import slicesched.config.accelerators;
+import slicesched.compose.setup;
+import slicesched.engine.observer;
+import slicesched.engine.tenant;
 
 namespace slicesched {
 

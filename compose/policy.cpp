@@ -15,6 +15,8 @@ module slicesched.compose.policy;
 import slicesched.plugins.builtin;
 import slicesched.plugins.loader;
 import slicesched.plugins.stages.staged;
+import slicesched.compose.setup;
+import slicesched.core.priors;
 
 namespace slicesched {
 

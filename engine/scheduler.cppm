@@ -14,9 +14,8 @@ module;
 #include <vector>
 
 export module slicesched.engine.scheduler;
-export import slicesched.core;
-export import slicesched.core.plugin;
-export import slicesched.engine.observer;
+import slicesched.core.plugin;
+import slicesched.engine.observer;
 import slicesched.simulator.global_simulator;
 
 export namespace slicesched {

@@ -6,7 +6,7 @@ module;
 #include <vector>
 
 export module slicesched.engine.union_partition_set;
-export import slicesched.core.plugin;
+import slicesched.core.plugin;
 
 export namespace slicesched {
 

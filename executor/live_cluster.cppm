@@ -42,10 +42,10 @@ module;
 #include <vector>
 
 export module slicesched.executor.live_cluster;
-export import slicesched.core;
-export import slicesched.core.plugin;
-export import slicesched.executor.runner;
+import slicesched.core.plugin;
+import slicesched.executor.runner;
 import slicesched.core.slots;
+import slicesched.core.backend;
 
 export namespace slicesched {
 

@@ -18,6 +18,8 @@ module;
 #include "executor/torch/runtime.h"
 
 module slicesched.executor.llama_runner;
+import slicesched.core.graph;
+import slicesched.core.sampling;
 
 namespace slicesched {
 

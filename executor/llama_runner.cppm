@@ -23,8 +23,13 @@ module;
 #include "executor/torch/runtime.h"
 
 export module slicesched.executor.llama_runner;
-export import slicesched.executor.runner;
-export import slicesched.models.dense;
+import slicesched.executor.runner;
+import slicesched.models.dense;
+import slicesched.core.backend;
+import slicesched.core.gmg;
+import slicesched.core.ids;
+import slicesched.core.status;
+import slicesched.models.model;
 
 export namespace slicesched {
 

@@ -14,8 +14,8 @@ module;
 #include <vector>
 
 export module slicesched.hardware.roofline;
-export import slicesched.models.work;
-export import slicesched.core.status;
+import slicesched.models.work;
+import slicesched.core.status;
 
 export namespace slicesched {
 

@@ -4,6 +4,7 @@ module;
 #include <vector>
 
 module slicesched.planning.grid;
+import slicesched.workload.trace;
 
 namespace slicesched::planning {
 

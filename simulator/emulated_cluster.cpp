@@ -7,6 +7,7 @@ module;
 #include <vector>
 
 module slicesched.simulator.emulated_cluster;
+import slicesched.models.work;
 
 namespace slicesched {
 

@@ -28,13 +28,13 @@ module;
 #include <vector>
 
 export module slicesched.simulator.emulated_cluster;
-export import slicesched.core;
-export import slicesched.core.calibration;
-export import slicesched.core.plugin;
-export import slicesched.simulator.profile;
-export import slicesched.models.model;
+import slicesched.core.calibration;
+import slicesched.core.plugin;
+import slicesched.simulator.profile;
+import slicesched.models.model;
 import slicesched.simulator.events;
 import slicesched.core.slots;
+import slicesched.core.backend;
 
 export namespace slicesched {
 

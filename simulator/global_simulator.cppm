@@ -31,9 +31,8 @@ module;
 #include <vector>
 
 export module slicesched.simulator.global_simulator;
-export import slicesched.core;
-export import slicesched.core.estimator;
-export import slicesched.core.plugin;
+import slicesched.core.estimator;
+import slicesched.core.plugin;
 import slicesched.simulator.events;
 
 export namespace slicesched {

@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-import slicesched.core;
 import slicesched.core.views;
 import slicesched.testing;
 

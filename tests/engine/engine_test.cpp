@@ -20,7 +20,6 @@
 #include <utility>
 #include <vector>
 
-import slicesched.core;
 import slicesched.core.plugin;
 import slicesched.engine;
 import slicesched.engine.recorders;
@@ -32,6 +31,12 @@ import slicesched.simulator.emulated_cluster;
 import slicesched.simulator.global_simulator;
 import slicesched.workload.trace;
 import slicesched.testing;
+import slicesched.core.backend;
+import slicesched.core.priors;
+import slicesched.engine.observer;
+import slicesched.engine.scheduler;
+import slicesched.engine.tenant;
+import slicesched.simulator.profile;
 
 using namespace slicesched;
 using nlohmann::json;

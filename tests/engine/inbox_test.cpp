@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-import slicesched.core;
 import slicesched.core.plugin;
 import slicesched.engine;
 import slicesched.engine.union_partition_set;
@@ -19,6 +18,11 @@ import slicesched.plugins.builtin;
 import slicesched.simulator.emulated_cluster;
 import slicesched.simulator.global_simulator;
 import slicesched.testing;
+import slicesched.core.priors;
+import slicesched.engine.inbox;
+import slicesched.engine.scheduler;
+import slicesched.engine.tenant;
+import slicesched.simulator.profile;
 
 using namespace slicesched;
 

@@ -19,6 +19,7 @@ import slicesched.config;
 import slicesched.core.plugin;
 import slicesched.executor.live_cluster;
 import slicesched.executor.llama_runner;
+import slicesched.engine.tenant;
 
 using namespace slicesched;
 

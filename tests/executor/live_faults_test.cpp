@@ -16,12 +16,13 @@
 #include <utility>
 #include <vector>
 
-import slicesched.core;
 import slicesched.core.plugin;
 import slicesched.simulator.emulated_cluster;
 import slicesched.executor.live_cluster;
 import slicesched.plugins.greedy_arbiter;
 import slicesched.testing;
+import slicesched.core.backend;
+import slicesched.executor.runner;
 
 using namespace slicesched;
 using namespace slicesched::testing;

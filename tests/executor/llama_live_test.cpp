@@ -16,7 +16,6 @@
 
 #include "executor/torch/runtime.h"
 
-import slicesched.core;
 import slicesched.core.plugin;
 import slicesched.engine;
 import slicesched.engine.recorders;
@@ -28,6 +27,10 @@ import slicesched.plugins.builtin;
 import slicesched.plugins.greedy_arbiter;
 import slicesched.testing;
 import slicesched.workload.trace;
+import slicesched.core.priors;
+import slicesched.engine.observer;
+import slicesched.engine.scheduler;
+import slicesched.engine.tenant;
 
 using namespace slicesched;
 

@@ -34,7 +34,6 @@
 #include "executor/torch/runtime.h"
 
 import slicesched.config;
-import slicesched.core;
 import slicesched.core.plugin;
 import slicesched.engine;
 import slicesched.engine.recorders;
@@ -47,6 +46,11 @@ import slicesched.models.dense;
 import slicesched.plugins.builtin;
 import slicesched.plugins.greedy_arbiter;
 import slicesched.testing;
+import slicesched.core.backend;
+import slicesched.core.priors;
+import slicesched.engine.observer;
+import slicesched.engine.scheduler;
+import slicesched.engine.tenant;
 
 using namespace slicesched;
 

@@ -18,6 +18,8 @@ import slicesched.config;
 import slicesched.core.plugin;
 import slicesched.executor.live_cluster;
 import slicesched.executor.llama_runner;
+import slicesched.engine.observer;
+import slicesched.engine.tenant;
 
 using namespace slicesched;
 

@@ -7,6 +7,7 @@
 #include <string>
 
 import slicesched.hardware.roofline;
+import slicesched.models.work;
 
 using namespace slicesched;
 namespace fs = std::filesystem;

@@ -11,6 +11,9 @@ import slicesched.compose.policy;
 import slicesched.config;
 import slicesched.core.plugin;
 import slicesched.models.dense;
+import slicesched.engine.tenant;
+import slicesched.models.model;
+import slicesched.models.work;
 
 using namespace slicesched;
 
