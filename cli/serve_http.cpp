@@ -23,7 +23,6 @@ import slicesched.compose.setup;
 import slicesched.core.tokenizer;
 import slicesched.engine.inbox;
 import slicesched.engine.observer;
-import slicesched.executor.llama_runner;
 import slicesched.serving.api;
 import slicesched.serving.batch_store;
 import slicesched.serving.batches;

@@ -4,7 +4,6 @@ module;
 #include <vector>
 
 module slicesched.planning.grid;
-import slicesched.workload.trace;
 
 namespace slicesched::planning {
 
