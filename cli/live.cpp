@@ -28,6 +28,7 @@ import slicesched.compose.policy;
 import slicesched.compose.setup;
 import slicesched.engine.tenant;
 import slicesched.executor.runner;
+import slicesched.core.status;
 
 namespace slicesched::cli {
 

@@ -18,6 +18,7 @@ import slicesched.cli.report;
 import slicesched.compose.policy;
 import slicesched.compose.run;
 import slicesched.compose.setup;
+import slicesched.core.status;
 
 namespace slicesched::cli {
 

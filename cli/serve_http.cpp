@@ -27,6 +27,8 @@ import slicesched.serving.api;
 import slicesched.serving.batch_store;
 import slicesched.serving.batches;
 import slicesched.serving.metrics;
+import slicesched.core.status;
+import slicesched.core.ids;
 
 namespace slicesched::cli {
 

@@ -17,6 +17,7 @@ import slicesched.plugins.loader;
 import slicesched.plugins.stages.staged;
 import slicesched.compose.setup;
 import slicesched.core.priors;
+import slicesched.core.shape;
 
 namespace slicesched {
 

@@ -15,6 +15,8 @@ import slicesched.core.plugin;
 import slicesched.config;
 import slicesched.models.dense;
 import slicesched.workload.trace;
+import slicesched.core.status;
+import slicesched.core.accel;
 
 export namespace slicesched {
 

@@ -17,6 +17,8 @@ export module slicesched.engine.observer;
 import slicesched.core.backend;
 import slicesched.core.plugin;
 import slicesched.engine.tenant;
+import slicesched.core.ids;
+import slicesched.core.gmg;
 
 export namespace slicesched {
 

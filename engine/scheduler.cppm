@@ -17,6 +17,10 @@ export module slicesched.engine.scheduler;
 import slicesched.core.plugin;
 import slicesched.engine.observer;
 import slicesched.simulator.global_simulator;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.gmg;
+import slicesched.core.estimator;
 
 export namespace slicesched {
 

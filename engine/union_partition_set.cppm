@@ -7,6 +7,9 @@ module;
 
 export module slicesched.engine.union_partition_set;
 import slicesched.core.plugin;
+import slicesched.core.status;
+import slicesched.core.accel;
+import slicesched.core.gmg;
 
 export namespace slicesched {
 

@@ -46,6 +46,9 @@ import slicesched.core.plugin;
 import slicesched.executor.runner;
 import slicesched.core.slots;
 import slicesched.core.backend;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.gmg;
 
 export namespace slicesched {
 

@@ -8,6 +8,7 @@ module;
 
 module slicesched.simulator.emulated_cluster;
 import slicesched.models.work;
+import slicesched.core.graph;
 
 namespace slicesched {
 

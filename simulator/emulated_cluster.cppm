@@ -35,6 +35,10 @@ import slicesched.models.model;
 import slicesched.simulator.events;
 import slicesched.core.slots;
 import slicesched.core.backend;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.accel;
+import slicesched.core.gmg;
 
 export namespace slicesched {
 

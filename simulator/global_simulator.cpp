@@ -11,6 +11,7 @@ module;
 #include <vector>
 
 module slicesched.simulator.global_simulator;
+import slicesched.core.accel;
 
 namespace slicesched {
 

@@ -34,6 +34,8 @@ export module slicesched.simulator.global_simulator;
 import slicesched.core.estimator;
 import slicesched.core.plugin;
 import slicesched.simulator.events;
+import slicesched.core.ids;
+import slicesched.core.gmg;
 
 export namespace slicesched {
 

@@ -12,6 +12,7 @@ module;
 #include <vector>
 
 module slicesched.simulator.global_simulator;
+import slicesched.core.accel;
 
 namespace slicesched {
 

@@ -37,6 +37,13 @@ import slicesched.engine.observer;
 import slicesched.engine.scheduler;
 import slicesched.engine.tenant;
 import slicesched.simulator.profile;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.shape;
+import slicesched.core.graph;
+import slicesched.core.accel;
+import slicesched.core.gmg;
+import slicesched.core.estimator;
 
 using namespace slicesched;
 using nlohmann::json;

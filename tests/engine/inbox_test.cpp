@@ -23,6 +23,12 @@ import slicesched.engine.inbox;
 import slicesched.engine.scheduler;
 import slicesched.engine.tenant;
 import slicesched.simulator.profile;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.graph;
+import slicesched.core.accel;
+import slicesched.core.gmg;
+import slicesched.core.estimator;
 
 using namespace slicesched;
 

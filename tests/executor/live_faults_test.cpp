@@ -23,6 +23,11 @@ import slicesched.plugins.greedy_arbiter;
 import slicesched.testing;
 import slicesched.core.backend;
 import slicesched.executor.runner;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.shape;
+import slicesched.core.graph;
+import slicesched.core.gmg;
 
 using namespace slicesched;
 using namespace slicesched::testing;

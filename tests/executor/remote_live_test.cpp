@@ -51,6 +51,11 @@ import slicesched.core.priors;
 import slicesched.engine.observer;
 import slicesched.engine.scheduler;
 import slicesched.engine.tenant;
+import slicesched.core.ids;
+import slicesched.core.graph;
+import slicesched.core.accel;
+import slicesched.core.gmg;
+import slicesched.core.estimator;
 
 using namespace slicesched;
 

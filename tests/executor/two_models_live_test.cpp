@@ -20,6 +20,7 @@ import slicesched.executor.live_cluster;
 import slicesched.executor.llama_runner;
 import slicesched.engine.observer;
 import slicesched.engine.tenant;
+import slicesched.core.ids;
 
 using namespace slicesched;
 

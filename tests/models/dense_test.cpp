@@ -14,6 +14,9 @@ import slicesched.models.dense;
 import slicesched.engine.tenant;
 import slicesched.models.model;
 import slicesched.models.work;
+import slicesched.core.ids;
+import slicesched.core.graph;
+import slicesched.core.gmg;
 
 using namespace slicesched;
 

@@ -26,6 +26,12 @@ import slicesched.core.backend;
 import slicesched.core.calibration;
 import slicesched.core.priors;
 import slicesched.simulator.profile;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.shape;
+import slicesched.core.graph;
+import slicesched.core.gmg;
+import slicesched.core.estimator;
 
 using namespace slicesched;
 using namespace slicesched::testing;
