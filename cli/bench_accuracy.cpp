@@ -29,7 +29,11 @@
 #include "commands.hpp"
 #include "executor/torch/runtime.h"
 
-import slicesched.core;
+import slicesched.core.status;
+import slicesched.core.shape;
+import slicesched.core.graph;
+import slicesched.core.accel;
+import slicesched.core.estimator;
 import slicesched.core.calibration;
 import slicesched.core.plugin;
 import slicesched.config;
@@ -42,7 +46,12 @@ import slicesched.compose.live;
 import slicesched.cli.calibrate;
 import slicesched.cli.fail;
 import slicesched.cli.progress;
-import slicesched.simulator.emulated;
+import slicesched.simulator.emulated_cluster;
+import slicesched.core.backend;
+import slicesched.core.gmg;
+import slicesched.core.ids;
+import slicesched.engine.tenant;
+import slicesched.executor.calibration;
 
 namespace slicesched::cli {
 

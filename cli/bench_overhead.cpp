@@ -28,7 +28,11 @@
 #include "commands.hpp"
 #include "executor/torch/runtime.h"
 
-import slicesched.core;
+import slicesched.core.shape;
+import slicesched.core.accel;
+import slicesched.core.gmg;
+import slicesched.core.estimator;
+import slicesched.core.backend;
 import slicesched.core.calibration;
 import slicesched.core.plugin;
 import slicesched.config;
@@ -36,9 +40,14 @@ import slicesched.compose.setup;
 import slicesched.compose.policy;
 import slicesched.compose.run;
 import slicesched.compose.live;
-import slicesched.executor.live;
-import slicesched.executor.llama;
+import slicesched.executor.live_cluster;
+import slicesched.executor.llama_runner;
 import slicesched.cli.fail;
+import slicesched.core.graph;
+import slicesched.engine.metrics;
+import slicesched.engine.observer;
+import slicesched.engine.tenant;
+import slicesched.workload.trace;
 
 namespace slicesched::cli {
 

@@ -16,6 +16,9 @@
 
 import slicesched.config.accelerators;
 import slicesched.models.dense;
+import slicesched.core.status;
+import slicesched.hardware.roofline;
+import slicesched.models.work;
 
 namespace slicesched::cli {
 

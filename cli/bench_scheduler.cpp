@@ -12,11 +12,17 @@
 
 #include "commands.hpp"
 
-import slicesched.core;
 import slicesched.engine;
 import slicesched.plugins.builtin;
 import slicesched.simulator.bench_cluster;
 import slicesched.cli.fail;
+import slicesched.core.estimator;
+import slicesched.core.gmg;
+import slicesched.core.ids;
+import slicesched.core.plugin;
+import slicesched.core.priors;
+import slicesched.core.status;
+import slicesched.engine.scheduler;
 
 namespace slicesched::cli {
 

@@ -14,9 +14,13 @@
 
 #include "commands.hpp"
 
-import slicesched.core;
 import slicesched.simulator.bench_cluster;
-import slicesched.simulator.global;
+import slicesched.simulator.global_simulator;
+import slicesched.core.estimator;
+import slicesched.core.gmg;
+import slicesched.core.ids;
+import slicesched.core.priors;
+import slicesched.core.status;
 
 namespace slicesched::cli {
 

@@ -10,13 +10,15 @@
 #include "commands.hpp"
 #include "executor/torch/runtime.h"
 
-import slicesched.core;
+import slicesched.core.graph;
+import slicesched.core.estimator;
 import slicesched.config;
 import slicesched.compose.setup;
 import slicesched.compose.live;
 import slicesched.executor.calibration;
 import slicesched.cli.calibrate;
 import slicesched.cli.fail;
+import slicesched.core.calibration;
 
 namespace slicesched::cli {
 

@@ -8,8 +8,8 @@ module;
 #include "executor/torch/runtime.h"
 
 export module slicesched.cli.calibrate;
-export import slicesched.compose.setup;
-export import slicesched.executor.calibration;
+import slicesched.executor.calibration;
+import slicesched.config;
 
 export namespace slicesched::cli {
 

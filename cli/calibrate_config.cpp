@@ -9,12 +9,15 @@ module;
 
 module slicesched.cli.calibrate;
 
-import slicesched.core;
+import slicesched.core.gmg;
 import slicesched.config;
 import slicesched.compose.setup;
 import slicesched.compose.live;
 import slicesched.executor.calibration;
 import slicesched.cli.fail;
+import slicesched.core.graph;
+import slicesched.core.ids;
+import slicesched.workload.trace;
 
 namespace slicesched::cli {
 

@@ -13,13 +13,15 @@
 #include "commands.hpp"
 #include "executor/torch/runtime.h"
 
-import slicesched.core;
 import slicesched.config;
 import slicesched.compose.live;
-import slicesched.executor.llama;
+import slicesched.executor.llama_runner;
 import slicesched.executor.remote.executor_server;
 import slicesched.cli.fail;
 import slicesched.cli.signals;
+import slicesched.compose.setup;
+import slicesched.core.ids;
+import slicesched.core.status;
 
 namespace slicesched::cli {
 

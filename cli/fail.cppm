@@ -9,7 +9,7 @@ module;
 #include <utility>
 
 export module slicesched.cli.fail;
-import slicesched.core;
+import slicesched.core.status;
 
 export namespace slicesched::cli {
 

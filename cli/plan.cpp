@@ -17,6 +17,11 @@ import slicesched.cli.fail;
 import slicesched.cli.points;
 import slicesched.planning.rows;
 import slicesched.planning.search;
+import slicesched.compose.policy;
+import slicesched.compose.setup;
+import slicesched.config;
+import slicesched.core.plugin;
+import slicesched.planning.grid;
 
 namespace slicesched::cli {
 

@@ -16,6 +16,10 @@ module slicesched.cli.points;
 import slicesched.cli.fail;
 import slicesched.cli.progress;
 import slicesched.cli.report;
+import slicesched.compose.policy;
+import slicesched.compose.run;
+import slicesched.compose.setup;
+import slicesched.core.status;
 
 namespace slicesched::cli {
 

@@ -11,8 +11,10 @@ module;
 #include <vector>
 
 export module slicesched.cli.points;
-export import slicesched.compose.offline;
-export import slicesched.planning.grid;
+import slicesched.compose.offline;
+import slicesched.planning.grid;
+import slicesched.config;
+import slicesched.core.plugin;
 
 export namespace slicesched::cli {
 

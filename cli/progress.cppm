@@ -8,7 +8,8 @@ module;
 #include <string>
 
 export module slicesched.cli.progress;
-export import slicesched.engine.progress;
+import slicesched.engine.progress;
+import slicesched.core.ids;
 
 export namespace slicesched::cli {
 

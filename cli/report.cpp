@@ -21,6 +21,15 @@ module;
 
 module slicesched.cli.report;
 import slicesched.core.files;
+import slicesched.core.calibration;
+import slicesched.core.ids;
+import slicesched.core.status;
+import slicesched.engine.metrics;
+import slicesched.engine.observer;
+import slicesched.engine.recorders;
+import slicesched.engine.tenant;
+import slicesched.hardware.roofline;
+import slicesched.models.work;
 
 namespace slicesched::cli {
 

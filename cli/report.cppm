@@ -10,8 +10,10 @@ module;
 #include <vector>
 
 export module slicesched.cli.report;
-export import slicesched.compose.run;
-export import slicesched.compose.offline;
+import slicesched.compose.run;
+import slicesched.compose.offline;
+import slicesched.compose.policy;
+import slicesched.config;
 
 export namespace slicesched::cli {
 

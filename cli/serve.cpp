@@ -18,7 +18,6 @@
 #include "commands.hpp"
 #include "local_executors.hpp"
 
-import slicesched.core;
 import slicesched.config;
 import slicesched.engine.inbox;
 import slicesched.engine.observer;
@@ -30,6 +29,12 @@ import slicesched.cli.fail;
 import slicesched.cli.progress;
 import slicesched.cli.report;
 import slicesched.cli.signals;
+import slicesched.compose.policy;
+import slicesched.compose.run;
+import slicesched.compose.setup;
+import slicesched.core.calibration;
+import slicesched.core.plugin;
+import slicesched.engine.inbox;
 
 namespace slicesched::cli {
 

@@ -21,7 +21,9 @@
 
 #include "commands.hpp"
 
-import slicesched.core;
+import slicesched.core.graph;
+import slicesched.core.gmg;
+import slicesched.core.estimator;
 import slicesched.config;
 import slicesched.compose.experiment;
 import slicesched.compose.policy;
@@ -31,6 +33,10 @@ import slicesched.cli.fail;
 import slicesched.cli.progress;
 import slicesched.cli.report;
 import slicesched.cli.signals;
+import slicesched.compose.setup;
+import slicesched.core.ids;
+import slicesched.core.plugin;
+import slicesched.core.status;
 
 namespace slicesched::cli {
 

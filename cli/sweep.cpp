@@ -27,6 +27,12 @@ import slicesched.cli.points;
 import slicesched.core.files;
 import slicesched.engine.metrics;
 import slicesched.planning.rows;
+import slicesched.compose.policy;
+import slicesched.compose.setup;
+import slicesched.config;
+import slicesched.core.plugin;
+import slicesched.core.status;
+import slicesched.planning.grid;
 
 namespace slicesched::cli {
 

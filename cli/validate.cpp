@@ -20,6 +20,9 @@ import slicesched.config.accelerators;
 import slicesched.simulator.validation;
 import slicesched.models.dense;
 import slicesched.cli.fail;
+import slicesched.core.status;
+import slicesched.hardware.roofline;
+import slicesched.models.work;
 
 namespace slicesched::cli {
 

@@ -10,7 +10,11 @@ module;
 #include <vector>
 
 export module slicesched.compose.experiment;
-import slicesched.core;
+import slicesched.core.status;
+import slicesched.core.graph;
+import slicesched.core.accel;
+import slicesched.core.gmg;
+import slicesched.core.estimator;
 import slicesched.core.plugin;
 import slicesched.core.calibration;
 import slicesched.config;

@@ -19,6 +19,11 @@ module;
 #include <vector>
 
 module slicesched.compose.guard;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.accel;
+import slicesched.core.gmg;
+import slicesched.core.estimator;
 
 namespace slicesched {
 

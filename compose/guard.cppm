@@ -21,7 +21,7 @@ module;
 #include <vector>
 
 export module slicesched.compose.guard;
-export import slicesched.core.plugin;
+import slicesched.core.plugin;
 
 export namespace slicesched {
 

@@ -18,7 +18,13 @@ module;
 
 module slicesched.compose.live;
 
-import slicesched.core;
+import slicesched.core.ids;
+import slicesched.core.shape;
+import slicesched.core.graph;
+import slicesched.core.accel;
+import slicesched.core.gmg;
+import slicesched.core.estimator;
+import slicesched.core.backend;
 import slicesched.config;
 import slicesched.engine.observer;
 import slicesched.engine.tenant;
@@ -27,10 +33,11 @@ import slicesched.compose.setup;
 import slicesched.compose.policy;
 import slicesched.compose.run;
 import slicesched.executor.runner;
-import slicesched.executor.live;
-import slicesched.executor.llama;
+import slicesched.executor.live_cluster;
+import slicesched.executor.llama_runner;
 import slicesched.executor.remote.remote_runner;
 import slicesched.executor.remote.wire;
+import slicesched.core.status;
 
 namespace slicesched {
 

@@ -21,7 +21,11 @@ module;
 #include "executor/torch/runtime.h"
 
 export module slicesched.compose.live;
-import slicesched.core;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.graph;
+import slicesched.core.gmg;
+import slicesched.core.estimator;
 import slicesched.core.calibration;
 import slicesched.core.plugin;
 import slicesched.config;
@@ -31,8 +35,8 @@ import slicesched.engine.inbox;
 import slicesched.compose.policy;
 import slicesched.compose.run;
 import slicesched.executor.runner;
-import slicesched.executor.live;
-import slicesched.executor.llama;
+import slicesched.executor.live_cluster;
+import slicesched.executor.llama_runner;
 import slicesched.executor.remote.remote_runner;
 
 export namespace slicesched {

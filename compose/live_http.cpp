@@ -15,7 +15,10 @@ module;
 
 module slicesched.compose.live_http;
 
-import slicesched.core;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.graph;
+import slicesched.core.gmg;
 import slicesched.core.tokenizer;
 import slicesched.config;
 import slicesched.engine.observer;

@@ -12,7 +12,10 @@ module;
 #include <vector>
 
 export module slicesched.compose.live_http;
-import slicesched.core;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.graph;
+import slicesched.core.gmg;
 import slicesched.config;
 import slicesched.engine.observer;
 import slicesched.engine.tenant;

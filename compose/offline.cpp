@@ -13,6 +13,11 @@ module;
 
 module slicesched.compose.offline;
 import slicesched.config.accelerators;
+import slicesched.compose.setup;
+import slicesched.engine.observer;
+import slicesched.engine.tenant;
+import slicesched.core.ids;
+import slicesched.core.gmg;
 
 namespace slicesched {
 

@@ -9,10 +9,18 @@ module;
 #include <vector>
 
 export module slicesched.compose.offline;
-export import slicesched.compose.run;
-export import slicesched.simulator.emulated;
+import slicesched.compose.run;
+import slicesched.simulator.emulated_cluster;
 import slicesched.simulator.profile;
-export import slicesched.simulator.roofline_truth;
+import slicesched.simulator.roofline_truth;
+import slicesched.compose.policy;
+import slicesched.config;
+import slicesched.core.accel;
+import slicesched.core.calibration;
+import slicesched.core.plugin;
+import slicesched.core.status;
+import slicesched.hardware.roofline;
+import slicesched.models.model;
 
 export namespace slicesched {
 

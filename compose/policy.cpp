@@ -15,6 +15,9 @@ module slicesched.compose.policy;
 import slicesched.plugins.builtin;
 import slicesched.plugins.loader;
 import slicesched.plugins.stages.staged;
+import slicesched.compose.setup;
+import slicesched.core.priors;
+import slicesched.core.shape;
 
 namespace slicesched {
 

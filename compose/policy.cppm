@@ -17,11 +17,22 @@ module;
 #include <vector>
 
 export module slicesched.compose.policy;
-export import slicesched.compose.setup;
-export import slicesched.compose.guard;
-export import slicesched.core.calibration;
-export import slicesched.engine;
-export import slicesched.engine.union_partition_set;
+import slicesched.compose.guard;
+import slicesched.core.calibration;
+import slicesched.engine;
+import slicesched.engine.union_partition_set;
+import slicesched.config;
+import slicesched.core.accel;
+import slicesched.core.estimator;
+import slicesched.core.gmg;
+import slicesched.core.graph;
+import slicesched.core.ids;
+import slicesched.core.plugin;
+import slicesched.core.status;
+import slicesched.engine.scheduler;
+import slicesched.engine.tenant;
+import slicesched.models.model;
+import slicesched.workload.trace;
 
 export namespace slicesched {
 

@@ -10,6 +10,8 @@ module;
 #include <vector>
 
 module slicesched.compose.run;
+import slicesched.compose.guard;
+import slicesched.core.ids;
 
 namespace slicesched {
 

@@ -10,10 +10,19 @@ module;
 #include <vector>
 
 export module slicesched.compose.run;
-export import slicesched.compose.policy;
-export import slicesched.engine.metrics;
-export import slicesched.engine.progress;
-export import slicesched.engine.recorders;
+import slicesched.compose.policy;
+import slicesched.engine.metrics;
+import slicesched.engine.progress;
+import slicesched.engine.recorders;
+import slicesched.config;
+import slicesched.core.backend;
+import slicesched.core.calibration;
+import slicesched.core.estimator;
+import slicesched.core.status;
+import slicesched.engine;
+import slicesched.engine.observer;
+import slicesched.engine.scheduler;
+import slicesched.engine.tenant;
 
 export namespace slicesched {
 

@@ -8,6 +8,8 @@ module;
 #include <vector>
 
 module slicesched.compose.setup;
+import slicesched.core.ids;
+import slicesched.core.graph;
 
 namespace slicesched {
 

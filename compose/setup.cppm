@@ -10,11 +10,12 @@ module;
 #include <utility>
 
 export module slicesched.compose.setup;
-export import slicesched.core;
-export import slicesched.core.plugin;
-export import slicesched.config;
-export import slicesched.models.dense;
-export import slicesched.workload.trace;
+import slicesched.core.plugin;
+import slicesched.config;
+import slicesched.models.dense;
+import slicesched.workload.trace;
+import slicesched.core.status;
+import slicesched.core.accel;
 
 export namespace slicesched {
 

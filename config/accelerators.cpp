@@ -11,6 +11,7 @@ module;
 #include <vector>
 
 module slicesched.config.accelerators;
+import slicesched.models.work;
 
 namespace slicesched {
 

@@ -9,7 +9,8 @@ module;
 #include <vector>
 
 export module slicesched.config.accelerators;
-export import slicesched.hardware;
+import slicesched.hardware.roofline;
+import slicesched.core.status;
 
 export namespace slicesched {
 

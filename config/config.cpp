@@ -20,6 +20,7 @@ module;
 
 module slicesched.config;
 import slicesched.config.accelerators;
+import slicesched.core.graph;
 
 namespace slicesched {
 

@@ -13,10 +13,10 @@ module;
 #include <vector>
 
 export module slicesched.config;
-export import slicesched.core;
-export import slicesched.workload.trace;
-export import slicesched.models.dense;
-export import slicesched.hardware;
+import slicesched.workload.trace;
+import slicesched.models.dense;
+import slicesched.hardware.roofline;
+import slicesched.core.status;
 
 export namespace slicesched {
 

@@ -10,6 +10,8 @@ module;
 #include <vector>
 
 module slicesched.config;
+import slicesched.core.graph;
+import slicesched.models.model;
 
 namespace slicesched {
 

@@ -10,8 +10,8 @@ module;
 #include <vector>
 
 export module slicesched.core.accel;
-export import slicesched.core.ids;
-export import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.status;
 
 export namespace slicesched {
 

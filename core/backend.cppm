@@ -11,8 +11,10 @@ module;
 #include <vector>
 
 export module slicesched.core.backend;
-export import slicesched.core.gmg;
-export import slicesched.core.sampling;
+import slicesched.core.gmg;
+import slicesched.core.sampling;
+import slicesched.core.ids;
+import slicesched.core.status;
 
 export namespace slicesched {
 

@@ -10,6 +10,8 @@ module;
 #include <vector>
 
 module slicesched.core.calibration;
+import slicesched.core.ids;
+import slicesched.core.shape;
 
 namespace slicesched {
 

@@ -26,10 +26,11 @@ module;
 #include <vector>
 
 export module slicesched.core.calibration;
-export import slicesched.core.graph;
-export import slicesched.core.accel;
-export import slicesched.core.estimator;
+import slicesched.core.graph;
+import slicesched.core.accel;
+import slicesched.core.estimator;
 import slicesched.core.files;
+import slicesched.core.status;
 
 export namespace slicesched {
 

@@ -15,7 +15,7 @@ module;
 #include <vector>
 
 export module slicesched.core.csv;
-export import slicesched.core.status;
+import slicesched.core.status;
 
 export namespace slicesched::csv {
 

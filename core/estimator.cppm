@@ -16,8 +16,8 @@ module;
 #include <vector>
 
 export module slicesched.core.estimator;
-export import slicesched.core.ids;
-export import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.status;
 
 export namespace slicesched {
 

@@ -3,7 +3,7 @@ module;
 #include <string>
 
 export module slicesched.core.files;
-export import slicesched.core.status;
+import slicesched.core.status;
 
 export namespace slicesched {
 

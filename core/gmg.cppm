@@ -22,9 +22,12 @@ module;
 #include <vector>
 
 export module slicesched.core.gmg;
-export import slicesched.core.graph;
-export import slicesched.core.accel;
+import slicesched.core.graph;
+import slicesched.core.accel;
 import slicesched.core.slots;
+import slicesched.core.ids;
+import slicesched.core.shape;
+import slicesched.core.status;
 
 export namespace slicesched {
 

@@ -14,8 +14,9 @@ module;
 #include <vector>
 
 export module slicesched.core.graph;
-export import slicesched.core.shape;
-export import slicesched.core.ids;
+import slicesched.core.shape;
+import slicesched.core.ids;
+import slicesched.core.status;
 
 export namespace slicesched {
 

@@ -30,6 +30,13 @@ module;
 #include <vector>
 
 export module slicesched.core.plugin;
+// The SDK face: a plugin imports this module alone (docs/plugins.md), so it
+// re-exports every core module whose names a plugin's code spells.
+export import slicesched.core.status;
+export import slicesched.core.ids;
+export import slicesched.core.shape;
+export import slicesched.core.graph;
+export import slicesched.core.accel;
 export import slicesched.core.gmg;
 export import slicesched.core.estimator;
 

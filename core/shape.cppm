@@ -11,7 +11,7 @@ module;
 #include <vector>
 
 export module slicesched.core.shape;
-export import slicesched.core.status;
+import slicesched.core.status;
 
 export namespace slicesched {
 

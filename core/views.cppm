@@ -15,7 +15,7 @@ module;
 #include <vector>
 
 export module slicesched.core.views;
-export import slicesched.core.plugin;
+export import slicesched.core.plugin;  // SDK face: a plugin may import this module alone (docs/plugins.md)
 
 export namespace slicesched {
 

@@ -11,11 +11,15 @@ module;
 #include <vector>
 
 export module slicesched.engine;
-export import slicesched.engine.tenant;
-export import slicesched.engine.scheduler;
-export import slicesched.core.backend;
-export import slicesched.engine.observer;
-export import slicesched.engine.inbox;
+import slicesched.engine.tenant;
+import slicesched.engine.scheduler;
+import slicesched.core.backend;
+import slicesched.engine.observer;
+import slicesched.engine.inbox;
+import slicesched.core.gmg;
+import slicesched.core.ids;
+import slicesched.core.plugin;
+import slicesched.core.status;
 
 export namespace slicesched {
 

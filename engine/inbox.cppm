@@ -14,7 +14,8 @@ module;
 #include <vector>
 
 export module slicesched.engine.inbox;
-export import slicesched.core;
+import slicesched.core.ids;
+import slicesched.core.sampling;
 
 export namespace slicesched {
 

@@ -11,7 +11,10 @@ module;
 #include <vector>
 
 export module slicesched.engine.metrics;
-export import slicesched.engine;
+import slicesched.engine;
+import slicesched.core.ids;
+import slicesched.engine.observer;
+import slicesched.engine.tenant;
 
 export namespace slicesched {
 

@@ -14,9 +14,11 @@ module;
 #include <string_view>
 
 export module slicesched.engine.observer;
-export import slicesched.core.backend;
-export import slicesched.core.plugin;
-export import slicesched.engine.tenant;
+import slicesched.core.backend;
+import slicesched.core.plugin;
+import slicesched.engine.tenant;
+import slicesched.core.ids;
+import slicesched.core.gmg;
 
 export namespace slicesched {
 

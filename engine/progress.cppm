@@ -6,7 +6,9 @@ module;
 #include <utility>
 
 export module slicesched.engine.progress;
-export import slicesched.engine.observer;
+import slicesched.engine.observer;
+import slicesched.core.ids;
+import slicesched.engine.tenant;
 
 export namespace slicesched {
 

@@ -8,6 +8,7 @@ module;
 #include <vector>
 
 module slicesched.engine.recorders;
+import slicesched.core.plugin;
 
 namespace slicesched {
 

@@ -9,7 +9,11 @@ module;
 #include <vector>
 
 export module slicesched.engine.recorders;
-export import slicesched.engine.observer;
+import slicesched.engine.observer;
+import slicesched.core.gmg;
+import slicesched.core.graph;
+import slicesched.core.ids;
+import slicesched.engine.tenant;
 
 export namespace slicesched {
 

@@ -14,10 +14,13 @@ module;
 #include <vector>
 
 export module slicesched.engine.scheduler;
-export import slicesched.core;
-export import slicesched.core.plugin;
-export import slicesched.engine.observer;
-import slicesched.simulator.global;
+import slicesched.core.plugin;
+import slicesched.engine.observer;
+import slicesched.simulator.global_simulator;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.gmg;
+import slicesched.core.estimator;
 
 export namespace slicesched {
 

@@ -10,6 +10,7 @@ module;
 #include <vector>
 
 module slicesched.engine.tenant;
+import slicesched.core.graph;
 
 namespace slicesched {
 

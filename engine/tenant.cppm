@@ -29,10 +29,14 @@ module;
 #include <vector>
 
 export module slicesched.engine.tenant;
-export import slicesched.core;
-export import slicesched.workload.trace;
-export import slicesched.models.model;
-export import slicesched.engine.inbox;
+import slicesched.workload.trace;
+import slicesched.models.model;
+import slicesched.engine.inbox;
+import slicesched.core.backend;
+import slicesched.core.gmg;
+import slicesched.core.ids;
+import slicesched.core.sampling;
+import slicesched.core.status;
 
 export namespace slicesched {
 

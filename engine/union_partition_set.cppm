@@ -6,7 +6,10 @@ module;
 #include <vector>
 
 export module slicesched.engine.union_partition_set;
-export import slicesched.core.plugin;
+import slicesched.core.plugin;
+import slicesched.core.status;
+import slicesched.core.accel;
+import slicesched.core.gmg;
 
 export namespace slicesched {
 

@@ -13,7 +13,7 @@ module;
 #include <utility>
 #include <vector>
 
-module slicesched.executor.live;
+module slicesched.executor.live_cluster;
 
 namespace slicesched {
 

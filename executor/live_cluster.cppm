@@ -41,11 +41,14 @@ module;
 #include <unordered_map>
 #include <vector>
 
-export module slicesched.executor.live;
-export import slicesched.core;
-export import slicesched.core.plugin;
-export import slicesched.executor.runner;
+export module slicesched.executor.live_cluster;
+import slicesched.core.plugin;
+import slicesched.executor.runner;
 import slicesched.core.slots;
+import slicesched.core.backend;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.gmg;
 
 export namespace slicesched {
 

@@ -17,7 +17,9 @@ module;
 #include "executor/torch/cuda.h"
 #include "executor/torch/runtime.h"
 
-module slicesched.executor.llama;
+module slicesched.executor.llama_runner;
+import slicesched.core.graph;
+import slicesched.core.sampling;
 
 namespace slicesched {
 

@@ -22,9 +22,14 @@ module;
 #include "executor/torch/cuda.h"
 #include "executor/torch/runtime.h"
 
-export module slicesched.executor.llama;
-export import slicesched.executor.runner;
-export import slicesched.models.dense;
+export module slicesched.executor.llama_runner;
+import slicesched.executor.runner;
+import slicesched.models.dense;
+import slicesched.core.backend;
+import slicesched.core.gmg;
+import slicesched.core.ids;
+import slicesched.core.status;
+import slicesched.models.model;
 
 export namespace slicesched {
 

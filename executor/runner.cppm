@@ -11,7 +11,11 @@ module;
 #include <vector>
 
 export module slicesched.executor.runner;
-export import slicesched.core;
+import slicesched.core.backend;
+import slicesched.core.gmg;
+import slicesched.core.ids;
+import slicesched.core.sampling;
+import slicesched.core.status;
 
 export namespace slicesched {
 

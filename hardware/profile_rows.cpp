@@ -11,7 +11,7 @@ module;
 #include <utility>
 #include <vector>
 
-module slicesched.hardware;
+module slicesched.hardware.roofline;
 import slicesched.core.csv;
 
 namespace slicesched {

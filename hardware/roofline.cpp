@@ -9,7 +9,7 @@ module;
 #include <string_view>
 #include <vector>
 
-module slicesched.hardware;
+module slicesched.hardware.roofline;
 
 namespace slicesched {
 

@@ -13,9 +13,9 @@ module;
 #include <string_view>
 #include <vector>
 
-export module slicesched.hardware;
-export import slicesched.models.work;
-export import slicesched.core.status;
+export module slicesched.hardware.roofline;
+import slicesched.models.work;
+import slicesched.core.status;
 
 export namespace slicesched {
 

@@ -7,6 +7,7 @@ module;
 #include <vector>
 
 module slicesched.models.dense;
+import slicesched.core.shape;
 
 namespace slicesched {
 

@@ -17,7 +17,10 @@ module;
 #include <vector>
 
 export module slicesched.models.dense;
-export import slicesched.models.model;
+import slicesched.models.model;
+import slicesched.core.graph;
+import slicesched.core.status;
+import slicesched.models.work;
 
 export namespace slicesched {
 

@@ -15,8 +15,9 @@ module;
 #include <vector>
 
 export module slicesched.models.model;
-export import slicesched.core;
-export import slicesched.models.work;
+import slicesched.models.work;
+import slicesched.core.graph;
+import slicesched.core.ids;
 
 export namespace slicesched {
 

@@ -7,8 +7,8 @@ module;
 #include <vector>
 
 export module slicesched.planning.grid;
-export import slicesched.core;
-export import slicesched.config;
+import slicesched.config;
+import slicesched.core.status;
 
 export namespace slicesched::planning {
 

@@ -11,7 +11,8 @@ module;
 #include <vector>
 
 export module slicesched.planning.rows;
-export import slicesched.planning.grid;
+import slicesched.planning.grid;
+import slicesched.core.status;
 
 export namespace slicesched::planning {
 

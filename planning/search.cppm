@@ -8,7 +8,7 @@ module;
 #include <vector>
 
 export module slicesched.planning.search;
-export import slicesched.core;
+import slicesched.core.status;
 
 export namespace slicesched::planning {
 

@@ -16,8 +16,9 @@ module;
 #include <vector>
 
 export module slicesched.serving.api;
-export import slicesched.core.tokenizer;
-export import slicesched.core.sampling;
+import slicesched.core.tokenizer;
+import slicesched.core.sampling;
+import slicesched.core.status;
 
 export namespace slicesched::serving {
 

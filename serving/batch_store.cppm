@@ -19,7 +19,7 @@ module;
 #include <vector>
 
 export module slicesched.serving.batch_store;
-export import slicesched.core.status;
+import slicesched.core.status;
 
 export namespace slicesched::serving {
 

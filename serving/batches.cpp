@@ -17,6 +17,7 @@ module;
 #include <vector>
 
 module slicesched.serving.batches;
+import slicesched.core.ids;
 
 namespace slicesched::serving {
 

@@ -23,9 +23,11 @@ module;
 #include <vector>
 
 export module slicesched.serving.batches;
-export import slicesched.serving.api;
-export import slicesched.serving.batch_store;
-export import slicesched.engine.inbox;
+import slicesched.serving.api;
+import slicesched.serving.batch_store;
+import slicesched.engine.inbox;
+import slicesched.core.sampling;
+import slicesched.core.status;
 
 export namespace slicesched::serving {
 

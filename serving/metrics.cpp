@@ -10,6 +10,7 @@ module;
 #include <vector>
 
 module slicesched.serving.metrics;
+import slicesched.core.ids;
 
 namespace slicesched::serving {
 

@@ -18,7 +18,9 @@ module;
 #include <vector>
 
 export module slicesched.serving.metrics;
-export import slicesched.engine;
+import slicesched.core.gmg;
+import slicesched.engine.observer;
+import slicesched.engine.tenant;
 
 export namespace slicesched::serving {
 

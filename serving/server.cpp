@@ -30,6 +30,9 @@ module;
 #include <vector>
 
 module slicesched.serving.server;
+import slicesched.core.ids;
+import slicesched.core.sampling;
+import slicesched.workload.trace;
 
 namespace slicesched::serving {
 

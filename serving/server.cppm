@@ -23,9 +23,12 @@ module;
 #include <vector>
 
 export module slicesched.serving.server;
-export import slicesched.serving.api;
-export import slicesched.serving.metrics;
-export import slicesched.serving.batches;
+import slicesched.serving.api;
+import slicesched.serving.metrics;
+import slicesched.serving.batches;
+import slicesched.core.status;
+import slicesched.engine.inbox;
+import slicesched.serving.batch_store;
 
 export namespace slicesched::serving {
 

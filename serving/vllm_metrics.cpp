@@ -12,6 +12,7 @@ module;
 #include <vector>
 
 module slicesched.serving.metrics;
+import slicesched.core.ids;
 
 namespace slicesched::serving {
 

@@ -8,8 +8,12 @@ module;
 #include <vector>
 
 export module slicesched.simulator.bench_cluster;
-export import slicesched.core;
-export import slicesched.models.dense;
+import slicesched.models.dense;
+import slicesched.core.accel;
+import slicesched.core.gmg;
+import slicesched.core.graph;
+import slicesched.core.ids;
+import slicesched.core.status;
 
 export namespace slicesched::bench {
 

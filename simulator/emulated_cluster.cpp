@@ -6,7 +6,9 @@ module;
 #include <utility>
 #include <vector>
 
-module slicesched.simulator.emulated;
+module slicesched.simulator.emulated_cluster;
+import slicesched.models.work;
+import slicesched.core.graph;
 
 namespace slicesched {
 

@@ -27,14 +27,18 @@ module;
 #include <string>
 #include <vector>
 
-export module slicesched.simulator.emulated;
-export import slicesched.core;
-export import slicesched.core.calibration;
-export import slicesched.core.plugin;
-export import slicesched.simulator.profile;
-export import slicesched.models.model;
+export module slicesched.simulator.emulated_cluster;
+import slicesched.core.calibration;
+import slicesched.core.plugin;
+import slicesched.simulator.profile;
+import slicesched.models.model;
 import slicesched.simulator.events;
 import slicesched.core.slots;
+import slicesched.core.backend;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.accel;
+import slicesched.core.gmg;
 
 export namespace slicesched {
 

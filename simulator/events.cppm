@@ -12,7 +12,7 @@ module;
 #include <vector>
 
 export module slicesched.simulator.events;
-export import slicesched.core.ids;
+import slicesched.core.ids;
 
 export namespace slicesched {
 

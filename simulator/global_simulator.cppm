@@ -30,11 +30,12 @@ module;
 #include <utility>
 #include <vector>
 
-export module slicesched.simulator.global;
-export import slicesched.core;
-export import slicesched.core.estimator;
-export import slicesched.core.plugin;
+export module slicesched.simulator.global_simulator;
+import slicesched.core.estimator;
+import slicesched.core.plugin;
 import slicesched.simulator.events;
+import slicesched.core.ids;
+import slicesched.core.gmg;
 
 export namespace slicesched {
 

@@ -13,7 +13,7 @@ module;
 #include <vector>
 
 export module slicesched.simulator.profile;
-export import slicesched.core.status;
+import slicesched.core.status;
 
 namespace slicesched::profile_detail {
 

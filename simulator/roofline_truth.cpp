@@ -5,6 +5,7 @@ module;
 #include <utility>
 
 module slicesched.simulator.roofline_truth;
+import slicesched.core.graph;
 
 namespace slicesched {
 

@@ -11,8 +11,14 @@ module;
 #include <vector>
 
 export module slicesched.simulator.roofline_truth;
-export import slicesched.simulator.emulated;
-export import slicesched.hardware;
+import slicesched.simulator.emulated_cluster;
+import slicesched.hardware.roofline;
+import slicesched.core.accel;
+import slicesched.core.gmg;
+import slicesched.core.ids;
+import slicesched.core.status;
+import slicesched.models.model;
+import slicesched.simulator.profile;
 
 export namespace slicesched {
 

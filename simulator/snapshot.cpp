@@ -11,7 +11,8 @@ module;
 #include <utility>
 #include <vector>
 
-module slicesched.simulator.global;
+module slicesched.simulator.global_simulator;
+import slicesched.core.accel;
 
 namespace slicesched {
 

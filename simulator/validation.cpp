@@ -9,6 +9,7 @@ module;
 #include <vector>
 
 module slicesched.simulator.validation;
+import slicesched.simulator.roofline_truth;
 
 namespace slicesched {
 

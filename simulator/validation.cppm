@@ -18,7 +18,10 @@ module;
 #include <vector>
 
 export module slicesched.simulator.validation;
-export import slicesched.simulator.roofline_truth;
+import slicesched.core.status;
+import slicesched.hardware.roofline;
+import slicesched.models.model;
+import slicesched.models.work;
 
 export namespace slicesched {
 

@@ -19,8 +19,9 @@ module;
 #include <vector>
 
 export module slicesched.tokenizer;
-export import slicesched.core.tokenizer;  // (what it loads)
-export import slicesched.config;
+import slicesched.core.tokenizer;
+import slicesched.config;
+import slicesched.core.status;
 
 export namespace slicesched {
 

@@ -13,7 +13,7 @@ module;
 #include <vector>
 
 export module slicesched.workload.trace;
-export import slicesched.core.status;
+import slicesched.core.status;
 
 export namespace slicesched {
 

@@ -18,6 +18,8 @@ module;
 #include "executor/torch/runtime.h"
 
 module slicesched.executor.calibration;
+import slicesched.core.priors;
+import slicesched.core.status;
 
 namespace slicesched {
 

@@ -40,9 +40,12 @@ module;
 #include "executor/torch/runtime.h"
 
 export module slicesched.executor.calibration;
-export import slicesched.core;
-export import slicesched.core.calibration;
-export import slicesched.models.model;
+import slicesched.core.calibration;
+import slicesched.models.model;
+import slicesched.core.accel;
+import slicesched.core.estimator;
+import slicesched.core.graph;
+import slicesched.core.ids;
 
 export namespace slicesched {
 

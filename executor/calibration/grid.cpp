@@ -11,6 +11,7 @@ module;
 #include <vector>
 
 module slicesched.executor.calibration;
+import slicesched.core.shape;
 
 namespace slicesched {
 

@@ -29,6 +29,9 @@ module;
 module slicesched.executor.remote.executor_server;
 
 import slicesched.executor.remote.wire;
+import slicesched.core.backend;
+import slicesched.executor.runner;
+import slicesched.models.model;
 
 namespace slicesched {
 

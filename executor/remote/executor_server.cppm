@@ -34,7 +34,9 @@ module;
 #include <vector>
 
 export module slicesched.executor.remote.executor_server;
-export import slicesched.executor.llama;
+import slicesched.executor.llama_runner;
+import slicesched.core.ids;
+import slicesched.core.status;
 
 export namespace slicesched {
 

@@ -36,8 +36,12 @@ module;
 #include <vector>
 
 export module slicesched.executor.remote.remote_runner;
-export import slicesched.executor.runner;
-export import slicesched.models.model;
+import slicesched.executor.runner;
+import slicesched.models.model;
+import slicesched.core.backend;
+import slicesched.core.gmg;
+import slicesched.core.ids;
+import slicesched.core.status;
 
 export namespace slicesched {
 

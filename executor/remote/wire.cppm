@@ -18,7 +18,10 @@ module;
 #include <zmq.hpp>
 
 export module slicesched.executor.remote.wire;
-export import slicesched.core;
+import slicesched.core.backend;
+import slicesched.core.ids;
+import slicesched.core.sampling;
+import slicesched.core.status;
 
 export namespace slicesched::wire {
 

@@ -4,7 +4,7 @@ module;
 #include <initializer_list>
 
 export module slicesched.plugins.builtin;
-export import slicesched.core.plugin;
+import slicesched.core.plugin;
 import slicesched.plugins.simulation_guided;
 import slicesched.plugins.static_placement;
 import slicesched.plugins.partition_sets;

@@ -19,7 +19,7 @@ module;
 #include <vector>
 
 export module slicesched.plugins.greedy_arbiter;
-export import slicesched.core.plugin;
+import slicesched.core.plugin;
 
 export namespace slicesched::plugins {
 

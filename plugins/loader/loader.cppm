@@ -10,7 +10,7 @@ module;
 #include <string>
 
 export module slicesched.plugins.loader;
-export import slicesched.core.plugin;
+import slicesched.core.plugin;
 
 export namespace slicesched {
 

@@ -16,7 +16,7 @@ module;
 #include <string_view>
 
 export module slicesched.plugins.online_linear;
-export import slicesched.core.plugin;
+import slicesched.core.plugin;
 
 export namespace slicesched::plugins {
 

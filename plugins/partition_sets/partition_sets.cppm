@@ -8,7 +8,8 @@ module;
 #include <string_view>
 
 export module slicesched.plugins.partition_sets;
-export import slicesched.core.plugin;
+import slicesched.core.plugin;
+// Interface partitions: the primary interface must export every one.
 export import :contiguous;
 export import :fixed_groups;
 export import :explicit_groups;

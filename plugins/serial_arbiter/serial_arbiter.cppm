@@ -11,7 +11,7 @@ module;
 #include <vector>
 
 export module slicesched.plugins.serial_arbiter;
-export import slicesched.core.plugin;
+import slicesched.core.plugin;
 
 export namespace slicesched::plugins {
 

@@ -2,6 +2,8 @@
 #include "plugin_entry.hpp"
 
 import slicesched.plugins.simulation_guided;
+import slicesched.core.plugin;
+import slicesched.core.status;
 
 namespace {
 slicesched::Status register_all(slicesched::PluginRegistries& r) {

@@ -11,7 +11,7 @@ module;
 #include <string_view>
 
 export module slicesched.plugins.simulation_guided;
-export import slicesched.core.plugin;
+import slicesched.core.plugin;
 
 export namespace slicesched::plugins {
 

@@ -2,6 +2,8 @@
 #include "plugin_entry.hpp"
 
 import slicesched.plugins.stages;
+import slicesched.core.plugin;
+import slicesched.core.status;
 
 namespace {
 slicesched::Status register_all(slicesched::PluginRegistries& r) { return slicesched::plugins::register_stages(r); }

@@ -10,7 +10,7 @@ module;
 #include <vector>
 
 export module slicesched.plugins.stages.staged;
-export import slicesched.core.plugin;
+import slicesched.core.plugin;
 
 export namespace slicesched::plugins {
 

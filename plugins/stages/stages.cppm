@@ -17,7 +17,7 @@ module;
 #include <string_view>
 
 export module slicesched.plugins.stages;
-export import slicesched.core.plugin;
+import slicesched.core.plugin;
 
 export namespace slicesched::plugins {
 

@@ -10,7 +10,7 @@ module;
 #include <string_view>
 
 export module slicesched.plugins.static_placement;
-export import slicesched.core.plugin;
+import slicesched.core.plugin;
 
 export namespace slicesched::plugins {
 

@@ -11,6 +11,11 @@
 
 import slicesched.compose.offline;
 import slicesched.config;
+import slicesched.compose.policy;
+import slicesched.compose.run;
+import slicesched.core.ids;
+import slicesched.core.plugin;
+import slicesched.engine.tenant;
 
 using namespace slicesched;
 

@@ -25,6 +25,25 @@ import slicesched.compose.offline;
 import slicesched.compose.experiment;
 import slicesched.config;
 import slicesched.config.accelerators;
+import slicesched.compose.policy;
+import slicesched.compose.run;
+import slicesched.compose.setup;
+import slicesched.core.backend;
+import slicesched.core.calibration;
+import slicesched.core.gmg;
+import slicesched.core.graph;
+import slicesched.core.ids;
+import slicesched.core.plugin;
+import slicesched.core.shape;
+import slicesched.core.status;
+import slicesched.engine;
+import slicesched.engine.observer;
+import slicesched.engine.progress;
+import slicesched.engine.recorders;
+import slicesched.engine.tenant;
+import slicesched.models.work;
+import slicesched.simulator.emulated_cluster;
+import slicesched.simulator.roofline_truth;
 
 using namespace slicesched;
 

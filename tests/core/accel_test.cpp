@@ -9,6 +9,8 @@ import slicesched.core.accel;
 import slicesched.core.estimator;
 import slicesched.core.graph;
 import slicesched.core.priors;
+import slicesched.core.ids;
+import slicesched.core.status;
 
 using namespace slicesched;
 

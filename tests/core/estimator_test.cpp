@@ -9,6 +9,7 @@
 #include <vector>
 
 import slicesched.core.estimator;
+import slicesched.core.status;
 
 using namespace slicesched;
 

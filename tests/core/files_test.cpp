@@ -5,6 +5,7 @@
 #include <string>
 
 import slicesched.core.files;
+import slicesched.core.status;
 
 using namespace slicesched;
 namespace fs = std::filesystem;

@@ -6,8 +6,12 @@
 #include <string>
 #include <vector>
 
-import slicesched.core;
 import slicesched.testing;
+import slicesched.core.gmg;
+import slicesched.core.graph;
+import slicesched.core.ids;
+import slicesched.core.shape;
+import slicesched.core.status;
 
 using namespace slicesched;
 using namespace slicesched::testing;

@@ -2,7 +2,8 @@
 #include <optional>
 #include <string>
 
-import slicesched.core;
+import slicesched.core.graph;
+import slicesched.core.shape;
 
 using namespace slicesched;
 

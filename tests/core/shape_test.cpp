@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-import slicesched.core;
+import slicesched.core.shape;
 
 using namespace slicesched;
 

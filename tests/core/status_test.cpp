@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-import slicesched.core;
+import slicesched.core.status;
 
 using namespace slicesched;
 

@@ -7,9 +7,14 @@
 #include <string>
 #include <vector>
 
-import slicesched.core;
 import slicesched.core.views;
 import slicesched.testing;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.shape;
+import slicesched.core.graph;
+import slicesched.core.gmg;
+import slicesched.core.estimator;
 
 using namespace slicesched;
 using namespace slicesched::testing;

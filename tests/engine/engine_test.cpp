@@ -20,7 +20,6 @@
 #include <utility>
 #include <vector>
 
-import slicesched.core;
 import slicesched.core.plugin;
 import slicesched.engine;
 import slicesched.engine.recorders;
@@ -28,10 +27,23 @@ import slicesched.engine.union_partition_set;
 import slicesched.plugins.builtin;
 import slicesched.plugins.greedy_arbiter;
 import slicesched.plugins.serial_arbiter;
-import slicesched.simulator.emulated;
-import slicesched.simulator.global;
+import slicesched.simulator.emulated_cluster;
+import slicesched.simulator.global_simulator;
 import slicesched.workload.trace;
 import slicesched.testing;
+import slicesched.core.backend;
+import slicesched.core.priors;
+import slicesched.engine.observer;
+import slicesched.engine.scheduler;
+import slicesched.engine.tenant;
+import slicesched.simulator.profile;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.shape;
+import slicesched.core.graph;
+import slicesched.core.accel;
+import slicesched.core.gmg;
+import slicesched.core.estimator;
 
 using namespace slicesched;
 using nlohmann::json;

@@ -11,14 +11,24 @@
 #include <string>
 #include <vector>
 
-import slicesched.core;
 import slicesched.core.plugin;
 import slicesched.engine;
 import slicesched.engine.union_partition_set;
 import slicesched.plugins.builtin;
-import slicesched.simulator.emulated;
-import slicesched.simulator.global;
+import slicesched.simulator.emulated_cluster;
+import slicesched.simulator.global_simulator;
 import slicesched.testing;
+import slicesched.core.priors;
+import slicesched.engine.inbox;
+import slicesched.engine.scheduler;
+import slicesched.engine.tenant;
+import slicesched.simulator.profile;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.graph;
+import slicesched.core.accel;
+import slicesched.core.gmg;
+import slicesched.core.estimator;
 
 using namespace slicesched;
 

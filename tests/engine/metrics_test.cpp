@@ -5,9 +5,11 @@
 #include <string>
 #include <vector>
 
-import slicesched.core;
 import slicesched.engine;
 import slicesched.engine.metrics;
+import slicesched.core.ids;
+import slicesched.engine.observer;
+import slicesched.engine.tenant;
 
 using namespace slicesched;
 

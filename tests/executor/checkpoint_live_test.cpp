@@ -19,8 +19,11 @@
 #include "torch/tiny_checkpoint.h"
 
 import slicesched.config;
-import slicesched.executor.llama;
+import slicesched.executor.llama_runner;
 import slicesched.models.dense;
+import slicesched.core.graph;
+import slicesched.core.shape;
+import slicesched.models.model;
 
 using namespace slicesched;
 namespace fs = std::filesystem;

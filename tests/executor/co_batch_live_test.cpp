@@ -17,8 +17,10 @@ import slicesched.compose.policy;
 import slicesched.compose.run;
 import slicesched.config;
 import slicesched.core.plugin;
-import slicesched.executor.live;
-import slicesched.executor.llama;
+import slicesched.executor.live_cluster;
+import slicesched.executor.llama_runner;
+import slicesched.engine.tenant;
+import slicesched.core.ids;
 
 using namespace slicesched;
 

@@ -19,11 +19,18 @@
 #include <thread>
 #include <vector>
 
-import slicesched.core;
-import slicesched.executor.live;
+import slicesched.executor.live_cluster;
 import slicesched.plugins.greedy_arbiter;
 import slicesched.plugins.serial_arbiter;
 import slicesched.testing;
+import slicesched.core.backend;
+import slicesched.core.gmg;
+import slicesched.core.graph;
+import slicesched.core.ids;
+import slicesched.core.shape;
+import slicesched.core.status;
+import slicesched.executor.runner;
+import slicesched.core.plugin;
 
 using namespace slicesched;
 using namespace slicesched::testing;

@@ -16,12 +16,18 @@
 #include <utility>
 #include <vector>
 
-import slicesched.core;
 import slicesched.core.plugin;
-import slicesched.simulator.emulated;
-import slicesched.executor.live;
+import slicesched.simulator.emulated_cluster;
+import slicesched.executor.live_cluster;
 import slicesched.plugins.greedy_arbiter;
 import slicesched.testing;
+import slicesched.core.backend;
+import slicesched.executor.runner;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.shape;
+import slicesched.core.graph;
+import slicesched.core.gmg;
 
 using namespace slicesched;
 using namespace slicesched::testing;

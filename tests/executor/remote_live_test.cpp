@@ -34,19 +34,28 @@
 #include "executor/torch/runtime.h"
 
 import slicesched.config;
-import slicesched.core;
 import slicesched.core.plugin;
 import slicesched.engine;
 import slicesched.engine.recorders;
 import slicesched.engine.union_partition_set;
-import slicesched.executor.live;
-import slicesched.executor.llama;
+import slicesched.executor.live_cluster;
+import slicesched.executor.llama_runner;
 import slicesched.executor.remote.remote_runner;
 import slicesched.executor.remote.wire;
 import slicesched.models.dense;
 import slicesched.plugins.builtin;
 import slicesched.plugins.greedy_arbiter;
 import slicesched.testing;
+import slicesched.core.backend;
+import slicesched.core.priors;
+import slicesched.engine.observer;
+import slicesched.engine.scheduler;
+import slicesched.engine.tenant;
+import slicesched.core.ids;
+import slicesched.core.graph;
+import slicesched.core.accel;
+import slicesched.core.gmg;
+import slicesched.core.estimator;
 
 using namespace slicesched;
 

@@ -10,8 +10,9 @@
 #include <vector>
 #include <zmq.hpp>
 
-import slicesched.core;
 import slicesched.executor.remote.wire;
+import slicesched.core.backend;
+import slicesched.core.sampling;
 
 using namespace slicesched;
 

@@ -6,7 +6,8 @@
 #include <fstream>
 #include <string>
 
-import slicesched.hardware;
+import slicesched.hardware.roofline;
+import slicesched.models.work;
 
 using namespace slicesched;
 namespace fs = std::filesystem;

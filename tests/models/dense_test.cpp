@@ -11,6 +11,12 @@ import slicesched.compose.policy;
 import slicesched.config;
 import slicesched.core.plugin;
 import slicesched.models.dense;
+import slicesched.engine.tenant;
+import slicesched.models.model;
+import slicesched.models.work;
+import slicesched.core.ids;
+import slicesched.core.graph;
+import slicesched.core.gmg;
 
 using namespace slicesched;
 

@@ -11,6 +11,7 @@
 import slicesched.planning.grid;
 import slicesched.planning.rows;
 import slicesched.planning.search;
+import slicesched.core.status;
 
 using namespace slicesched;
 using namespace slicesched::planning;

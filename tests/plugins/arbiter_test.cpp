@@ -11,6 +11,7 @@
 
 import slicesched.core.plugin;
 import slicesched.plugins.builtin;
+import slicesched.core.ids;
 
 using namespace slicesched;
 using nlohmann::json;

@@ -12,6 +12,8 @@
 
 import slicesched.plugins.loader;
 import slicesched.plugins.builtin;
+import slicesched.core.plugin;
+import slicesched.core.status;
 
 using namespace slicesched;
 

@@ -23,6 +23,9 @@
 #include "plugin_entry.hpp"
 
 import slicesched.core.plugin;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.gmg;
 
 namespace {
 

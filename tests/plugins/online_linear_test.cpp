@@ -8,6 +8,9 @@
 
 import slicesched.core.plugin;
 import slicesched.plugins.builtin;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.estimator;
 
 using namespace slicesched;
 using nlohmann::json;

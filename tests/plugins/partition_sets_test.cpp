@@ -10,6 +10,10 @@ import slicesched.core.plugin;
 import slicesched.plugins.builtin;
 import slicesched.plugins.partition_sets;
 import slicesched.testing;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.graph;
+import slicesched.core.gmg;
 
 using namespace slicesched;
 using nlohmann::json;

@@ -10,6 +10,9 @@
 
 import slicesched.core.plugin;
 import slicesched.plugins.builtin;
+import slicesched.core.graph;
+import slicesched.core.accel;
+import slicesched.core.gmg;
 
 using namespace slicesched;
 

@@ -12,6 +12,10 @@
 
 import slicesched.core.plugin;
 import slicesched.plugins.builtin;
+import slicesched.core.status;
+import slicesched.core.graph;
+import slicesched.core.accel;
+import slicesched.core.gmg;
 
 using namespace slicesched;
 using nlohmann::json;

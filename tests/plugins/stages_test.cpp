@@ -13,6 +13,9 @@
 import slicesched.core.plugin;
 import slicesched.plugins.builtin;
 import slicesched.plugins.stages.staged;
+import slicesched.core.graph;
+import slicesched.core.accel;
+import slicesched.core.gmg;
 
 using namespace slicesched;
 using Objective = PlacementPolicy::Objective;

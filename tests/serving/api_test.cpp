@@ -14,6 +14,7 @@ import slicesched.core.status;
 import slicesched.core.tokenizer;
 import slicesched.serving.api;
 import slicesched.serving.server;
+import slicesched.core.sampling;
 
 using namespace slicesched;
 using namespace slicesched::serving;

@@ -21,6 +21,8 @@
 import slicesched.core.status;
 import slicesched.serving.batch_store;
 import slicesched.serving.batches;
+import slicesched.engine.inbox;
+import slicesched.serving.api;
 
 using namespace slicesched;
 using namespace slicesched::serving;

@@ -13,11 +13,17 @@
 #include <utility>
 #include <vector>
 
-import slicesched.core;
 import slicesched.simulator.bench_cluster;
-import slicesched.simulator.global;
+import slicesched.simulator.global_simulator;
 import slicesched.testing;
 import slicesched.testing.reference_simulator;
+import slicesched.core.accel;
+import slicesched.core.estimator;
+import slicesched.core.gmg;
+import slicesched.core.graph;
+import slicesched.core.ids;
+import slicesched.core.priors;
+import slicesched.core.shape;
 
 using namespace slicesched;
 using namespace slicesched::testing;

@@ -16,13 +16,22 @@
 #include <string>
 #include <vector>
 
-import slicesched.core;
 import slicesched.core.plugin;
-import slicesched.simulator.global;
-import slicesched.simulator.emulated;
+import slicesched.simulator.global_simulator;
+import slicesched.simulator.emulated_cluster;
 import slicesched.plugins.greedy_arbiter;
 import slicesched.plugins.serial_arbiter;
 import slicesched.testing;
+import slicesched.core.backend;
+import slicesched.core.calibration;
+import slicesched.core.priors;
+import slicesched.simulator.profile;
+import slicesched.core.status;
+import slicesched.core.ids;
+import slicesched.core.shape;
+import slicesched.core.graph;
+import slicesched.core.gmg;
+import slicesched.core.estimator;
 
 using namespace slicesched;
 using namespace slicesched::testing;

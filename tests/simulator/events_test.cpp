@@ -8,6 +8,7 @@
 #include <vector>
 
 import slicesched.simulator.events;
+import slicesched.core.ids;
 
 using namespace slicesched;
 

@@ -5,11 +5,15 @@
 #include <string>
 #include <vector>
 
-import slicesched.core;
-import slicesched.simulator.global;
+import slicesched.simulator.global_simulator;
 import slicesched.plugins.greedy_arbiter;
 import slicesched.plugins.serial_arbiter;
 import slicesched.testing;
+import slicesched.core.accel;
+import slicesched.core.gmg;
+import slicesched.core.graph;
+import slicesched.core.ids;
+import slicesched.core.shape;
 
 using namespace slicesched;
 using namespace slicesched::testing;

@@ -7,9 +7,12 @@
 #include <string>
 #include <vector>
 
-import slicesched.core;
 import slicesched.simulator.bench_cluster;
 import slicesched.testing;
+import slicesched.core.gmg;
+import slicesched.core.graph;
+import slicesched.core.ids;
+import slicesched.models.dense;
 
 using namespace slicesched;
 using namespace slicesched::testing;

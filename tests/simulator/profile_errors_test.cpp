@@ -6,6 +6,7 @@
 #include <string_view>
 
 import slicesched.simulator.profile;
+import slicesched.core.status;
 
 using namespace slicesched;
 namespace fs = std::filesystem;

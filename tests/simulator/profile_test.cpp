@@ -12,6 +12,7 @@
 #include <vector>
 
 import slicesched.simulator.profile;
+import slicesched.core.status;
 
 using namespace slicesched;
 namespace fs = std::filesystem;

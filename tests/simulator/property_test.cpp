@@ -7,9 +7,13 @@
 #include <string>
 #include <vector>
 
-import slicesched.core;
-import slicesched.simulator.global;
+import slicesched.simulator.global_simulator;
 import slicesched.testing;
+import slicesched.core.estimator;
+import slicesched.core.gmg;
+import slicesched.core.graph;
+import slicesched.core.ids;
+import slicesched.core.shape;
 
 using namespace slicesched;
 using namespace slicesched::testing;

@@ -9,6 +9,8 @@ module;
 #include <vector>
 
 module slicesched.testing.reference_simulator;
+import slicesched.core.accel;
+import slicesched.core.ids;
 
 namespace slicesched::testing {
 

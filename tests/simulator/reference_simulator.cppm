@@ -12,8 +12,9 @@ module;
 #include <cstdint>
 
 export module slicesched.testing.reference_simulator;
-export import slicesched.core;
-export import slicesched.simulator.global;
+import slicesched.simulator.global_simulator;
+import slicesched.core.estimator;
+import slicesched.core.gmg;
 
 export namespace slicesched::testing {
 

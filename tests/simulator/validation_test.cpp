@@ -18,6 +18,8 @@
 import slicesched.simulator.validation;
 import slicesched.config.accelerators;
 import slicesched.models.dense;
+import slicesched.hardware.roofline;
+import slicesched.models.work;
 
 using namespace slicesched;
 namespace fs = std::filesystem;

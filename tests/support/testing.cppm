@@ -10,8 +10,12 @@ module;
 #include "executor/torch/runtime.h"
 
 export module slicesched.testing;
-export import slicesched.core;
-export import slicesched.models.dense;
+import slicesched.models.dense;
+import slicesched.core.accel;
+import slicesched.core.estimator;
+import slicesched.core.graph;
+import slicesched.core.ids;
+import slicesched.core.shape;
 
 export namespace slicesched::testing {
 

@@ -21,6 +21,8 @@
 
 import slicesched.config;
 import slicesched.tokenizer;
+import slicesched.core.status;
+import slicesched.core.tokenizer;
 
 using namespace slicesched;
 namespace fs = std::filesystem;

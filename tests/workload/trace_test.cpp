@@ -12,6 +12,7 @@
 #include <vector>
 
 import slicesched.workload.trace;
+import slicesched.core.status;
 
 using namespace slicesched;
 
