@@ -28,7 +28,6 @@ struct Scheduler::Workers {
     PluginPtr<TransferArbiter> arbiter;  // null: the default rule
     Status error;                        // the factory's failure, if it failed
     std::uint64_t prepared_round = 0;    // the round `sim` is prepared for
-    std::vector<AccelId> focus;          // the candidate's closed component (a focused what-if)
   };
   tbb::enumerable_thread_specific<Worker> local;
   std::vector<Candidate> cands;   // the round's (schedule()), kept so the next round reuses their buffers
@@ -212,21 +211,19 @@ Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<
     // Dominated when the summed completion must exceed this: a candidate
     // after the best loses a tie, so reaching the best's sum is enough.
     const std::int64_t above = !prune || best.sum < 0 ? -1 : best.index < c ? best.sum - 1 : best.sum;
-    if (focus) {
-      // Cut before finding the component when the batch alone loses.
-      if (above >= 0 && w.sim.dominated_alone(cands[c].accel, above, opt_.horizon, by_makespan)) {
-        o.dominated = true;
-        o.why = Outcome::Why::kDominated;
-        return;
-      }
-      ws.components.closure_of(gmg, cands[c].accel, batch.ops, w.focus);
+    // Cut before anything else when the batch alone loses.
+    if (focus && above >= 0 && w.sim.dominated_alone(cands[c].accel, above, opt_.horizon, by_makespan)) {
+      o.dominated = true;
+      o.why = Outcome::Why::kDominated;
+      return;
     }
-    const SimulationResult& r =
-        w.sim.place(cands[c].accel, {.horizon = opt_.horizon,
-                                     .arbiter = w.arbiter.get(),
-                                     .dominated_above = above,
-                                     .dominated_by_makespan = by_makespan,
-                                     .focus = focus ? std::span<const AccelId>(w.focus) : std::span<const AccelId>()});
+    // Focused on its own component, which place() finds only when it
+    // simulates (most placements that get this far are cut before).
+    const SimulationResult& r = w.sim.place(cands[c].accel, {.horizon = opt_.horizon,
+                                                             .arbiter = w.arbiter.get(),
+                                                             .dominated_above = above,
+                                                             .dominated_by_makespan = by_makespan,
+                                                             .focus_of = focus ? &ws.components : nullptr});
     if (r.dominated) {
       o.dominated = true;
       o.why = Outcome::Why::kDominated;
