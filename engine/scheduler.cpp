@@ -43,6 +43,7 @@ struct Scheduler::Workers {
   // the look-ups at thousands of candidates a round.
   std::vector<std::pair<std::uint64_t, std::size_t>> first_of;
   IssuedWorkspaces issued_ws;          // the round's, for Gmg::check_memory
+  BatchMemory batch_mem;               // the same: what the round's batch reserves wherever it goes
   std::uint64_t round = 0;             // what-if calls so far (a worker's prepare is for one of them)
   std::vector<std::uint32_t> load;     // per accelerator: issued operators
   std::vector<std::size_t> order;      // candidates in the order they are simulated
@@ -101,6 +102,7 @@ Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<
   Workers& ws = *workers_;
   ++ws.round;
   ws.issued_ws = gmg.issued_workspaces();  // once a round, not once per candidate
+  ws.batch_mem = gmg.batch_memory(batch.ops);
   // One scope for the round: the closure of every candidate's accelerators,
   // so all candidates are judged on the same part of the cluster.
   const std::size_t n_acc = gmg.accels().size();
@@ -188,7 +190,7 @@ Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<
       }
     // Whatever the what-if predicts, a placement the HBM account cannot
     // hold is not issued (the rule every policy obeys): do not simulate it.
-    if (AccelId over = kNoAccel; !gmg.check_memory(batch.ops, cands[c].accel, &over, false, &ws.issued_ws).ok()) {
+    if (AccelId over = kNoAccel; !gmg.check_memory(ws.batch_mem, cands[c].accel, &over, &ws.issued_ws).ok()) {
       o.why = Outcome::Why::kOutOfMemory;
       o.at_accel = over;
       o.at_op = batch.ops.front();

@@ -287,7 +287,22 @@ void GlobalSimulator::set_bound(const Est& est, std::span<const AccelId> accels,
   bound_max_ = by_makespan;
   bound_sum_ = dominated_above + (by_makespan ? 1 : static_cast<Nanos>(nb)) * at_;
   horizon_end_ = horizon >= 0 ? now_ + horizon : kNever;
+  bound_key_.assign(batch_dur_.begin(), batch_dur_.end());
+  for (const BatchEdge& be : batch_edges_) bound_key_.push_back(be.x);
+  bound_key_.push_back(bound_sum_);
+  bound_key_.push_back(horizon_end_);
+  bound_key_.push_back(bound_max_);
+  for (const BoundMemo& m : bound_memo_)
+    if (m.valid && m.key == bound_key_) {
+      dominated_at_ = m.at;
+      return;
+    }
   dominated_at_ = dominated_from(kBeforeAll);
+  BoundMemo& m = bound_memo_[bound_memo_next_];
+  bound_memo_next_ = (bound_memo_next_ + 1) % bound_memo_.size();
+  m.key.assign(bound_key_.begin(), bound_key_.end());
+  m.at = dominated_at_;
+  m.valid = true;
 }
 
 bool GlobalSimulator::dominated_alone(std::span<const AccelId> accels, std::int64_t above, Nanos horizon,

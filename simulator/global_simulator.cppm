@@ -23,6 +23,7 @@
 // Estimator through its virtual predict_* (same results, slower). Callers
 // holding an Estimator pass its linear() when it has one.
 module;
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <optional>
@@ -478,6 +479,18 @@ class GlobalSimulator {
   template <typename Est>
   bool dominated_by_inputs(const Est& est, std::span<const AccelId> accels);
   bool cannot_oom();
+  // set_bound()'s last few results before anything runs, by what they
+  // depend on (the batch's times and transfers in the placement, the bound,
+  // the horizon): a round's thousands of candidates share a handful of
+  // layouts and bounds. Cleared by prepare().
+  struct BoundMemo {
+    std::vector<Nanos> key;
+    Nanos at = kNever;
+    bool valid = false;
+  };
+  std::array<BoundMemo, 4> bound_memo_;
+  std::size_t bound_memo_next_ = 0;
+  std::vector<Nanos> bound_key_;
   std::vector<ExtInput> ext_inputs_;     // from prepare(): inputs of the batch from done producers not yet landed
   std::vector<Nanos> ext_ready_;         // per batch op, in this placement
   std::int8_t oom_free_ = -1;            // cannot_oom() for this prepare; < 0: not yet known

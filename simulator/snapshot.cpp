@@ -61,6 +61,7 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
   base_used_.assign(used_.begin(), used_.end());
   oom_free_ = -1;
   bound_set_ = false;
+  for (BoundMemo& m : bound_memo_) m.valid = false;
 }
 
 template void GlobalSimulator::prepare_with(const Gmg&, const EstimatorSet&, std::span<const OpId>, Nanos,
