@@ -418,29 +418,22 @@ IssuedWorkspaces Gmg::issued_workspaces() const {
   return w;
 }
 
+Gmg::MemoryNeed& Gmg::MemoryNeeds::at(AccelId a) {
+  for (std::size_t i = 0; i < n_few; ++i)
+    if (few[i].a == a) return few[i];
+  for (MemoryNeed& n : more)
+    if (n.a == a) return n;
+  if (n_few < few.size()) return few[n_few++] = MemoryNeed{a};
+  return more.emplace_back(MemoryNeed{a});
+}
+
 Status Gmg::check_memory(std::span<const OpId> ops, std::span<const AccelId> accels, AccelId* over, bool alone,
                          const IssuedWorkspaces* issued) const {
   // Per accelerator of the batch (a handful: a small list, not a map):
   // what it adds besides workspaces, and its largest workspace. One
   // operator runs at a time on an accelerator, so only one workspace is
   // ever live there: the account holds the largest, not their sum.
-  struct Need {
-    AccelId a;
-    std::int64_t bytes = 0, workspace = 0;
-  };
-  // On the stack for the usual handful (a round checks thousands of
-  // candidates); a larger batch spills into the vector.
-  std::array<Need, 16> few;
-  std::size_t n_few = 0;
-  std::vector<Need> more;
-  auto at = [&](AccelId a) -> Need& {
-    for (std::size_t i = 0; i < n_few; ++i)
-      if (few[i].a == a) return few[i];
-    for (Need& n : more)
-      if (n.a == a) return n;
-    if (n_few < few.size()) return few[n_few++] = Need{a};
-    return more.emplace_back(Need{a});
-  };
+  MemoryNeeds needs;
   auto accel_of = [&](OpId src) {
     for (std::size_t k = 0; k < ops.size(); ++k)
       if (ops[k] == src) return accels[k];
@@ -448,18 +441,62 @@ Status Gmg::check_memory(std::span<const OpId> ops, std::span<const AccelId> acc
   };
   for (std::size_t k = 0; k < ops.size(); ++k) {
     const OpRecord& r = ops_[ops[k]];
-    Need& n = at(accels[k]);
+    MemoryNeed& n = needs.at(accels[k]);
     n.bytes += r.out_bytes + r.retained_bytes;
     n.workspace = std::max(n.workspace, r.workspace_bytes);
     for (std::uint32_t e = r.first_in; e != kNoEdge; e = edges_[e].next_in) {
       const Edge& edge = edges_[e];
-      if (accel_of(edge.src) != accels[k]) at(accels[k]).bytes += edge.bytes;
+      if (accel_of(edge.src) != accels[k]) needs.at(accels[k]).bytes += edge.bytes;
       // Alone, the batch still holds what it takes over until it is done.
-      if (alone && edge.retained && ops_[edge.src].retained_held) at(ops_[edge.src].accel).bytes += edge.bytes;
+      if (alone && edge.retained && ops_[edge.src].retained_held) needs.at(ops_[edge.src].accel).bytes += edge.bytes;
     }
   }
-  for (std::size_t i = 0; i < n_few + more.size(); ++i) {
-    const Need& n = i < n_few ? few[i] : more[i - n_few];
+  return memory_verdict(needs, ops, accels, over, alone, issued);
+}
+
+BatchMemory Gmg::batch_memory(std::span<const OpId> ops) const {
+  BatchMemory m;
+  m.ops.assign(ops.begin(), ops.end());
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    const OpRecord& r = ops_[ops[k]];
+    m.bytes.push_back(r.out_bytes + r.retained_bytes);
+    m.workspace.push_back(r.workspace_bytes);
+    m.first_input.push_back(static_cast<std::uint32_t>(m.inputs.size()));
+    for (std::uint32_t e = r.first_in; e != kNoEdge; e = edges_[e].next_in) {
+      const Edge& edge = edges_[e];
+      // As check_memory's accel_of: the first place in the batch, else where it is.
+      std::uint32_t producer = BatchMemory::kOutside;
+      for (std::size_t p = 0; p < ops.size() && producer == BatchMemory::kOutside; ++p)
+        if (ops[p] == edge.src) producer = static_cast<std::uint32_t>(p);
+      m.inputs.push_back({producer, ops_[edge.src].accel, edge.bytes});
+    }
+  }
+  m.first_input.push_back(static_cast<std::uint32_t>(m.inputs.size()));
+  return m;
+}
+
+Status Gmg::check_memory(const BatchMemory& m, std::span<const AccelId> accels, AccelId* over,
+                         const IssuedWorkspaces* issued) const {
+  MemoryNeeds needs;
+  for (std::size_t k = 0; k < m.ops.size(); ++k) {
+    const AccelId here = accels[k];
+    MemoryNeed& n = needs.at(here);
+    n.bytes += m.bytes[k];
+    n.workspace = std::max(n.workspace, m.workspace[k]);
+    std::int64_t remote = 0;
+    for (std::uint32_t i = m.first_input[k]; i < m.first_input[k + 1]; ++i) {
+      const BatchMemory::Input& in = m.inputs[i];
+      if ((in.producer != BatchMemory::kOutside ? accels[in.producer] : in.at) != here) remote += in.bytes;
+    }
+    needs.at(here).bytes += remote;
+  }
+  return memory_verdict(needs, m.ops, accels, over, false, issued);
+}
+
+Status Gmg::memory_verdict(const MemoryNeeds& needs, std::span<const OpId> ops, std::span<const AccelId> accels,
+                           AccelId* over, bool alone, const IssuedWorkspaces* issued) const {
+  for (std::size_t i = 0; i < needs.n_few + needs.more.size(); ++i) {
+    const MemoryNeed& n = i < needs.n_few ? needs.few[i] : needs.more[i - needs.n_few];
     const AccelId a = n.a;
     // What the accelerator holds or reserved, its issued operators'
     // workspaces counted as their largest.

@@ -183,6 +183,22 @@ struct IssuedWorkspaces {
   std::vector<std::int64_t> sum, largest;
 };
 
+// What a batch reserves in the HBM account wherever it goes, read from the
+// GMG once (Gmg::batch_memory) for a round that checks it on thousands of
+// placements.
+struct BatchMemory {
+  static constexpr std::uint32_t kOutside = 0xffffffffu;
+  struct Input {
+    std::uint32_t producer;  // its place in the batch, or kOutside: then it is on `at`
+    AccelId at;
+    std::int64_t bytes;
+  };
+  std::vector<OpId> ops;
+  std::vector<std::int64_t> bytes, workspace;  // per op: output + retained state; its workspace
+  std::vector<std::uint32_t> first_input;      // per op and one past the last: its inputs in `inputs`
+  std::vector<Input> inputs;
+};
+
 class Gmg {
  public:
   Gmg(std::shared_ptr<const TemplateRegistry> templates, std::shared_ptr<const AcceleratorSet> accels);
@@ -244,6 +260,13 @@ class Gmg {
   // is then a handful of lookups, not a pass over every issued operator).
   Status check_memory(std::span<const OpId> ops, std::span<const AccelId> accels, AccelId* over = nullptr,
                       bool alone = false, const struct IssuedWorkspaces* issued = nullptr) const;
+  // The same check (not `alone`) from the batch's reservations read once:
+  // the same result, status message and `over` as check_memory(m.ops,
+  // accels, over, false, issued), without reading the GMG's operators
+  // and edges again for every placement.
+  BatchMemory batch_memory(std::span<const OpId> ops) const;
+  Status check_memory(const BatchMemory& m, std::span<const AccelId> accels, AccelId* over = nullptr,
+                      const struct IssuedWorkspaces* issued = nullptr) const;
   // Per accelerator, the summed and the largest workspace of its issued
   // operators: O(issued operators + accelerators).
   IssuedWorkspaces issued_workspaces() const;
@@ -331,6 +354,21 @@ class Gmg {
   void link_inputs(const GraphTemplate& t, const InstanceInfo& info, std::span<const PortBinding* const> ports);
 
   Status check_one(OpId id, AccelId accel, std::uint32_t unscheduled_preds) const;
+  // check_memory's per-accelerator needs (on the stack for the usual
+  // handful: a round checks thousands of candidates; more spill into a
+  // vector) and its verdict on them.
+  struct MemoryNeed {
+    AccelId a;
+    std::int64_t bytes = 0, workspace = 0;
+  };
+  struct MemoryNeeds {
+    std::array<MemoryNeed, 16> few;
+    std::size_t n_few = 0;
+    std::vector<MemoryNeed> more;
+    MemoryNeed& at(AccelId a);
+  };
+  Status memory_verdict(const MemoryNeeds& needs, std::span<const OpId> ops, std::span<const AccelId> accels,
+                        AccelId* over, bool alone, const IssuedWorkspaces* issued) const;
   OpId alloc_op();
   std::uint32_t add_edge(OpId src, OpId dst, std::int64_t bytes, bool retained);
   // An operator's place in each frontier (kNoEdge: not in it).

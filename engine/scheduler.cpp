@@ -28,7 +28,6 @@ struct Scheduler::Workers {
     PluginPtr<TransferArbiter> arbiter;  // null: the default rule
     Status error;                        // the factory's failure, if it failed
     std::uint64_t prepared_round = 0;    // the round `sim` is prepared for
-    std::vector<AccelId> focus;          // the candidate's closed component (a focused what-if)
   };
   tbb::enumerable_thread_specific<Worker> local;
   std::vector<Candidate> cands;   // the round's (schedule()), kept so the next round reuses their buffers
@@ -44,6 +43,7 @@ struct Scheduler::Workers {
   // the look-ups at thousands of candidates a round.
   std::vector<std::pair<std::uint64_t, std::size_t>> first_of;
   IssuedWorkspaces issued_ws;          // the round's, for Gmg::check_memory
+  BatchMemory batch_mem;               // the same: what the round's batch reserves wherever it goes
   std::uint64_t round = 0;             // what-if calls so far (a worker's prepare is for one of them)
   std::vector<std::uint32_t> load;     // per accelerator: issued operators
   std::vector<std::size_t> order;      // candidates in the order they are simulated
@@ -102,6 +102,7 @@ Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<
   Workers& ws = *workers_;
   ++ws.round;
   ws.issued_ws = gmg.issued_workspaces();  // once a round, not once per candidate
+  ws.batch_mem = gmg.batch_memory(batch.ops);
   // One scope for the round: the closure of every candidate's accelerators,
   // so all candidates are judged on the same part of the cluster.
   const std::size_t n_acc = gmg.accels().size();
@@ -189,7 +190,7 @@ Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<
       }
     // Whatever the what-if predicts, a placement the HBM account cannot
     // hold is not issued (the rule every policy obeys): do not simulate it.
-    if (AccelId over = kNoAccel; !gmg.check_memory(batch.ops, cands[c].accel, &over, false, &ws.issued_ws).ok()) {
+    if (AccelId over = kNoAccel; !gmg.check_memory(ws.batch_mem, cands[c].accel, &over, &ws.issued_ws).ok()) {
       o.why = Outcome::Why::kOutOfMemory;
       o.at_accel = over;
       o.at_op = batch.ops.front();
@@ -212,21 +213,19 @@ Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<
     // Dominated when the summed completion must exceed this: a candidate
     // after the best loses a tie, so reaching the best's sum is enough.
     const std::int64_t above = !prune || best.sum < 0 ? -1 : best.index < c ? best.sum - 1 : best.sum;
-    if (focus) {
-      // Cut before finding the component when the batch alone loses.
-      if (above >= 0 && w.sim.dominated_alone(cands[c].accel, above, opt_.horizon, by_makespan)) {
-        o.dominated = true;
-        o.why = Outcome::Why::kDominated;
-        return;
-      }
-      ws.components.closure_of(gmg, cands[c].accel, batch.ops, w.focus);
+    // Cut before anything else when the batch alone loses.
+    if (focus && above >= 0 && w.sim.dominated_alone(cands[c].accel, above, opt_.horizon, by_makespan)) {
+      o.dominated = true;
+      o.why = Outcome::Why::kDominated;
+      return;
     }
-    const SimulationResult& r =
-        w.sim.place(cands[c].accel, {.horizon = opt_.horizon,
-                                     .arbiter = w.arbiter.get(),
-                                     .dominated_above = above,
-                                     .dominated_by_makespan = by_makespan,
-                                     .focus = focus ? std::span<const AccelId>(w.focus) : std::span<const AccelId>()});
+    // Focused on its own component, which place() finds only when it
+    // simulates (most placements that get this far are cut before).
+    const SimulationResult& r = w.sim.place(cands[c].accel, {.horizon = opt_.horizon,
+                                                             .arbiter = w.arbiter.get(),
+                                                             .dominated_above = above,
+                                                             .dominated_by_makespan = by_makespan,
+                                                             .focus_of = focus ? &ws.components : nullptr});
     if (r.dominated) {
       o.dominated = true;
       o.why = Outcome::Why::kDominated;

@@ -73,17 +73,33 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
 
   // The batch's predicted times on these accelerators, and whether the
   // placement is dominated before anything runs (then nothing is touched).
-  set_bound(est, accels, opt.dominated_above, opt.horizon, opt.dominated_by_makespan);
+  // dominated_alone() may have just computed them.
+  if (!bound_set_ || opt.dominated_above != bound_above_ || opt.horizon != bound_horizon_ ||
+      opt.dominated_by_makespan != bound_by_makespan_ ||
+      !std::equal(accels.begin(), accels.end(), bound_accels_.begin(), bound_accels_.end()))
+    set_bound(est, accels, opt.dominated_above, opt.horizon, opt.dominated_by_makespan);
+  bound_set_ = false;  // the run below moves the bound on
   r_.dominated = false;
   if (pruning_ && dominated_at_ == kBeforeAll) {  // even alone on its accelerators it loses
     r_.dominated = true;
     return r_;
   }
   arbiter_ = opt.arbiter && !opt.arbiter->uses_default_rule() ? opt.arbiter : nullptr;
+  // Its inputs' transfers make it lose and nothing can run out of memory
+  // first: the simulation would end it as dominated.
+  if (pruning_ && opt.horizon < 0 && !ext_inputs_.empty() && dominated_by_inputs(est, accels)) {
+    arbiter_ = nullptr;
+    ++cut_by_inputs_;
+    r_.dominated = true;
+    return r_;
+  }
   // A focus: only its accelerators' operators are touched and simulated.
-  focused_ = !opt.focus.empty() && arbiter_ == nullptr;
+  focused_ = (!opt.focus.empty() || opt.focus_of) && arbiter_ == nullptr;
   if (focused_) {
-    focus_.assign(opt.focus.begin(), opt.focus.end());
+    if (opt.focus_of)
+      opt.focus_of->closure_of(gmg, accels, batch_, focus_);
+    else
+      focus_.assign(opt.focus.begin(), opt.focus.end());
     for (AccelId a : accels)
       if (!std::binary_search(focus_.begin(), focus_.end(), a))
         throw std::invalid_argument("global simulator: a batch operator's accelerator is outside the focus");
@@ -272,7 +288,22 @@ void GlobalSimulator::set_bound(const Est& est, std::span<const AccelId> accels,
   bound_max_ = by_makespan;
   bound_sum_ = dominated_above + (by_makespan ? 1 : static_cast<Nanos>(nb)) * at_;
   horizon_end_ = horizon >= 0 ? now_ + horizon : kNever;
+  bound_key_.assign(batch_dur_.begin(), batch_dur_.end());
+  for (const BatchEdge& be : batch_edges_) bound_key_.push_back(be.x);
+  bound_key_.push_back(bound_sum_);
+  bound_key_.push_back(horizon_end_);
+  bound_key_.push_back(bound_max_);
+  for (const BoundMemo& m : bound_memo_)
+    if (m.valid && m.key == bound_key_) {
+      dominated_at_ = m.at;
+      return;
+    }
   dominated_at_ = dominated_from(kBeforeAll);
+  BoundMemo& m = bound_memo_[bound_memo_next_];
+  bound_memo_next_ = (bound_memo_next_ + 1) % bound_memo_.size();
+  m.key.assign(bound_key_.begin(), bound_key_.end());
+  m.at = dominated_at_;
+  m.valid = true;
 }
 
 bool GlobalSimulator::dominated_alone(std::span<const AccelId> accels, std::int64_t above, Nanos horizon,
@@ -285,7 +316,61 @@ bool GlobalSimulator::dominated_alone(std::span<const AccelId> accels, std::int6
     set_bound(*est_set_, accels, above, horizon, by_makespan);
   else
     set_bound(*est_virtual_, accels, above, horizon, by_makespan);
+  bound_set_ = true;
+  bound_accels_.assign(accels.begin(), accels.end());
+  bound_above_ = above;
+  bound_horizon_ = horizon;
+  bound_by_makespan_ = by_makespan;
   return pruning_ && dominated_at_ == kBeforeAll;
+}
+
+// Whether the placement set_bound() was last called for loses once its
+// inputs' transfers are counted (ext_ready_: per batch op, when its last
+// such input can land), and the simulation could not have run out of
+// memory before ending it as dominated.
+template <typename Est>
+bool GlobalSimulator::dominated_by_inputs(const Est& est, std::span<const AccelId> accels) {
+  ext_ready_.assign(batch_.size(), kBeforeAll);
+  bool any = false;
+  for (const ExtInput& in : ext_inputs_) {
+    const AccelId to = accels[in.k];
+    if (in.from == to) continue;  // local: there since the producer finished
+    // What start_transfer() gives it at the earliest start.
+    const Nanos landed = in.ready + to_nanos(est.predict_transfer(in.from, to, in.bytes));
+    if (landed > ext_ready_[in.k]) {
+      ext_ready_[in.k] = landed;
+      any = true;
+    }
+  }
+  return any && dominated_from(kBeforeAll, ext_ready_.data()) == kBeforeAll && cannot_oom();
+}
+
+// Whether no placement of this prepare can run any accelerator of the
+// scope out of HBM: even if every simulated operator's output, workspace
+// and retained state and every input it receives (the batch's anywhere)
+// were held at once, each stays within its capacity. Once per prepare.
+bool GlobalSimulator::cannot_oom() {
+  if (oom_free_ >= 0) return oom_free_ == 1;
+  most_used_.assign(base_used_.begin(), base_used_.end());
+  auto holds = [&](const Node& n) {
+    std::int64_t bytes = n.out + n.ws + n.ret;
+    for (std::uint32_t e = n.in_begin; e < n.in_end; ++e) bytes += edges_[e].bytes;
+    return bytes;
+  };
+  std::int64_t batch = 0;
+  for (std::uint32_t i = 0; i < n_sim_; ++i) {
+    // (A node's sizes and in-edges never change after prepare(): what a
+    // placement restores is its state, not these.)
+    if (is_tent_[i])
+      batch += holds(nodes_[i]);
+    else
+      most_used_[nodes_[i].accel] += holds(nodes_[i]);
+  }
+  oom_free_ = 1;
+  each_accel(most_used_.size(), [&](AccelId a) {
+    if (most_used_[a] + batch > cap_[a]) oom_free_ = 0;
+  });
+  return oom_free_ == 1;
 }
 
 // Ghost nodes grouped by accelerator (counting sort), for focused
@@ -312,7 +397,7 @@ void GlobalSimulator::index_ghosts() {
 // never before now_). With a horizon, a finish counts at most horizon_end_.
 // The sum of those bounds is piecewise linear and nondecreasing in t; its
 // breakpoints are walked in order.
-Nanos GlobalSimulator::dominated_from(Nanos t) const {
+Nanos GlobalSimulator::dominated_from(Nanos t, const Nanos* ext) const {
   constexpr Nanos kNone = INT64_MIN / 4;
   const std::size_t nb = batch_dur_.size();  // <= kMaxPrunedBatch
   Nanos a[kMaxPrunedBatch], b[kMaxPrunedBatch];
@@ -327,7 +412,7 @@ Nanos GlobalSimulator::dominated_from(Nanos t) const {
       continue;
     }
     const Nanos dur = batch_dur_[k];
-    Nanos ak = now_, bk = dur;
+    Nanos ak = ext && ext[k] != kBeforeAll ? std::max(now_, ext[k] + dur) : now_, bk = dur;
     for (; e < n_edges && edges[e].k == k; ++e) {
       const Nanos c = edges[e].x + dur;
       const std::uint32_t p = edges[e].p;

@@ -23,6 +23,7 @@
 // Estimator through its virtual predict_* (same results, slower). Callers
 // holding an Estimator pass its linear() when it has one.
 module;
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <optional>
@@ -49,6 +50,8 @@ struct TentativeIssue {
   std::span<const AccelId> accels;  // parallel to ops
   Nanos at = 0;
 };
+
+class AccelComponents;
 
 struct SimOptions {
   Nanos horizon = -1;                // simulate until now + horizon; < 0: until everything is done
@@ -91,6 +94,11 @@ struct SimOptions {
   // simulated) with an arbiter plugin, whose select() may tie components
   // together. Empty: the prepared scope.
   std::span<const AccelId> focus{};
+  // place() only, instead of `focus`: find the focus itself, as
+  // focus_of->closure_of(gmg, accels, batch) (built on the prepared
+  // snapshot), and only once the placement is known to need simulating: a
+  // placement cut before its first event does not pay for its component.
+  const AccelComponents* focus_of = nullptr;
 };
 
 // Which accelerators a snapshot ties together: two are joined when an issued
@@ -196,6 +204,12 @@ class GlobalSimulator {
   // With `by_makespan`, the batch's latest completion instead.
   bool dominated_alone(std::span<const AccelId> accels, std::int64_t above, Nanos horizon = -1,
                        bool by_makespan = false);
+  // How many place() calls since construction ended as dominated before
+  // their first event because the batch's inputs from done producers on
+  // other accelerators (transfers at their predicted times) make it lose,
+  // with nothing able to run out of HBM first: the placements the
+  // simulation would have ended as dominated, found without simulating.
+  std::size_t cut_by_inputs() const { return cut_by_inputs_; }
 
  private:
   template <typename Est>
@@ -436,7 +450,9 @@ class GlobalSimulator {
     std::int64_t bytes;
     Nanos x;  // its predicted transfer time in this placement (0: local)
   };
-  Nanos dominated_from(Nanos t) const;
+  // `ext`, when given: per batch op, the earliest its inputs from done
+  // producers elsewhere can land (dominated_by_inputs()).
+  Nanos dominated_from(Nanos t, const Nanos* ext = nullptr) const;
   std::vector<BatchEdge> batch_edges_;  // from prepare(), grouped by k ascending
   std::vector<Nanos> batch_dur_;        // per batch op, in this placement
   std::vector<Nanos> batch_finish_;     // per batch op: its finish once started, else -1
@@ -445,6 +461,49 @@ class GlobalSimulator {
   bool bound_max_ = false;  // bound_sum_ is dominated_above + at_, a bound on the latest finish
   Nanos horizon_end_ = kNever;
   Nanos dominated_at_ = kNever;
+
+  // The same bound with what the batch-alone one leaves out: an input from
+  // a done producer on another accelerator than its reader's (a KV cache
+  // where the previous iteration ran) is a transfer that starts no earlier
+  // than max(producer done, at_) and takes its predicted time, so its
+  // reader starts no earlier than that. A placement that loses even so is
+  // cut before its first event, but only when no OOM can happen in the
+  // prepared scope before the simulation would have cut it (cannot_oom()):
+  // then it is exactly the placement the simulation ends as dominated.
+  struct ExtInput {
+    std::uint32_t k;  // the reading batch op
+    AccelId from;     // where the producer's output is
+    std::int64_t bytes;
+    Nanos ready;  // max(producer done, at_): when the transfer may start
+  };
+  void collect_ext_inputs();
+  template <typename Est>
+  bool dominated_by_inputs(const Est& est, std::span<const AccelId> accels);
+  bool cannot_oom();
+  // set_bound()'s last few results before anything runs, by what they
+  // depend on (the batch's times and transfers in the placement, the bound,
+  // the horizon): a round's thousands of candidates share a handful of
+  // layouts and bounds. Cleared by prepare().
+  struct BoundMemo {
+    std::vector<Nanos> key;
+    Nanos at = kNever;
+    bool valid = false;
+  };
+  std::array<BoundMemo, 4> bound_memo_;
+  std::size_t bound_memo_next_ = 0;
+  std::vector<Nanos> bound_key_;
+  std::vector<ExtInput> ext_inputs_;     // from prepare(): inputs of the batch from done producers not yet landed
+  std::vector<Nanos> ext_ready_;         // per batch op, in this placement
+  std::int8_t oom_free_ = -1;            // cannot_oom() for this prepare; < 0: not yet known
+  std::vector<std::int64_t> most_used_;  // cannot_oom()'s, per accelerator
+  std::size_t cut_by_inputs_ = 0;
+  // set_bound() as dominated_alone() last left it, so place() right after
+  // it with the same arguments does not compute it again.
+  bool bound_set_ = false;
+  std::vector<AccelId> bound_accels_;
+  std::int64_t bound_above_ = -1;
+  Nanos bound_horizon_ = -1;
+  bool bound_by_makespan_ = false;
 };
 
 // One-shot convenience over GlobalSimulator.

@@ -57,8 +57,12 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
     lay_out_out_refs();
   locate_deferred();
   collect_batch_edges();
+  collect_ext_inputs();
   order_queues();
   base_used_.assign(used_.begin(), used_.end());
+  oom_free_ = -1;
+  bound_set_ = false;
+  for (BoundMemo& m : bound_memo_) m.valid = false;
 }
 
 template void GlobalSimulator::prepare_with(const Gmg&, const EstimatorSet&, std::span<const OpId>, Nanos,
@@ -402,6 +406,20 @@ void GlobalSimulator::collect_batch_edges() {
       while (tnode_[p] != s) ++p;
       if (p < k) batch_edges_.push_back({k, p, edges_[e].bytes, 0});  // (a later p: left out, the bound stays valid)
     }
+  }
+}
+
+// The batch's inputs from done producers that have not landed anywhere,
+// for dominated_by_inputs(): each is a transfer wherever its reader goes
+// but to the producer's accelerator.
+void GlobalSimulator::collect_ext_inputs() {
+  ext_inputs_.clear();
+  for (const Deferred& d : deferred_) {
+    if (!d.ghost || d.arrived >= 0) continue;
+    const SimEdge& edge = edges_[d.edge];
+    std::uint32_t k = 0;
+    while (tnode_[k] != edge.dst) ++k;
+    ext_inputs_.push_back({k, nodes_[edge.src & kNodeMask].accel, edge.bytes, std::max(d.done_t, at_)});
   }
 }
 

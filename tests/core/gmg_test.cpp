@@ -383,6 +383,57 @@ TEST_CASE("check_memory refuses a batch the HBM account cannot hold, naming wher
   CHECK(f.gmg.hbm(1).total() == 1 << 20);
 }
 
+TEST_CASE("check_memory from a batch's reservations read once agrees with the check that reads the GMG",
+          "[gmg][memory]") {
+  // A round checks one batch on thousands of placements through
+  // batch_memory(); every verdict, message and `over` must be the plain
+  // check's. Batches of random sizes (with KV caches from done and issued
+  // instances) on every placement over two accelerators, as work piles up.
+  Fixture f;  // 1 GiB per accelerator
+  std::mt19937_64 rng(26);
+  std::size_t fits = 0, refused = 0;
+  OpId kv = kNoOp;
+  std::int64_t kv_context = 0;
+  for (int round = 0; round < 60; ++round) {
+    const std::int64_t tokens = std::uniform_int_distribution<std::int64_t>(1, 160 * 1024)(rng);
+    const std::int64_t context = kv == kNoOp ? 0 : kv_context;  // the cache's shape
+    auto inst = f.add(tokens, context, kv);
+    const IssuedWorkspaces issued = f.gmg.issued_workspaces();
+    const BatchMemory mem = f.gmg.batch_memory(inst.ops);
+    for (AccelId a : {0u, 1u})
+      for (AccelId b : {0u, 1u}) {
+        const std::vector<AccelId> where{a, b};
+        for (const IssuedWorkspaces* ws : {&issued, static_cast<const IssuedWorkspaces*>(nullptr)}) {
+          AccelId want_over = kNoAccel, got_over = kNoAccel;
+          const Status want = f.gmg.check_memory(inst.ops, where, &want_over, false, ws);
+          const Status got = f.gmg.check_memory(mem, where, &got_over, ws);
+          REQUIRE(got.code() == want.code());
+          REQUIRE(got.message() == want.message());
+          REQUIRE(got_over == want_over);
+          (want.ok() ? fits : refused) += 1;
+        }
+      }
+    // Issue it where it fits (or cancel it), and finish some work.
+    const std::vector<AccelId> where{static_cast<AccelId>(round % 2), static_cast<AccelId>((round / 2) % 2)};
+    if (f.gmg.check_memory(inst.ops, where).ok()) {
+      for (std::size_t k = 0; k < inst.ops.size(); ++k) REQUIRE(f.gmg.issue(inst.ops[k], where[k], round).ok());
+      kv = inst.ops[1];
+      kv_context = context + tokens;
+    } else {
+      REQUIRE(f.gmg.cancel(inst.ops).ok());
+    }
+    for (OpId id : std::vector<OpId>(f.gmg.issued_ops().begin(), f.gmg.issued_ops().end()))
+      if (std::uniform_int_distribution<int>(0, 2)(rng) == 0 && f.gmg.op(id).unscheduled_preds == 0) {
+        bool preds_done = true;
+        for (std::uint32_t e = f.gmg.op(id).first_in; e != kNoEdge; e = f.gmg.edge(e).next_in)
+          preds_done &= f.gmg.op(f.gmg.edge(e).src).state == OpState::kDone;
+        if (preds_done) REQUIRE(f.gmg.complete(id, round + 1, 1).ok());
+      }
+  }
+  CHECK(fits > 50);
+  CHECK(refused > 50);
+}
+
 TEST_CASE("cancel takes an unstarted instance back and frees the cache it attached", "[gmg][memory]") {
   Fixture f;
   auto first = f.add(4, 0);

@@ -408,3 +408,96 @@ TEST_CASE("the global simulator agrees with its reference on the benchmark's Lla
     require_same(reference_simulate(gmg, est, {.horizon = 50'000'000}), simulate(gmg, est, {.horizon = 50'000'000}));
   }
 }
+
+TEST_CASE(
+    "a placement that loses once its inputs' transfers are counted is cut before simulating, exactly where "
+    "the simulation ends it dominated",
+    "[simulator][differential]") {
+  // Instances issued in part and run to completion, so the rest of each
+  // (the batch) reads done producers' outputs and KV caches where they ran:
+  // a placement elsewhere waits for their transfers, which the batch-alone
+  // bound leaves out. With any bound on the summed completion the cut
+  // placement must be one the simulation would have ended as dominated
+  // (its simulated sum exceeds the bound), and a placement that runs out
+  // of HBM is never cut that way (the simulation might have stopped there
+  // first).
+  std::mt19937_64 rng(20261126);
+  std::size_t input_cuts = 0, bounded = 0, with_oom = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    INFO("trial " << trial);
+    const int n_acc = std::uniform_int_distribution<int>(2, 5)(rng);
+    const std::int64_t kv_bytes = std::uniform_int_distribution<std::int64_t>(1, 2'000'000)(rng);
+    const bool small_hbm = std::uniform_int_distribution<int>(0, 3)(rng) == 0;
+    const std::int64_t hbm =
+        small_hbm ? std::uniform_int_distribution<std::int64_t>(2'000'000, 20'000'000)(rng) : 64 * kGiB;
+    auto reg = std::make_shared<TemplateRegistry>();
+    TemplateId ta = reg->add(random_template(rng, "a", kv_bytes)).value();
+    Gmg gmg(reg, cluster(n_acc, hbm));
+    for (AccelId acc = 0; acc < static_cast<AccelId>(n_acc); ++acc) REQUIRE(gmg.place_weights(ta, acc).ok());
+    EstimatorSet est = estimators(*reg, std::uniform_int_distribution<int>(0, 1)(rng) ? 1e-9 : 1e-10);
+    std::uniform_int_distribution<int> pick_acc(0, n_acc - 1);
+    // A first instance run whole (it retains a KV cache), then one that
+    // reads it, issued in part.
+    OpId retainer = kNoOp;
+    std::vector<OpId> rest;
+    for (int k = 0; k < 2; ++k) {
+      InstanceSpec spec{ta, {}, {}, 0, 0};
+      if (retainer != kNoOp) spec.ports.push_back({"kv", retainer, true});
+      auto inst = gmg.instantiate(spec);
+      REQUIRE(inst.ok());
+      const std::size_t n_issue =
+          k == 0 ? inst->ops.size() : std::uniform_int_distribution<std::size_t>(0, inst->ops.size() - 1)(rng);
+      for (std::size_t i = 0; i < n_issue; ++i)
+        REQUIRE(gmg.issue(inst->ops[i], static_cast<AccelId>(pick_acc(rng)), gmg.now()).ok());
+      const SimulationResult full = reference_simulate(gmg, est, {.stop_at_oom = false});
+      std::vector<std::size_t> order(full.ops.size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(), [&](auto x, auto y) { return full.finish[x] < full.finish[y]; });
+      for (std::size_t i : order)
+        REQUIRE(gmg.complete(full.ops[i], full.finish[i], full.finish[i] - full.start[i]).ok());
+      gmg.advance_clock(std::max(gmg.now(), full.end));
+      for (OpId op : inst->ops)
+        if (gmg.op(op).retained_bytes > 0 && gmg.op(op).state == OpState::kDone) retainer = op;
+      if (k == 1) rest.assign(inst->ops.begin() + static_cast<std::ptrdiff_t>(n_issue), inst->ops.end());
+    }
+    // Sometimes a little issued work on the cluster too.
+    if (std::uniform_int_distribution<int>(0, 1)(rng)) {
+      auto inst = gmg.instantiate({ta, {}, {}, std::uniform_int_distribution<int>(0, 3)(rng), 0});
+      REQUIRE(inst.ok());
+      for (OpId op : inst->ops) REQUIRE(gmg.issue(op, static_cast<AccelId>(pick_acc(rng)), gmg.now()).ok());
+    }
+    const std::vector<OpId> batch(rest.begin(),
+                                  rest.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(rest.size(), 6)));
+    const Nanos at = gmg.now();
+    GlobalSimulator round;
+    round.prepare(gmg, est, batch, at);
+    for (int p = 0; p < 4; ++p) {
+      std::vector<AccelId> there;
+      for (std::size_t k = 0; k < batch.size(); ++k) there.push_back(static_cast<AccelId>(pick_acc(rng)));
+      Gmg placed = gmg.clone();
+      for (std::size_t k = 0; k < batch.size(); ++k) REQUIRE(placed.issue(batch[k], there[k], at).ok());
+      const SimulationResult want = reference_simulate(placed, est, {});
+      INFO("placement " << p << " of " << batch.size() << " ops");
+      Nanos sum = 0;
+      for (OpId op : batch) sum += want.finish_of(op) - at;
+      for (const Nanos above : {sum - 1, sum - 1 - std::uniform_int_distribution<Nanos>(1, 3'000'000)(rng), sum,
+                                sum + std::uniform_int_distribution<Nanos>(0, 1'000'000)(rng)}) {
+        if (above < 0) continue;
+        const std::size_t before = round.cut_by_inputs();
+        const SimulationResult& got = round.place(there, {.dominated_above = above});
+        const bool cut = round.cut_by_inputs() > before;
+        if (!want.feasible()) {
+          ++with_oom;
+          REQUIRE_FALSE(cut);
+          continue;
+        }
+        ++bounded;
+        REQUIRE(got.dominated == (sum > above));
+        input_cuts += cut;
+      }
+    }
+  }
+  INFO(input_cuts << " of " << bounded << " bounded placements cut from their inputs; " << with_oom << " with OOM");
+  CHECK(input_cuts > 50);
+  CHECK(with_oom > 20);
+}
