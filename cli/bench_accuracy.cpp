@@ -158,141 +158,136 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
   ExperimentConfig cfg = value_or_fail(load_config(opt.config));
   if (opt.time_scale) cfg.live.time_scale = *opt.time_scale;
   {
-    // What fails below is said of the config (as one line, from main).
-    try {
-      check(check_devices(cfg));
-      check(check_weights_fit(cfg));
-      const PolicyConfig* policy = value_or_fail(find_policy(cfg, opt.policy, /*first_by_default=*/true));
-      // Both runs start from [estimators] prior, as serve and simulate do.
-      const std::optional<CalibrationProfile> prior = value_or_fail(read_prior(cfg));
-      const bool progress = !opt.json;
+    // What fails below is said of the config (check_in, fail_in: one line, printed by main).
+    check_in(cfg.path, check_devices(cfg));
+    check_in(cfg.path, check_weights_fit(cfg));
+    const PolicyConfig* policy = value_or_fail_in(cfg.path, find_policy(cfg, opt.policy, /*first_by_default=*/true));
+    // Both runs start from [estimators] prior, as serve and simulate do.
+    const std::optional<CalibrationProfile> prior = value_or_fail_in(cfg.path, read_prior(cfg));
+    const bool progress = !opt.json;
 
-      // 1. Calibrate.
-      for (const ModelConfig& m : cfg.models) rt::validate(value_or_fail(runtime_model(m)));
-      rt::set_cpu_threads(cfg.live.threads);
-      CalibrateSettings cs;
-      cs.warmup = opt.warmup;
-      cs.repeats = opt.repeats;
-      cs.progress = progress;
-      if (progress) std::fprintf(stderr, "bench accuracy: 1/3 calibrating; %s", describe(shape_grid(cfg)).c_str());
-      std::optional<CalibrationResult> cal = calibrate_config(cfg, cs);
-      if (opt.profile_out) check(write_calibration(cal->profile, *opt.profile_out));
+    // 1. Calibrate.
+    for (const ModelConfig& m : cfg.models) (void)value_or_fail_in(cfg.path, validated_runtime_model(m));
+    rt::set_cpu_threads(cfg.live.threads);
+    CalibrateSettings cs;
+    cs.warmup = opt.warmup;
+    cs.repeats = opt.repeats;
+    cs.progress = progress;
+    if (progress) std::fprintf(stderr, "bench accuracy: 1/3 calibrating; %s", describe(shape_grid(cfg)).c_str());
+    std::optional<CalibrationResult> cal = value_or_fail_in(cfg.path, calibrate_config(cfg, cs));
+    if (opt.profile_out) check_in(cfg.path, write_calibration(cal->profile, *opt.profile_out));
 
-      // 2. Live, recording what the engine measures.
-      PluginRegistries plugins;
-      check(load_plugins(cfg, plugins));
-      Recorder recorder;
-      EngineObserver* recorders[] = {&recorder};
-      if (progress) std::fprintf(stderr, "bench accuracy: 2/3 serving policy '%s' live\n", policy->name.c_str());
-      const PolicyRun live = [&] {  // (the devices are let go before the simulation)
-        auto session =
-            value_or_fail(LiveSession::open(cfg, *policy, plugins, prior ? &*prior : nullptr, {.progress = progress}));
-        RecordOptions ro;
-        ro.timeline_s = 1e9;  // the whole run: its first operator's start counts
-        if (progress) ro.progress = progress_printer(policy->name);
-        return value_or_fail(session->run(ro, recorders));
-      }();
+    // 2. Live, recording what the engine measures.
+    PluginRegistries plugins;
+    check_in(cfg.path, load_plugins(cfg, plugins));
+    Recorder recorder;
+    EngineObserver* recorders[] = {&recorder};
+    if (progress) std::fprintf(stderr, "bench accuracy: 2/3 serving policy '%s' live\n", policy->name.c_str());
+    const PolicyRun live = [&] {  // (the devices are let go before the simulation)
+      auto session = value_or_fail_in(
+          cfg.path, LiveSession::open(cfg, *policy, plugins, prior ? &*prior : nullptr, {.progress = progress}));
+      RecordOptions ro;
+      ro.timeline_s = 1e9;  // the whole run: its first operator's start counts
+      if (progress) ro.progress = progress_printer(policy->name);
+      return value_or_fail_in(cfg.path, session->run(ro, recorders));
+    }();
 
-      // 3. Simulate the same run on the calibration.
-      if (progress) std::fprintf(stderr, "bench accuracy: 3/3 simulating it on the calibration profile\n");
-      const SimRun sim = simulate_calibrated(cfg, *policy, plugins, prior ? &*prior : nullptr, cal->profile);
+    // 3. Simulate the same run on the calibration.
+    if (progress) std::fprintf(stderr, "bench accuracy: 3/3 simulating it on the calibration profile\n");
+    const SimRun sim = simulate_calibrated(cfg, *policy, plugins, prior ? &*prior : nullptr, cal->profile);
 
-      // Figures.
-      const Timeline lt = timeline(live.requests, live.log), st = timeline(sim.requests, sim.log);
-      if (lt.done == 0) fail("the live run finished no request");
-      const double e2e_err = std::abs(st.e2e_s - lt.e2e_s) / lt.e2e_s * 100.0;
-      const double lat_err = std::abs(st.mean_latency_s - lt.mean_latency_s) / lt.mean_latency_s * 100.0;
-      Mape ops, transfers;
-      std::map<std::pair<OpKindId, AccelTypeId>, Mape> by_op;
-      for (const Observation& o : recorder.seen) {
-        if (!(o.seconds > 0)) continue;
-        if (o.transfer) {
-          transfers.add(cal->est.predict_transfer(o.src, o.dst, o.bytes), o.seconds);
-        } else {
-          const double p = cal->est.predict_op(o.kind, o.type, o.x);
-          ops.add(p, o.seconds);
-          by_op[{o.kind, o.type}].add(p, o.seconds);
-        }
-      }
-
-      if (opt.observations) {
-        std::FILE* f = std::fopen(opt.observations->c_str(), "w");
-        if (!f) fail("cannot write " + *opt.observations);
-        std::fprintf(f, "what,type,src,dst,bytes,features,seconds,predicted\n");
-        for (const Observation& o : recorder.seen) {
-          if (o.transfer) {
-            std::fprintf(f, "copy,,%s,%s,%llu,,%.9g,%.9g\n", (*cal->accels)[o.src].name.c_str(),
-                         (*cal->accels)[o.dst].name.c_str(), static_cast<unsigned long long>(o.bytes), o.seconds,
-                         cal->est.predict_transfer(o.src, o.dst, o.bytes));
-          } else {
-            std::string x;
-            for (double v : o.x) x += (x.empty() ? "" : " ") + std::to_string(static_cast<long long>(v));
-            std::fprintf(f, "%s,%s,,,,%s,%.9g,%.9g\n", cal->templates->kind_name(o.kind).c_str(),
-                         cal->accels->type_name(o.type).c_str(), x.c_str(), o.seconds,
-                         cal->est.predict_op(o.kind, o.type, o.x));
-          }
-        }
-        if (std::fclose(f) != 0) fail("cannot write " + *opt.observations);
-      }
-
-      if (opt.json) {
-        nlohmann::json j;
-        j["e2e_error_pct"] = e2e_err;
-        j["op_mape_pct"] = ops.pct();
-        // null when the live run moved nothing (no figure, not a perfect one)
-        j["transfer_mape_pct"] = transfers.n ? nlohmann::json(transfers.pct()) : nlohmann::json(nullptr);
-        j["live_e2e_s"] = lt.e2e_s;
-        j["simulated_e2e_s"] = st.e2e_s;
-        j["live_start_delay_s"] = lt.start_delay_s;
-        j["live_mean_latency_s"] = lt.mean_latency_s;
-        j["simulated_mean_latency_s"] = st.mean_latency_s;
-        j["latency_error_pct"] = lat_err;
-        j["requests"] = lt.total;
-        j["live_done"] = lt.done;
-        j["simulated_done"] = st.done;
-        j["ops"] = ops.n;
-        j["transfers"] = transfers.n;
-        j["op_bias_pct"] = ops.bias_pct();
-        j["transfer_bias_pct"] = transfers.n ? nlohmann::json(transfers.bias_pct()) : nlohmann::json(nullptr);
-        j["calibration_s"] = cal->wall_s;
-        j["policy"] = policy->name;
-        j["time_scale"] = cfg.live.time_scale;
-        nlohmann::json per = nlohmann::json::object();
-        for (const auto& [key, m] : by_op)
-          per[cal->templates->kind_name(key.first) + "@" + cal->accels->type_name(key.second)] = {
-              {"samples", m.n}, {"mape_pct", m.pct()}, {"bias_pct", m.bias_pct()}};
-        j["per_op"] = per;
-        std::printf("%s\n", j.dump().c_str());
+    // Figures.
+    const Timeline lt = timeline(live.requests, live.log), st = timeline(sim.requests, sim.log);
+    if (lt.done == 0) fail_in(cfg.path, "the live run finished no request");
+    const double e2e_err = std::abs(st.e2e_s - lt.e2e_s) / lt.e2e_s * 100.0;
+    const double lat_err = std::abs(st.mean_latency_s - lt.mean_latency_s) / lt.mean_latency_s * 100.0;
+    Mape ops, transfers;
+    std::map<std::pair<OpKindId, AccelTypeId>, Mape> by_op;
+    for (const Observation& o : recorder.seen) {
+      if (!(o.seconds > 0)) continue;
+      if (o.transfer) {
+        transfers.add(cal->est.predict_transfer(o.src, o.dst, o.bytes), o.seconds);
       } else {
-        std::printf("calibration (%.1f s):\n", cal->wall_s);
-        print_calibration(*cal, stdout);
-        std::printf(
-            "\nlive run of policy '%s' vs the calibrated estimators (bias: measured slower than predicted "
-            "when > 0):\n",
-            policy->name.c_str());
-        std::printf("%-24s %-10s %8s %8s %8s\n", "op", "type", "samples", "MAPE %", "bias %");
-        for (const auto& [key, m] : by_op)
-          std::printf("%-24s %-10s %8zu %8.2f %8.2f\n", cal->templates->kind_name(key.first).c_str(),
-                      cal->accels->type_name(key.second).c_str(), m.n, m.pct(), m.bias_pct());
-        if (transfers.n)
-          std::printf("%-24s %-10s %8zu %8.2f %8.2f\n", "transfers", "", transfers.n, transfers.pct(),
-                      transfers.bias_pct());
-        std::printf(
-            "\nend to end        live %.4f s, simulated %.4f s (first operator to last completion; %zu "
-            "requests, %zu / %zu done; the live run's first operator started %.3f s after the first arrival)\n",
-            lt.e2e_s, st.e2e_s, lt.total, lt.done, st.done, lt.start_delay_s);
-        std::printf("mean latency      live %.4f s, simulated %.4f s (error %.2f %%)\n", lt.mean_latency_s,
-                    st.mean_latency_s, lat_err);
-        std::printf("e2e_error_pct     %.3f\n", e2e_err);
-        std::printf("op_mape_pct       %.3f  (%zu operators)\n", ops.pct(), ops.n);
-        if (transfers.n)
-          std::printf("transfer_mape_pct %.3f  (%zu transfers)\n", transfers.pct(), transfers.n);
-        else
-          std::printf("transfer_mape_pct n/a    (the live run moved nothing between accelerators)\n");
+        const double p = cal->est.predict_op(o.kind, o.type, o.x);
+        ops.add(p, o.seconds);
+        by_op[{o.kind, o.type}].add(p, o.seconds);
       }
-    } catch (const std::exception& e) {
-      const std::string what = e.what();
-      fail(what.rfind(cfg.path, 0) == 0 ? what : cfg.path + ": " + what);
+    }
+
+    if (opt.observations) {
+      std::FILE* f = std::fopen(opt.observations->c_str(), "w");
+      if (!f) fail_in(cfg.path, "cannot write " + *opt.observations);
+      std::fprintf(f, "what,type,src,dst,bytes,features,seconds,predicted\n");
+      for (const Observation& o : recorder.seen) {
+        if (o.transfer) {
+          std::fprintf(f, "copy,,%s,%s,%llu,,%.9g,%.9g\n", (*cal->accels)[o.src].name.c_str(),
+                       (*cal->accels)[o.dst].name.c_str(), static_cast<unsigned long long>(o.bytes), o.seconds,
+                       cal->est.predict_transfer(o.src, o.dst, o.bytes));
+        } else {
+          std::string x;
+          for (double v : o.x) x += (x.empty() ? "" : " ") + std::to_string(static_cast<long long>(v));
+          std::fprintf(f, "%s,%s,,,,%s,%.9g,%.9g\n", cal->templates->kind_name(o.kind).c_str(),
+                       cal->accels->type_name(o.type).c_str(), x.c_str(), o.seconds,
+                       cal->est.predict_op(o.kind, o.type, o.x));
+        }
+      }
+      if (std::fclose(f) != 0) fail_in(cfg.path, "cannot write " + *opt.observations);
+    }
+
+    if (opt.json) {
+      nlohmann::json j;
+      j["e2e_error_pct"] = e2e_err;
+      j["op_mape_pct"] = ops.pct();
+      // null when the live run moved nothing (no figure, not a perfect one)
+      j["transfer_mape_pct"] = transfers.n ? nlohmann::json(transfers.pct()) : nlohmann::json(nullptr);
+      j["live_e2e_s"] = lt.e2e_s;
+      j["simulated_e2e_s"] = st.e2e_s;
+      j["live_start_delay_s"] = lt.start_delay_s;
+      j["live_mean_latency_s"] = lt.mean_latency_s;
+      j["simulated_mean_latency_s"] = st.mean_latency_s;
+      j["latency_error_pct"] = lat_err;
+      j["requests"] = lt.total;
+      j["live_done"] = lt.done;
+      j["simulated_done"] = st.done;
+      j["ops"] = ops.n;
+      j["transfers"] = transfers.n;
+      j["op_bias_pct"] = ops.bias_pct();
+      j["transfer_bias_pct"] = transfers.n ? nlohmann::json(transfers.bias_pct()) : nlohmann::json(nullptr);
+      j["calibration_s"] = cal->wall_s;
+      j["policy"] = policy->name;
+      j["time_scale"] = cfg.live.time_scale;
+      nlohmann::json per = nlohmann::json::object();
+      for (const auto& [key, m] : by_op)
+        per[cal->templates->kind_name(key.first) + "@" + cal->accels->type_name(key.second)] = {
+            {"samples", m.n}, {"mape_pct", m.pct()}, {"bias_pct", m.bias_pct()}};
+      j["per_op"] = per;
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("calibration (%.1f s):\n", cal->wall_s);
+      print_calibration(*cal, stdout);
+      std::printf(
+          "\nlive run of policy '%s' vs the calibrated estimators (bias: measured slower than predicted "
+          "when > 0):\n",
+          policy->name.c_str());
+      std::printf("%-24s %-10s %8s %8s %8s\n", "op", "type", "samples", "MAPE %", "bias %");
+      for (const auto& [key, m] : by_op)
+        std::printf("%-24s %-10s %8zu %8.2f %8.2f\n", cal->templates->kind_name(key.first).c_str(),
+                    cal->accels->type_name(key.second).c_str(), m.n, m.pct(), m.bias_pct());
+      if (transfers.n)
+        std::printf("%-24s %-10s %8zu %8.2f %8.2f\n", "transfers", "", transfers.n, transfers.pct(),
+                    transfers.bias_pct());
+      std::printf(
+          "\nend to end        live %.4f s, simulated %.4f s (first operator to last completion; %zu "
+          "requests, %zu / %zu done; the live run's first operator started %.3f s after the first arrival)\n",
+          lt.e2e_s, st.e2e_s, lt.total, lt.done, st.done, lt.start_delay_s);
+      std::printf("mean latency      live %.4f s, simulated %.4f s (error %.2f %%)\n", lt.mean_latency_s,
+                  st.mean_latency_s, lat_err);
+      std::printf("e2e_error_pct     %.3f\n", e2e_err);
+      std::printf("op_mape_pct       %.3f  (%zu operators)\n", ops.pct(), ops.n);
+      if (transfers.n)
+        std::printf("transfer_mape_pct %.3f  (%zu transfers)\n", transfers.pct(), transfers.n);
+      else
+        std::printf("transfer_mape_pct n/a    (the live run moved nothing between accelerators)\n");
     }
   }
   return 0;

@@ -26,37 +26,31 @@ int calibrate(const CalibrateOptions& opt) {
   auto cfg = load_config(opt.config);
   if (!cfg.ok()) fail(cfg.status().message());
   {
-    try {
-      check(check_weights_fit(cfg.value()));
-      std::string names;
-      for (const ModelConfig& m : cfg->models) {
-        (void)value_or_fail(validated_runtime_model(m));
-        names += (names.empty() ? "" : ", ") + m.name;
-      }
-      if (opt.dry_run) {
-        std::printf("%s: %s, %zu accelerator(s)\n%s", cfg->path.c_str(), names.c_str(), cfg->accelerators.size(),
-                    describe(shape_grid(cfg.value())).c_str());
-        return 0;
-      }
-      check(check_devices(cfg.value()));
-      if (opt.out.empty()) fail("calibrate: --out PROFILE is required");
-      rt::set_cpu_threads(cfg->live.threads);
-      CalibrateSettings s;
-      s.warmup = opt.warmup;
-      s.repeats = opt.repeats;
-      std::fprintf(stderr, "calibrating %s on %zu accelerator(s); %s", names.c_str(), cfg->accelerators.size(),
-                   describe(shape_grid(cfg.value())).c_str());
-      CalibrationResult r = calibrate_config(cfg.value(), s);
-      print_calibration(r, stdout);
-      check(write_calibration(r.profile, opt.out));
-      if (opt.samples && !write_points_csv(r, *opt.samples)) fail("cannot write " + *opt.samples);
-      std::printf("wrote %s (%zu op fits, %zu transfer fits) in %.1f s\n", opt.out.c_str(), r.profile.ops.size(),
-                  r.profile.transfers.size(), r.wall_s);
-    } catch (const std::exception& e) {
-      // One line, naming the config (main prints it).
-      const std::string what = e.what();
-      fail(what.rfind(cfg->path, 0) == 0 ? what : cfg->path + ": " + what);
+    check_in(cfg->path, check_weights_fit(cfg.value()));
+    std::string names;
+    for (const ModelConfig& m : cfg->models) {
+      (void)value_or_fail_in(cfg->path, validated_runtime_model(m));
+      names += (names.empty() ? "" : ", ") + m.name;
     }
+    if (opt.dry_run) {
+      std::printf("%s: %s, %zu accelerator(s)\n%s", cfg->path.c_str(), names.c_str(), cfg->accelerators.size(),
+                  describe(shape_grid(cfg.value())).c_str());
+      return 0;
+    }
+    check_in(cfg->path, check_devices(cfg.value()));
+    if (opt.out.empty()) fail_in(cfg->path, "calibrate: --out PROFILE is required");
+    rt::set_cpu_threads(cfg->live.threads);
+    CalibrateSettings s;
+    s.warmup = opt.warmup;
+    s.repeats = opt.repeats;
+    std::fprintf(stderr, "calibrating %s on %zu accelerator(s); %s", names.c_str(), cfg->accelerators.size(),
+                 describe(shape_grid(cfg.value())).c_str());
+    CalibrationResult r = value_or_fail_in(cfg->path, calibrate_config(cfg.value(), s));
+    print_calibration(r, stdout);
+    check_in(cfg->path, write_calibration(r.profile, opt.out));
+    if (opt.samples && !write_points_csv(r, *opt.samples)) fail_in(cfg->path, "cannot write " + *opt.samples);
+    std::printf("wrote %s (%zu op fits, %zu transfer fits) in %.1f s\n", opt.out.c_str(), r.profile.ops.size(),
+                r.profile.transfers.size(), r.wall_s);
   }
   return 0;
 }

@@ -8,6 +8,7 @@ module;
 #include "executor/torch/runtime.h"
 
 export module slicesched.cli.calibrate;
+import slicesched.core.status;
 import slicesched.executor.calibration;
 import slicesched.config;
 
@@ -32,8 +33,8 @@ CalibrationTarget calibration_target(const ExperimentConfig& cfg);
 // slicesched::calibrate_models of calibration_target(cfg), each model's
 // runtime built from its [[models]] table (random weights from its seed),
 // with its contract: the devices must exist (check_devices) and the weights
-// fit (check_weights_fit). Throws CommandError (one line) on a model the
-// runtime cannot build.
-CalibrationResult calibrate_config(const ExperimentConfig& cfg, const CalibrateSettings& s);
+// fit (check_weights_fit). Fails (one line) on a model the runtime cannot
+// build, or as calibrate_models does.
+Result<CalibrationResult> calibrate_config(const ExperimentConfig& cfg, const CalibrateSettings& s);
 
 }  // namespace slicesched::cli

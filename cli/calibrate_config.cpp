@@ -68,11 +68,15 @@ CalibrationTarget calibration_target(const ExperimentConfig& cfg) {
   return t;
 }
 
-CalibrationResult calibrate_config(const ExperimentConfig& cfg, const CalibrateSettings& s) {
+Result<CalibrationResult> calibrate_config(const ExperimentConfig& cfg, const CalibrateSettings& s) {
   std::vector<std::unique_ptr<rt::LlamaModel>> runtimes;
   std::vector<rt::LlamaModel*> views;
   for (const ModelConfig& m : cfg.models) {
-    runtimes.push_back(std::make_unique<rt::LlamaModel>(value_or_fail(runtime_model(m))));
+    auto c = runtime_model(m);
+    if (!c.ok()) return c.status();
+    auto model = load_runtime_model(m, c.value());
+    if (!model.ok()) return model.status();
+    runtimes.push_back(std::move(model).value());
     views.push_back(runtimes.back().get());
   }
   return slicesched::calibrate_models(calibration_target(cfg), views, s);

@@ -78,11 +78,7 @@ int executor(const ExecutorOptions& opt) {
   for (std::size_t i = 0; i < cfg.models.size(); ++i) {
     const rt::LlamaConfig mc = value_or_fail(validated_runtime_model(cfg.models[i]));
     model_cfgs.push_back(mc);
-    try {  // (a checkpoint's files are opened here; LibTorch says what is wrong by throwing)
-      runtimes.push_back(std::make_unique<rt::LlamaModel>(mc));
-    } catch (const std::exception& e) {
-      fail(cfg.models[i].where + ": " + e.what());
-    }
+    runtimes.push_back(value_or_fail(load_runtime_model(cfg.models[i], mc)));
     ServedModel m{static_cast<TemplateId>(i), runtimes.back().get(), nullptr, {}};
     for (const auto& x : so.accels)
       if (std::find(held[x.id].begin(), held[x.id].end(), i) != held[x.id].end()) m.accels.push_back(x.id);

@@ -30,4 +30,21 @@ T value_or_fail(Result<T> r) {
   return std::move(r).value();
 }
 
+// The same, said of config `path`: its message is prefixed with the path
+// unless it names it first already (most config errors do).
+inline std::string in_config(const std::string& path, const std::string& message) {
+  return message.rfind(path, 0) == 0 ? message : path + ": " + message;
+}
+[[noreturn]] inline void fail_in(const std::string& path, const std::string& message, int status = 2) {
+  fail(in_config(path, message), status);
+}
+inline void check_in(const std::string& path, const Status& s) {
+  if (!s.ok()) fail_in(path, s.message());
+}
+template <typename T>
+T value_or_fail_in(const std::string& path, Result<T> r) {
+  if (!r.ok()) fail_in(path, r.status().message());
+  return std::move(r).value();
+}
+
 }  // namespace slicesched::cli

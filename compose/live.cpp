@@ -60,6 +60,14 @@ Result<rt::LlamaConfig> validated_runtime_model(const ModelConfig& m) {
   return c;
 }
 
+Result<std::unique_ptr<rt::LlamaModel>> load_runtime_model(const ModelConfig& m, const rt::LlamaConfig& c) {
+  try {  // LibTorch says what is wrong with a checkpoint by throwing
+    return std::make_unique<rt::LlamaModel>(c);
+  } catch (const std::exception& e) {
+    return InvalidArgument(m.where + ".checkpoint: " + e.what());
+  }
+}
+
 std::vector<std::pair<std::string, std::string>> executor_fingerprint(const ExperimentConfig& cfg,
                                                                       std::span<const rt::LlamaConfig> models,
                                                                       const std::string& host) {
@@ -200,11 +208,9 @@ Status LiveSession::start(const PolicyConfig& policy, const PluginRegistries& pl
   std::vector<ServedModel> served;
   const auto held = residency(cfg);
   for (std::size_t i = 0; i < cfg.models.size(); ++i) {
-    try {  // a checkpoint's files are mapped and checked here
-      runtimes_.push_back(std::make_unique<rt::LlamaModel>(model_cfgs[i]));
-    } catch (const std::exception& e) {
-      return InvalidArgument(cfg.models[i].where + ".checkpoint: " + e.what());
-    }
+    auto model = load_runtime_model(cfg.models[i], model_cfgs[i]);
+    if (!model.ok()) return model.status();
+    runtimes_.push_back(std::move(model).value());
     ServedModel m{parts_->tmpls[i], runtimes_.back().get(), parts_->models.shared(parts_->tmpls[i]), {}};
     for (AccelId a = 0; a < held.size(); ++a)
       if (std::find(held[a].begin(), held[a].end(), i) != held[a].end()) m.accels.push_back(a);

@@ -130,6 +130,9 @@ Transport transport(const LiveConfig& live);
 Result<rt::LlamaConfig> runtime_model(const ModelConfig& m);
 // runtime_model, then rt::validate; fails naming the model.
 Result<rt::LlamaConfig> validated_runtime_model(const ModelConfig& m);
+// The runtime model of config `c` (runtime_model(m)): a checkpoint's files
+// are mapped and checked here; fails naming `m`'s checkpoint.
+Result<std::unique_ptr<rt::LlamaModel>> load_runtime_model(const ModelConfig& m, const rt::LlamaConfig& c);
 
 // What serve and the executor of [[hosts]] entry `host` compare at connect
 // (wire::Fingerprint): the protocol version, the host entry and its

@@ -27,11 +27,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-[[noreturn]] void fail(const std::string& message) { throw std::runtime_error(message); }
-void check(const Status& s) {
-  if (!s.ok()) fail(s.message());
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -201,13 +196,13 @@ void time_iterations(Bench& bench, const Model& model, const ShapeGrid& grid, co
 
 // Fits op `op` on accelerator type `type` to its medians, appending its
 // row and points to `r`.
-void fit_operator(CalibrationResult& r, const GraphTemplate& tmpl, const TemplateOp& op, AccelTypeId type,
-                  const ShapeGrid& grid, const std::vector<double>& medians) {
+Status fit_operator(CalibrationResult& r, const GraphTemplate& tmpl, const TemplateOp& op, AccelTypeId type,
+                    const ShapeGrid& grid, const std::vector<double>& medians) {
   std::vector<std::vector<double>> x;
   for (std::size_t i = 0; i < grid.shapes.size(); ++i) {
     const GridShape& g = grid.shapes[i];
     x.push_back(op_features(tmpl, op, g.total_tokens(), g.total_sequences(), g.total_context()));
-    check(r.est.observe_op(op.kind, type, x.back(), medians[i]));
+    if (Status st = r.est.observe_op(op.kind, type, x.back(), medians[i]); !st.ok()) return st;
   }
   CalibrationResult::Row row{tmpl.name(), op.name, r.accels->type_name(type), x.size(), 0, 1e300, 0, false};
   for (std::size_t i = 0; i < x.size(); ++i) {
@@ -218,18 +213,19 @@ void fit_operator(CalibrationResult& r, const GraphTemplate& tmpl, const Templat
   if (!x.empty()) row.mape_pct *= 100.0 / static_cast<double>(x.size());
   for (double y : medians) row.min_s = std::min(row.min_s, y), row.max_s = std::max(row.max_s, y);
   r.rows.push_back(std::move(row));
+  return Status::Ok();
 }
 
 // Every operator of `served` on one accelerator of each type that holds
 // its weights.
 // Each type's whole-iteration samples go to samples[type] (time_iterations).
-void calibrate_operators(CalibrationResult& r, const CalibrationTarget& target, const CalibrationTarget::Served& served,
-                         Bench& bench, const CalibrateSettings& s,
-                         std::map<AccelTypeId, std::vector<std::pair<double, double>>>& samples) {
+Status calibrate_operators(CalibrationResult& r, const CalibrationTarget& target,
+                           const CalibrationTarget::Served& served, Bench& bench, const CalibrateSettings& s,
+                           std::map<AccelTypeId, std::vector<std::pair<double, double>>>& samples) {
   const AcceleratorSet& accels = *r.accels;
   const GraphTemplate& tmpl = r.templates->get(served.tmpl);
   if (!served.model || served.model->ops().size() != tmpl.ops().size())
-    fail("calibrate: template '" + tmpl.name() + "' has no model contract behind it");
+    return InvalidArgument("calibrate: template '" + tmpl.name() + "' has no model contract behind it");
   for (AccelTypeId type = 0; type < accels.type_count(); ++type) {
     AccelId rep = kNoAccel;
     for (AccelId a : served.accels)
@@ -246,7 +242,7 @@ void calibrate_operators(CalibrationResult& r, const CalibrationTarget& target, 
       const auto t0 = Clock::now();
       const std::vector<double> medians = time_operator(bench, served.model->ops()[i], target.grid, dev, s);
       for (std::size_t k = 0; k < medians.size(); ++k) op_sum[k] += medians[k];
-      fit_operator(r, tmpl, op, type, target.grid, medians);
+      if (Status st = fit_operator(r, tmpl, op, type, target.grid, medians); !st.ok()) return st;
       const CalibrationResult::Row& row = r.rows.back();
       if (s.progress)
         std::fprintf(stderr,
@@ -261,6 +257,7 @@ void calibrate_operators(CalibrationResult& r, const CalibrationTarget& target, 
       std::fprintf(stderr, "  calibrate: %s whole iterations on %-8s (%s): fixed costs measured [%.1f s]\n",
                    tmpl.name().c_str(), accels.type_name(type).c_str(), dev.c_str(), seconds_since(t0));
   }
+  return Status::Ok();
 }
 
 // Least squares of overhead = iteration + sequence * seqs over `samples`
@@ -300,9 +297,10 @@ std::vector<rt::Value> copy_values(Bench& bench, const ShapeGrid& grid, const st
 
 // Fits the copies from accelerator a to b to their medians (bytes, seconds),
 // appending its row and points to `r`.
-void fit_pair(CalibrationResult& r, AccelId a, AccelId b, const std::vector<std::pair<double, double>>& samples) {
+Status fit_pair(CalibrationResult& r, AccelId a, AccelId b, const std::vector<std::pair<double, double>>& samples) {
   const AcceleratorSet& accels = *r.accels;
-  for (auto [bytes, y] : samples) check(r.est.observe_transfer(a, b, static_cast<std::uint64_t>(bytes), y));
+  for (auto [bytes, y] : samples)
+    if (Status st = r.est.observe_transfer(a, b, static_cast<std::uint64_t>(bytes), y); !st.ok()) return st;
   CalibrationResult::Row row{"", "copy", accels[a].name + " -> " + accels[b].name, samples.size(), 0, 1e300, 0, true};
   for (auto [bytes, y] : samples) {
     const double predicted = r.est.predict_transfer(a, b, static_cast<std::uint64_t>(bytes));
@@ -312,16 +310,17 @@ void fit_pair(CalibrationResult& r, AccelId a, AccelId b, const std::vector<std:
   }
   row.mape_pct *= 100.0 / static_cast<double>(samples.size());
   r.rows.push_back(std::move(row));
+  return Status::Ok();
 }
 
 // Every ordered accelerator pair's copies of the copy values (a copy's
 // time depends on its bytes, not on the model that made them). `bench`
 // runs `served`, which is made resident on the first accelerator's device
 // for the values.
-void calibrate_copies(CalibrationResult& r, const CalibrationTarget& target, const CalibrationTarget::Served& served,
-                      Bench& bench, const CalibrateSettings& s) {
+Status calibrate_copies(CalibrationResult& r, const CalibrationTarget& target, const CalibrationTarget::Served& served,
+                        Bench& bench, const CalibrateSettings& s) {
   const AcceleratorSet& accels = *r.accels;
-  if (accels.size() <= 1) return;
+  if (accels.size() <= 1) return Status::Ok();
   const std::string& home = target.devices[0];
   for (const TemplateOp& op : r.templates->get(served.tmpl).ops()) bench.model().load(op.name, home);
   const std::vector<rt::Value> values = copy_values(bench, target.grid, home);
@@ -343,7 +342,7 @@ void calibrate_copies(CalibrationResult& r, const CalibrationTarget& target, con
       std::vector<std::pair<double, double>> samples;  // bytes, seconds
       for (std::size_t k = 0; k < at_a.size(); ++k)
         samples.push_back({static_cast<double>(at_a[k].bytes()), median(times[k])});
-      fit_pair(r, a, b, samples);
+      if (Status st = fit_pair(r, a, b, samples); !st.ok()) return st;
       const CalibrationResult::Row& row = r.rows.back();
       if (s.progress)
         std::fprintf(stderr,
@@ -352,6 +351,7 @@ void calibrate_copies(CalibrationResult& r, const CalibrationTarget& target, con
                      row.min_s * 1e3, row.max_s * 1e3, row.mape_pct, seconds_since(t0));
     }
   }
+  return Status::Ok();
 }
 
 // The profile of the fit, its MAPE the rows' (the fit against the medians;
@@ -369,31 +369,32 @@ void snapshot_profile(CalibrationResult& r, const std::string& source) {
 
 }  // namespace
 
-CalibrationResult calibrate_models(const CalibrationTarget& target, std::span<rt::LlamaModel* const> runtimes,
-                                   const CalibrateSettings& s) {
+Result<CalibrationResult> calibrate_models(const CalibrationTarget& target, std::span<rt::LlamaModel* const> runtimes,
+                                           const CalibrateSettings& s) {
   if (target.models.empty() || runtimes.size() != target.models.size())
-    fail("calibrate: " + std::to_string(target.models.size()) + " model(s) to calibrate but " +
-         std::to_string(runtimes.size()) + " runtime(s)");
+    return InvalidArgument("calibrate: " + std::to_string(target.models.size()) + " model(s) to calibrate but " +
+                           std::to_string(runtimes.size()) + " runtime(s)");
   const auto t_start = Clock::now();
   CalibrationResult r;
   r.accels = target.accels;
   r.templates = target.templates;
-  check(seed_priors(r.est, *r.templates, *r.accels));
+  if (Status st = seed_priors(r.est, *r.templates, *r.accels); !st.ok()) return st;
   // The fixed costs are the engine's, not a model's: every model's samples
   // on a type are fitted together.
   std::map<AccelTypeId, std::vector<std::pair<double, double>>> overheads;
+  // LibTorch reports a device or kernel failure by throwing: this is where
+  // it becomes a Status.
   try {
     for (std::size_t i = 0; i < target.models.size(); ++i) {
       Bench bench(target.models[i].prompt_seed, *runtimes[i]);
-      calibrate_operators(r, target, target.models[i], bench, s, overheads);
-      if (i == 0) calibrate_copies(r, target, target.models[0], bench, s);
+      if (Status st = calibrate_operators(r, target, target.models[i], bench, s, overheads); !st.ok()) return st;
+      if (i == 0)
+        if (Status st = calibrate_copies(r, target, target.models[0], bench, s); !st.ok()) return st;
     }
   } catch (const rt::DeviceOutOfMemory& e) {
-    fail(std::string("calibrate: out of device memory: ") + e.what());
-  } catch (const std::invalid_argument& e) {
-    fail(std::string("calibrate: ") + e.what());
-  } catch (const std::logic_error& e) {
-    fail(std::string("calibrate: ") + e.what());
+    return ResourceExhausted(std::string("calibrate: out of device memory: ") + e.what());
+  } catch (const std::exception& e) {
+    return InvalidArgument(std::string("calibrate: ") + e.what());
   }
   snapshot_profile(r, target.source);
   for (const auto& [type, xs] : overheads)

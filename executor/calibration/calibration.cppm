@@ -46,6 +46,7 @@ import slicesched.core.accel;
 import slicesched.core.estimator;
 import slicesched.core.graph;
 import slicesched.core.ids;
+import slicesched.core.status;
 
 export namespace slicesched {
 
@@ -133,10 +134,10 @@ struct CalibrationResult {
 // Measures and fits every served model. `runtimes[i]` runs
 // target.models[i]'s template (same size); the devices must exist and each
 // model's weights fit where it is resident (the caller checks both).
-// Throws std::runtime_error (one line, starting "calibrate: ") on a device
-// or LibTorch failure, or an operator that is not embed, layers<g> or head.
-CalibrationResult calibrate_models(const CalibrationTarget& target, std::span<rt::LlamaModel* const> runtimes,
-                                   const CalibrateSettings& s);
+// Fails (one line, starting "calibrate: ") on a device or LibTorch
+// failure, or an operator that is not embed, layers<g> or head.
+Result<CalibrationResult> calibrate_models(const CalibrationTarget& target, std::span<rt::LlamaModel* const> runtimes,
+                                           const CalibrateSettings& s);
 
 // The table: model, op, type, samples, MAPE %, fastest and slowest median.
 void print_calibration(const CalibrationResult& r, std::FILE* out);
