@@ -19,28 +19,20 @@ import slicesched.models.dense;
 import slicesched.core.status;
 import slicesched.hardware.roofline;
 import slicesched.models.work;
+import slicesched.cli.fail;
 
 namespace slicesched::cli {
-
-namespace {
-
-int fail(const std::string& what) {
-  std::fprintf(stderr, "error: %s\n", what.c_str());
-  return 2;
-}
-
-}  // namespace
 
 int bench_roofline(const BenchRooflineOptions& opt) {
   const auto preset = dense_preset(opt.model);
   if (!preset) {
     std::string known;
     for (auto n : dense_preset_names()) known += (known.empty() ? "" : ", ") + std::string(n);
-    return fail("--model: unknown model '" + opt.model + "' (presets: " + known + ")");
+    fail("--model: unknown model '" + opt.model + "' (presets: " + known + ")");
   }
-  if (opt.profile.empty() && !opt.write) return fail("give --profile (to test) or --write (to save a fit), or both");
+  if (opt.profile.empty() && !opt.write) fail("give --profile (to test) or --write (to save a fit), or both");
   auto model = DenseDecoder::make(*preset);
-  if (!model.ok()) return fail("--model: " + model.status().message());
+  if (!model.ok()) fail("--model: " + model.status().message());
   const DenseShape shape = model.value()->shape();
   const std::string dir = opt.accelerator_dir.empty() ? default_accelerator_dir() : opt.accelerator_dir;
   std::vector<AcceleratorType> types;
@@ -59,14 +51,14 @@ int bench_roofline(const BenchRooflineOptions& opt) {
     for (const std::string& f : opt.fit) {
       const auto at = f.rfind('@');
       if (at == std::string::npos || at == 0 || at + 1 == f.size())
-        return fail("--fit " + f + ": expected CSV@TYPE (e.g. data/profiles/x.csv@H100)");
+        fail("--fit " + f + ": expected CSV@TYPE (e.g. data/profiles/x.csv@H100)");
       const std::string path = f.substr(0, at), type = f.substr(at + 1);
       if (!opt.profile.empty() &&
           std::filesystem::path(path).filename() == std::filesystem::path(opt.profile).filename())
-        return fail("--fit " + f + ": that is the profile under test; fit on other profiles");
-      if (Status s = add_type(type); !s.ok()) return fail("--fit " + f + ": " + s.message());
+        fail("--fit " + f + ": that is the profile under test; fit on other profiles");
+      if (Status s = add_type(type); !s.ok()) fail("--fit " + f + ": " + s.message());
       auto rows = read_profile_rows(path, shape, opt.tp, type);
-      if (!rows.ok()) return fail(rows.status().message());
+      if (!rows.ok()) fail(rows.status().message());
       train.insert(train.end(), rows->begin(), rows->end());
       on += (on.empty() ? "" : ", ") + std::filesystem::path(path).filename().string() + " (" + type + ", tp" +
             std::to_string(opt.tp) + ")";
@@ -74,13 +66,13 @@ int bench_roofline(const BenchRooflineOptions& opt) {
     RooflineFit fallback;
     if (auto shipped = load_roofline_fit(default_roofline_fit(dir)); shipped.ok()) fallback = *shipped;
     auto fitted = fit_roofline(train, types, fallback);
-    if (!fitted.ok()) return fail(fitted.status().message());
+    if (!fitted.ok()) fail(fitted.status().message());
     fit = std::move(fitted).value();
     fit.fitted_on = on;
   } else {
     const std::string path = opt.efficiencies ? *opt.efficiencies : default_roofline_fit(dir);
     auto loaded = load_roofline_fit(path);
-    if (!loaded.ok()) return fail(loaded.status().message());
+    if (!loaded.ok()) fail(loaded.status().message());
     fit = std::move(loaded).value();
   }
   if (opt.write) {
@@ -89,15 +81,15 @@ int bench_roofline(const BenchRooflineOptions& opt) {
         fit, {"Roofline efficiencies per kind of work, fitted by:", "  " + opt.command_line,
               "time = (tc^p + tm^p)^(1/p) + overhead, tc = flops / (peak * compute), tm = bytes / (hbm * memory),",
               "p = overlap_p (absent: infinity, max(tc, tm))"});
-    if (!out) return fail(*opt.write + ": cannot write");
+    if (!out) fail(*opt.write + ": cannot write");
   }
   if (opt.profile.empty()) return 0;
 
-  if (Status s = add_type(opt.type); !s.ok()) return fail("--type: " + s.message());
+  if (Status s = add_type(opt.type); !s.ok()) fail("--type: " + s.message());
   auto rows = read_profile_rows(opt.profile, shape, opt.tp, opt.type);
-  if (!rows.ok()) return fail(rows.status().message());
+  if (!rows.ok()) fail(rows.status().message());
   auto err = roofline_error(*rows, types, fit);
-  if (!err.ok()) return fail(err.status().message());
+  if (!err.ok()) fail(err.status().message());
   const bool seen = fit.fitted_on.find(std::filesystem::path(opt.profile).filename().string()) != std::string::npos;
 
   if (opt.json) {
