@@ -407,15 +407,21 @@ Status Gmg::check_batch(std::span<const OpId> ops) const {
 
 IssuedWorkspaces Gmg::issued_workspaces() const {
   IssuedWorkspaces w;
-  w.sum.assign(accels_->size(), 0);
-  w.largest.assign(accels_->size(), 0);
+  issued_workspaces_into(w);
+  return w;
+}
+
+void Gmg::issued_workspaces_into(IssuedWorkspaces& w) const {
+  const std::size_t n = accels_->size();
+  w.room.assign(n, {});
+  // First the issued operators' summed workspace in `free`, then the room.
   for (OpId id : issued_ops_) {
     const OpRecord& r = ops_[id];
-    if (r.accel >= w.sum.size()) continue;
-    w.sum[r.accel] += r.workspace_bytes;
-    w.largest[r.accel] = std::max(w.largest[r.accel], r.workspace_bytes);
+    if (r.accel >= n) continue;
+    w.room[r.accel].free += r.workspace_bytes;
+    w.room[r.accel].largest = std::max(w.room[r.accel].largest, r.workspace_bytes);
   }
-  return w;
+  for (std::size_t a = 0; a < n; ++a) w.room[a].free += accels_->hbm_bytes(a) - hbm_[a].total();
 }
 
 Gmg::MemoryNeed& Gmg::MemoryNeeds::at(AccelId a) {
@@ -423,8 +429,8 @@ Gmg::MemoryNeed& Gmg::MemoryNeeds::at(AccelId a) {
     if (few[i].a == a) return few[i];
   for (MemoryNeed& n : more)
     if (n.a == a) return n;
-  if (n_few < few.size()) return few[n_few++] = MemoryNeed{a};
-  return more.emplace_back(MemoryNeed{a});
+  if (n_few < few.size()) return few[n_few++] = MemoryNeed{a, 0, 0};
+  return more.emplace_back(MemoryNeed{a, 0, 0});
 }
 
 Status Gmg::check_memory(std::span<const OpId> ops, std::span<const AccelId> accels, AccelId* over, bool alone,
@@ -478,56 +484,63 @@ BatchMemory Gmg::batch_memory(std::span<const OpId> ops) const {
 Status Gmg::check_memory(const BatchMemory& m, std::span<const AccelId> accels, AccelId* over,
                          const IssuedWorkspaces* issued) const {
   MemoryNeeds needs;
+  // A contiguous split puts runs of operators on one accelerator: its
+  // entry is looked up once per run (entries are added in the same order,
+  // so the verdict checks them in the same order).
+  MemoryNeed* n = nullptr;
   for (std::size_t k = 0; k < m.ops.size(); ++k) {
     const AccelId here = accels[k];
-    MemoryNeed& n = needs.at(here);
-    n.bytes += m.bytes[k];
-    n.workspace = std::max(n.workspace, m.workspace[k]);
-    std::int64_t remote = 0;
+    if (!n || n->a != here) n = &needs.at(here);
+    n->bytes += m.bytes[k];
+    n->workspace = std::max(n->workspace, m.workspace[k]);
     for (std::uint32_t i = m.first_input[k]; i < m.first_input[k + 1]; ++i) {
       const BatchMemory::Input& in = m.inputs[i];
-      if ((in.producer != BatchMemory::kOutside ? accels[in.producer] : in.at) != here) remote += in.bytes;
+      if ((in.producer != BatchMemory::kOutside ? accels[in.producer] : in.at) != here) n->bytes += in.bytes;
     }
-    needs.at(here).bytes += remote;
   }
   return memory_verdict(needs, m.ops, accels, over, false, issued);
 }
 
 Status Gmg::memory_verdict(const MemoryNeeds& needs, std::span<const OpId> ops, std::span<const AccelId> accels,
                            AccelId* over, bool alone, const IssuedWorkspaces* issued) const {
+  auto refuse = [&](AccelId a, std::int64_t bytes, std::int64_t free) {
+    if (over) *over = a;
+    OpId first = ops.front();
+    for (std::size_t k = 0; k < ops.size(); ++k)
+      if (accels[k] == a) {
+        first = ops[k];
+        break;
+      }
+    const std::int64_t cap = accels_->hbm_bytes(a);
+    return ResourceExhausted("HBM: " + op_name(first) + " on " + accels_->operator[](a).name + " needs " +
+                             std::to_string(bytes) + " bytes, " + std::to_string(free) + " of " + std::to_string(cap) +
+                             " are free");
+  };
   for (std::size_t i = 0; i < needs.n_few + needs.more.size(); ++i) {
     const MemoryNeed& n = i < needs.n_few ? needs.few[i] : needs.more[i - needs.n_few];
     const AccelId a = n.a;
+    if (!alone && issued && a < issued->room.size()) {
+      // The round's table: held + bytes > cap, as below, read as
+      // bytes > cap - held from one entry.
+      const IssuedWorkspaces::Room& r = issued->room[a];
+      const std::int64_t bytes = n.bytes + std::max(n.workspace, r.largest);
+      if (bytes > r.free) return refuse(a, bytes, r.free);
+      continue;
+    }
     // What the accelerator holds or reserved, its issued operators'
     // workspaces counted as their largest.
     std::int64_t held = hbm_[a].weights, workspace = n.workspace;
     if (!alone) {
       std::int64_t issued_ws = 0;
-      if (issued && a < issued->sum.size()) {
-        issued_ws = issued->sum[a];
-        workspace = std::max(workspace, issued->largest[a]);
-      } else {
-        for (OpId id : issued_ops_)
-          if (ops_[id].accel == a) {
-            issued_ws += ops_[id].workspace_bytes;
-            workspace = std::max(workspace, ops_[id].workspace_bytes);
-          }
-      }
+      for (OpId id : issued_ops_)
+        if (ops_[id].accel == a) {
+          issued_ws += ops_[id].workspace_bytes;
+          workspace = std::max(workspace, ops_[id].workspace_bytes);
+        }
       held = hbm_[a].total() - issued_ws;
     }
     const std::int64_t cap = accels_->hbm_bytes(a), bytes = n.bytes + workspace;
-    if (held + bytes > cap) {
-      if (over) *over = a;
-      OpId first = ops.front();
-      for (std::size_t k = 0; k < ops.size(); ++k)
-        if (accels[k] == a) {
-          first = ops[k];
-          break;
-        }
-      return ResourceExhausted("HBM: " + op_name(first) + " on " + accels_->operator[](a).name + " needs " +
-                               std::to_string(bytes) + " bytes, " + std::to_string(cap - held) + " of " +
-                               std::to_string(cap) + " are free");
-    }
+    if (held + bytes > cap) return refuse(a, bytes, cap - held);
   }
   return Status::Ok();
 }

@@ -178,9 +178,16 @@ struct GmgView {
   std::uint64_t last_issue_seq = 0;  // 0: nothing issued yet
 };
 
-// What check_memory needs of the issued operators, per accelerator.
+// What check_memory needs of the issued operators, per accelerator, in one
+// entry: a round checks thousands of placements, each a single lookup per
+// accelerator instead of four scattered ones (capacity, account, summed and
+// largest workspace).
 struct IssuedWorkspaces {
-  std::vector<std::int64_t> sum, largest;
+  struct Room {
+    std::int64_t free = 0;     // capacity - (what the account holds - the issued operators' workspaces)
+    std::int64_t largest = 0;  // the largest workspace of its issued operators
+  };
+  std::vector<Room> room;
 };
 
 // What a batch reserves in the HBM account wherever it goes, read from the
@@ -267,9 +274,11 @@ class Gmg {
   BatchMemory batch_memory(std::span<const OpId> ops) const;
   Status check_memory(const BatchMemory& m, std::span<const AccelId> accels, AccelId* over = nullptr,
                       const struct IssuedWorkspaces* issued = nullptr) const;
-  // Per accelerator, the summed and the largest workspace of its issued
-  // operators: O(issued operators + accelerators).
+  // Per accelerator, its HBM left besides the issued operators' workspaces
+  // and the largest of those: O(issued operators + accelerators). The
+  // second form writes over `w`, reusing its buffer.
   IssuedWorkspaces issued_workspaces() const;
+  void issued_workspaces_into(IssuedWorkspaces& w) const;
   // Takes back an unscheduled instance's operators (all of `ops`, none
   // issued, none read by an operator outside `ops`): they leave the GMG,
   // and the producers they read from forget them (a retained state they

@@ -40,8 +40,16 @@ struct Scheduler::Workers {
   std::vector<std::size_t> same_as;  // per candidate: an earlier one placing the batch the same way
   // Open addressing over placement hashes: (hash, first candidate placing
   // the batch that way); a node-based map spent more on its nodes than on
-  // the look-ups at thousands of candidates a round.
-  std::vector<std::pair<std::uint64_t, std::size_t>> first_of;
+  // the look-ups at thousands of candidates a round. An entry is 8 bytes
+  // (the hash's top half and the candidate's index), so a 7,500-candidate
+  // round's table is 128 KB: its probes were mostly cache misses.
+  struct Slot {
+    std::uint32_t tag = 0;
+    std::uint32_t first = kNoSlot;
+  };
+  static constexpr std::uint32_t kNoSlot = ~std::uint32_t{0};
+  std::vector<Slot> first_of;
+  std::vector<std::size_t> taken;      // the slots of first_of this round filled
   IssuedWorkspaces issued_ws;          // the round's, for Gmg::check_memory
   BatchMemory batch_mem;               // the same: what the round's batch reserves wherever it goes
   std::uint64_t round = 0;             // what-if calls so far (a worker's prepare is for one of them)
@@ -101,7 +109,7 @@ Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<
   std::fill(out.begin(), out.end(), Outcome{});
   Workers& ws = *workers_;
   ++ws.round;
-  ws.issued_ws = gmg.issued_workspaces();  // once a round, not once per candidate
+  gmg.issued_workspaces_into(ws.issued_ws);  // once a round, not once per candidate
   ws.batch_mem = gmg.batch_memory(batch.ops);
   // One scope for the round: the closure of every candidate's accelerators,
   // so all candidates are judged on the same part of the cluster.
@@ -128,24 +136,31 @@ Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<
   ws.same_as.assign(cands.size(), kNoCandidate);
   std::size_t slots = 16;
   while (slots < 2 * cands.size()) slots *= 2;
-  ws.first_of.assign(slots, {0, kNoCandidate});
+  // Empty on entry: each round empties the slots it took (a few thousand)
+  // rather than writing the whole table (256 KB at 7,500 candidates).
+  if (ws.first_of.size() != slots) ws.first_of.assign(slots, {});
   std::size_t distinct = 0;
   for (std::size_t c = 0; c < cands.size(); ++c) {
     std::uint64_t h = 1469598103934665603ull;
     for (AccelId a : cands[c].accel) h = (h ^ a) * 1099511628211ull;
+    const auto tag = static_cast<std::uint32_t>(h >> 32);
     for (std::size_t s = (h ^ (h >> 29)) & (slots - 1);; s = (s + 1) & (slots - 1)) {
-      auto& [hash, first] = ws.first_of[s];
-      if (first == kNoCandidate) {
-        ws.first_of[s] = {h, c};
+      Workers::Slot& slot = ws.first_of[s];
+      if (slot.first == Workers::kNoSlot) {
+        slot = {tag, static_cast<std::uint32_t>(c)};
+        ws.taken.push_back(s);
         ++distinct;
         break;
       }
-      if (hash == h && cands[first].accel == cands[c].accel) {
-        ws.same_as[c] = first;
+      // (The placements themselves decide: the tag only filters.)
+      if (slot.tag == tag && cands[slot.first].accel == cands[c].accel) {
+        ws.same_as[c] = slot.first;
         break;
       }
     }
   }
+  for (std::size_t s : ws.taken) ws.first_of[s].first = Workers::kNoSlot;
+  ws.taken.clear();
   // With a mean-completion objective a what-if stops once it must lose to
   // the best feasible candidate its thread has seen (`Best`: that one's
   // summed completion in ns, < 0: none yet, and its index). The policy

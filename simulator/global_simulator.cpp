@@ -288,16 +288,26 @@ void GlobalSimulator::set_bound(const Est& est, std::span<const AccelId> accels,
   bound_max_ = by_makespan;
   bound_sum_ = dominated_above + (by_makespan ? 1 : static_cast<Nanos>(nb)) * at_;
   horizon_end_ = horizon >= 0 ? now_ + horizon : kNever;
+  // A memo's key: the batch's times, its edges' transfers, the bound, the
+  // horizon's end and the objective, compared in place (most candidates
+  // hit, and building the key first cost as much as the compare).
+  const std::size_t n_key = nb + batch_edges_.size() + 3;
+  auto same_key = [&](const std::vector<Nanos>& key) {
+    if (key.size() != n_key || !std::equal(batch_dur_.begin(), batch_dur_.end(), key.begin())) return false;
+    for (std::size_t e = 0; e < batch_edges_.size(); ++e)
+      if (key[nb + e] != batch_edges_[e].x) return false;
+    return key[n_key - 3] == bound_sum_ && key[n_key - 2] == horizon_end_ && key[n_key - 1] == bound_max_;
+  };
+  for (const BoundMemo& m : bound_memo_)
+    if (m.valid && same_key(m.key)) {
+      dominated_at_ = m.at;
+      return;
+    }
   bound_key_.assign(batch_dur_.begin(), batch_dur_.end());
   for (const BatchEdge& be : batch_edges_) bound_key_.push_back(be.x);
   bound_key_.push_back(bound_sum_);
   bound_key_.push_back(horizon_end_);
   bound_key_.push_back(bound_max_);
-  for (const BoundMemo& m : bound_memo_)
-    if (m.valid && m.key == bound_key_) {
-      dominated_at_ = m.at;
-      return;
-    }
   dominated_at_ = dominated_from(kBeforeAll);
   BoundMemo& m = bound_memo_[bound_memo_next_];
   bound_memo_next_ = (bound_memo_next_ + 1) % bound_memo_.size();

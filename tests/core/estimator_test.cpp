@@ -6,9 +6,11 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 import slicesched.core.estimator;
+import slicesched.core.ids;
 import slicesched.core.status;
 
 using namespace slicesched;
@@ -399,4 +401,46 @@ TEST_CASE("EstimatorSet learns transfers between accelerators beyond the flat ta
   CHECK(rows[1].what == "transfer 1->2000");
   CHECK(rows[2].what == "transfer 5000->70000");
   CHECK(rows[2].samples == 12);
+}
+
+// A cluster's priors are set pair by pair, growing the flat table one
+// accelerator at a time; it grows by at least doubling, and a slot it grew
+// past the pairs set must read what a pair outside the table reads: the
+// default prior in effect, before and after it changes.
+TEST_CASE("EstimatorSet's transfer table grown pair by pair predicts as if sized at once", "[estimator]") {
+  constexpr AccelId kN = 40;
+  EstimatorSet grown, sized;
+  for (EstimatorSet* s : {&grown, &sized}) REQUIRE(s->set_default_transfer_prior(1.0 / 40e9, 3e-6).ok());
+  auto own = [](AccelId i, AccelId j) { return std::pair{1.0 / (1e9 * (i + 1)), 1e-6 * (j + 1)}; };
+  // `sized` gets its largest pair first (one growth), `grown` in order.
+  for (AccelId i = kN; i-- > 0;)
+    REQUIRE(sized.set_transfer_prior(i, i + 1, own(i, i + 1).first, own(i, i + 1).second).ok());
+  for (AccelId i = 0; i < kN; ++i)
+    REQUIRE(grown.set_transfer_prior(i, i + 1, own(i, i + 1).first, own(i, i + 1).second).ok());
+  auto same_everywhere = [&](double def_a, double def_c) {
+    for (AccelId i = 0; i < 2 * kN + 8; ++i)
+      for (AccelId j = 0; j < 2 * kN + 8; ++j) {
+        const auto [a, c] = j == i + 1 && i < kN ? own(i, j) : std::pair{def_a, def_c};
+        const double want = a * 1e6 + c;
+        REQUIRE(grown.predict_transfer(i, j, 1'000'000) == want);
+        REQUIRE(sized.predict_transfer(i, j, 1'000'000) == want);
+      }
+  };
+  same_everywhere(1.0 / 40e9, 3e-6);
+  for (EstimatorSet* s : {&grown, &sized}) REQUIRE(s->set_default_transfer_prior(1.0 / 10e9, 7e-6).ok());
+  same_everywhere(1.0 / 10e9, 7e-6);
+  // Pairs learned past the ones set, and reported alike.
+  for (EstimatorSet* s : {&grown, &sized}) {
+    REQUIRE(s->observe_transfer(kN + 3, 2, 1'000'000, 5e-4).ok());
+    REQUIRE(s->observe_transfer(3, 2 * kN + 5, 1'000'000, 6e-4).ok());
+  }
+  const auto g = grown.report(), z = sized.report();
+  REQUIRE(g.size() == 2);
+  REQUIRE(z.size() == 2);
+  for (std::size_t r = 0; r < 2; ++r) {
+    CHECK(g[r].what == z[r].what);
+    CHECK(g[r].coefficients == z[r].coefficients);
+  }
+  CHECK(g[0].what == "transfer 3->85");
+  CHECK(grown.predict_transfer(kN + 3, 2, 1'000'000) == sized.predict_transfer(kN + 3, 2, 1'000'000));
 }

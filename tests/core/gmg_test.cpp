@@ -383,6 +383,36 @@ TEST_CASE("check_memory refuses a batch the HBM account cannot hold, naming wher
   CHECK(f.gmg.hbm(1).total() == 1 << 20);
 }
 
+TEST_CASE("issued_workspaces gives each accelerator's room besides its issued workspaces, in one entry",
+          "[gmg][memory]") {
+  // The HBM check reads one entry per accelerator: capacity - (what the
+  // account holds - its issued operators' workspaces), and the largest of
+  // those workspaces. Written over a stale table, the same.
+  Fixture f;
+  IssuedWorkspaces stale = f.gmg.issued_workspaces();  // before anything is issued
+  auto x = f.add(8, 0), y = f.add(16, 0), z = f.add(4, 0);
+  REQUIRE(f.gmg.issue(x.ops[0], 0, 0).ok());
+  REQUIRE(f.gmg.issue(y.ops[0], 0, 0).ok());
+  REQUIRE(f.gmg.issue(z.ops[0], 1, 0).ok());
+  REQUIRE(f.gmg.issue(z.ops[1], 1, 0).ok());
+  const IssuedWorkspaces fresh = f.gmg.issued_workspaces();
+  f.gmg.issued_workspaces_into(stale);
+  for (const IssuedWorkspaces* w : {&fresh, static_cast<const IssuedWorkspaces*>(&stale)}) {
+    REQUIRE(w->room.size() == 2);
+    for (AccelId a : {0u, 1u}) {
+      std::int64_t sum = 0, largest = 0;
+      for (OpId id : f.gmg.issued_ops())
+        if (f.gmg.op(id).accel == a) {
+          sum += f.gmg.op(id).workspace_bytes;
+          largest = std::max(largest, f.gmg.op(id).workspace_bytes);
+        }
+      CHECK(sum >= 100);  // (so a table that left them out would differ)
+      CHECK(w->room[a].free == f.gmg.accels().hbm_bytes(a) - f.gmg.hbm(a).total() + sum);
+      CHECK(w->room[a].largest == largest);
+    }
+  }
+}
+
 TEST_CASE("check_memory from a batch's reservations read once agrees with the check that reads the GMG",
           "[gmg][memory]") {
   // A round checks one batch on thousands of placements through
