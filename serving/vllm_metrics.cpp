@@ -134,7 +134,8 @@ void ServingMetrics::vllm_render(std::string& out) const {
     out += "vllm:request_success_total{" + l + ",finished_reason=\"length\"} " + std::to_string(m.length) + "\n";
     out += "vllm:request_success_total{" + l + ",finished_reason=\"abort\"} " + std::to_string(m.abort) + "\n";
   }
-  auto histogram = [&](const char* name, const char* help, Histogram Vllm::PerModel::* h) {
+  using ModelHistogram = Histogram Vllm::PerModel::*;  // which of a model's histograms
+  auto histogram = [&](const char* name, const char* help, ModelHistogram h) {
     head(out, name, "histogram", help);
     for (std::size_t i = 0; i < v.names.size(); ++i) (v.models[i].*h).render(out, name, model_label(v.names[i]));
   };

@@ -303,15 +303,14 @@ void GlobalSimulator::set_bound(const Est& est, std::span<const AccelId> accels,
       dominated_at_ = m.at;
       return;
     }
-  bound_key_.assign(batch_dur_.begin(), batch_dur_.end());
-  for (const BatchEdge& be : batch_edges_) bound_key_.push_back(be.x);
-  bound_key_.push_back(bound_sum_);
-  bound_key_.push_back(horizon_end_);
-  bound_key_.push_back(bound_max_);
   dominated_at_ = dominated_from(kBeforeAll);
   BoundMemo& m = bound_memo_[bound_memo_next_];
   bound_memo_next_ = (bound_memo_next_ + 1) % bound_memo_.size();
-  m.key.assign(bound_key_.begin(), bound_key_.end());
+  m.key.assign(batch_dur_.begin(), batch_dur_.end());
+  for (const BatchEdge& be : batch_edges_) m.key.push_back(be.x);
+  m.key.push_back(bound_sum_);
+  m.key.push_back(horizon_end_);
+  m.key.push_back(bound_max_);
   m.at = dominated_at_;
   m.valid = true;
 }

@@ -491,7 +491,6 @@ class GlobalSimulator {
   };
   std::array<BoundMemo, 4> bound_memo_;
   std::size_t bound_memo_next_ = 0;
-  std::vector<Nanos> bound_key_;
   std::vector<ExtInput> ext_inputs_;     // from prepare(): inputs of the batch from done producers not yet landed
   std::vector<Nanos> ext_ready_;         // per batch op, in this placement
   std::int8_t oom_free_ = -1;            // cannot_oom() for this prepare; < 0: not yet known

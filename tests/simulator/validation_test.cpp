@@ -234,9 +234,7 @@ TEST_CASE("overlap_p reads and writes, and an old fit file plays the plain roofl
   f[WorkKind::kAttention].overlap_p = std::numeric_limits<double>::infinity();
   const fs::path dir = fs::temp_directory_path() / ("overlap_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  {
-    std::ofstream(dir / "fit.toml") << roofline_fit_toml(f, {"test"});
-  }
+  std::ofstream(dir / "fit.toml") << roofline_fit_toml(f, {"test"});  // closed at the end of the statement
   auto back = load_roofline_fit((dir / "fit.toml").string());
   REQUIRE(back.ok());
   CHECK((*back)[WorkKind::kGemm].overlap_p == 1.5);
