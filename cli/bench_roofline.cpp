@@ -112,6 +112,7 @@ int bench_roofline(const BenchRooflineOptions& opt) {
       o["overhead_us"] = fit[kind].overhead_s * 1e6;
       o["overlap_p"] = std::isfinite(fit[kind].overlap_p) ? nlohmann::json(fit[kind].overlap_p) : nlohmann::json("inf");
       o["sm_bytes_per_cycle"] = fit[kind].sm_bytes_per_cycle;
+      o["sm_flops_per_cycle"] = fit[kind].sm_flops_per_cycle;
     }
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -119,13 +120,13 @@ int bench_roofline(const BenchRooflineOptions& opt) {
   std::printf("roofline vs %s on %s (tp%d), fitted on: %s%s\n", opt.profile.c_str(),
               find_type(types, opt.type)->name.c_str(), opt.tp, fit.fitted_on.c_str(),
               seen ? "  [this profile was in the fit]" : "");
-  std::printf("%-12s %7s %9s %8s %7s %12s %9s %9s\n", "kind", "rows", "MAPE %", "compute", "memory", "overhead us",
-              "overlap p", "B/SM cyc");
+  std::printf("%-12s %7s %9s %8s %7s %12s %9s %9s %10s\n", "kind", "rows", "MAPE %", "compute", "memory", "overhead us",
+              "overlap p", "B/SM cyc", "FLOP/SM cyc");
   for (int k = 0; k < kWorkKinds; ++k) {
     const auto kind = static_cast<WorkKind>(k);
-    std::printf("%-12s %7zu %9.1f %8.2f %7.2f %12.2f %9.2f %9.2f\n", std::string(work_kind_name(kind)).c_str(),
+    std::printf("%-12s %7zu %9.1f %8.2f %7.2f %12.2f %9.2f %9.2f %10.0f\n", std::string(work_kind_name(kind)).c_str(),
                 err->kind_rows[k], err->kind_pct[k], fit[kind].compute, fit[kind].memory, fit[kind].overhead_s * 1e6,
-                fit[kind].overlap_p, fit[kind].sm_bytes_per_cycle);
+                fit[kind].overlap_p, fit[kind].sm_bytes_per_cycle, fit[kind].sm_flops_per_cycle);
   }
   std::printf("%-12s %7zu %9.1f\n", "overall", err->rows, err->overall_pct);
   std::printf("%-12s %7zu %9.1f  (all kernels at one token count, summed)\n", "summed", err->token_counts,

@@ -365,6 +365,7 @@ nlohmann::json ground_truth_json(const std::vector<TruthPlayed>& played) {
         o = {{"compute", round6(e.compute)}, {"memory", round6(e.memory)}, {"overhead_us", round6(e.overhead_s * 1e6)}};
         if (std::isfinite(e.overlap_p)) o["overlap_p"] = round6(e.overlap_p);
         if (e.sm_bytes_per_cycle > 0) o["sm_bytes_per_cycle"] = round6(e.sm_bytes_per_cycle);
+        if (e.sm_flops_per_cycle > 0) o["sm_flops_per_cycle"] = round6(e.sm_flops_per_cycle);
       }
   }
   return j;

@@ -213,9 +213,12 @@ Result<RooflineFit> load_roofline_fit(const std::string& path) {
     }
     Reader kr{*n->as_table(), "roofline." + key, path, {}, {}};
     // overlap_p absent: the plain roofline (files from before it existed).
-    fit[kind] = {kr.fraction("compute", 1), kr.fraction("memory", 1), kr.non_negative("overhead_us", 0) * 1e-6,
+    fit[kind] = {kr.fraction("compute", 1),
+                 kr.fraction("memory", 1),
+                 kr.non_negative("overhead_us", 0) * 1e-6,
                  kr.at_least_one("overlap_p", std::numeric_limits<double>::infinity()),
-                 kr.non_negative("sm_bytes_per_cycle", 0)};
+                 kr.non_negative("sm_bytes_per_cycle", 0),
+                 kr.non_negative("sm_flops_per_cycle", 0)};
     kr.finish();
     if (!kr.error.empty()) return InvalidArgument(kr.error);
   }
@@ -241,6 +244,7 @@ std::string roofline_fit_toml(const RooflineFit& fit, const std::vector<std::str
            "\nmemory = " + fmt(e.memory) + "\noverhead_us = " + fmt(e.overhead_s * 1e6) + "\n";
     if (std::isfinite(e.overlap_p)) out += "overlap_p = " + fmt(e.overlap_p) + "\n";
     if (e.sm_bytes_per_cycle > 0) out += "sm_bytes_per_cycle = " + fmt(e.sm_bytes_per_cycle) + "\n";
+    if (e.sm_flops_per_cycle > 0) out += "sm_flops_per_cycle = " + fmt(e.sm_flops_per_cycle) + "\n";
   }
   return out;
 }

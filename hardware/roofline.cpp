@@ -43,7 +43,9 @@ double bound_seconds(const AcceleratorType& t, const KindEfficiency& e, const Ki
                   (w.cache_bytes > 0 ? w.cache_bytes / (t.hbm_bytes_per_s * kv.memory) : 0.0);
   if (e.sm_bytes_per_cycle > 0 && t.sm_cycles_per_s() > 0)
     memory = std::max(memory, (w.bytes + w.cache_bytes) / (t.sm_cycles_per_s() * e.sm_bytes_per_cycle));
-  const double compute = w.flops / (t.peak_flops * e.compute);
+  double compute = w.flops / (t.peak_flops * e.compute);
+  if (e.sm_flops_per_cycle > 0 && t.sm_cycles_per_s() > 0)
+    compute = std::max(compute, w.flops / (t.sm_cycles_per_s() * e.sm_flops_per_cycle));
   if (!std::isfinite(e.overlap_p)) return std::max(compute, memory);
   // The p-norm, scaled by the larger term so that no power overflows.
   const double hi = std::max(compute, memory);
@@ -161,6 +163,21 @@ Result<RooflineFit> fit_roofline(std::span<const ProfileRow> rows, std::span<con
           }
       for (int ci = std::max(1, bc - 4); ci <= std::min(100, bc + 4); ++ci)
         for (int mi = std::max(1, bm - 4); mi <= std::min(100, bm + 4); ++mi) score(ci, mi, p);
+    }
+    // The compute-side twin of the rule above. A compute kind fitted on one
+    // type that reaches less of the tensor peak than that fit's GEMMs do is
+    // held by work the tensor peak does not measure (attention's softmax
+    // exponentials and mma.sync tiles, which its SMs issue at a rate per
+    // cycle: FlashAttention-2 reaches 50-73 % of an A100's peak but about
+    // 35 % of an H100's, whose peak is wgmma's). Its compute efficiency is
+    // then the GEMMs' and its shortfall an SM ceiling in FLOPs per SM cycle:
+    // the same time on the fitted type, and a rate that carries by SMs and
+    // clock, not by tensor peak, to a type it was not fitted on.
+    const bool one_type = std::all_of(ts.begin(), ts.end(), [&](const auto* t) { return t == ts.front(); });
+    if (any_flops && kind != WorkKind::kGemm && one_type && chosen.compute < fit[WorkKind::kGemm].compute &&
+        ts.front()->sm_cycles_per_s() > 0) {
+      chosen.sm_flops_per_cycle = chosen.compute * ts.front()->peak_flops / ts.front()->sm_cycles_per_s();
+      chosen.compute = fit[WorkKind::kGemm].compute;
     }
     fit.kinds[static_cast<std::size_t>(k)] = chosen;
     if (kind == WorkKind::kStreaming) stream_pct = static_cast<int>(std::lround(chosen.memory * 100));

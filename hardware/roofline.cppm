@@ -49,8 +49,9 @@ struct AcceleratorType {
 // tc = flops / (peak_flops * compute) and
 // tm = bytes / (hbm * memory) + cache_bytes / (hbm * kv_read.memory),
 // time = (tc^p + tm^p)^(1/p) + overhead_s, p = overlap_p, where tm is at
-// least (bytes + cache_bytes) / (SMs * SM clock * sm_bytes_per_cycle) when
-// both the kind and the type give them.
+// least (bytes + cache_bytes) / (SMs * SM clock * sm_bytes_per_cycle) and tc
+// at least flops / (SMs * SM clock * sm_flops_per_cycle) when both the kind
+// and the type give them.
 // Two efficiencies, not one: a GEMM reaches a different fraction of peak
 // FLOP/s when compute-bound than of peak bandwidth when memory-bound. An
 // attention kernel's KV-cache read is costed at the kv_read kind's memory
@@ -67,10 +68,16 @@ struct AcceleratorType {
 // very different HBM: Vidur's embedding kernel moves about 2 bytes per SM
 // cycle on the A100, A40 and H100 alike, 15 %, 49 % and 17 % of their HBM
 // bandwidth (docs/ground-truth.md). 0: no such ceiling.
+// sm_flops_per_cycle is its compute-side twin: the FLOPs a kernel's SMs do
+// per SM cycle when what holds it is work the tensor peak does not measure
+// (attention's softmax exponentials and its Ampere-style mma.sync tiles,
+// which run per SM cycle on any type, not at Hopper's wgmma peak). tc is
+// then at least flops / (SMs * SM clock * sm_flops_per_cycle). 0: none.
 struct KindEfficiency {
   double compute = 1, memory = 1, overhead_s = 0;
   double overlap_p = std::numeric_limits<double>::infinity();
   double sm_bytes_per_cycle = 0;
+  double sm_flops_per_cycle = 0;
 };
 
 // One efficiency triple per WorkKind, indexed by the kind.

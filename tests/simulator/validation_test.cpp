@@ -249,3 +249,66 @@ TEST_CASE("overlap_p reads and writes, and an old fit file plays the plain roofl
         (dir / "bad.toml").string() + ":3: roofline.gemm.overlap_p: expected a number >= 1 (or inf)");
   fs::remove_all(dir);
 }
+
+TEST_CASE("attention slower than the fit's GEMMs on one type carries by SMs and clock, not by tensor peak",
+          "[roofline]") {
+  // "H" has a tensor peak its attention cannot use; "A" has a third of the
+  // peak but 70 % of H's SM cycles a second.
+  AcceleratorType h, a;
+  h.name = "H";
+  h.peak_flops = 1000e12;
+  h.hbm_bytes_per_s = 3e12;
+  h.sms = 100;
+  h.sm_clock_hz = 2e9;
+  a.name = "A";
+  a.peak_flops = 300e12;
+  a.hbm_bytes_per_s = 2e12;
+  a.sms = 100;
+  a.sm_clock_hz = 1.4e9;
+  const std::vector<AcceleratorType> types{h, a};
+  RooflineFit truth;
+  truth[WorkKind::kGemm] = {0.8, 0.9, 5e-6};
+  truth[WorkKind::kAttention] = {0.2, 0.5, 5e-6};
+  std::vector<ProfileRow> rows;
+  for (double n = 1; n <= 8192; n *= 2) {
+    const Work g{WorkKind::kGemm, 2 * n * 4096 * 4096, 2 * (4096.0 * 4096 + n * 8192)};
+    rows.push_back({"gemm", g, 1, n, kernel_seconds(h, truth, g), "H"});
+    const Work at{WorkKind::kAttention, 4 * n * n * 4096, 8 * n * 4096};
+    rows.push_back({"attn", at, 1, n, kernel_seconds(h, truth, at), "H"});
+  }
+  auto fit = fit_roofline(rows, types);
+  REQUIRE(fit.ok());
+  const KindEfficiency& e = (*fit)[WorkKind::kAttention];
+  CHECK(e.compute == (*fit)[WorkKind::kGemm].compute);
+  CHECK_THAT(e.sm_flops_per_cycle, Catch::Matchers::WithinRel(0.2 * 1000e12 / (100 * 2e9), 0.02));
+  CHECK((*fit)[WorkKind::kGemm].sm_flops_per_cycle == 0);
+  const Work big{WorkKind::kAttention, 1e15, 1e9};  // compute-bound on both
+  // On the type it was fitted on, the same time as the plain efficiency.
+  CHECK_THAT(kernel_seconds(h, *fit, big), Catch::Matchers::WithinRel(kernel_seconds(h, truth, big), 0.02));
+  // On A, its SMs' rate (1,000 FLOPs per cycle at 1.4 GHz), not 0.2 of A's peak.
+  CHECK_THAT(kernel_seconds(a, *fit, big), Catch::Matchers::WithinRel(1e15 / (100 * 1.4e9 * 1000) + 5e-6, 0.02));
+
+  // A kind that reaches the GEMMs' share of the peak keeps a plain efficiency.
+  truth[WorkKind::kAttention] = {0.85, 0.5, 5e-6};
+  for (auto& r : rows)
+    if (r.work.kind == WorkKind::kAttention) r.seconds = kernel_seconds(h, truth, r.work);
+  auto plain = fit_roofline(rows, types);
+  REQUIRE(plain.ok());
+  CHECK((*plain)[WorkKind::kAttention].sm_flops_per_cycle == 0);
+  CHECK_THAT((*plain)[WorkKind::kAttention].compute, Catch::Matchers::WithinAbs(0.85, 0.011));
+
+  // It writes and reads back; a negative ceiling is refused with its key.
+  const fs::path dir = fs::temp_directory_path() / ("smflops_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "fit.toml") << roofline_fit_toml(*fit, {"test"});  // closed at the end of the statement
+  auto back = load_roofline_fit((dir / "fit.toml").string());
+  REQUIRE(back.ok());
+  CHECK_THAT((*back)[WorkKind::kAttention].sm_flops_per_cycle, Catch::Matchers::WithinRel(e.sm_flops_per_cycle, 1e-8));
+  std::ofstream(dir / "bad.toml") << "[roofline]\n[roofline.gemm]\n[roofline.attention]\nsm_flops_per_cycle = -1\n"
+                                     "[roofline.elementwise]\n[roofline.embedding]\n";
+  auto bad = load_roofline_fit((dir / "bad.toml").string());
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() ==
+        (dir / "bad.toml").string() + ":4: roofline.attention.sm_flops_per_cycle: expected a number >= 0");
+  fs::remove_all(dir);
+}
