@@ -8,7 +8,6 @@ module;
 #include <span>
 #include <string>
 #include <tuple>
-#include <unordered_map>
 #include <vector>
 
 module slicesched.core.estimator;
@@ -265,7 +264,30 @@ EstimatorSet::TransferSlot& EstimatorSet::transfer_slot(AccelId src, AccelId dst
   TransferSlot fresh;
   fresh.sec_per_byte = default_sec_per_byte_;
   fresh.fixed_sec = default_fixed_sec_;
-  return far_.try_emplace(far_key(src, dst), fresh).first->second;
+  const std::uint64_t key = far_key(src, dst);
+  if (key == kNoFar) {  // kNoAccel to itself: not a pair a cluster has; kept nowhere
+    unstored_ = fresh;
+    return unstored_;
+  }
+  if (2 * (far_count_ + 1) > far_.size()) {  // at most half full, or probes grow long
+    std::vector<FarSlot> old(std::max<std::size_t>(1024, 2 * far_.size()));
+    old.swap(far_);
+    const std::size_t mask = far_.size() - 1;
+    for (const FarSlot& f : old) {
+      if (f.key == kNoFar) continue;
+      std::size_t i = far_hash(f.key) & mask;
+      while (far_[i].key != kNoFar) i = (i + 1) & mask;
+      far_[i] = f;
+    }
+  }
+  const std::size_t mask = far_.size() - 1;
+  std::size_t i = far_hash(key) & mask;
+  while (far_[i].key != kNoFar && far_[i].key != key) i = (i + 1) & mask;
+  if (far_[i].key == kNoFar) {
+    far_[i] = {key, fresh};
+    ++far_count_;
+  }
+  return far_[i].slot;
 }
 
 void EstimatorSet::reprior(TransferSlot& slot, double sec_per_byte, double fixed_sec, bool own) {
@@ -290,8 +312,8 @@ Status EstimatorSet::set_default_transfer_prior(double sec_per_byte, double fixe
   default_fixed_sec_ = fixed_sec;
   for (TransferSlot& s : transfers_)
     if (!s.own_prior) reprior(s, sec_per_byte, fixed_sec, false);
-  for (auto& [key, s] : far_)
-    if (!s.own_prior) reprior(s, sec_per_byte, fixed_sec, false);
+  for (FarSlot& f : far_)
+    if (f.key != kNoFar && !f.slot.own_prior) reprior(f.slot, sec_per_byte, fixed_sec, false);
   return Status::Ok();
 }
 
@@ -338,9 +360,10 @@ std::vector<EstimatorSet::ReportRow> EstimatorSet::report() const {
       }
   // Pairs beyond the flat table, merged into the (src, dst) order.
   const std::size_t dense_end = rows.size();
-  for (const auto& [key, slot] : far_) {
-    const auto src = static_cast<AccelId>(key >> 32), dst = static_cast<AccelId>(key);
-    if (ReportRow* r = add(slot.est, pair_name(src, dst))) {
+  for (const FarSlot& f : far_) {
+    if (f.key == kNoFar) continue;
+    const auto src = static_cast<AccelId>(f.key >> 32), dst = static_cast<AccelId>(f.key);
+    if (ReportRow* r = add(f.slot.est, pair_name(src, dst))) {
       r->transfer = true;
       r->src = src;
       r->dst = dst;

@@ -12,7 +12,6 @@ module;
 #include <cstdint>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 export module slicesched.core.estimator;
@@ -206,6 +205,22 @@ class EstimatorSet {
   // The slot of src -> dst, created (from the default prior) when absent.
   TransferSlot& transfer_slot(AccelId src, AccelId dst);
   static std::uint64_t far_key(AccelId src, AccelId dst) { return (std::uint64_t{src} << 32) | dst; }
+  // The far pairs: open addressing over far_key (linear probing, at most
+  // half full). A node-based map cost two cache misses a look-up, and a
+  // 10,000-accelerator round looks up a far pair for every input and edge
+  // of each of its thousands of candidates, most of them never observed.
+  struct FarSlot {
+    std::uint64_t key = kNoFar;
+    TransferSlot slot;
+  };
+  static constexpr std::uint64_t kNoFar = ~std::uint64_t{0};  // an empty slot (pair kNoAccel -> kNoAccel)
+  static std::size_t far_hash(std::uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return static_cast<std::size_t>(k);
+  }
+  inline const TransferSlot* find_far(std::uint64_t key) const;
   // Points the slot (and its estimator, if any) at `prior`, dropping samples.
   void reprior(OpSlot& slot, const OpSlot& prior, Source source);
   void reprior(TransferSlot& slot, double sec_per_byte, double fixed_sec, bool own);
@@ -215,7 +230,9 @@ class EstimatorSet {
   std::size_t type_stride_ = 0;
   std::vector<TransferSlot> transfers_;  // accel_stride_^2
   std::size_t accel_stride_ = 0;
-  std::unordered_map<std::uint64_t, TransferSlot> far_;  // pairs with an id >= kMaxAccelerators
+  std::vector<FarSlot> far_;   // pairs with an id >= kMaxAccelerators; size 0 or a power of two
+  std::size_t far_count_ = 0;  // slots of far_ in use
+  TransferSlot unstored_;      // what transfer_slot() gives the one pair far_ cannot hold
   double default_sec_per_byte_ = kDefaultTransferSecPerByte;
   double default_fixed_sec_ = kDefaultTransferFixedSec;
   std::vector<LinearEstimator> ests_;
@@ -236,17 +253,23 @@ inline double EstimatorSet::predict_op(OpKindId kind, AccelTypeId type, std::spa
   return s.n == 0 ? kDefaultOpSeconds : dot(s, x);
 }
 
+inline const EstimatorSet::TransferSlot* EstimatorSet::find_far(std::uint64_t key) const {
+  const std::size_t mask = far_.size() - 1;
+  for (std::size_t i = far_hash(key) & mask;; i = (i + 1) & mask) {
+    if (far_[i].key == key) return key == kNoFar ? nullptr : &far_[i].slot;
+    if (far_[i].key == kNoFar) return nullptr;
+  }
+}
+
 inline double EstimatorSet::predict_transfer(AccelId src, AccelId dst, std::uint64_t bytes) const {
   double a = default_sec_per_byte_, c = default_fixed_sec_;
   if (src < accel_stride_ && dst < accel_stride_) {
     const TransferSlot& s = transfers_[src * accel_stride_ + dst];
     a = s.sec_per_byte;
     c = s.fixed_sec;
-  } else if (!far_.empty()) {
-    if (const auto it = far_.find(far_key(src, dst)); it != far_.end()) {
-      a = it->second.sec_per_byte;
-      c = it->second.fixed_sec;
-    }
+  } else if (const TransferSlot* s = far_count_ ? find_far(far_key(src, dst)) : nullptr) {
+    a = s->sec_per_byte;
+    c = s->fixed_sec;
   }
   const double t = a * static_cast<double>(bytes) + c;
   return t > 0 ? t : 0.0;

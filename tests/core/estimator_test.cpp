@@ -444,3 +444,29 @@ TEST_CASE("EstimatorSet's transfer table grown pair by pair predicts as if sized
   CHECK(g[0].what == "transfer 3->85");
   CHECK(grown.predict_transfer(kN + 3, 2, 1'000'000) == sized.predict_transfer(kN + 3, 2, 1'000'000));
 }
+
+// The far pairs live in an open-addressing table that grows as pairs are
+// set: every pair keeps its own prior across the growths, an unset pair
+// (even one whose probe passes set ones) reads the default, and a new
+// default reaches exactly the pairs without their own prior.
+TEST_CASE("EstimatorSet's far pairs keep their priors as their table grows", "[estimator]") {
+  EstimatorSet set;
+  REQUIRE(set.set_default_transfer_prior(1.0 / 25e9, 10e-6).ok());
+  constexpr AccelId kBase = 2000, kN = 3000;  // 3,000 pairs: several growths past 1,024 slots
+  auto fixed = [](AccelId i) { return 1e-6 * (1 + i % 97); };
+  for (AccelId i = 0; i < kN; ++i) REQUIRE(set.set_transfer_prior(kBase + i, kBase + 7 * i, 0, fixed(i)).ok());
+  for (int k = 0; k < 3; ++k)
+    REQUIRE(set.observe_transfer(kBase + kN, kBase, 1, 0.5).ok());  // learned, not a prior of its own
+  for (AccelId i = 0; i < kN; ++i) {
+    CHECK(set.predict_transfer(kBase + i, kBase + 7 * i, 0) == fixed(i));
+    CHECK(set.predict_transfer(kBase + 7 * i, kBase + i + 1, 0) == Approx(10e-6));  // unset
+  }
+  CHECK(set.predict_transfer(kBase + kN, kBase, 1) > 0.1);  // what it learned, not the 10 us default
+  REQUIRE(set.set_default_transfer_prior(1.0 / 10e9, 30e-6).ok());
+  CHECK(set.predict_transfer(kBase + kN, kBase, 0) == Approx(30e-6));  // its samples dropped
+  CHECK(set.predict_transfer(kBase + 5, kBase + 35, 0) == fixed(5));
+  // The one key the table cannot hold predicts from the default and keeps nothing.
+  REQUIRE(set.set_transfer_prior(kNoAccel, kNoAccel, 0, 1.0).ok());
+  CHECK(set.predict_transfer(kNoAccel, kNoAccel, 0) == Approx(30e-6));
+  CHECK(set.report().empty());
+}
