@@ -202,7 +202,8 @@ class EstimatorSet {
   static inline double dot(const OpSlot& s, std::span<const double> x);
   void grow_ops(std::size_t kinds, std::size_t type_stride);
   void grow_transfers(std::size_t accel_stride);
-  // The slot of src -> dst, created (from the default prior) when absent.
+  // The slot of src -> dst, created (from the default prior) when absent;
+  // valid until the next call (either table may grow and move its slots).
   TransferSlot& transfer_slot(AccelId src, AccelId dst);
   static std::uint64_t far_key(AccelId src, AccelId dst) { return (std::uint64_t{src} << 32) | dst; }
   // The far pairs: open addressing over far_key (linear probing, at most
