@@ -272,17 +272,10 @@ EstimatorSet::TransferSlot& EstimatorSet::transfer_slot(AccelId src, AccelId dst
   if (2 * (far_count_ + 1) > far_.size()) {  // at most half full, or probes grow long
     std::vector<FarSlot> old(std::max<std::size_t>(1024, 2 * far_.size()));
     old.swap(far_);
-    const std::size_t mask = far_.size() - 1;
-    for (const FarSlot& f : old) {
-      if (f.key == kNoFar) continue;
-      std::size_t i = far_hash(f.key) & mask;
-      while (far_[i].key != kNoFar) i = (i + 1) & mask;
-      far_[i] = f;
-    }
+    for (const FarSlot& f : old)
+      if (f.key != kNoFar) far_[far_probe(f.key)] = f;
   }
-  const std::size_t mask = far_.size() - 1;
-  std::size_t i = far_hash(key) & mask;
-  while (far_[i].key != kNoFar && far_[i].key != key) i = (i + 1) & mask;
+  const std::size_t i = far_probe(key);
   if (far_[i].key == kNoFar) {
     far_[i] = {key, fresh};
     ++far_count_;

@@ -221,7 +221,13 @@ class EstimatorSet {
     k ^= k >> 33;
     return static_cast<std::size_t>(k);
   }
-  inline const TransferSlot* find_far(std::uint64_t key) const;
+  // The slot holding `key`, or the empty one where it would go (far_ not empty).
+  std::size_t far_probe(std::uint64_t key) const {
+    const std::size_t mask = far_.size() - 1;
+    std::size_t i = far_hash(key) & mask;
+    while (far_[i].key != key && far_[i].key != kNoFar) i = (i + 1) & mask;
+    return i;
+  }
   // Points the slot (and its estimator, if any) at `prior`, dropping samples.
   void reprior(OpSlot& slot, const OpSlot& prior, Source source);
   void reprior(TransferSlot& slot, double sec_per_byte, double fixed_sec, bool own);
@@ -254,23 +260,18 @@ inline double EstimatorSet::predict_op(OpKindId kind, AccelTypeId type, std::spa
   return s.n == 0 ? kDefaultOpSeconds : dot(s, x);
 }
 
-inline const EstimatorSet::TransferSlot* EstimatorSet::find_far(std::uint64_t key) const {
-  const std::size_t mask = far_.size() - 1;
-  for (std::size_t i = far_hash(key) & mask;; i = (i + 1) & mask) {
-    if (far_[i].key == key) return key == kNoFar ? nullptr : &far_[i].slot;
-    if (far_[i].key == kNoFar) return nullptr;
-  }
-}
-
 inline double EstimatorSet::predict_transfer(AccelId src, AccelId dst, std::uint64_t bytes) const {
   double a = default_sec_per_byte_, c = default_fixed_sec_;
   if (src < accel_stride_ && dst < accel_stride_) {
     const TransferSlot& s = transfers_[src * accel_stride_ + dst];
     a = s.sec_per_byte;
     c = s.fixed_sec;
-  } else if (const TransferSlot* s = far_count_ ? find_far(far_key(src, dst)) : nullptr) {
-    a = s->sec_per_byte;
-    c = s->fixed_sec;
+  } else if (const std::uint64_t key = far_key(src, dst); far_count_ && key != kNoFar) {
+    const FarSlot& f = far_[far_probe(key)];
+    if (f.key == key) {
+      a = f.slot.sec_per_byte;
+      c = f.slot.fixed_sec;
+    }
   }
   const double t = a * static_cast<double>(bytes) + c;
   return t > 0 ? t : 0.0;

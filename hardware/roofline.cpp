@@ -122,6 +122,10 @@ Result<RooflineFit> fit_roofline(std::span<const ProfileRow> rows, std::span<con
       }
       return err;
     };
+    // Whether the rows come from several types, and whether every row's type
+    // gives its SMs: what the SM-ceiling rules below may use.
+    const bool types_differ = std::any_of(ts.begin(), ts.end(), [&](const auto* t) { return t != ts.front(); });
+    const bool sms = std::all_of(ts.begin(), ts.end(), [](const auto* t) { return t->sm_cycles_per_s() > 0; });
     for (double p : kOverlapGrid) {
       if (!any_flops && std::isfinite(p)) continue;
       if (!std::isfinite(p)) {  // the plain roofline: every 1 % step, as before overlap_p
@@ -131,8 +135,6 @@ Result<RooflineFit> fit_roofline(std::span<const ProfileRow> rows, std::span<con
         // 0.25 to 32 bytes per SM cycle, where every row's type gives its SMs.
         // Rows of one type cannot tell the two ceilings apart (both scale
         // its time alike): only rows of several types try it.
-        const bool types_differ = std::any_of(ts.begin(), ts.end(), [&](const auto* t) { return t != ts.front(); });
-        const bool sms = std::all_of(ts.begin(), ts.end(), [](const auto* t) { return t->sm_cycles_per_s() > 0; });
         if (!any_flops && types_differ && sms)
           for (int qi = 1; qi <= 128; ++qi)
             for (int mi = 1; mi <= 100; ++mi) score(100, mi, p, qi / 4.0);
@@ -173,9 +175,7 @@ Result<RooflineFit> fit_roofline(std::span<const ProfileRow> rows, std::span<con
     // then the GEMMs' and its shortfall an SM ceiling in FLOPs per SM cycle:
     // the same time on the fitted type, and a rate that carries by SMs and
     // clock, not by tensor peak, to a type it was not fitted on.
-    const bool one_type = std::all_of(ts.begin(), ts.end(), [&](const auto* t) { return t == ts.front(); });
-    if (any_flops && kind != WorkKind::kGemm && one_type && chosen.compute < fit[WorkKind::kGemm].compute &&
-        ts.front()->sm_cycles_per_s() > 0) {
+    if (any_flops && kind != WorkKind::kGemm && !types_differ && sms && chosen.compute < fit[WorkKind::kGemm].compute) {
       chosen.sm_flops_per_cycle = chosen.compute * ts.front()->peak_flops / ts.front()->sm_cycles_per_s();
       chosen.compute = fit[WorkKind::kGemm].compute;
     }

@@ -40,6 +40,12 @@ RooflineFit shipped_fit() {
   return f.value();
 }
 
+// Writes `text` to `file` and reads it back as a roofline fit file.
+auto load_fit_text(const fs::path& file, const std::string& text) {
+  std::ofstream(file) << text;  // closed at the end of the statement
+  return load_roofline_fit(file.string());
+}
+
 std::shared_ptr<const DenseDecoder> model(const std::string& name) {
   auto p = dense_preset(name);
   REQUIRE(p.has_value());
@@ -217,10 +223,10 @@ TEST_CASE("kv_read streams at the rate the memory-bound GEMMs stream their weigh
 
 TEST_CASE("a fit file from before streaming was its own kind costs a residual add as elementwise", "[roofline]") {
   const auto path = fs::temp_directory_path() / "slicesched_old_fit.toml";
-  std::ofstream(path) << "[roofline]\n[roofline.gemm]\ncompute = 0.8\nmemory = 0.9\n[roofline.attention]\n"
+  auto f = load_fit_text(path,
+                         "[roofline]\n[roofline.gemm]\ncompute = 0.8\nmemory = 0.9\n[roofline.attention]\n"
                          "compute = 0.2\nmemory = 0.1\n[roofline.elementwise]\nmemory = 0.6\noverhead_us = 4\n"
-                         "[roofline.embedding]\nmemory = 0.2\n";
-  auto f = load_roofline_fit(path.string());
+                         "[roofline.embedding]\nmemory = 0.2\n");
   fs::remove(path);
   REQUIRE(f.ok());
   CHECK((*f)[WorkKind::kStreaming].memory == 0.6);
@@ -234,16 +240,13 @@ TEST_CASE("overlap_p reads and writes, and an old fit file plays the plain roofl
   f[WorkKind::kAttention].overlap_p = std::numeric_limits<double>::infinity();
   const fs::path dir = fs::temp_directory_path() / ("overlap_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  std::ofstream(dir / "fit.toml") << roofline_fit_toml(f, {"test"});  // closed at the end of the statement
-  auto back = load_roofline_fit((dir / "fit.toml").string());
+  auto back = load_fit_text(dir / "fit.toml", roofline_fit_toml(f, {"test"}));
   REQUIRE(back.ok());
   CHECK((*back)[WorkKind::kGemm].overlap_p == 1.5);
   CHECK(std::isinf((*back)[WorkKind::kAttention].overlap_p));
-  {
-    std::ofstream(dir / "bad.toml") << "[roofline]\n[roofline.gemm]\noverlap_p = 0.5\n[roofline.attention]\n"
-                                       "[roofline.elementwise]\n[roofline.embedding]\n";
-  }
-  auto bad = load_roofline_fit((dir / "bad.toml").string());
+  auto bad = load_fit_text(dir / "bad.toml",
+                           "[roofline]\n[roofline.gemm]\noverlap_p = 0.5\n[roofline.attention]\n"
+                           "[roofline.elementwise]\n[roofline.embedding]\n");
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message() ==
         (dir / "bad.toml").string() + ":3: roofline.gemm.overlap_p: expected a number >= 1 (or inf)");
@@ -300,13 +303,12 @@ TEST_CASE("attention slower than the fit's GEMMs on one type carries by SMs and 
   // It writes and reads back; a negative ceiling is refused with its key.
   const fs::path dir = fs::temp_directory_path() / ("smflops_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  std::ofstream(dir / "fit.toml") << roofline_fit_toml(*fit, {"test"});  // closed at the end of the statement
-  auto back = load_roofline_fit((dir / "fit.toml").string());
+  auto back = load_fit_text(dir / "fit.toml", roofline_fit_toml(*fit, {"test"}));
   REQUIRE(back.ok());
   CHECK_THAT((*back)[WorkKind::kAttention].sm_flops_per_cycle, Catch::Matchers::WithinRel(e.sm_flops_per_cycle, 1e-8));
-  std::ofstream(dir / "bad.toml") << "[roofline]\n[roofline.gemm]\n[roofline.attention]\nsm_flops_per_cycle = -1\n"
-                                     "[roofline.elementwise]\n[roofline.embedding]\n";
-  auto bad = load_roofline_fit((dir / "bad.toml").string());
+  auto bad = load_fit_text(dir / "bad.toml",
+                           "[roofline]\n[roofline.gemm]\n[roofline.attention]\nsm_flops_per_cycle = -1\n"
+                           "[roofline.elementwise]\n[roofline.embedding]\n");
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message() ==
         (dir / "bad.toml").string() + ":4: roofline.attention.sm_flops_per_cycle: expected a number >= 0");
