@@ -437,6 +437,7 @@ nlohmann::json policy_summary(const PolicyRun& r) {
                      {"candidates", r.scheduling.candidates},
                      {"simulations", r.scheduling.simulations},
                      {"dominated", r.scheduling.dominated},
+                     {"cut_away", r.scheduling.cut_away},
                      {"deferred", r.scheduling.deferred},
                      {"budget_full_calls", r.scheduling.budget_full_calls},
                      {"budget_held_s", round6(static_cast<double>(r.scheduling.budget_held) / 1e9)},

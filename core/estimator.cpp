@@ -284,6 +284,7 @@ EstimatorSet::TransferSlot& EstimatorSet::transfer_slot(AccelId src, AccelId dst
 }
 
 void EstimatorSet::reprior(TransferSlot& slot, double sec_per_byte, double fixed_sec, bool own) {
+  note_transfer(sec_per_byte, fixed_sec);
   slot.sec_per_byte = sec_per_byte;
   slot.fixed_sec = fixed_sec;
   slot.own_prior = own;
@@ -307,6 +308,13 @@ Status EstimatorSet::set_default_transfer_prior(double sec_per_byte, double fixe
     if (!s.own_prior) reprior(s, sec_per_byte, fixed_sec, false);
   for (FarSlot& f : far_)
     if (f.key != kNoFar && !f.slot.own_prior) reprior(f.slot, sec_per_byte, fixed_sec, false);
+  // Every slot the old default filled now holds the new one: the floor is
+  // taken again from what the slots hold (a default is set once, at setup).
+  least_sec_per_byte_ = sec_per_byte;
+  least_fixed_sec_ = fixed_sec;
+  for (const TransferSlot& s : transfers_) note_transfer(s.sec_per_byte, s.fixed_sec);
+  for (const FarSlot& f : far_)
+    if (f.key != kNoFar) note_transfer(f.slot.sec_per_byte, f.slot.fixed_sec);
   return Status::Ok();
 }
 
@@ -323,6 +331,7 @@ Status EstimatorSet::observe_transfer(AccelId src, AccelId dst, std::uint64_t by
   e.observe(x, seconds);
   s.sec_per_byte = e.coefficients()[0];
   s.fixed_sec = e.coefficients()[1];
+  note_transfer(s.sec_per_byte, s.fixed_sec);
   return Status::Ok();
 }
 

@@ -156,6 +156,12 @@ class EstimatorSet {
   // Predicted seconds for `bytes` from src to dst, never negative. src ==
   // dst is not special-cased: it is a pair like any other. Hot path.
   inline double predict_transfer(AccelId src, AccelId dst, std::uint64_t bytes) const;
+  // At most predict_transfer(src, dst, bytes) for every pair: from the
+  // least per-byte and fixed coefficients any pair or the default holds
+  // (noted as they are written; only a new default prior, which rewrites
+  // the slots, takes them again from the slots). What lets a round bound
+  // the transfers of thousands of placements it does not try.
+  inline double transfer_floor(std::uint64_t bytes) const;
 
   // Learns from one measurement. A non-finite or non-positive `seconds` is
   // ignored (Ok). Fails with InvalidArgument (naming kind, type and both
@@ -242,6 +248,13 @@ class EstimatorSet {
   TransferSlot unstored_;      // what transfer_slot() gives the one pair far_ cannot hold
   double default_sec_per_byte_ = kDefaultTransferSecPerByte;
   double default_fixed_sec_ = kDefaultTransferFixedSec;
+  // transfer_floor()'s coefficients: the least written to any slot or default.
+  double least_sec_per_byte_ = kDefaultTransferSecPerByte;
+  double least_fixed_sec_ = kDefaultTransferFixedSec;
+  void note_transfer(double sec_per_byte, double fixed_sec) {
+    least_sec_per_byte_ = sec_per_byte < least_sec_per_byte_ ? sec_per_byte : least_sec_per_byte_;
+    least_fixed_sec_ = fixed_sec < least_fixed_sec_ ? fixed_sec : least_fixed_sec_;
+  }
   std::vector<LinearEstimator> ests_;
 };
 
@@ -274,6 +287,11 @@ inline double EstimatorSet::predict_transfer(AccelId src, AccelId dst, std::uint
     }
   }
   const double t = a * static_cast<double>(bytes) + c;
+  return t > 0 ? t : 0.0;
+}
+
+inline double EstimatorSet::transfer_floor(std::uint64_t bytes) const {
+  const double t = least_sec_per_byte_ * static_cast<double>(bytes) + least_fixed_sec_;
   return t > 0 ? t : 0.0;
 }
 

@@ -290,7 +290,8 @@ class BOOST_SYMBOL_VISIBLE TransferArbiter {
   // OldestFirstRule{} (with its reservation), picks. The global simulator
   // then applies that rule inline instead of calling select() (same picks,
   // no virtual call, no intent list). Say true only when select() is that
-  // rule; false, the default, is always correct.
+  // rule; false, the default, is always correct. The answer must not
+  // change over the arbiter's life: the scheduler asks once per arbiter.
   virtual bool uses_default_rule() const { return false; }
 };
 

@@ -26,8 +26,11 @@ struct Scheduler::Workers {
   struct Worker {
     GlobalSimulator sim;
     PluginPtr<TransferArbiter> arbiter;  // null: the default rule
-    Status error;                        // the factory's failure, if it failed
-    std::uint64_t prepared_round = 0;    // the round `sim` is prepared for
+    // `arbiter` is not the default rule: asked once, not once per
+    // candidate (a plugin call each, 39 million on cluster-1000.toml).
+    bool own_rule = false;
+    Status error;                      // the factory's failure, if it failed
+    std::uint64_t prepared_round = 0;  // the round `sim` is prepared for
   };
   tbb::enumerable_thread_specific<Worker> local;
   std::vector<Candidate> cands;   // the round's (schedule()), kept so the next round reuses their buffers
@@ -57,6 +60,7 @@ struct Scheduler::Workers {
   std::vector<std::size_t> order;      // candidates in the order they are simulated
   std::vector<std::uint32_t> busiest;  // per candidate: the most issued operators on one of its accelerators
   std::vector<std::size_t> first_at;   // the counting sort's slots, by load
+  std::vector<std::uint8_t> holds;     // per accelerator: holds an input of the round's batch
 };
 
 // When a round's what-ifs fan out to oneTBB workers: enough candidates to
@@ -195,6 +199,7 @@ Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<
         return;
       }
       w.arbiter = std::move(made).value();
+      w.own_rule = w.arbiter && !w.arbiter->uses_default_rule();
     }
     for (std::size_t i = 0; i < batch.ops.size(); ++i)
       if (!gmg.placeable(batch.ops[i], cands[c].accel[i])) {  // e.g. weights not resident
@@ -203,6 +208,23 @@ Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<
         o.at_accel = cands[c].accel[i];
         return;
       }
+    // Dominated when the summed completion must exceed this: a candidate
+    // after the best loses a tie, so reaching the best's sum is enough.
+    const std::int64_t above = !prune || best.sum < 0 ? -1 : best.index < c ? best.sum - 1 : best.sum;
+    // Cut before anything else when the batch alone loses: before the HBM
+    // check once this thread has a best (and so is prepared for the round),
+    // since most of a cluster-wide round's candidates end here. Either way
+    // such a candidate is not the pick; only its reason (dominated, not out
+    // of memory) depends on the order of the two checks.
+    bool alone_checked = false;
+    if (focus && above >= 0 && w.prepared_round == ws.round) {
+      if (w.sim.dominated_alone(cands[c].accel, above, opt_.horizon, by_makespan)) {
+        o.dominated = true;
+        o.why = Outcome::Why::kDominated;
+        return;
+      }
+      alone_checked = true;
+    }
     // Whatever the what-if predicts, a placement the HBM account cannot
     // hold is not issued (the rule every policy obeys): do not simulate it.
     if (AccelId over = kNoAccel; !gmg.check_memory(ws.batch_mem, cands[c].accel, &over, &ws.issued_ws).ok()) {
@@ -225,11 +247,8 @@ Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<
         w.sim.prepare(gmg, est_, batch.ops, now, ws.scope);
       w.prepared_round = ws.round;
     }
-    // Dominated when the summed completion must exceed this: a candidate
-    // after the best loses a tie, so reaching the best's sum is enough.
-    const std::int64_t above = !prune || best.sum < 0 ? -1 : best.index < c ? best.sum - 1 : best.sum;
-    // Cut before anything else when the batch alone loses.
-    if (focus && above >= 0 && w.sim.dominated_alone(cands[c].accel, above, opt_.horizon, by_makespan)) {
+    if (focus && above >= 0 && !alone_checked &&
+        w.sim.dominated_alone(cands[c].accel, above, opt_.horizon, by_makespan)) {
       o.dominated = true;
       o.why = Outcome::Why::kDominated;
       return;
@@ -237,7 +256,7 @@ Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<
     // Focused on its own component, which place() finds only when it
     // simulates (most placements that get this far are cut before).
     const SimulationResult& r = w.sim.place(cands[c].accel, {.horizon = opt_.horizon,
-                                                             .arbiter = w.arbiter.get(),
+                                                             .arbiter = w.own_rule ? w.arbiter.get() : nullptr,
                                                              .dominated_above = above,
                                                              .dominated_by_makespan = by_makespan,
                                                              .focus_of = focus ? &ws.components : nullptr});
@@ -333,14 +352,43 @@ Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<
       ws.busiest[c] = busiest;
       top = std::max(top, busiest);
     }
-    ws.first_at.assign(static_cast<std::size_t>(top) + 2, 0);
+    // Candidates on an accelerator that holds one of the batch's inputs
+    // (where its producers ran) go first: the best is usually among them,
+    // and once it is known every other candidate may be cut at once by the
+    // round's floor (GlobalSimulator::away_floor: away from the inputs,
+    // each is a transfer), without a what-if. Exact: a candidate cut so
+    // would have been dominated (or out of memory); the pick is the same.
+    ws.holds.assign(n_acc, 0);
+    for (OpId id : batch.ops)
+      for (std::uint32_t e = gmg.op(id).first_in; e != kNoEdge; e = gmg.edge(e).next_in) {
+        const AccelId at = gmg.op(gmg.edge(e).src).accel;
+        if (at < n_acc) ws.holds[at] = 1;
+      }
+    for (std::size_t c = 0; c < cands.size(); ++c) {
+      bool near = false;
+      for (AccelId a : cands[c].accel) near |= a < n_acc && ws.holds[a];
+      if (!near) ws.busiest[c] += top + 1;
+    }
+    ws.first_at.assign(2 * (static_cast<std::size_t>(top) + 1) + 1, 0);
     for (std::uint32_t b : ws.busiest) ++ws.first_at[b + 1];
     for (std::size_t b = 1; b < ws.first_at.size(); ++b) ws.first_at[b] += ws.first_at[b - 1];
     ws.order.resize(cands.size());
     for (std::size_t c = 0; c < cands.size(); ++c) ws.order[ws.first_at[ws.busiest[c]]++] = c;
     Best best;
     Workers::Worker& w = workers_->local.local();
-    for (std::size_t c : ws.order) one(c, best, w);
+    for (std::size_t c : ws.order) {
+      if (best.sum >= 0 && ws.busiest[c] > top && ws.same_as[c] == kNoCandidate) {
+        // (This thread simulated the best, so its simulator is prepared.)
+        const Nanos floor = w.sim.away_floor(cands[c].accel, opt_.horizon, by_makespan);
+        if (floor >= 0 && floor > (best.index < c ? best.sum - 1 : best.sum)) {
+          out[c].dominated = true;
+          out[c].why = Outcome::Why::kDominated;
+          ++stats_.cut_away;
+          continue;
+        }
+      }
+      one(c, best, w);
+    }
   } else {
     Best best;
     Workers::Worker& w = workers_->local.local();

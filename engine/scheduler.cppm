@@ -53,6 +53,9 @@ struct SchedulerOptions {
 struct RoundStats {
   std::size_t rounds = 0, batches = 0, candidates = 0, simulations = 0, deferred = 0;
   std::size_t dominated = 0;  // what-ifs stopped early: they could not beat an earlier candidate
+  // Of those, candidates cut without a what-if: away from the batch's
+  // inputs, even the round's floor for such a placement loses to the best.
+  std::size_t cut_away = 0;
   // The issued budget holding work back: schedule() calls that stopped at a
   // full budget while unscheduled operators were ready to go, and the time
   // from the first such call to the next one with room (or with nothing

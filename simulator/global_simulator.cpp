@@ -354,6 +354,62 @@ bool GlobalSimulator::dominated_by_inputs(const Est& est, std::span<const AccelI
   return any && dominated_from(kBeforeAll, ext_ready_.data()) == kBeforeAll && cannot_oom();
 }
 
+Nanos GlobalSimulator::away_floor(std::span<const AccelId> accels, Nanos horizon, bool by_makespan) {
+  if (!gmg_ || horizon >= 0 || batch_.empty() || batch_.size() > kMaxPrunedBatch || accels.size() != batch_.size())
+    return -1;
+  // (Edges past the 64th count as local: the floor only gets lower.)
+  std::uint64_t crossing = 0;
+  for (std::size_t e = 0; e < batch_edges_.size() && e < 64; ++e)
+    if (accels[batch_edges_[e].p] != accels[batch_edges_[e].k]) crossing |= std::uint64_t{1} << e;
+  for (const FloorMemo& m : floor_memo_)
+    if (m.crossing == crossing && m.by_makespan == by_makespan) return m.floor;
+  const Nanos floor = est_set_ ? away_floor_with(*est_set_, crossing, by_makespan)
+                               : away_floor_with(*est_virtual_, crossing, by_makespan);
+  floor_memo_.push_back({crossing, by_makespan, floor});
+  return floor;
+}
+
+template <typename Est>
+Nanos GlobalSimulator::away_floor_with(const Est& est, std::uint64_t crossing, bool by_makespan) {
+  const GmgView& v = view_;
+  const std::size_t nb = batch_.size(), n_types = gmg_->accels().type_count();
+  if (dur_of_type_.size() != nb * n_types) dur_of_type_.assign(nb * n_types, kNoDur);
+  // A transfer at the estimator's least time (none is known for a plain Estimator).
+  auto least = [&](std::int64_t bytes) -> Nanos {
+    if constexpr (std::is_same_v<Est, EstimatorSet>)
+      return to_nanos(est.transfer_floor(static_cast<std::uint64_t>(bytes)));
+    else
+      return 0;
+  };
+  Nanos earliest[kMaxPrunedBatch];  // per batch op: when its inputs from done producers can land at the soonest
+  std::fill(earliest, earliest + nb, at_);
+  for (const ExtInput& in : ext_inputs_) earliest[in.k] = std::max(earliest[in.k], in.ready + least(in.bytes));
+  Nanos finish[kMaxPrunedBatch];
+  Nanos sum = 0, latest = 0;
+  std::size_t e = 0;
+  for (std::size_t k = 0; k < nb; ++k) {
+    Nanos fastest = kNever;
+    for (std::size_t type = 0; type < n_types; ++type) {
+      Nanos& dur = dur_of_type_[k * n_types + type];
+      if (dur == kNoDur) {
+        const OpRow& op = v.ops[batch_[k]];
+        dur = to_nanos(
+            est.predict_op(op.kind, static_cast<AccelTypeId>(type), {v.features[batch_[k]].data(), op.feature_count}));
+      }
+      fastest = std::min(fastest, dur);
+    }
+    Nanos start = earliest[k];
+    for (; e < batch_edges_.size() && batch_edges_[e].k == k; ++e) {
+      const bool across = e < 64 && (crossing >> e & 1) != 0;
+      start = std::max(start, finish[batch_edges_[e].p] + (across ? least(batch_edges_[e].bytes) : 0));
+    }
+    finish[k] = start + fastest;
+    sum += finish[k] - at_;
+    latest = std::max(latest, finish[k] - at_);
+  }
+  return by_makespan ? latest : sum;
+}
+
 // Whether no placement of this prepare can run any accelerator of the
 // scope out of HBM: even if every simulated operator's output, workspace
 // and retained state and every input it receives (the batch's anywhere)

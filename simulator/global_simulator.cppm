@@ -204,6 +204,23 @@ class GlobalSimulator {
   // With `by_makespan`, the batch's latest completion instead.
   bool dominated_alone(std::span<const AccelId> accels, std::int64_t above, Nanos horizon = -1,
                        bool by_makespan = false);
+  // A floor for a round's pruning, over every placement that splits the
+  // batch across accelerators as `accels` does (which of its operators
+  // share one) and puts none of them on an accelerator holding one of its
+  // inputs from done producers (so it transfers every one of them): the
+  // batch's summed completion past `at` (with `by_makespan`, its latest
+  // completion past `at`), in ns, is at least this whatever the
+  // accelerators' types, queues and links are. Each op takes at least its
+  // fastest type's predicted time and starts no earlier than `at`, its
+  // batch predecessors' finishes (plus the estimator's least transfer time,
+  // EstimatorSet::transfer_floor, from another accelerator) and its inputs'
+  // earliest landing (ready plus that least time). Cheap: one value per
+  // split, kept until the next prepare(). < 0: no floor (not prepared, a
+  // horizon, or a batch too large to prune).
+  // A placement whose summed completion exceeds a bound is one place()
+  // would end as dominated (or out of memory), so a candidate away from the
+  // holders whose floor exceeds it need not be tried at all.
+  Nanos away_floor(std::span<const AccelId> accels, Nanos horizon, bool by_makespan);
   // How many place() calls since construction ended as dominated before
   // their first event because the batch's inputs from done producers on
   // other accelerators (transfers at their predicted times) make it lose,
@@ -479,6 +496,14 @@ class GlobalSimulator {
   void collect_ext_inputs();
   template <typename Est>
   bool dominated_by_inputs(const Est& est, std::span<const AccelId> accels);
+  template <typename Est>
+  Nanos away_floor_with(const Est& est, std::uint64_t crossing, bool by_makespan);
+  struct FloorMemo {
+    std::uint64_t crossing = 0;  // bit e: batch edge e joins two accelerators
+    bool by_makespan = false;
+    Nanos floor = -1;
+  };
+  std::vector<FloorMemo> floor_memo_;  // away_floor()'s, cleared by prepare()
   bool cannot_oom();
   // set_bound()'s last few results before anything runs, by what they
   // depend on (the batch's times and transfers in the placement, the bound,

@@ -63,6 +63,7 @@ void GlobalSimulator::prepare_with(const Gmg& gmg, const Est& est, std::span<con
   oom_free_ = -1;
   bound_set_ = false;
   for (BoundMemo& m : bound_memo_) m.valid = false;
+  floor_memo_.clear();
 }
 
 template void GlobalSimulator::prepare_with(const Gmg&, const EstimatorSet&, std::span<const OpId>, Nanos,

@@ -403,6 +403,42 @@ TEST_CASE("EstimatorSet learns transfers between accelerators beyond the flat ta
   CHECK(rows[2].samples == 12);
 }
 
+// transfer_floor bounds every pair's prediction from below, whatever was
+// set or learned where, and never rises (a round's floor for placements it
+// does not try relies on both).
+TEST_CASE("EstimatorSet's transfer floor is at most every pair's prediction, near and far", "[estimator]") {
+  EstimatorSet set;
+  const std::vector<AccelId> ids{0, 1, 7, 1023, 1024, 5000, 70000};
+  auto at_most_all = [&](std::uint64_t bytes) {
+    for (AccelId i : ids)
+      for (AccelId j : ids) REQUIRE(set.transfer_floor(bytes) <= set.predict_transfer(i, j, bytes));
+  };
+  for (std::uint64_t bytes : {0ull, 4096ull, 1ull << 30}) at_most_all(bytes);
+  CHECK(set.transfer_floor(0) == Approx(EstimatorSet::kDefaultTransferFixedSec));
+  REQUIRE(set.set_default_transfer_prior(1.0 / 300e9, 5e-6).ok());
+  CHECK(set.transfer_floor(0) == Approx(5e-6));                      // the default is every unset pair's
+  REQUIRE(set.set_default_transfer_prior(1.0 / 100e9, 20e-6).ok());  // a slower default replaces it
+  CHECK(set.transfer_floor(1'000'000) == Approx(1e6 / 100e9 + 20e-6));
+  REQUIRE(set.set_transfer_prior(7, 1023, 1.0 / 900e9, 8e-6).ok());  // faster per byte, slower fixed
+  REQUIRE(set.set_transfer_prior(5000, 70000, 1.0 / 100e9, 2e-6).ok());
+  CHECK(set.transfer_floor(1'000'000) == Approx(1e6 / 900e9 + 2e-6));  // each coefficient's least
+  // Learning moves pairs either way; the floor follows them down only.
+  for (double bytes : {1e6, 1e7, 1e8})
+    for (int i = 0; i < 3; ++i) {
+      REQUIRE(set.observe_transfer(1, 0, static_cast<std::uint64_t>(bytes), bytes / 1000e9 + 1e-6).ok());
+      REQUIRE(set.observe_transfer(1024, 5000, static_cast<std::uint64_t>(bytes), bytes / 10e9 + 40e-6).ok());
+    }
+  for (std::uint64_t bytes : {0ull, 4096ull, 100'000'000ull}) at_most_all(bytes);
+  CHECK(set.transfer_floor(0) < 2e-6);
+  const double low = set.transfer_floor(1'000'000);
+  // A slower default resets what pairs learned (their own priors stay):
+  // the floor rises to what the slots now hold.
+  REQUIRE(set.set_default_transfer_prior(1.0 / 10e9, 50e-6).ok());
+  CHECK(set.transfer_floor(1'000'000) == Approx(1e6 / 900e9 + 2e-6));
+  CHECK(set.transfer_floor(1'000'000) > low);
+  for (std::uint64_t bytes : {0ull, 4096ull, 100'000'000ull}) at_most_all(bytes);
+}
+
 // A cluster's priors are set pair by pair, growing the flat table one
 // accelerator at a time; it grows by at least doubling, and a slot it grew
 // past the pairs set must read what a pair outside the table reads: the

@@ -422,7 +422,7 @@ TEST_CASE(
   // of HBM is never cut that way (the simulation might have stopped there
   // first).
   std::mt19937_64 rng(20261126);
-  std::size_t input_cuts = 0, bounded = 0, with_oom = 0;
+  std::size_t input_cuts = 0, bounded = 0, with_oom = 0, away = 0, substantial = 0;
   for (int trial = 0; trial < 300; ++trial) {
     INFO("trial " << trial);
     const int n_acc = std::uniform_int_distribution<int>(2, 5)(rng);
@@ -495,9 +495,67 @@ TEST_CASE(
         REQUIRE(got.dominated == (sum > above));
         input_cuts += cut;
       }
+      // The round's floor for placements away from the batch's inputs (no
+      // batch op on an accelerator where one of its producers ran): at most
+      // the simulated sum and latest completion, split by split.
+      bool near = false;
+      for (OpId op : batch)
+        for (std::uint32_t e = gmg.op(op).first_in; e != kNoEdge; e = gmg.edge(e).next_in)
+          near |= std::find(there.begin(), there.end(), gmg.op(gmg.edge(e).src).accel) != there.end();
+      if (near || !want.feasible()) continue;
+      Nanos latest = 0;
+      for (OpId op : batch) latest = std::max(latest, want.finish_of(op) - at);
+      const Nanos floor = round.away_floor(there, -1, false);
+      REQUIRE(floor >= 0);
+      REQUIRE(floor <= sum);
+      REQUIRE(round.away_floor(there, -1, true) <= latest);
+      CHECK(round.away_floor(there, 1'000'000, false) < 0);  // (no floor under a horizon)
+      ++away;
+      substantial += floor > sum / 2;
     }
   }
   INFO(input_cuts << " of " << bounded << " bounded placements cut from their inputs; " << with_oom << " with OOM");
+  INFO(away << " placements away from the inputs, " << substantial << " with a floor over half their sum");
   CHECK(input_cuts > 50);
   CHECK(with_oom > 20);
+  CHECK(away > 100);
+  CHECK(substantial > away / 2);  // a bound worth having, not zero
+}
+
+TEST_CASE("the floor for placements away from the inputs is exact on idle accelerators, split by split",
+          "[simulator][differential]") {
+  // Three ops in a chain, 250 us each, 1 MB between them at 1 ns a byte:
+  // on idle accelerators nothing queues, so every placement's summed and
+  // latest completion is its floor, and the floor tells the splits apart.
+  TemplateBuilder b("chain");
+  for (int i = 0; i < 3; ++i) {
+    auto op = b.op("op" + std::to_string(i));
+    if (i > 0) op.input("op" + std::to_string(i - 1));
+    op.output({{Expr::constant(1'000'000)}, DType::kI8}).features({Expr::constant(1)}).prior({250e-6});
+  }
+  auto reg = std::make_shared<TemplateRegistry>();
+  const TemplateId t = reg->add(std::move(b).build().value()).value();
+  Gmg gmg(reg, cluster(4));
+  const EstimatorSet est = estimators(*reg, 1e-9);
+  auto inst = gmg.instantiate({t, {}, {}, 0, 0});
+  REQUIRE(inst.ok());
+  GlobalSimulator round;
+  round.prepare(gmg, est, inst->ops, gmg.now());
+  struct Case {
+    std::vector<AccelId> there;
+    Nanos sum, latest;
+  };
+  for (const Case& c : {Case{{0, 0, 0}, 1'500'000, 750'000},     // 250 + 500 + 750 us
+                        Case{{0, 0, 1}, 2'500'000, 1'750'000},   // the last op waits 1 ms for its input
+                        Case{{2, 3, 2}, 4'500'000, 2'750'000}})  // two transfers
+  {
+    Gmg placed = gmg.clone();
+    for (std::size_t k = 0; k < c.there.size(); ++k) REQUIRE(placed.issue(inst->ops[k], c.there[k], gmg.now()).ok());
+    const SimulationResult want = reference_simulate(placed, est, {});
+    Nanos sum = 0;
+    for (OpId op : inst->ops) sum += want.finish_of(op) - gmg.now();
+    REQUIRE(sum == c.sum);
+    CHECK(round.away_floor(c.there, -1, false) == c.sum);
+    CHECK(round.away_floor(c.there, -1, true) == c.latest);
+  }
 }
