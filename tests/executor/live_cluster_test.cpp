@@ -62,6 +62,7 @@ class DigestRunner final : public OpRunner {
   std::string fail_op;                // an op name whose run throws
   std::map<std::string, int> sleeps;  // op name -> ms to sleep while running
   std::atomic<int> concurrent{0}, max_concurrent{0};
+  std::atomic<int> started{0};  // runs begun
   std::mutex mu;
   std::map<std::uint64_t, std::uint64_t> seen;  // issue seq -> output digest
   // Copies in flight, seen from inside copy(): by source, by destination,
@@ -93,6 +94,7 @@ class DigestRunner final : public OpRunner {
   }
   Result<OpResult> run(AccelId accel, const void* prepared, std::span<const Payload> inputs) override {
     const auto& p = *static_cast<const Prepared*>(prepared);
+    ++started;
     const int c = ++concurrent;
     int m = max_concurrent.load();
     while (c > m && !max_concurrent.compare_exchange_weak(m, c)) {
@@ -353,9 +355,14 @@ TEST_CASE("live cluster: the higher priority ready operator runs first, no preem
   // priority operator queue behind it.
   auto first = gmg.instantiate({t, {}, {}, 0, 0}).value().ops[0];
   REQUIRE(gmg.issue(first, 0, 0).ok());
-  runner.sleeps["op"] = 100;
+  runner.sleeps["op"] = 300;
   REQUIRE(lc.submit(gmg, first).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Until it runs (a fixed 20 ms was not always enough on a loaded
+  // machine: the three then queued together and the high one ran first).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (runner.started.load() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(runner.started.load() == 1);
   runner.sleeps["op"] = 0;
   auto low = gmg.instantiate({u, {}, {}, 0, 0}).value().ops[0];
   auto high = gmg.instantiate({u, {}, {}, 5, 0}).value().ops[0];
@@ -368,7 +375,7 @@ TEST_CASE("live cluster: the higher priority ready operator runs first, no preem
   CHECK(fb[0].op == first);
   CHECK(fb[1].op == high);
   CHECK(fb[2].op == low);
-  CHECK(fb[0].measured >= 100'000'000);
+  CHECK(fb[0].measured >= 300'000'000);
 }
 
 TEST_CASE("live cluster: random transfer storms finish without deadlock and with the right values", "[executor]") {
