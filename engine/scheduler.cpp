@@ -183,6 +183,10 @@ Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<
   struct Best {
     std::int64_t sum = -1;  // < 0: none yet (by_makespan: the latest completion, ns)
     std::size_t index = 0;
+    // Candidate c is dominated when its objective must exceed this (< 0:
+    // no best yet): a candidate after the best loses a tie, so reaching the
+    // best's value is enough.
+    std::int64_t above(std::size_t c) const { return sum < 0 ? -1 : index < c ? sum - 1 : sum; }
   };
   // `w`: this thread's worker, looked up once per chunk, not per candidate.
   auto one = [&](std::size_t c, Best& best, Workers::Worker& w) {
@@ -208,9 +212,7 @@ Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<
         o.at_accel = cands[c].accel[i];
         return;
       }
-    // Dominated when the summed completion must exceed this: a candidate
-    // after the best loses a tie, so reaching the best's sum is enough.
-    const std::int64_t above = !prune || best.sum < 0 ? -1 : best.index < c ? best.sum - 1 : best.sum;
+    const std::int64_t above = prune ? best.above(c) : -1;
     // Cut before anything else when the batch alone loses: before the HBM
     // check once this thread has a best (and so is prepared for the round),
     // since most of a cluster-wide round's candidates end here. Either way
@@ -380,7 +382,7 @@ Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<
       if (best.sum >= 0 && ws.busiest[c] > top && ws.same_as[c] == kNoCandidate) {
         // (This thread simulated the best, so its simulator is prepared.)
         const Nanos floor = w.sim.away_floor(cands[c].accel, opt_.horizon, by_makespan);
-        if (floor >= 0 && floor > (best.index < c ? best.sum - 1 : best.sum)) {
+        if (floor >= 0 && floor > best.above(c)) {
           out[c].dominated = true;
           out[c].why = Outcome::Why::kDominated;
           ++stats_.cut_away;

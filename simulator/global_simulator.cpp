@@ -262,23 +262,24 @@ const SimulationResult& GlobalSimulator::place_with(const Est& est, std::span<co
 }
 
 template <typename Est>
+Nanos GlobalSimulator::batch_op_nanos(const Est& est, std::size_t k, AccelTypeId type) {
+  Nanos& dur = dur_of_type_[k * gmg_->accels().type_count() + type];
+  if (dur == kNoDur) {
+    const OpRow& op = view_.ops[batch_[k]];
+    dur = to_nanos(est.predict_op(op.kind, type, {view_.features[batch_[k]].data(), op.feature_count}));
+  }
+  return dur;
+}
+
+template <typename Est>
 void GlobalSimulator::set_bound(const Est& est, std::span<const AccelId> accels, std::int64_t dominated_above,
                                 Nanos horizon, bool by_makespan) {
-  const GmgView& v = view_;
   const AcceleratorSet& set = gmg_->accels();
   const std::size_t nb = batch_.size();
   batch_dur_.resize(nb);
   const std::size_t n_types = set.type_count();
   if (dur_of_type_.size() != nb * n_types) dur_of_type_.assign(nb * n_types, kNoDur);
-  for (std::size_t k = 0; k < nb; ++k) {
-    const AccelTypeId type = set.type(accels[k]);
-    Nanos& dur = dur_of_type_[k * n_types + type];
-    if (dur == kNoDur) {
-      const OpRow& op = v.ops[batch_[k]];
-      dur = to_nanos(est.predict_op(op.kind, type, {v.features[batch_[k]].data(), op.feature_count}));
-    }
-    batch_dur_[k] = dur;
-  }
+  for (std::size_t k = 0; k < nb; ++k) batch_dur_[k] = batch_op_nanos(est, k, set.type(accels[k]));
   pruning_ = dominated_above >= 0 && dominated_above < INT64_MAX / 4 && nb > 0 && nb <= kMaxPrunedBatch;
   dominated_at_ = kNever;
   if (!pruning_) return;
@@ -371,7 +372,6 @@ Nanos GlobalSimulator::away_floor(std::span<const AccelId> accels, Nanos horizon
 
 template <typename Est>
 Nanos GlobalSimulator::away_floor_with(const Est& est, std::uint64_t crossing, bool by_makespan) {
-  const GmgView& v = view_;
   const std::size_t nb = batch_.size(), n_types = gmg_->accels().type_count();
   if (dur_of_type_.size() != nb * n_types) dur_of_type_.assign(nb * n_types, kNoDur);
   // A transfer at the estimator's least time (none is known for a plain Estimator).
@@ -389,15 +389,8 @@ Nanos GlobalSimulator::away_floor_with(const Est& est, std::uint64_t crossing, b
   std::size_t e = 0;
   for (std::size_t k = 0; k < nb; ++k) {
     Nanos fastest = kNever;
-    for (std::size_t type = 0; type < n_types; ++type) {
-      Nanos& dur = dur_of_type_[k * n_types + type];
-      if (dur == kNoDur) {
-        const OpRow& op = v.ops[batch_[k]];
-        dur = to_nanos(
-            est.predict_op(op.kind, static_cast<AccelTypeId>(type), {v.features[batch_[k]].data(), op.feature_count}));
-      }
-      fastest = std::min(fastest, dur);
-    }
+    for (std::size_t type = 0; type < n_types; ++type)
+      fastest = std::min(fastest, batch_op_nanos(est, k, static_cast<AccelTypeId>(type)));
     Nanos start = earliest[k];
     for (; e < batch_edges_.size() && batch_edges_[e].k == k; ++e) {
       const bool across = e < 64 && (crossing >> e & 1) != 0;

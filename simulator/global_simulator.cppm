@@ -498,6 +498,10 @@ class GlobalSimulator {
   bool dominated_by_inputs(const Est& est, std::span<const AccelId> accels);
   template <typename Est>
   Nanos away_floor_with(const Est& est, std::uint64_t crossing, bool by_makespan);
+  // Batch op k's predicted time on `type`, in ns, through dur_of_type_
+  // (sized by prepare()): what set_bound() and away_floor() both read.
+  template <typename Est>
+  Nanos batch_op_nanos(const Est& est, std::size_t k, AccelTypeId type);
   struct FloorMemo {
     std::uint64_t crossing = 0;  // bit e: batch edge e joins two accelerators
     bool by_makespan = false;
