@@ -66,6 +66,9 @@ struct Observation {
   AccelId src = 0, dst = 0;
   std::uint64_t bytes = 0;
   double seconds = 0;
+  double start_s = 0;  // on the run's clock: with `accel`, which operators overlapped
+  AccelId accel = 0;   // an operator's accelerator
+  std::string dims;    // an operator's dims, "name=value ..."
 };
 
 // Records every measurement the engine feeds the estimator (operators that
@@ -74,14 +77,30 @@ class Recorder final : public EngineObserver {
  public:
   void on_feedback(const Gmg& gmg, const Feedback& f) override {
     const double seconds = static_cast<double>(f.measured) / 1e9;
+    const double start_s = static_cast<double>(f.start) / 1e9;
     if (f.kind == Feedback::Kind::kTransfer) {
-      seen.push_back({true, 0, 0, {}, f.from, f.to, static_cast<std::uint64_t>(f.bytes), seconds});
+      seen.push_back({true, 0, 0, {}, f.from, f.to, static_cast<std::uint64_t>(f.bytes), seconds, start_s, f.to, {}});
       return;
     }
     if (f.failed) return;
     const OpRecord& r = gmg.op(f.op);
     const auto x = gmg.features(f.op);
-    seen.push_back({false, r.kind, gmg.accels().type(r.accel), {x.begin(), x.end()}, 0, 0, 0, seconds});
+    const DimTable& names = gmg.templates().get(r.tmpl).dims();
+    const auto values = gmg.dims(f.op);
+    std::string dims;
+    for (std::size_t i = 0; i < values.size(); ++i)
+      dims += (i ? " " : "") + names.name(static_cast<DimId>(i)) + "=" + std::to_string(values[i]);
+    seen.push_back({false,
+                    r.kind,
+                    gmg.accels().type(r.accel),
+                    {x.begin(), x.end()},
+                    0,
+                    0,
+                    0,
+                    seconds,
+                    start_s,
+                    r.accel,
+                    std::move(dims)});
   }
   std::vector<Observation> seen;
 };
@@ -176,6 +195,7 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
     if (progress) std::fprintf(stderr, "bench accuracy: 1/3 calibrating; %s", describe(shape_grid(cfg)).c_str());
     std::optional<CalibrationResult> cal = value_or_fail_in(cfg.path, calibrate_config(cfg, cs));
     if (opt.profile_out) check_in(cfg.path, write_calibration(cal->profile, *opt.profile_out));
+    if (opt.samples && !write_points_csv(*cal, *opt.samples)) fail_in(cfg.path, "cannot write " + *opt.samples);
 
     // 2. Live, recording what the engine measures.
     PluginRegistries plugins;
@@ -217,18 +237,19 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
     if (opt.observations) {
       std::FILE* f = std::fopen(opt.observations->c_str(), "w");
       if (!f) fail_in(cfg.path, "cannot write " + *opt.observations);
-      std::fprintf(f, "what,type,src,dst,bytes,features,seconds,predicted\n");
+      std::fprintf(f, "what,type,src,dst,bytes,features,seconds,predicted,accel,start_s,dims\n");
       for (const Observation& o : recorder.seen) {
+        const std::string& accel = (*cal->accels)[o.accel].name;
         if (o.transfer) {
-          std::fprintf(f, "copy,,%s,%s,%llu,,%.9g,%.9g\n", (*cal->accels)[o.src].name.c_str(),
+          std::fprintf(f, "copy,,%s,%s,%llu,,%.9g,%.9g,%s,%.9f,\n", (*cal->accels)[o.src].name.c_str(),
                        (*cal->accels)[o.dst].name.c_str(), static_cast<unsigned long long>(o.bytes), o.seconds,
-                       cal->est.predict_transfer(o.src, o.dst, o.bytes));
+                       cal->est.predict_transfer(o.src, o.dst, o.bytes), accel.c_str(), o.start_s);
         } else {
           std::string x;
           for (double v : o.x) x += (x.empty() ? "" : " ") + std::to_string(static_cast<long long>(v));
-          std::fprintf(f, "%s,%s,,,,%s,%.9g,%.9g\n", cal->templates->kind_name(o.kind).c_str(),
+          std::fprintf(f, "%s,%s,,,,%s,%.9g,%.9g,%s,%.9f,%s\n", cal->templates->kind_name(o.kind).c_str(),
                        cal->accels->type_name(o.type).c_str(), x.c_str(), o.seconds,
-                       cal->est.predict_op(o.kind, o.type, o.x));
+                       cal->est.predict_op(o.kind, o.type, o.x), accel.c_str(), o.start_s, o.dims.c_str());
         }
       }
       if (std::fclose(f) != 0) fail_in(cfg.path, "cannot write " + *opt.observations);

@@ -164,6 +164,7 @@ struct BenchAccuracyOptions {
   std::optional<std::string> policy;        // default: the config's first
   std::optional<std::string> profile_out;   // also keep the calibration profile here
   std::optional<std::string> observations;  // also write the live run's measurements and predictions as CSV
+  std::optional<std::string> samples;       // also write the calibration's points as CSV (as calibrate --samples)
   std::optional<double> time_scale;         // overrides [live] time_scale (both runs)
   int warmup = 2, repeats = 5;              // calibration, as calibrate
   bool json = false;

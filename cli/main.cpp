@@ -199,6 +199,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   bench_acc->add_option("--observations", acc_opt.observations,
                         "Also write every live measurement and its calibrated prediction as CSV");
+  bench_acc->add_option("--samples", acc_opt.samples, "Also write every calibration measurement and its fit as CSV");
   bench_acc->add_option("--warmup", acc_opt.warmup, "Calibration: untimed runs per shape")->check(CLI::Range(0, 1000));
   bench_acc->add_option("--repeats", acc_opt.repeats, "Calibration: timed runs per shape")->check(CLI::Range(1, 1000));
   bench_acc->add_flag("--json", acc_opt.json, "Print one JSON object");

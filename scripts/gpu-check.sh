@@ -2,7 +2,9 @@
 # The GPU check: what a user with NVIDIA GPUs runs (no network needed once
 # `make build` has run). It prints the devices, runs the CUDA and NCCL tests,
 # calibrates configs/live/llama3-8b-gpu.toml, then runs serve, bench accuracy
-# and bench overhead on it, and writes $OUT/results.md with tables shaped like
+# and bench overhead on it, bench accuracy on configs/live/llama3-8b-gpu-one.toml
+# (one accelerator on the GPU) with scripts/op-accuracy.py's reading of where the
+# operators' error comes from, and writes $OUT/results.md with tables shaped like
 # docs/results.md's. Where no CUDA device is visible it says so in one line
 # and exits 0 without running anything that needs one.
 #
@@ -102,6 +104,16 @@ step "bench accuracy $CONFIG --time-scale $ACCURACY_TIME_SCALE"
 "$S" bench accuracy "$CONFIG" --time-scale "$ACCURACY_TIME_SCALE" --json > "$OUT/accuracy.json" || status=1
 cat "$OUT/accuracy.json"
 
+# Operator accuracy with the GPU to one accelerator (two sharing it slow each
+# other by ~30 %), and where the error comes from (docs/live.md, "Operator
+# accuracy on an H100").
+ONE_CONFIG=${ONE_CONFIG:-configs/live/llama3-8b-gpu-one.toml}
+step "operator accuracy: bench accuracy $ONE_CONFIG --time-scale $ACCURACY_TIME_SCALE"
+"$S" bench accuracy "$ONE_CONFIG" --time-scale "$ACCURACY_TIME_SCALE" --json \
+  --samples "$OUT/one-samples.csv" --observations "$OUT/one-observations.csv" > "$OUT/accuracy-one.json" || status=1
+cat "$OUT/accuracy-one.json"
+python3 scripts/op-accuracy.py "$OUT/one-samples.csv" "$OUT/one-observations.csv" | tee "$OUT/op-accuracy.txt" || status=1
+
 step "bench overhead $CONFIG"
 "$S" bench overhead "$CONFIG" --json > "$OUT/overhead.json" || status=1
 cat "$OUT/overhead.json"
@@ -143,6 +155,11 @@ if acc:
         lines.append(f"| {k} | {v['samples']} | {fmt(v['mape_pct'])} | {fmt(v['bias_pct'])} |")
 else:
     lines.append(f"| `{config}` | not measured: {acc_err} | | | | | |")
+one, one_err = load("accuracy-one.json")
+lines += ["", "## Operator accuracy, one accelerator on the GPU", "", "| op_mape_pct | latency_error_pct | e2e_error_pct |", "|---|---|---|"]
+lines.append(f"| {fmt(one['op_mape_pct'])} | {fmt(one['latency_error_pct'])} | {fmt(one['e2e_error_pct'])} |" if one
+             else f"| not measured: {one_err} | | |")
+lines += ["", "```", read("op-accuracy.txt"), "```"]
 lines += ["", "## `serve`", "", "```", read("serve.txt"), "```", "", "## `calibrate`", "", "```", read("calibrate.txt"), "```", ""]
 with open(os.path.join(out, "results.md"), "w") as f: f.write("\n".join(lines))
 print(f"wrote {os.path.join(out, 'results.md')}")

@@ -15,6 +15,7 @@ module;
 #include <utility>
 #include <vector>
 
+#include "executor/torch/cuda.h"
 #include "executor/torch/runtime.h"
 
 module slicesched.executor.calibration;
@@ -38,7 +39,7 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // Runs `run(k)` for k in [0, n): `warmup` untimed passes, then `repeats`
 // timed ones, round robin, so a burst of noise spreads over the points
 // instead of skewing one. `sync` follows every run (and the warmup); the
-// timings include it. Returns each point's times.
+// host's timings include it. Returns each point's times.
 template <class Run, class Sync>
 std::vector<std::vector<double>> round_robin(std::size_t n, const CalibrateSettings& s, Run&& run, Sync&& sync) {
   std::vector<std::vector<double>> times(n);
@@ -54,6 +55,13 @@ std::vector<std::vector<double>> round_robin(std::size_t n, const CalibrateSetti
     }
   return times;
 }
+
+// What one point's timed runs come to.
+struct PointTime {
+  double seconds = 0;       // the operator's median, on the clock the fit uses (the device's where there is one)
+  double host_seconds = 0;  // the median of its whole iteration on the host's clock
+  double spread_pct = 0;    // (slowest - fastest) / median of the operator's runs
+};
 
 // Synthetic prompts, iteration plans and KV caches for grid shapes.
 class Bench {
@@ -108,110 +116,131 @@ class Bench {
   std::map<std::pair<std::uint64_t, std::int64_t>, std::vector<std::int64_t>> prompts_;
 };
 
-// The grid's shapes grouped by the KV cache they read (a layer group's
-// shapes: same sequences and context; other ops: all in one group).
-std::vector<std::vector<std::size_t>> cache_blocks(const ShapeGrid& grid, bool is_layers) {
-  std::vector<std::vector<std::size_t>> blocks;
-  std::map<std::pair<std::int64_t, std::int64_t>, std::size_t> block_of;
-  for (std::size_t i = 0; i < grid.shapes.size(); ++i) {
-    const GridShape& g = grid.shapes[i];
-    const auto key = is_layers ? std::pair{g.seqs, g.context} : std::pair<std::int64_t, std::int64_t>{0, 0};
-    auto [it, fresh] = block_of.try_emplace(key, blocks.size());
-    if (fresh) blocks.emplace_back();
-    blocks[it->second].push_back(i);
-  }
-  return blocks;
-}
+// What timing every operator inside whole iterations gives: per operator
+// (model.ops() order) its time at every grid shape, and the engine's fixed
+// costs as (sequences, seconds) samples.
+struct IterationTimes {
+  std::vector<std::vector<PointTime>> ops;  // [op][shape]
+  std::vector<std::pair<double, double>> fixed;
+};
 
-// The median time of the operator with role `op` (the embedding, a layer
-// group, the head: the model contract says which) at every grid shape on
-// device `dev`, each block of shapes that shares a KV cache timed round robin.
-std::vector<double> time_operator(Bench& bench, const ModelOp& op, const ShapeGrid& grid, const std::string& dev,
-                                  const CalibrateSettings& s) {
-  rt::LlamaModel& model = bench.model();
-  const bool is_layers = op.role == OpRole::kLayers;
-  const int group = op.group;
-  std::vector<double> medians(grid.shapes.size());
-  for (const auto& block : cache_blocks(grid, is_layers)) {
-    const GridShape& first = grid.shapes[block.front()];
-    const rt::Value cache = is_layers ? bench.kv(group, first.seqs, first.context, dev) : rt::Value();
-    std::vector<rt::StepPlan> plans;
-    std::vector<rt::Value> hidden;
-    for (std::size_t i : block) {
-      plans.push_back(bench.plan(grid.shapes[i]));
-      if (op.role != OpRole::kEmbed) hidden.push_back(model.embed(plans.back(), dev));
-    }
-    auto run = [&](std::size_t k) {
-      if (op.role == OpRole::kEmbed) {
-        (void)model.embed(plans[k], dev);
-      } else if (op.role == OpRole::kHead) {
-        (void)model.head(hidden[k], plans[k], dev);
-      } else {
-        rt::Value kv_out;
-        (void)model.layers(group, hidden[k], cache, plans[k], dev, kv_out);
-      }
-    };
-    const auto times = round_robin(block.size(), s, run, [&] { rt::LlamaModel::synchronize(dev); });
-    for (std::size_t k = 0; k < block.size(); ++k) medians[block[k]] = median(times[k]);
-  }
-  return medians;
-}
-
-// The engine's fixed costs on device `dev`: every grid shape without a
-// fresh prefill run as the live executor runs one iteration (its step plan
-// built, then embed, every layer group on its KV cache and the head, which
-// samples and brings the tokens to the host), timed whole, round robin per
-// KV cache like the operators. A shape's whole-iteration median less the sum
-// of its operators' medians (`op_sum`, each timed alone) is what the
-// iteration costs beyond its operators; appended to `out` as (sequences,
-// seconds).
-void time_iterations(Bench& bench, const Model& model, const ShapeGrid& grid, const std::string& dev,
-                     const CalibrateSettings& s, const std::vector<double>& op_sum,
-                     std::vector<std::pair<double, double>>& out) {
+// Every grid shape run as the live executor runs one iteration: its step
+// plan built, then each operator in order (the embedding, every layer group
+// on its KV cache, the head, which samples and brings the tokens to the
+// host), round robin over the shapes that share a KV cache (same sequences
+// and context). Each operator is timed where it runs in the iteration, as
+// the live executor times it (CUDA events around it on its stream; the
+// host's clock off CUDA): timed alone, back to back on the same inputs, an
+// operator ran faster than it does between the others (the host's caches
+// warm, nothing queued before it), and launch-bound layer groups came out
+// 20-50 % apart at one shape from one block of runs to the next on an H100
+// (docs/live.md, "Operator accuracy on an H100").
+//
+// Layer groups of equal size are the same computation on the same shapes:
+// their samples are pooled, and each such group's time at a shape is the
+// median over all of them, so one slow block of one group does not skew it.
+//
+// A shape's whole-iteration host median less the sum of its operators'
+// medians is what the iteration costs beyond its operators: the fixed-cost
+// samples, of the shapes without a fresh prefill.
+IterationTimes time_iterations(Bench& bench, const Model& model, const ShapeGrid& grid, const std::string& dev,
+                               const CalibrateSettings& s) {
   rt::LlamaModel& rt_model = bench.model();
-  std::vector<int> groups;
-  for (const ModelOp& op : model.ops())
-    if (op.role == OpRole::kLayers) groups.push_back(op.group);
+  const std::span<const ModelOp> ops = model.ops();
+  const std::size_t n_ops = ops.size();
+  const int ordinal = rt::cuda_ordinal(dev);
+  std::vector<std::unique_ptr<rt::cuda::EventTimer>> timers;
+  if (ordinal >= 0)
+    for (std::size_t i = 0; i < n_ops; ++i) timers.push_back(std::make_unique<rt::cuda::EventTimer>(ordinal));
+  // samples[op][shape]: every timed run; whole[shape]: the host's, whole.
+  std::vector<std::vector<std::vector<double>>> samples(n_ops, std::vector<std::vector<double>>(grid.shapes.size()));
+  std::vector<std::vector<double>> whole(grid.shapes.size());
   std::map<std::pair<std::int64_t, std::int64_t>, std::vector<std::size_t>> blocks;
   for (std::size_t i = 0; i < grid.shapes.size(); ++i)
-    if (grid.shapes[i].prefill == 0) blocks[{grid.shapes[i].seqs, grid.shapes[i].context}].push_back(i);
+    blocks[{grid.shapes[i].seqs, grid.shapes[i].context}].push_back(i);
   for (const auto& [key, block] : blocks) {
-    std::vector<rt::Value> caches;
-    for (int g : groups) caches.push_back(bench.kv(g, key.first, key.second, dev));
+    std::vector<rt::Value> caches(n_ops);
+    for (std::size_t i = 0; i < n_ops; ++i)
+      if (ops[i].role == OpRole::kLayers) caches[i] = bench.kv(ops[i].group, key.first, key.second, dev);
+    std::vector<double> host_op(n_ops);
     auto run = [&](std::size_t k) {
       const rt::StepPlan plan = bench.plan(grid.shapes[block[k]]);
-      rt::Value h = rt_model.embed(plan, dev);
-      for (std::size_t g = 0; g < groups.size(); ++g) {
-        rt::Value kv_out;
-        h = rt_model.layers(groups[g], h, caches[g], plan, dev, kv_out);
+      rt::Value h;
+      for (std::size_t i = 0; i < n_ops; ++i) {
+        const auto t0 = Clock::now();
+        if (!timers.empty()) timers[i]->start();
+        if (ops[i].role == OpRole::kEmbed) {
+          h = rt_model.embed(plan, dev);
+        } else if (ops[i].role == OpRole::kHead) {
+          (void)rt_model.head(h, plan, dev);
+        } else {
+          rt::Value kv_out;
+          h = rt_model.layers(ops[i].group, h, caches[i], plan, dev, kv_out);
+        }
+        if (!timers.empty()) timers[i]->stop();
+        host_op[i] = seconds_since(t0);  // off CUDA, every operator has finished when it returns
       }
-      (void)rt_model.head(h, plan, dev);
     };
-    const auto times = round_robin(block.size(), s, run, [&] { rt::LlamaModel::synchronize(dev); });
-    for (std::size_t k = 0; k < block.size(); ++k)
-      out.push_back(
-          {static_cast<double>(grid.shapes[block[k]].total_sequences()), median(times[k]) - op_sum[block[k]]});
+    for (int w = 0; w < s.warmup; ++w)
+      for (std::size_t k = 0; k < block.size(); ++k) run(k);
+    rt::LlamaModel::synchronize(dev);
+    for (int rep = 0; rep < s.repeats; ++rep)
+      for (std::size_t k = 0; k < block.size(); ++k) {
+        const auto t1 = Clock::now();
+        run(k);
+        rt::LlamaModel::synchronize(dev);
+        whole[block[k]].push_back(seconds_since(t1));
+        for (std::size_t i = 0; i < n_ops; ++i)
+          samples[i][block[k]].push_back(timers.empty() ? host_op[i] : static_cast<double>(timers[i]->wait_ns()) / 1e9);
+      }
   }
+  IterationTimes out;
+  out.ops.resize(n_ops);
+  for (std::size_t i = 0; i < n_ops; ++i) {
+    for (std::size_t k = 0; k < grid.shapes.size(); ++k) {
+      // Equal layer groups pooled (see above).
+      std::vector<double> pool;
+      for (std::size_t j = 0; j < n_ops; ++j)
+        if (j == i ||
+            (ops[i].role == OpRole::kLayers && ops[j].role == OpRole::kLayers && ops[j].layers == ops[i].layers))
+          pool.insert(pool.end(), samples[j][k].begin(), samples[j][k].end());
+      PointTime p{median(pool), median(whole[k]), 0};
+      if (!pool.empty() && p.seconds > 0)
+        p.spread_pct = 100.0 *
+                       (*std::max_element(pool.begin(), pool.end()) - *std::min_element(pool.begin(), pool.end())) /
+                       p.seconds;
+      out.ops[i].push_back(p);
+    }
+  }
+  for (std::size_t k = 0; k < grid.shapes.size(); ++k) {
+    if (grid.shapes[k].prefill != 0) continue;
+    double op_sum = 0;
+    for (std::size_t i = 0; i < n_ops; ++i) op_sum += out.ops[i][k].seconds;
+    out.fixed.push_back({static_cast<double>(grid.shapes[k].total_sequences()), median(whole[k]) - op_sum});
+  }
+  return out;
 }
 
 // Fits op `op` on accelerator type `type` to its medians, appending its
 // row and points to `r`.
 Status fit_operator(CalibrationResult& r, const GraphTemplate& tmpl, const TemplateOp& op, AccelTypeId type,
-                    const ShapeGrid& grid, const std::vector<double>& medians) {
+                    const ShapeGrid& grid, const std::vector<PointTime>& medians) {
   std::vector<std::vector<double>> x;
   for (std::size_t i = 0; i < grid.shapes.size(); ++i) {
     const GridShape& g = grid.shapes[i];
     x.push_back(op_features(tmpl, op, g.total_tokens(), g.total_sequences(), g.total_context()));
-    if (Status st = r.est.observe_op(op.kind, type, x.back(), medians[i]); !st.ok()) return st;
+    if (Status st = r.est.observe_op(op.kind, type, x.back(), medians[i].seconds); !st.ok()) return st;
   }
   CalibrationResult::Row row{tmpl.name(), op.name, r.accels->type_name(type), x.size(), 0, 1e300, 0, false};
   for (std::size_t i = 0; i < x.size(); ++i) {
+    const PointTime& m = medians[i];
     const double predicted = r.est.predict_op(op.kind, type, x[i]);
-    row.mape_pct += std::abs(predicted - medians[i]) / medians[i];
-    r.points.push_back({row.model, op.name, row.type, grid.shapes[i], 0, x[i], medians[i], predicted});
+    row.mape_pct += std::abs(predicted - m.seconds) / m.seconds;
+    r.points.push_back(
+        {row.model, op.name, row.type, grid.shapes[i], 0, x[i], m.seconds, predicted, m.host_seconds, m.spread_pct});
+    row.min_s = std::min(row.min_s, m.seconds), row.max_s = std::max(row.max_s, m.seconds);
   }
   if (!x.empty()) row.mape_pct *= 100.0 / static_cast<double>(x.size());
-  for (double y : medians) row.min_s = std::min(row.min_s, y), row.max_s = std::max(row.max_s, y);
   r.rows.push_back(std::move(row));
   return Status::Ok();
 }
@@ -236,26 +265,23 @@ Status calibrate_operators(CalibrationResult& r, const CalibrationTarget& target
     if (rep == kNoAccel) continue;
     const std::string& dev = target.devices[rep];
     for (const TemplateOp& op : tmpl.ops()) bench.model().load(op.name, dev);
-    std::vector<double> op_sum(target.grid.shapes.size(), 0.0);  // the operators' medians, summed per shape
+    const auto t0 = Clock::now();
+    IterationTimes times = time_iterations(bench, *served.model, target.grid, dev, s);
     for (std::size_t i = 0; i < tmpl.ops().size(); ++i) {
       const TemplateOp& op = tmpl.ops()[i];
-      const auto t0 = Clock::now();
-      const std::vector<double> medians = time_operator(bench, served.model->ops()[i], target.grid, dev, s);
-      for (std::size_t k = 0; k < medians.size(); ++k) op_sum[k] += medians[k];
-      if (Status st = fit_operator(r, tmpl, op, type, target.grid, medians); !st.ok()) return st;
+      if (Status st = fit_operator(r, tmpl, op, type, target.grid, times.ops[i]); !st.ok()) return st;
       const CalibrationResult::Row& row = r.rows.back();
       if (s.progress)
-        std::fprintf(stderr,
-                     "  calibrate: %s %-10s on %-8s (%s): %llu shapes, %.3f-%.3f ms, fit MAPE %.2f %% [%.1f s]\n",
+        std::fprintf(stderr, "  calibrate: %s %-10s on %-8s (%s): %llu shapes, %.3f-%.3f ms, fit MAPE %.2f %%\n",
                      tmpl.name().c_str(), op.name.c_str(), row.type.c_str(), dev.c_str(),
-                     static_cast<unsigned long long>(row.samples), row.min_s * 1e3, row.max_s * 1e3, row.mape_pct,
-                     seconds_since(t0));
+                     static_cast<unsigned long long>(row.samples), row.min_s * 1e3, row.max_s * 1e3, row.mape_pct);
     }
-    const auto t0 = Clock::now();
-    time_iterations(bench, *served.model, target.grid, dev, s, op_sum, samples[type]);
+    auto& fixed = samples[type];
+    fixed.insert(fixed.end(), times.fixed.begin(), times.fixed.end());
     if (s.progress)
-      std::fprintf(stderr, "  calibrate: %s whole iterations on %-8s (%s): fixed costs measured [%.1f s]\n",
-                   tmpl.name().c_str(), accels.type_name(type).c_str(), dev.c_str(), seconds_since(t0));
+      std::fprintf(stderr, "  calibrate: %s on %-8s (%s): %zu shapes timed in whole iterations [%.1f s]\n",
+                   tmpl.name().c_str(), accels.type_name(type).c_str(), dev.c_str(), target.grid.shapes.size(),
+                   seconds_since(t0));
   }
   return Status::Ok();
 }
@@ -304,7 +330,7 @@ Status fit_pair(CalibrationResult& r, AccelId a, AccelId b, const std::vector<st
   CalibrationResult::Row row{"", "copy", accels[a].name + " -> " + accels[b].name, samples.size(), 0, 1e300, 0, true};
   for (auto [bytes, y] : samples) {
     const double predicted = r.est.predict_transfer(a, b, static_cast<std::uint64_t>(bytes));
-    r.points.push_back({"", "copy", row.type, {}, static_cast<std::int64_t>(bytes), {}, y, predicted});
+    r.points.push_back({"", "copy", row.type, {}, static_cast<std::int64_t>(bytes), {}, y, predicted, y, 0});
     row.mape_pct += std::abs(predicted - y) / y;
     row.min_s = std::min(row.min_s, y), row.max_s = std::max(row.max_s, y);
   }

@@ -22,13 +22,17 @@
 //   (T >= 2), so its fit sees two sequence counts and is identifiable.
 //   copies  hidden states of t tokens, t in {1, 4, 16, ...} < T and T, and KV
 //           caches of k tokens, k in {16, 64, ...} < K and K, between every ordered pair.
-//   fixed   every shape without a fresh prefill run whole, as the live executor
-//           runs an iteration (step plan, embed, every layer group, head with
-//           its sampling); its median less its operators' medians, fitted to
-//           {1, sequences} per accelerator type: the profile's fixed_costs.
-// Each point: `warmup` untimed runs, then `repeats` timed ones (each
-// followed by a device synchronize), taken round robin over the points that
-// share a KV cache (or over the sizes of one pair); the median is the sample.
+//   fixed   every shape without a fresh prefill: its whole iteration's median less its
+//           operators' medians, fitted to {1, sequences} per accelerator type: the
+//           profile's fixed_costs.
+// Every shape is run whole, as the live executor runs an iteration (step
+// plan, embed, every layer group, head with its sampling), `warmup` untimed
+// times, then `repeats` timed ones, taken round robin over the shapes that
+// share a KV cache; the median is the sample. Each operator is timed inside
+// the iteration as the live executor times it: by CUDA events around it on
+// its stream on a CUDA device, by the host's clock elsewhere. Layer groups of
+// equal size pool their samples (the same computation). Copies are timed by
+// the host's clock, each followed by a synchronize of both ends.
 module;
 #include <cstdint>
 #include <cstdio>
@@ -124,8 +128,10 @@ struct CalibrationResult {
     GridShape shape;                // operators
     std::int64_t bytes = 0;         // copies
     std::vector<double> x;          // operators: the template's features
-    double seconds = 0;             // the median
+    double seconds = 0;             // the median (operators on CUDA: of the device's clock, as live reports them)
     double predicted = 0;           // by the final fit
+    double host_seconds = 0;        // operators: the median of the whole iteration on the host's clock
+    double spread_pct = 0;          // operators: (slowest - fastest) / median of the timed runs
   };
   std::vector<Point> points;
   double wall_s = 0;
@@ -141,8 +147,8 @@ Result<CalibrationResult> calibrate_models(const CalibrationTarget& target, std:
 
 // The table: model, op, type, samples, MAPE %, fastest and slowest median.
 void print_calibration(const CalibrationResult& r, std::FILE* out);
-// Every point as CSV (model,what,type,seqs,tokens,context,prefill,bytes,features,seconds,predicted); false on an
-// I/O error.
+// Every point as CSV (model,what,type,seqs,tokens,context,prefill,bytes,features,seconds,predicted,host_seconds,
+// spread_pct); false on an I/O error.
 bool write_points_csv(const CalibrationResult& r, const std::string& path);
 
 // The features of template op `op` for an iteration of `tokens` new tokens

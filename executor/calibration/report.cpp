@@ -22,14 +22,15 @@ void print_calibration(const CalibrationResult& r, std::FILE* out) {
 bool write_points_csv(const CalibrationResult& r, const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) return false;
-  std::fprintf(f, "model,what,type,seqs,tokens,context,prefill,bytes,features,seconds,predicted\n");
+  std::fprintf(
+      f, "model,what,type,seqs,tokens,context,prefill,bytes,features,seconds,predicted,host_seconds,spread_pct\n");
   for (const auto& p : r.points) {
     std::string x;
     for (double v : p.x) x += (x.empty() ? "" : " ") + std::to_string(static_cast<long long>(v));
-    std::fprintf(f, "%s,%s,%s,%lld,%lld,%lld,%lld,%lld,%s,%.9g,%.9g\n", p.model.c_str(), p.what.c_str(), p.type.c_str(),
-                 static_cast<long long>(p.shape.seqs), static_cast<long long>(p.shape.tokens),
+    std::fprintf(f, "%s,%s,%s,%lld,%lld,%lld,%lld,%lld,%s,%.9g,%.9g,%.9g,%.3f\n", p.model.c_str(), p.what.c_str(),
+                 p.type.c_str(), static_cast<long long>(p.shape.seqs), static_cast<long long>(p.shape.tokens),
                  static_cast<long long>(p.shape.context), static_cast<long long>(p.shape.prefill),
-                 static_cast<long long>(p.bytes), x.c_str(), p.seconds, p.predicted);
+                 static_cast<long long>(p.bytes), x.c_str(), p.seconds, p.predicted, p.host_seconds, p.spread_pct);
   }
   return std::fclose(f) == 0;
 }
