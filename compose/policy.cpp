@@ -166,20 +166,25 @@ Status wire_co_batch(const ExperimentConfig& cfg, PolicyParts& p) {
     std::vector<Tenant*> hosts;
     for (const std::string& h : c.hosts)
       for (Tenant* t : instances(h)) hosts.push_back(t);
-    if (riders.size() != 1 && riders.size() != hosts.size())
-      return InvalidArgument(who + c.rider + ": expected one instance of '" + c.rider + "' or one per host (" +
-                             std::to_string(hosts.size()) + "), got " + std::to_string(riders.size()));
-    for (std::size_t k = 0; k < hosts.size(); ++k) {
+    // One rider instance lends to every host, instance k of one per host to
+    // host k, and every instance to a single host.
+    if (riders.size() != 1 && riders.size() != hosts.size() && hosts.size() != 1)
+      return InvalidArgument(who + c.rider + ": expected one instance of '" + c.rider + "', one per host (" +
+                             std::to_string(hosts.size()) + ") or a single host, got " + std::to_string(riders.size()) +
+                             " instances");
+    for (std::size_t k = 0; k < std::max(hosts.size(), riders.size()); ++k) {
       Tenant* rider = riders.size() == 1 ? riders[0] : riders[k];
-      if (rider->tmpl() != hosts[k]->tmpl())
-        return InvalidArgument(who + c.rider + ": host '" + hosts[k]->spec().name +
+      Tenant* host = hosts.size() == 1 ? hosts[0] : hosts[k];
+      if (rider->tmpl() != host->tmpl())
+        return InvalidArgument(who + c.rider + ": host '" + host->spec().name +
                                "' serves another model (a batch runs one model)");
-      hosts[k]->add_rider_source(rider);
-      hosts[k]->set_keep_riders(p.policy.co_batch_keep_riders);
+      host->add_rider_source(rider);
+      host->set_keep_riders(p.policy.co_batch_keep_riders);
       if (p.policy.co_batch_slowdown >= 0)
-        hosts[k]->set_rider_bound(iteration_cost(p, hosts[k]->tmpl()), p.policy.co_batch_slowdown);
+        host->set_rider_bound(iteration_cost(p, host->tmpl()), p.policy.co_batch_slowdown);
     }
-    if (!p.policy.co_batch_own_iterations)
+    const auto& only = p.policy.co_batch_rides_only;
+    if (!p.policy.co_batch_own_iterations || std::find(only.begin(), only.end(), c.rider) != only.end())
       for (Tenant* r : riders) r->set_rides_only(true);
   }
   return Status::Ok();

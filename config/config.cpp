@@ -807,6 +807,18 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       }
       riders.finish();
       pc.co_batch_own_iterations = cb.boolean("own_iterations", true);
+      if (cb.has("rides_only")) {
+        if (!pc.co_batch_own_iterations)
+          cb.fail(cb.node("rides_only"), "rides_only",
+                  "own_iterations = false already makes every rider ride only; give one of the two");
+        for (const std::string& name : strings(cb, "rides_only", true)) {
+          bool rider = false;
+          for (const auto& c : pc.co_batch) rider |= c.rider == name;
+          if (!rider)
+            cb.fail(cb.node("rides_only"), "rides_only", "expected tenants named in riders, got '" + name + "'");
+          pc.co_batch_rides_only.push_back(name);
+        }
+      }
       if (cb.has("slowdown")) pc.co_batch_slowdown = cb.num("slowdown", -1, 0, 1e6);
       pc.co_batch_keep_riders = cb.boolean("keep_riders", false);
       cb.finish();

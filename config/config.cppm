@@ -125,7 +125,8 @@ struct PolicyConfig {
   };
   std::vector<CoBatch> co_batch;
   bool co_batch_own_iterations = true;  // co_batch.own_iterations: riders' tenants also run iterations of their own
-  double co_batch_slowdown = -1;        // co_batch.slowdown: bound on a host iteration's stretch (< 0: none)
+  std::vector<std::string> co_batch_rides_only;  // co_batch.rides_only: rider tenants that run none of their own
+  double co_batch_slowdown = -1;                 // co_batch.slowdown: bound on a host iteration's stretch (< 0: none)
   // co_batch.keep_riders: a rider on board leaves only when its host needs
   // the KV room (or the sequence cap); short of token room or the slowdown
   // bound it steps one token instead of being evicted and recomputed.

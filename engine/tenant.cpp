@@ -99,7 +99,7 @@ std::int64_t Tenant::kv_held(bool riders) const {
   for (const Lane& l : lanes_)
     // (a chunked prefill under way holds what it will cache in all)
     for (const Seq& s : l.running) {
-      if (s.owner && !riders) continue;
+      if (!seated_as_own(s) && !riders) continue;
       const bool whole = s.prefill && (spec_.chunked_prefill || s.owner);
       kv += (whole ? (s.owner ? s.owner->held(s.request) : held(s.request)) : s.context) + 1;
     }
@@ -141,7 +141,7 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   std::int64_t context = 0;
   std::int64_t mine = 0;  // the lane's own sequences (riders are seated after)
   for (const Seq& s : lane.running) {
-    if (s.owner) continue;
+    if (!seated_as_own(s)) continue;
     ++mine;
     context += s.context;
     tokens += s.prefill ? 0 : 1;  // decodes first
@@ -182,8 +182,8 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   // A chunked prefill under way goes on with what the budget leaves (at
   // least a token: it never stalls).
   for (Seq& s : lane.running)
-    if (s.prefill && !s.owner && s.context > 0) {
-      s.chunk = std::min(held(s.request) - s.context, std::max<std::int64_t>(1, spec_.token_budget - tokens));
+    if (s.prefill && seated_as_own(s) && s.context > 0) {
+      s.chunk = std::min(own(s).held(s.request) - s.context, std::max<std::int64_t>(1, spec_.token_budget - tokens));
       tokens += s.chunk;
     }
   while (!waiting_.empty()) {
@@ -209,6 +209,29 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
                                                  : tokens + prefill <= spec_.token_budget || !admitted;
     if (!(tokens_ok && fits(waiting_.front()) && mine < spec_.max_seqs)) break;
     admit({waiting_.front(), 0, true, chunk}, chunk, prefill);
+  }
+  // Peers (riders at this tenant's priority or above: tenants that share its
+  // engine) are admitted as its own prompts are, after them, from each
+  // peer's queue in order.
+  for (Tenant* o : sources_) {
+    if (!peer(*o)) continue;
+    while (!o->waiting_.empty() && mine < spec_.max_seqs) {
+      const std::size_t r = o->waiting_.front();
+      const std::int64_t prefill = o->held(r);
+      const RequestRecord& rec = o->records_[r];
+      const bool kv_ok = kv_after + rec.input_tokens + rec.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
+      const std::int64_t chunk =
+          spec_.chunked_prefill ? std::min(prefill, std::max<std::int64_t>(1, spec_.token_budget - tokens)) : prefill;
+      const bool tokens_ok = spec_.chunked_prefill ? tokens < spec_.token_budget || !admitted
+                                                   : tokens + prefill <= spec_.token_budget || !admitted;
+      if (!(tokens_ok && kv_ok)) break;
+      lane.running.push_back({r, 0, true, chunk, o});
+      o->waiting_.pop_front();
+      ++mine;
+      admitted = true;
+      tokens += chunk;
+      kv_after += prefill;
+    }
   }
   if (!sources_.empty()) seat_riders(lane, tokens, context, kv_after);
   if (tokens == 0) {
@@ -584,7 +607,7 @@ void Tenant::requeue(const Seq& s) {
 
 void Tenant::seat_riders(Lane& lane, std::int64_t& tokens, std::int64_t& context, std::int64_t& kv) {
   std::int64_t seqs = 0;
-  for (const Seq& s : lane.running) seqs += !s.owner;
+  for (const Seq& s : lane.running) seqs += seated_as_own(s);
   // The iteration's time with the lane's own sequences alone: riders may
   // stretch it by at most the bound. A lane with none of its own lets the
   // riders on board finish under the budgets alone, and takes no new ones
@@ -596,7 +619,7 @@ void Tenant::seat_riders(Lane& lane, std::int64_t& tokens, std::int64_t& context
   // a time) but none joins, so it runs about as long as alone.
   bool first_tokens = false;
   if (bounded)
-    for (const Seq& s : lane.running) first_tokens = first_tokens || (!s.owner && s.prefill);
+    for (const Seq& s : lane.running) first_tokens = first_tokens || (seated_as_own(s) && s.prefill);
   const double limit = bounded ? (1 + rider_slowdown_) * rider_cost_({tokens, seqs, context, lane.kv_tokens}) : 0;
   auto fits = [&](std::int64_t dt, std::int64_t dc, std::int64_t dkv) {
     if (tokens + dt > spec_.token_budget || seqs + 1 > spec_.max_seqs || kv + dkv > spec_.kv_budget_tokens)
@@ -616,7 +639,7 @@ void Tenant::seat_riders(Lane& lane, std::int64_t& tokens, std::int64_t& context
   // room back from online work next time).
   std::vector<Seq> kept, gone;
   for (Seq& s : lane.running) {
-    if (!s.owner) {
+    if (seated_as_own(s)) {
       kept.push_back(s);
       continue;
     }
@@ -652,7 +675,7 @@ void Tenant::seat_riders(Lane& lane, std::int64_t& tokens, std::int64_t& context
   // an iteration that just sent riders away: the room is online's).
   if (!gone.empty() || first_tokens) return;
   for (Tenant* o : sources_)
-    while (!o->waiting_.empty() && !(own_less && !o->rides_only_)) {
+    while (!peer(*o) && !o->waiting_.empty() && !(own_less && !o->rides_only_)) {
       const std::size_t r = o->waiting_.front();
       const std::int64_t whole = o->held(r);
       const std::int64_t need = o->records_[r].input_tokens + o->records_[r].output_tokens;

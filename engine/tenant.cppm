@@ -11,12 +11,15 @@
 // sequences among those free to start.
 //
 // Cross-tenant batches (riders): another tenant of the same model may lend
-// its waiting requests to this one's iterations. They ride at low priority:
-// this tenant's own sequences are seated first, riders take what the token,
-// sequence and KV budgets (and, when set, a slowdown bound on the
-// iteration's estimated time) leave, and a rider that no longer fits leaves
-// (recompute, vLLM's default preemption) and queues again first at its
-// owner. Records, events and the request's tokens stay its owner's.
+// its waiting requests to this one's iterations. A rider of lower priority
+// rides at low priority: this tenant's own sequences are seated first,
+// riders take what the token, sequence and KV budgets (and, when set, a
+// slowdown bound on the iteration's estimated time) leave, and a rider that
+// no longer fits leaves (recompute, vLLM's default preemption) and queues
+// again first at its owner. A rider of this tenant's priority or above is a
+// peer: its requests are seated as this tenant's own (one engine serving
+// several tenants). Records, events and the request's tokens stay the
+// owner's.
 module;
 #include <cstdint>
 #include <deque>
@@ -243,6 +246,12 @@ class Tenant {
   };
   // The tenant that owns a sequence's record.
   Tenant& own(const Seq& s) { return s.owner ? *s.owner : *this; }
+  // A peer lends its requests at this tenant's priority or above: they are
+  // seated as this tenant's own (admitted whole after its own, never bound
+  // by the slowdown, never evicted for it), as one engine serving several
+  // tenants would.
+  bool peer(const Tenant& o) const { return o.spec_.priority >= spec_.priority; }
+  bool seated_as_own(const Seq& s) const { return !s.owner || peer(*s.owner); }
   // The sequence id a live plan gives it: riders apart from own requests.
   std::uint64_t plan_id(const Seq& s) const {
     return s.owner ? ((static_cast<std::uint64_t>(s.owner->id_) + 1) << 40) | s.request : s.request;

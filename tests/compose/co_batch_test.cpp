@@ -166,6 +166,56 @@ TEST_CASE("co_batch: kept riders leave only for KV room and lose no work to the 
   CHECK(rs.metrics.offline_done == done);
 }
 
+TEST_CASE("co_batch: a peer's requests are seated as the host's own, one batch for both tenants",
+          "[compose][co_batch]") {
+  // tests/cli/co_batch_peers.toml: two online tenants of one model; in
+  // Shared, online1 rides only in online0's iterations at online0's
+  // priority, under a slowdown bound of 0 that seats no lower-priority rider.
+  auto cfg = load_config(std::string(SLICESCHED_SOURCE_DIR) + "/tests/cli/co_batch_peers.toml");
+  REQUIRE(cfg.ok());
+  PluginRegistries plugins;
+  REQUIRE(load_plugins(*cfg, plugins).ok());
+  auto truths = load_truths(*cfg);
+  REQUIRE(truths.ok());
+  auto run = [&](const std::string& name) {
+    auto p = find_policy(*cfg, name);
+    REQUIRE(p.ok());
+    auto parts = build_policy(*cfg, *p.value(), plugins);
+    if (!parts.ok()) FAIL(parts.status().message());
+    auto r = run_offline(*cfg, *parts.value(), *truths);
+    if (!r.ok()) FAIL(r.status().message());
+    return std::pair{std::move(parts).value(), std::move(r).value()};
+  };
+  const auto [apart, a] = run("Apart");
+  const auto [shared, s] = run("Shared");
+  const Tenant& host = tenant(*shared, "online0");
+  const Tenant& peer = tenant(*shared, "online1");
+  CHECK(host.rider_steps() > 0);
+  CHECK(peer.rider_steps() == 0);  // (it hosts nothing and runs no iteration of its own)
+  CHECK(host.rider_evictions() == 0);
+  // The bound of 0 seats no lower-priority rider; the peer's requests all
+  // ran, whole, and every one that finished has every token.
+  for (const Tenant* t : {&host, &peer}) {
+    std::size_t done = 0;
+    for (const RequestRecord& r : t->records()) {
+      CHECK(r.error.empty());
+      if (r.done < 0) continue;
+      ++done;
+      CHECK(r.generated == r.output_tokens);
+      CHECK(r.first_token >= r.arrival);
+    }
+    CHECK(done >= t->records().size() * 9 / 10);
+  }
+  // One batch reads the weights once for both tenants' decodes: the pair is
+  // busy for less time than when each tenant runs its own iterations.
+  double busy_apart = 0, busy_shared = 0;
+  for (double b : a.metrics.accel_busy_s) busy_apart += b;
+  for (double b : s.metrics.accel_busy_s) busy_shared += b;
+  INFO("GPU busy apart " << busy_apart << " s, shared " << busy_shared << " s");
+  CHECK(busy_shared < 0.9 * busy_apart);
+  CHECK(s.metrics.online_done == a.metrics.online_done);
+}
+
 TEST_CASE("co_batch: a policy's lanes override a tenant's, instance by instance", "[compose][co_batch]") {
   // colocation.toml: SliceScheduler runs four offline instances of two lanes,
   // Priority-Batch four of the tenant's own four.

@@ -132,6 +132,13 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
         ":13: policies[0].lanes.on: expected an integer in [1, 1024], got 0");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nco_batch = { riders = {}, keep_riders = 1 }")) ==
         ":13: policies[0].co_batch.keep_riders: expected true or false");
+  CHECK(
+      load_error(replace(base(), "name = \"p\"", "name = \"p\"\nco_batch = { riders = {}, rides_only = [\"on\"] }")) ==
+      ":13: policies[0].co_batch.rides_only: expected tenants named in riders, got 'on'");
+  CHECK(load_error(replace(base(), "name = \"p\"",
+                           "name = \"p\"\nco_batch = { riders = {}, own_iterations = false, rides_only = [] }")) ==
+        ":13: policies[0].co_batch.rides_only: own_iterations = false already makes every rider ride only; give one "
+        "of the two");
   CHECK(load_error(replace(base(), "count = 2", "count = 0")) ==
         ":4: cluster.accelerators[0].count: expected an integer in [1, 100000], got 0");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nscheduler = { what_if_scope = \"half\" }")) ==
