@@ -246,9 +246,12 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   InstanceSpec spec;
   spec.tmpl = tmpl_;
   spec.priority = spec_.priority;
-  // An iteration of riders alone runs at their priority, not this tenant's.
+  // An iteration of riders alone runs at their priority, not this tenant's;
+  // one that seats a peer of higher priority runs at the peer's.
   if (std::all_of(lane.running.begin(), lane.running.end(), [](const Seq& q) { return q.owner != nullptr; }))
     for (const Seq& q : lane.running) spec.priority = std::min(spec.priority, q.owner->spec_.priority);
+  for (const Seq& q : lane.running)
+    if (q.owner && peer(*q.owner)) spec.priority = std::max(spec.priority, q.owner->spec_.priority);
   spec.tenant = id_;
   const IterationDims dims{tokens, static_cast<std::int64_t>(lane.running.size()), context, lane.kv_tokens};
   if (model_)

@@ -1,7 +1,8 @@
 // Cross-tenant batches live (tests/cli/live_co_batch.toml): a fused
 // operator is one LibTorch forward over the concatenated sequences of both
-// tenants, and each tenant gets exactly the tokens it gets alone, which are
-// the plain single-device reference loop's.
+// tenants (riders of lower priority, or peers seated as the host's own), and
+// each tenant gets exactly the tokens it gets alone, which are the plain
+// single-device reference loop's.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -86,9 +87,12 @@ TEST_CASE("live co-batch: two tenants on one model, fused and apart, generate th
   REQUIRE(c.ok());
   const LiveRun fused = run_live(cfg, "Fused", c.value());
   const LiveRun apart = run_live(cfg, "Apart", c.value());
+  const LiveRun peers = run_live(cfg, "Peers", c.value());
   CHECK(fused.rider_steps > 0);  // offline sequences did ride in online batches
   CHECK(apart.rider_steps == 0);
+  CHECK(peers.rider_steps > 0);  // online sequences were seated in offline's iterations
   CHECK(fused.tokens == apart.tokens);
+  CHECK(peers.tokens == apart.tokens);
   // Each tenant's tokens are the plain loop's over its own prompts (the
   // prompt seed is the tenant's id: both policies give the same ids).
   std::size_t checked = 0;
