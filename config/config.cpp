@@ -818,6 +818,17 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
             cb.fail(cb.node("rides_only"), "rides_only", "expected tenants named in riders, got '" + name + "'");
           pc.co_batch_rides_only.push_back(name);
         }
+        // A tenant that only rides needs a host that runs iterations.
+        auto rides_only = [&](const std::string& t) {
+          return std::find(pc.co_batch_rides_only.begin(), pc.co_batch_rides_only.end(), t) !=
+                 pc.co_batch_rides_only.end();
+        };
+        for (const auto& c : pc.co_batch)
+          if (rides_only(c.rider) && std::all_of(c.hosts.begin(), c.hosts.end(), rides_only))
+            cb.fail(cb.node("rides_only"), "rides_only",
+                    "'" + c.rider +
+                        "' would ride only in tenants that ride only themselves: its requests would "
+                        "never run");
       }
       if (cb.has("slowdown")) pc.co_batch_slowdown = cb.num("slowdown", -1, 0, 1e6);
       pc.co_batch_keep_riders = cb.boolean("keep_riders", false);

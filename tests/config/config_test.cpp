@@ -139,6 +139,18 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
                            "name = \"p\"\nco_batch = { riders = {}, own_iterations = false, rides_only = [] }")) ==
         ":13: policies[0].co_batch.rides_only: own_iterations = false already makes every rider ride only; give one "
         "of the two");
+  {
+    // Two tenants riding only in each other: nobody runs an iteration.
+    std::string two = replace(base(), "tenants = [\"on\"]", "tenants = [\"on\", \"off\"]");
+    two +=
+        "\n[[tenants]]\nname = \"off\"\nstream = { constant_rate = 1.0, duration_s = 10, input_tokens = 8, "
+        "output_tokens = 2 }\n";
+    two = replace(two, "name = \"p\"",
+                  "name = \"p\"\nco_batch = { riders = { on = [\"off\"], off = [\"on\"] }, rides_only = [\"on\", "
+                  "\"off\"] }");
+    CHECK(load_error(two).find("policies[0].co_batch.rides_only: 'o") != std::string::npos);
+    CHECK(load_error(two).find("would ride only in tenants that ride only themselves") != std::string::npos);
+  }
   CHECK(load_error(replace(base(), "count = 2", "count = 0")) ==
         ":4: cluster.accelerators[0].count: expected an integer in [1, 100000], got 0");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nscheduler = { what_if_scope = \"half\" }")) ==
