@@ -348,7 +348,9 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
   Table cluster(*ct, "cluster", file);
   const std::string type_dir =
       cluster.has("accelerator_types") ? files.resolve(cluster.str("accelerator_types")) : default_accelerator_dir();
-  for (Table& l : tables_of(cluster, "link_classes", true, file)) {
+  // Required where accelerators reach each other (checked below, once the
+  // accelerators are read): a single accelerator moves nothing.
+  for (Table& l : tables_of(cluster, "link_classes", false, file)) {
     LinkClassConfig c;
     c.name = l.str("name");
     c.bandwidth_bytes_per_s = l.num("bandwidth_gbps", 0, 1e-6, 1e6, true) * 1e9;
@@ -449,6 +451,9 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
     }
     a.finish();
   }
+  if (cfg.link_classes.empty() && cfg.accelerators.size() > 1)
+    cluster.fail(nullptr, "link_classes",
+                 "is required (an array) with more than one accelerator: how they reach each other");
   for (Table& l : tables_of(cluster, "links", false, file)) {
     auto ends = strings(l, "between", true);
     if (ends.size() != 2) l.fail(l.node("between"), "between", "expected two accelerator names");

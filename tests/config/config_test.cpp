@@ -151,6 +151,18 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
     CHECK(load_error(two).find("policies[0].co_batch.rides_only: 'o") != std::string::npos);
     CHECK(load_error(two).find("would ride only in tenants that ride only themselves") != std::string::npos);
   }
+  // Links are needed only where accelerators reach each other.
+  const std::string no_links = replace(base(), "link_classes = [{ name = \"nvlink\", bandwidth_gbps = 300.0 }]\n", "");
+  CHECK(load_error(no_links) ==
+        ":2: cluster.link_classes: is required (an array) with more than one accelerator: how they reach each other");
+  {
+    const fs::path p = fs::temp_directory_path() / "slicesched_config_one_accel.toml";
+    std::ofstream(p) << replace(no_links, "count = 2", "count = 1");
+    auto one = load_config(p.string());
+    REQUIRE(one.ok());
+    CHECK(one->link_classes.empty());
+    CHECK(one->accelerators.size() == 1);
+  }
   CHECK(load_error(replace(base(), "count = 2", "count = 0")) ==
         ":4: cluster.accelerators[0].count: expected an integer in [1, 100000], got 0");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nscheduler = { what_if_scope = \"half\" }")) ==
