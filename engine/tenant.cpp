@@ -211,27 +211,26 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
     admit({waiting_.front(), 0, true, chunk}, chunk, prefill);
   }
   // Peers (riders at this tenant's priority or above: tenants that share its
-  // engine) are admitted as its own prompts are, after them, from each
-  // peer's queue in order.
-  for (Tenant* o : sources_) {
-    if (!peer(*o)) continue;
-    while (!o->waiting_.empty() && mine < spec_.max_seqs) {
-      const std::size_t r = o->waiting_.front();
-      const std::int64_t prefill = o->held(r);
-      const RequestRecord& rec = o->records_[r];
-      const bool kv_ok = kv_after + rec.input_tokens + rec.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
-      const std::int64_t chunk =
-          spec_.chunked_prefill ? std::min(prefill, std::max<std::int64_t>(1, spec_.token_budget - tokens)) : prefill;
-      const bool tokens_ok = spec_.chunked_prefill ? tokens < spec_.token_budget || !admitted
-                                                   : tokens + prefill <= spec_.token_budget || !admitted;
-      if (!(tokens_ok && kv_ok)) break;
-      lane.running.push_back({r, 0, true, chunk, o});
-      o->waiting_.pop_front();
-      ++mine;
-      admitted = true;
-      tokens += chunk;
-      kv_after += prefill;
-    }
+  // engine) are admitted as its own prompts are, after them, the oldest
+  // request of any peer first.
+  while (mine < spec_.max_seqs) {
+    Tenant* o = oldest_source([&](const Tenant& t) { return peer(t); });
+    if (!o) break;
+    const std::size_t r = o->waiting_.front();
+    const std::int64_t prefill = o->held(r);
+    const RequestRecord& rec = o->records_[r];
+    const bool kv_ok = kv_after + rec.input_tokens + rec.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
+    const std::int64_t chunk =
+        spec_.chunked_prefill ? std::min(prefill, std::max<std::int64_t>(1, spec_.token_budget - tokens)) : prefill;
+    const bool tokens_ok = spec_.chunked_prefill ? tokens < spec_.token_budget || !admitted
+                                                 : tokens + prefill <= spec_.token_budget || !admitted;
+    if (!(tokens_ok && kv_ok)) break;
+    lane.running.push_back({r, 0, true, chunk, o});
+    o->waiting_.pop_front();
+    ++mine;
+    admitted = true;
+    tokens += chunk;
+    kv_after += prefill;
   }
   if (!sources_.empty()) seat_riders(lane, tokens, context, kv_after);
   if (tokens == 0) {
@@ -674,22 +673,21 @@ void Tenant::seat_riders(Lane& lane, std::int64_t& tokens, std::int64_t& context
   for (auto s = gone.rbegin(); s != gone.rend(); ++s) requeue(*s);
   rider_evictions_ += gone.size();
   lane.running = std::move(kept);
-  // New riders, from each owner's queue in order, while they fit (none in
-  // an iteration that just sent riders away: the room is online's).
+  // New riders, the oldest request of any owner first, while they fit (none
+  // in an iteration that just sent riders away: the room is online's).
   if (!gone.empty() || first_tokens) return;
-  for (Tenant* o : sources_)
-    while (!peer(*o) && !o->waiting_.empty() && !(own_less && !o->rides_only_)) {
-      const std::size_t r = o->waiting_.front();
-      const std::int64_t whole = o->held(r);
-      const std::int64_t need = o->records_[r].input_tokens + o->records_[r].output_tokens;
-      const std::int64_t c = chunk_for(whole, 0, need);
-      if (c <= 0) return;
-      lane.running.push_back({r, 0, true, c, o});
-      o->waiting_.pop_front();
-      tokens += c;
-      kv += whole;
-      ++seqs;
-    }
+  while (Tenant* o = oldest_source([&](const Tenant& t) { return !peer(t) && !(own_less && !t.rides_only_); })) {
+    const std::size_t r = o->waiting_.front();
+    const std::int64_t whole = o->held(r);
+    const std::int64_t need = o->records_[r].input_tokens + o->records_[r].output_tokens;
+    const std::int64_t c = chunk_for(whole, 0, need);
+    if (c <= 0) return;
+    lane.running.push_back({r, 0, true, c, o});
+    o->waiting_.pop_front();
+    tokens += c;
+    kv += whole;
+    ++seqs;
+  }
 }
 
 }  // namespace slicesched

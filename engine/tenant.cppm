@@ -258,6 +258,17 @@ class Tenant {
   }
   // Queues `s` again first at its owner; its next prefill recomputes.
   void requeue(const Seq& s);
+  // The source `eligible` accepts whose queue's head arrived first (the
+  // first such source on a tie); null when none has a request waiting.
+  template <class Eligible>
+  Tenant* oldest_source(Eligible&& eligible) const {
+    Tenant* best = nullptr;
+    for (Tenant* o : sources_)
+      if (!o->waiting_.empty() && eligible(*o) &&
+          (!best || o->records_[o->waiting_.front()].arrival < best->records_[best->waiting_.front()].arrival))
+        best = o;
+    return best;
+  }
   bool riders_waiting() const {
     for (const Tenant* o : sources_)
       if (!o->waiting_.empty()) return true;
