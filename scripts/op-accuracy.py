@@ -15,7 +15,9 @@ Prints, per operator:
            on the live measurements (all of them, and those that had their GPU
            to themselves: no other operator of the run overlapped them);
   shared   live MAPE of the shipped fit for operators that overlapped another
-           on the same device against those that ran alone.
+           on the same device against those that ran alone;
+  floor    the live run's own spread: operators at an iteration shape seen more
+           than once against that shape's median.
 Pure Python (no numpy): the fits are at most six features.
 """
 import csv
@@ -137,6 +139,22 @@ def main():
             alone = [(p, y) for p, y, s in lv if not s]
             print(f"{op:10} {name:30} {ins:11.1f} {mape([(p, y) for p, y, _ in lv]):7.1f} {mape(alone):12.1f} "
                   f"{bias(alone):12.1f}")
+
+    print("\n== the live run's own floor: operators at an iteration shape seen more than once, against that")
+    print("   shape's median live time: about the best a prediction by shape can do")
+    print(f"{'op':10} {'samples':>8} {'shapes':>7} {'MAPE %':>7}")
+    for op, items in sorted(live.items()):
+        by_shape = defaultdict(list)
+        for _, r in items:
+            by_shape[r["dims"]].append(float(r["seconds"]))
+        pairs = []
+        for ys in by_shape.values():
+            if len(ys) < 2:
+                continue
+            m = sorted(ys)[len(ys) // 2]
+            pairs += [(m, y) for y in ys]
+        shapes = sum(1 for ys in by_shape.values() if len(ys) > 1)
+        print(f"{op:10} {len(pairs):8} {shapes:7} {mape(pairs):7.1f}")
 
     print("\n== live against calibration at the same iteration (alone only): median live / calibrated")
     cal = {}
