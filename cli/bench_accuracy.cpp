@@ -79,7 +79,13 @@ class Recorder final : public EngineObserver {
     const double seconds = static_cast<double>(f.measured) / 1e9;
     const double start_s = static_cast<double>(f.start) / 1e9;
     if (f.kind == Feedback::Kind::kTransfer) {
-      seen.push_back({true, 0, 0, {}, f.from, f.to, static_cast<std::uint64_t>(f.bytes), seconds, start_s, f.to, {}});
+      seen.push_back({.transfer = true,
+                      .src = f.from,
+                      .dst = f.to,
+                      .bytes = static_cast<std::uint64_t>(f.bytes),
+                      .seconds = seconds,
+                      .start_s = start_s,
+                      .accel = f.to});
       return;
     }
     if (f.failed) return;
@@ -90,17 +96,13 @@ class Recorder final : public EngineObserver {
     std::string dims;
     for (std::size_t i = 0; i < values.size(); ++i)
       dims += (i ? " " : "") + names.name(static_cast<DimId>(i)) + "=" + std::to_string(values[i]);
-    seen.push_back({false,
-                    r.kind,
-                    gmg.accels().type(r.accel),
-                    {x.begin(), x.end()},
-                    0,
-                    0,
-                    0,
-                    seconds,
-                    start_s,
-                    r.accel,
-                    std::move(dims)});
+    seen.push_back({.kind = r.kind,
+                    .type = gmg.accels().type(r.accel),
+                    .x = {x.begin(), x.end()},
+                    .seconds = seconds,
+                    .start_s = start_s,
+                    .accel = r.accel,
+                    .dims = std::move(dims)});
   }
   std::vector<Observation> seen;
 };

@@ -148,19 +148,37 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   }
   std::int64_t kv_after = kv_held(false);
   bool admitted = false;
-  auto fits = [&](std::size_t request) {
-    const RequestRecord& r = records_[request];
+  // Of `o`'s requests: this tenant's own, or a peer's.
+  auto fits = [&](const Tenant& o, std::size_t request) {
+    const RequestRecord& r = o.records_[request];
     return kv_after + r.input_tokens + r.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
   };
-  // The queue's head joins the lane, taking `step` tokens of this
+  // The head of `o`'s queue joins the lane, taking `step` tokens of this
   // iteration and `kv` tokens of cache.
-  auto admit = [&](const Seq& s, std::int64_t step, std::int64_t kv) {
+  auto admit = [&](Tenant& o, const Seq& s, std::int64_t step, std::int64_t kv) {
     lane.running.push_back(s);
     ++mine;
     admitted = true;
     tokens += step;
     kv_after += kv;
-    waiting_.pop_front();
+    o.waiting_.pop_front();
+  };
+  // The head of `o`'s queue joins as a prompt, if the budgets allow.
+  // Chunked, a prompt is admitted while the budget has room and takes what
+  // is left of it. Whole, the queue's head is admitted even over the token
+  // budget (a long prompt must not wait for every decode to drain). Never
+  // over the KV budget unless nothing else holds KV (then it could never
+  // fit).
+  auto admit_prompt = [&](Tenant& o) {
+    const std::size_t r = o.waiting_.front();
+    const std::int64_t prefill = o.held(r);
+    const std::int64_t chunk =
+        spec_.chunked_prefill ? std::min(prefill, std::max<std::int64_t>(1, spec_.token_budget - tokens)) : prefill;
+    const bool tokens_ok = spec_.chunked_prefill ? tokens < spec_.token_budget || !admitted
+                                                 : tokens + prefill <= spec_.token_budget || !admitted;
+    if (!(tokens_ok && fits(o, r) && mine < spec_.max_seqs)) return false;
+    admit(o, {r, 0, true, chunk, &o == this ? nullptr : &o}, chunk, prefill);
+    return true;
   };
   // Chunked, prompts waiting that fit whole in half the budget join before
   // the chunks under way (vLLM's long_prefill_token_threshold, SGLang's
@@ -174,9 +192,9 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
     const std::int64_t share = std::max<std::int64_t>(1, spec_.token_budget / 2);
     while (!waiting_.empty() && mine < spec_.max_seqs && !swapped_in_.contains(waiting_.front())) {
       const std::int64_t prefill = held(waiting_.front());
-      if (whole + prefill > share || tokens + prefill > spec_.token_budget || !fits(waiting_.front())) break;
+      if (whole + prefill > share || tokens + prefill > spec_.token_budget || !fits(*this, waiting_.front())) break;
       whole += prefill;
-      admit({waiting_.front(), 0, true, prefill}, prefill, prefill);
+      admit(*this, {waiting_.front(), 0, true, prefill}, prefill, prefill);
     }
   }
   // A chunked prefill under way goes on with what the budget leaves (at
@@ -190,48 +208,21 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
     if (auto back = swapped_in_.find(waiting_.front()); back != swapped_in_.end()) {
       // Back from host memory with its cache: a decode again (one token),
       // attending what it had cached.
-      if (!(tokens + 1 <= spec_.token_budget || !admitted) || !fits(waiting_.front()) || mine >= spec_.max_seqs) break;
+      if (!(tokens + 1 <= spec_.token_budget || !admitted) || !fits(*this, waiting_.front()) || mine >= spec_.max_seqs)
+        break;
       const Seq s{waiting_.front(), back->second, false, 0, nullptr, true};
       swapped_in_.erase(back);
       context += s.context;
-      admit(s, 1, s.context + 1);
+      admit(*this, s, 1, s.context + 1);
       continue;
     }
-    const std::int64_t prefill = held(waiting_.front());
-    // Chunked, a prompt is admitted while the budget has room and takes
-    // what is left of it. Whole, the queue's head is admitted even over the
-    // token budget (a long prompt must not wait for every decode to
-    // drain). Never over the KV budget unless nothing else holds KV (then
-    // it could never fit).
-    const std::int64_t chunk =
-        spec_.chunked_prefill ? std::min(prefill, std::max<std::int64_t>(1, spec_.token_budget - tokens)) : prefill;
-    const bool tokens_ok = spec_.chunked_prefill ? tokens < spec_.token_budget || !admitted
-                                                 : tokens + prefill <= spec_.token_budget || !admitted;
-    if (!(tokens_ok && fits(waiting_.front()) && mine < spec_.max_seqs)) break;
-    admit({waiting_.front(), 0, true, chunk}, chunk, prefill);
+    if (!admit_prompt(*this)) break;
   }
   // Peers (riders at this tenant's priority or above: tenants that share its
   // engine) are admitted as its own prompts are, after them, the oldest
   // request of any peer first.
-  while (mine < spec_.max_seqs) {
-    Tenant* o = oldest_source([&](const Tenant& t) { return peer(t); });
-    if (!o) break;
-    const std::size_t r = o->waiting_.front();
-    const std::int64_t prefill = o->held(r);
-    const RequestRecord& rec = o->records_[r];
-    const bool kv_ok = kv_after + rec.input_tokens + rec.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
-    const std::int64_t chunk =
-        spec_.chunked_prefill ? std::min(prefill, std::max<std::int64_t>(1, spec_.token_budget - tokens)) : prefill;
-    const bool tokens_ok = spec_.chunked_prefill ? tokens < spec_.token_budget || !admitted
-                                                 : tokens + prefill <= spec_.token_budget || !admitted;
-    if (!(tokens_ok && kv_ok)) break;
-    lane.running.push_back({r, 0, true, chunk, o});
-    o->waiting_.pop_front();
-    ++mine;
-    admitted = true;
-    tokens += chunk;
-    kv_after += prefill;
-  }
+  while (Tenant* o = oldest_source([&](const Tenant& t) { return peer(t); }))
+    if (!admit_prompt(*o)) break;
   if (!sources_.empty()) seat_riders(lane, tokens, context, kv_after);
   if (tokens == 0) {
     // Idle: nobody will take the cache over.

@@ -39,9 +39,11 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // Runs `run(k)` for k in [0, n): `warmup` untimed passes, then `repeats`
 // timed ones, round robin, so a burst of noise spreads over the points
 // instead of skewing one. `sync` follows every run (and the warmup); the
-// host's timings include it. Returns each point's times.
-template <class Run, class Sync>
-std::vector<std::vector<double>> round_robin(std::size_t n, const CalibrateSettings& s, Run&& run, Sync&& sync) {
+// host's timings include it, and `timed(k)` follows each timed run. Returns
+// each point's times.
+template <class Run, class Sync, class Timed>
+std::vector<std::vector<double>> round_robin(std::size_t n, const CalibrateSettings& s, Run&& run, Sync&& sync,
+                                             Timed&& timed) {
   std::vector<std::vector<double>> times(n);
   for (int w = 0; w < s.warmup; ++w)
     for (std::size_t k = 0; k < n; ++k) run(k);
@@ -52,6 +54,7 @@ std::vector<std::vector<double>> round_robin(std::size_t n, const CalibrateSetti
       run(k);
       sync();
       times[k].push_back(seconds_since(t1));
+      timed(k);
     }
   return times;
 }
@@ -181,18 +184,14 @@ IterationTimes time_iterations(Bench& bench, const Model& model, const ShapeGrid
         host_op[i] = seconds_since(t0);  // off CUDA, every operator has finished when it returns
       }
     };
-    for (int w = 0; w < s.warmup; ++w)
-      for (std::size_t k = 0; k < block.size(); ++k) run(k);
-    rt::LlamaModel::synchronize(dev);
-    for (int rep = 0; rep < s.repeats; ++rep)
-      for (std::size_t k = 0; k < block.size(); ++k) {
-        const auto t1 = Clock::now();
-        run(k);
-        rt::LlamaModel::synchronize(dev);
-        whole[block[k]].push_back(seconds_since(t1));
-        for (std::size_t i = 0; i < n_ops; ++i)
-          samples[i][block[k]].push_back(timers.empty() ? host_op[i] : static_cast<double>(timers[i]->wait_ns()) / 1e9);
-      }
+    const auto times = round_robin(
+        block.size(), s, run, [&] { rt::LlamaModel::synchronize(dev); },
+        [&](std::size_t k) {
+          for (std::size_t i = 0; i < n_ops; ++i)
+            samples[i][block[k]].push_back(timers.empty() ? host_op[i]
+                                                          : static_cast<double>(timers[i]->wait_ns()) / 1e9);
+        });
+    for (std::size_t k = 0; k < block.size(); ++k) whole[block[k]] = times[k];
   }
   IterationTimes out;
   out.ops.resize(n_ops);
@@ -364,7 +363,7 @@ Status calibrate_copies(CalibrationResult& r, const CalibrationTarget& target, c
             rt::LlamaModel::synchronize(to);
             rt::LlamaModel::synchronize(from);
           },
-          [] {});
+          [] {}, [](std::size_t) {});
       std::vector<std::pair<double, double>> samples;  // bytes, seconds
       for (std::size_t k = 0; k < at_a.size(); ++k)
         samples.push_back({static_cast<double>(at_a[k].bytes()), median(times[k])});
