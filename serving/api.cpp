@@ -32,10 +32,12 @@ std::variant<std::vector<std::int64_t>, ApiError> token_ids(const json& a, const
                  "prompt: one prompt per request (a list of prompts is not supported; send one request each)");
     if (!v.is_number_integer())
       return bad("prompt", "prompt[" + std::to_string(i) + "]: expected an integer token id, got " + v.dump());
-    const std::int64_t id = v.get<std::int64_t>();
-    if (id < 0 || id >= m.vocab)
-      return bad("prompt", "prompt[" + std::to_string(i) + "]: token id " + std::to_string(id) + " is outside model '" +
-                               m.name + "''s vocabulary [0, " + std::to_string(m.vocab) + ")");
+    // (an id past int64 is unsigned in JSON: named as sent, never wrapped)
+    const bool huge = v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(INT64_MAX);
+    const std::int64_t id = huge ? -1 : v.get<std::int64_t>();
+    if (huge || id < 0 || id >= m.vocab)
+      return bad("prompt", "prompt[" + std::to_string(i) + "]: token id " + v.dump() + " is outside model '" + m.name +
+                               "''s vocabulary [0, " + std::to_string(m.vocab) + ")");
     ids.push_back(id);
   }
   return ids;
@@ -70,10 +72,17 @@ std::optional<ApiError> parse_common(const json& body, const ServedModel& m, boo
       r.max_tokens = mt->get<std::int64_t>();
     }
   const auto total = static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens;
-  if (m.context_window > 0 && total > m.context_window)
-    return bad("max_tokens", "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" +
-                                 std::to_string(r.max_tokens) + ") exceeds model '" + m.name +
-                                 "''s context window of " + std::to_string(m.context_window) + " tokens");
+  if (m.context_window > 0 && total > m.context_window) {
+    // Named for what must change: the prompt where it leaves no room for
+    // one token, else max_tokens (OpenAI's code either way).
+    const bool prompt_alone = static_cast<std::int64_t>(r.prompt.size()) >= m.context_window;
+    ApiError e =
+        bad(prompt_alone ? (chat ? "messages" : "prompt") : "max_tokens",
+            "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" + std::to_string(r.max_tokens) +
+                ") exceeds model '" + m.name + "''s context window of " + std::to_string(m.context_window) + " tokens");
+    e.code = "context_length_exceeded";
+    return e;
+  }
   if (m.request_tokens_max > 0 && total > m.request_tokens_max)
     return bad("max_tokens", "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" +
                                  std::to_string(r.max_tokens) + ") exceeds the " +
@@ -143,6 +152,8 @@ std::variant<CompletionRequest, ApiError> parse_completion(const json& body, std
 }
 
 std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body, std::span<const ServedModel> models) {
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
+    return bad("", "the request body is empty: expected a JSON object, sent with its Content-Length");
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad("", "the request body is not valid JSON");
   return parse_completion(j, models);

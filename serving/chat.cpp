@@ -81,6 +81,8 @@ std::string unquoted(const std::string& s) {
 }  // namespace
 
 std::variant<CompletionRequest, ApiError> parse_chat(std::string_view text, std::span<const ServedModel> models) {
+  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos)
+    return bad("", "the request body is empty: expected a JSON object, sent with its Content-Length");
   json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return bad("", "the request body is not valid JSON");
   if (!body.is_object()) return bad("", "the request body must be a JSON object");
@@ -140,13 +142,22 @@ json chat_chunk_body(const std::string& id, std::int64_t created, const std::str
 
 json completion_logprobs(const ServedModel& m, std::span<const std::int64_t> tokens, std::span<const TokenLogprob> lp,
                          std::size_t text_offset) {
+  // A token is named by its text; without a tokenizer (no text), or where
+  // two of one position's top tokens spell the same text (two halves of a
+  // character both print U+FFFD), by "token_id:N" as vLLM's
+  // return_tokens_as_token_ids does: the map keeps every one of them.
+  auto by_id = [](std::int64_t id) { return "token_id:" + std::to_string(id); };
   json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
   for (std::size_t i = 0; i < tokens.size() && i < lp.size(); ++i) {
     const std::string t = unquoted(piece(m, tokens[i]));
-    toks.push_back(t);
+    toks.push_back(m.tokenizer.has_text() ? t : by_id(tokens[i]));
     lps.push_back(lp[i].logprob);
     json top = json::object();
-    for (const auto& [id, v] : lp[i].top) top[unquoted(piece(m, id))] = v;
+    for (const auto& [id, v] : lp[i].top) {
+      std::string key = m.tokenizer.has_text() ? unquoted(piece(m, id)) : by_id(id);
+      if (top.contains(key)) key = by_id(id);
+      top[key] = v;
+    }
     tops.push_back(lp[i].top.empty() ? json() : top);
     offsets.push_back(text_offset);
     text_offset += t.size();

@@ -47,9 +47,13 @@ std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Text from the client (a path, a header, a name) can carry bytes that are
+// not UTF-8; a response replaces them (U+FFFD) rather than throwing.
+std::string dump_text(const json& body) { return body.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 void reply(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  res.set_content(dump_text(body), "application/json");
 }
 
 void reply_error(httplib::Response& res, const ApiError& e) { reply(res, e.status, error_body(e)); }
@@ -210,9 +214,10 @@ struct Conn {
   Phase phase = Phase::kHeaders;
   Clock::time_point deadline{};
   std::size_t body_read = 0;
-  bool got_bytes = false;  // this request sent something
-  bool dead = false;       // a refusal went out: nothing more is written, the connection closes
-  bool close = false;      // close after this request
+  bool got_bytes = false;      // this request sent something
+  bool dead = false;           // a refusal went out: nothing more is written, the connection closes
+  bool close = false;          // close after this request
+  bool unstated_body = false;  // no Content-Length, not chunked: the body is empty
 };
 thread_local Conn* t_conn = nullptr;
 
@@ -232,7 +237,7 @@ std::string http_reason(int status) {
 // Writes a whole response with OpenAI's error body straight to the socket
 // (a refusal before httplib wrote anything), best effort, within a second.
 void write_refusal(int fd, const ApiError& e, int retry_after_s = 0) {
-  const std::string body = error_body(e).dump();
+  const std::string body = dump_text(error_body(e));
   std::string r =
       "HTTP/1.1 " + std::to_string(e.status) + " " + http_reason(e.status) +
       "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) +
@@ -292,6 +297,7 @@ class GuardedStream final : public httplib::Stream {
   }
   ssize_t read(char* ptr, size_t size) override {
     if (c_.dead) return -1;
+    if (c_.unstated_body && c_.phase == Conn::Phase::kBody) return 0;
     if (pos_ == end_) {
       const ssize_t n = fill();
       if (n <= 0) return n;
@@ -426,7 +432,7 @@ class GuardedServer final : public httplib::Server {
       for (std::size_t count = keep_alive_max_count_; count > 0 && svr_sock_ != INVALID_SOCKET; --count) {
         c.phase = Conn::Phase::kHeaders;
         c.deadline = Clock::now() + g_.header_timeout;
-        c.got_bytes = false;
+        c.got_bytes = c.unstated_body = false;
         if (!strm.buffered() &&
             !wait_request(
                 sock, std::min<std::chrono::seconds>(std::chrono::seconds(keep_alive_timeout_sec_), g_.header_timeout)))
@@ -675,6 +681,33 @@ void HttpServer::Impl::routes() {
   // Content-Length past the bound is refused before a byte of it is read.
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     enter_body(guard.body_timeout);
+    // Two lengths that disagree (which one a proxy took is unknowable), or
+    // a compressed body: refused, naming the header, the body left unread.
+    auto refuse = [&](int status, std::string message, std::string param, std::string code) {
+      enter_handling();
+      if (t_conn) t_conn->close = true;
+      ++rejected_bad;
+      reply_error(
+          res,
+          ApiError{
+              .status = status, .message = std::move(message), .param = std::move(param), .code = std::move(code)});
+      return httplib::Server::HandlerResponse::Handled;
+    };
+    // A body whose length the headers do not state is empty (RFC 9112
+    // 6.3), where httplib would read until the client closes; whatever the
+    // client sent after the headers is not a next request either.
+    const bool body_method = req.method == "POST" || req.method == "PUT" || req.method == "PATCH";
+    if (body_method && t_conn && !req.has_header("Content-Length") &&
+        req.get_header_value("Transfer-Encoding").find("chunked") == std::string::npos)
+      t_conn->unstated_body = t_conn->close = true;
+    if (const std::size_t n = req.get_header_value_count("Content-Length"); n > 1)
+      for (std::size_t i = 1; i < n; ++i)
+        if (req.get_header_value("Content-Length", i) != req.get_header_value("Content-Length"))
+          return refuse(400, "Content-Length: the request states two different lengths", "Content-Length",
+                        "bad_http_request");
+    if (const std::string enc = req.get_header_value("Content-Encoding"); !enc.empty() && enc != "identity")
+      return refuse(415, "Content-Encoding: '" + enc.substr(0, 40) + "' is not accepted; send the body uncompressed",
+                    "Content-Encoding", "unsupported_media_type");
     if (req.has_header("Content-Length")) {
       const std::string v = req.get_header_value("Content-Length");
       const bool number = !v.empty() && v.size() <= 19 && v.find_first_not_of("0123456789") == std::string::npos;
@@ -1032,7 +1065,12 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   if (!r.stream) {
     std::unique_lock lk(c->mu);
     if (!wait_end(*c, lk)) {
-      if (c->abandoned()) return;  // (nobody to answer)
+      if (c->abandoned()) {
+        // The client hung up (closed, or half-closed its side, which is
+        // how it says so): nothing goes out, not even an empty 200.
+        if (t_conn) t_conn->dead = t_conn->close = true;
+        return;
+      }
       return reply_error(res, ApiError{.status = 503, .message = "the server stopped", .type = "server_error"});
     }
     if (!c->error.empty())
@@ -1060,7 +1098,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                 {"prompt_tokens", prompt_tokens},
                 {"completion_tokens", static_cast<std::int64_t>(all.size() > sent ? all.size() : sent)},
                 {"total_tokens", prompt_tokens + static_cast<std::int64_t>(all.size() > sent ? all.size() : sent)}};
-          const std::string ev = "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+          const std::string ev = "data: " + dump_text(j) + "\n\n";
           return sink.write(ev.data(), ev.size());
         };
         // One event: `tokens` (completions only) and the text they add.

@@ -494,7 +494,11 @@ Status ExecutorServer::serve(const std::atomic<int>* stop) {
         std::fprintf(stderr, "slicesched executor '%s': refused a peer: %s\n", s.opt.host.c_str(),
                      m.status().message().c_str());
         if (!route.empty())
-          (void)wire::send(sock, {wire::Type::kError, json{{"ok", false}, {"error", m.status().message()}}.dump(), {}},
+          (void)wire::send(sock,
+                           {wire::Type::kError,
+                            json{{"ok", false}, {"error", m.status().message()}}.dump(-1, ' ', false,
+                                                                                      json::error_handler_t::replace),
+                            {}},
                            route);
         continue;
       }
@@ -578,8 +582,12 @@ Status ExecutorServer::serve(const std::atomic<int>* stop) {
           case wire::Type::kPull: {
             auto v = s.find(body["id"].get<std::uint64_t>());
             if (!v.ok()) {
-              (void)wire::send(
-                  sock, {wire::Type::kError, json{{"ok", false}, {"error", v.status().message()}}.dump(), {}}, route);
+              (void)wire::send(sock,
+                               {wire::Type::kError,
+                                json{{"ok", false}, {"error", v.status().message()}}.dump(
+                                    -1, ' ', false, json::error_handler_t::replace),
+                                {}},
+                               route);
               break;
             }
             std::string bytes = rt::LlamaModel::to_bytes(LlamaRunner::unwrap(v.value()));
@@ -604,8 +612,12 @@ Status ExecutorServer::serve(const std::atomic<int>* stop) {
               end = FailedPrecondition("value " + std::to_string(body["id"].get<std::uint64_t>()) +
                                        " is not on the link's accelerator");
             if (!end.ok()) {
-              (void)wire::send(
-                  sock, {wire::Type::kError, json{{"ok", false}, {"error", end.status().message()}}.dump(), {}}, route);
+              (void)wire::send(sock,
+                               {wire::Type::kError,
+                                json{{"ok", false}, {"error", end.status().message()}}.dump(
+                                    -1, ' ', false, json::error_handler_t::replace),
+                                {}},
+                               route);
               break;
             }
             std::string layout = rt::LlamaModel::encode(rt::LlamaModel::layout(LlamaRunner::unwrap(held->value)));

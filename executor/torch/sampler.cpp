@@ -52,12 +52,16 @@ void penalize(at::Tensor& row, const Sampling& s) {
 // One token drawn from one row of (penalized) logits.
 std::int64_t draw(at::Tensor row, const Sampling& s, std::int64_t position) {
   const std::int64_t vocab = row.size(0);
-  row = row / s.temperature;
+  // In double and shifted so the largest logit is 0 before the division: a
+  // tiny temperature then sends the others to -inf (greedy in the limit)
+  // instead of overflowing every logit to inf, whose softmax is NaN.
+  row = row.to(at::kDouble);
+  row = (row - row.max()) / s.temperature;
   if (s.top_k > 0 && s.top_k < vocab) {
     const at::Tensor kth = std::get<0>(at::topk(row, s.top_k)).min();
-    row = row.masked_fill(row < kth, -std::numeric_limits<float>::infinity());
+    row = row.masked_fill(row < kth, -std::numeric_limits<double>::infinity());
   }
-  at::Tensor probs = at::softmax(row.to(at::kDouble), 0);
+  at::Tensor probs = at::softmax(row, 0);
   if (s.min_p > 0) probs = probs.masked_fill(probs < probs.max() * s.min_p, 0.0);
   if (s.top_p < 1) {
     // The smallest set of most likely tokens whose mass reaches top_p

@@ -9,7 +9,9 @@ table says ("..." stands for anything), and the server must keep serving.
 Rows sit between <!-- bad-http --> and <!-- /bad-http -->:
 | what a careless client sends | `METHOD PATH [BODY]` | `STATUS message` |
 In the request, {x*N} stands for N copies of x, and a body written
-<Content-Length N, no body> sends only that header.
+<Content-Length N, no body> sends only that header. A body may start with
+<no Content-Length> (sent without one, the connection left open) or
+<header NAME: VALUE> (one more header line), then the body.
 """
 import json
 import os
@@ -46,8 +48,20 @@ def request_bytes(spec):
         return (head + f"Content-Type: application/json\r\nContent-Length: {m.group(1)}\r\n\r\n").encode()
     if body is None:
         return (head + "\r\n").encode()
+    length = True
+    while True:
+        m = re.match(r"<no Content-Length> ?(.*)", body, re.S)
+        if m:
+            length, body = False, m.group(1)
+            continue
+        m = re.match(r"<header ([^>]*)> ?(.*)", body, re.S)
+        if m:
+            head, body = head + m.group(1) + "\r\n", m.group(2)
+            continue
+        break
     data = expand(body).encode()
-    return (head + f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data
+    sized = f"Content-Length: {len(data)}\r\n" if length else ""
+    return (head + f"Content-Type: application/json\r\n{sized}\r\n").encode() + data
 
 
 def matches(line, expected):
@@ -97,6 +111,24 @@ def main():  # noqa: C901
             problem = f"got {message!r}, expected {want_message!r}"
         if problem:
             failures.append(f"{what} ({spec[:80]}): {problem}")
+    # A client that half-closes after its request has hung up: its
+    # completion is cancelled and nothing is written, never a 200 without
+    # a body.
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    data = b'{"model": "llama-tiny", "prompt": [1, 2, 3], "max_tokens": 40}'
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+    s.shutdown(socket.SHUT_WR)
+    resp = b""
+    try:
+        while chunk := s.recv(65536):
+            resp += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    s.close()
+    head, _, body = resp.partition(b"\r\n\r\n")
+    check(not resp or (head.startswith(b"HTTP/1.1 200") and b'"token_ids"' in body),
+          f"a half-closed client gets nothing or a whole reply, not {resp[:120]!r}", srv)
     status, _, body = srv.get("/v1/models")
     check(status == 200 and json.loads(body)["data"][0]["id"] == "llama-tiny",
           "the server still answers after every bad input", srv)

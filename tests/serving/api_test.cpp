@@ -97,6 +97,12 @@ TEST_CASE("api: malformed requests are 400s naming the field", "[serving][api]")
       {R"({"model": "llama-tiny", "prompt": []})", 400, "prompt", "prompt: empty (at least one token)"},
       {R"({"model": "llama-tiny", "prompt": [1, 512]})", 400, "prompt",
        "prompt[1]: token id 512 is outside model 'llama-tiny''s vocabulary [0, 512)"},
+      {R"({"model": "llama-tiny", "prompt": [18446744073709551615]})", 400, "prompt",
+       "prompt[0]: token id 18446744073709551615 is outside model 'llama-tiny''s vocabulary [0, 512)"},
+      {R"({"model": "llama-tiny", "prompt": [9223372036854775808]})", 400, "prompt",
+       "prompt[0]: token id 9223372036854775808 is outside model 'llama-tiny''s vocabulary [0, 512)"},
+      {"", 400, "", "the request body is empty: expected a JSON object, sent with its Content-Length"},
+      {" \r\n", 400, "", "the request body is empty: expected a JSON object, sent with its Content-Length"},
       {R"({"model": "llama-tiny", "prompt": [-3]})", 400, "prompt",
        "prompt[0]: token id -3 is outside model 'llama-tiny''s vocabulary [0, 512)"},
       {R"({"model": "llama-tiny", "prompt": [1, "x"]})", 400, "prompt",
@@ -157,6 +163,15 @@ TEST_CASE("api: malformed requests are 400s naming the field", "[serving][api]")
     CHECK(body["error"]["message"] == c.message);
     CHECK(body["error"]["type"] == "invalid_request_error");
   }
+  // Past the context window: the prompt is named where it alone leaves no
+  // room for a token, else max_tokens; OpenAI's code either way.
+  CHECK(error_of(R"({"model": "llama-tiny", "prompt": [1, 2], "max_tokens": 63})").code == "context_length_exceeded");
+  std::string full = R"({"model": "llama-tiny", "max_tokens": 1, "prompt": [1)";
+  for (int i = 1; i < 64; ++i) full += ", 1";
+  const ApiError e = error_of(full + "]}");
+  CHECK(e.param == "prompt");
+  CHECK(e.code == "context_length_exceeded");
+  CHECK(e.message == "prompt (64 tokens) + max_tokens (1) exceeds model 'llama-tiny''s context window of 64 tokens");
 }
 
 TEST_CASE("api: sampling fields are parsed, absent ones greedy", "[serving][api]") {
@@ -257,6 +272,23 @@ TEST_CASE("api: text goes through the model's tokenizer, and back", "[serving][a
   CHECK(body["usage"] == json({{"prompt_tokens", 3}, {"completion_tokens", 3}, {"total_tokens", 6}}));
   // Without a decode hook the text is empty and the ids carry the output.
   CHECK(decode(ms[0], out).empty());
+}
+
+TEST_CASE("api: log-probabilities name every top token, by id where there is no text", "[serving][api]") {
+  const auto ms = models();
+  const std::int64_t out[] = {7, 3};
+  const std::vector<TokenLogprob> lp = {{-0.5, {{7, -0.5}, {9, -1.5}, {4, -2.0}}}, {-0.25, {{3, -0.25}, {8, -3.0}}}};
+  // No tokenizer: tokens and keys are "token_id:N", all three kept.
+  const json bare = completion_logprobs(ms[0], out, lp);
+  CHECK(bare["tokens"] == json::array({"token_id:7", "token_id:3"}));
+  CHECK(bare["top_logprobs"][0] == json({{"token_id:7", -0.5}, {"token_id:9", -1.5}, {"token_id:4", -2.0}}));
+  CHECK(bare["top_logprobs"][1].size() == 2);
+  CHECK(bare["token_logprobs"] == json::array({-0.5, -0.25}));
+  // With one: the text, and offsets into the decoded output.
+  const json texty = completion_logprobs(ms[1], out, lp);
+  CHECK(texty["tokens"] == json::array({"h", "d"}));
+  CHECK(texty["top_logprobs"][0] == json({{"h", -0.5}, {"j", -1.5}, {"e", -2.0}}));
+  CHECK(texty["text_offset"] == json::array({0, 1}));
 }
 
 TEST_CASE("api: stream events: one per token, then the end with usage", "[serving][api]") {

@@ -88,7 +88,7 @@ std::vector<double> log_softmax_row(const std::vector<float>& logits, std::size_
 
 }  // namespace
 
-TEST_CASE("temperature 0, no sampling and top_k 1 all give the argmax", "[torch][sampler]") {
+TEST_CASE("temperature 0, no sampling, top_k 1 and a vanishing temperature all give the argmax", "[torch][sampler]") {
   Fixture f;
   const StepPlan greedy = plan_of({nullptr, nullptr, nullptr});
   const Value h = f.hidden(greedy);
@@ -97,6 +97,10 @@ TEST_CASE("temperature 0, no sampling and top_k 1 all give the argmax", "[torch]
   auto k1 = std::make_shared<Sampling>(*sampling(1.5, 99));
   k1->top_k = 1;
   CHECK(f.m.head_sampled(h, plan_of({k1, k1, k1}), dev()).tokens == argmax);
+  // A positive temperature too small for a float (logits / 1e-39 overflow
+  // it) is greedy in the limit, not a NaN softmax that picks token 0.
+  for (const double t : {1e-39, 1e-300, 5e-324})
+    CHECK(f.m.head_sampled(h, plan_of({sampling(t, 1), sampling(t, 2), sampling(t, 3)}), dev()).tokens == argmax);
   // The logits are the argmax's.
   const auto logits = f.m.head_logits(h, greedy, dev());
   for (std::size_t i = 0; i < 3; ++i) {
