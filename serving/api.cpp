@@ -45,6 +45,29 @@ std::variant<std::vector<std::int64_t>, ApiError> token_ids(const json& a, const
 
 }  // namespace
 
+std::optional<ApiError> refuse_overlong_text(std::string_view text, const ServedModel& m, const char* param) {
+  std::int64_t limit = 0;
+  for (const std::int64_t l : {m.context_window, m.request_tokens_max, m.max_prompt_tokens})
+    if (l > 0 && (limit == 0 || l < limit)) limit = l;
+  constexpr std::size_t kBytesPerToken = 16, kSpare = 16;
+  if (limit == 0 || !m.tokenizer.has_text() || text.size() <= static_cast<std::size_t>(limit) * kBytesPerToken + 4096)
+    return std::nullopt;
+  std::size_t cut = static_cast<std::size_t>(limit) * kBytesPerToken;
+  // At whitespace in its second half when there is some (no word is cut),
+  // else at a character's first byte.
+  if (const std::size_t ws = text.find_last_of(" \t\r\n", cut); ws != std::string_view::npos && ws >= cut / 2)
+    cut = ws;
+  else
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  auto ids = m.tokenizer.encode(text.substr(0, cut));
+  if (!ids.ok() || static_cast<std::int64_t>(ids.value().size()) <= limit + static_cast<std::int64_t>(kSpare))
+    return std::nullopt;
+  return bad(param, std::string(param) + ": " + std::to_string(text.size()) + " bytes of text, whose first " +
+                        std::to_string(cut) + " alone are " + std::to_string(ids.value().size()) +
+                        " tokens: more than the " + std::to_string(limit) + " model '" + m.name +
+                        "' takes in one request");
+}
+
 std::variant<std::size_t, ApiError> find_model(const json& body, std::span<const ServedModel> models) {
   const auto model = body.find("model");
   if (model == body.end() || !model->is_string()) return bad("model", "model: required (a string)");
@@ -127,6 +150,7 @@ std::variant<CompletionRequest, ApiError> parse_completion(const json& body, std
                                                    "' has no tokenizer, so it takes no text; send the prompt as a "
                                                    "list of token ids"
                                              : m.tokenizer.absent));
+    if (auto e = refuse_overlong_text(prompt->get_ref<const std::string&>(), m, "prompt")) return *e;
     auto ids = m.tokenizer.encode_prompt(prompt->get<std::string>());
     if (!ids.ok()) return bad("prompt", "prompt: " + ids.status().message());
     auto checked = token_ids(json(ids.value()), m);

@@ -89,6 +89,16 @@ struct CompletionRequest {
 std::optional<ApiError> parse_generation(const nlohmann::json& body, const ServedModel& model, bool chat,
                                          GenerationOptions& gen);
 
+// Refuses a text far longer than any prompt `model` takes before the whole
+// of it is tokenized (a 16-MB prompt held the tokenizer, and with it every
+// other text request, for 11 s): past 16 bytes per token of the model's
+// prompt limit (the least of its context window, the tokens a request may
+// hold and max_prompt_tokens), a prefix cut at whitespace is tokenized, and
+// when that alone is over the limit (with 16 tokens to spare for where the
+// cut fell) the text is refused naming `param`. Otherwise nothing: the
+// caller tokenizes the whole and checks it as any prompt.
+std::optional<ApiError> refuse_overlong_text(std::string_view text, const ServedModel& model, const char* param);
+
 // A chat completion request (messages rendered with the model's chat
 // template, then tokenized with its BOS, as a text prompt), or why not.
 std::variant<CompletionRequest, ApiError> parse_chat(std::string_view body, std::span<const ServedModel> models);

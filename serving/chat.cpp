@@ -103,6 +103,7 @@ std::variant<CompletionRequest, ApiError> parse_chat(std::string_view text, std:
     return bad("model", "model '" + m.name + "' has no tokenizer, so it cannot take chat messages");
   auto prompt = m.chat_template(std::get<json>(msgs));
   if (!prompt.ok()) return bad("messages", "messages: the chat template refused them: " + prompt.status().message());
+  if (auto e = refuse_overlong_text(prompt.value(), m, "messages")) return *e;
   auto ids = m.tokenizer.encode(prompt.value());
   if (!ids.ok()) return bad("messages", "messages: " + ids.status().message());
   for (std::int64_t id : ids.value())

@@ -291,6 +291,23 @@ TEST_CASE("api: log-probabilities name every top token, by id where there is no 
   CHECK(texty["text_offset"] == json::array({0, 1}));
 }
 
+TEST_CASE("api: a text far past the prompt limit is refused from a prefix's tokens", "[serving][api]") {
+  // texty takes 6 tokens a request: past 6 x 16 + 4096 bytes, the first 96
+  // bytes are tokenized, and 96 tokens are over 6 + 16.
+  const ApiError e = error_of(R"({"model": "texty", "prompt": ")" + std::string(5000, 'a') + R"("})");
+  CHECK(e.param == "prompt");
+  CHECK(e.message ==
+        "prompt: 5000 bytes of text, whose first 96 alone are 96 tokens: more than the 6 model 'texty' takes in one "
+        "request");
+  // Cut at whitespace in the prefix's second half: 90 letters, a space, the rest.
+  const ApiError w =
+      error_of(R"({"model": "texty", "prompt": ")" + std::string(90, 'a') + " " + std::string(5000, 'b') + R"("})");
+  CHECK(w.message.find("whose first 90 alone are 90 tokens") != std::string::npos);
+  // Short of the threshold, the whole text is tokenized and checked as any prompt.
+  const ApiError s = error_of(R"({"model": "texty", "prompt": ")" + std::string(4000, 'a') + R"("})");
+  CHECK(s.message.find("bytes of text") == std::string::npos);
+}
+
 TEST_CASE("api: stream events: one per token, then the end with usage", "[serving][api]") {
   const std::int64_t one[] = {42};
   const json chunk = chunk_body("cmpl-1", 7, "llama-tiny", one, "");
