@@ -27,6 +27,10 @@ import slicesched.engine.scheduler;
 namespace slicesched::cli {
 
 int bench_scheduler(const BenchSchedulerOptions& opt) {
+  // (each queued operator is a few hundred bytes: 100,000 x 1,000 took 23 GB)
+  if (static_cast<std::int64_t>(opt.horizon) * opt.accelerators > 10'000'000)
+    check(InvalidArgument("--horizon x --accelerators: at most 10,000,000 queued operators, got " +
+                          std::to_string(static_cast<std::int64_t>(opt.horizon) * opt.accelerators)));
   auto toy = bench::h100_cluster(opt.accelerators);
   check(toy.status());
   const auto& templates = toy->templates;

@@ -1,6 +1,8 @@
 // slicesched: the command-line front end.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 
@@ -8,6 +10,36 @@
 #include "live_runtime.hpp"
 
 import slicesched.cli.fail;
+
+namespace {
+
+// CLI11's PositiveNumber and NonNegativeNumber let "nan" through (no
+// comparison with NaN fails) and "inf": these do not.
+CLI::Validator finite_at_least(double min, bool strictly, const char* what) {
+  return CLI::Validator(
+      [=](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        const bool ok =
+            !s.empty() && end == s.c_str() + s.size() && std::isfinite(v) && (strictly ? v > min : v >= min);
+        return ok ? std::string() : std::string("expected ") + what + ", got '" + s + "'";
+      },
+      what);
+}
+const CLI::Validator kFinitePositive = finite_at_least(0, true, "a finite number > 0");
+const CLI::Validator kFiniteNonNegative = finite_at_least(0, false, "a finite number >= 0");
+
+// An integer in [0, 2^63 - 1] written in digits: CLI11 reads "-1" into an
+// unsigned option as 2^64 - 1.
+const CLI::Validator kId(
+    [](std::string& s) -> std::string {
+      const bool digits = !s.empty() && s.size() <= 19 && s.find_first_not_of("0123456789") == std::string::npos;
+      if (digits && (s.size() < 19 || s <= "9223372036854775807")) return {};
+      return "expected an integer in [0, 9223372036854775807], got '" + s + "'";
+    },
+    "INT in [0, 2^63-1]");
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"SliceScheduler: operator-level scheduling of LLM inference across a GPU cluster"};
@@ -19,16 +51,16 @@ int main(int argc, char** argv) {
   simulate->add_option("config", sim.config, "Experiment TOML (e.g. configs/experiments/colocation.toml)")->required();
   simulate->add_option("--policy", sim.policy, "Run only this policy");
   simulate->add_option("--out", sim.out, "Write summary.json, CSVs, Chrome traces and plots into this folder");
-  simulate->add_option("--seed", sim.seed, "Override the config's seed");
+  simulate->add_option("--seed", sim.seed, "Override the config's seed")->check(kId);
   simulate->add_option("--set", sim.sets, "KEY=VALUE: override one config value (repeatable), as in sweep");
   simulate->add_flag("--skip-bad-lines", sim.skip_bad_lines, "Skip and count corrupt trace lines instead of failing");
   simulate->add_option("--trace-seconds", sim.trace_seconds, "Simulated seconds covered by the Chrome traces")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kFiniteNonNegative);
   simulate
       ->add_option("--slo-threshold", sim.slo_threshold_s,
                    "Online TTFT threshold in seconds for SLO attainment (default: the p90 TTFT of the config's "
                    "slo_baseline policy, run beside when --policy leaves it out)")
-      ->check(CLI::PositiveNumber);
+      ->check(kFinitePositive);
   simulate->add_flag("--explain", sim.explain,
                      "Record every scheduling round of the traced seconds: decisions.jsonl and the trace's "
                      "scheduler lane (see `slicesched explain`)");
@@ -37,7 +69,8 @@ int main(int argc, char** argv) {
   auto* explain = app.add_subcommand("explain", "Print the scheduling rounds that placed one request's operators");
   explain->add_option("dir", explain_opt.dir, "An --out folder written with --explain")->required();
   explain->add_option("--request", explain_opt.request, "The request's id (its row in requests_<policy>.csv)")
-      ->required();
+      ->required()
+      ->check(kId);
   explain->add_option("--policy", explain_opt.policy, "Only this policy's rounds");
 
   slicesched::cli::SweepOptions sweep_opt;
@@ -78,13 +111,13 @@ int main(int argc, char** argv) {
       ->required();
   serve->add_option("--policy", serve_opt.policy, "The policy to serve (required when CONFIG has several)");
   serve->add_option("--out", serve_opt.out, "Write summary.json, CSVs, the Chrome trace and plots into this folder");
-  serve->add_option("--seed", serve_opt.seed, "Override the config's seed");
+  serve->add_option("--seed", serve_opt.seed, "Override the config's seed")->check(kId);
   serve->add_option("--trace-seconds", serve_opt.trace_seconds, "Seconds covered by the Chrome trace")
-      ->check(CLI::PositiveNumber);
+      ->check(kFinitePositive);
   serve
       ->add_option("--slo-threshold", serve_opt.slo_threshold_s,
                    "Online TTFT target in seconds for SLO attainment (overrides [serve] ttft_slo_s)")
-      ->check(CLI::PositiveNumber);
+      ->check(kFinitePositive);
   serve->add_flag("--explain", serve_opt.explain, "Record every scheduling round of the traced seconds, as simulate");
   serve->add_flag("--spawn-local", serve_opt.spawn_local,
                   "Start the config's [[hosts]] executors as child processes on this machine");
@@ -113,8 +146,8 @@ int main(int argc, char** argv) {
   slicesched::cli::BenchSimulatorOptions sim_opt;
   auto* bench_sim =
       bench->add_subcommand("simulator", "Simulated operators per ms, one thread, snapshot build included");
-  bench_sim->add_option("--accelerators,-n", sim_opt.accelerators, "Cluster sizes")->check(CLI::PositiveNumber);
-  bench_sim->add_option("--ops,-k", sim_opt.ops, "Unsimulated operators accumulated")->check(CLI::PositiveNumber);
+  bench_sim->add_option("--accelerators,-n", sim_opt.accelerators, "Cluster sizes")->check(CLI::Range(1, 100000));
+  bench_sim->add_option("--ops,-k", sim_opt.ops, "Unsimulated operators accumulated")->check(CLI::Range(1, 10000000));
   bench_sim->add_option("--repeats", sim_opt.repeats, "Runs per point (median reported)")->check(CLI::Range(1, 100));
   bench_sim->add_flag("--json", sim_opt.json, "Print one JSON object instead of the table");
 
@@ -196,7 +229,7 @@ int main(int argc, char** argv) {
   bench_acc
       ->add_option("--time-scale", acc_opt.time_scale,
                    "Override [live] time_scale: arrivals this many times sooner (a saturated run)")
-      ->check(CLI::PositiveNumber);
+      ->check(kFinitePositive);
   bench_acc->add_option("--observations", acc_opt.observations,
                         "Also write every live measurement and its calibrated prediction as CSV");
   bench_acc->add_option("--samples", acc_opt.samples, "Also write every calibration measurement and its fit as CSV");
@@ -204,7 +237,16 @@ int main(int argc, char** argv) {
   bench_acc->add_option("--repeats", acc_opt.repeats, "Calibration: timed runs per shape")->check(CLI::Range(1, 1000));
   bench_acc->add_flag("--json", acc_opt.json, "Print one JSON object");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help: the help text, exit 0
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line, as every other error, and exit 2 (CLI11's own codes are
+    // 100 and up, and its message is followed by a second line).
+    std::fprintf(stderr, "slicesched: %s (see --help)\n", e.what());
+    return 2;
+  }
   try {
     if (simulate->parsed()) return slicesched::cli::simulate(sim);
     if (explain->parsed()) return slicesched::cli::explain(explain_opt);

@@ -53,21 +53,23 @@ struct Reader {
       fail(n, key, "expected a finite number");
       return fallback;
     }
-    if (!(*v > 0)) fail(n, key, "expected a number > 0, got " + fmt(*v));
+    // (1e-6 is far below any device's figure in these units; a smaller
+    // one would make every duration overflow the simulated clock)
+    if (!(*v >= 1e-6)) fail(n, key, "expected a number >= 1e-06, got " + fmt(*v));
     return *v;
   }
   double fraction(const std::string& key, double fallback) {
     const toml::node* n = get(key);
     if (!n) return fallback;
     auto v = n->value<double>();
-    if (!v || !(*v > 0) || *v > 1) fail(n, key, "expected a number in (0, 1]");
+    if (!v || !(*v >= 1e-6) || *v > 1) fail(n, key, "expected a number in [1e-06, 1]");
     return v ? *v : fallback;
   }
   double non_negative(const std::string& key, double fallback) {
     const toml::node* n = get(key);
     if (!n) return fallback;
     auto v = n->value<double>();
-    if (!v || !std::isfinite(*v) || *v < 0) fail(n, key, "expected a number >= 0");
+    if (!v || !std::isfinite(*v) || *v < 0 || *v > 1e9) fail(n, key, "expected a number in [0, 1e9]");
     return v ? *v : fallback;
   }
   // An exponent >= 1; `inf` (TOML's infinity) allowed.

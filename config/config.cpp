@@ -310,6 +310,9 @@ class NamedFiles {
       std::string problem;
       if (fs::is_directory(f.resolved, ec)) {
         problem = "is a folder";
+      } else if (fs::exists(f.resolved, ec) && !fs::is_regular_file(f.resolved, ec)) {
+        // (a FIFO would block the run; a device like /dev/zero never ends)
+        problem = "not a regular file: a FIFO, device or socket";
       } else if (std::FILE* opened = std::fopen(f.resolved.c_str(), "rb")) {
         std::fclose(opened);
         continue;
@@ -385,7 +388,7 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
         known = &cfg.accelerator_types.back();
       } else {
         why = t.status().message();
-        if (!a.has("hbm_gib")) a.fail(a.node("type"), "type", why + " (and no hbm_gib)");
+        if (!a.has("hbm_gib")) a.fail(a.node("type"), "type", why + " (and no hbm_gib to fall back on)");
         unresolved.push_back({type, a.where(a.node("type"), "type"), why});
       }
     }
@@ -686,6 +689,16 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       cfg.ground_truth.layers_type = g.str("layers_type", &none);
       if (!cfg.ground_truth.layers_type.empty() && cfg.ground_truth.layers_csv.empty())
         g.fail(g.node("layers_type"), "layers_type", "names the type the layers profile measured: give layers too");
+      if (const std::string& lt = cfg.ground_truth.layers_type; !lt.empty() && !find_type(cfg.accelerator_types, lt)) {
+        // A type no table knows (a misspelling, most likely) would leave
+        // the measured profile playing for no accelerator, said only in a
+        // warning; a known type the cluster lacks is a choice (that line).
+        const std::string dir = cfg.accelerator_types.empty()
+                                    ? default_accelerator_dir()
+                                    : fs::path(cfg.accelerator_types.front().source).parent_path().string();
+        if (auto t = find_accelerator_type(lt, dir); !t.ok())
+          g.fail(g.node("layers_type"), "layers_type", t.status().message());
+      }
       if (g.has("roofline")) {
         cfg.ground_truth.roofline_fit = files.add(g, "roofline");
         cfg.ground_truth.roofline_given = true;
@@ -764,14 +777,21 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
     cfg.tenants.push_back(std::move(tc));
   }
 
-  for (Table& p : tables_of(root, "policies", true, file)) {
+  std::vector<Table> policy_tables = tables_of(root, "policies", true, file);
+  if (policy_tables.empty()) root.fail(root.node("policies"), "policies", "expected at least one [[policies]] table");
+  for (Table& p : policy_tables) {
     PolicyConfig pc;
     pc.name = p.str("name");
     pc.tenants = strings(p, "tenants", true);
-    for (const auto& name : pc.tenants) {
+    if (pc.tenants.empty()) p.fail(p.node("tenants"), "tenants", "expected at least one tenant name, got []");
+    for (std::size_t i = 0; i < pc.tenants.size(); ++i) {
+      const std::string& name = pc.tenants[i];
       bool known = false;
       for (const auto& t : cfg.tenants) known |= t.name == name;
       if (!known) p.fail(p.node("tenants"), "tenants", "no tenant named '" + name + "'");
+      // (listed twice, a tenant's stream would be offered twice)
+      for (std::size_t j = 0; j < i; ++j)
+        if (pc.tenants[j] == name) p.fail(p.node("tenants"), "tenants", "'" + name + "' is listed twice");
     }
     if (const toml::table* it = p.table("instances", false)) {
       Table inst(*it, p.qualified("instances"), file);
@@ -1103,6 +1123,10 @@ struct OverridePath {
 
 Result<ExperimentConfig> load_config(const std::string& path, const std::vector<ConfigOverride>& overrides) {
   toml::table doc;
+  if (std::error_code ec; fs::is_directory(path, ec))
+    return InvalidArgument(path + ": is a folder, expected an experiment TOML file");
+  else if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))
+    return InvalidArgument(path + ": not a regular file (a FIFO, device or socket), expected an experiment TOML file");
   try {
     doc = toml::parse_file(path);
   } catch (const toml::parse_error& e) {

@@ -63,12 +63,14 @@ class CsvReader {
   // "source:L: message" / "source: message", for checks made by the caller.
   std::string at(int line, std::string_view message) const;
   std::string at(std::string_view message) const;
+  // "source:L: column 'name' is 'text', expected <expected>", for a
+  // caller's own range check of a field.
+  std::string bad_field(const CsvRow& row, std::size_t col, std::string_view expected) const;
 
  private:
   CsvReader(std::string_view text, std::string source) : text_(text), source_(std::move(source)) {}
   bool next_line(std::string_view& line);
   Result<double> number(const CsvRow& row, std::size_t col, bool positive) const;
-  std::string bad_field(const CsvRow& row, std::size_t col, std::string_view expected) const;
 
   std::string_view text_;
   std::size_t pos_ = 0;

@@ -14,7 +14,12 @@ module slicesched.hardware.roofline;
 namespace slicesched {
 
 bool AcceleratorType::answers_to(std::string_view n) const {
-  return n == name || std::find(aliases.begin(), aliases.end(), n) != aliases.end();
+  if (n == name || std::find(aliases.begin(), aliases.end(), n) != aliases.end()) return true;
+  // `type = "H100-SXM.toml"` names the table's file (config.md): the type
+  // read from it answers to that too.
+  return n.ends_with(".toml") && !source.empty() &&
+         (source == n ||
+          (source.size() > n.size() && source.ends_with(n) && source[source.size() - n.size() - 1] == '/'));
 }
 
 const AcceleratorType* find_type(std::span<const AcceleratorType> types, std::string_view name) {

@@ -42,6 +42,8 @@ struct AcceleratorType {
   // the behaviour of the type with the most rows (docs/ground-truth.md).
   std::string roofline_fit;
   std::string source;  // the file it was read from, for messages
+  // Its name, an alias, or its file (a name ending in ".toml": `source`
+  // is that path or ends in "/" + it).
   bool answers_to(std::string_view n) const;
 };
 

@@ -179,7 +179,15 @@ class EventQueue {
   std::uint64_t last_ = 0;  // the floor: ukey of the last time taken out
 };
 
-// Seconds to simulated ns, rounded to nearest; negative predictions are 0.
-inline Nanos to_nanos(double seconds) { return seconds > 0 ? static_cast<Nanos>(seconds * 1e9 + 0.5) : 0; }
+// Seconds to simulated ns, rounded to nearest; negative predictions (and
+// NaN) are 0, and past 1e9 s (31.7 years) they saturate there, so that a
+// few such durations still add up inside an int64 (a cast of a larger
+// double is undefined). The inputs are range-checked where they are read.
+inline constexpr double kMaxDurationSeconds = 1e9;
+inline Nanos to_nanos(double seconds) {
+  if (!(seconds > 0)) return 0;
+  if (seconds >= kMaxDurationSeconds) return static_cast<Nanos>(kMaxDurationSeconds * 1e9);
+  return static_cast<Nanos>(seconds * 1e9 + 0.5);
+}
 
 }  // namespace slicesched

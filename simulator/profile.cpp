@@ -141,6 +141,9 @@ Result<LayerProfile> LayerProfile::parse(std::string_view csv, std::string_view 
     if (!tp.ok()) return tp.status();
     auto ns = r.non_negative(row, col[4]);
     if (!ns.ok()) return ns.status();
+    // (an operator measured at over an hour is not a measurement; far
+    // larger values would overflow the simulated clock)
+    if (*ns > 3.6e12) return InvalidArgument(r.bad_field(row, col[4], "at most 3.6e12 ns (one hour)"));
     tp_seen.insert(*tp);
     auto it = rows.find(row.fields[col[0]]);
     if (*tp != tp_size || *kv != 0 || it == rows.end()) continue;

@@ -74,6 +74,7 @@ Result<TransferProfile> TransferProfile::parse(std::string_view csv, std::string
     if (!*more) break;
     auto ms = r.positive(row, col[0]);
     if (!ms.ok()) return ms.status();
+    if (*ms > 3.6e6) return InvalidArgument(r.bad_field(row, col[0], "at most 3.6e6 ms (one hour)"));
     auto bytes = r.integer(row, col[1], 1);
     if (!bytes.ok()) return bytes.status();
     auto devices = r.integer(row, col[2], 1);

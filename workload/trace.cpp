@@ -8,6 +8,7 @@ module;
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <iterator>
 #include <string>
 #include <string_view>
@@ -127,6 +128,10 @@ Status check_options(const std::string& path, const TraceOptions& opt) {
 }
 
 Result<std::string> read_file(const std::string& path) {
+  // (a FIFO would block the run; a device like /dev/zero never ends)
+  if (std::error_code ec; std::filesystem::exists(path, ec) && !std::filesystem::is_directory(path, ec) &&
+                          !std::filesystem::is_regular_file(path, ec))
+    return InvalidArgument(path + ": not a regular file (a FIFO, device or socket), expected a trace file");
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) {
     const int err = errno;

@@ -541,6 +541,18 @@ TEST_CASE("a profile that no type of the cluster plays is named in the fallback 
         "(ground_truth.layers_type names another type)");
 }
 
+TEST_CASE("a type named by its table's file plays what its name would", "[compose][ground_truth]") {
+  // `type = "A100-80GB.toml"` (config.md): its roofline, and the H100
+  // profile through the file's name too.
+  const auto a100 = played(small_with("{ name_prefix = \"gpu\", count = 2, type = \"A100-80GB.toml\" }", "H100-SXM"));
+  REQUIRE(a100.size() == 1);
+  CHECK(a100[0].truth == "roofline");
+  CHECK(a100[0].datasheet == "A100-80GB");
+  const auto h100 = played(small_with("{ name_prefix = \"gpu\", count = 2, type = \"H100-SXM.toml\" }", "H100"));
+  REQUIRE(h100.size() == 1);
+  CHECK(h100[0].truth == "profile");
+}
+
 TEST_CASE("a type without a profile falls back to the roofline, said in one line", "[compose][ground_truth]") {
   const ExperimentConfig cfg = small_with(
       "{ name_prefix = \"gpu\", count = 2, type = \"H100\" }, "

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -74,4 +75,14 @@ TEST_CASE("the event queue takes events out by time, then push order", "[simulat
     }
     REQUIRE(q.empty());
   }
+}
+
+TEST_CASE("durations become ns: rounded, 0 below zero or NaN, saturated past 1e9 s", "[simulator][events]") {
+  CHECK(to_nanos(1.5e-9) == 2);
+  CHECK(to_nanos(-1.0) == 0);
+  CHECK(to_nanos(std::numeric_limits<double>::quiet_NaN()) == 0);
+  // (a cast of 1e300 * 1e9 to int64 is undefined; a few saturated ones still add up)
+  CHECK(to_nanos(1e300) == 1'000'000'000'000'000'000);
+  CHECK(to_nanos(std::numeric_limits<double>::infinity()) == 1'000'000'000'000'000'000);
+  CHECK(to_nanos(1e300) * 9 > 0);
 }
