@@ -42,6 +42,51 @@ void write_file(const fs::path& path, const std::string& content) {
   if (Status s = write_file_atomically(path.string(), content); !s.ok()) throw std::runtime_error(s.message());
 }
 
+// A set of result files that appear together or not at all: each is
+// written whole under its name + ".tmp" first (where a full disk fails),
+// and only once all are written are they renamed into place (renames take
+// no space). A set not committed removes what it staged: an earlier run's
+// results stay as they were, never half replaced.
+class StagedFiles {
+ public:
+  StagedFiles() = default;
+  StagedFiles(const StagedFiles&) = delete;
+  StagedFiles& operator=(const StagedFiles&) = delete;
+  ~StagedFiles() {
+    std::error_code ec;
+    for (const fs::path& p : staged_) fs::remove(tmp(p), ec);
+  }
+  void add(const fs::path& path, const std::string& content) {
+    add_with(path, [&](const fs::path& at) { write_file(at, content); });
+  }
+  // `write(path)` writes the file at `path` itself (a writer of its own).
+  template <typename Write>
+  void add_with(const fs::path& path, Write write) {
+    staged_.push_back(path);
+    try {
+      write(tmp(path));
+    } catch (const std::runtime_error& e) {
+      // Named by the result's own path (the writer's temporaries are ours).
+      std::string m = e.what();
+      for (const std::string t : {tmp(tmp(path)).string(), tmp(path).string()})
+        for (std::size_t at; (at = m.find(t)) != std::string::npos;) m.replace(at, t.size(), path.string());
+      throw std::runtime_error(m + "; no result of this run was put in place");
+    }
+  }
+  void commit() {
+    for (const fs::path& p : staged_) {
+      std::error_code ec;
+      fs::rename(tmp(p), p, ec);
+      if (ec) throw std::runtime_error(p.string() + ": cannot put in place (" + ec.message() + ")");
+    }
+    staged_.clear();
+  }
+
+ private:
+  static fs::path tmp(const fs::path& p) { return fs::path(p.string() + ".tmp"); }
+  std::vector<fs::path> staged_;
+};
+
 std::string slug(const std::string& name) {
   std::string s;
   for (char c : name) s += std::isalnum(static_cast<unsigned char>(c)) ? static_cast<char>(std::tolower(c)) : '_';
@@ -324,6 +369,32 @@ void plots(const fs::path& dir, const std::vector<PolicyRun>& runs) {
   if (!drawn) std::fprintf(stderr, "slicesched: gnuplot failed on %s/plots.gp\n", pd.string().c_str());
 }
 
+// One line when `dir` also holds per-policy results of policies this run
+// did not write (an earlier run's, with --policy or another config): they
+// stay, but summary.json does not describe them.
+void warn_other_results(const fs::path& dir, const std::vector<const PolicyRun*>& written) {
+  std::vector<std::string> ours;
+  for (const PolicyRun* r : written)
+    for (const fs::path& f :
+         {requests_file(r->name), accelerators_file(r->name), trace_file(r->name), calibration_file(r->name)})
+      ours.push_back(f.string());
+  std::vector<std::string> others;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string f = e.path().filename().string();
+    const bool result = (f.starts_with("requests_") || f.starts_with("accelerators_")) && f.ends_with(".csv");
+    const bool json = (f.starts_with("trace_") || f.starts_with("calibration_")) && f.ends_with(".json");
+    if ((result || json) && std::find(ours.begin(), ours.end(), f) == ours.end()) others.push_back(f);
+  }
+  if (others.empty()) return;
+  std::sort(others.begin(), others.end());
+  std::string list;
+  for (std::size_t i = 0; i < others.size() && i < 4; ++i) list += (i ? ", " : "") + others[i];
+  if (others.size() > 4) list += ", ... (" + std::to_string(others.size()) + " in all)";
+  std::fprintf(stderr, "slicesched: --out %s also holds results this run did not write (%s): an earlier run's\n",
+               dir.string().c_str(), list.c_str());
+}
+
 }  // namespace
 
 void check_out(const std::string& out, const std::vector<std::string>& policies, bool explain) {
@@ -569,28 +640,32 @@ void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const Rep
     p["error"] = all[k]->error;
     sum["policies"][all[k]->name] = std::move(p);
   }
-  write_file(dir / kSummary, sum.dump(2) + "\n");
-  write_file(dir / kTiming, timing_json(all).dump(2) + "\n");
+  StagedFiles files;
+  files.add(dir / kSummary, sum.dump(2) + "\n");
+  files.add(dir / kTiming, timing_json(all).dump(2) + "\n");
   if (opt.explain) {
     std::string lines;
     for (const PolicyRun* r : all)
       for (const DecisionLog::Line& d : r->decisions) (lines += d.json) += '\n';
-    write_file(dir / kDecisions, lines);
+    files.add(dir / kDecisions, lines);
   }
   for (const PolicyRun* run : all) {
     const PolicyRun& r = *run;
-    write_file(dir / requests_file(r.name), requests_csv(r));
-    write_file(dir / accelerators_file(r.name), accelerators_csv(r));
-    write_file(dir / trace_file(r.name), chrome_trace(r, opt.trace_seconds));
+    files.add(dir / requests_file(r.name), requests_csv(r));
+    files.add(dir / accelerators_file(r.name), accelerators_csv(r));
+    files.add(dir / trace_file(r.name), chrome_trace(r, opt.trace_seconds));
     const fs::path calibration = dir / calibration_file(r.name);
     if (!r.calibration) {
       std::fprintf(stderr, "slicesched: policy '%s': not writing %s: estimator '%s' has no linear form to snapshot\n",
                    r.name.c_str(), calibration.string().c_str(), r.estimator.name.c_str());
       continue;
     }
-    if (Status s = write_calibration(*r.calibration, calibration.string()); !s.ok())
-      throw std::runtime_error(s.message());
+    files.add_with(calibration, [&](const fs::path& at) {
+      if (Status s = write_calibration(*r.calibration, at.string()); !s.ok()) throw std::runtime_error(s.message());
+    });
   }
+  files.commit();
+  warn_other_results(dir, all);
   plots(dir, runs);
   std::printf(
       "wrote %s/summary.json, timing.json, per-policy CSVs, calibration profiles, Chrome traces (open in Perfetto)%s "
