@@ -185,6 +185,11 @@ int sweep(const SweepOptions& opt) {
   check_out(opt.out);
 
   const auto grid = planning::expand(axes);
+  // (a shard past the points would run nothing and write an empty table)
+  if (opt.shard && shard.index >= grid.size())
+    check(InvalidArgument("--shard " + *opt.shard + ": the grid has " + std::to_string(grid.size()) +
+                          " point(s): shard " + std::to_string(shard.index) + " would run none (expected at most " +
+                          std::to_string(grid.size()) + " shards)"));
   const auto mine = planning::select(grid, shard);
   // Every point's config is loaded and checked before anything runs.
   std::vector<PreparedPoint> points;

@@ -6,6 +6,7 @@ module;
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -90,10 +91,21 @@ struct Reader {
     if (!v) fail(n, key, "expected a string");
     return v ? *v : std::string();
   }
+  // An unknown key is reported before any other error: a misspelt key
+  // ("smz") is what made a required one ("sms") look missing.
   void finish() {
     for (const auto& [k, v] : t)
-      if (std::find(used.begin(), used.end(), std::string(k.str())) == used.end())
-        fail(&v, std::string(k.str()), "unknown key");
+      if (std::find(used.begin(), used.end(), std::string(k.str())) == used.end()) {
+        error.clear();
+        fail(&v, std::string(k.str()), "unknown key (expected " + known_keys() + ")");
+        return;
+      }
+  }
+  std::string known_keys() const {
+    std::string s;
+    for (const auto& k : used)
+      if (s.find(k) == std::string::npos) s += (s.empty() ? "" : ", ") + k;
+    return s;
   }
 };
 
@@ -179,15 +191,25 @@ Result<AcceleratorType> find_accelerator_type(std::string_view name, const std::
   if (ec) return NotFound("accelerator types: cannot read the folder " + dir + " (" + ec.message() + ")");
   std::sort(files.begin(), files.end());
   std::string known;
+  std::optional<AcceleratorType> found;
   for (const auto& f : files) {
     auto doc = parse(f.string());
     if (!doc.ok()) return doc.status();
     if (!doc->contains("accelerator")) continue;  // the fit file, or something else
     auto t = load_accelerator_type(f.string());
     if (!t.ok()) return t.status();
-    if (t->answers_to(name)) return t;
+    if (t->answers_to(name)) {
+      // Two tables answering to one name: which one a config meant is
+      // unknowable (the first in file order used to win silently).
+      if (found)
+        return InvalidArgument("accelerator type '" + std::string(name) + "' is described twice: by " + found->source +
+                               " and by " + t->source + " (expected one table per name and alias)");
+      found = std::move(t).value();
+      continue;
+    }
     known += (known.empty() ? "" : ", ") + t->name;
   }
+  if (found) return std::move(*found);
   return NotFound("unknown accelerator type '" + std::string(name) + "' (types in " + dir + ": " +
                   (known.empty() ? "none" : known) + "; or give a path to a .toml)");
 }

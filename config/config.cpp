@@ -1022,19 +1022,45 @@ struct OverridePath {
 
   [[noreturn]] void fail(const std::string& what) const { throw ConfigError("--set " + o.key + ": " + what); }
 
-  static std::vector<std::string> split(const std::string& key) {
-    // "a.b[2].c" -> a, b, 2, c
+  // "a.b[2].c" -> a, b, 2, c. Brackets must pair and be followed by '.',
+  // '[' or the end ("tenants[0.priority" used to pass as tenants.0.priority).
+  std::vector<std::string> split(const std::string& key) const {
     std::vector<std::string> out;
     std::string cur;
+    bool in_bracket = false, closed = false;
+    const std::string example = " (expected e.g. tenants[0].priority)";
     for (char c : key) {
+      if (closed) {
+        closed = false;
+        if (c == '.') continue;
+        if (c != '[') fail("expected '.' or '[' after ']'" + example);
+        in_bracket = true;
+        continue;
+      }
+      if (in_bracket) {
+        if (c == ']') {
+          out.push_back(cur);
+          cur.clear();
+          in_bracket = false;
+          closed = true;
+        } else if (c == '[' || c == '.') {
+          fail("a '[' without its ']'" + example);
+        } else {
+          cur += c;
+        }
+        continue;
+      }
+      if (c == ']') fail("a ']' without its '['" + example);
       if (c == '.' || c == '[') {
         out.push_back(cur);
         cur.clear();
-      } else if (c != ']') {
+        in_bracket = c == '[';
+      } else {
         cur += c;
       }
     }
-    out.push_back(cur);
+    if (in_bracket) fail("a '[' without its ']'" + example);
+    if (!closed) out.push_back(cur);
     return out;
   }
 

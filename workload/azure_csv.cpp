@@ -137,9 +137,10 @@ Status read_azure_csv(std::string_view text, Sink& sink) {
     Status s;
     if (!ticks.ok()) {
       s = sink.bad_line(line_no, std::string(kTimestampColumn) + ": " + ticks.status().message());
-    } else if (in < 0) {
+    } else if (in < 1) {
+      // (a prompt has at least one token; 0 made a prefill of nothing)
       s = sink.bad_line(line_no,
-                        std::string(kInputColumn) + ": expected a non-negative integer, got " + quote(fields[in_col]));
+                        std::string(kInputColumn) + ": expected an integer >= 1, got " + quote(fields[in_col]));
     } else if (out < 0) {
       s = sink.bad_line(
           line_no, std::string(kOutputColumn) + ": expected a non-negative integer, got " + quote(fields[out_col]));

@@ -76,8 +76,8 @@ std::string parse_line(std::string_view line, RawRequest& r, std::string& shown_
   r.ticks = ticks_of_ms(ts);
   if (r.ticks < 0) return "timestamp: expected a non-negative number of milliseconds, got " + quote(shown_time);
   r.input_tokens = count_of(j.at("input_length"));
-  if (r.input_tokens < 0)
-    return "input_length: expected a non-negative integer, got " + quote(j.at("input_length").dump());
+  // (a prompt has at least one token; 0 made a prefill of nothing)
+  if (r.input_tokens < 1) return "input_length: expected an integer >= 1, got " + quote(j.at("input_length").dump());
   r.output_tokens = count_of(j.at("output_length"));
   if (r.output_tokens < 0)
     return "output_length: expected a non-negative integer, got " + quote(j.at("output_length").dump());

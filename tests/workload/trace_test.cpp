@@ -295,7 +295,7 @@ TEST_CASE("JSONL is chosen by content: timestamps in ms, extra keys ignored", "[
   Result<Trace> t = read_trace(kSmallJsonl);
   REQUIRE(t.ok());
   CHECK(arrivals(*t) == std::vector<double>{0, 0.25, 0.2505, 1});
-  CHECK(inputs(*t) == std::vector<std::int64_t>{10, 20, 30, 0});
+  CHECK(inputs(*t) == std::vector<std::int64_t>{10, 20, 30, 1});
   CHECK(t->requests[1].output_tokens == 2);
 
   // Not by name: JSON lines in a .csv, CSV in a .jsonl.
@@ -337,13 +337,16 @@ TEST_CASE("CSV errors name the file, the line and what was expected", "[trace][b
   CHECK(error_for(dir, "x.csv", kAzureHeader + ok + "2023-11-16 18:17:04,3180,abc\n") ==
         ":3: GeneratedTokens: expected a non-negative integer, got 'abc'");
   CHECK(error_for(dir, "x.csv", kAzureHeader + ok + "2023-11-16 18:17:04,-5,1\n") ==
-        ":3: ContextTokens: expected a non-negative integer, got '-5'");
+        ":3: ContextTokens: expected an integer >= 1, got '-5'");
+  // (a prompt has at least one token)
+  CHECK(error_for(dir, "x.csv", kAzureHeader + ok + "2023-11-16 18:17:04,0,0\n") ==
+        ":3: ContextTokens: expected an integer >= 1, got '0'");
   CHECK(error_for(dir, "x.csv", kAzureHeader + ok + "2023-11-16 18:17:04,12.5,1\n") ==
-        ":3: ContextTokens: expected a non-negative integer, got '12.5'");
+        ":3: ContextTokens: expected an integer >= 1, got '12.5'");
   CHECK(error_for(dir, "x.csv", kAzureHeader + ok + "2023-11-16 18:17:04,,1\n") ==
-        ":3: ContextTokens: expected a non-negative integer, got ''");
+        ":3: ContextTokens: expected an integer >= 1, got ''");
   CHECK(error_for(dir, "x.csv", kAzureHeader + ok + "2023-11-16 18:17:04,99999999999999999999,1\n") ==
-        ":3: ContextTokens: expected a non-negative integer, got '99999999999999999999'");
+        ":3: ContextTokens: expected an integer >= 1, got '99999999999999999999'");
   CHECK(error_for(dir, "x.csv", kAzureHeader + ok + "2023-11-16 18:17:04,3180\n") ==
         ":3: expected 3 comma-separated fields as in the header, got 2");
   CHECK(error_for(dir, "x.csv", kAzureHeader + ok + "2023-11-16 18:17:04,3180,1,\n") ==
@@ -377,7 +380,7 @@ TEST_CASE("JSONL errors name the file, the line and what was expected", "[trace]
   CHECK(error_for(dir, "x.jsonl", ok + "{\"timestamp\": 1e300, \"input_length\": 1, \"output_length\": 2}\n") ==
         ":2: timestamp: expected a non-negative number of milliseconds, got '1e+300'");
   CHECK(error_for(dir, "x.jsonl", ok + "{\"timestamp\": 20, \"input_length\": \"abc\", \"output_length\": 2}\n") ==
-        ":2: input_length: expected a non-negative integer, got '\"abc\"'");
+        ":2: input_length: expected an integer >= 1, got '\"abc\"'");
   CHECK(error_for(dir, "x.jsonl", ok + "{\"timestamp\": 20, \"input_length\": 1, \"output_length\": 2.5}\n") ==
         ":2: output_length: expected a non-negative integer, got '2.5'");
   CHECK(error_for(dir, "x.jsonl", ok + "{\"timestamp\": 20, \"input_length\": 1, \"output_length\": -2}\n") ==
@@ -454,14 +457,14 @@ TEST_CASE("skip_bad_lines skips and counts corrupt lines, never a bad header", "
   Result<Trace> t = read_trace(path, opt);
   REQUIRE(t.ok());
   CHECK(t->skipped_lines == 3);
-  CHECK(t->first_skipped == path + ":3: ContextTokens: expected a non-negative integer, got 'x'");
+  CHECK(t->first_skipped == path + ":3: ContextTokens: expected an integer >= 1, got 'x'");
   CHECK(arrivals(*t) == std::vector<double>{0, 2, 4});
   CHECK(inputs(*t) == std::vector<std::int64_t>{1, 2, 5});
 
   opt.skip_bad_lines = false;
   t = read_trace(path, opt);
   REQUIRE(!t.ok());
-  CHECK(t.status().message() == path + ":3: ContextTokens: expected a non-negative integer, got 'x'");
+  CHECK(t.status().message() == path + ":3: ContextTokens: expected an integer >= 1, got 'x'");
 
   opt.skip_bad_lines = true;
   const std::string jsonl = dir.write("s.jsonl",
