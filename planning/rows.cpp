@@ -146,11 +146,22 @@ Result<SweepTable> from_json(const nlohmann::json& j, const std::string& where) 
       t.axes.push_back({a.at("name").get<std::string>(), a.at("key").get<std::string>(),
                         a.at("values").get<std::vector<std::string>>()});
     t.policies = j.at("policies").get<std::vector<std::string>>();
+    if (!j.at("points_total").is_number_integer() || j.at("points_total").get<std::int64_t>() < 0)
+      return InvalidArgument(where + ": points_total is " + j.at("points_total").dump() + ", expected an integer >= 0");
     t.points_total = j.at("points_total").get<std::size_t>();
     if (!j.at("shard").is_null())
       t.shard = Shard{j.at("shard").at("index").get<std::size_t>(), j.at("shard").at("count").get<std::size_t>()};
+    // The grid the axes make: its size, and each point's values (a row
+    // that disagrees was edited or mixed up, and would merge wrong).
+    const std::vector<SweepPoint> grid = expand(t.axes);
+    if (t.points_total != grid.size())
+      return InvalidArgument(where + ": points_total " + std::to_string(t.points_total) + " is not the " +
+                             std::to_string(grid.size()) + " points its axes make");
     for (const auto& r : j.at("rows")) {
       SweepRow row;
+      // (a JSON 1.5 would be read as 1)
+      if (!r.at("point").is_number_integer() || r.at("point").get<std::int64_t>() < 0)
+        return InvalidArgument(where + ": a row's point is " + r.at("point").dump() + ", expected an integer >= 0");
       row.point = r.at("point").get<std::size_t>();
       row.values = r.at("values").get<std::vector<std::string>>();
       row.policy = r.at("policy").get<std::string>();
@@ -158,6 +169,12 @@ Result<SweepTable> from_json(const nlohmann::json& j, const std::string& where) 
       if (row.values.size() != t.axes.size() || row.figures.size() != figure_names().size() ||
           row.point >= t.points_total)
         return InvalidArgument(where + ": row of point " + std::to_string(row.point) + " does not fit the grid");
+      if (row.values != grid[row.point].values)
+        return InvalidArgument(where + ": the row of point " + std::to_string(row.point) +
+                               " has values that are not that point's in the grid");
+      if (std::find(t.policies.begin(), t.policies.end(), row.policy) == t.policies.end())
+        return InvalidArgument(where + ": a row of point " + std::to_string(row.point) + " names policy '" +
+                               row.policy + "', which the sweep did not run");
       t.rows.push_back(std::move(row));
     }
     return t;
@@ -191,9 +208,14 @@ Result<SweepTable> merge(std::vector<SweepTable> shards, const std::vector<std::
       out.rows.push_back(r);
     }
   }
-  // Every point must be there, with the same policies as the others.
+  // Every point must be there, with every policy the sweep ran.
   std::set<std::size_t> points;
   for (const auto& [p, policy] : seen) points.insert(p);
+  for (const std::size_t p : points)
+    for (const std::string& policy : out.policies)
+      if (!seen.contains({p, policy}))
+        return InvalidArgument("sweep-merge: point " + std::to_string(p) + " has no row of policy '" + policy +
+                               "' in any shard: merge every shard, or run that point again");
   if (points.size() != out.points_total) {
     std::string missing;
     int listed = 0;

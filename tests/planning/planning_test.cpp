@@ -133,6 +133,31 @@ TEST_CASE("sweep rows: stable text, JSON round trip, shards merge to the whole",
   REQUIRE_FALSE(foreign.ok());
   CHECK(foreign.status().message().find("b is from another sweep than a") != std::string::npos);
   CHECK_FALSE(from_json(nlohmann::json{{"format", "x"}}, "x.json").ok());
+
+  // A shard edited or mixed up by hand: named, never merged.
+  auto error_of_json = [](const nlohmann::json& j) {
+    auto t = from_json(j, "s.json");
+    REQUIRE_FALSE(t.ok());
+    return t.status().message();
+  };
+  nlohmann::json ghost = to_json(whole);
+  ghost["rows"][1]["policy"] = "Ghost";
+  CHECK(error_of_json(ghost) == "s.json: a row of point 0 names policy 'Ghost', which the sweep did not run");
+  nlohmann::json values = to_json(whole);
+  values["rows"][2]["values"][0] = "999";
+  CHECK(error_of_json(values) == "s.json: the row of point 1 has values that are not that point's in the grid");
+  nlohmann::json fraction = to_json(whole);
+  fraction["rows"][2]["point"] = 1.5;
+  CHECK(error_of_json(fraction) == "s.json: a row's point is 1.5, expected an integer >= 0");
+  nlohmann::json total = to_json(whole);
+  total["points_total"] = 4;
+  CHECK(error_of_json(total) == "s.json: points_total 4 is not the 3 points its axes make");
+  // A point without one of the sweep's policies.
+  SweepTable lacking = shards[1];
+  lacking.rows.pop_back();
+  auto partial = merge({shards[0], lacking}, {"a", "b"});
+  REQUIRE_FALSE(partial.ok());
+  CHECK(partial.status().message().find("has no row of policy 'B' in any shard") != std::string::npos);
 }
 
 TEST_CASE("objectives and --vary parse, or name what is wrong", "[planning]") {
