@@ -56,6 +56,14 @@ Result<Objective> parse_objective(const std::string& arg) {
   while (end && *end == ' ') ++end;
   if (num.empty() || !end || *end != '\0' || !std::isfinite(o.bound))
     return InvalidArgument("--objective " + arg + ": the bound '" + num + "' is not a finite number");
+  // An objective no run can meet (every figure is >= 0, a fraction <= 1)
+  // would search the whole range and answer "none": refused, saying why.
+  const bool fraction = name == "slo_attainment" || name == "gpu_utilization" || name == "done";
+  using Op = Objective::Op;
+  if ((o.op == Op::kLe && o.bound < 0) || (o.op == Op::kLt && o.bound <= 0))
+    return InvalidArgument("--objective " + arg + ": no run can meet it (" + name + " is never below 0)");
+  if (fraction && ((o.op == Op::kGe && o.bound > 1) || (o.op == Op::kGt && o.bound >= 1)))
+    return InvalidArgument("--objective " + arg + ": no run can meet it (" + name + " is a fraction, at most 1)");
   return o;
 }
 

@@ -174,6 +174,13 @@ TEST_CASE("objectives and --vary parse, or name what is wrong", "[planning]") {
   CHECK(parse_objective("done=1").status().message().find("expected FIGURE<=X") != std::string::npos);
   CHECK(parse_objective("done>=x").status().message().find("not a finite number") != std::string::npos);
   CHECK(parse_objective("done>=nan").status().message().find("not a finite number") != std::string::npos);
+  // What no run can meet is refused (it searched the whole range to answer "none").
+  CHECK(parse_objective("slo_attainment>=2").status().message() ==
+        "--objective slo_attainment>=2: no run can meet it (slo_attainment is a fraction, at most 1)");
+  CHECK(parse_objective("ttft_p90_s<0").status().message() ==
+        "--objective ttft_p90_s<0: no run can meet it (ttft_p90_s is never below 0)");
+  CHECK(parse_objective("done>=1").ok());
+  CHECK(parse_objective("ttft_p90_s<=0").ok());
 
   auto v = parse_vary("cluster.accelerators[0].count=2..16");
   REQUIRE(v.ok());
