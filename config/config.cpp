@@ -96,6 +96,15 @@ class Table {
     if (auto v = n->value<std::string>()) return *v;
     fail(n, key, "expected a string");
   }
+  // A name shown in tables, file names and messages: a string, not empty,
+  // with no control character (a newline split the printed table).
+  std::string name(const std::string& key, const std::string* fallback = nullptr) {
+    std::string v = str(key, fallback);
+    if (v.empty()) fail(node(key), key, "expected a non-empty name");
+    for (unsigned char c : v)
+      if (c < 0x20 || c == 0x7f) fail(node(key), key, "expected a name without control characters (newline, tab, NUL)");
+    return v;
+  }
   double num(const std::string& key, double fallback, double lo, double hi, bool required = false) {
     const toml::node* n = node(key);
     if (!n) {
@@ -355,16 +364,18 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
   // accelerators are read): a single accelerator moves nothing.
   for (Table& l : tables_of(cluster, "link_classes", false, file)) {
     LinkClassConfig c;
-    c.name = l.str("name");
+    c.name = l.name("name");
     c.bandwidth_bytes_per_s = l.num("bandwidth_gbps", 0, 1e-6, 1e6, true) * 1e9;
     c.latency_s = l.num("latency_us", 0, 0, 1e9) * 1e-6;
+    for (const LinkClassConfig& o : cfg.link_classes)
+      if (o.name == c.name) l.fail(l.node("name"), "name", "duplicate link class name '" + c.name + "'");
     l.finish();
     cfg.link_classes.push_back(c);
   }
   // [[hosts]] first: accelerators name them.
   for (Table& h : tables_of(root, "hosts", false, file)) {
     HostConfig hc;
-    hc.name = h.str("name");
+    hc.name = h.name("name");
     if (hc.name.empty()) h.fail(h.node("name"), "name", "expected a non-empty host name");
     for (const HostConfig& o : cfg.hosts)
       if (o.name == hc.name) h.fail(h.node("name"), "name", "duplicate host name '" + hc.name + "'");
@@ -445,7 +456,7 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
             {(prefix.empty() ? type : prefix) + std::to_string(first + i), type, hbm, d, held, held_where, host});
       }
     } else {
-      const std::string name = a.str("name");
+      const std::string name = a.name("name");
       if (static_cast<std::int64_t>(cfg.accelerators.size()) >= kMaxAccelerators)
         a.fail(a.node("name"), "name",
                "the cluster would have " + std::to_string(cfg.accelerators.size() + 1) + " accelerators; at most " +
@@ -460,6 +471,8 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
   for (Table& l : tables_of(cluster, "links", false, file)) {
     auto ends = strings(l, "between", true);
     if (ends.size() != 2) l.fail(l.node("between"), "between", "expected two accelerator names");
+    if (ends[0] == ends[1])
+      l.fail(l.node("between"), "between", "expected two different accelerators, got '" + ends[0] + "' twice");
     cfg.links.push_back({ends[0], ends[1], l.str("class")});
     l.finish();
   }
@@ -529,7 +542,7 @@ ModelConfig read_model(Table& m, NamedFiles& files, const std::string& file, boo
   ModelConfig mc;
   mc.where = file + ":" + std::to_string(m.raw().source().begin.line) + ": " + m.path();
   const std::string def = "llama3-8b";
-  mc.name = listed ? m.str("name") : m.str("name", &def);
+  mc.name = listed ? m.name("name") : m.name("name", &def);
   if (listed && m.has("checkpoint") && m.has("hf_config"))
     m.fail(m.node("hf_config"), "hf_config", "checkpoint gives the model's config.json; leave this key out");
   if (listed && (m.has("hf_config") || m.has("checkpoint"))) {
@@ -610,7 +623,7 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
   cfg.path = file;
   Table root(doc, "", file);
   const std::string stem = fs::path(file).stem().string();
-  cfg.name = root.str("name", &stem);
+  cfg.name = root.name("name", &stem);
   cfg.seed = static_cast<std::uint64_t>(root.integer("seed", 1, 0, INT64_MAX));
   cfg.duration_s = root.positive_or("duration_s", -1, 1e9, -1, "to run until done");
   std::vector<UnresolvedType> unresolved;
@@ -730,7 +743,7 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
 
   for (Table& t : tables_of(root, "tenants", true, file)) {
     TenantConfig tc;
-    tc.name = t.str("name");
+    tc.name = t.name("name");
     tc.priority = static_cast<std::int32_t>(t.integer("priority", 0, -32768, 32767));
     tc.online = t.boolean("online", true);
     tc.token_budget = t.integer("token_budget", 2048, 1, 1 << 24);
@@ -781,7 +794,7 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
   if (policy_tables.empty()) root.fail(root.node("policies"), "policies", "expected at least one [[policies]] table");
   for (Table& p : policy_tables) {
     PolicyConfig pc;
-    pc.name = p.str("name");
+    pc.name = p.name("name");
     pc.tenants = strings(p, "tenants", true);
     if (pc.tenants.empty()) p.fail(p.node("tenants"), "tenants", "expected at least one tenant name, got []");
     for (std::size_t i = 0; i < pc.tenants.size(); ++i) {

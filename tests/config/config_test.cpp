@@ -491,3 +491,24 @@ TEST_CASE("preemption_mode: bad values and a missing host link name their keys",
   CHECK(load_error(replace(base(), "[ground_truth]", "host_link = \"pcie\"\n[ground_truth]")) ==
         ":5: cluster.host_link: no link class named 'pcie' (link_classes: nvlink)");
 }
+
+TEST_CASE("config: names are not empty or split by control characters; a link joins two accelerators", "[config]") {
+  auto with = [](std::string from, std::string to) {
+    std::string s = base();
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  CHECK(load_error(with("name = \"on\"", "name = \"\"")) == ":9: tenants[0].name: expected a non-empty name");
+  CHECK(load_error(with("name = \"p\"", "name = \"a\\nb\"")) ==
+        ":12: policies[0].name: expected a name without control characters (newline, tab, NUL)");
+  CHECK(load_error(with("link_classes = [{ name = \"nvlink\", bandwidth_gbps = 300.0 }]",
+                        "link_classes = [{ name = \"nvlink\", bandwidth_gbps = 300.0 }, "
+                        "{ name = \"nvlink\", bandwidth_gbps = 50.0 }]")) ==
+        ":3: cluster.link_classes[1].name: duplicate link class name 'nvlink'");
+  CHECK(load_error(with("[ground_truth]",
+                        "links = [{ between = [\"gpu0\", \"gpu0\"], class = \"nvlink\" }]\n"
+                        "[ground_truth]")) ==
+        ":5: cluster.links[0].between: expected two different accelerators, got 'gpu0' twice");
+  CHECK(load_error(with("tenants = [\"on\"]", "tenants = [\"on\", \"on\"]")) ==
+        ":13: policies[0].tenants: 'on' is listed twice");
+}
