@@ -65,7 +65,8 @@ int explain(const ExplainOptions& opt) {
   std::ifstream in(path);
   if (!in)
     fail(path.string() + ": cannot open (write it with `slicesched simulate CONFIG --explain --out " + opt.dir + "`)");
-  std::map<std::string, std::vector<nlohmann::json>> rounds;  // per policy, in file order
+  // Per policy, in file order, with each round's line.
+  std::map<std::string, std::vector<std::pair<std::size_t, nlohmann::json>>> rounds;
   std::size_t lineno = 0, lines = 0;
   std::set<std::string> policies;  // every policy the file records
   std::string line;
@@ -86,7 +87,7 @@ int explain(const ExplainOptions& opt) {
     if (opt.policy && policy != *opt.policy) continue;
     for (const auto& r : d["requests"])
       if (r.is_number_unsigned() && r.get<std::uint64_t>() == opt.request) {
-        rounds[policy].push_back(std::move(d));
+        rounds[policy].emplace_back(lineno, std::move(d));
         break;
       }
   }
@@ -105,7 +106,15 @@ int explain(const ExplainOptions& opt) {
   for (const auto& [policy, list] : rounds) {
     std::printf("policy %s: request %llu was placed in %zu round(s)\n", policy.c_str(),
                 static_cast<unsigned long long>(opt.request), list.size());
-    for (const auto& d : list) print_round(d);
+    for (const auto& [at, d] : list) {
+      // (a file edited by hand: a field of the wrong type is named by line)
+      try {
+        print_round(d);
+      } catch (const nlohmann::json::exception& e) {
+        fail(path.string() + ":" + std::to_string(at) + ": a field of this round has the wrong type (" + e.what() +
+             ")");
+      }
+    }
   }
   return 0;
 }

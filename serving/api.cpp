@@ -117,6 +117,8 @@ std::optional<ApiError> parse_common(const json& body, const ServedModel& m, boo
   }
   if (const auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
     if (!so->is_object()) return bad("stream_options", "stream_options: expected an object");
+    // (as vLLM and OpenAI: the options of a stream that is not one do nothing)
+    if (!r.stream) return bad("stream_options", "stream_options: only allowed with \"stream\": true");
     for (const auto& [k, v] : so->items())
       if (k != "include_usage" && k != "continuous_usage_stats")
         return bad("stream_options", "stream_options." + k + ": not supported (include_usage is)");

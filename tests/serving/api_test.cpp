@@ -102,6 +102,8 @@ TEST_CASE("api: malformed requests are 400s naming the field", "[serving][api]")
       {R"({"model": "llama-tiny", "prompt": [9223372036854775808]})", 400, "prompt",
        "prompt[0]: token id 9223372036854775808 is outside model 'llama-tiny''s vocabulary [0, 512)"},
       {"", 400, "", "the request body is empty: expected a JSON object, sent with its Content-Length"},
+      {R"({"model": "llama-tiny", "prompt": [1], "stream_options": {"include_usage": true}})", 400, "stream_options",
+       "stream_options: only allowed with \"stream\": true"},
       {" \r\n", 400, "", "the request body is empty: expected a JSON object, sent with its Content-Length"},
       {R"({"model": "llama-tiny", "prompt": [-3]})", 400, "prompt",
        "prompt[0]: token id -3 is outside model 'llama-tiny''s vocabulary [0, 512)"},
