@@ -78,8 +78,11 @@ Status build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, Polic
       Request& r = stream.requests[i];
       if (r.input_tokens + r.output_tokens <= ctx_window) continue;
       if (!mc.truncate_overflow)
-        return InvalidArgument(cfg.path + ": tenants." + tc.name + ".stream: request " + std::to_string(i) + " needs " +
-                               std::to_string(r.input_tokens + r.output_tokens) + " tokens (" +
+        return InvalidArgument(cfg.path + ": tenants." + tc.name + ".stream: request " + std::to_string(i) +
+                               (tc.stream.path.empty() ? std::string()
+                                                       : " (of trace " + tc.stream.path + ", arriving at " +
+                                                             std::to_string(r.arrival_s) + " s of the window)") +
+                               " needs " + std::to_string(r.input_tokens + r.output_tokens) + " tokens (" +
                                std::to_string(r.input_tokens) + " in, " + std::to_string(r.output_tokens) +
                                " out), more than model '" + mc.name + "''s context window of " +
                                std::to_string(ctx_window) + " (on_overflow = \"truncate\" cuts them)");
