@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -122,3 +123,17 @@ def fresh_dir(path):
     shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path)
     return path
+
+
+def tmpfs_or_skip(work, size):
+    """A fresh WORK/disk with a tmpfs of SIZE mounted on it; where none can
+    be mounted (not root, no CAP_SYS_ADMIN) says why and exits 77 (ctest:
+    skipped). The caller unmounts it."""
+    fresh_dir(work)
+    disk = os.path.join(work, "disk")
+    os.makedirs(disk)
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", disk], capture_output=True, text=True)
+    if m.returncode != 0:
+        print("SKIP: cannot mount a tmpfs here:", (m.stderr or m.stdout).strip())
+        sys.exit(77)
+    return disk

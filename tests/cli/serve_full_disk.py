@@ -22,16 +22,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from http_server import Server, check, fresh_dir  # noqa: E402
+from http_server import Server, check, tmpfs_or_skip  # noqa: E402
 
 slicesched, config, work = sys.argv[1:4]
-fresh_dir(work)
-disk = os.path.join(work, "disk")
-os.makedirs(disk)
-m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", disk], capture_output=True, text=True)
-if m.returncode != 0:
-    print("SKIP: cannot mount a tmpfs here:", (m.stderr or m.stdout).strip())
-    sys.exit(77)
+disk = tmpfs_or_skip(work, "16m")
 
 
 def cpu_s(pid):
