@@ -29,6 +29,14 @@ class Tokenizer {
   // std::out_of_range naming it (a model's vocabulary can be larger than its
   // tokenizer's: padding rows).
   virtual std::string decode(std::span<const std::int64_t> ids) const = 0;
+  // The bytes token `id` stands for, as OpenAI's logprobs `bytes` give
+  // them: one byte of a multi-byte character is that byte, not U+FFFD's
+  // three. By default the token's decoded text; tokenizers that know their
+  // pieces' bytes say so. Same range rule and threading as decode.
+  virtual std::string token_bytes(std::int64_t id) const {
+    const std::int64_t one[] = {id};
+    return decode(one);
+  }
   virtual std::int64_t vocab_size() const = 0;
   virtual std::int64_t bos_id() const = 0;  // -1: none
   virtual std::int64_t eos_id() const = 0;  // -1: none

@@ -64,6 +64,14 @@ std::string piece(const ServedModel& m, std::int64_t token) {
   return decode(m, one);
 }
 
+// The bytes token `id` stands for (its tokenizer's spelling: half of a
+// character is that byte), or its text where the tokenizer has no such id.
+std::string token_bytes(const ServedModel& m, std::int64_t token) {
+  const Tokenizer* t = m.tokenizer.tokenizer.get();
+  if (t && token >= 0 && token < t->vocab_size()) return t->token_bytes(token);
+  return piece(m, token);
+}
+
 json bytes_of(const std::string& s) {
   json b = json::array();
   for (unsigned char c : s) b.push_back(static_cast<int>(c));
@@ -171,12 +179,12 @@ json chat_logprobs(const ServedModel& m, std::span<const std::int64_t> tokens, s
   for (std::size_t i = 0; i < tokens.size() && i < lp.size(); ++i) {
     const std::string t = piece(m, tokens[i]);
     json top = json::array();
-    for (const auto& [id, v] : lp[i].top) {
-      const std::string a = piece(m, id);
-      top.push_back({{"token", unquoted(a)}, {"logprob", v}, {"bytes", bytes_of(a)}});
-    }
-    content.push_back(
-        {{"token", unquoted(t)}, {"logprob", lp[i].logprob}, {"bytes", bytes_of(t)}, {"top_logprobs", top}});
+    for (const auto& [id, v] : lp[i].top)
+      top.push_back({{"token", unquoted(piece(m, id))}, {"logprob", v}, {"bytes", bytes_of(token_bytes(m, id))}});
+    content.push_back({{"token", unquoted(t)},
+                       {"logprob", lp[i].logprob},
+                       {"bytes", bytes_of(token_bytes(m, tokens[i]))},
+                       {"top_logprobs", top}});
   }
   return {{"content", content}};
 }

@@ -13,6 +13,8 @@ module;
 #include <Python.h>
 #include <dlfcn.h>
 
+#include <array>
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -185,6 +187,48 @@ const Interpreter& interpreter() {
   return it;
 }
 
+// GPT-2's bytes_to_unicode inverted: the byte each code point below 324
+// spells in a byte-level BPE's pieces (printable bytes as themselves, the
+// rest as 256, 257, ... in byte order); -1 where none.
+int byte_of_code_point(std::uint32_t cp) {
+  static const std::array<int, 324> inverse = [] {
+    std::array<int, 324> a;
+    a.fill(-1);
+    int n = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      a[static_cast<std::size_t>(printable ? b : 256 + n++)] = b;
+    }
+    return a;
+  }();
+  return cp < inverse.size() ? inverse[cp] : -1;
+}
+
+// The code points of UTF-8 text (which Python hands out well formed).
+std::vector<std::uint32_t> code_points(std::string_view s) {
+  std::vector<std::uint32_t> out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    std::uint32_t cp = n == 1 ? c : c & (0xFF >> (n + 1));
+    for (int k = 1; k < n && i + static_cast<std::size_t>(k) < s.size(); ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(s[i + static_cast<std::size_t>(k)]) & 0x3F);
+    out.push_back(cp);
+    i += static_cast<std::size_t>(n);
+  }
+  return out;
+}
+
+// Whether a tokenizer.json's decoder undoes GPT-2's byte-level spelling.
+bool byte_level_decoder(const nlohmann::json& d) {
+  if (!d.is_object()) return false;
+  if (d.value("type", "") == "ByteLevel") return true;
+  if (d.value("type", "") == "Sequence" && d.contains("decoders") && d["decoders"].is_array())
+    for (const auto& e : d["decoders"])
+      if (byte_level_decoder(e)) return true;
+  return false;
+}
+
 class HfTokenizer final : public Tokenizer {
  public:
   // Takes the references; called with the GIL held.
@@ -194,12 +238,19 @@ class HfTokenizer final : public Tokenizer {
     decode_kw_.reset(Py_BuildValue("{s:O}", "skip_special_tokens", Py_False));
     encode_.reset(PyObject_GetAttrString(tok_.get(), "encode"));
     decode_.reset(PyObject_GetAttrString(tok_.get(), "decode"));
-    if (!encode_kw_ || !decode_kw_ || !encode_ || !decode_) throw std::runtime_error(python_error());
+    id_to_token_.reset(PyObject_GetAttrString(tok_.get(), "id_to_token"));
+    if (!encode_kw_ || !decode_kw_ || !encode_ || !decode_ || !id_to_token_) throw std::runtime_error(python_error());
+    // Its decoder, from the file's own JSON: how a piece spells its bytes.
+    Ref json(PyObject_CallMethod(tok_.get(), "to_str", nullptr));
+    const char* text = json ? PyUnicode_AsUTF8(json.get()) : nullptr;
+    if (!text) throw std::runtime_error(python_error());
+    const nlohmann::json whole = nlohmann::json::parse(text, nullptr, false);
+    byte_level_ = !whole.is_discarded() && whole.contains("decoder") && byte_level_decoder(whole["decoder"]);
   }
 
   ~HfTokenizer() override {
     Gil gil;
-    encode_.reset(), decode_.reset(), encode_kw_.reset(), decode_kw_.reset(), tok_.reset();
+    encode_.reset(), decode_.reset(), id_to_token_.reset(), encode_kw_.reset(), decode_kw_.reset(), tok_.reset();
   }
 
   std::vector<std::int64_t> encode(std::string_view text) const override {
@@ -244,6 +295,48 @@ class HfTokenizer final : public Tokenizer {
     return std::string(utf8, static_cast<std::size_t>(size));
   }
 
+  // The piece's own spelling: byte-level pieces through GPT-2's table,
+  // byte-fallback pieces ("<0xE2>") as their byte, "▁" as a space; a piece
+  // that is none of these (an added token) is its decoded text.
+  std::string token_bytes(std::int64_t id) const override {
+    if (id < 0 || id >= vocab_)
+      throw std::out_of_range(path_ + ": token id " + std::to_string(id) + " is outside the tokenizer's [0, " +
+                              std::to_string(vocab_) + ")");
+    std::string piece;
+    {
+      Gil gil;
+      Ref t(PyObject_CallFunction(id_to_token_.get(), "L", static_cast<long long>(id)));
+      if (!t) throw std::runtime_error(path_ + ": id_to_token: " + python_error());
+      if (t.get() == Py_None) return Tokenizer::token_bytes(id);
+      Py_ssize_t size = 0;
+      const char* utf8 = PyUnicode_AsUTF8AndSize(t.get(), &size);
+      if (!utf8) throw std::runtime_error(path_ + ": id_to_token: " + python_error());
+      piece.assign(utf8, static_cast<std::size_t>(size));
+    }
+    if (byte_level_) {
+      std::string out;
+      for (const std::uint32_t cp : code_points(piece)) {
+        const int b = byte_of_code_point(cp);
+        if (b < 0) return Tokenizer::token_bytes(id);
+        out += static_cast<char>(b);
+      }
+      return out;
+    }
+    if (piece.size() == 6 && piece.starts_with("<0x") && piece.ends_with(">") &&
+        std::isxdigit(static_cast<unsigned char>(piece[3])) && std::isxdigit(static_cast<unsigned char>(piece[4])))
+      return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
+    std::string out;
+    for (std::size_t at = 0; at < piece.size();) {
+      if (piece.compare(at, 3, "\xE2\x96\x81") == 0) {
+        out += ' ';
+        at += 3;
+      } else {
+        out += piece[at++];
+      }
+    }
+    return out;
+  }
+
   std::int64_t vocab_size() const override { return vocab_; }
   std::int64_t bos_id() const override { return bos_; }
   std::int64_t eos_id() const override { return eos_; }
@@ -251,8 +344,9 @@ class HfTokenizer final : public Tokenizer {
 
  private:
   std::string path_;
-  Ref tok_, encode_, decode_, encode_kw_, decode_kw_;
+  Ref tok_, encode_, decode_, id_to_token_, encode_kw_, decode_kw_;
   std::int64_t vocab_, bos_, eos_;
+  bool byte_level_ = false;
 };
 
 // The text of tokenizer_config.json's `key`: a string, or an AddedToken

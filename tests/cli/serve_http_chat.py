@@ -173,6 +173,10 @@ for t in content:
     vals = [a.logprob for a in t.top_logprobs]
     check(vals == sorted(vals, reverse=True) and abs(t.logprob - vals[0]) < 1e-6 and bytes(t.bytes).decode(
         "utf-8", "replace") == t.token, "chat: alternatives most likely first, greedy takes the first", srv)
+# The tokens' bytes are their own (half of a character is that byte, not
+# U+FFFD's three): end to end they spell the reply.
+check(b"".join(bytes(t.bytes) for t in content).decode("utf-8", "replace") == c.choices[0].message.content,
+      "chat: the tokens' bytes, end to end, are the reply's", srv)
 sampled = client.completions.create(model="tiny-qwen", prompt=prompt, max_tokens=8, logprobs=0, temperature=1.5,
                                     seed=7).choices[0].logprobs
 check(all(v <= 0 for v in sampled.token_logprobs), "logprobs of sampled tokens", srv)

@@ -88,6 +88,13 @@ TEST_CASE("a trained sentencepiece model encodes and decodes", "[tokenizer]") {
   const std::vector<std::int64_t> bad = {ids[0], t.vocab_size()};
   CHECK_THROWS_WITH(t.decode(bad), Catch::Contains("token id " + std::to_string(t.vocab_size()) + " is outside"));
 
+  // Each piece's bytes, end to end, spell the text (after the space
+  // sentencepiece puts before it).
+  std::string spelled;
+  for (auto id : ids) spelled += t.token_bytes(id);
+  CHECK(spelled == " " + text);
+  CHECK_THROWS_AS(t.token_bytes(t.vocab_size()), std::out_of_range);
+
   // From the folder too.
   auto from_dir = load_tokenizer(trained());
   REQUIRE(from_dir.ok());
@@ -235,6 +242,20 @@ TEST_CASE("a tokenizer.json encodes and decodes as Python's tokenizers does", "[
   CHECK_THROWS_AS(t.decode(negative), std::out_of_range);
   // Bytes that are not UTF-8 are encoded (as U+FFFD), not refused.
   CHECK(!t.encode("bad \xff byte").empty());
+  // A piece's bytes are its own: those of a character split over pieces
+  // (é, €, an emoji: bytes the 512-id vocabulary never merged) are the
+  // halves, and all of them, end to end, are the text's bytes.
+  for (const std::string text : {std::string("caf\xc3\xa9 \xe2\x82\xac"
+                                             "5 \xf0\x9f\x99\x82 the scheduler"),
+                                 std::string("accelerators tokens flow")}) {
+    std::string spelled;
+    for (const auto id : t.encode(text)) spelled += t.token_bytes(id);
+    CHECK(spelled == text);
+  }
+  const auto euro = t.encode("\xe2\x82\xac");
+  REQUIRE(euro.size() >= 2);  // split: a piece holding part of the character
+  CHECK(t.token_bytes(euro[0]).size() < 3);
+  CHECK_THROWS_AS(t.token_bytes(-1), std::out_of_range);
 
   // The folder works too, and a checkpoint with only tokenizer.json has it.
   auto from_dir = load_tokenizer(json_dir());
