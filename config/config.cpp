@@ -702,10 +702,15 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       cfg.ground_truth.layers_type = g.str("layers_type", &none);
       if (!cfg.ground_truth.layers_type.empty() && cfg.ground_truth.layers_csv.empty())
         g.fail(g.node("layers_type"), "layers_type", "names the type the layers profile measured: give layers too");
-      if (const std::string& lt = cfg.ground_truth.layers_type; !lt.empty() && !find_type(cfg.accelerator_types, lt)) {
-        // A type no table knows (a misspelling, most likely) would leave
-        // the measured profile playing for no accelerator, said only in a
-        // warning; a known type the cluster lacks is a choice (that line).
+      const std::string& lt = cfg.ground_truth.layers_type;
+      const bool in_cluster = std::any_of(cfg.accelerators.begin(), cfg.accelerators.end(),
+                                          [&](const AcceleratorConfig& a) { return a.type == lt; });
+      if (!lt.empty() && !in_cluster && !find_type(cfg.accelerator_types, lt)) {
+        // A type no table knows and no accelerator has (a misspelling, most
+        // likely) would leave the measured profile playing for none, said
+        // only in a warning; a known type the cluster lacks is a choice
+        // (that line), and a type without a table that accelerators name
+        // (with their hbm_gib) is theirs.
         const std::string dir = cfg.accelerator_types.empty()
                                     ? default_accelerator_dir()
                                     : fs::path(cfg.accelerator_types.front().source).parent_path().string();

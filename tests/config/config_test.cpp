@@ -512,3 +512,18 @@ TEST_CASE("config: names are not empty or split by control characters; a link jo
   CHECK(load_error(with("tenants = [\"on\"]", "tenants = [\"on\", \"on\"]")) ==
         ":13: policies[0].tenants: 'on' is listed twice");
 }
+
+TEST_CASE("config: a measured profile's type is a known table's, or an accelerator's own", "[config]") {
+  std::string own = base();
+  own.replace(own.find("type = \"H100\""), 13, "type = \"X9\"");
+  own.replace(own.find("[ground_truth]\n"), 15, "[ground_truth]\nlayers_type = \"X9\"\n");
+  const fs::path p = fs::temp_directory_path() / ("slicesched_config_type_" + std::to_string(getpid()) + ".toml");
+  std::ofstream(p) << own;
+  auto cfg = load_config(p.string());
+  fs::remove(p);
+  INFO((cfg.ok() ? std::string() : cfg.status().message()));
+  CHECK(cfg.ok());  // X9 has no table, but the accelerators that name it play the profile
+  std::string typo = base();
+  typo.replace(typo.find("[ground_truth]\n"), 15, "[ground_truth]\nlayers_type = \"Z100\"\n");
+  CHECK_THAT(load_error(typo), Catch::StartsWith(":6: ground_truth.layers_type: unknown accelerator type 'Z100'"));
+}
