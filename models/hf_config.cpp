@@ -53,8 +53,14 @@ Result<DenseDecoderConfig> read_hf_config(const std::string& path, std::string n
   if (!in) return NotFound(path + ": cannot open (a Hugging Face config.json was expected)");
   std::stringstream text;
   text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return InvalidArgument(path + ": expected a JSON object (a config.json)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    // (where it broke: Python's json writes NaN and Infinity, which JSON is not)
+    return InvalidArgument(path + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) return InvalidArgument(path + ": expected a JSON object (a config.json)");
   HfReader r{path, j};
 
   DenseDecoderConfig c;

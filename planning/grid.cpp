@@ -1,4 +1,5 @@
 module;
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -65,6 +66,9 @@ Result<SweepAxis> parse_axis(const std::string& arg) {
   for (const std::string& v : split_values(arg.substr(eq + 1))) {
     const std::string t = trim(v);
     if (t.empty()) return InvalidArgument("--set " + arg + ": empty value in the list");
+    // (a value twice runs its points twice, and plots two rows at one x)
+    if (std::find(axis.values.begin(), axis.values.end(), t) != axis.values.end())
+      return InvalidArgument("--set " + arg + ": value '" + t + "' is listed twice");
     axis.values.push_back(t);
   }
   return axis;

@@ -2,6 +2,8 @@
 // counts, the model config errors, and two models sharing one cluster.
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -145,6 +147,17 @@ TEST_CASE("model config errors are one line naming the file, the key and what wa
   CHECK(load_error(dir + "models_bad_hf.toml") ==
         dir + "models_bad_hf.toml:2: models[0].hf_config: " + dir +
             "models_bad_hf.json: num_key_value_heads: expected a divisor of num_attention_heads (32), got 5");
+}
+
+TEST_CASE("a config.json that is not JSON says where it broke", "[models][config]") {
+  // Python's json writes NaN, which JSON is not.
+  const std::string path = std::filesystem::temp_directory_path() / "slicesched_nan_config.json";
+  std::ofstream(path) << "{\"model_type\": \"llama\",\n \"rope_theta\": NaN}\n";
+  auto c = read_hf_config(path, "m");
+  std::filesystem::remove(path);
+  REQUIRE_FALSE(c.ok());
+  CHECK_THAT(c.status().message(),
+             Catch::StartsWith(path + ": not valid JSON (") && Catch::Contains("line 2, column 16"));
 }
 
 TEST_CASE("a context overflow with on_overflow = truncate is cut to the window and counted", "[models][config]") {

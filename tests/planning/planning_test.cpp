@@ -64,6 +64,7 @@ TEST_CASE("sweep axes: names, values and errors", "[planning]") {
   CHECK(error_of("tenants.x.stream.rate").find("expected [NAME:]KEY=V1,V2") != std::string::npos);
   CHECK(error_of("=1,2").find("empty KEY") != std::string::npos);
   CHECK(error_of("k=1,,2").find("empty value") != std::string::npos);
+  CHECK(error_of("k=1,2,1") == "--set k=1,2,1: value '1' is listed twice");
   CHECK(error_of(":k=1").find("empty NAME") != std::string::npos);
   const Status clash = check_axes({axis("a.count=1"), axis("b.count=2")});
   REQUIRE_FALSE(clash.ok());
