@@ -1,4 +1,5 @@
 module;
+#include <cctype>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -8,6 +9,22 @@ module;
 module slicesched.core.tokenizer;
 
 namespace slicesched {
+
+std::string piece_bytes(std::string_view piece) {
+  const auto hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
+  if (piece.size() == 6 && piece.starts_with("<0x") && piece.ends_with(">") && hex(piece[3]) && hex(piece[4]))
+    return std::string(1, static_cast<char>(std::stoi(std::string(piece.substr(3, 2)), nullptr, 16)));
+  std::string out;
+  for (std::size_t at = 0; at < piece.size();) {
+    if (piece.substr(at, 3) == "\xE2\x96\x81") {
+      out += ' ';
+      at += 3;
+    } else {
+      out += piece[at++];
+    }
+  }
+  return out;
+}
 
 Result<std::vector<std::int64_t>> ModelTokenizer::encode_prompt(std::string_view text) const {
   if (!tokenizer) return FailedPrecondition(absent);

@@ -44,6 +44,11 @@ class Tokenizer {
   virtual const std::string& path() const = 0;
 };
 
+// The bytes a sentencepiece-style piece spells: its word mark "▁" (U+2581)
+// is the space it stands for, a byte piece ("<0xE2>") that byte; the rest
+// as is. For Tokenizer::token_bytes.
+std::string piece_bytes(std::string_view piece);
+
 // A served model's tokenizer, or why it has none: what the front end
 // needs of text. Without a tokenizer, text is refused with `absent` (what
 // to do) and token ids need none. Copyable; immutable.

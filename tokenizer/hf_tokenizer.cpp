@@ -295,9 +295,9 @@ class HfTokenizer final : public Tokenizer {
     return std::string(utf8, static_cast<std::size_t>(size));
   }
 
-  // The piece's own spelling: byte-level pieces through GPT-2's table,
-  // byte-fallback pieces ("<0xE2>") as their byte, "▁" as a space; a piece
-  // that is none of these (an added token) is its decoded text.
+  // The piece's own spelling: byte-level pieces through GPT-2's table (a
+  // piece outside it, an added token, is its decoded text), others as
+  // piece_bytes spells them.
   std::string token_bytes(std::int64_t id) const override {
     if (id < 0 || id >= vocab_)
       throw std::out_of_range(path_ + ": token id " + std::to_string(id) + " is outside the tokenizer's [0, " +
@@ -322,19 +322,7 @@ class HfTokenizer final : public Tokenizer {
       }
       return out;
     }
-    if (piece.size() == 6 && piece.starts_with("<0x") && piece.ends_with(">") &&
-        std::isxdigit(static_cast<unsigned char>(piece[3])) && std::isxdigit(static_cast<unsigned char>(piece[4])))
-      return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
-    std::string out;
-    for (std::size_t at = 0; at < piece.size();) {
-      if (piece.compare(at, 3, "\xE2\x96\x81") == 0) {
-        out += ' ';
-        at += 3;
-      } else {
-        out += piece[at++];
-      }
-    }
-    return out;
+    return piece_bytes(piece);
   }
 
   std::int64_t vocab_size() const override { return vocab_; }

@@ -47,27 +47,15 @@ class SentencePiece final : public Tokenizer {
     return text;
   }
 
-  // A byte piece ("<0xE2>") is its byte; "▁" in a piece is the space it
-  // stands for; control and unknown pieces are their decoded text.
+  // Control and unknown pieces are their decoded text; the others as
+  // piece_bytes spells them.
   std::string token_bytes(std::int64_t id) const override {
     if (id < 0 || id >= vocab_size())
       throw std::out_of_range(path_ + ": token id " + std::to_string(id) + " is outside the tokenizer's [0, " +
                               std::to_string(vocab_size()) + ")");
     const int i = static_cast<int>(id);
-    const std::string piece = sp_->IdToPiece(i);
-    if (sp_->IsByte(i) && piece.size() == 6)
-      return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
     if (sp_->IsControl(i) || sp_->IsUnknown(i)) return Tokenizer::token_bytes(id);
-    std::string out;
-    for (std::size_t at = 0; at < piece.size();) {
-      if (piece.compare(at, 3, "\xE2\x96\x81") == 0) {
-        out += ' ';
-        at += 3;
-      } else {
-        out += piece[at++];
-      }
-    }
-    return out;
+    return piece_bytes(sp_->IdToPiece(i));
   }
 
   std::int64_t vocab_size() const override { return sp_->GetPieceSize(); }

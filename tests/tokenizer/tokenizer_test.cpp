@@ -94,6 +94,11 @@ TEST_CASE("a trained sentencepiece model encodes and decodes", "[tokenizer]") {
   for (auto id : ids) spelled += t.token_bytes(id);
   CHECK(spelled == " " + text);
   CHECK_THROWS_AS(t.token_bytes(t.vocab_size()), std::out_of_range);
+  // How a piece spells its bytes: the word mark is a space, a byte piece its byte.
+  CHECK(piece_bytes("\xE2\x96\x81the") == " the");
+  CHECK(piece_bytes("<0xE2>") == "\xE2");
+  CHECK(piece_bytes("<0xZZ>") == "<0xZZ>");
+  CHECK(piece_bytes("plain") == "plain");
 
   // From the folder too.
   auto from_dir = load_tokenizer(trained());
