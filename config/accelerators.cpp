@@ -103,8 +103,9 @@ struct Reader {
   }
   std::string known_keys() const {
     std::string s;
-    for (const auto& k : used)
-      if (s.find(k) == std::string::npos) s += (s.empty() ? "" : ", ") + k;
+    for (std::size_t i = 0; i < used.size(); ++i)
+      if (std::find(used.begin(), used.begin() + static_cast<std::ptrdiff_t>(i), used[i]) == used.begin() + i)
+        s += (s.empty() ? "" : ", ") + used[i];
     return s;
   }
 };

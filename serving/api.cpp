@@ -68,6 +68,8 @@ std::optional<ApiError> refuse_overlong_text(std::string_view text, const Served
                         "' takes in one request");
 }
 
+std::string dump_text(const json& body) { return body.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 std::variant<std::size_t, ApiError> find_model(const json& body, std::span<const ServedModel> models) {
   const auto model = body.find("model");
   if (model == body.end() || !model->is_string()) return bad("model", "model: required (a string)");
@@ -177,12 +179,19 @@ std::variant<CompletionRequest, ApiError> parse_completion(const json& body, std
   return r;
 }
 
-std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body, std::span<const ServedModel> models) {
-  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
+std::variant<json, ApiError> json_object_body(std::string_view text) {
+  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos)
     return bad("", "the request body is empty: expected a JSON object, sent with its Content-Length");
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad("", "the request body is not valid JSON");
-  return parse_completion(j, models);
+  if (!j.is_object()) return bad("", "the request body must be a JSON object");
+  return j;
+}
+
+std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body, std::span<const ServedModel> models) {
+  auto j = json_object_body(body);
+  if (auto* e = std::get_if<ApiError>(&j)) return *e;
+  return parse_completion(std::get<json>(j), models);
 }
 
 json error_body(const ApiError& e) {

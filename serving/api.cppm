@@ -89,16 +89,6 @@ struct CompletionRequest {
 std::optional<ApiError> parse_generation(const nlohmann::json& body, const ServedModel& model, bool chat,
                                          GenerationOptions& gen);
 
-// Refuses a text far longer than any prompt `model` takes before the whole
-// of it is tokenized (a 16-MB prompt held the tokenizer, and with it every
-// other text request, for 11 s): past 16 bytes per token of the model's
-// prompt limit (the least of its context window, the tokens a request may
-// hold and max_prompt_tokens), a prefix cut at whitespace is tokenized, and
-// when that alone is over the limit (with 16 tokens to spare for where the
-// cut fell) the text is refused naming `param`. Otherwise nothing: the
-// caller tokenizes the whole and checks it as any prompt.
-std::optional<ApiError> refuse_overlong_text(std::string_view text, const ServedModel& model, const char* param);
-
 // A chat completion request (messages rendered with the model's chat
 // template, then tokenized with its BOS, as a text prompt), or why not.
 std::variant<CompletionRequest, ApiError> parse_chat(std::string_view body, std::span<const ServedModel> models);
@@ -113,6 +103,11 @@ std::variant<CompletionRequest, ApiError> parse_completion(const nlohmann::json&
 std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body, std::span<const ServedModel> models);
 
 nlohmann::json error_body(const ApiError& e);
+
+// `body` as JSON text, bytes that are not UTF-8 (a path or header from the
+// client, generated text ending inside a character) replaced by U+FFFD
+// rather than thrown: what every response and stored line is written with.
+std::string dump_text(const nlohmann::json& body);
 
 // A whole completion: `tokens` generated for a prompt of `prompt_tokens`.
 // `text` is the decoded output ("" without a decode hook); the ids are in
@@ -206,9 +201,21 @@ class StopWatch {
 }  // namespace slicesched::serving
 
 // Shared by the module's implementation files (api.cpp, chat.cpp), not
-// exported: the model a body names (404 naming those served), and the
-// fields completions and chat share, checked into `r` once its prompt is set.
+// exported: a request body's JSON object (a 400 for an empty body, JSON
+// that does not parse, or anything but an object), the model a body names
+// (404 naming those served), and the fields completions and chat share,
+// checked into `r` once its prompt is set.
 namespace slicesched::serving {
+std::variant<nlohmann::json, ApiError> json_object_body(std::string_view text);
 std::variant<std::size_t, ApiError> find_model(const nlohmann::json& body, std::span<const ServedModel> models);
 std::optional<ApiError> parse_common(const nlohmann::json& body, const ServedModel& m, bool chat, CompletionRequest& r);
+// Refuses a text far longer than any prompt `model` takes before the whole
+// of it is tokenized (a 16-MB prompt held the tokenizer, and with it every
+// other text request, for 11 s): past 16 bytes per token of the model's
+// prompt limit (the least of its context window, the tokens a request may
+// hold and max_prompt_tokens), a prefix cut at whitespace is tokenized, and
+// when that alone is over the limit (with 16 tokens to spare for where the
+// cut fell) the text is refused naming `param`. Otherwise nothing: the
+// caller tokenizes the whole and checks it as any prompt.
+std::optional<ApiError> refuse_overlong_text(std::string_view text, const ServedModel& model, const char* param);
 }  // namespace slicesched::serving

@@ -135,9 +135,7 @@ Status BatchRunner::write(const Ended& e) {
             {"response", nullptr},
             {"error", {{"code", "request_failed"}, {"message", e.error}}}};
   }
-  // (generated text may end inside a character: replaced, never thrown)
-  return store_.finish_line(e.batch_id, e.line, e.error.empty(),
-                            line.dump(-1, ' ', false, json::error_handler_t::replace));
+  return store_.finish_line(e.batch_id, e.line, e.error.empty(), dump_text(line));
 }
 
 void BatchRunner::loop() {

@@ -80,7 +80,7 @@ json bytes_of(const std::string& s) {
 
 // A token's text as a JSON key or string: half a UTF-8 character becomes
 // U+FFFD instead of failing the dump (the bytes are in `bytes`).
-std::string safe(const std::string& s) { return json(s).dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string safe(const std::string& s) { return dump_text(json(s)); }
 std::string unquoted(const std::string& s) {
   const std::string q = safe(s);
   return json::parse(q).get<std::string>();
@@ -89,11 +89,9 @@ std::string unquoted(const std::string& s) {
 }  // namespace
 
 std::variant<CompletionRequest, ApiError> parse_chat(std::string_view text, std::span<const ServedModel> models) {
-  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos)
-    return bad("", "the request body is empty: expected a JSON object, sent with its Content-Length");
-  json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return bad("", "the request body is not valid JSON");
-  if (!body.is_object()) return bad("", "the request body must be a JSON object");
+  auto parsed = json_object_body(text);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& body = std::get<json>(parsed);
   CompletionRequest r;
   auto found = find_model(body, models);
   if (auto* e = std::get_if<ApiError>(&found)) return *e;

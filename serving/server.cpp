@@ -47,10 +47,6 @@ std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// Text from the client (a path, a header, a name) can carry bytes that are
-// not UTF-8; a response replaces them (U+FFFD) rather than throwing.
-std::string dump_text(const json& body) { return body.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 void reply(httplib::Response& res, int status, const json& body) {
   res.status = status;
   res.set_content(dump_text(body), "application/json");
@@ -681,16 +677,13 @@ void HttpServer::Impl::routes() {
   // Content-Length past the bound is refused before a byte of it is read.
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     enter_body(guard.body_timeout);
-    // Two lengths that disagree (which one a proxy took is unknowable), or
-    // a compressed body: refused, naming the header, the body left unread.
-    auto refuse = [&](int status, std::string message, std::string param, std::string code) {
+    // Every refusal here: answered before the body is read (the body, if
+    // any, is not read: the connection closes), counted under its reason.
+    auto refuse = [&](std::atomic<std::uint64_t>& counter, const ApiError& e) {
       enter_handling();
       if (t_conn) t_conn->close = true;
-      ++rejected_bad;
-      reply_error(
-          res,
-          ApiError{
-              .status = status, .message = std::move(message), .param = std::move(param), .code = std::move(code)});
+      ++counter;
+      reply_error(res, e);
       return httplib::Server::HandlerResponse::Handled;
     };
     // A body whose length the headers do not state is empty (RFC 9112
@@ -700,49 +693,41 @@ void HttpServer::Impl::routes() {
     if (body_method && t_conn && !req.has_header("Content-Length") &&
         req.get_header_value("Transfer-Encoding").find("chunked") == std::string::npos)
       t_conn->unstated_body = t_conn->close = true;
+    // Two lengths that disagree (which one a proxy took is unknowable).
     if (const std::size_t n = req.get_header_value_count("Content-Length"); n > 1)
       for (std::size_t i = 1; i < n; ++i)
         if (req.get_header_value("Content-Length", i) != req.get_header_value("Content-Length"))
-          return refuse(400, "Content-Length: the request states two different lengths", "Content-Length",
-                        "bad_http_request");
+          return refuse(rejected_bad, ApiError{.message = "Content-Length: the request states two different lengths",
+                                               .param = "Content-Length",
+                                               .code = "bad_http_request"});
     if (const std::string enc = req.get_header_value("Content-Encoding"); !enc.empty() && enc != "identity")
-      return refuse(415, "Content-Encoding: '" + enc.substr(0, 40) + "' is not accepted; send the body uncompressed",
-                    "Content-Encoding", "unsupported_media_type");
+      return refuse(rejected_bad, ApiError{.status = 415,
+                                           .message = "Content-Encoding: '" + enc.substr(0, 40) +
+                                                      "' is not accepted; send the body uncompressed",
+                                           .param = "Content-Encoding",
+                                           .code = "unsupported_media_type"});
     if (req.has_header("Content-Length")) {
       const std::string v = req.get_header_value("Content-Length");
       const bool number = !v.empty() && v.size() <= 19 && v.find_first_not_of("0123456789") == std::string::npos;
-      if (!number || std::stoull(v) > opt.max_body_bytes) {
-        enter_handling();
-        if (t_conn) t_conn->close = true;  // (its body, if any, is not read)
-        if (number) {
-          ++guard.too_large;
-          reply_error(res, too_large_error(guard));
-        } else {
-          ++rejected_bad;
-          reply_error(res,
+      if (!number)
+        return refuse(rejected_bad,
                       ApiError{.message = "Content-Length: expected a number of bytes, got '" + v.substr(0, 40) + "'",
                                .param = "Content-Length",
                                .code = "bad_http_request"});
-        }
-        return httplib::Server::HandlerResponse::Handled;
-      }
+      if (std::stoull(v) > opt.max_body_bytes) return refuse(guard.too_large, too_large_error(guard));
     }
     // The API key, before the body is read: /v1/* only (probes and
     // scrapers of /health and /metrics carry none).
     if (!opt.api_key.empty() && req.path.rfind("/v1/", 0) == 0 &&
-        req.get_header_value("Authorization") != "Bearer " + opt.api_key) {
-      enter_handling();
-      if (t_conn) t_conn->close = true;  // (its body, if any, is not read)
-      ++rejected_auth;
-      const bool given = req.has_header("Authorization");
-      reply_error(res, ApiError{.status = 401,
-                                .message = given ? "Incorrect API key provided (Authorization: Bearer <key>, the key "
-                                                   "serve was started with: --api-key or SLICESCHED_API_KEY)"
-                                                 : "You didn't provide an API key: send Authorization: Bearer <key> "
-                                                   "(this server was started with --api-key or SLICESCHED_API_KEY)",
-                                .code = "invalid_api_key"});
-      return httplib::Server::HandlerResponse::Handled;
-    }
+        req.get_header_value("Authorization") != "Bearer " + opt.api_key)
+      return refuse(rejected_auth,
+                    ApiError{.status = 401,
+                             .message = req.has_header("Authorization")
+                                            ? "Incorrect API key provided (Authorization: Bearer <key>, the key "
+                                              "serve was started with: --api-key or SLICESCHED_API_KEY)"
+                                            : "You didn't provide an API key: send Authorization: Bearer <key> "
+                                              "(this server was started with --api-key or SLICESCHED_API_KEY)",
+                             .code = "invalid_api_key"});
     return httplib::Server::HandlerResponse::Unhandled;
   });
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {

@@ -40,6 +40,12 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// A refusal's body for the peer: {"ok": false, "error": message}, bytes of
+// the message that are not UTF-8 (a path, say) replaced rather than thrown.
+std::string error_body(const Status& s) {
+  return json{{"ok", false}, {"error", s.message()}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 struct Job {
   std::vector<std::string> route;
   json body;
@@ -493,13 +499,7 @@ Status ExecutorServer::serve(const std::atomic<int>* stop) {
       if (!m.ok()) {  // another version, or garbage: refuse, say so, carry on
         std::fprintf(stderr, "slicesched executor '%s': refused a peer: %s\n", s.opt.host.c_str(),
                      m.status().message().c_str());
-        if (!route.empty())
-          (void)wire::send(sock,
-                           {wire::Type::kError,
-                            json{{"ok", false}, {"error", m.status().message()}}.dump(-1, ' ', false,
-                                                                                      json::error_handler_t::replace),
-                            {}},
-                           route);
+        if (!route.empty()) (void)wire::send(sock, {wire::Type::kError, error_body(m.status()), {}}, route);
         continue;
       }
       const bool from_scheduler = !scheduler.empty() && route == scheduler;
@@ -582,12 +582,7 @@ Status ExecutorServer::serve(const std::atomic<int>* stop) {
           case wire::Type::kPull: {
             auto v = s.find(body["id"].get<std::uint64_t>());
             if (!v.ok()) {
-              (void)wire::send(sock,
-                               {wire::Type::kError,
-                                json{{"ok", false}, {"error", v.status().message()}}.dump(
-                                    -1, ' ', false, json::error_handler_t::replace),
-                                {}},
-                               route);
+              (void)wire::send(sock, {wire::Type::kError, error_body(v.status()), {}}, route);
               break;
             }
             std::string bytes = rt::LlamaModel::to_bytes(LlamaRunner::unwrap(v.value()));
@@ -612,12 +607,7 @@ Status ExecutorServer::serve(const std::atomic<int>* stop) {
               end = FailedPrecondition("value " + std::to_string(body["id"].get<std::uint64_t>()) +
                                        " is not on the link's accelerator");
             if (!end.ok()) {
-              (void)wire::send(sock,
-                               {wire::Type::kError,
-                                json{{"ok", false}, {"error", end.status().message()}}.dump(
-                                    -1, ' ', false, json::error_handler_t::replace),
-                                {}},
-                               route);
+              (void)wire::send(sock, {wire::Type::kError, error_body(end.status()), {}}, route);
               break;
             }
             std::string layout = rt::LlamaModel::encode(rt::LlamaModel::layout(LlamaRunner::unwrap(held->value)));
