@@ -42,50 +42,12 @@ void write_file(const fs::path& path, const std::string& content) {
   if (Status s = write_file_atomically(path.string(), content); !s.ok()) throw std::runtime_error(s.message());
 }
 
-// A set of result files that appear together or not at all: each is
-// written whole under its name + ".tmp" first (where a full disk fails),
-// and only once all are written are they renamed into place (renames take
-// no space). A set not committed removes what it staged: an earlier run's
-// results stay as they were, never half replaced.
-class StagedFiles {
- public:
-  StagedFiles() = default;
-  StagedFiles(const StagedFiles&) = delete;
-  StagedFiles& operator=(const StagedFiles&) = delete;
-  ~StagedFiles() {
-    std::error_code ec;
-    for (const fs::path& p : staged_) fs::remove(tmp(p), ec);
-  }
-  void add(const fs::path& path, const std::string& content) {
-    add_with(path, [&](const fs::path& at) { write_file(at, content); });
-  }
-  // `write(path)` writes the file at `path` itself (a writer of its own).
-  template <typename Write>
-  void add_with(const fs::path& path, Write write) {
-    staged_.push_back(path);
-    try {
-      write(tmp(path));
-    } catch (const std::runtime_error& e) {
-      // Named by the result's own path (the writer's temporaries are ours).
-      std::string m = e.what();
-      for (const std::string t : {tmp(tmp(path)).string(), tmp(path).string()})
-        for (std::size_t at; (at = m.find(t)) != std::string::npos;) m.replace(at, t.size(), path.string());
-      throw std::runtime_error(m + "; no result of this run was put in place");
-    }
-  }
-  void commit() {
-    for (const fs::path& p : staged_) {
-      std::error_code ec;
-      fs::rename(tmp(p), p, ec);
-      if (ec) throw std::runtime_error(p.string() + ": cannot put in place (" + ec.message() + ")");
-    }
-    staged_.clear();
-  }
-
- private:
-  static fs::path tmp(const fs::path& p) { return fs::path(p.string() + ".tmp"); }
-  std::vector<fs::path> staged_;
-};
+// A result staged with the others (core/files' StagedFiles): a failure
+// says that nothing of this run was put in place.
+void stage(StagedFiles& files, const fs::path& path, const std::string& content) {
+  if (Status s = files.add(path.string(), content); !s.ok())
+    throw std::runtime_error(s.message() + "; no result of this run was put in place");
+}
 
 std::string slug(const std::string& name) {
   std::string s;
@@ -641,30 +603,28 @@ void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const Rep
     sum["policies"][all[k]->name] = std::move(p);
   }
   StagedFiles files;
-  files.add(dir / kSummary, sum.dump(2) + "\n");
-  files.add(dir / kTiming, timing_json(all).dump(2) + "\n");
+  stage(files, dir / kSummary, sum.dump(2) + "\n");
+  stage(files, dir / kTiming, timing_json(all).dump(2) + "\n");
   if (opt.explain) {
     std::string lines;
     for (const PolicyRun* r : all)
       for (const DecisionLog::Line& d : r->decisions) (lines += d.json) += '\n';
-    files.add(dir / kDecisions, lines);
+    stage(files, dir / kDecisions, lines);
   }
   for (const PolicyRun* run : all) {
     const PolicyRun& r = *run;
-    files.add(dir / requests_file(r.name), requests_csv(r));
-    files.add(dir / accelerators_file(r.name), accelerators_csv(r));
-    files.add(dir / trace_file(r.name), chrome_trace(r, opt.trace_seconds));
+    stage(files, dir / requests_file(r.name), requests_csv(r));
+    stage(files, dir / accelerators_file(r.name), accelerators_csv(r));
+    stage(files, dir / trace_file(r.name), chrome_trace(r, opt.trace_seconds));
     const fs::path calibration = dir / calibration_file(r.name);
     if (!r.calibration) {
       std::fprintf(stderr, "slicesched: policy '%s': not writing %s: estimator '%s' has no linear form to snapshot\n",
                    r.name.c_str(), calibration.string().c_str(), r.estimator.name.c_str());
       continue;
     }
-    files.add_with(calibration, [&](const fs::path& at) {
-      if (Status s = write_calibration(*r.calibration, at.string()); !s.ok()) throw std::runtime_error(s.message());
-    });
+    stage(files, calibration, calibration_text(*r.calibration));
   }
-  files.commit();
+  if (Status s = files.commit(); !s.ok()) throw std::runtime_error(s.message());
   warn_other_results(dir, all);
   plots(dir, runs);
   std::printf(

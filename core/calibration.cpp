@@ -88,7 +88,7 @@ CalibrationProfile snapshot(const EstimatorSet& est, const TemplateRegistry& tem
   return p;
 }
 
-Status write_calibration(const CalibrationProfile& p, const std::string& path) {
+std::string calibration_text(const CalibrationProfile& p) {
   nlohmann::json j;
   j["format"] = kFormat;
   j["source"] = p.source;
@@ -119,7 +119,11 @@ Status write_calibration(const CalibrationProfile& p, const std::string& path) {
     for (std::size_t i = 0; i < p.fixed_costs.size(); ++i)
       if (p.fixed_costs[i].request_s > 0) j["fixed_costs"][i]["request_overhead_us"] = p.fixed_costs[i].request_s * 1e6;
   }
-  return write_file_atomically(path, j.dump(2) + "\n");
+  return j.dump(2) + "\n";
+}
+
+Status write_calibration(const CalibrationProfile& p, const std::string& path) {
+  return write_file_atomically(path, calibration_text(p));
 }
 
 Result<CalibrationProfile> read_calibration(const std::string& path) {

@@ -72,7 +72,10 @@ struct CalibrationProfile {
 CalibrationProfile snapshot(const EstimatorSet& est, const TemplateRegistry& templates, const AcceleratorSet& accels,
                             std::string source);
 
-// Writes atomically (temporary file + rename). Fails naming the path.
+// The profile as its JSON file's text.
+std::string calibration_text(const CalibrationProfile& profile);
+// Writes calibration_text atomically (temporary file + rename). Fails
+// naming the path.
 Status write_calibration(const CalibrationProfile& profile, const std::string& path);
 
 // Reads and checks a profile; errors name the file and the entry.

@@ -1,15 +1,35 @@
 // Writing results without ever leaving a half-written file behind.
 module;
 #include <string>
+#include <vector>
 
 export module slicesched.core.files;
 import slicesched.core.status;
 
 export namespace slicesched {
 
-// Writes `content` to `path` through a temporary file and a rename, so a
-// crash or a full disk leaves either the old file or the whole new one,
-// and a failure removes the temporary. Fails naming the path.
+// Files that appear together or not at all: add() writes each whole under
+// its path + ".tmp" at once (where a full disk fails, naming the path),
+// commit() renames them all into place (renames take no space). What is not
+// committed is removed when the set goes, so what was at the paths before
+// stays as it was, never half replaced. A temporary that add() did not
+// create (a folder in its place) is never removed. Not thread-safe.
+class StagedFiles {
+ public:
+  StagedFiles() = default;
+  StagedFiles(const StagedFiles&) = delete;
+  StagedFiles& operator=(const StagedFiles&) = delete;
+  ~StagedFiles();
+  Status add(const std::string& path, const std::string& content);
+  Status commit();
+
+ private:
+  std::vector<std::string> staged_;  // paths whose temporaries are written
+};
+
+// One file through a temporary and a rename, so a crash or a full disk
+// leaves either the old file or the whole new one, and a failure removes
+// the temporary. Fails naming the path.
 Status write_file_atomically(const std::string& path, const std::string& content);
 
 }  // namespace slicesched

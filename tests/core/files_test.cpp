@@ -55,3 +55,33 @@ TEST_CASE("an atomic write never removes a folder in the temporary's place", "[f
   CHECK(fs::is_directory(target.string() + ".tmp"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("staged files appear together or not at all", "[files]") {
+  const fs::path dir = scratch("staged");
+  const std::string a = (dir / "a.json").string(), b = (dir / "b.csv").string();
+  REQUIRE(write_file_atomically(a, "earlier").ok());
+  {
+    // b cannot be staged (a folder holds its temporary's place): nothing
+    // of the set is put in place, and a keeps what it had.
+    fs::create_directories(b + ".tmp");
+    StagedFiles set;
+    REQUIRE(set.add(a, "new a").ok());
+    CHECK(fs::exists(a + ".tmp"));
+    CHECK(set.add(b, "new b").message() == b + ".tmp: cannot write");
+  }
+  CHECK(!fs::exists(a + ".tmp"));
+  CHECK(fs::is_directory(b + ".tmp"));  // (not ours: it stays)
+  std::ifstream kept(a);
+  CHECK(std::string(std::istreambuf_iterator<char>(kept), {}) == "earlier");
+  fs::remove_all(b + ".tmp");
+  StagedFiles set;
+  REQUIRE(set.add(a, "new a").ok());
+  REQUIRE(set.add(b, "new b").ok());
+  CHECK(!fs::exists(b));  // staged, not yet in place
+  REQUIRE(set.commit().ok());
+  std::ifstream fa(a), fb(b);
+  CHECK(std::string(std::istreambuf_iterator<char>(fa), {}) == "new a");
+  CHECK(std::string(std::istreambuf_iterator<char>(fb), {}) == "new b");
+  CHECK(!fs::exists(a + ".tmp"));
+  fs::remove_all(dir);
+}
