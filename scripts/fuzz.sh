@@ -32,22 +32,16 @@ seeds calibration_fuzz tests/cli/*.json
 seeds layer_profile_fuzz data/profiles/llmservingsim*.csv
 seeds transfer_profile_fuzz data/profiles/vidur*.csv
 # Seeds of whole files (not cut to 64 lines): safetensors shards the tests
-# wrote (the tiny checkpoint, the bad-shape one), and completion bodies.
-mkdir -p "$BUILD/seeds/safetensors_fuzz" "$BUILD/seeds/completion_fuzz"
+# wrote (the tiny checkpoint, the bad-shape one), and the hand-written seeds
+# of tests/fuzz/seeds/ (which the suite's replay tests also run).
+for target in safetensors_fuzz completion_fuzz shape_fuzz; do
+  rm -rf "$BUILD/seeds/$target" && mkdir -p "$BUILD/seeds/$target"
+  cp tests/fuzz/seeds/"$target"/* "$BUILD/seeds/$target/"
+done
 n=0
 for f in tests/bad_inputs/checkpoint_bad_shape/*.safetensors build/tests/tiny_checkpoint/*.safetensors; do
-  [ -f "$f" ] && head -c 65536 "$f" > "$BUILD/seeds/safetensors_fuzz/seed$n" && n=$((n + 1))
+  [ -f "$f" ] && head -c 65536 "$f" > "$BUILD/seeds/safetensors_fuzz/shard$n" && n=$((n + 1))
 done
-printf '\x36\x00\x00\x00\x00\x00\x00\x00{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}\x00\x00\x80\x3f' \
-  > "$BUILD/seeds/safetensors_fuzz/seed$n"
-printf '{"model": "llama-tiny", "prompt": [1, 2, 3, 4], "max_tokens": 5}' > "$BUILD/seeds/completion_fuzz/seed0"
-printf '{"model": "llama-tiny", "prompt": "hello", "stream": true, "stream_options": {"include_usage": true}}' \
-  > "$BUILD/seeds/completion_fuzz/seed1"
-printf '{"model": "llama-tiny", "prompt": [[1, 2]], "n": 2, "temperature": 0.5, "stop": ["x"]}' \
-  > "$BUILD/seeds/completion_fuzz/seed2"
-mkdir -p "$BUILD/seeds/shape_fuzz"
-printf '\x01\x02\x03\x04\x05\x06\x07\x08b*m*n*k + 2*max(tokens, 1)' > "$BUILD/seeds/shape_fuzz/seed0"
-printf '\x10\x20\x30\x40\x50\x60\x70\x80(tokens+kv_prev)*4096*2' > "$BUILD/seeds/shape_fuzz/seed1"
 
 status=0
 for target in config_fuzz trace_fuzz calibration_fuzz layer_profile_fuzz \
