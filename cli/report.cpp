@@ -85,17 +85,28 @@ std::string percent_or_na(const std::optional<double>& v, int width) {
   return v ? fmt::format("{:>{}.1f}%", 100 * *v, width - 1) : fmt::format("{:>{}}", "n/a", width);
 }
 
+// "%8.3fs" of `s`, or n/a right-aligned in the same 9 columns.
+std::string seconds_or_na(bool known, double s) {
+  return known ? fmt::format("{:8.3f}s", s) : fmt::format("{:>9}", "n/a");
+}
+
 void print_table(const std::vector<PolicyRun>& runs, const SloBasis& slo) {
   std::printf("\n%-16s %9s %9s %9s %9s %9s %9s %8s %7s %6s %7s\n", "policy", "req/s", "tok/s", "TTFT p50", "TTFT p90",
               "TTFT p99", "TPOT ms", "SLO", "GPU", "done", "wall s");
   for (const PolicyRun& r : runs) {
     const RunMetrics& m = r.metrics;
-    std::printf(
-        "%-16s %9.3f %9.1f %8.3fs %8.3fs %8.3fs %9.2f %s %6.1f%% %5.1f%% %7.1f\n", r.name.c_str(), m.request_throughput,
-        m.token_throughput, m.ttft_p50_s, m.ttft_p90_s, m.ttft_p99_s, m.tpot_mean_s * 1e3,
-        percent_or_na(m.slo_attainment, 8).c_str(), 100 * m.gpu_utilization,
-        m.requests_total ? 100.0 * static_cast<double>(m.requests_done) / static_cast<double>(m.requests_total) : 0.0,
-        r.wall_s);
+    const std::string tpot =
+        m.tpot_requests ? fmt::format("{:9.2f}", m.tpot_mean_s * 1e3) : fmt::format("{:>9}", "n/a");
+    std::printf("%-16s %9.3f %9.1f %s %s %s %s %s %6.1f%% %s %7.1f\n", r.name.c_str(), m.request_throughput,
+                m.token_throughput, seconds_or_na(m.has_ttft(), m.ttft_p50_s).c_str(),
+                seconds_or_na(m.has_ttft(), m.ttft_p90_s).c_str(), seconds_or_na(m.has_ttft(), m.ttft_p99_s).c_str(),
+                tpot.c_str(), percent_or_na(m.slo_attainment, 8).c_str(), 100 * m.gpu_utilization,
+                percent_or_na(m.requests_total ? std::optional<double>(static_cast<double>(m.requests_done) /
+                                                                       static_cast<double>(m.requests_total))
+                                               : std::nullopt,
+                              6)
+                    .c_str(),
+                r.wall_s);
   }
   if (slo.threshold_s)
     std::printf("\nSLO threshold (%s): %.3f s\n", slo.basis.c_str(), *slo.threshold_s);
@@ -141,10 +152,18 @@ std::string requests_csv(const PolicyRun& r) {
 
 std::string accelerators_csv(const PolicyRun& r) {
   std::ostringstream o;
-  o << "accelerator,busy_s,utilization\n";
-  for (std::size_t a = 0; a < r.accel_names.size(); ++a)
+  // The HBM columns per accelerator: summary.json's peak_hbm_gib and
+  // peak_hbm_fraction are maxima that may come from different ones.
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  o << "accelerator,busy_s,utilization,peak_hbm_gib,hbm_gib\n";
+  for (std::size_t a = 0; a < r.accel_names.size(); ++a) {
     o << r.accel_names[a] << ',' << r.metrics.accel_busy_s[a] << ','
-      << (r.metrics.span_s > 0 ? r.metrics.accel_busy_s[a] / r.metrics.span_s : 0.0) << '\n';
+      << (r.metrics.span_s > 0 ? r.metrics.accel_busy_s[a] / r.metrics.span_s : 0.0) << ',';
+    if (a < r.memory.peak.size()) o << static_cast<double>(r.memory.peak[a]) / kGiB;
+    o << ',';
+    if (a < r.memory.budget.size()) o << static_cast<double>(r.memory.budget[a]) / kGiB;
+    o << '\n';
+  }
   return o.str();
 }
 
@@ -517,9 +536,23 @@ SloBasis slo_basis(const std::vector<PolicyRun>& runs, const std::string& baseli
         std::nullopt,
         "no baseline policy to take the threshold from (name one with slo_baseline, or give --slo-threshold SECONDS)"};
   for (const PolicyRun& r : runs)
-    if (r.name == baseline) return {r.metrics.ttft_p90_s, "p90 TTFT of " + baseline};
+    if (r.name == baseline) return baseline_slo(r.metrics, baseline);
   return {std::nullopt,
           "no " + baseline + " run to take the threshold from (run it beside, or give --slo-threshold SECONDS)"};
+}
+
+SloBasis baseline_slo(const RunMetrics& m, const std::string& baseline, const std::string& how) {
+  if (!m.has_ttft())
+    return {std::nullopt, baseline + " gave no online request a first token, so it has no p90 TTFT to take the " +
+                              "threshold from (give --slo-threshold SECONDS)"};
+  std::string basis = "p90 TTFT of " + baseline + how;
+  // More than a tenth without a first token (failed, or still waiting when
+  // the window closed): the p90 of all of them was never reached, so say
+  // what the threshold is the p90 of.
+  if (10 * (m.online_total - m.online_ttft_s.size()) > m.online_total)
+    basis += fmt::format(", over the {} of its {} online requests that got a first token; the rest got none",
+                         m.online_ttft_s.size(), m.online_total);
+  return {m.ttft_p90_s, basis};
 }
 
 void apply_slo(std::vector<PolicyRun>& runs, const SloBasis& basis) {

@@ -14,6 +14,7 @@ import slicesched.compose.run;
 import slicesched.compose.offline;
 import slicesched.compose.policy;
 import slicesched.config;
+import slicesched.engine.metrics;
 
 export namespace slicesched::cli {
 
@@ -38,6 +39,13 @@ struct SloBasis {
 // config's slo_baseline), else none (basis: what to do about it).
 SloBasis slo_basis(const std::vector<PolicyRun>& runs, const std::string& baseline,
                    std::optional<double> given = std::nullopt, const std::string& given_as = "--slo-threshold");
+
+// The threshold `baseline`'s run `m` gives: its p90 TTFT (`how` follows the
+// name in the basis, e.g. ", run beside as the baseline"), over the online
+// requests it gave a first token, saying how many those were when more
+// than a tenth got none; none when it gave none (a p90 of nothing is not
+// 0 s).
+SloBasis baseline_slo(const RunMetrics& m, const std::string& baseline, const std::string& how = "");
 
 // Fills each run's SLO attainment from `basis` (left empty, n/a, without a threshold).
 void apply_slo(std::vector<PolicyRun>& runs, const SloBasis& basis);

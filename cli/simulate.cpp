@@ -178,7 +178,7 @@ int simulate(const SimulateOptions& opt) {
     SloBasis slo = slo_basis(finished, baseline_name, opt.slo_threshold_s);
     if (baseline) {
       if (runs.back() && runs.back()->error.empty())
-        slo = {runs.back()->metrics.ttft_p90_s, "p90 TTFT of " + baseline_name + ", run beside as the baseline"};
+        slo = baseline_slo(runs.back()->metrics, baseline_name, ", run beside as the baseline");
       else
         slo = {std::nullopt, "the baseline " + baseline_name + " failed (below)"};
     }

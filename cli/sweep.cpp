@@ -148,11 +148,16 @@ void print_table(const SweepTable& t) {
   std::printf("%-16s %9s %9s %9s %7s %7s %7s\n", "policy", "req/s", "tok/s", "TTFT p90", "SLO", "GPU", "done");
   for (const auto& r : t.rows) {
     for (const auto& v : r.values) std::printf("%-14s ", planning::display(v).c_str());
-    const double slo = planning::figure(r, "slo_attainment");  // NaN: n/a (no baseline at that point)
-    std::printf("%-16s %9.3f %9.1f %8.3fs %7s %6.1f%% %6.1f%%\n", r.policy.c_str(),
-                planning::figure(r, "request_throughput"), planning::figure(r, "token_throughput"),
-                planning::figure(r, "ttft_p90_s"), std::isnan(slo) ? "n/a" : fmt::format("{:.1f}%", 100 * slo).c_str(),
-                100 * planning::figure(r, "gpu_utilization"), 100 * planning::figure(r, "done"));
+    // NaN is n/a: SLO attainment without a baseline at that point, TTFT
+    // without an online first token, done without a request.
+    auto shown = [&](const char* figure, double scale, const char* unit) {
+      const double v = planning::figure(r, figure);
+      return std::isnan(v) ? std::string("n/a") : fmt::format("{:.{}f}{}", scale * v, scale == 1 ? 3 : 1, unit);
+    };
+    std::printf("%-16s %9.3f %9.1f %9s %7s %6.1f%% %7s\n", r.policy.c_str(), planning::figure(r, "request_throughput"),
+                planning::figure(r, "token_throughput"), shown("ttft_p90_s", 1, "s").c_str(),
+                shown("slo_attainment", 100, "%").c_str(), 100 * planning::figure(r, "gpu_utilization"),
+                shown("done", 100, "%").c_str());
   }
 }
 

@@ -1,4 +1,5 @@
 module;
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -72,7 +73,9 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
   }
   r.name = parts.policy.name;
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.metrics = compute_metrics(parts.policy.name, result->requests, intervals, parts.online, cfg.duration_s);
+  double offered_s = 0;  // without a window: the streams' end, the least span a rate is taken over
+  for (const OfferedLoad& o : parts.offered) offered_s = std::max(offered_s, o.window_s);
+  r.metrics = compute_metrics(parts.policy.name, result->requests, intervals, parts.online, cfg.duration_s, offered_s);
   if (opt.keep_requests) r.requests = std::move(result->requests);
   r.log = std::move(timeline.log());
   r.tenant_names = std::move(tenant_names);

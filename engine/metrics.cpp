@@ -21,14 +21,16 @@ double percentile(const std::vector<double>& v, double p) {
 }
 
 RunMetrics compute_metrics(const std::string& policy, const EngineResult& result, const std::vector<RunRecord>& log,
-                           std::size_t accelerators, const std::vector<bool>& online, double window_s) {
+                           std::size_t accelerators, const std::vector<bool>& online, double window_s,
+                           double offered_s) {
   IntervalRecorder intervals(accelerators);
   for (const RunRecord& r : log) intervals.add(r);
-  return compute_metrics(policy, result.requests, intervals, online, window_s);
+  return compute_metrics(policy, result.requests, intervals, online, window_s, offered_s);
 }
 
 RunMetrics compute_metrics(const std::string& policy, const std::vector<RequestRecord>& requests,
-                           const IntervalRecorder& intervals, const std::vector<bool>& online, double window_s) {
+                           const IntervalRecorder& intervals, const std::vector<bool>& online, double window_s,
+                           double offered_s) {
   RunMetrics m;
   m.policy = policy;
   Nanos last = 0;
@@ -60,6 +62,7 @@ RunMetrics compute_metrics(const std::string& policy, const std::vector<RequestR
   m.ttft_p90_s = percentile(m.online_ttft_s, 90);
   m.ttft_p99_s = percentile(m.online_ttft_s, 99);
   m.tpot_mean_s = tpot_n ? tpot_sum / static_cast<double>(tpot_n) : 0;
+  m.tpot_requests = tpot_n;
 
   // Busy time and idle slices from the operator intervals (not transfers).
   // Inside a measurement window, work is clipped to it.
@@ -72,7 +75,7 @@ RunMetrics compute_metrics(const std::string& policy, const std::vector<RequestR
         per[a].push_back({start, std::min(finish, clip)});
         last = std::max(last, finish);
       }
-  m.span_s = window_s > 0 ? window_s : static_cast<double>(last) / 1e9;
+  m.span_s = window_s > 0 ? window_s : std::max(static_cast<double>(last) / 1e9, offered_s);
   // Utilization over time, unclipped: the bins cover the span.
   m.busy_bins_s.assign(static_cast<std::size_t>(m.span_s / RunMetrics::kBusyBinS) + 1, 0.0);
   for (const auto& v : intervals.intervals())
@@ -129,19 +132,22 @@ constexpr RunFigure kFigures[] = {
      [](const RunMetrics& m, const RunLoad&) { return real(m.request_throughput); }},
     {"token_throughput", "token throughput (tokens/s)", false, true,
      [](const RunMetrics& m, const RunLoad&) { return real(m.token_throughput); }},
-    {"ttft_p50_s", "TTFT p50 (s)", false, true, [](const RunMetrics& m, const RunLoad&) { return real(m.ttft_p50_s); }},
-    {"ttft_p90_s", "TTFT p90 (s)", false, true, [](const RunMetrics& m, const RunLoad&) { return real(m.ttft_p90_s); }},
-    {"ttft_p99_s", "TTFT p99 (s)", false, true, [](const RunMetrics& m, const RunLoad&) { return real(m.ttft_p99_s); }},
+    {"ttft_p50_s", "TTFT p50 (s)", false, true,
+     [](const RunMetrics& m, const RunLoad&) { return m.has_ttft() ? real(m.ttft_p50_s) : std::nullopt; }},
+    {"ttft_p90_s", "TTFT p90 (s)", false, true,
+     [](const RunMetrics& m, const RunLoad&) { return m.has_ttft() ? real(m.ttft_p90_s) : std::nullopt; }},
+    {"ttft_p99_s", "TTFT p99 (s)", false, true,
+     [](const RunMetrics& m, const RunLoad&) { return m.has_ttft() ? real(m.ttft_p99_s) : std::nullopt; }},
     {"tpot_mean_s", "TPOT mean (s)", false, true,
-     [](const RunMetrics& m, const RunLoad&) { return real(m.tpot_mean_s); }},
+     [](const RunMetrics& m, const RunLoad&) { return m.tpot_requests ? real(m.tpot_mean_s) : std::nullopt; }},
     {"slo_attainment", "SLO attainment", false, true,
      [](const RunMetrics& m, const RunLoad&) { return m.slo_attainment; }},
     {"gpu_utilization", "GPU utilization", false, true,
      [](const RunMetrics& m, const RunLoad&) { return real(m.gpu_utilization); }},
     {"done", "requests done (fraction)", false, true,
      [](const RunMetrics& m, const RunLoad&) {
-       return real(m.requests_total ? static_cast<double>(m.requests_done) / static_cast<double>(m.requests_total)
-                                    : 0.0);
+       return m.requests_total ? real(static_cast<double>(m.requests_done) / static_cast<double>(m.requests_total))
+                               : std::nullopt;
      }},
     {"requests_total", "requests", true, true,
      [](const RunMetrics& m, const RunLoad&) { return real(m.requests_total); }},

@@ -20,13 +20,17 @@ export namespace slicesched {
 
 struct RunMetrics {
   std::string policy;
-  double span_s = 0;  // from time 0 to the last completion
+  double span_s = 0;  // the window; without one, time 0 to the last completion or the streams' end, whichever is later
   std::size_t requests_total = 0, requests_done = 0, online_total = 0, online_done = 0, offline_done = 0;
   std::size_t requests_failed = 0;  // ended with an error (RequestRecord::error): not done
   std::int64_t tokens_generated = 0;
-  double request_throughput = 0, token_throughput = 0;    // per second of span
-  double ttft_p50_s = 0, ttft_p90_s = 0, ttft_p99_s = 0;  // online requests
-  double tpot_mean_s = 0;                                 // online requests with > 1 token
+  double request_throughput = 0, token_throughput = 0;  // per second of span
+  // Over the online requests that got a first token (online_ttft_s); 0 and
+  // n/a in every report when none did (has_ttft()).
+  double ttft_p50_s = 0, ttft_p90_s = 0, ttft_p99_s = 0;
+  double tpot_mean_s = 0;         // online requests done with > 1 token; n/a when none (tpot_requests)
+  std::size_t tpot_requests = 0;  // the requests tpot_mean_s averages
+  bool has_ttft() const { return !online_ttft_s.empty(); }
   // Of all online requests, those whose TTFT <= the threshold (finish_slo);
   // empty until a threshold is known (n/a).
   std::optional<double> slo_attainment;
@@ -61,13 +65,18 @@ class IntervalRecorder final : public EngineObserver {
 double percentile(const std::vector<double>& sorted, double p);
 
 // `online[t]` tells whether tenant t is SLO-bound. With `window_s` > 0 the
-// rates are per second of that window (requests done inside it); otherwise
-// per second of the span up to the last completion.
+// rates are per second of that window (requests done inside it);
+// otherwise per second of the span up to the last completion, or up to
+// `offered_s` (the end of the streams the run was offered) when that is
+// later: a policy that finishes early has not served the load faster than
+// it arrived, so its rates never exceed the offered load's.
 RunMetrics compute_metrics(const std::string& policy, const std::vector<RequestRecord>& requests,
-                           const IntervalRecorder& intervals, const std::vector<bool>& online, double window_s = -1);
+                           const IntervalRecorder& intervals, const std::vector<bool>& online, double window_s = -1,
+                           double offered_s = 0);
 // The same from a whole log (operators and transfers) on `accelerators`.
 RunMetrics compute_metrics(const std::string& policy, const EngineResult& result, const std::vector<RunRecord>& log,
-                           std::size_t accelerators, const std::vector<bool>& online, double window_s = -1);
+                           std::size_t accelerators, const std::vector<bool>& online, double window_s = -1,
+                           double offered_s = 0);
 
 // Sets slo_attainment for a TTFT threshold in seconds (left empty, n/a,
 // when the run had no online request).
@@ -91,7 +100,8 @@ struct RunFigure {
   std::string_view label;  // what it is, with its unit (plot titles)
   bool count = false;      // an integer; otherwise a real rounded to 6 decimals
   bool sweep_column = true;
-  // Its value; nullopt: n/a (SLO attainment without a threshold).
+  // Its value; nullopt: n/a (SLO attainment without a threshold, TTFT and
+  // TPOT without an online request to measure).
   std::optional<double> (*read)(const RunMetrics&, const RunLoad&) = nullptr;
 };
 

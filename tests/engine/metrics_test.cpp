@@ -144,3 +144,40 @@ TEST_CASE("metrics: percentiles interpolate between sorted values, and an empty 
   CHECK(m.request_throughput == 0);
   CHECK(m.accel_busy_s.size() == 3);
 }
+
+TEST_CASE("metrics: without a window the span reaches at least the end of the offered streams", "[engine][metrics]") {
+  // The hand-worked run's last completion is at 4 s; its streams ran to 10 s.
+  // Finishing early is not serving the load faster than it arrived.
+  const RunMetrics early = compute_metrics("p", hand_worked(), hand_log(), 2, {true, false}, -1, 10.0);
+  CHECK(early.span_s == 10.0);
+  CHECK(early.request_throughput == Approx(3 / 10.0));
+  CHECK(early.token_throughput == Approx(11 / 10.0));
+  CHECK(early.gpu_utilization == Approx(3.5 / 20.0));
+  // Streams that ended before the last completion leave it the span.
+  const RunMetrics late = compute_metrics("p", hand_worked(), hand_log(), 2, {true, false}, -1, 2.0);
+  CHECK(late.span_s == 4.0);
+  // A window wins over both.
+  CHECK(compute_metrics("p", hand_worked(), hand_log(), 2, {true, false}, 3.75, 10.0).span_s == 3.75);
+}
+
+TEST_CASE("metrics: figures with nothing to measure are n/a, not 0", "[engine][metrics]") {
+  auto read = [](const RunMetrics& m, const char* name) { return find_run_figure(name)->read(m, RunLoad{}); };
+  // Online requests, none of which got a first token; one offline request done.
+  EngineResult r;
+  r.requests = {request(0, 0.0, -1, -1, 0), request(0, 0.5, -1, 0.5, 0, "out of memory"), request(1, 0.0, 1.0, 2.0, 3)};
+  const RunMetrics m = compute_metrics("p", r, hand_log(), 2, {true, false});
+  CHECK_FALSE(m.has_ttft());
+  for (const char* name : {"ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_mean_s"}) {
+    INFO(name);
+    CHECK_FALSE(read(m, name).has_value());
+  }
+  CHECK(read(m, "done").value() == Approx(1 / 3.0));
+  // The hand-worked run has them all.
+  const RunMetrics full = compute_metrics("p", hand_worked(), hand_log(), 2, {true, false});
+  CHECK(read(full, "ttft_p90_s").value() == Approx(0.9));
+  CHECK(read(full, "tpot_mean_s").value() == Approx(0.625));
+  // No request at all: done is n/a too.
+  const RunMetrics empty = compute_metrics("p", EngineResult{}, {}, 1, {});
+  CHECK_FALSE(read(empty, "done").has_value());
+  CHECK_FALSE(read(empty, "ttft_p50_s").has_value());
+}
