@@ -74,7 +74,7 @@ std::vector<std::pair<std::string, std::string>> executor_fingerprint(const Expe
   std::vector<wire::HostAccel> accels;
   for (const auto& a : cfg.accelerators)
     if (a.host == host) accels.push_back({a.name, a.device, a.hbm_bytes});
-  wire::Fingerprint fp = wire::host_fingerprint(host, accels);
+  wire::Fingerprint fp = wire::host_fingerprint(host, accels, cfg.live.heartbeat_ms, cfg.live.executor_timeout_ms);
   for (auto& kv : model_fingerprint(models)) fp.push_back(std::move(kv));
   return fp;
 }

@@ -1,4 +1,6 @@
 module;
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -14,10 +16,43 @@ StagedFiles::~StagedFiles() {
   for (const std::string& p : staged_) std::filesystem::remove(p + ".tmp", ignored);
 }
 
-Status StagedFiles::add(const std::string& path, const std::string& content) {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What `path` names when written: the file a symbolic link leads to (the
+// link stays a link), or the path itself. A device, FIFO, socket or folder
+// there is refused: renaming over it would replace it (as root, /dev/null
+// with a regular file), and writing to it is no result file either.
+Result<std::string> result_file(const std::string& path) {
+  std::error_code ec;
+  std::string target = path;
+  if (fs::is_symlink(fs::symlink_status(path, ec))) {
+    const fs::path resolved = fs::weakly_canonical(path, ec);
+    if (ec) return InvalidArgument(path + ": a link that cannot be followed (" + ec.message() + ")");
+    target = resolved.string();
+  }
+  const fs::file_status st = fs::status(target, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st))
+    return InvalidArgument(path +
+                           ": exists and is not a regular file (a folder, device, FIFO or socket); "
+                           "expected a file path to write the result to");
+  const fs::file_status tmp = fs::symlink_status(target + ".tmp", ec);
+  if (fs::exists(tmp) && !fs::is_regular_file(tmp))
+    return InvalidArgument(target + ".tmp: exists and is not a regular file; it is where " + path +
+                           " is staged, so move it away");
+  return target;
+}
+
+}  // namespace
+
+Status StagedFiles::add(const std::string& given, const std::string& content) {
+  auto resolved = result_file(given);
+  if (!resolved.ok()) return resolved.status();
+  const std::string& path = resolved.value();
   const std::string tmp = path + ".tmp";
   std::ofstream f(tmp, std::ios::binary);
-  if (!f) return InvalidArgument(tmp + ": cannot write");
+  if (!f) return InvalidArgument(tmp + ": cannot write (" + std::strerror(errno) + ")");
   staged_.push_back(path);  // (created: ours to remove)
   f << content;
   if (!f.flush()) return InvalidArgument(path + ": write failed (disk full?)");

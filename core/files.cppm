@@ -13,7 +13,9 @@ export namespace slicesched {
 // commit() renames them all into place (renames take no space). What is not
 // committed is removed when the set goes, so what was at the paths before
 // stays as it was, never half replaced. A temporary that add() did not
-// create (a folder in its place) is never removed. Not thread-safe.
+// create (a folder in its place) is never removed. A path that is a
+// symbolic link writes the file it leads to; one that is a folder, device,
+// FIFO or socket is refused, naming it. Not thread-safe.
 class StagedFiles {
  public:
   StagedFiles() = default;

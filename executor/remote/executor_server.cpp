@@ -275,10 +275,16 @@ struct ExecutorServer::State {
     if (it == peers.end()) {
       it = peers.emplace(peer, zmq::socket_t(ctx, zmq::socket_type::dealer)).first;
       it->second.set(zmq::sockopt::linger, 0);
+      // As the scheduler's sockets: a peer that fails ZeroMQ's handshake
+      // leaves nothing to queue for, and a send would block for good.
+      it->second.set(zmq::sockopt::sndtimeo, static_cast<int>(2 * opt.timeout_ms + opt.heartbeat_ms));
       it->second.connect(peer);
     }
     zmq::socket_t& s = it->second;
-    if (Status st = wire::send(s, m); !st.ok()) return st;
+    if (Status st = wire::send(s, m); !st.ok()) {
+      peers.erase(it);
+      return Aborted("pulling value " + std::to_string(id) + " from " + peer + ": " + st.message());
+    }
     // Longer than the scheduler's own timeout: a dead peer is declared lost
     // there first, so this copy reports lost (redone), not failed.
     zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};

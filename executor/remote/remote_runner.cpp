@@ -143,6 +143,13 @@ void RemoteRunner::io_loop() {
   for (const ExecutorEndpoint& h : hosts_) {
     socks.emplace_back(ch_->ctx, zmq::socket_type::dealer);
     socks.back().set(zmq::sockopt::linger, 0);
+    // A send waits at most this long for a peer to queue for. Without it a
+    // peer that fails ZeroMQ's handshake (another socket type, garbage
+    // after the greeting) leaves no pipe, and the send would block this
+    // thread for good: no deadline, no heartbeat, no shutdown. A message
+    // dropped this way is a reply that never comes: the connect deadline
+    // and the silence timeout report it.
+    socks.back().set(zmq::sockopt::sndtimeo, 100);
     socks.back().connect(h.address);
   }
   const auto beat = std::chrono::milliseconds(opt_.heartbeat_ms);

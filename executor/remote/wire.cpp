@@ -46,9 +46,20 @@ Result<Type> parse_header(const std::string& frame) {
 
 Status send(zmq::socket_t& s, const Message& m, const std::vector<std::string>& route, std::uint16_t version) {
   try {
-    for (const std::string& r : route) s.send(zmq::buffer(r), zmq::send_flags::sndmore);
+    // A multipart message is taken whole or not at all, so only its first
+    // part can time out (a socket with a send timeout and no peer to queue
+    // for: the connection is gone, or never passed the handshake).
+    bool first = true;
+    auto part = [&](zmq::const_buffer b, zmq::send_flags f) {
+      const auto sent = s.send(b, f);
+      if (first && !sent) return false;
+      first = false;
+      return true;
+    };
+    for (const std::string& r : route)
+      if (!part(zmq::buffer(r), zmq::send_flags::sndmore)) return Aborted("sending: no peer took the message");
     const std::string h = header(m.type, version);
-    s.send(zmq::buffer(h), zmq::send_flags::sndmore);
+    if (!part(zmq::buffer(h), zmq::send_flags::sndmore)) return Aborted("sending: no peer took the message");
     s.send(zmq::buffer(m.body), m.blobs.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
     for (std::size_t i = 0; i < m.blobs.size(); ++i)
       s.send(zmq::buffer(m.blobs[i]), i + 1 < m.blobs.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
@@ -90,11 +101,16 @@ std::vector<NcclLink> plan_nccl_links(const std::vector<std::size_t>& accel_host
   return links;
 }
 
-Fingerprint host_fingerprint(const std::string& host, const std::vector<HostAccel>& accels) {
+Fingerprint host_fingerprint(const std::string& host, const std::vector<HostAccel>& accels, int heartbeat_ms,
+                             int timeout_ms) {
   std::string list;
   for (const HostAccel& a : accels)
     list += (list.empty() ? "" : ", ") + a.name + " on " + a.device + " (" + std::to_string(a.budget) + " bytes)";
-  return {{"protocol", std::to_string(kProtocolVersion)}, {"host", host}, {"host.accelerators", list}};
+  return {{"protocol", std::to_string(kProtocolVersion)},
+          {"host", host},
+          {"host.accelerators", list},
+          {"live.heartbeat_ms", std::to_string(heartbeat_ms)},
+          {"live.executor_timeout_ms", std::to_string(timeout_ms)}};
 }
 
 std::optional<std::string> first_difference(const Fingerprint& scheduler, const Fingerprint& executor,

@@ -69,7 +69,7 @@ std::vector<NcclLink> plan_nccl_links(const std::vector<std::size_t>& accel_host
 
 // Everything serve and an executor must agree on for the executor's tokens
 // to be the ones the scheduler plans for: the protocol version, the host
-// entry (its name and accelerators) and every served model's shapes,
+// entry (its name and accelerators), the heartbeat and timeout, and every served model's shapes,
 // vocabulary, dtype and weights (seed or checkpoint digest), as ordered
 // (field, value) pairs. Both sides build it the same way from their own
 // config (host_fingerprint + the runner's model_fingerprint).
@@ -81,7 +81,11 @@ struct HostAccel {
 };
 // The protocol version and the [[hosts]] entry `host` with its accelerators
 // (config order).
-Fingerprint host_fingerprint(const std::string& host, const std::vector<HostAccel>& accels);
+// The timing fields are [live]'s heartbeat_ms and executor_timeout_ms: both
+// sides time each other out by them, so an executor that gives up on a
+// scheduler sooner than the scheduler beats would drop out mid-run.
+Fingerprint host_fingerprint(const std::string& host, const std::vector<HostAccel>& accels, int heartbeat_ms,
+                             int timeout_ms);
 
 // The first field where `executor` differs from what `scheduler` expects,
 // as one line ("models[0].vocab: the scheduler has 512, executor 'a' has

@@ -5,8 +5,9 @@ one scheduler at a time (issue 23, items 1 and 2).
 configs/live/tiny-multiprocess.toml on free TCP ports, executors a, b and c
 started by hand as a user would:
   1. executor a from a copy of the config that adds `vocab = 1024`, then
-     `weights_seed = 8`, then `layers = 8`: serve is refused with one line
-     naming that field (models[0].vocab, models[0].weights, models[0].layers)
+     `weights_seed = 8`, then `layers = 8`, then sets executor_timeout_ms =
+     1000: serve is refused with one line naming that field (models[0].vocab,
+     models[0].weights, models[0].layers, live.executor_timeout_ms)
      and exits 2; executors b and c, which had accepted the hello, are told
      the scheduler left and keep serving (the next run reuses them).
   2. a second serve while a first runs is refused with one line naming the
@@ -89,11 +90,15 @@ try:
     for key, value, field, want in [("vocab", "1024", "models[0].vocab", "the scheduler has 512, executor 'a' has 1024"),
                                     ("weights_seed", "8", "models[0].weights",
                                      "the scheduler has weights_seed 7, executor 'a' has weights_seed 8"),
-                                    ("layers", "8", "models[0].layers", "the scheduler has 4, executor 'a' has 8")]:
+                                    ("layers", "8", "models[0].layers", "the scheduler has 4, executor 'a' has 8"),
+                                    ("executor_timeout_ms", "1000", "live.executor_timeout_ms",
+                                     "the scheduler has 3000, executor 'a' has 1000")]:
         variant = os.path.join(OUT, f"a-{key}.toml")
         text = base.replace('name = "llama-tiny"\n', f'name = "llama-tiny"\n{key} = {value}\n')
         if key == "weights_seed":
             text = base.replace("weights_seed = 7", "weights_seed = 8")
+        if key == "executor_timeout_ms":  # (an executor that would give up on the scheduler's beats sooner)
+            text = base.replace("executor_timeout_ms = 3000", "executor_timeout_ms = 1000")
         open(variant, "w").write(text)
         a = start_executor("a", variant)
         wait_listening("a", a)

@@ -1,3 +1,5 @@
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -39,7 +41,9 @@ TEST_CASE("a failed atomic write leaves no temporary behind", "[files]") {
   fs::create_directories(target / "inside");
   const Status s = write_file_atomically(target.string(), "{}\n");
   REQUIRE(!s.ok());
-  CHECK(s.message().find(target.string() + ": cannot write (") == 0);
+  CHECK(s.message() == target.string() +
+                           ": exists and is not a regular file (a folder, device, FIFO or socket); expected a file "
+                           "path to write the result to");
   CHECK(!fs::exists(target.string() + ".tmp"));
   CHECK(fs::is_directory(target / "inside"));  // what was there stays
   fs::remove_all(dir);
@@ -51,7 +55,8 @@ TEST_CASE("an atomic write never removes a folder in the temporary's place", "[f
   fs::create_directories(target.string() + ".tmp");
   const Status s = write_file_atomically(target.string(), "{}\n");
   REQUIRE(!s.ok());
-  CHECK(s.message() == target.string() + ".tmp: cannot write");
+  CHECK(s.message() == target.string() + ".tmp: exists and is not a regular file; it is where " + target.string() +
+                           " is staged, so move it away");
   CHECK(fs::is_directory(target.string() + ".tmp"));
   fs::remove_all(dir);
 }
@@ -67,7 +72,8 @@ TEST_CASE("staged files appear together or not at all", "[files]") {
     StagedFiles set;
     REQUIRE(set.add(a, "new a").ok());
     CHECK(fs::exists(a + ".tmp"));
-    CHECK(set.add(b, "new b").message() == b + ".tmp: cannot write");
+    CHECK(set.add(b, "new b").message() ==
+          b + ".tmp: exists and is not a regular file; it is where " + b + " is staged, so move it away");
   }
   CHECK(!fs::exists(a + ".tmp"));
   CHECK(fs::is_directory(b + ".tmp"));  // (not ours: it stays)
@@ -84,4 +90,37 @@ TEST_CASE("staged files appear together or not at all", "[files]") {
   CHECK(std::string(std::istreambuf_iterator<char>(fb), {}) == "new b");
   CHECK(!fs::exists(a + ".tmp"));
   fs::remove_all(dir);
+}
+
+TEST_CASE("a result path that is a FIFO or folder is refused, a link writes where it leads", "[files]") {
+  const fs::path dir = scratch("special");
+  auto text = [](const fs::path& p) {
+    std::ifstream f(p);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  // A FIFO (as /dev/null or /dev/full would be): renaming over it would
+  // replace it with a regular file.
+  const fs::path fifo = dir / "pipe";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const Status s = write_file_atomically(fifo.string(), "x");
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message() == fifo.string() +
+                           ": exists and is not a regular file (a folder, device, FIFO or socket); expected a file "
+                           "path to write the result to");
+  CHECK(fs::is_fifo(fifo));
+  CHECK_FALSE(fs::exists(dir / "pipe.tmp"));
+  // A folder likewise, and nothing staged beside it.
+  fs::create_directories(dir / "folder");
+  CHECK_FALSE(write_file_atomically((dir / "folder").string(), "x").ok());
+  CHECK(fs::is_directory(dir / "folder"));
+  // A link to a file: the file it leads to is replaced, the link stays a link.
+  std::ofstream(dir / "real.json") << "old";
+  fs::create_symlink(dir / "real.json", dir / "link.json");
+  REQUIRE(write_file_atomically((dir / "link.json").string(), "new").ok());
+  CHECK(fs::is_symlink(dir / "link.json"));
+  CHECK(text(dir / "real.json") == "new");
+  // A link to /dev/null-like (a FIFO) is refused as the FIFO is.
+  fs::create_symlink(fifo, dir / "to_pipe");
+  CHECK_FALSE(write_file_atomically((dir / "to_pipe").string(), "x").ok());
+  CHECK(fs::is_fifo(fifo));
 }

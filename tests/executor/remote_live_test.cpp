@@ -139,7 +139,8 @@ struct Executors {
     std::vector<ExecutorEndpoint> out;
     for (int h = 0; h < kExecutors; ++h) {
       const auto& a = cfg->accelerators[static_cast<std::size_t>(h)];
-      wire::Fingerprint fp = wire::host_fingerprint("h" + std::to_string(h), {{a.name, a.device, a.hbm_bytes}});
+      wire::Fingerprint fp = wire::host_fingerprint("h" + std::to_string(h), {{a.name, a.device, a.hbm_bytes}},
+                                                    cfg->live.heartbeat_ms, cfg->live.executor_timeout_ms);
       for (auto& kv : model_fingerprint(models)) fp.push_back(std::move(kv));
       out.push_back({"h" + std::to_string(h), addresses[static_cast<std::size_t>(h)], std::move(fp)});
     }

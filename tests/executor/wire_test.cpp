@@ -13,6 +13,7 @@
 import slicesched.executor.remote.wire;
 import slicesched.core.backend;
 import slicesched.core.sampling;
+import slicesched.core.status;
 
 using namespace slicesched;
 
@@ -95,18 +96,22 @@ TEST_CASE("wire: NCCL links join GPUs of different executors, never one GPU twic
 }
 
 TEST_CASE("wire: the handshake names the first field that differs", "[executor][wire]") {
-  const wire::Fingerprint host = wire::host_fingerprint("a", {{"cpu0", "cpu:0", 268435456}});
-  REQUIRE(host.size() == 3);
+  const wire::Fingerprint host = wire::host_fingerprint("a", {{"cpu0", "cpu:0", 268435456}}, 200, 3000);
+  REQUIRE(host.size() == 5);
   CHECK(host[0] == std::pair<std::string, std::string>{"protocol", std::to_string(wire::kProtocolVersion)});
   CHECK(host[2].second == "cpu0 on cpu:0 (268435456 bytes)");
+  // An executor that would give up on the scheduler's beats sooner is named.
+  CHECK(wire::first_difference(host, wire::host_fingerprint("a", {{"cpu0", "cpu:0", 268435456}}, 200, 1000),
+                               "executor 'a'")
+            .value() == "live.executor_timeout_ms: the scheduler has 3000, executor 'a' has 1000");
   wire::Fingerprint sched = host;
   sched.push_back({"models", "1"});
   sched.push_back({"models[0].vocab", "512"});
   sched.push_back({"models[0].layers", "4"});
   CHECK_FALSE(wire::first_difference(sched, sched, "executor 'a'").has_value());
   wire::Fingerprint exec = sched;
-  exec[4].second = "1024";
-  exec[5].second = "8";  // (only the first difference is named)
+  exec[6].second = "1024";
+  exec[7].second = "8";  // (only the first difference is named)
   CHECK(wire::first_difference(sched, exec, "executor 'a'").value() ==
         "models[0].vocab: the scheduler has 512, executor 'a' has 1024");
   exec = sched;
@@ -160,4 +165,18 @@ TEST_CASE("wire: an iteration plan carries each sequence's sampling, and a head 
   CHECK((*l)[0].top == lp[0].top);
   CHECK((*l)[1].top.empty());
   CHECK_FALSE(wire::decode_logprobs("[1]").ok());
+}
+
+TEST_CASE("wire: a send with no peer to queue for times out instead of blocking", "[executor][wire]") {
+  // A socket whose peer failed ZeroMQ's handshake (another socket type,
+  // garbage after the greeting) has no pipe, like one never connected:
+  // with a send timeout the send gives up, so the I/O thread stays free
+  // to time the peer out (it used to block serve for good).
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::sndtimeo, 10);
+  const Status st = wire::send(s, {wire::Type::kHeartbeat, "{}", {}});
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.message() == "sending: no peer took the message");
 }
