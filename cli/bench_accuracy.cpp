@@ -24,6 +24,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "commands.hpp"
@@ -35,6 +36,7 @@ import slicesched.core.graph;
 import slicesched.core.accel;
 import slicesched.core.estimator;
 import slicesched.core.calibration;
+import slicesched.core.files;
 import slicesched.core.plugin;
 import slicesched.config;
 import slicesched.engine.observer;
@@ -187,6 +189,12 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
     const std::optional<CalibrationProfile> prior = value_or_fail_in(cfg.path, read_prior(cfg));
     const bool progress = !opt.json;
 
+    // Before minutes of timing: where the results go can take them.
+    std::vector<std::pair<std::string, std::string>> outputs;
+    if (opt.profile_out) outputs.push_back({*opt.profile_out, "--profile-out"});
+    if (opt.samples) outputs.push_back({*opt.samples, "--samples"});
+    check_in(cfg.path, check_result_paths(outputs));
+
     // 1. Calibrate.
     for (const ModelConfig& m : cfg.models) (void)value_or_fail_in(cfg.path, validated_runtime_model(m));
     rt::set_cpu_threads(cfg.live.threads);
@@ -196,8 +204,12 @@ int bench_accuracy(const BenchAccuracyOptions& opt) {
     cs.progress = progress;
     if (progress) std::fprintf(stderr, "bench accuracy: 1/3 calibrating; %s", describe(shape_grid(cfg)).c_str());
     std::optional<CalibrationResult> cal = value_or_fail_in(cfg.path, calibrate_config(cfg, cs));
-    if (opt.profile_out) check_in(cfg.path, write_calibration(cal->profile, *opt.profile_out));
-    if (opt.samples && !write_points_csv(*cal, *opt.samples)) fail_in(cfg.path, "cannot write " + *opt.samples);
+    {
+      StagedFiles files;  // the profile and its samples: both or neither
+      if (opt.profile_out) check_in(cfg.path, files.add(*opt.profile_out, calibration_text(cal->profile)));
+      if (opt.samples) check_in(cfg.path, files.add(*opt.samples, points_csv(*cal)));
+      check_in(cfg.path, files.commit());
+    }
 
     // 2. Live, recording what the engine measures.
     PluginRegistries plugins;

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "commands.hpp"
 #include "executor/torch/runtime.h"
@@ -19,6 +21,7 @@ import slicesched.executor.calibration;
 import slicesched.cli.calibrate;
 import slicesched.cli.fail;
 import slicesched.core.calibration;
+import slicesched.core.files;
 
 namespace slicesched::cli {
 
@@ -39,6 +42,10 @@ int calibrate(const CalibrateOptions& opt) {
     }
     check_in(cfg->path, check_devices(cfg.value()));
     if (opt.out.empty()) fail_in(cfg->path, "calibrate: --out PROFILE is required");
+    // Before minutes of timing: where the results go can take them.
+    std::vector<std::pair<std::string, std::string>> outputs{{opt.out, "--out"}};
+    if (opt.samples) outputs.push_back({*opt.samples, "--samples"});
+    check_in(cfg->path, check_result_paths(outputs));
     rt::set_cpu_threads(cfg->live.threads);
     CalibrateSettings s;
     s.warmup = opt.warmup;
@@ -47,8 +54,11 @@ int calibrate(const CalibrateOptions& opt) {
                  describe(shape_grid(cfg.value())).c_str());
     CalibrationResult r = value_or_fail_in(cfg->path, calibrate_config(cfg.value(), s));
     print_calibration(r, stdout);
-    check_in(cfg->path, write_calibration(r.profile, opt.out));
-    if (opt.samples && !write_points_csv(r, *opt.samples)) fail_in(cfg->path, "cannot write " + *opt.samples);
+    // The profile and its samples appear together or not at all.
+    StagedFiles files;
+    check_in(cfg->path, files.add(opt.out, calibration_text(r.profile)));
+    if (opt.samples) check_in(cfg->path, files.add(*opt.samples, points_csv(r)));
+    check_in(cfg->path, files.commit());
     std::printf("wrote %s (%zu op fits, %zu transfer fits) in %.1f s\n", opt.out.c_str(), r.profile.ops.size(),
                 r.profile.transfers.size(), r.wall_s);
   }

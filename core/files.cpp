@@ -1,10 +1,13 @@
 module;
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 module slicesched.core.files;
@@ -28,9 +31,15 @@ Result<std::string> result_file(const std::string& path) {
   std::error_code ec;
   std::string target = path;
   if (fs::is_symlink(fs::symlink_status(path, ec))) {
-    const fs::path resolved = fs::weakly_canonical(path, ec);
+    // Followed by hand: a link to a file not written yet leads there too.
+    fs::path p = path;
+    for (int hops = 0; fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
+      const fs::path next = fs::read_symlink(p, ec);
+      if (ec || hops == 40) return InvalidArgument(path + ": a link that cannot be followed");
+      p = next.is_absolute() ? next : p.parent_path() / next;
+    }
+    target = fs::weakly_canonical(p, ec).string();
     if (ec) return InvalidArgument(path + ": a link that cannot be followed (" + ec.message() + ")");
-    target = resolved.string();
   }
   const fs::file_status st = fs::status(target, ec);
   if (fs::exists(st) && !fs::is_regular_file(st))
@@ -70,6 +79,26 @@ Status StagedFiles::commit() {
     }
   }
   staged_.clear();
+  return Status::Ok();
+}
+
+Status check_result_paths(const std::vector<std::pair<std::string, std::string>>& paths) {
+  std::vector<std::pair<fs::path, std::string>> seen;
+  for (const auto& [path, what] : paths) {
+    auto resolved = result_file(path);
+    if (!resolved.ok()) return InvalidArgument(what + ": " + resolved.status().message());
+    std::error_code ec;
+    const fs::path file = fs::weakly_canonical(resolved.value(), ec);
+    const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+    if (!fs::is_directory(dir, ec))
+      return InvalidArgument(what + ": " + path + ": its folder " + dir.string() + " does not exist");
+    if (::access(dir.c_str(), W_OK) != 0)
+      return InvalidArgument(what + ": " + path + ": its folder " + dir.string() + " is not writable (" +
+                             std::strerror(errno) + ")");
+    for (const auto& [other, other_what] : seen)
+      if (other == file) return InvalidArgument(what + " and " + other_what + " name the same file, " + path);
+    seen.push_back({file, what});
+  }
   return Status::Ok();
 }
 

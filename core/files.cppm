@@ -1,6 +1,7 @@
 // Writing results without ever leaving a half-written file behind.
 module;
 #include <string>
+#include <utility>
 #include <vector>
 
 export module slicesched.core.files;
@@ -28,6 +29,12 @@ class StagedFiles {
  private:
   std::vector<std::string> staged_;  // paths whose temporaries are written
 };
+
+// Before long work whose results go to `paths`: each names a file that can
+// be written (its folder exists and is writable; what is there, if
+// anything, is a regular file or a link to one), and no two name the same
+// file. Fails with the first that cannot, naming it and `what` it is for.
+Status check_result_paths(const std::vector<std::pair<std::string, std::string>>& paths);
 
 // One file through a temporary and a rename, so a crash or a full disk
 // leaves either the old file or the whole new one, and a failure removes

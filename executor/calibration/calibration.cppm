@@ -147,9 +147,10 @@ Result<CalibrationResult> calibrate_models(const CalibrationTarget& target, std:
 
 // The table: model, op, type, samples, MAPE %, fastest and slowest median.
 void print_calibration(const CalibrationResult& r, std::FILE* out);
-// Every point as CSV (model,what,type,seqs,tokens,context,prefill,bytes,features,seconds,predicted,host_seconds,
-// spread_pct); false on an I/O error.
-bool write_points_csv(const CalibrationResult& r, const std::string& path);
+// Every point as CSV text (model,what,type,seqs,tokens,context,prefill,bytes,features,seconds,predicted,
+// host_seconds,spread_pct), for a caller to write with the profile
+// (core/files' StagedFiles: both or neither).
+std::string points_csv(const CalibrationResult& r);
 
 // The features of template op `op` for an iteration of `tokens` new tokens
 // over `sequences` sequences on `context` cached ones, exactly as the GMG

@@ -19,20 +19,21 @@ void print_calibration(const CalibrationResult& r, std::FILE* out) {
                  f.type.c_str(), f.iteration_s * 1e6, f.sequence_s * 1e6, static_cast<unsigned long long>(f.samples));
 }
 
-bool write_points_csv(const CalibrationResult& r, const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) return false;
-  std::fprintf(
-      f, "model,what,type,seqs,tokens,context,prefill,bytes,features,seconds,predicted,host_seconds,spread_pct\n");
+std::string points_csv(const CalibrationResult& r) {
+  std::string out =
+      "model,what,type,seqs,tokens,context,prefill,bytes,features,seconds,predicted,host_seconds,spread_pct\n";
+  char line[512];
   for (const auto& p : r.points) {
     std::string x;
     for (double v : p.x) x += (x.empty() ? "" : " ") + std::to_string(static_cast<long long>(v));
-    std::fprintf(f, "%s,%s,%s,%lld,%lld,%lld,%lld,%lld,%s,%.9g,%.9g,%.9g,%.3f\n", p.model.c_str(), p.what.c_str(),
-                 p.type.c_str(), static_cast<long long>(p.shape.seqs), static_cast<long long>(p.shape.tokens),
-                 static_cast<long long>(p.shape.context), static_cast<long long>(p.shape.prefill),
-                 static_cast<long long>(p.bytes), x.c_str(), p.seconds, p.predicted, p.host_seconds, p.spread_pct);
+    std::snprintf(line, sizeof line, ",%lld,%lld,%lld,%lld,%lld,", static_cast<long long>(p.shape.seqs),
+                  static_cast<long long>(p.shape.tokens), static_cast<long long>(p.shape.context),
+                  static_cast<long long>(p.shape.prefill), static_cast<long long>(p.bytes));
+    out += p.model + ',' + p.what + ',' + p.type + line + x;
+    std::snprintf(line, sizeof line, ",%.9g,%.9g,%.9g,%.3f\n", p.seconds, p.predicted, p.host_seconds, p.spread_pct);
+    out += line;
   }
-  return std::fclose(f) == 0;
+  return out;
 }
 
 }  // namespace slicesched

@@ -124,3 +124,25 @@ TEST_CASE("a result path that is a FIFO or folder is refused, a link writes wher
   CHECK_FALSE(write_file_atomically((dir / "to_pipe").string(), "x").ok());
   CHECK(fs::is_fifo(fifo));
 }
+
+TEST_CASE("result paths are checked before the work: folder, kind, one file for two results", "[files]") {
+  const fs::path dir = scratch("check");
+  const std::string a = (dir / "profile.json").string(), b = (dir / "samples.csv").string();
+  CHECK(check_result_paths({{a, "--out"}, {b, "--samples"}}).ok());
+  CHECK(check_result_paths({}).ok());
+  // The same file twice, also through a link or "./": the second named
+  // would overwrite the first.
+  CHECK(check_result_paths({{a, "--out"}, {a, "--samples"}}).message() ==
+        "--samples and --out name the same file, " + a);
+  fs::create_symlink(dir / "profile.json", dir / "alias.json");
+  CHECK_FALSE(check_result_paths({{a, "--out"}, {(dir / "alias.json").string(), "--samples"}}).ok());
+  CHECK_FALSE(check_result_paths({{a, "--out"}, {(dir / "." / "profile.json").string(), "--samples"}}).ok());
+  // A folder that does not exist, a folder in the file's place.
+  CHECK(check_result_paths({{(dir / "nope" / "x.json").string(), "--out"}}).message() ==
+        "--out: " + (dir / "nope" / "x.json").string() + ": its folder " + (dir / "nope").string() + " does not exist");
+  fs::create_directories(dir / "folder");
+  CHECK(check_result_paths({{(dir / "folder").string(), "--out"}})
+            .message()
+            .starts_with("--out: " + (dir / "folder").string() + ": exists and is not a regular file"));
+  CHECK_FALSE(fs::exists(dir / "profile.json"));  // (checking writes nothing)
+}
