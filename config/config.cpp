@@ -465,6 +465,13 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
     }
     a.finish();
   }
+  // Every [[hosts]] entry owns an accelerator: serve would wait for an
+  // executor that cannot start (it refuses a host with nothing to run).
+  for (const HostConfig& h : cfg.hosts)
+    if (std::none_of(cfg.accelerators.begin(), cfg.accelerators.end(),
+                     [&](const AcceleratorConfig& a) { return a.host == h.name; }))
+      throw ConfigError(h.where + ": host '" + h.name + "' has no accelerator (give one `host = \"" + h.name +
+                        "\"` in cluster.accelerators, or remove the entry)");
   if (cfg.link_classes.empty() && cfg.accelerators.size() > 1)
     cluster.fail(nullptr, "link_classes",
                  "is required (an array) with more than one accelerator: how they reach each other");

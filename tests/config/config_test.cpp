@@ -286,6 +286,14 @@ TEST_CASE("live keys: bad devices and model shapes name the key", "[config][bad-
   CHECK(load_error(base() + "[model]\ndtype = \"int4\"\n") ==
         ":17: model.dtype: expected \"bfloat16\", \"float16\" or \"float32\", got \"int4\"");
   CHECK(load_error(base() + "[live]\nthreads = 0\n").find(":17: live.threads: expected") == 0);
+  // A [[hosts]] entry that owns no accelerator: serve would wait a minute
+  // for an executor that refuses to start.
+  const std::string hosts =
+      "[[hosts]]\nname = \"a\"\naddress = \"tcp://127.0.0.1:5901\"\n"
+      "[[hosts]]\nname = \"b\"\naddress = \"tcp://127.0.0.1:5902\"\n";
+  CHECK(load_error(replace(base(), "hbm_gib = 80 }", "hbm_gib = 80, host = \"a\" }") + hosts) ==
+        ":19: hosts[1].name: host 'b' has no accelerator (give one `host = \"b\"` in cluster.accelerators, or "
+        "remove the entry)");
 }
 
 TEST_CASE("serve keys: [serve] with its defaults, its values, and its errors", "[config][bad-input]") {
