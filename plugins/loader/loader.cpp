@@ -55,7 +55,16 @@ Result<std::shared_ptr<boost::dll::shared_library>> open(const std::filesystem::
   namespace dll = boost::dll;
   auto library = std::make_shared<dll::shared_library>();
   std::error_code ec;
-  library->load(path, dll::load_mode::rtld_now | dll::load_mode::rtld_local, ec);
+  // Loading runs the library's static initialisers (dlopen does, for any
+  // library): one that throws is named here rather than unwinding into
+  // whatever called the loader.
+  try {
+    library->load(path, dll::load_mode::rtld_now | dll::load_mode::rtld_local, ec);
+  } catch (const std::exception& e) {
+    return FailedPrecondition(path.string() + ": cannot load: its static initialisation threw: " + e.what());
+  } catch (...) {
+    return FailedPrecondition(path.string() + ": cannot load: its static initialisation threw");
+  }
   if (ec || !library->is_loaded())
     return NotFound(path.string() + ": cannot load (" + load_failure_reason(path, ec) + ")");
   return library;
@@ -88,7 +97,12 @@ Status load_plugin_library(const std::filesystem::path& path, PluginRegistries& 
     return FailedPrecondition(path.string() + ": carries no interface hash (built against an SDK older than " +
                               SLICESCHED_SDK_VERSION + "?); this slicesched has interface hash " +
                               SLICESCHED_INTERFACE_HASH + ": rebuild the plugin against its SDK");
-  const std::string theirs = library->get<const char*()>(SLICESCHED_PLUGIN_INTERFACE_SYMBOL)();
+  const char* raw = library->get<const char*()>(SLICESCHED_PLUGIN_INTERFACE_SYMBOL)();
+  if (raw == nullptr)
+    return FailedPrecondition(path.string() +
+                              ": its interface hash is null (not built with SLICESCHED_PLUGIN_ENTRY?); "
+                              "rebuild the plugin against this SDK");
+  const std::string theirs = raw;
   if (theirs != ours) {
     const auto space = theirs.find(' ');
     const std::string hash = theirs.substr(0, space);
@@ -97,12 +111,17 @@ Status load_plugin_library(const std::filesystem::path& path, PluginRegistries& 
                               ", but this slicesched is SDK " + SLICESCHED_SDK_VERSION + " with interface hash " +
                               SLICESCHED_INTERFACE_HASH + ": rebuild the plugin against this SDK");
   }
-  auto& entry = library->get_alias<PluginEntry>(SLICESCHED_PLUGIN_ENTRY_SYMBOL);
+  // The alias is a variable holding the entry's address (Boost.DLL's
+  // alias): read it as such, so a null one is refused, not called.
+  PluginEntry* entry = library->get<PluginEntry*>(SLICESCHED_PLUGIN_ENTRY_SYMBOL);
+  if (entry == nullptr)
+    return FailedPrecondition(path.string() + ": '" SLICESCHED_PLUGIN_ENTRY_SYMBOL
+                                              "' points nowhere (not built with SLICESCHED_PLUGIN_ENTRY?)");
 
   PluginRegistries staged;
   Status registered;
   try {
-    registered = entry(staged);
+    registered = (*entry)(staged);
   } catch (const std::exception& e) {
     return FailedPrecondition(path.string() + ": " SLICESCHED_PLUGIN_ENTRY_SYMBOL " threw: " + e.what());
   } catch (...) {

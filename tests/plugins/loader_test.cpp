@@ -113,6 +113,27 @@ TEST_CASE("loader errors name the path and the symbol", "[plugins][loader]") {
   CHECK(regs.arbiter.names().empty());
 }
 
+TEST_CASE("forged plugins are refused in one line, none crashes or throws", "[plugins][loader]") {
+  struct Row {
+    std::string path, want;
+  };
+  const std::string null_hash = SLICESCHED_TEST_FORGED_NULL_HASH, null_entry = SLICESCHED_TEST_FORGED_NULL_ENTRY,
+                    throws = SLICESCHED_TEST_FORGED_THROWS;
+  for (const Row& row : std::vector<Row>{
+           {null_hash, null_hash + ": its interface hash is null (not built with SLICESCHED_PLUGIN_ENTRY?); rebuild "
+                                   "the plugin against this SDK"},
+           {null_entry,
+            null_entry + ": 'slicesched_plugin_v1' points nowhere (not built with SLICESCHED_PLUGIN_ENTRY?)"},
+           {throws, throws + ": cannot load: its static initialisation threw: the forged plugin's static "
+                             "initialiser threw"}}) {
+    INFO(row.path);
+    PluginRegistries regs;
+    const Status s = load_plugin_library(row.path, regs);
+    CHECK(s.message() == row.want);
+    CHECK(regs.arbiter.names().empty());
+  }
+}
+
 TEST_CASE("a plugin built against another SDK interface is refused, naming both hashes", "[plugins][loader][sdk]") {
   PluginRegistries regs;
   const std::string other = SLICESCHED_TEST_OTHER_SDK;
