@@ -419,7 +419,7 @@ namespace {
 constexpr const char* kChatRenderer = R"PY(
 import json
 from datetime import datetime
-from jinja2.exceptions import TemplateError
+from jinja2.exceptions import TemplateError, TemplateSyntaxError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 def _raise_exception(message):
@@ -433,7 +433,7 @@ def _strftime_now(fmt):
 
 _compiled = {}
 
-def render(template, messages_json, bos_token, eos_token):
+def _template(template):
     t = _compiled.get(template)
     if t is None:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
@@ -442,33 +442,74 @@ def render(template, messages_json, bos_token, eos_token):
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
         t = _compiled[template] = env.from_string(template)
-    return t.render(messages=json.loads(messages_json), add_generation_prompt=True,
-                    bos_token=bos_token, eos_token=eos_token, tools=None, documents=None)
+    return t
+
+def check(template):
+    try:
+        _template(template)
+    except TemplateSyntaxError as e:
+        raise TemplateError(f"line {e.lineno}: {e.message}") from None
+
+def render(template, messages_json, bos_token, eos_token):
+    return _template(template).render(messages=json.loads(messages_json), add_generation_prompt=True,
+                                      bos_token=bos_token, eos_token=eos_token, tools=None, documents=None)
 )PY";
 
+// The renderer's two functions, made once (under the GIL) and kept; or why
+// they cannot be.
+struct ChatRenderer {
+  PyObject* render = nullptr;
+  PyObject* check = nullptr;
+  std::string error;
+};
+
+const ChatRenderer& chat_renderer() {
+  static ChatRenderer r;
+  static bool made = false;
+  if (made) return r;
+  made = true;
+  Ref globals(PyDict_New());
+  if (globals) PyDict_SetItemString(globals.get(), "__builtins__", PyEval_GetBuiltins());
+  Ref done(globals ? PyRun_String(kChatRenderer, Py_file_input, globals.get(), globals.get()) : nullptr);
+  if (!done) {
+    r.error = "the Python package `jinja2` cannot be used by the embedded Python (" + python_error() +
+              "; run scripts/setup.sh to install it into .venv)";
+    return r;
+  }
+  PyObject* render = PyDict_GetItemString(globals.get(), "render");  // borrowed
+  PyObject* check = PyDict_GetItemString(globals.get(), "check");
+  if (!render || !check) {
+    r.error = "the chat renderer has no render() or check()";
+    return r;
+  }
+  Py_INCREF(render);
+  Py_INCREF(check);
+  r.render = render;
+  r.check = check;
+  return r;
+}
+
 }  // namespace
+
+Status check_chat_template(const std::string& tmpl) {
+  const Interpreter& it = interpreter();
+  if (!it.error.empty()) return FailedPrecondition("cannot compile a chat template: " + it.error);
+  Gil gil;
+  const ChatRenderer& r = chat_renderer();
+  if (!r.check) return FailedPrecondition(r.error);
+  Ref out(PyObject_CallFunction(r.check, "s", tmpl.c_str()));
+  if (!out) return InvalidArgument(python_error());
+  return Status::Ok();
+}
 
 Result<std::string> render_chat_template(const std::string& tmpl, const std::string& messages_json,
                                          const std::string& bos, const std::string& eos) {
   const Interpreter& it = interpreter();
   if (!it.error.empty()) return FailedPrecondition("cannot render a chat template: " + it.error);
   Gil gil;
-  // The renderer's namespace, made once (under the GIL) and kept.
-  static PyObject* render = nullptr;
-  static std::string render_error;
-  if (!render && render_error.empty()) {
-    Ref globals(PyDict_New());
-    if (globals) PyDict_SetItemString(globals.get(), "__builtins__", PyEval_GetBuiltins());
-    Ref done(globals ? PyRun_String(kChatRenderer, Py_file_input, globals.get(), globals.get()) : nullptr);
-    if (!done)
-      render_error = "the Python package `jinja2` cannot be used by the embedded Python (" + python_error() +
-                     "; run scripts/setup.sh to install it into .venv)";
-    else if (PyObject* f = PyDict_GetItemString(globals.get(), "render"))  // borrowed
-      render = (Py_INCREF(f), f);
-    else
-      render_error = "the chat renderer has no render()";
-  }
-  if (!render) return FailedPrecondition(render_error);
+  const ChatRenderer& r = chat_renderer();
+  if (!r.render) return FailedPrecondition(r.error);
+  PyObject* render = r.render;
   Ref out(PyObject_CallFunction(render, "ssss", tmpl.c_str(), messages_json.c_str(), bos.c_str(), eos.c_str()));
   if (!out) return InvalidArgument(python_error());
   Py_ssize_t n = 0;

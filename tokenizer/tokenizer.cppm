@@ -58,6 +58,12 @@ struct ChatTemplate {
 // file) on an unreadable file or a malformed chat_template.
 Result<std::optional<ChatTemplate>> model_chat_template(const ModelConfig& m, const std::string& override_file);
 
+// Compiles `tmpl` as render_chat_template would (jinja2, its sandbox):
+// fails with the template's syntax error (its line), or FailedPrecondition
+// when jinja2 is missing. So serve refuses a malformed template when it
+// starts, not on every chat request. Thread-safe (on Python's GIL).
+Status check_chat_template(const std::string& tmpl);
+
 // `messages_json` (a JSON array of {role, content}) rendered by the
 // template with a generation prompt, through Python's jinja2 in a sandbox
 // as transformers renders it. Fails with the template's own error (its

@@ -58,6 +58,19 @@ with open(os.path.join(a_dir, "tokenizer_config.json"), "w") as f:
     json.dump(config, f)
 tok = Tokenizer.from_file(os.path.join(a_dir, "tokenizer.json"))
 
+# ---- a malformed --chat-template is refused at start, naming file and line ----
+# (it used to start and answer every chat request 400, blaming the client)
+bad = os.path.join(work, "bad.jinja")
+with open(bad, "w") as f:
+    f.write("{% for m in messages %}\n{{ m[ }}\n{% endfor %}\n")
+r = subprocess.run([slicesched, "serve", os.path.join(a_dir, "serve.toml"), "--listen", "127.0.0.1:0",
+                    "--chat-template", bad], capture_output=True, text=True, timeout=120)
+lines = [l for l in r.stderr.splitlines() if l.strip()]
+if r.returncode != 2 or len(lines) != 1 or not lines[0].startswith(f"slicesched: {bad}: TemplateError: line 2: "):
+    sys.exit(f"a malformed chat template: exit {r.returncode}, expected 2 and one line naming {bad} and line 2:\n"
+             f"{r.stderr}")
+print(f"malformed template refused: {lines[0]}")
+
 KEY = "sk-test-28"
 srv = Server(slicesched, os.path.join(a_dir, "serve.toml"), extra=["--api-key", KEY])
 
