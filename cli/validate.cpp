@@ -105,6 +105,22 @@ int validate(const ValidateOptions& opt) {
     if (r.input_tokens + r.output_tokens > m->context_window())
       refuse(where + "input_tokens + output_tokens: " + std::to_string(r.input_tokens + r.output_tokens) + " exceed " +
              r.model + "'s context window of " + std::to_string(m->context_window()));
+    // A batch whose weights and KV cache do not fit the GPU it was
+    // published for was never measured: its figure would be a wrong answer.
+    {
+      const double need = static_cast<double>(m->weight_bytes()) +
+                          static_cast<double>(r.batch) * static_cast<double>(r.input_tokens + r.output_tokens) *
+                              static_cast<double>(m->kv_bytes_per_token());
+      if (sheet->hbm_bytes > 0 && need > static_cast<double>(sheet->hbm_bytes)) {
+        char msg[256];
+        std::snprintf(
+            msg, sizeof msg,
+            "batch: %lld sequences of %lld tokens of %s need %.1f GiB (weights and KV cache); %s has %.1f GiB",
+            static_cast<long long>(r.batch), static_cast<long long>(r.input_tokens + r.output_tokens), r.model.c_str(),
+            need / (1 << 30), sheet->name.c_str(), static_cast<double>(sheet->hbm_bytes) / (1 << 30));
+        refuse(where + msg);
+      }
+    }
     const std::string fit_path = opt.efficiencies                ? *opt.efficiencies
                                  : !played->roofline_fit.empty() ? played->roofline_fit
                                                                  : default_roofline_fit(dir);

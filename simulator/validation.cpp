@@ -1,8 +1,11 @@
 module;
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <string>
@@ -59,15 +62,25 @@ void add_kinds(const AcceleratorType& t, const RooflineFit& f, const Model& mode
 }  // namespace
 
 Result<std::vector<PublishedRow>> read_published(const std::string& path) {
+  // A FIFO or device would be read forever (or hang): only regular files.
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(st)) return InvalidArgument(path + ": is a folder, expected a CSV file");
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    return InvalidArgument(path + ": not a regular file (a FIFO, device or socket), expected a CSV file");
+  errno = 0;
   std::ifstream in(path);
-  if (!in) return NotFound(path + ": cannot open");
+  if (!in) return NotFound(path + ": cannot open (" + std::strerror(errno ? errno : ENOENT) + ")");
   std::string line;
   if (!std::getline(in, line)) return InvalidArgument(path + ":1: empty file (expected a CSV header)");
+  if (line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);  // a UTF-8 byte-order mark, as spreadsheets write
   const auto header = split(line);
   std::vector<int> at;
   for (const char* c : kColumns) {
     const auto it = std::find(header.begin(), header.end(), c);
     if (it == header.end()) return InvalidArgument(path + ":1: " + c + ": missing column");
+    if (std::find(it + 1, header.end(), c) != header.end())
+      return InvalidArgument(path + ":1: " + c + ": the column appears twice (expected one)");
     at.push_back(static_cast<int>(it - header.begin()));
   }
   std::vector<PublishedRow> rows;

@@ -3,6 +3,7 @@
 // context costs near its memory-bandwidth floor because the KV cache is read
 // at its own efficiency, the published CSV reads with one-line errors, and
 // a GPU faster than its datasheet is caught beating its floor.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -106,7 +107,24 @@ TEST_CASE("published rows read with their line, and bad ones name it", "[validat
   auto bad = read_published(p.string());
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message() == p.string() + ":2: batch: expected a positive integer, got \"0\"");
+  // A spreadsheet's byte-order mark before the header is not part of it; a
+  // column named twice is refused (which one would be read?).
+  std::ofstream(p) << "\xEF\xBB\xBFsource,version,model,precision,gpu,batch,input_tokens,output_tokens,metric,value\n"
+                   << "x,v,llama2-7b,fp16,A100-80GB,1,128,1,ttft_ms,16.0\n";
+  CHECK(read_published(p.string()).ok());
+  std::ofstream(p) << "source,version,model,precision,gpu,batch,input_tokens,output_tokens,metric,value,value\n"
+                   << "x,v,llama2-7b,fp16,A100-80GB,1,128,1,ttft_ms,16.0,17.0\n";
+  CHECK(read_published(p.string()).status().message() ==
+        p.string() + ":1: value: the column appears twice (expected one)");
   fs::remove(p);
+  // A FIFO would be read forever, a folder is not a file.
+  const fs::path fifo = fs::temp_directory_path() / ("slicesched_published_fifo_" + std::to_string(getpid()));
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(read_published(fifo.string()).status().message() ==
+        fifo.string() + ": not a regular file (a FIFO, device or socket), expected a CSV file");
+  fs::remove(fifo);
+  CHECK(read_published(fs::temp_directory_path().string()).status().message() ==
+        fs::temp_directory_path().string() + ": is a folder, expected a CSV file");
 }
 
 TEST_CASE("no replayed row beats its physical floor; a too-fast GPU does", "[validation][floor]") {
