@@ -76,6 +76,12 @@ int serve(const ServeOptions& opt) {
   std::unique_ptr<HttpFront> front;
   if (!listen.empty()) {
     const char* env_key = std::getenv("SLICESCHED_API_KEY");
+    // An empty key would turn authentication off without a word: a user
+    // who set one (an unset shell variable expands to "") meant one.
+    if (opt.api_key && opt.api_key->empty())
+      failed(InvalidArgument("--api-key: expected a non-empty key (leave the option out to serve without one)"));
+    if (!opt.api_key && env_key && *env_key == '\0')
+      failed(InvalidArgument("SLICESCHED_API_KEY: set but empty (unset it to serve without a key)"));
     auto made = HttpFront::open(cfg, listen, opt.batch_store ? *opt.batch_store : cfg.serve.batch_store,
                                 {.chat_template = opt.chat_template.value_or(""),
                                  .api_key = opt.api_key ? *opt.api_key
