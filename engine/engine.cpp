@@ -216,10 +216,9 @@ std::string Engine::deadlock_cause() const {
 
 // Nothing is issued on the accelerators a memory wait is short on: nothing
 // there will free memory by finishing (the rest of the cluster may run).
-bool Engine::idle_on(const Deferral& d) const {
-  if (d.short_of.empty()) return false;
+bool Engine::idle_on(AccelId a) const {
   for (OpId op : gmg_.issued_ops())
-    if (std::find(d.short_of.begin(), d.short_of.end(), gmg_.op(op).accel) != d.short_of.end()) return false;
+    if (gmg_.op(op).accel == a) return false;
   return true;
 }
 
@@ -261,13 +260,19 @@ Result<bool> Engine::preempt(bool stalled) {
       if (auto i = tenants_[t].preemptable(gmg_)) consider(t, *i);
       continue;
     }
-    // A lower priority than the waiting batch's, where it is short; where
-    // nothing runs that could free memory, any priority (same-priority
-    // lanes holding each other's room would wait forever).
-    for (const Deferral& d : deferred)
-      if (d.memory && ((d.priority == top && tenants_[t].spec().priority < top) || idle_on(d)))
-        for (AccelId a : d.short_of)
+    // A lower priority than the waiting batch's, where it is short; on an
+    // accelerator it is short of where nothing runs that could free memory,
+    // any priority. (Equal-priority caches holding each other's room would
+    // wait forever; and waiting until every accelerator a batch is short of
+    // goes idle let one busy GPU keep seven full idle ones waiting: 18-GiB
+    // H100s ran 20 % busy, tests/cli/memory_stall.cmake.)
+    for (const Deferral& d : deferred) {
+      if (!d.memory) continue;
+      const bool lower = d.priority == top && tenants_[t].spec().priority < top;
+      for (AccelId a : d.short_of)
+        if (lower || idle_on(a))
           if (auto i = tenants_[t].preemptable(gmg_, a)) consider(t, *i);
+    }
   }
   if (!victim) return false;
   auto n = tenants_[victim->tenant].preempt(victim->instance, gmg_);

@@ -113,7 +113,9 @@ class Engine {
   // HBM): preempts one iteration that has not started and holds a KV
   // cache, the lowest priority first, then the youngest (vLLM's order).
   // While the cluster runs, only a lower priority than the waiting batch's
-  // holding KV where it is short; when nothing runs (`stalled`), any.
+  // holding KV where it is short, or any priority on an accelerator it is
+  // short of where nothing runs (nothing there will free memory); when
+  // nothing runs anywhere (`stalled`), any.
   // Returns whether it preempted.
   Result<bool> preempt(bool stalled);
   // Hands the backend the tenant's swap-outs and forgotten host copies.
@@ -125,8 +127,8 @@ class Engine {
   // one did.
   enum class OomFail { kNever, kAny };
   Result<bool> fail_out_of_memory(Nanos now, OomFail which);
-  // No operator is issued on the accelerators `d` is short of.
-  bool idle_on(const Deferral& d) const;
+  // No operator is issued on accelerator `a`.
+  bool idle_on(AccelId a) const;
 
   Gmg& gmg_;
   std::vector<Tenant>& tenants_;
