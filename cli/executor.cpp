@@ -30,6 +30,11 @@ namespace {
 // A tcp:// endpoint's port must be a port (ZeroMQ takes 99999 and listens
 // on what it wraps to); "" when `listen` is fine, else the one line.
 std::string bad_listen(const std::string& listen) {
+  // inproc:// lives inside one process: serve, in another, could never reach it.
+  if (listen.rfind("inproc://", 0) == 0)
+    return "--listen " + listen +
+           ": an inproc:// endpoint is not reachable from another process (expected "
+           "tcp://HOST:PORT or ipc://PATH)";
   if (listen.rfind("tcp://", 0) != 0) return "";
   const auto colon = listen.rfind(':');
   const std::string port = colon < 6 ? std::string() : listen.substr(colon + 1);

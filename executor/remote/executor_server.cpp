@@ -459,7 +459,13 @@ Status ExecutorServer::bind() {
   try {
     sock.bind(s.opt.listen);
   } catch (const zmq::error_t& e) {
-    return FailedPrecondition("executor '" + s.opt.host + "': cannot listen on " + s.opt.listen + ": " + e.what());
+    // ZeroMQ binds an interface or an address, not a host name: say so
+    // instead of its "No such device".
+    const std::string hint = e.num() == ENODEV ? " (a tcp:// endpoint binds an IP address, an interface name such "
+                                                 "as eth0, or *; not a host name)"
+                                               : "";
+    return FailedPrecondition("executor '" + s.opt.host + "': cannot listen on " + s.opt.listen + ": " + e.what() +
+                              hint);
   }
   s.sock.emplace(std::move(sock));
   return Status::Ok();
