@@ -15,6 +15,7 @@ module;
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "commands.hpp"
@@ -85,9 +86,14 @@ std::string percent_or_na(const std::optional<double>& v, int width) {
   return v ? fmt::format("{:>{}.1f}%", 100 * *v, width - 1) : fmt::format("{:>{}}", "n/a", width);
 }
 
-// "%8.3fs" of `s`, or n/a right-aligned in the same 9 columns.
-std::string seconds_or_na(bool known, double s) {
-  return known ? fmt::format("{:8.3f}s", s) : fmt::format("{:>9}", "n/a");
+// A figure as engine/metrics declares it (nullopt: n/a, nothing to measure).
+std::optional<double> figure(const RunMetrics& m, std::string_view name) {
+  return find_run_figure(name)->read(m, RunLoad{});
+}
+
+// `v` scaled, in `format` ("{:8.3f}s"), or n/a right-aligned in `width` columns.
+std::string shown_or_na(const std::optional<double>& v, double scale, std::string_view format, int width) {
+  return v ? fmt::format(fmt::runtime(format), scale * *v) : fmt::format("{:>{}}", "n/a", width);
 }
 
 void print_table(const std::vector<PolicyRun>& runs, const SloBasis& slo) {
@@ -95,18 +101,13 @@ void print_table(const std::vector<PolicyRun>& runs, const SloBasis& slo) {
               "TTFT p99", "TPOT ms", "SLO", "GPU", "done", "wall s");
   for (const PolicyRun& r : runs) {
     const RunMetrics& m = r.metrics;
-    const std::string tpot =
-        m.tpot_requests ? fmt::format("{:9.2f}", m.tpot_mean_s * 1e3) : fmt::format("{:>9}", "n/a");
     std::printf("%-16s %9.3f %9.1f %s %s %s %s %s %6.1f%% %s %7.1f\n", r.name.c_str(), m.request_throughput,
-                m.token_throughput, seconds_or_na(m.has_ttft(), m.ttft_p50_s).c_str(),
-                seconds_or_na(m.has_ttft(), m.ttft_p90_s).c_str(), seconds_or_na(m.has_ttft(), m.ttft_p99_s).c_str(),
-                tpot.c_str(), percent_or_na(m.slo_attainment, 8).c_str(), 100 * m.gpu_utilization,
-                percent_or_na(m.requests_total ? std::optional<double>(static_cast<double>(m.requests_done) /
-                                                                       static_cast<double>(m.requests_total))
-                                               : std::nullopt,
-                              6)
-                    .c_str(),
-                r.wall_s);
+                m.token_throughput, shown_or_na(figure(m, "ttft_p50_s"), 1, "{:8.3f}s", 9).c_str(),
+                shown_or_na(figure(m, "ttft_p90_s"), 1, "{:8.3f}s", 9).c_str(),
+                shown_or_na(figure(m, "ttft_p99_s"), 1, "{:8.3f}s", 9).c_str(),
+                shown_or_na(figure(m, "tpot_mean_s"), 1e3, "{:9.2f}", 9).c_str(),
+                percent_or_na(m.slo_attainment, 8).c_str(), 100 * m.gpu_utilization,
+                percent_or_na(figure(m, "done"), 6).c_str(), r.wall_s);
   }
   if (slo.threshold_s)
     std::printf("\nSLO threshold (%s): %.3f s\n", slo.basis.c_str(), *slo.threshold_s);

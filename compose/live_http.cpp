@@ -104,14 +104,16 @@ Result<std::unique_ptr<HttpFront>> HttpFront::open(const ExperimentConfig& cfg, 
     // Chat: the model's own template (or --chat-template), rendered by jinja2.
     auto tmpl = model_chat_template(m, extras.chat_template);
     if (!tmpl.ok()) return tmpl.status();
-    if (tmpl.value())
+    if (tmpl.value()) {
+      // Compiled now: a malformed template is the operator's error, not
+      // every chat request's.
       if (Status st = check_chat_template(tmpl.value()->text); !st.ok())
         return Status(st.code(), tmpl.value()->source + ": " + st.message());
-    if (tmpl.value())
       served.chat_template = [t = std::make_shared<const ChatTemplate>(std::move(*tmpl.value()))](
                                  const nlohmann::json& messages) -> Result<std::string> {
         return render_chat_template(t->text, messages.dump(), t->bos, t->eos);
       };
+    }
     f->models_.push_back(std::move(served));
   }
   return f;

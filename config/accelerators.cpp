@@ -12,6 +12,7 @@ module;
 #include <vector>
 
 module slicesched.config.accelerators;
+import slicesched.core.files;
 import slicesched.models.work;
 
 namespace slicesched {
@@ -111,12 +112,9 @@ struct Reader {
 };
 
 Result<toml::table> parse(const std::string& path) {
-  // A FIFO or device would be read forever: only regular files.
-  std::error_code ec;
-  const auto st = std::filesystem::status(path, ec);
-  if (std::filesystem::is_directory(st)) return InvalidArgument(path + ": is a folder, expected a TOML file");
-  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
-    return InvalidArgument(path + ": not a regular file (a FIFO, device or socket), expected a TOML file");
+  if (std::error_code ec; std::filesystem::is_directory(path, ec))
+    return InvalidArgument(path + ": is a folder, expected a TOML file");
+  if (Status s = refuse_special_file(path, "a TOML file"); !s.ok()) return s;
   try {
     return toml::parse_file(path);
   } catch (const toml::parse_error& e) {

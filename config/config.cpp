@@ -20,6 +20,7 @@ module;
 
 module slicesched.config;
 import slicesched.config.accelerators;
+import slicesched.core.files;
 import slicesched.core.graph;
 
 namespace slicesched {
@@ -1176,8 +1177,7 @@ Result<ExperimentConfig> load_config(const std::string& path, const std::vector<
   toml::table doc;
   if (std::error_code ec; fs::is_directory(path, ec))
     return InvalidArgument(path + ": is a folder, expected an experiment TOML file");
-  else if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))
-    return InvalidArgument(path + ": not a regular file (a FIFO, device or socket), expected an experiment TOML file");
+  if (Status s = refuse_special_file(path, "an experiment TOML file"); !s.ok()) return s;
   try {
     doc = toml::parse_file(path);
   } catch (const toml::parse_error& e) {

@@ -14,6 +14,7 @@ module;
 #include <vector>
 
 module slicesched.core.csv;
+import slicesched.core.files;
 
 namespace slicesched::csv {
 
@@ -38,8 +39,7 @@ Result<std::string> read_text(const std::filesystem::path& path) {
   if (std::filesystem::is_directory(path, ec)) {
     return NotFound(path.string() + ": is a directory, expected a CSV file");
   }
-  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
-    return InvalidArgument(path.string() + ": not a regular file (a FIFO, device or socket), expected a CSV file");
+  if (Status s = refuse_special_file(path.string(), "a CSV file"); !s.ok()) return s;
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return NotFound(path.string() + ": cannot open (" + std::strerror(errno) + ")");
   std::string text;

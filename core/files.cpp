@@ -6,6 +6,7 @@ module;
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -99,6 +100,14 @@ Status check_result_paths(const std::vector<std::pair<std::string, std::string>>
       if (other == file) return InvalidArgument(what + " and " + other_what + " name the same file, " + path);
     seen.push_back({file, what});
   }
+  return Status::Ok();
+}
+
+Status refuse_special_file(const std::string& path, std::string_view expected) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st) && !fs::is_directory(st))
+    return InvalidArgument(path + ": not a regular file (a FIFO, device or socket), expected " + std::string(expected));
   return Status::Ok();
 }
 

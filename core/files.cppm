@@ -1,6 +1,7 @@
 // Writing results without ever leaving a half-written file behind.
 module;
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -35,6 +36,12 @@ class StagedFiles {
 // anything, is a regular file or a link to one), and no two name the same
 // file. Fails with the first that cannot, naming it and `what` it is for.
 Status check_result_paths(const std::vector<std::pair<std::string, std::string>>& paths);
+
+// Before reading `path` as `expected` ("a CSV file"): a FIFO, device or
+// socket there is refused, naming it (a FIFO would block the run, a device
+// like /dev/zero never ends). A regular file, a folder or a missing path
+// pass: opening says what is wrong with the last two.
+Status refuse_special_file(const std::string& path, std::string_view expected);
 
 // One file through a temporary and a rename, so a crash or a full disk
 // leaves either the old file or the whole new one, and a failure removes

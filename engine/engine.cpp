@@ -214,12 +214,13 @@ std::string Engine::deadlock_cause() const {
          std::to_string(scheduler_.stats().deferred) + " deferral(s) in all";
 }
 
-// Nothing is issued on the accelerators a memory wait is short on: nothing
-// there will free memory by finishing (the rest of the cluster may run).
-bool Engine::idle_on(AccelId a) const {
+// Per accelerator, whether an operator is issued there: where none is,
+// nothing will free memory by finishing (the rest of the cluster may run).
+std::vector<char> Engine::issued_on() const {
+  std::vector<char> busy(gmg_.accels().size(), 0);
   for (OpId op : gmg_.issued_ops())
-    if (gmg_.op(op).accel == a) return false;
-  return true;
+    if (const AccelId a = gmg_.op(op).accel; a < busy.size()) busy[a] = 1;
+  return busy;
 }
 
 Status Engine::copy_to_host(Tenant& t) {
@@ -250,6 +251,7 @@ Result<bool> Engine::preempt(bool stalled) {
     InstanceId instance = 0;
   };
   std::optional<Victim> victim;
+  const std::vector<char> busy = stalled ? std::vector<char>() : issued_on();  // (stalled: nothing is)
   auto consider = [&](std::uint32_t t, InstanceId instance) {
     const std::int32_t p = tenants_[t].spec().priority;
     if (!victim || p < victim->priority || (p == victim->priority && instance > victim->instance))
@@ -270,7 +272,7 @@ Result<bool> Engine::preempt(bool stalled) {
       if (!d.memory) continue;
       const bool lower = d.priority == top && tenants_[t].spec().priority < top;
       for (AccelId a : d.short_of)
-        if (lower || idle_on(a))
+        if (lower || !busy[a])
           if (auto i = tenants_[t].preemptable(gmg_, a)) consider(t, *i);
     }
   }

@@ -127,8 +127,8 @@ class Engine {
   // one did.
   enum class OomFail { kNever, kAny };
   Result<bool> fail_out_of_memory(Nanos now, OomFail which);
-  // No operator is issued on accelerator `a`.
-  bool idle_on(AccelId a) const;
+  // Per accelerator (by id), 1 where an operator is issued.
+  std::vector<char> issued_on() const;
 
   Gmg& gmg_;
   std::vector<Tenant>& tenants_;

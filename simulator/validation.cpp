@@ -12,6 +12,7 @@ module;
 #include <vector>
 
 module slicesched.simulator.validation;
+import slicesched.core.files;
 import slicesched.simulator.roofline_truth;
 
 namespace slicesched {
@@ -62,12 +63,9 @@ void add_kinds(const AcceleratorType& t, const RooflineFit& f, const Model& mode
 }  // namespace
 
 Result<std::vector<PublishedRow>> read_published(const std::string& path) {
-  // A FIFO or device would be read forever (or hang): only regular files.
-  std::error_code ec;
-  const auto st = std::filesystem::status(path, ec);
-  if (std::filesystem::is_directory(st)) return InvalidArgument(path + ": is a folder, expected a CSV file");
-  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
-    return InvalidArgument(path + ": not a regular file (a FIFO, device or socket), expected a CSV file");
+  if (std::error_code ec; std::filesystem::is_directory(path, ec))
+    return InvalidArgument(path + ": is a folder, expected a CSV file");
+  if (Status s = refuse_special_file(path, "a CSV file"); !s.ok()) return s;
   errno = 0;
   std::ifstream in(path);
   if (!in) return NotFound(path + ": cannot open (" + std::strerror(errno ? errno : ENOENT) + ")");

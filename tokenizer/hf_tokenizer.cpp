@@ -455,19 +455,15 @@ def render(template, messages_json, bos_token, eos_token):
                                       bos_token=bos_token, eos_token=eos_token, tools=None, documents=None)
 )PY";
 
-// The renderer's two functions, made once (under the GIL) and kept; or why
-// they cannot be.
+// The renderer's two functions, made once and kept; or why they cannot be.
 struct ChatRenderer {
   PyObject* render = nullptr;
   PyObject* check = nullptr;
   std::string error;
 };
 
-const ChatRenderer& chat_renderer() {
-  static ChatRenderer r;
-  static bool made = false;
-  if (made) return r;
-  made = true;
+ChatRenderer make_chat_renderer() {
+  ChatRenderer r;
   Ref globals(PyDict_New());
   if (globals) PyDict_SetItemString(globals.get(), "__builtins__", PyEval_GetBuiltins());
   Ref done(globals ? PyRun_String(kChatRenderer, Py_file_input, globals.get(), globals.get()) : nullptr);
@@ -486,6 +482,16 @@ const ChatRenderer& chat_renderer() {
   Py_INCREF(check);
   r.render = render;
   r.check = check;
+  return r;
+}
+
+// Called with the GIL held. Not a static initialiser: the renderer's
+// Python code may hand the GIL to another thread, which would then wait on
+// the initialiser's guard while holding the GIL. (Two threads may both make
+// it; the GIL orders their assignments, and either result serves.)
+const ChatRenderer& chat_renderer() {
+  static ChatRenderer r;
+  if (!r.render && r.error.empty()) r = make_chat_renderer();
   return r;
 }
 
@@ -509,8 +515,7 @@ Result<std::string> render_chat_template(const std::string& tmpl, const std::str
   Gil gil;
   const ChatRenderer& r = chat_renderer();
   if (!r.render) return FailedPrecondition(r.error);
-  PyObject* render = r.render;
-  Ref out(PyObject_CallFunction(render, "ssss", tmpl.c_str(), messages_json.c_str(), bos.c_str(), eos.c_str()));
+  Ref out(PyObject_CallFunction(r.render, "ssss", tmpl.c_str(), messages_json.c_str(), bos.c_str(), eos.c_str()));
   if (!out) return InvalidArgument(python_error());
   Py_ssize_t n = 0;
   const char* text = PyUnicode_AsUTF8AndSize(out.get(), &n);

@@ -17,6 +17,7 @@ module;
 #include <vector>
 
 module slicesched.workload.trace;
+import slicesched.core.files;
 
 namespace slicesched {
 namespace trace_detail {
@@ -128,10 +129,7 @@ Status check_options(const std::string& path, const TraceOptions& opt) {
 }
 
 Result<std::string> read_file(const std::string& path) {
-  // (a FIFO would block the run; a device like /dev/zero never ends)
-  if (std::error_code ec; std::filesystem::exists(path, ec) && !std::filesystem::is_directory(path, ec) &&
-                          !std::filesystem::is_regular_file(path, ec))
-    return InvalidArgument(path + ": not a regular file (a FIFO, device or socket), expected a trace file");
+  if (Status s = refuse_special_file(path, "a trace file"); !s.ok()) return s;
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) {
     const int err = errno;
