@@ -298,7 +298,7 @@ Result<bool> Engine::fail_out_of_memory(Nanos now, OomFail which) {
                             : d.reason.empty() ? "out of memory: its iteration fits the HBM of none of its " +
                                                      std::to_string(d.candidates) + " candidate placement(s)"
                                                : "out of memory: " + d.reason;
-    auto n = tenants_[d.tenant].fail_out_of_memory(d.instance, why, gmg_, now);
+    auto n = tenants_[d.tenant].fail_out_of_memory(d.instance, why, gmg_, now, which == OomFail::kAny);
     if (!n.ok())
       return Status(n.status().code(), "tenant '" + tenants_[d.tenant].spec().name + "': " + n.status().message());
     if (n.value() == 0) continue;
@@ -370,6 +370,9 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
       continue;
 
     Nanos next = backend_.next_event();
+    // Nothing runs: waiting for an arrival frees no memory (only work in
+    // flight, a fault's end or a client that leaves can).
+    const bool still = next < 0 && gmg_.issued_count() == 0 && next_fault_ >= opt_.faults.size() && !opt_.inbox;
     if (stop == 0)
       for (const Tenant& t : tenants_) {
         const Nanos a = t.next_arrival();
@@ -387,7 +390,7 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
       // the backend's wait); the bound only keeps a missed wake harmless.
       next = now + kInboxWait;
     }
-    if (next < 0) {
+    if (next < 0 || still) {
       // Nothing runs and work waits for memory: preempt whatever holds a
       // KV cache it could free; failing that, what can never fit fails.
       if (auto p = preempt(true); !p.ok())

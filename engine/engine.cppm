@@ -123,8 +123,9 @@ class Engine {
   // A waiting iteration fails as out of memory (its largest request; the
   // others queue again): one that fits nowhere even alone
   // (Deferral::never, kNever); or, when nothing runs anywhere and nothing
-  // is left to preempt, any that waits for memory (kAny). Returns whether
-  // one did.
+  // is left to preempt, any that waits for memory (kAny), one stuck part
+  // way included (batches smaller than an iteration). Returns whether one
+  // did.
   enum class OomFail { kNever, kAny };
   Result<bool> fail_out_of_memory(Nanos now, OomFail which);
   // Per accelerator (by id), 1 where an operator is issued.

@@ -415,6 +415,23 @@ void Scheduler::count_oom_wait(const Gmg& gmg, const Batch& batch) {
   if (oom_waited_.insert(gmg.op(batch.ops.front()).instance).second) ++stats_.oom_waits;
 }
 
+namespace {
+
+// Whether the batch continues an iteration some of whose operators are
+// already issued (a predecessor of the same instance: in the frontier,
+// every predecessor is). Such an iteration cannot be preempted, only
+// finished, which frees its workspace.
+bool continues_iteration(const Gmg& gmg, const Batch& batch) {
+  const OpRecord& first = gmg.op(batch.ops.front());
+  for (std::uint32_t e = first.first_in; e != kNoEdge; e = gmg.edge(e).next_in) {
+    const Edge& edge = gmg.edge(e);
+    if (!edge.retained && gmg.contains(edge.src) && gmg.op(edge.src).instance == first.instance) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
   std::vector<OpId> issued;
   gmg.advance_clock(now);
@@ -495,7 +512,11 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
           count_oom_wait(gmg, batch);
           waited = m.message();
         }
-      for (std::size_t i = 0; i < batch.ops.size() && waited.empty(); ++i)
+      // Except the rest of an iteration under way: held back, it keeps its
+      // memory for good (an iteration is preempted only before it starts),
+      // and a batch of one operator at a time (batch_cap = 1) deadlocked.
+      const bool under_way = waited.empty() && !reserved_for.empty() && continues_iteration(gmg, batch);
+      for (std::size_t i = 0; i < batch.ops.size() && waited.empty() && !under_way; ++i)
         for (const auto& [a, priority] : reserved_for)
           if (cands[*pick].accel[i] == a && batch.priority < priority) {
             // Not short itself: it waits (counted), the higher one preempts.

@@ -80,9 +80,34 @@ void Tenant::return_swapped(Nanos t) {
 
 void Tenant::deliver_arrivals(Nanos t) {
   while (next_request_ < stream_requests_ && records_[next_request_].arrival <= t) {
-    event(RequestEvent::Kind::kArrived, next_request_, records_[next_request_].arrival);
-    waiting_.push_back(next_request_++);
+    const std::size_t i = next_request_++;
+    RequestRecord& r = records_[i];
+    event(RequestEvent::Kind::kArrived, i, r.arrival);
+    if (std::string why = never_rides(r); !why.empty()) {
+      // Failed at once: left queued, it would hold the riders behind it
+      // back for good, and the run would end in a deadlock.
+      r.error = std::move(why);
+      r.done = r.arrival;
+      ++done_;
+      event(RequestEvent::Kind::kFailed, i, r.arrival);
+      end_live(i);
+      continue;
+    }
+    waiting_.push_back(i);
   }
+}
+
+std::string Tenant::never_rides(const RequestRecord& r) const {
+  if (!rides_only_ || hosts_.empty()) return {};
+  const std::int64_t need = r.input_tokens + r.output_tokens;
+  std::string budgets;
+  for (const Tenant* h : hosts_) {
+    // A peer is seated as the host's own, alone over the budget if need be.
+    if (h->peer(*this) || need <= h->spec_.kv_budget_tokens) return {};
+    budgets += (budgets.empty() ? "" : ", ") + h->spec_.name + ": " + std::to_string(h->spec_.kv_budget_tokens);
+  }
+  return "its prompt and output need " + std::to_string(need) +
+         " tokens of KV cache, more than any tenant it rides in may hold (kv_budget_tokens: " + budgets + ")";
 }
 
 bool Tenant::finished() const { return !open_ && done_ == records_.size(); }
@@ -458,12 +483,38 @@ std::size_t Tenant::drop_abandoned(Nanos t) {
   return ended;
 }
 
+namespace {
+
+// Whether `op` is still an operator of `instance`: a done one retires, and
+// its slot may hold another instance's operator since.
+bool ours(const Gmg& gmg, OpId op, InstanceId instance) {
+  return gmg.contains(op) && gmg.op(op).instance == instance;
+}
+
+}  // namespace
+
 Tenant::Lane* Tenant::unstarted(InstanceId instance, const Gmg& gmg) {
   for (Lane& l : lanes_) {
     if (!l.in_flight || l.instance != instance || l.iter_ops.empty()) continue;
-    for (OpId op : l.iter_ops)
-      if (!gmg.contains(op) || gmg.op(op).state != OpState::kUnscheduled) return nullptr;
+    for (OpId op : l.iter_ops)  // (one retired is done: the iteration started)
+      if (!ours(gmg, op, instance) || gmg.op(op).state != OpState::kUnscheduled) return nullptr;
     return &l;
+  }
+  return nullptr;
+}
+
+Tenant::Lane* Tenant::stuck(InstanceId instance, const Gmg& gmg) {
+  for (Lane& l : lanes_) {
+    if (!l.in_flight || l.instance != instance || l.iter_ops.empty()) continue;
+    bool done = false, left = false;
+    for (OpId op : l.iter_ops) {
+      if (!ours(gmg, op, instance)) continue;  // (done and retired, its slot maybe reused)
+      const OpState st = gmg.op(op).state;
+      if (st == OpState::kIssued) return nullptr;
+      done = done || st == OpState::kDone;
+      left = left || st == OpState::kUnscheduled;
+    }
+    return done && left ? &l : nullptr;
   }
   return nullptr;
 }
@@ -476,7 +527,8 @@ std::optional<InstanceId> Tenant::preemptable(const Gmg& gmg, AccelId on) const 
     for (OpId kv : l.attached) here = here || (gmg.contains(kv) && gmg.op(kv).accel == on);
     if (!here) continue;
     bool unstarted = !l.iter_ops.empty();
-    for (OpId op : l.iter_ops) unstarted = unstarted && gmg.contains(op) && gmg.op(op).state == OpState::kUnscheduled;
+    for (OpId op : l.iter_ops)
+      unstarted = unstarted && ours(gmg, op, l.instance) && gmg.op(op).state == OpState::kUnscheduled;
     if (unstarted) best = l.instance;
   }
   return best;
@@ -548,11 +600,38 @@ Result<std::size_t> Tenant::preempt(InstanceId instance, Gmg& gmg) {
   return seqs.size();
 }
 
-Result<std::size_t> Tenant::fail_out_of_memory(InstanceId instance, const std::string& reason, Gmg& gmg, Nanos t) {
+Result<std::size_t> Tenant::fail_out_of_memory(InstanceId instance, const std::string& reason, Gmg& gmg, Nanos t,
+                                               bool started_too) {
   Lane* lane = unstarted(instance, gmg);
+  const bool started = !lane && started_too && (lane = stuck(instance, gmg));
   if (!lane) return std::size_t{0};
   const std::vector<Seq> seqs = lane->running;
-  if (Status s = take_back(*lane, gmg); !s.ok()) return s;
+  if (started) {
+    // What is left of it leaves the GMG; the outputs its done operators
+    // held go with their consumers, and the caches, new and taken over,
+    // are released: the sequences kept recompute them.
+    std::vector<OpId> left;
+    for (OpId op : lane->iter_ops)
+      if (ours(gmg, op, instance) && gmg.op(op).state == OpState::kUnscheduled) left.push_back(op);
+    if (Status s = gmg.cancel(left); !s.ok()) return s;
+    // (The new caches by instance: a slot is reused once retired. The
+    // cache taken over was attached to what was just cancelled: still its.)
+    for (OpId kv : lane->kv_ops)
+      if (ours(gmg, kv, instance) && gmg.op(kv).retained_held && !gmg.op(kv).retained_attached)
+        if (Status s = gmg.release_retained(kv); !s.ok()) return s;
+    for (OpId kv : lane->attached)
+      if (gmg.contains(kv) && gmg.op(kv).retained_held && !gmg.op(kv).retained_attached)
+        if (Status s = gmg.release_retained(kv); !s.ok()) return s;
+    lane->running.clear();
+    lane->kv_ops.clear();
+    lane->attached.clear();
+    lane->iter_ops.clear();
+    lane->kv_tokens = 0;
+    lane->head = kNoOp;
+    lane->in_flight = false;
+  } else if (Status s = take_back(*lane, gmg); !s.ok()) {
+    return s;
+  }
   // The sequence that needs the most fails; the others queue again first
   // (they may fit without it), as a preemption would requeue them.
   auto need = [&](const Seq& q) { return q.prefill ? own(q).held(q.request) : q.context; };

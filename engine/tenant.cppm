@@ -156,13 +156,19 @@ class Tenant {
   // the request that needs the most fails with `reason`, and the others
   // queue again first. Returns the requests failed (0: the instance is not
   // an in-flight iteration of this tenant that has not started).
-  Result<std::size_t> fail_out_of_memory(InstanceId instance, const std::string& reason, Gmg& gmg, Nanos t);
+  // With `started_too`, also an iteration that started and waits part way,
+  // with none of its operators issued (the engine's last resort when
+  // nothing runs): what it did so far is dropped, and the sequences kept
+  // recompute it.
+  Result<std::size_t> fail_out_of_memory(InstanceId instance, const std::string& reason, Gmg& gmg, Nanos t,
+                                         bool started_too = false);
   // Cross-tenant batches. `owner` (another tenant of the same model, which
   // must outlive this one and be driven by the same engine) lends its
   // waiting requests to this tenant's iterations (see the file comment).
   void add_rider_source(Tenant* owner) {
     sources_.push_back(owner);
     owner->lends_ = true;
+    owner->hosts_.push_back(this);
   }
   // True when some tenant takes riders from this one.
   bool lends() const { return lends_; }
@@ -251,6 +257,10 @@ class Tenant {
   // by the slowdown, never evicted for it), as one engine serving several
   // tenants would.
   bool peer(const Tenant& o) const { return o.spec_.priority >= spec_.priority; }
+  // Why request `r` of this tenant can never run ("" when it can): its
+  // requests only ride, and every host is of higher priority with a KV
+  // budget smaller than the request's prompt and output.
+  std::string never_rides(const RequestRecord& r) const;
   bool seated_as_own(const Seq& s) const { return !s.owner || peer(*s.owner); }
   // The sequence id a live plan gives it: riders apart from own requests.
   std::uint64_t plan_id(const Seq& s) const {
@@ -275,6 +285,7 @@ class Tenant {
     return false;
   }
   std::vector<Tenant*> sources_;
+  std::vector<const Tenant*> hosts_;  // the tenants this one's requests ride in
   bool lends_ = false, rides_only_ = false, keep_riders_ = false;
   IterationCost rider_cost_;
   double rider_slowdown_ = -1;
@@ -299,6 +310,9 @@ class Tenant {
   Result<bool> start(Lane& lane, Gmg& gmg);
   void drop_iteration(Lane& lane, Gmg& gmg);
   Lane* unstarted(InstanceId instance, const Gmg& gmg);
+  // The in-flight iteration `instance` if it started, waits part way and
+  // has nothing issued, else null.
+  Lane* stuck(InstanceId instance, const Gmg& gmg);
   Status take_back(Lane& lane, Gmg& gmg);
   std::size_t preemptions_ = 0, preempted_sequences_ = 0;
   // kSwap: sequences whose KV cache is on the host, in preemption order,

@@ -240,3 +240,25 @@ TEST_CASE("co_batch: a policy's lanes override a tenant's, instance by instance"
     CHECK(offline == 4);
   }
 }
+
+TEST_CASE("co_batch: a rider larger than every host's KV budget fails at arrival instead of blocking the queue",
+          "[compose][co_batch]") {
+  // Offline prompt and output 1,056 tokens against a host budget of 1,000:
+  // it can never ride. Before, it waited at the head of the queue for good
+  // (and every rider behind it), and the run ended in a deadlock once the
+  // online work was done.
+  CoBatch s({{"tenants.online0.kv_budget_tokens", "1000"}});
+  auto parts = s.build("Priority-Batch");
+  const PolicyRun run = s.run(*parts);
+  const Tenant& offline = tenant(*parts, "offline0");
+  REQUIRE(!offline.records().empty());
+  for (const RequestRecord& r : offline.records()) {
+    CHECK(r.done == r.arrival);
+    CHECK(r.generated == 0);
+    CHECK(r.error.find("need 1056 tokens of KV cache, more than any tenant it rides in may hold (kv_budget_tokens: "
+                       "online0: 1000)") != std::string::npos);
+  }
+  CHECK(run.metrics.offline_done == 0);
+  for (const RequestRecord& r : tenant(*parts, "online0").records())
+    if (r.done >= 0) CHECK(r.error.empty());
+}
