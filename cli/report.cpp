@@ -485,7 +485,7 @@ nlohmann::json policy_summary(const PolicyRun& r) {
                                        : nlohmann::json(round6(*v));
   }
   p["faults"] = {
-      {"replaced_ops", r.lost_ops}, {"rebuilt_sequences", r.rebuilt_sequences}, {"failed_requests", m.requests_failed}};
+      {"replaced_ops", r.lost_ops}, {"rebuilt_sequences", r.rebuilt_sequences}, {"failed_requests", r.fault_failed_requests}};
   p["scheduling"] = {{"batches", r.scheduling.batches},
                      {"candidates", r.scheduling.candidates},
                      {"simulations", r.scheduling.simulations},

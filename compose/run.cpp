@@ -84,6 +84,7 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
   r.issued_budget = parts.policy.issued_budget;
   r.lost_ops = result->lost_ops;
   r.rebuilt_sequences = result->rebuilt_sequences;
+  r.fault_failed_requests = result->fault_failed_requests;
   r.preemptions = result->preemptions;
   r.preempted_sequences = result->preempted_sequences;
   r.oom_failed_requests = result->oom_failed_requests;

@@ -98,7 +98,7 @@ Status Engine::apply_faults(Nanos now) {
 
 Status Engine::all_lost(Nanos now) {
   const std::string why = "every accelerator is lost (" + lost_names_ + "); nothing is left to run on";
-  for (Tenant& t : tenants_) t.fail_unfinished(why, now);
+  for (Tenant& t : tenants_) fault_failed_ += t.fail_unfinished(why, now);
   flush_requests();
   if (opt_.inbox) opt_.inbox->close();
   return Aborted(why);
@@ -301,9 +301,9 @@ Result<bool> Engine::fail_out_of_memory(Nanos now, OomFail which) {
     auto n = tenants_[d.tenant].fail_out_of_memory(d.instance, why, gmg_, now, which == OomFail::kAny);
     if (!n.ok())
       return Status(n.status().code(), "tenant '" + tenants_[d.tenant].spec().name + "': " + n.status().message());
-    if (n.value() == 0) continue;
+    if (!n.value().acted) continue;
     backend_.drop_iteration(d.instance);  // its plan never runs
-    oom_failed_ += n.value();
+    oom_failed_ += n.value().failed;
     flush_requests();
     return true;
   }
@@ -407,7 +407,7 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
       // accelerator. Those requests fail, with the reason; a server keeps
       // serving what it still can (its health says what it cannot).
       const std::string why = "no placement left that can run it (lost: " + lost_names_ + ")";
-      for (Tenant& t : tenants_) t.fail_unfinished(why, now);
+      for (Tenant& t : tenants_) fault_failed_ += t.fail_unfinished(why, now);
       flush_requests();
       if (!opt_.inbox || opt_.inbox->closed()) break;
       next = now + kInboxWait;
@@ -466,6 +466,7 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
   result.complete = std::all_of(tenants_.begin(), tenants_.end(), [](const Tenant& t) { return t.finished(); });
   result.interrupted = interrupted;
   result.lost_ops = lost_ops_;
+  result.fault_failed_requests = fault_failed_;
   for (const Tenant& t : tenants_) {
     result.rebuilt_sequences += t.rebuilt();
     result.preemptions += t.preemptions();

@@ -63,11 +63,12 @@ struct EngineResult {
   bool interrupted = false;  // stopped by EngineOptions::stop
   // Faults: operators lost with an accelerator (run, queued, or waiting on
   // data it held), whose work was placed again; sequences whose KV cache
-  // was rebuilt by prefill.
-  std::size_t lost_ops = 0, rebuilt_sequences = 0;
+  // was rebuilt by prefill; requests failed because nothing left could run
+  // them (the accelerators they need lost).
+  std::size_t lost_ops = 0, rebuilt_sequences = 0, fault_failed_requests = 0;
   // Memory pressure: iterations preempted (their KV caches released, their
   // sequences recomputed later) and the sequences they held; requests
-  // failed because their iteration could never fit the HBM.
+  // failed because they could never fit the HBM alone.
   std::size_t preemptions = 0, preempted_sequences = 0, oom_failed_requests = 0;
   // Of the preempted sequences, those whose KV cache went to host memory
   // and back (TenantSpec::preemption kSwap), and its bytes (one way); and
@@ -120,8 +121,9 @@ class Engine {
   Result<bool> preempt(bool stalled);
   // Hands the backend the tenant's swap-outs and forgotten host copies.
   Status copy_to_host(Tenant& t);
-  // A waiting iteration fails as out of memory (its largest request; the
-  // others queue again): one that fits nowhere even alone
+  // A waiting iteration leaves as out of memory (Tenant::fail_out_of_memory:
+  // several sequences queue again under a smaller KV budget, one alone
+  // fails): one that fits nowhere even alone
   // (Deferral::never, kNever); or, when nothing runs anywhere and nothing
   // is left to preempt, any that waits for memory (kAny), one stuck part
   // way included (batches smaller than an iteration). Returns whether one
@@ -137,7 +139,7 @@ class Engine {
   Estimator& est_;
   Backend& backend_;
   EngineOptions opt_;
-  std::size_t next_fault_ = 0, lost_ops_ = 0, oom_failed_ = 0;
+  std::size_t next_fault_ = 0, lost_ops_ = 0, oom_failed_ = 0, fault_failed_ = 0;
   std::string lost_names_;      // "gpu3 at 600.000 s, ..." for failure reasons
   std::size_t down_count_ = 0;  // accelerators lost now
   std::span<EngineObserver* const> observers_;

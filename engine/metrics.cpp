@@ -153,6 +153,8 @@ constexpr RunFigure kFigures[] = {
      [](const RunMetrics& m, const RunLoad&) { return real(m.requests_total); }},
     {"requests_done", "requests done", true, true,
      [](const RunMetrics& m, const RunLoad&) { return real(m.requests_done); }},
+    {"requests_failed", "requests failed", true, false,
+     [](const RunMetrics& m, const RunLoad&) { return real(m.requests_failed); }},
     {"online_done", "online requests done", true, true,
      [](const RunMetrics& m, const RunLoad&) { return real(m.online_done); }},
     {"offline_done", "offline requests done", true, true,

@@ -176,7 +176,7 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   // Of `o`'s requests: this tenant's own, or a peer's.
   auto fits = [&](const Tenant& o, std::size_t request) {
     const RequestRecord& r = o.records_[request];
-    return kv_after + r.input_tokens + r.output_tokens <= spec_.kv_budget_tokens || kv_after == 0;
+    return kv_after + r.input_tokens + r.output_tokens <= kv_budget() || kv_after == 0;
   };
   // The head of `o`'s queue joins the lane, taking `step` tokens of this
   // iteration and `kv` tokens of cache.
@@ -600,11 +600,11 @@ Result<std::size_t> Tenant::preempt(InstanceId instance, Gmg& gmg) {
   return seqs.size();
 }
 
-Result<std::size_t> Tenant::fail_out_of_memory(InstanceId instance, const std::string& reason, Gmg& gmg, Nanos t,
-                                               bool started_too) {
+Result<Tenant::OomOutcome> Tenant::fail_out_of_memory(InstanceId instance, const std::string& reason, Gmg& gmg,
+                                                      Nanos t, bool started_too) {
   Lane* lane = unstarted(instance, gmg);
   const bool started = !lane && started_too && (lane = stuck(instance, gmg));
-  if (!lane) return std::size_t{0};
+  if (!lane) return OomOutcome{};
   const std::vector<Seq> seqs = lane->running;
   if (started) {
     // What is left of it leaves the GMG; the outputs its done operators
@@ -632,28 +632,38 @@ Result<std::size_t> Tenant::fail_out_of_memory(InstanceId instance, const std::s
   } else if (Status s = take_back(*lane, gmg); !s.ok()) {
     return s;
   }
-  // The sequence that needs the most fails; the others queue again first
-  // (they may fit without it), as a preemption would requeue them.
   auto need = [&](const Seq& q) { return q.prefill ? own(q).held(q.request) : q.context; };
-  std::size_t worst = 0;
-  for (std::size_t i = 1; i < seqs.size(); ++i)
-    if (need(seqs[i]) > need(seqs[worst])) worst = i;
-  for (std::size_t i = seqs.size(); i-- > 0;)
-    if (i != worst) requeue(seqs[i]);
-  Tenant& o = own(seqs[worst]);
-  RequestRecord& r = o.records_[seqs[worst].request];
+  if (seqs.size() > 1) {
+    // Fewer sequences would fit: none fails. They queue again first, in
+    // order, and recompute (a preemption, as vLLM's when its cache is
+    // full), and this tenant's KV budget drops below what this iteration
+    // held, so the batch that forms next holds less at its largest than
+    // this one did here. A budget learnt from the memory: it stays.
+    std::int64_t held = 0;
+    for (const Seq& q : seqs) held += need(q);
+    kv_cap_ = std::max<std::int64_t>(1, std::min(kv_cap_, held - 1));
+    for (std::size_t i = seqs.size(); i-- > 0;) requeue(seqs[i]);
+    ++preemptions_;
+    preempted_sequences_ += seqs.size();
+    return OomOutcome{.acted = true};
+  }
+  // One sequence that cannot fit: it fails.
+  Tenant& o = own(seqs.front());
+  RequestRecord& r = o.records_[seqs.front().request];
   r.error = reason;
   r.done = t;
   ++o.done_;
-  o.event(RequestEvent::Kind::kFailed, seqs[worst].request, t);
-  o.end_live(seqs[worst].request);
-  return std::size_t{1};
+  o.event(RequestEvent::Kind::kFailed, seqs.front().request, t);
+  o.end_live(seqs.front().request);
+  return OomOutcome{.acted = true, .failed = 1};
 }
 
-void Tenant::fail_unfinished(const std::string& reason, Nanos t) {
+std::size_t Tenant::fail_unfinished(const std::string& reason, Nanos t) {
+  std::size_t failed = 0;
   auto fail = [&](Tenant& o, std::size_t i) {
     RequestRecord& r = o.records_[i];
     if (r.done >= 0) return;
+    ++failed;
     r.error = reason;
     r.done = t;
     ++o.done_;
@@ -667,6 +677,7 @@ void Tenant::fail_unfinished(const std::string& reason, Nanos t) {
     l.running.clear();
     l.in_flight = false;
   }
+  return failed;
 }
 
 void Tenant::requeue(const Seq& s) {
@@ -694,7 +705,7 @@ void Tenant::seat_riders(Lane& lane, std::int64_t& tokens, std::int64_t& context
     for (const Seq& s : lane.running) first_tokens = first_tokens || (seated_as_own(s) && s.prefill);
   const double limit = bounded ? (1 + rider_slowdown_) * rider_cost_({tokens, seqs, context, lane.kv_tokens}) : 0;
   auto fits = [&](std::int64_t dt, std::int64_t dc, std::int64_t dkv) {
-    if (tokens + dt > spec_.token_budget || seqs + 1 > spec_.max_seqs || kv + dkv > spec_.kv_budget_tokens)
+    if (tokens + dt > spec_.token_budget || seqs + 1 > spec_.max_seqs || kv + dkv > kv_budget())
       return false;
     return !bounded || rider_cost_({tokens + dt, seqs + 1, context + dc, lane.kv_tokens}) <= limit;
   };
@@ -719,13 +730,13 @@ void Tenant::seat_riders(Lane& lane, std::int64_t& tokens, std::int64_t& context
     std::int64_t dt = 1;
     if (s.prefill && !first_tokens) dt = gone.empty() ? chunk_for(whole - s.context, s.context, whole + 1) : 0;
     const std::int64_t dkv = s.prefill ? whole + 1 : s.context + 1;
-    bool room = first_tokens ? tokens + 1 <= spec_.token_budget && kv + dkv <= spec_.kv_budget_tokens
+    bool room = first_tokens ? tokens + 1 <= spec_.token_budget && kv + dkv <= kv_budget()
                 : s.prefill  ? dt > 0
                              : fits(1, s.context, dkv);
     // Kept, a rider leaves only when the KV room or the sequence cap is
     // short: one more token costs the host far less than recomputing all
     // the rider holds (a decode's whole prompt, a prefill's chunks so far).
-    if (!room && keep_riders_ && gone.empty() && kv + dkv <= spec_.kv_budget_tokens && seqs + 1 <= spec_.max_seqs) {
+    if (!room && keep_riders_ && gone.empty() && kv + dkv <= kv_budget() && seqs + 1 <= spec_.max_seqs) {
       room = true;
       dt = 1;
     }

@@ -21,6 +21,7 @@
 // several tenants). Records, events and the request's tokens stay the
 // owner's.
 module;
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -131,7 +132,8 @@ class Tenant {
   void on_op_done(const Feedback& f, Gmg& gmg);
   // Every request not yet finished fails now with `reason` (nothing is
   // left that can run it). Timing-only: live plans are not rebuilt.
-  void fail_unfinished(const std::string& reason, Nanos t);
+  // Returns how many failed.
+  std::size_t fail_unfinished(const std::string& reason, Nanos t);
   // Live requests whose sink says abandoned() end now with kAbandonedError,
   // if waiting or in a lane between iterations (one in flight leaves at its
   // iteration's end, in on_op_done); returns how many ended.
@@ -152,16 +154,25 @@ class Tenant {
   // Returns the sequences preempted.
   Result<std::size_t> preempt(InstanceId instance, Gmg& gmg);
   // The iteration `instance` can never fit the HBM (it waits for memory
-  // and nothing else holds any that could be freed): it leaves the GMG,
-  // the request that needs the most fails with `reason`, and the others
-  // queue again first. Returns the requests failed (0: the instance is not
-  // an in-flight iteration of this tenant that has not started).
+  // and nothing else holds any that could be freed): it leaves the GMG.
+  // Of several sequences none fails: they queue again first and recompute,
+  // and this tenant's KV budget drops below what they held (kv_budget());
+  // a single sequence fails with `reason`. `acted` is false where the
+  // instance is not an in-flight iteration of this tenant that has not
+  // started.
   // With `started_too`, also an iteration that started and waits part way,
   // with none of its operators issued (the engine's last resort when
   // nothing runs): what it did so far is dropped, and the sequences kept
   // recompute it.
-  Result<std::size_t> fail_out_of_memory(InstanceId instance, const std::string& reason, Gmg& gmg, Nanos t,
-                                         bool started_too = false);
+  struct OomOutcome {
+    bool acted = false;
+    std::size_t failed = 0;  // requests failed
+  };
+  Result<OomOutcome> fail_out_of_memory(InstanceId instance, const std::string& reason, Gmg& gmg, Nanos t,
+                                        bool started_too = false);
+  // The KV budget admission keeps to: kv_budget_tokens, or less once an
+  // iteration did not fit the HBM (fail_out_of_memory).
+  std::int64_t kv_budget() const { return std::min(spec_.kv_budget_tokens, kv_cap_); }
   // Cross-tenant batches. `owner` (another tenant of the same model, which
   // must outlive this one and be driven by the same engine) lends its
   // waiting requests to this tenant's iterations (see the file comment).
@@ -315,6 +326,7 @@ class Tenant {
   Lane* stuck(InstanceId instance, const Gmg& gmg);
   Status take_back(Lane& lane, Gmg& gmg);
   std::size_t preemptions_ = 0, preempted_sequences_ = 0;
+  std::int64_t kv_cap_ = INT64_MAX;  // learnt from the memory (fail_out_of_memory)
   // kSwap: sequences whose KV cache is on the host, in preemption order,
   // each back (queued again first, with its cache) at `back`.
   struct Swapped {

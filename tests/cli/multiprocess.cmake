@@ -23,7 +23,7 @@ if(NOT err MATCHES "executor 'a': copies received: 0 over NCCL, [0-9]+ pulled as
   message(FATAL_ERROR "serve --spawn-local: CPU copies did not go as bytes over ZeroMQ:\n${err}")
 endif()
 file(READ ${OUT}/run/summary.json summary)
-string(JSON failed GET "${summary}" policies SliceScheduler faults failed_requests)
+string(JSON failed GET "${summary}" policies SliceScheduler requests_failed)
 string(JSON done GET "${summary}" policies SliceScheduler requests_done)
 if(NOT failed EQUAL 0 OR done LESS 1)
   message(FATAL_ERROR "summary.json: ${failed} failed, ${done} completed")
