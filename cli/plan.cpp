@@ -45,6 +45,9 @@ int plan(const PlanOptions& opt) {
     const auto eq = s.find('=');
     if (eq == std::string::npos || eq == 0) fail("--set " + s + ": expected KEY=VALUE");
     base.push_back({s.substr(0, eq), s.substr(eq + 1)});
+    // (--vary would override it at every point, silently)
+    if (planning::same_setting(base.back().key, vary->key))
+      fail("--set " + s + ": sets what --vary " + opt.vary + " varies; give one or the other");
   }
   // (Each point reads the prior with its ground truth, by load_truths.)
   const auto opened = value_or_fail(open_experiment(opt.config, {.overrides = base, .prior = false}));
@@ -98,7 +101,7 @@ int plan(const PlanOptions& opt) {
     j["points"] = nlohmann::json::array();
     for (const auto& t : tried) {
       nlohmann::json f;
-      for (const auto& o : objectives) f[o.figure] = t.entry.value(o.figure, 0.0);
+      for (const auto& o : objectives) f[o.figure] = t.entry.contains(o.figure) ? t.entry.at(o.figure) : nullptr;
       j["points"].push_back({{"value", t.value}, {"holds", t.holds}, {"figures", f}});
     }
     std::printf("%s\n", j.dump(2).c_str());
@@ -108,18 +111,32 @@ int plan(const PlanOptions& opt) {
     std::printf("  objectives\n");
     for (const auto& t : tried) {
       std::printf("%-12lld", static_cast<long long>(t.value));
-      for (const auto& o : objectives) std::printf(" %16.4f", t.entry.value(o.figure, 0.0));
+      for (const auto& o : objectives) {
+        // (null: n/a, e.g. TTFT with no online request; it holds no objective)
+        const auto it = t.entry.find(o.figure);
+        if (it != t.entry.end() && it->is_number())
+          std::printf(" %16.4f", it->get<double>());
+        else
+          std::printf(" %16s", "n/a");
+      }
       std::printf("  %s\n", t.holds ? "hold" : "fail");
     }
     std::string objs;
     for (const auto& o : opt.objectives) objs += (objs.empty() ? "" : ", ") + o;
+    // Bisection tries a few values: the answer is the smallest one where
+    // the objectives hold only if they hold from some value up.
     if (found.answer)
-      std::printf("\nanswer: %s = %lld is the smallest value in [%lld, %lld] where %s (policy %s)\n", vary->key.c_str(),
-                  static_cast<long long>(*found.answer), static_cast<long long>(vary->lo),
-                  static_cast<long long>(vary->hi), objs.c_str(), opt.policy.c_str());
+      std::printf(
+          "\nanswer: %s = %lld is the smallest value in [%lld, %lld] where %s (policy %s), if they hold "
+          "from some value up: bisection tried %zu of the %lld values\n",
+          vary->key.c_str(), static_cast<long long>(*found.answer), static_cast<long long>(vary->lo),
+          static_cast<long long>(vary->hi), objs.c_str(), opt.policy.c_str(), tried.size(),
+          static_cast<long long>(vary->hi - vary->lo + 1));
     else
-      std::printf("\nanswer: none: even %s = %lld misses %s (policy %s)\n", vary->key.c_str(),
-                  static_cast<long long>(vary->hi), objs.c_str(), opt.policy.c_str());
+      std::printf(
+          "\nanswer: none: even %s = %lld misses %s (policy %s); the search assumes they hold from some "
+          "value up, so one that holds only at smaller values is not looked for\n",
+          vary->key.c_str(), static_cast<long long>(vary->hi), objs.c_str(), opt.policy.c_str());
     if (!found.monotone)
       std::printf("warning: the objectives are not monotone in %s here (a value above the answer fails)\n",
                   vary->key.c_str());

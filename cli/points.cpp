@@ -52,6 +52,7 @@ PreparedPoint prepare_point(const std::string& config, const std::vector<ConfigO
   for (const auto& q : p.cfg.policies)
     if (std::find(p.policies.begin(), p.policies.end(), q.name) != p.policies.end() || p.reference == q.name)
       if (Status s = check_policies(p.cfg, plugins, q.name); !s.ok()) fail(where + ": " + s.message());
+  if (Status s = check_traces_fit(p.cfg); !s.ok()) fail(where + ": " + s.message());
   auto truths = load_truths(p.cfg);
   if (!truths.ok()) fail(where + ": " + truths.status().message());
   p.truths = std::move(truths).value();

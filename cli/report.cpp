@@ -484,8 +484,9 @@ nlohmann::json policy_summary(const PolicyRun& r) {
                              : f.count ? nlohmann::json(static_cast<std::int64_t>(*v))
                                        : nlohmann::json(round6(*v));
   }
-  p["faults"] = {
-      {"replaced_ops", r.lost_ops}, {"rebuilt_sequences", r.rebuilt_sequences}, {"failed_requests", r.fault_failed_requests}};
+  p["faults"] = {{"replaced_ops", r.lost_ops},
+                 {"rebuilt_sequences", r.rebuilt_sequences},
+                 {"failed_requests", r.fault_failed_requests}};
   p["scheduling"] = {{"batches", r.scheduling.batches},
                      {"candidates", r.scheduling.candidates},
                      {"simulations", r.scheduling.simulations},

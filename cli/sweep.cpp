@@ -80,8 +80,11 @@ bool numeric(const std::string& v, double& out) {
 }
 
 // One PNG per (figure, swept key): a line per policy (and per value of the
-// other keys, when there are several).
-void plots(const fs::path& dir, const SweepTable& t) {
+// other keys, when there are several). Returns whether the images were
+// drawn (false: no gnuplot, or it failed; the data and script are there).
+// A figure n/a at every point is not plotted (gnuplot stops at a plot
+// with no point, and the images after it were never drawn).
+bool plots(const fs::path& dir, const SweepTable& t) {
   static const std::vector<std::string> figures = {"token_throughput", "request_throughput", "slo_attainment",
                                                    "gpu_utilization", "ttft_p90_s"};
   const fs::path pd = dir / "plots";
@@ -110,6 +113,9 @@ void plots(const fs::path& dir, const SweepTable& t) {
       lines[name].push_back(&r);
     }
     for (const std::string& figure : figures) {
+      if (std::none_of(t.rows.begin(), t.rows.end(),
+                       [&](const planning::SweepRow& r) { return std::isfinite(planning::figure(r, figure)); }))
+        continue;
       const std::string title(find_run_figure(figure)->label);
       const std::string png = slug(figure) + "_vs_" + slug(axis.name) + ".png";
       gp << "set output '" << png << "'\nset title '" << title << " vs " << axis.name << "'\nset xlabel '" << axis.name
@@ -131,15 +137,39 @@ void plots(const fs::path& dir, const SweepTable& t) {
     }
   }
   write(pd / "plots.gp", gp.str());
-  if (t.axes.empty()) return;
+  if (t.axes.empty()) return true;
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     std::fprintf(stderr,
                  "slicesched: gnuplot not found: plot data and script are in %s (apt-get install gnuplot-nox)\n",
                  pd.string().c_str());
-    return;
+    return false;
   }
-  if (std::system(("cd '" + pd.string() + "' && gnuplot plots.gp 2>/dev/null").c_str()) != 0)
-    std::fprintf(stderr, "slicesched: gnuplot failed on %s/plots.gp\n", pd.string().c_str());
+  // Each image is drawn under a temporary name and renamed once all are
+  // drawn: a failed run (a full disk) leaves no empty or half-drawn PNG.
+  std::string script = gp.str();
+  std::vector<std::string> pngs;
+  for (std::size_t at = 0; (at = script.find(".png'", at)) != std::string::npos; at += 9) {
+    const std::size_t open = script.rfind('\'', at);
+    pngs.push_back(script.substr(open + 1, at + 4 - open - 1));
+    script.insert(at + 4, ".tmp");
+  }
+  bool drawn = false;
+  if (FILE* g = popen(("cd '" + pd.string() + "' && gnuplot 2>/dev/null").c_str(), "w")) {
+    const bool sent = std::fwrite(script.data(), 1, script.size(), g) == script.size();
+    drawn = pclose(g) == 0 && sent;
+  }
+  std::error_code ec;
+  for (const std::string& f : pngs) {
+    const fs::path tmp = pd / (f + ".tmp");
+    if (drawn && fs::file_size(tmp, ec) == 0) drawn = false;
+  }
+  for (const std::string& f : pngs) {
+    const fs::path tmp = pd / (f + ".tmp");
+    if (drawn) fs::rename(tmp, pd / f, ec);
+    if (!drawn || ec) fs::remove(tmp, ec);
+  }
+  if (!drawn) std::fprintf(stderr, "slicesched: gnuplot failed on %s/plots.gp: no image drawn\n", pd.string().c_str());
+  return drawn;
 }
 
 void print_table(const SweepTable& t) {
@@ -161,11 +191,22 @@ void print_table(const SweepTable& t) {
   }
 }
 
-void write_outputs(const fs::path& dir, const SweepTable& t, bool wall) {
-  write(dir / "sweep.csv", planning::to_csv(t));
-  write(dir / "sweep.json", planning::to_json(t).dump(2) + "\n");
-  if (wall) write(dir / "sweep_wall.csv", planning::wall_csv(t));
-  plots(dir, t);
+// The tables together or not at all (a full disk keeps the last ones
+// whole), then the plots. Returns whether the images were drawn.
+bool write_outputs(const fs::path& dir, const SweepTable& t, bool wall) {
+  StagedFiles files;
+  auto stage = [&](const fs::path& path, const std::string& content) {
+    if (Status s = files.add(path.string(), content); !s.ok())
+      throw std::runtime_error(s.message() + "; no result of this sweep was put in place");
+  };
+  stage(dir / "sweep.csv", planning::to_csv(t));
+  stage(dir / "sweep.json", planning::to_json(t).dump(2) + "\n");
+  if (wall) stage(dir / "sweep_wall.csv", planning::wall_csv(t));
+  if (Status s = files.commit(); !s.ok()) throw std::runtime_error(s.message());
+  // (A merge has no wall times: an earlier sweep's would not be its own.)
+  std::error_code ec;
+  if (!wall) fs::remove(dir / "sweep_wall.csv", ec);
+  return plots(dir, t);
 }
 
 }  // namespace
@@ -225,8 +266,9 @@ int sweep(const SweepOptions& opt) {
     }
   planning::sort_rows(t);
   print_table(t);
-  write_outputs(opt.out, t, true);
-  std::printf("\nwrote %s/sweep.csv, sweep.json, sweep_wall.csv and plots/\n", opt.out.c_str());
+  const bool drawn = write_outputs(opt.out, t, true);
+  std::printf("\nwrote %s/sweep.csv, sweep.json, sweep_wall.csv and plots/%s\n", opt.out.c_str(),
+              drawn ? "" : " (data and script only)");
   return 0;
 }
 
@@ -250,8 +292,9 @@ int sweep_merge(const SweepMergeOptions& opt) {
   auto merged = planning::merge(std::move(shards), names);
   if (!merged.ok()) fail(merged.status().message());
   print_table(merged.value());
-  write_outputs(opt.out, merged.value(), false);
-  std::printf("\nmerged %zu shard(s) into %s/sweep.csv, sweep.json and plots/\n", opt.dirs.size(), opt.out.c_str());
+  const bool drawn = write_outputs(opt.out, merged.value(), false);
+  std::printf("\nmerged %zu shard(s) into %s/sweep.csv, sweep.json and plots/%s\n", opt.dirs.size(), opt.out.c_str(),
+              drawn ? "" : " (data and script only)");
   return 0;
 }
 

@@ -37,6 +37,20 @@ auto guarded(F&& f) -> decltype(f()) {
 // `s` with `who` in front of its message.
 Status named(const Status& s, const std::string& who) { return Status(s.code(), who + s.message()); }
 
+// Request `i` of tenant `tc`'s stream needs more than its model's context
+// window (`mc` does not cut it).
+Status over_window(const ExperimentConfig& cfg, const TenantConfig& tc, const ModelConfig& mc, std::size_t i,
+                   const Request& r, std::int64_t ctx_window) {
+  return InvalidArgument(
+      cfg.path + ": tenants." + tc.name + ".stream: request " + std::to_string(i) +
+      (tc.stream.path.empty()
+           ? std::string()
+           : " (of trace " + tc.stream.path + ", arriving at " + std::to_string(r.arrival_s) + " s of the window)") +
+      " needs " + std::to_string(r.input_tokens + r.output_tokens) + " tokens (" + std::to_string(r.input_tokens) +
+      " in, " + std::to_string(r.output_tokens) + " out), more than model '" + mc.name + "''s context window of " +
+      std::to_string(ctx_window) + " (on_overflow = \"truncate\" cuts them)");
+}
+
 // The tenants of `policy`, each instance with its share of its stream.
 Status build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, PolicyParts& p) {
   // Only what the measurement window offers is replayed: a request that
@@ -77,15 +91,7 @@ Status build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, Polic
     for (std::size_t i = 0; i < stream.requests.size(); ++i) {
       Request& r = stream.requests[i];
       if (r.input_tokens + r.output_tokens <= ctx_window) continue;
-      if (!mc.truncate_overflow)
-        return InvalidArgument(cfg.path + ": tenants." + tc.name + ".stream: request " + std::to_string(i) +
-                               (tc.stream.path.empty() ? std::string()
-                                                       : " (of trace " + tc.stream.path + ", arriving at " +
-                                                             std::to_string(r.arrival_s) + " s of the window)") +
-                               " needs " + std::to_string(r.input_tokens + r.output_tokens) + " tokens (" +
-                               std::to_string(r.input_tokens) + " in, " + std::to_string(r.output_tokens) +
-                               " out), more than model '" + mc.name + "''s context window of " +
-                               std::to_string(ctx_window) + " (on_overflow = \"truncate\" cuts them)");
+      if (!mc.truncate_overflow) return over_window(cfg, tc, mc, i, r, ctx_window);
       r.output_tokens = std::min<std::int64_t>(r.output_tokens, ctx_window - 1);
       r.input_tokens = ctx_window - r.output_tokens;
       ++truncated;
@@ -297,6 +303,25 @@ Result<PolicyPlugins> build_plugins(const ExperimentConfig& cfg, const PolicyCon
     p.estimator = guarded_plugin(plugins.estimator, policy.estimator, std::move(estimator).value());
     return p;
   });
+}
+
+Status check_traces_fit(const ExperimentConfig& cfg) {
+  const double window = cfg.duration_s > 0 ? cfg.duration_s : -1;
+  for (const TenantConfig& tc : cfg.tenants) {
+    const ModelConfig& mc = model_of(cfg, tc);
+    if (tc.stream.kind != StreamConfig::Kind::kTrace || mc.truncate_overflow) continue;
+    const auto place = static_cast<std::uint64_t>(&tc - cfg.tenants.data());
+    auto stream = make_stream(tc, cfg.seed + place, window);
+    if (!stream.ok()) return stream.status();
+    auto model = make_model(mc);
+    if (!model.ok()) return model.status();
+    const std::int64_t ctx_window = model.value()->context_window();
+    for (std::size_t i = 0; i < stream.value().requests.size(); ++i) {
+      const Request& r = stream.value().requests[i];
+      if (r.input_tokens + r.output_tokens > ctx_window) return over_window(cfg, tc, mc, i, r, ctx_window);
+    }
+  }
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<PolicyParts>> build_policy(const ExperimentConfig& cfg, const PolicyConfig& policy,

@@ -126,6 +126,12 @@ struct BuildOptions {
   std::function<Trace(const TenantConfig& t)> stream = {};
 };
 
+// Whether every request of the tenants' traces fits its model's context
+// window (or the model cuts it): what build_policy would find, without
+// building anything (a sweep checks every point before running one).
+// Synthetic streams are checked when the config loads.
+Status check_traces_fit(const ExperimentConfig& cfg);
+
 // Builds `policy` of `cfg`. Fails with one line naming the config or the
 // policy. `plugins` must outlive the parts (the scheduler creates what-if
 // arbiters from it).

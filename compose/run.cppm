@@ -47,7 +47,8 @@ struct PolicyRun {
   std::vector<EstimatorSet::ReportRow> estimators;  // empty when it is not linear
   RoundStats scheduling;
   std::size_t issued_budget = 0;                    // the scheduler's cap on issued operators (policy config)
-  std::size_t lost_ops = 0, rebuilt_sequences = 0, fault_failed_requests = 0;  // faults (EngineResult)
+  std::size_t lost_ops = 0, rebuilt_sequences = 0;  // faults (EngineResult)
+  std::size_t fault_failed_requests = 0;            // (EngineResult)
   // Memory pressure (EngineResult): preemptions, the sequences they held,
   // requests failed as out of memory, and the backend's accounting.
   std::size_t preemptions = 0, preempted_sequences = 0, oom_failed_requests = 0;

@@ -487,9 +487,7 @@ namespace {
 
 // Whether `op` is still an operator of `instance`: a done one retires, and
 // its slot may hold another instance's operator since.
-bool ours(const Gmg& gmg, OpId op, InstanceId instance) {
-  return gmg.contains(op) && gmg.op(op).instance == instance;
-}
+bool ours(const Gmg& gmg, OpId op, InstanceId instance) { return gmg.contains(op) && gmg.op(op).instance == instance; }
 
 }  // namespace
 
@@ -600,8 +598,8 @@ Result<std::size_t> Tenant::preempt(InstanceId instance, Gmg& gmg) {
   return seqs.size();
 }
 
-Result<Tenant::OomOutcome> Tenant::fail_out_of_memory(InstanceId instance, const std::string& reason, Gmg& gmg,
-                                                      Nanos t, bool started_too) {
+Result<Tenant::OomOutcome> Tenant::fail_out_of_memory(InstanceId instance, const std::string& reason, Gmg& gmg, Nanos t,
+                                                      bool started_too) {
   Lane* lane = unstarted(instance, gmg);
   const bool started = !lane && started_too && (lane = stuck(instance, gmg));
   if (!lane) return OomOutcome{};
@@ -705,8 +703,7 @@ void Tenant::seat_riders(Lane& lane, std::int64_t& tokens, std::int64_t& context
     for (const Seq& s : lane.running) first_tokens = first_tokens || (seated_as_own(s) && s.prefill);
   const double limit = bounded ? (1 + rider_slowdown_) * rider_cost_({tokens, seqs, context, lane.kv_tokens}) : 0;
   auto fits = [&](std::int64_t dt, std::int64_t dc, std::int64_t dkv) {
-    if (tokens + dt > spec_.token_budget || seqs + 1 > spec_.max_seqs || kv + dkv > kv_budget())
-      return false;
+    if (tokens + dt > spec_.token_budget || seqs + 1 > spec_.max_seqs || kv + dkv > kv_budget()) return false;
     return !bounded || rider_cost_({tokens + dt, seqs + 1, context + dc, lane.kv_tokens}) <= limit;
   };
   // A prefill's chunk shrinks (halving, down to kMinChunk tokens) until it

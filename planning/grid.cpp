@@ -74,13 +74,45 @@ Result<SweepAxis> parse_axis(const std::string& arg) {
   return axis;
 }
 
+namespace {
+
+// The components of an override key: "a.b[0].c" -> a, b, 0, c.
+std::vector<std::string> components(const std::string& key) {
+  std::vector<std::string> out(1);
+  for (char c : key) {
+    if (c == '.' || c == '[') {
+      out.emplace_back();
+    } else if (c != ']') {
+      out.back() += c;
+    }
+  }
+  std::erase(out, std::string());
+  return out;
+}
+
+}  // namespace
+
+bool same_setting(const std::string& a, const std::string& b) {
+  const auto x = components(a), y = components(b);
+  if (x.size() != y.size()) return false;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (x[i] != y[i] && x[i] != "*" && y[i] != "*") return false;
+  return true;
+}
+
 Status check_axes(const std::vector<SweepAxis>& axes, std::size_t max_points) {
   std::size_t points = 1;
   for (std::size_t i = 0; i < axes.size(); ++i) {
-    for (std::size_t j = 0; j < i; ++j)
+    for (std::size_t j = 0; j < i; ++j) {
       if (axes[i].name == axes[j].name)
         return InvalidArgument("--set " + axes[i].key + ": a second axis named '" + axes[i].name +
                                "' (name one with --set NAME:KEY=...)");
+      // Two axes on one value: the later would win at every point, and the
+      // rows would be labelled with values that were not run.
+      if (same_setting(axes[i].key, axes[j].key))
+        return InvalidArgument("--set " + axes[i].name + ":" + axes[i].key + ": sets what axis '" + axes[j].name +
+                               "' (" + axes[j].key + ") sets; give each value one --set");
+    }
     if (axes[i].name == "policy")
       return InvalidArgument("--set " + axes[i].key +
                              ": 'policy' is a column of its own; name the axis with --set NAME:KEY=...");

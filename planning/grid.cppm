@@ -28,8 +28,12 @@ struct SweepPoint {
 // empty value.
 Result<SweepAxis> parse_axis(const std::string& arg);
 
-// Checks that axis names are distinct (one line naming the clash) and the
-// grid is at most `max_points` points.
+// Whether two override keys can set the same value: equal once an index is
+// written one way (`a[0]` is `a.0`), a `*` matching any one component.
+bool same_setting(const std::string& a, const std::string& b);
+
+// Checks that axis names are distinct and no two axes set the same value
+// (one line naming the clash), and the grid is at most `max_points` points.
 Status check_axes(const std::vector<SweepAxis>& axes, std::size_t max_points = 1'000'000);
 
 // Every combination, in grid order (last axis fastest); one empty point

@@ -165,7 +165,13 @@ Result<SweepTable> from_json(const nlohmann::json& j, const std::string& where) 
       row.point = r.at("point").get<std::size_t>();
       row.values = r.at("values").get<std::vector<std::string>>();
       row.policy = r.at("policy").get<std::string>();
-      row.figures = r.at("figures").get<std::vector<double>>();
+      // (null: a figure that was n/a, written so by sweep itself)
+      for (const auto& f : r.at("figures")) {
+        if (!f.is_number() && !f.is_null())
+          return InvalidArgument(where + ": a figure of point " + std::to_string(row.point) + " is " + f.dump() +
+                                 ", expected a number or null (n/a)");
+        row.figures.push_back(f.is_null() ? std::numeric_limits<double>::quiet_NaN() : f.get<double>());
+      }
       if (row.values.size() != t.axes.size() || row.figures.size() != figure_names().size() ||
           row.point >= t.points_total)
         return InvalidArgument(where + ": row of point " + std::to_string(row.point) + " does not fit the grid");

@@ -71,6 +71,24 @@ TEST_CASE("sweep axes: names, values and errors", "[planning]") {
   CHECK(clash.message().find("a second axis named 'count'") != std::string::npos);
   CHECK_FALSE(check_axes({axis("a=1,2,3"), axis("b=1,2,3")}, 8).ok());
   CHECK(check_axes({axis("a=1,2,3"), axis("b=1,2,3")}, 9).ok());
+  // Two axes that set one value (the later won at every point, and the rows
+  // were labelled with values that never ran), however the key is written.
+  struct Case {
+    const char *a, *b;
+    bool same;
+  };
+  for (const Case& c :
+       {Case{"duration_s", "duration_s", true},
+        Case{"cluster.accelerators[0].count", "cluster.accelerators.0.count", true},
+        Case{"tenants.*.stream.rate_scale", "tenants.online0.stream.rate_scale", true},
+        Case{"tenants.offline0.lanes", "tenants.online0.lanes", false},
+        Case{"cluster.accelerators[0].count", "cluster.accelerators[1].count", false}, Case{"a.b", "a.b.c", false}}) {
+    CAPTURE(c.a, c.b);
+    CHECK(same_setting(c.a, c.b) == c.same);
+    const Status s = check_axes({axis(std::string("x:") + c.a + "=1"), axis(std::string("y:") + c.b + "=2")});
+    CHECK(s.ok() == !c.same);
+    if (c.same) CHECK(s.message().find("sets what axis 'x' (" + std::string(c.a) + ") sets") != std::string::npos);
+  }
 }
 
 TEST_CASE("sweep grid: every combination, last axis fastest; shards partition it", "[planning]") {
@@ -110,6 +128,19 @@ TEST_CASE("sweep rows: stable text, JSON round trip, shards merge to the whole",
   auto back = from_json(to_json(whole), "w.json");
   REQUIRE(back.ok());
   CHECK(to_csv(back.value()) == csv);
+  // A figure n/a (null, as sweep writes it) reads back as NaN; anything
+  // else that is not a number is refused, naming the point.
+  {
+    nlohmann::json j = to_json(whole);
+    j["rows"][0]["figures"][0] = nullptr;
+    auto na = from_json(j, "na.json");
+    REQUIRE(na.ok());
+    CHECK(std::isnan(na.value().rows[0].figures[0]));
+    j["rows"][0]["figures"][0] = "1";
+    auto bad = from_json(j, "bad.json");
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.status().message().find("expected a number or null (n/a)") != std::string::npos);
+  }
 
   std::vector<SweepTable> shards;
   for (std::size_t i = 0; i < 2; ++i) {
