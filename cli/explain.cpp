@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "commands.hpp"
 
 import slicesched.cli.fail;
+import slicesched.cli.report;
 
 namespace slicesched::cli {
 
@@ -58,6 +60,39 @@ void print_round(const nlohmann::json& d) {
     if (r.is_string()) std::printf("      reason: %s\n", r.get<std::string>().c_str());
 }
 
+// What requests_<policy>.csv says of request `id`: nullopt when the file
+// has no such row (or cannot be read: `rows` is then 0); else its error
+// ("" when none).
+struct CsvRequest {
+  std::optional<std::string> error;
+  std::size_t rows = 0;
+};
+CsvRequest csv_request(const std::filesystem::path& file, std::uint64_t id) {
+  CsvRequest out;
+  std::ifstream in(file);
+  std::string line;
+  if (!in || !std::getline(in, line)) return out;
+  const std::string key = std::to_string(id) + ",";
+  while (std::getline(in, line)) {
+    ++out.rows;
+    if (!line.starts_with(key)) continue;
+    // The error is the last field, quoted when it holds a comma or quote.
+    std::string error;
+    if (!line.empty() && line.back() == '"') {
+      const std::size_t open = line.rfind(",\"");
+      std::string q = line.substr(open + 2, line.size() - open - 3);
+      for (std::size_t i = 0; i < q.size(); ++i) {
+        error += q[i];
+        if (q[i] == '"' && i + 1 < q.size() && q[i + 1] == '"') ++i;
+      }
+    } else {
+      error = line.substr(line.rfind(',') + 1);
+    }
+    out.error = error;
+  }
+  return out;
+}
+
 }  // namespace
 
 int explain(const ExplainOptions& opt) {
@@ -67,8 +102,8 @@ int explain(const ExplainOptions& opt) {
     fail(path.string() + ": cannot open (write it with `slicesched simulate CONFIG --explain --out " + opt.dir + "`)");
   // Per policy, in file order, with each round's line.
   std::map<std::string, std::vector<std::pair<std::size_t, nlohmann::json>>> rounds;
-  std::size_t lineno = 0, lines = 0;
-  std::set<std::string> policies;  // every policy the file records
+  std::size_t lineno = 0;
+  std::map<std::string, std::size_t> lines;  // every policy the file records, and its rounds
   std::string line;
   while (std::getline(in, line)) {
     ++lineno;
@@ -81,9 +116,8 @@ int explain(const ExplainOptions& opt) {
     }
     if (!d.is_object() || !d.contains("requests") || !d["requests"].is_array())
       fail(path.string() + ":" + std::to_string(lineno) + ": expected a decision object with a \"requests\" array");
-    ++lines;
     const std::string policy = d.value("policy", std::string());
-    policies.insert(policy);
+    ++lines[policy];
     if (opt.policy && policy != *opt.policy) continue;
     for (const auto& r : d["requests"])
       if (r.is_number_unsigned() && r.get<std::uint64_t>() == opt.request) {
@@ -91,21 +125,42 @@ int explain(const ExplainOptions& opt) {
         break;
       }
   }
-  if (opt.policy && !policies.contains(*opt.policy)) {
+  if (opt.policy && !lines.contains(*opt.policy)) {
     std::string names;
-    for (const std::string& p : policies) names += (names.empty() ? "" : ", ") + p;
+    for (const auto& [p, n] : lines) names += (names.empty() ? "" : ", ") + p;
     fail("--policy " + *opt.policy + ": " + path.string() +
          " records no policy of that name (policies: " + (names.empty() ? "none" : names) + ")");
   }
-  if (rounds.empty())
-    fail("request " + std::to_string(opt.request) + " is in none of the " + std::to_string(lines) +
-             " recorded round(s)" + (opt.policy ? " of policy '" + *opt.policy + "'" : std::string()) + " of " +
-             path.string() +
-             " (rounds are recorded for the first --trace-seconds of a run; ids are rows of requests_<policy>.csv)",
+  // What the requests CSV says of it, per policy looked at.
+  const std::string id = std::to_string(opt.request);
+  auto of = [&](const std::string& policy) {
+    return csv_request(std::filesystem::path(opt.dir) / requests_file_name(policy), opt.request);
+  };
+  if (rounds.empty()) {
+    std::string why;
+    std::size_t recorded = 0;
+    for (const auto& [policy, n] : lines) {
+      if (opt.policy && policy != *opt.policy) continue;
+      recorded += n;
+      const CsvRequest r = of(policy);
+      if (r.rows > 0 && !r.error)
+        why += "; policy '" + policy + "' has no request " + id + " (" + requests_file_name(policy) + " has " +
+               std::to_string(r.rows) + ": ids 0 to " + std::to_string(r.rows - 1) + ")";
+      else if (r.error && !r.error->empty())
+        why += "; under policy '" + policy + "' it failed before it was placed: " + *r.error;
+    }
+    fail("request " + id + " is in none of the " + std::to_string(recorded) + " recorded round(s)" +
+             (opt.policy ? " of policy '" + *opt.policy + "'" : std::string()) + " of " + path.string() +
+             (why.empty() ? " (rounds are recorded for the first --trace-seconds of a run; ids are rows of "
+                            "requests_<policy>.csv)"
+                          : why),
          1);
+  }
   for (const auto& [policy, list] : rounds) {
-    std::printf("policy %s: request %llu was placed in %zu round(s)\n", policy.c_str(),
-                static_cast<unsigned long long>(opt.request), list.size());
+    std::size_t picked = 0;
+    for (const auto& [at, d] : list) picked += d.contains("pick") && d["pick"].is_string();
+    std::printf("policy %s: request %llu was in %zu round(s): placed in %zu, deferred in %zu\n", policy.c_str(),
+                static_cast<unsigned long long>(opt.request), list.size(), picked, list.size() - picked);
     for (const auto& [at, d] : list) {
       // (a file edited by hand: a field of the wrong type is named by line)
       try {
@@ -115,6 +170,8 @@ int explain(const ExplainOptions& opt) {
              ")");
       }
     }
+    if (const CsvRequest r = of(policy); r.error && !r.error->empty())
+      std::printf("  then it failed: %s\n", r.error->c_str());
   }
   return 0;
 }

@@ -668,4 +668,6 @@ void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const Rep
       dir.string().c_str(), opt.explain ? ", decisions.jsonl" : "");
 }
 
+std::string requests_file_name(const std::string& policy) { return requests_file(policy).string(); }
+
 }  // namespace slicesched::cli

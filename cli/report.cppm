@@ -80,4 +80,7 @@ void check_out(const std::string& out, const std::vector<std::string>& policies,
 // table, writes the files when opt.out is set. Throws std::runtime_error naming the path on a write failure.
 void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const ReportOptions& opt);
 
+// The per-request CSV report() writes for `policy`, relative to --out.
+std::string requests_file_name(const std::string& policy);
+
 }  // namespace slicesched::cli
