@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -32,6 +33,7 @@ import slicesched.compose.setup;
 import slicesched.config;
 import slicesched.core.plugin;
 import slicesched.core.status;
+import slicesched.hardware.roofline;
 import slicesched.planning.grid;
 
 namespace slicesched::cli {
@@ -43,6 +45,39 @@ using planning::SweepTable;
 
 void write(const fs::path& path, const std::string& content) {
   if (Status s = write_file_atomically(path.string(), content); !s.ok()) throw std::runtime_error(s.message());
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(path + ": cannot read");
+  std::ostringstream o;
+  o << f.rdbuf();
+  return o.str();
+}
+
+// The config's bytes and every file it names, each after its path: what the
+// shards of one sweep must agree on (a trace changed between two shards'
+// runs would merge rows of two loads). A file that cannot be read counts as
+// its path alone.
+std::string inputs_text(const std::string& config, const ExperimentConfig& cfg) {
+  std::vector<std::string> files;
+  for (const TenantConfig& t : cfg.tenants)
+    if (!t.stream.path.empty()) files.push_back(t.stream.path);
+  const GroundTruthConfig& g = cfg.ground_truth;
+  for (const std::string* f : {&g.layers_csv, &g.transfers_csv, &g.calibrated, &g.roofline_fit, &cfg.estimator_prior})
+    if (!f->empty()) files.push_back(*f);
+  for (const ModelConfig& m : cfg.models)
+    if (!m.hf_config.empty()) files.push_back(m.hf_config);
+  for (const AcceleratorType& a : cfg.accelerator_types)
+    if (!a.source.empty()) files.push_back(a.source);
+  for (const std::string& p : cfg.plugin_paths) files.push_back(p);
+  std::string text = read_text(config);
+  for (const std::string& f : files) {
+    text += "\n" + f + "\n";
+    std::ifstream in(f, std::ios::binary);
+    text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return text;
 }
 
 // The output folder must be creatable and writable before anything runs.
@@ -57,14 +92,6 @@ void check_out(const std::string& out) {
   if (!f) fail("--out " + out + ": not writable");
   f.close();
   fs::remove(probe, ec);
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path + ": cannot read");
-  std::ostringstream o;
-  o << f.rdbuf();
-  return o.str();
 }
 
 std::string slug(const std::string& s) {
@@ -237,7 +264,9 @@ int sweep(const SweepOptions& opt) {
                           " point(s): shard " + std::to_string(shard.index) + " would run none (expected at most " +
                           std::to_string(grid.size()) + " shards)"));
   const auto mine = planning::select(grid, shard);
-  // Every point's config is loaded and checked before anything runs.
+  // Every point's config is loaded and checked before anything runs (a
+  // few ms each: a large grid says so first, not after a silent minute).
+  if (mine.size() >= 1000) std::fprintf(stderr, "sweep: checking %zu point(s) before running any\n", mine.size());
   std::vector<PreparedPoint> points;
   for (const auto& p : mine) points.push_back(prepare_point(opt.config, {}, p, axes, opt.policies, plugins));
 
@@ -250,7 +279,7 @@ int sweep(const SweepOptions& opt) {
 
   SweepTable t;
   t.config = opt.config;
-  t.config_hash = planning::fnv1a64_hex(read_text(opt.config));
+  t.config_hash = planning::fnv1a64_hex(inputs_text(opt.config, *base));
   t.seed = base->seed;
   t.axes = axes;
   for (const auto& q : base->policies)

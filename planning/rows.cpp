@@ -204,9 +204,14 @@ Result<SweepTable> merge(std::vector<SweepTable> shards, const std::vector<std::
   std::set<std::pair<std::size_t, std::string>> seen;
   for (std::size_t s = 0; s < shards.size(); ++s) {
     const SweepTable& t = shards[s];
-    if (t.config_hash != out.config_hash || t.seed != out.seed || !same_axes(t, out) || t.policies != out.policies)
-      return InvalidArgument("sweep-merge: " + names[s] + " is from another sweep than " + names[0] +
-                             " (config, seed, grid or policies differ)");
+    const char* differs = t.config_hash != out.config_hash ? "the config or a file it names (trace, profile, model, "
+                                                             "type table, plugin) differs"
+                          : t.seed != out.seed             ? "the seed differs"
+                          : !same_axes(t, out)             ? "the grid differs"
+                          : t.policies != out.policies     ? "the policies differ"
+                                                           : nullptr;
+    if (differs)
+      return InvalidArgument("sweep-merge: " + names[s] + " is from another sweep than " + names[0] + ": " + differs);
     for (const SweepRow& r : t.rows) {
       if (!seen.insert({r.point, r.policy}).second)
         return InvalidArgument("sweep-merge: point " + std::to_string(r.point) + ", policy '" + r.policy +

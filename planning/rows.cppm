@@ -35,7 +35,7 @@ SweepRow make_row(const SweepPoint& point, const std::string& policy, const nloh
 
 struct SweepTable {
   std::string config;       // the config path, as given
-  std::string config_hash;  // of the config file's bytes (fnv1a64, hex)
+  std::string config_hash;  // of the config file's bytes and the files it names (fnv1a64, hex)
   std::uint64_t seed = 0;
   std::vector<SweepAxis> axes;
   std::vector<std::string> policies;  // in the config's order (row order within a point)
