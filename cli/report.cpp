@@ -442,6 +442,9 @@ static nlohmann::json memory_summary(const PolicyRun& r) {
                       {"oom_failed_requests", r.oom_failed_requests},
                       {"peak_hbm_gib", round6(peak_gib)},
                       {"peak_hbm_fraction", round6(peak_fraction)}};
+  // Only where a budget was lowered (as for swaps below: other summaries
+  // keep their keys).
+  for (const auto& [tenant, tokens] : r.kv_budgets_learnt) m["kv_budgets_learnt"][tenant] = tokens;
   // Only where a tenant swaps, so recompute-only summaries keep their keys.
   if (r.swap_mode) {
     m["swapped_sequences"] = r.swapped_sequences;

@@ -88,6 +88,7 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
   r.preemptions = result->preemptions;
   r.preempted_sequences = result->preempted_sequences;
   r.oom_failed_requests = result->oom_failed_requests;
+  r.kv_budgets_learnt = result->kv_budgets_learnt;
   r.swapped_sequences = result->swapped_sequences;
   r.swapped_bytes = result->swapped_bytes;
   r.swap_mode = result->swap_mode;

@@ -7,6 +7,7 @@ module;
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 export module slicesched.compose.run;
@@ -52,7 +53,8 @@ struct PolicyRun {
   // Memory pressure (EngineResult): preemptions, the sequences they held,
   // requests failed as out of memory, and the backend's accounting.
   std::size_t preemptions = 0, preempted_sequences = 0, oom_failed_requests = 0;
-  std::size_t swapped_sequences = 0;  // (EngineResult) when swap_mode
+  std::vector<std::pair<std::string, std::int64_t>> kv_budgets_learnt;  // (EngineResult)
+  std::size_t swapped_sequences = 0;                                    // (EngineResult) when swap_mode
   std::int64_t swapped_bytes = 0;
   bool swap_mode = false;
   MemoryStats memory;

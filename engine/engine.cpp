@@ -474,6 +474,7 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
     result.swapped_sequences += t.swapped_sequences();
     result.swapped_bytes += t.swapped_bytes();
     result.swap_mode = result.swap_mode || t.spec().preemption == TenantSpec::Preemption::kSwap;
+    if (t.kv_budget() < t.spec().kv_budget_tokens) result.kv_budgets_learnt.emplace_back(t.spec().name, t.kv_budget());
   }
   result.oom_failed_requests = oom_failed_;
   result.memory = backend_.memory_stats();

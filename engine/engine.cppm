@@ -8,6 +8,7 @@ module;
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 export module slicesched.engine;
@@ -70,6 +71,9 @@ struct EngineResult {
   // sequences recomputed later) and the sequences they held; requests
   // failed because they could never fit the HBM alone.
   std::size_t preemptions = 0, preempted_sequences = 0, oom_failed_requests = 0;
+  // Tenants whose KV budget an iteration that fit nowhere lowered
+  // (Tenant::kv_budget), with the budget they ended with, in tokens.
+  std::vector<std::pair<std::string, std::int64_t>> kv_budgets_learnt;
   // Of the preempted sequences, those whose KV cache went to host memory
   // and back (TenantSpec::preemption kSwap), and its bytes (one way); and
   // whether any tenant swaps.
