@@ -325,30 +325,7 @@ void plots(const fs::path& dir, const std::vector<PolicyRun>& runs) {
           "plot 'throughput.dat' using 0:2:xtic(1) with boxes\n";
   }
   write_file(pd / "plots.gp", gp.str());
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    std::fprintf(stderr,
-                 "slicesched: gnuplot not found: plot data and script are in %s (apt-get install gnuplot-nox)\n",
-                 pd.string().c_str());
-    return;
-  }
-  // gnuplot draws each image under a temporary name, renamed once all are
-  // drawn, so a failed run leaves no half-drawn PNG (plots.gp itself keeps
-  // the final names, for a user to run again).
-  std::string script = gp.str();
-  for (std::size_t at = 0; (at = script.find(".png'", at)) != std::string::npos; at += 9) script.insert(at + 4, ".tmp");
-  bool drawn = false;
-  if (FILE* g = popen(("cd '" + pd.string() + "' && gnuplot 2>/dev/null").c_str(), "w")) {
-    const bool sent = std::fwrite(script.data(), 1, script.size(), g) == script.size();
-    drawn = pclose(g) == 0 && sent;
-  }
-  std::error_code ec;
-  for (std::string f : kPlotFiles) {
-    if (!f.ends_with(".png")) continue;
-    const fs::path tmp = pd / (f + ".tmp");
-    if (drawn) fs::rename(tmp, pd / f, ec);
-    if (!drawn || ec) fs::remove(tmp, ec);
-  }
-  if (!drawn) std::fprintf(stderr, "slicesched: gnuplot failed on %s/plots.gp\n", pd.string().c_str());
+  draw_plots(pd, gp.str());
 }
 
 // One line when `dir` also holds per-policy results of policies this run
@@ -669,6 +646,40 @@ void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const Rep
       "wrote %s/summary.json, timing.json, per-policy CSVs, calibration profiles, Chrome traces (open in Perfetto)%s "
       "and plots/\n",
       dir.string().c_str(), opt.explain ? ", decisions.jsonl" : "");
+}
+
+bool draw_plots(const fs::path& dir, const std::string& gp) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    std::fprintf(stderr,
+                 "slicesched: gnuplot not found: plot data and script are in %s (apt-get install gnuplot-nox)\n",
+                 dir.string().c_str());
+    return false;
+  }
+  // gnuplot draws each image under a temporary name, renamed once all are
+  // drawn, so a failed run (a full disk) leaves no empty or half-drawn PNG
+  // (plots.gp itself keeps the final names, for a user to run again).
+  std::string script = gp;
+  std::vector<std::string> pngs;
+  for (std::size_t at = 0; (at = script.find(".png'", at)) != std::string::npos; at += 9) {
+    const std::size_t open = script.rfind('\'', at);
+    pngs.push_back(script.substr(open + 1, at + 4 - open - 1));
+    script.insert(at + 4, ".tmp");
+  }
+  bool drawn = false;
+  if (FILE* g = popen(("cd '" + dir.string() + "' && gnuplot 2>/dev/null").c_str(), "w")) {
+    const bool sent = std::fwrite(script.data(), 1, script.size(), g) == script.size();
+    drawn = pclose(g) == 0 && sent;
+  }
+  std::error_code ec;
+  for (const std::string& f : pngs)
+    if (drawn && fs::file_size(dir / (f + ".tmp"), ec) == 0) drawn = false;
+  for (const std::string& f : pngs) {
+    const fs::path tmp = dir / (f + ".tmp");
+    if (drawn) fs::rename(tmp, dir / f, ec);
+    if (!drawn || ec) fs::remove(tmp, ec);
+  }
+  if (!drawn) std::fprintf(stderr, "slicesched: gnuplot failed on %s/plots.gp: no image drawn\n", dir.string().c_str());
+  return drawn;
 }
 
 std::string requests_file_name(const std::string& policy) { return requests_file(policy).string(); }

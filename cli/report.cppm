@@ -4,6 +4,7 @@
 // --explain the scheduler's decisions (decisions.jsonl).
 module;
 #include <cstdint>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -79,6 +80,11 @@ void check_out(const std::string& out, const std::vector<std::string>& policies,
 // Fills SLO attainment (from opt.slo, or slo_basis(runs)), prints the
 // table, writes the files when opt.out is set. Throws std::runtime_error naming the path on a write failure.
 void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const ReportOptions& opt);
+
+// Runs gnuplot script `gp` (already written to `dir`/plots.gp) in `dir`.
+// Returns whether every image was drawn; false, with one line saying why
+// (no gnuplot, or it failed), leaves no image of this run.
+bool draw_plots(const std::filesystem::path& dir, const std::string& gp);
 
 // The per-request CSV report() writes for `policy`, relative to --out.
 std::string requests_file_name(const std::string& policy);

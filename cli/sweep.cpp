@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -32,6 +31,7 @@ import slicesched.compose.policy;
 import slicesched.compose.setup;
 import slicesched.config;
 import slicesched.core.plugin;
+import slicesched.cli.report;
 import slicesched.core.status;
 import slicesched.hardware.roofline;
 import slicesched.planning.grid;
@@ -164,39 +164,7 @@ bool plots(const fs::path& dir, const SweepTable& t) {
     }
   }
   write(pd / "plots.gp", gp.str());
-  if (t.axes.empty()) return true;
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    std::fprintf(stderr,
-                 "slicesched: gnuplot not found: plot data and script are in %s (apt-get install gnuplot-nox)\n",
-                 pd.string().c_str());
-    return false;
-  }
-  // Each image is drawn under a temporary name and renamed once all are
-  // drawn: a failed run (a full disk) leaves no empty or half-drawn PNG.
-  std::string script = gp.str();
-  std::vector<std::string> pngs;
-  for (std::size_t at = 0; (at = script.find(".png'", at)) != std::string::npos; at += 9) {
-    const std::size_t open = script.rfind('\'', at);
-    pngs.push_back(script.substr(open + 1, at + 4 - open - 1));
-    script.insert(at + 4, ".tmp");
-  }
-  bool drawn = false;
-  if (FILE* g = popen(("cd '" + pd.string() + "' && gnuplot 2>/dev/null").c_str(), "w")) {
-    const bool sent = std::fwrite(script.data(), 1, script.size(), g) == script.size();
-    drawn = pclose(g) == 0 && sent;
-  }
-  std::error_code ec;
-  for (const std::string& f : pngs) {
-    const fs::path tmp = pd / (f + ".tmp");
-    if (drawn && fs::file_size(tmp, ec) == 0) drawn = false;
-  }
-  for (const std::string& f : pngs) {
-    const fs::path tmp = pd / (f + ".tmp");
-    if (drawn) fs::rename(tmp, pd / f, ec);
-    if (!drawn || ec) fs::remove(tmp, ec);
-  }
-  if (!drawn) std::fprintf(stderr, "slicesched: gnuplot failed on %s/plots.gp: no image drawn\n", pd.string().c_str());
-  return drawn;
+  return t.axes.empty() || draw_plots(pd, gp.str());
 }
 
 void print_table(const SweepTable& t) {

@@ -532,10 +532,23 @@ std::optional<InstanceId> Tenant::preemptable(const Gmg& gmg, AccelId on) const 
   return best;
 }
 
-// Takes the lane's unstarted iteration out of the GMG and releases the KV
-// cache it would have taken over; the lane is free and empty after.
+// Takes the lane's iteration, unstarted or stuck part way with nothing
+// issued, out of the GMG and releases the KV caches it made or would have
+// taken over; the lane is free and empty after.
 Status Tenant::take_back(Lane& lane, Gmg& gmg) {
-  if (Status s = gmg.cancel(lane.iter_ops); !s.ok()) return s;
+  // What is left of it leaves the GMG: all of it before it starts, the
+  // unscheduled rest of one stuck part way (the outputs its done operators
+  // held go with their consumers).
+  std::vector<OpId> left;
+  for (OpId op : lane.iter_ops)
+    if (ours(gmg, op, lane.instance) && gmg.op(op).state == OpState::kUnscheduled) left.push_back(op);
+  if (Status s = gmg.cancel(left); !s.ok()) return s;
+  // The caches its done operators made (by instance: a slot is reused once
+  // retired), and the one it took over (attached to what was just
+  // cancelled: still its).
+  for (OpId kv : lane.kv_ops)
+    if (ours(gmg, kv, lane.instance) && gmg.op(kv).retained_held && !gmg.op(kv).retained_attached)
+      if (Status s = gmg.release_retained(kv); !s.ok()) return s;
   for (OpId kv : lane.attached)
     if (gmg.contains(kv) && gmg.op(kv).retained_held && !gmg.op(kv).retained_attached)
       if (Status s = gmg.release_retained(kv); !s.ok()) return s;
@@ -601,35 +614,10 @@ Result<std::size_t> Tenant::preempt(InstanceId instance, Gmg& gmg) {
 Result<Tenant::OomOutcome> Tenant::fail_out_of_memory(InstanceId instance, const std::string& reason, Gmg& gmg, Nanos t,
                                                       bool started_too) {
   Lane* lane = unstarted(instance, gmg);
-  const bool started = !lane && started_too && (lane = stuck(instance, gmg));
+  if (!lane && started_too) lane = stuck(instance, gmg);
   if (!lane) return OomOutcome{};
   const std::vector<Seq> seqs = lane->running;
-  if (started) {
-    // What is left of it leaves the GMG; the outputs its done operators
-    // held go with their consumers, and the caches, new and taken over,
-    // are released: the sequences kept recompute them.
-    std::vector<OpId> left;
-    for (OpId op : lane->iter_ops)
-      if (ours(gmg, op, instance) && gmg.op(op).state == OpState::kUnscheduled) left.push_back(op);
-    if (Status s = gmg.cancel(left); !s.ok()) return s;
-    // (The new caches by instance: a slot is reused once retired. The
-    // cache taken over was attached to what was just cancelled: still its.)
-    for (OpId kv : lane->kv_ops)
-      if (ours(gmg, kv, instance) && gmg.op(kv).retained_held && !gmg.op(kv).retained_attached)
-        if (Status s = gmg.release_retained(kv); !s.ok()) return s;
-    for (OpId kv : lane->attached)
-      if (gmg.contains(kv) && gmg.op(kv).retained_held && !gmg.op(kv).retained_attached)
-        if (Status s = gmg.release_retained(kv); !s.ok()) return s;
-    lane->running.clear();
-    lane->kv_ops.clear();
-    lane->attached.clear();
-    lane->iter_ops.clear();
-    lane->kv_tokens = 0;
-    lane->head = kNoOp;
-    lane->in_flight = false;
-  } else if (Status s = take_back(*lane, gmg); !s.ok()) {
-    return s;
-  }
+  if (Status s = take_back(*lane, gmg); !s.ok()) return s;
   auto need = [&](const Seq& q) { return q.prefill ? own(q).held(q.request) : q.context; };
   if (seqs.size() > 1) {
     // Fewer sequences would fit: none fails. They queue again first, in
