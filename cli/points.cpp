@@ -74,7 +74,8 @@ std::string clock(double s) {
 }  // namespace
 
 std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, const PluginRegistries& plugins, int jobs,
-                                    const std::string& label) {
+                                    const std::string& label, const std::atomic<int>* stop) {
+  const auto stopped = [&] { return stop && stop->load() > 0; };
   struct Task {
     std::size_t point;
     const PolicyConfig* policy;
@@ -120,7 +121,7 @@ std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, co
     tbb::parallel_for_each(tasks.begin(), tasks.end(), [&](const Task& t) {
       {
         std::lock_guard lock(mu);
-        if (!error.empty()) return;
+        if (!error.empty() || stopped()) return;
       }
       const PreparedPoint& p = points[t.point];
       std::optional<PolicyRun> run;
@@ -129,7 +130,8 @@ std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, co
       // figures are kept (no timeline, no request records).
       auto parts = build_policy(p.cfg, *t.policy, plugins,
                                 {.prior = p.truths.prior ? &*p.truths.prior : nullptr, .parallel = false});
-      auto ran = parts.ok() ? run_offline(p.cfg, *parts.value(), p.truths, {.timeline_s = -1, .keep_requests = false})
+      auto ran = parts.ok() ? run_offline(p.cfg, *parts.value(), p.truths,
+                                          {.timeline_s = -1, .keep_requests = false, .stop = stop, .origin = {}})
                             : Result<PolicyRun>(parts.status());
       if (ran.ok())
         run = std::move(ran).value();
@@ -147,6 +149,7 @@ std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, co
     });
   });
   if (tty && !label.empty()) std::fprintf(stderr, "\n");
+  if (stopped()) return {};  // (a run it cut short reads as failed: not an error)
   if (!error.empty()) fail(error);
 
   std::vector<PointResult> out(points.size());

@@ -4,6 +4,7 @@
 // paper's definition), which is run as a reference even when not asked for.
 // Failures throw std::runtime_error with one line naming the point.
 module;
+#include <atomic>
 #include <cstddef>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -35,13 +36,15 @@ PreparedPoint prepare_point(const std::string& config, const std::vector<ConfigO
 
 // Every (point, policy) run, on `jobs` threads (oneTBB), with a progress
 // bar and an ETA on stderr (none when `label` is empty). Returns, per point, the summary.json entry of
-// each reported policy (SLO filled in) and its wall time.
+// each reported policy (SLO filled in) and its wall time. When `stop` turns
+// positive (a signal) the runs end at their next event and nothing comes
+// back (an empty vector): figures cut short would look like complete ones.
 struct PointResult {
   std::vector<nlohmann::json> entries;  // parallel to PreparedPoint::policies
   std::vector<double> wall_s;
 };
 std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, const PluginRegistries& plugins, int jobs,
-                                    const std::string& label);
+                                    const std::string& label, const std::atomic<int>* stop = nullptr);
 
 // "k=v, k2=v2" for messages.
 std::string describe(const std::vector<planning::SweepAxis>& axes, const planning::SweepPoint& point);

@@ -1,5 +1,5 @@
 // SIGINT and SIGTERM, set up one way for every command that can be stopped
-// (simulate, serve, executor): a handler that counts signals into one stop
+// (simulate, sweep, serve, executor): a handler that counts signals into one stop
 // flag (EngineOptions::stop's: 1 drains, 2 cancels) and bumps the counter
 // the engine's wait watches, so a waiting engine sees it at once.
 module;

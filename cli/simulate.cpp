@@ -170,7 +170,7 @@ int simulate(const SimulateOptions& opt) {
     }
     if (signals.count() > 0) {
       std::fprintf(stderr, "\nslicesched: %s: stopped while simulating; nothing written\n", signals.name());
-      return 130;
+      return 128 + signals.last();  // 130 for SIGINT, 143 for SIGTERM
     }
     std::vector<PolicyRun> finished, failed_runs;
     for (std::size_t k = 0; k < reported; ++k)
@@ -214,7 +214,7 @@ int simulate(const SimulateOptions& opt) {
     if (failed > 0) return 2;
     if (signals.count() > 0) {
       std::fprintf(stderr, "slicesched: %s: came while writing; every output was written\n", signals.name());
-      return 130;
+      return 128 + signals.last();  // 130 for SIGINT, 143 for SIGTERM
     }
     std::printf("%zu polic%s simulated in %.1f s wall\n", finished.size(), finished.size() == 1 ? "y" : "ies",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

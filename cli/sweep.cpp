@@ -24,6 +24,7 @@
 import slicesched.compose.experiment;
 import slicesched.cli.fail;
 import slicesched.cli.points;
+import slicesched.cli.signals;
 import slicesched.core.files;
 import slicesched.engine.metrics;
 import slicesched.planning.rows;
@@ -81,10 +82,13 @@ std::string inputs_text(const std::string& config, const ExperimentConfig& cfg) 
 }
 
 // The output folder must be creatable and writable before anything runs.
-void check_out(const std::string& out) {
+// Returns whether it made the folder (a sweep stopped before writing takes
+// it away again).
+bool check_out(const std::string& out) {
   const fs::path dir(out);
   std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) fail("--out " + out + ": exists and is not a folder");
+  const bool existed = fs::exists(dir, ec);
+  if (existed && !fs::is_directory(dir, ec)) fail("--out " + out + ": exists and is not a folder");
   fs::create_directories(dir, ec);
   if (ec) fail("--out " + out + ": cannot create (" + ec.message() + ")");
   const fs::path probe = dir / ".slicesched-write-check";
@@ -92,6 +96,7 @@ void check_out(const std::string& out) {
   if (!f) fail("--out " + out + ": not writable");
   f.close();
   fs::remove(probe, ec);
+  return !existed;
 }
 
 std::string slug(const std::string& s) {
@@ -223,7 +228,7 @@ int sweep(const SweepOptions& opt) {
   const auto opened = value_or_fail(open_experiment(opt.config, {.prior = false}));
   const ExperimentConfig* const base = &opened->cfg;
   const PluginRegistries& plugins = opened->plugins;
-  check_out(opt.out);
+  const bool made_out = check_out(opt.out);
 
   const auto grid = planning::expand(axes);
   // (a shard past the points would run nothing and write an empty table)
@@ -238,12 +243,24 @@ int sweep(const SweepOptions& opt) {
   std::vector<PreparedPoint> points;
   for (const auto& p : mine) points.push_back(prepare_point(opt.config, {}, p, axes, opt.policies, plugins));
 
+  // Ctrl-C (SIGINT) or SIGTERM: the runs end at their next event and
+  // nothing is written (rows cut short would look complete); an --out
+  // folder the sweep made is taken away again if it is still empty. A
+  // second signal stops the process at once.
+  const StopSignals signals({.second_kills = true});
   const int jobs = opt.jobs > 0 ? opt.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::fprintf(stderr, "sweep: %zu point(s)%s x %zu polic%s on %d thread(s)\n", points.size(),
                opt.shard ? (" (shard " + *opt.shard + " of " + std::to_string(grid.size()) + ")").c_str() : "",
                points.empty() ? 0 : points[0].policies.size(),
                !points.empty() && points[0].policies.size() == 1 ? "y" : "ies", jobs);
-  const auto results = run_points(points, plugins, jobs, "sweep");
+  const auto results = run_points(points, plugins, jobs, "sweep", &signals.stop());
+  if (signals.count() > 0) {
+    std::error_code ec;
+    if (made_out && fs::is_empty(opt.out, ec)) fs::remove(opt.out, ec);
+    std::fprintf(stderr, "\nslicesched: %s: sweep stopped while running; nothing written%s\n", signals.name(),
+                 made_out ? "" : (" (" + opt.out + " is as it was)").c_str());
+    return 128 + signals.last();  // 130 for SIGINT, 143 for SIGTERM
+  }
 
   SweepTable t;
   t.config = opt.config;

@@ -1,6 +1,8 @@
 module;
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,14 @@ std::string trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t") - b + 1);
 }
 
+// Whether both are numbers and equal.
+bool same_number(const std::string& a, const std::string& b) {
+  char* ea = nullptr;
+  char* eb = nullptr;
+  const double x = std::strtod(a.c_str(), &ea), y = std::strtod(b.c_str(), &eb);
+  return *ea == '\0' && *eb == '\0' && std::isfinite(x) && x == y;
+}
+
 }  // namespace
 
 Result<SweepAxis> parse_axis(const std::string& arg) {
@@ -69,6 +79,12 @@ Result<SweepAxis> parse_axis(const std::string& arg) {
     // (a value twice runs its points twice, and plots two rows at one x)
     if (std::find(axis.values.begin(), axis.values.end(), t) != axis.values.end())
       return InvalidArgument("--set " + arg + ": value '" + t + "' is listed twice");
+    // One number written two ways ("5" and "5.0", "1e3" and "1000") is one
+    // value too.
+    if (const auto same = std::find_if(axis.values.begin(), axis.values.end(),
+                                       [&](const std::string& u) { return same_number(t, u); });
+        same != axis.values.end())
+      return InvalidArgument("--set " + arg + ": values '" + *same + "' and '" + t + "' are one number, listed twice");
     axis.values.push_back(t);
   }
   return axis;

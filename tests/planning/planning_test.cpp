@@ -65,6 +65,8 @@ TEST_CASE("sweep axes: names, values and errors", "[planning]") {
   CHECK(error_of("=1,2").find("empty KEY") != std::string::npos);
   CHECK(error_of("k=1,,2").find("empty value") != std::string::npos);
   CHECK(error_of("k=1,2,1") == "--set k=1,2,1: value '1' is listed twice");
+  CHECK(error_of("k=5,5.0") == "--set k=5,5.0: values '5' and '5.0' are one number, listed twice");
+  CHECK(error_of("k=1000,2,1e3") == "--set k=1000,2,1e3: values '1000' and '1e3' are one number, listed twice");
   CHECK(error_of(":k=1").find("empty NAME") != std::string::npos);
   const Status clash = check_axes({axis("a.count=1"), axis("b.count=2")});
   REQUIRE_FALSE(clash.ok());
