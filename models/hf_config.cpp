@@ -1,5 +1,6 @@
 // Hugging Face config.json -> DenseDecoderConfig.
 module;
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -22,15 +23,20 @@ struct HfReader {
   }
   static std::string shown(const nlohmann::json& v) { return v.dump(); }
 
-  // A positive integer at `key`; `fallback` (> 0) when absent, required when 0.
-  Result<std::int64_t> count(const std::string& key, std::int64_t fallback = 0) const {
+  // A positive integer at `key`, at most `max`; `fallback` (> 0) when
+  // absent, required when 0. (The bounds are far above any published
+  // model's and keep the parameter count, a product of them, inside int64.)
+  Result<std::int64_t> count(const std::string& key, std::int64_t fallback = 0,
+                             std::int64_t max = std::int64_t{1} << 24) const {
     if (!j.contains(key) || j[key].is_null()) {
       if (fallback > 0) return fallback;
       return error(key, "is required (a positive integer)");
     }
     const auto& v = j[key];
-    if (!v.is_number_integer() || v.get<std::int64_t>() < 1)
-      return error(key, "expected a positive integer, got " + shown(v));
+    if (!v.is_number_integer()) return error(key, "expected a positive integer, got " + shown(v));
+    if (v.is_number_unsigned() ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(max) : v.get<std::int64_t>() > max)
+      return error(key, "expected at most " + std::to_string(max) + ", got " + shown(v));
+    if (v.get<std::int64_t>() < 1) return error(key, "expected a positive integer, got " + shown(v));
     return v.get<std::int64_t>();
   }
   Result<bool> flag(const std::string& key, bool fallback) const {
@@ -78,23 +84,44 @@ Result<DenseDecoderConfig> read_hf_config(const std::string& path, std::string n
     if (!v_.ok()) return v_.status(); \
     field = v_.value();               \
   }
-  SLICESCHED_TAKE(c.hidden, r.count("hidden_size"))
-  SLICESCHED_TAKE(c.layers, r.count("num_hidden_layers"))
-  SLICESCHED_TAKE(c.heads, r.count("num_attention_heads"))
-  SLICESCHED_TAKE(c.kv_heads, r.count("num_key_value_heads", c.heads))
+  // Settings that change the weights or the attention but that nothing
+  // here models are refused, not simulated (or served) as another model.
+  if (j.contains("quantization_config") && !j["quantization_config"].is_null())
+    return r.error("quantization_config",
+                   "quantized weights are not modelled (their bytes and kernels would be counted at the "
+                   "config's dtype); give the unquantized model's config.json");
+  if (j.contains("mlp_bias") && j["mlp_bias"] == true)
+    return r.error("mlp_bias", "true is not supported (the MLP's projections have no bias here)");
+  SLICESCHED_TAKE(c.hidden, r.count("hidden_size", 0, 1 << 20))
+  SLICESCHED_TAKE(c.layers, r.count("num_hidden_layers", 0, 10000))
+  SLICESCHED_TAKE(c.heads, r.count("num_attention_heads", 0, 1 << 16))
+  SLICESCHED_TAKE(c.kv_heads, r.count("num_key_value_heads", c.heads, 1 << 16))
   if (c.heads % c.kv_heads != 0)
     return r.error("num_key_value_heads", "expected a divisor of num_attention_heads (" + std::to_string(c.heads) +
                                               "), got " + std::to_string(c.kv_heads));
   if (!j.contains("head_dim") && c.hidden % c.heads != 0)
     return r.error("num_attention_heads", "expected a divisor of hidden_size (" + std::to_string(c.hidden) +
                                               ") or a head_dim, got " + std::to_string(c.heads));
-  SLICESCHED_TAKE(c.head_dim, r.count("head_dim", c.hidden / c.heads))
+  SLICESCHED_TAKE(c.head_dim, r.count("head_dim", c.hidden / c.heads, 1 << 16))
   if (c.head_dim % 2 != 0)
     return r.error("head_dim",
                    "expected an even head dimension (RoPE rotates pairs), got " + std::to_string(c.head_dim));
   SLICESCHED_TAKE(c.mlp, r.count("intermediate_size"))
   SLICESCHED_TAKE(c.vocab, r.count("vocab_size"))
-  SLICESCHED_TAKE(c.context_window, r.count("max_position_embeddings"))
+  SLICESCHED_TAKE(c.context_window, r.count("max_position_embeddings", 0, std::int64_t{1} << 30))
+  // A sliding window (Mistral v0.1's 4,096 tokens; Qwen2 with
+  // use_sliding_window) is not modelled: attention here is full. Up to the
+  // window the two are the same, so the model serves (and simulates) that
+  // many positions, not max_position_embeddings: no token comes from
+  // attention the real model would not do, and no KV cache is counted that
+  // it would not hold.
+  const bool windowed = c.model_type == "qwen2" ? j.contains("use_sliding_window") && j["use_sliding_window"] == true
+                                                : j.contains("sliding_window") && !j["sliding_window"].is_null();
+  if (windowed && j.contains("sliding_window") && !j["sliding_window"].is_null()) {
+    std::int64_t window = 0;
+    SLICESCHED_TAKE(window, r.count("sliding_window", 0, std::int64_t{1} << 30))
+    c.context_window = std::min(c.context_window, window);
+  }
   SLICESCHED_TAKE(c.tied_embeddings, r.flag("tie_word_embeddings", false))
   // Qwen2 always biases q, k and v; Llama says so in attention_bias.
   SLICESCHED_TAKE(c.qkv_bias, r.flag("attention_bias", c.model_type == "qwen2"))
@@ -129,7 +156,8 @@ Result<DenseDecoderConfig> read_hf_config(const std::string& path, std::string n
   SLICESCHED_TAKE(c.norm_eps, r.positive("rms_norm_eps", 1e-6))
 #undef SLICESCHED_TAKE
   std::string dtype = "bfloat16";
-  const std::string dtype_key = j.contains("torch_dtype") ? "torch_dtype" : "dtype";
+  // (transformers 5 writes dtype; older files torch_dtype, sometimes null)
+  const std::string dtype_key = j.contains("torch_dtype") && !j["torch_dtype"].is_null() ? "torch_dtype" : "dtype";
   if (j.contains(dtype_key) && !j[dtype_key].is_null()) {
     if (!j[dtype_key].is_string()) return r.error(dtype_key, "expected a string, got " + j[dtype_key].dump());
     dtype = j[dtype_key].get<std::string>();

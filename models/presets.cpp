@@ -71,10 +71,13 @@ std::optional<DenseDecoderConfig> dense_preset(std::string_view name) {
     c.dtype = DType::kBF16;
     return c;
   }
-  if (name == "mistral-7b") {  // mistralai/Mistral-7B-v0.1: 8 KV heads, 32,768 positions (sliding window not modelled)
+  // mistralai/Mistral-7B-v0.1: 8 KV heads, 32,768 positions under a 4,096-token
+  // sliding window. Attention here is full, the same up to the window, so the
+  // preset serves 4,096 positions (as read_hf_config does with its config.json).
+  if (name == "mistral-7b") {
     DenseDecoderConfig c = llama2(name, 4096, 32, 32, 8, 14336, 32000);
     c.model_type = "mistral";
-    c.context_window = 32768;
+    c.context_window = 4096;
     c.dtype = DType::kBF16;
     return c;
   }

@@ -41,7 +41,8 @@ const std::vector<Preset> kPresets = {
     {"llama3-8b", 4096, 32, 32, 8, 128, 14336, 128256, false, false, 5e5, 8192, 2, 8'030'261'248},
     {"llama3.2-1b", 2048, 16, 32, 8, 64, 8192, 128256, true, false, 5e5, 131072, 2, 1'235'814'400},
     {"llama3.2-3b", 3072, 28, 24, 8, 128, 8192, 128256, true, false, 5e5, 131072, 2, 3'212'749'824},
-    {"mistral-7b", 4096, 32, 32, 8, 128, 14336, 32000, false, false, 1e4, 32768, 2, 7'241'732'096},
+    {"mistral-7b", 4096, 32, 32, 8, 128, 14336, 32000, false, false, 1e4, 4096, 2,
+     7'241'732'096},  // (its sliding window)
     {"qwen2.5-7b", 3584, 28, 28, 4, 128, 18944, 152064, false, true, 1e6, 131072, 2, 7'615'616'512},
 };
 
@@ -158,6 +159,55 @@ TEST_CASE("a config.json that is not JSON says where it broke", "[models][config
   REQUIRE_FALSE(c.ok());
   CHECK_THAT(c.status().message(),
              Catch::StartsWith(path + ": not valid JSON (") && Catch::Contains("line 2, column 16"));
+}
+
+// A config.json written to a temporary file, read back.
+static Result<DenseDecoderConfig> hf_of(const std::string& extra, const std::string& model_type = "llama") {
+  const std::string path = std::filesystem::temp_directory_path() / "slicesched_hf_case.json";
+  std::ofstream(path) << "{\"model_type\": \"" << model_type
+                      << "\", \"hidden_size\": 4096, \"num_hidden_layers\": 32, \"num_attention_heads\": 32, "
+                         "\"num_key_value_heads\": 8, \"intermediate_size\": 14336, \"vocab_size\": 32000, "
+                         "\"max_position_embeddings\": 32768"
+                      << extra << "}";
+  auto c = read_hf_config(path, "m");
+  std::filesystem::remove(path);
+  return c;
+}
+
+TEST_CASE("config.json settings nothing models are refused, not simulated as another model", "[models][config]") {
+  const std::string path = std::filesystem::temp_directory_path() / "slicesched_hf_case.json";
+  const struct {
+    std::string extra, message;
+  } rows[] = {
+      {", \"quantization_config\": {\"quant_method\": \"awq\", \"bits\": 4}",
+       "quantization_config: quantized weights are not modelled (their bytes and kernels would be counted at the "
+       "config's dtype); give the unquantized model's config.json"},
+      {", \"mlp_bias\": true", "mlp_bias: true is not supported (the MLP's projections have no bias here)"},
+      // Sizes whose products would overflow the parameter count.
+      {", \"hidden_size\": 4294967296", "hidden_size: expected at most 1048576, got 4294967296"},
+      {", \"vocab_size\": 18446744073709551615", "vocab_size: expected at most 16777216, got 18446744073709551615"},
+      {", \"num_hidden_layers\": 100000", "num_hidden_layers: expected at most 10000, got 100000"},
+  };
+  for (const auto& row : rows) {
+    INFO(row.extra);
+    auto c = hf_of(row.extra);
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.status().message() == path + ": " + row.message);
+  }
+  // Null settings are absent ones.
+  CHECK(hf_of(", \"quantization_config\": null, \"mlp_bias\": false").ok());
+}
+
+TEST_CASE("a sliding window bounds the positions served; dtype is read when torch_dtype is null", "[models][config]") {
+  // Mistral v0.1: attention within 4,096 tokens, so 4,096 positions (full
+  // attention is the same up to the window).
+  CHECK(hf_of(", \"sliding_window\": 4096", "mistral").value().context_window == 4096);
+  CHECK(hf_of(", \"sliding_window\": null", "mistral").value().context_window == 32768);
+  // Qwen2 windows only with use_sliding_window.
+  CHECK(hf_of(", \"sliding_window\": 4096, \"use_sliding_window\": false", "qwen2").value().context_window == 32768);
+  CHECK(hf_of(", \"sliding_window\": 4096, \"use_sliding_window\": true", "qwen2").value().context_window == 4096);
+  CHECK(hf_of(", \"torch_dtype\": null, \"dtype\": \"float32\"").value().dtype == DType::kF32);
+  CHECK(hf_of(", \"torch_dtype\": \"float16\", \"dtype\": \"float32\"").value().dtype == DType::kF16);
 }
 
 TEST_CASE("a context overflow with on_overflow = truncate is cut to the window and counted", "[models][config]") {
