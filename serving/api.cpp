@@ -1,5 +1,6 @@
 module;
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -96,7 +97,12 @@ std::optional<ApiError> parse_common(const json& body, const ServedModel& m, boo
         return bad(key, std::string(key) + ": expected an integer >= 1, got " + mt->dump());
       r.max_tokens = mt->get<std::int64_t>();
     }
-  const auto total = static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens;
+  // (saturating: max_tokens near 2^63 wrapped the sum negative, past both
+  // checks below, and the request ran on past the context window)
+  const auto prompt = static_cast<std::int64_t>(r.prompt.size());
+  const std::int64_t total = r.max_tokens > std::numeric_limits<std::int64_t>::max() - prompt
+                                 ? std::numeric_limits<std::int64_t>::max()
+                                 : prompt + r.max_tokens;
   if (m.context_window > 0 && total > m.context_window) {
     // Named for what must change: the prompt where it leaves no room for
     // one token, else max_tokens (OpenAI's code either way).

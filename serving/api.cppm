@@ -120,8 +120,13 @@ nlohmann::json completion_body(const std::string& id, std::int64_t created, cons
 // Log-probabilities in the completions shape ({tokens, token_logprobs,
 // top_logprobs, text_offset}) and the chat shape ({content: [{token,
 // logprob, bytes, top_logprobs}]}); each token's text decoded alone.
+// text_offset counts characters (Unicode code points, as vLLM's Python
+// string lengths do), from `text_offset` on: where the tokens before ended.
 nlohmann::json completion_logprobs(const ServedModel& model, std::span<const std::int64_t> tokens,
                                    std::span<const TokenLogprob> lp, std::size_t text_offset = 0);
+// The characters those tokens' texts add to text_offset: where the next
+// stream event's offsets start.
+std::size_t logprob_text_chars(const ServedModel& model, std::span<const std::int64_t> tokens);
 nlohmann::json chat_logprobs(const ServedModel& model, std::span<const std::int64_t> tokens,
                              std::span<const TokenLogprob> lp);
 

@@ -2,6 +2,7 @@
 // template, ServedModel::chat_template) and the OpenAI chat shapes, and
 // the log-probabilities of both endpoints.
 module;
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -147,6 +148,16 @@ json chat_chunk_body(const std::string& id, std::int64_t created, const std::str
            json::array({{{"index", 0}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}})}};
 }
 
+namespace {
+
+// Code points: every byte that does not continue a UTF-8 sequence.
+std::size_t utf8_chars(std::string_view s) {
+  return static_cast<std::size_t>(
+      std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+}  // namespace
+
 json completion_logprobs(const ServedModel& m, std::span<const std::int64_t> tokens, std::span<const TokenLogprob> lp,
                          std::size_t text_offset) {
   // A token is named by its text; without a tokenizer (no text), or where
@@ -167,9 +178,15 @@ json completion_logprobs(const ServedModel& m, std::span<const std::int64_t> tok
     }
     tops.push_back(lp[i].top.empty() ? json() : top);
     offsets.push_back(text_offset);
-    text_offset += t.size();
+    text_offset += utf8_chars(t);
   }
   return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+std::size_t logprob_text_chars(const ServedModel& m, std::span<const std::int64_t> tokens) {
+  std::size_t n = 0;
+  for (const std::int64_t t : tokens) n += utf8_chars(unquoted(piece(m, t)));
+  return n;
 }
 
 json chat_logprobs(const ServedModel& m, std::span<const std::int64_t> tokens, std::span<const TokenLogprob> lp) {

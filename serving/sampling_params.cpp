@@ -133,8 +133,12 @@ std::optional<ApiError> parse_generation(const json& body, const ServedModel& mo
   if (auto e = number(body, "frequency_penalty", -2, 2, false, false, "in [-2, 2]", p.frequency_penalty)) return e;
   if (auto e = number(body, "repetition_penalty", 0, 2, true, false, "in (0, 2]", p.repetition_penalty)) return e;
   if (const auto s = body.find("seed"); s != body.end() && !s->is_null()) {
-    if (!s->is_number_integer()) return bad("seed", "expected an integer, got " + s->dump());
-    p.seed = s->is_number_unsigned() ? s->get<std::uint64_t>() : static_cast<std::uint64_t>(s->get<std::int64_t>());
+    // A 64-bit signed integer, as vLLM takes it: 2^64 - 1 would otherwise
+    // be another name of seed -1.
+    if (!s->is_number_integer() ||
+        (s->is_number_unsigned() && s->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)))
+      return bad("seed", "expected an integer in [-2^63, 2^63 - 1], got " + s->dump());
+    p.seed = static_cast<std::uint64_t>(s->get<std::int64_t>());
   } else {
     // No seed: a fresh one per request (its draws differ from another's).
     static std::atomic<std::uint64_t> counter{0};

@@ -1072,8 +1072,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, c, id, created, &model, prompt_tokens, chat, lp_json, usage_chunk = r.include_usage,
-       every_usage = r.continuous_usage, sent = std::size_t{0}, sent_text = std::size_t{0}, started = false,
-       text = std::make_shared<StreamDecoder>(model),
+       every_usage = r.continuous_usage, sent = std::size_t{0}, sent_text = std::size_t{0}, lp_offset = std::size_t{0},
+       started = false, text = std::make_shared<StreamDecoder>(model),
        all = std::vector<std::int64_t>{}](std::size_t, httplib::DataSink& sink) mutable {
         auto send = [&](const json& in) {
           // stream_options.continuous_usage_stats: every event says the usage so far (vLLM's).
@@ -1126,7 +1126,11 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         if (by_text) {
           if (!fresh.empty() || !settled.empty()) {
             all.insert(all.end(), fresh.begin(), fresh.end());
-            if (!event(fresh, settled, lp_json(fresh, fresh_lp, sent_text))) return false;
+            // (text_offset continues from the tokens sent before, as the
+            // whole reply's offsets would run)
+            const json lp = lp_json(fresh, fresh_lp, lp_offset);
+            if (!lp.is_null()) lp_offset += logprob_text_chars(model, fresh);
+            if (!event(fresh, settled, lp)) return false;
             sent += fresh.size();
             sent_text += settled.size();
           }
@@ -1135,7 +1139,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             const std::int64_t one[] = {fresh[i]};
             all.push_back(fresh[i]);  // (each token's text in context: the stream's text is the reply's)
             const std::string piece = all.size() <= text_tokens ? text->next(all) : std::string();
-            const json lp = i < fresh_lp.size() ? lp_json(one, std::span(fresh_lp).subspan(i, 1), 0) : json();
+            const json lp = i < fresh_lp.size() ? lp_json(one, std::span(fresh_lp).subspan(i, 1), lp_offset) : json();
+            if (!lp.is_null()) lp_offset += logprob_text_chars(model, one);
             if (!event(one, piece, lp)) return false;
             ++sent;
           }

@@ -137,7 +137,10 @@ TEST_CASE("api: malformed requests are 400s naming the field", "[serving][api]")
        "top_p: expected a number in (0, 1], got 0"},
       {R"({"model": "llama-tiny", "prompt": [1], "top_k": 1.5})", 400, "top_k",
        "top_k: expected an integer >= 1, or 0 or -1 for all, got 1.5"},
-      {R"({"model": "llama-tiny", "prompt": [1], "seed": "x"})", 400, "seed", "seed: expected an integer, got \"x\""},
+      {R"({"model": "llama-tiny", "prompt": [1], "seed": "x"})", 400, "seed",
+       "seed: expected an integer in [-2^63, 2^63 - 1], got \"x\""},
+      {R"({"model": "llama-tiny", "prompt": [1], "seed": 9223372036854775808})", 400, "seed",
+       "seed: expected an integer in [-2^63, 2^63 - 1], got 9223372036854775808"},
       {R"({"model": "llama-tiny", "prompt": [1], "stop": ["ok", ""]})", 400, "stop",
        "stop: expected a non-empty string or a list of them, got \"\""},
       {R"({"model": "llama-tiny", "prompt": [1], "stop": "x"})", 400, "stop",
@@ -291,6 +294,38 @@ TEST_CASE("api: log-probabilities name every top token, by id where there is no 
   CHECK(texty["tokens"] == json::array({"h", "d"}));
   CHECK(texty["top_logprobs"][0] == json({{"h", -0.5}, {"j", -1.5}, {"e", -2.0}}));
   CHECK(texty["text_offset"] == json::array({0, 1}));
+}
+
+TEST_CASE("api: text_offset counts characters, not bytes, from where the tokens before ended", "[serving][api]") {
+  // Letters, but id 1 spells "é" (2 bytes) and id 2 "€" (3 bytes).
+  class Accents final : public Tokenizer {
+   public:
+    std::vector<std::int64_t> encode(std::string_view) const override { return {}; }
+    std::string decode(std::span<const std::int64_t> ids) const override {
+      std::string s;
+      for (auto id : ids)
+        s += id == 1 ? "\xC3\xA9" : id == 2 ? "\xE2\x82\xAC" : std::string(1, static_cast<char>('a' + id));
+      return s;
+    }
+    std::int64_t vocab_size() const override { return 11; }
+    std::int64_t bos_id() const override { return -1; }
+    std::int64_t eos_id() const override { return -1; }
+    const std::string& path() const override { return path_; }
+
+   private:
+    std::string path_ = "accents";
+  };
+  ServedModel m{.name = "accents", .vocab = 11, .context_window = 100, .online = {0}};
+  m.tokenizer.tokenizer = std::make_shared<Accents>();
+  const std::int64_t out[] = {1, 2, 0, 1};
+  const std::vector<TokenLogprob> lp(4, TokenLogprob{-1.0, {}});
+  // "é€aé": a client slicing the text by these offsets (Python's str, as
+  // vLLM's are) gets each token's text.
+  CHECK(completion_logprobs(m, out, lp)["text_offset"] == json::array({0, 1, 2, 3}));
+  CHECK(logprob_text_chars(m, out) == 4);
+  // A stream's second event starts where the first's tokens ended.
+  CHECK(completion_logprobs(m, std::span(out).subspan(2), std::span(lp).subspan(2),
+                            logprob_text_chars(m, std::span(out).first(2)))["text_offset"] == json::array({2, 3}));
 }
 
 TEST_CASE("api: a text far past the prompt limit is refused from a prefix's tokens", "[serving][api]") {
