@@ -78,7 +78,9 @@ Status build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, Polic
       }
       ++offered.requests;
       offered.input_tokens += r.input_tokens;
-      offered.output_tokens += r.output_tokens;
+      // (a request asking for 0 tokens still makes its first, as the
+      // engine runs it: offered as 1, as the requests CSV shows it)
+      offered.output_tokens += std::max<std::int64_t>(1, r.output_tokens);
     }
     offered.window_s = span;
     p.offered.push_back(offered);

@@ -500,9 +500,16 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
       for (std::size_t i = 0; i < batch.ops.size() && waited.empty(); ++i)
         if (!gmg.placeable(batch.ops[i], cands[*pick].accel[i])) {
           const AccelId a = cands[*pick].accel[i];
+          // Weights are placed once, before the run, and never move: a
+          // pick where they are not would wait for good (a static policy
+          // pinned to a group without its model), and a run with a window
+          // ended as if its requests had merely been slow.
+          if (a < gmg.accels().size() && !gmg.is_down(a))
+            return FailedPrecondition("placed " + gmg.op_name(batch.ops[i]) + " on " + gmg.accels()[a].name +
+                                      ", which does not hold its weights (and never will: weights do not move); "
+                                      "pin the tenant to accelerators that hold its model");
           waited = a >= gmg.accels().size() ? "unknown accelerator " + std::to_string(a)
-                   : gmg.is_down(a)         ? "accelerator " + gmg.accels()[a].name + " is lost"
-                                            : gmg.op_name(batch.ops[i]) + " has no weights on " + gmg.accels()[a].name;
+                                            : "accelerator " + gmg.accels()[a].name + " is lost";
         }
       AccelId over = kNoAccel;
       if (waited.empty())

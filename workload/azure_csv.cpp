@@ -71,6 +71,9 @@ Result<std::int64_t> parse_datetime_ticks(std::string_view text) {
   const int h = digits(s, 11, 2), mi = digits(s, 14, 2), sec = digits(s, 17, 2);
   if (y < 0 || mo < 0 || d < 0 || h < 0 || mi < 0 || sec < 0) return fail("");
   std::int64_t frac = 0;
+  // A zone ("Z", "+00:00") is refused as such: the trace's times are plain.
+  if (const std::size_t z = s.find_first_of("Z+-", 19); z != std::string_view::npos)
+    return fail("a time zone '" + std::string(s.substr(z)) + "': the times must be plain, all in one zone");
   if (s.size() > 19) {
     const std::size_t n = s.size() - 20;
     if (s[19] != '.' || n == 0) return fail("");

@@ -122,7 +122,11 @@ TEST_CASE("malformed date-times say what was expected", "[trace][datetime][bad-i
   CHECK(datetime_error("2023-11-16 23:59:60") == kExpected + "'2023-11-16 23:59:60' (time of day out of range)");
   CHECK(datetime_error("2023-11-16 18:17:03.97996001") ==
         kExpected + "'2023-11-16 18:17:03.97996001' (more than 7 fractional digits)");
-  CHECK(datetime_error("2023-11-16 18:17:03Z") == kExpected + "'2023-11-16 18:17:03Z'");
+  CHECK(datetime_error("2023-11-16 18:17:03Z") ==
+        kExpected + "'2023-11-16 18:17:03Z' (a time zone 'Z': the times must be plain, all in one zone)");
+  CHECK(datetime_error("2023-11-16 18:17:03.9799600+00:00") ==
+        kExpected +
+            "'2023-11-16 18:17:03.9799600+00:00' (a time zone '+00:00': the times must be plain, all in one zone)");
   CHECK(datetime_error("2023-11-16 18:17:03.") == kExpected + "'2023-11-16 18:17:03.'");
   CHECK(datetime_error("2023-11-16 18:17:03.9x") == kExpected + "'2023-11-16 18:17:03.9x'");
   CHECK(datetime_error("2023/11/16 18:17:03") == kExpected + "'2023/11/16 18:17:03'");
