@@ -387,6 +387,7 @@ nlohmann::json ground_truth_json(const std::vector<TruthPlayed>& played) {
     t["truth"] = p.truth;
     t["source"] = p.source;
     t["datasheet"] = p.datasheet;
+    if (!p.roofline_models.empty()) t["roofline_models"] = p.roofline_models;
     if (p.fit)
       for (int k = 0; k < kWorkKinds; ++k) {
         const auto kind = static_cast<WorkKind>(k);

@@ -60,6 +60,7 @@ int simulate(const SimulateOptions& opt) {
     const std::string profile = std::filesystem::path(cfg->ground_truth.layers_csv).filename().string();
     if (const std::string line = roofline_fallback_line(played, profile); !line.empty())
       std::fprintf(stderr, "slicesched: %s\n", line.c_str());
+    for (const std::string& line : profile_scope_lines(*cfg)) std::fprintf(stderr, "slicesched: %s\n", line.c_str());
     std::vector<const PolicyConfig*> chosen;
     if (opt.policy)
       chosen.push_back(value_or_fail(find_policy(*cfg, opt.policy)));

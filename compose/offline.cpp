@@ -42,6 +42,7 @@ Result<Truths> load_truths(const ExperimentConfig& cfg) {
         return Status(layers.status().code(), cfg.path + ": ground_truth.layers: " + layers.status().message());
       t.layers = std::move(layers).value();
       t.layers_type = cfg.ground_truth.layers_type;
+      t.off_profile_models = cfg.ground_truth.off_profile_models;
     }
     if (!cfg.ground_truth.transfers_csv.empty()) {
       auto transfers = TransferProfile::load(cfg.ground_truth.transfers_csv);
@@ -127,6 +128,7 @@ std::vector<TruthPlayed> truth_played(const ExperimentConfig& cfg, const Truths&
     } else if (!truths.typed || plays_profile(*truths.typed, a.type)) {
       p.truth = "profile";
       p.source = file(cfg.ground_truth.layers_csv);
+      p.roofline_models = cfg.ground_truth.off_profile_models;
     } else {
       p.truth = "roofline";
       const AcceleratorType* sheet = find_type(cfg.accelerator_types, a.type);
@@ -158,6 +160,45 @@ std::string roofline_fallback_line(const std::vector<TruthPlayed>& played, const
          " the roofline (datasheet peaks, efficiencies from " + (one_source ? source : per_type) + "), " +
          (profile.empty() ? std::string("no measured profile given")
                           : "not the measured profile " + profile + " (ground_truth.layers_type names another type)");
+}
+
+std::vector<std::string> profile_scope_lines(const ExperimentConfig& cfg) {
+  const GroundTruthConfig& g = cfg.ground_truth;
+  std::vector<std::string> out;
+  if (g.layers_csv.empty() || !g.calibrated.empty()) return out;
+  const std::string profile = std::filesystem::path(g.layers_csv).filename().string();
+  auto quoted = [](const std::vector<std::string>& names) {
+    std::string s;
+    for (const auto& n : names) s += (s.empty() ? "'" : ", '") + n + "'";
+    return s;
+  };
+  if (!g.off_profile_models.empty()) {
+    const std::string fit = std::filesystem::path(g.roofline_fit).filename().string();
+    out.push_back("ground truth: model" + std::string(g.off_profile_models.size() > 1 ? "s " : " ") +
+                  quoted(g.off_profile_models) + (g.off_profile_models.size() > 1 ? " play" : " plays") +
+                  " the roofline on every type (efficiencies from " + fit + " or the type's own fit), not " + profile +
+                  ", which measured '" + g.layers_model + "' (ground_truth.layers_model): another shape");
+  }
+  std::vector<std::string> models, types;
+  if (g.layers_model.empty())
+    for (const auto& m : cfg.models) models.push_back(m.name);
+  if (g.layers_type.empty())
+    for (const auto& a : cfg.accelerators)
+      if (std::find(types.begin(), types.end(), a.type) == types.end()) types.push_back(a.type);
+  if (!models.empty() || !types.empty()) {
+    std::string what, keys;
+    if (!models.empty()) {
+      what = "model" + std::string(models.size() > 1 ? "s " : " ") + quoted(models);
+      keys = "layers_model";
+    }
+    if (!types.empty()) {
+      what += (what.empty() ? "" : " on ") + std::string("type") + (types.size() > 1 ? "s " : " ") + quoted(types);
+      keys += (keys.empty() ? "" : " and ") + std::string("layers_type");
+    }
+    out.push_back("ground truth: " + profile + " is taken to measure " + what + " (set ground_truth." + keys +
+                  " to what it measured: any other then plays the roofline)");
+  }
+  return out;
 }
 
 Status check_policies(const ExperimentConfig& cfg, const PluginRegistries& plugins,

@@ -52,6 +52,9 @@ struct TruthPlayed {
   std::string truth;               // "profile", "calibrated" or "roofline"
   std::string source;              // the file behind it (file name only: summaries stay the same across checkouts)
   std::optional<RooflineFit> fit;  // roofline only
+  // "profile" only: models the profile did not measure (their shape is not
+  // ground_truth.layers_model's), which play the roofline here too.
+  std::vector<std::string> roofline_models;
 };
 // What each type of `cfg`'s cluster plays with `truths` (load_truths(cfg)):
 // the decision TypedGroundTruth makes (plays_profile), so a report says what
@@ -63,6 +66,12 @@ std::vector<TruthPlayed> truth_played(const ExperimentConfig& cfg, const Truths&
 // `profile_given`: the configured layers profile's file name ("" for none),
 // named even where no type of the cluster plays it.
 std::string roofline_fallback_line(const std::vector<TruthPlayed>& played, const std::string& profile_given = "");
+// The lines saying which models and types a layers profile was taken to
+// measure: models of another shape than ground_truth.layers_model's play
+// the roofline ("ground truth: model 'qwen' plays the roofline ..."), and
+// without layers_model or layers_type the profile plays every model or
+// every type, which is said too. Empty without a layers profile.
+std::vector<std::string> profile_scope_lines(const ExperimentConfig& cfg);
 
 // The serving engine's fixed costs on one accelerator type, per iteration
 // and per sequence of an iteration (charged to the operator that samples).

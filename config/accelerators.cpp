@@ -150,6 +150,8 @@ Result<AcceleratorType> load_accelerator_type(const std::string& path) {
       }
   }
   t.peak_flops = r.positive("peak_tflops", true) * 1e12;
+  // Optional: plain FP32 FLOP/s, what a float32 model computes at.
+  t.fp32_flops = r.positive("fp32_tflops", false, 0) * 1e12;
   t.hbm_bytes_per_s = r.positive("hbm_gbps", true) * 1e9;
   t.hbm_bytes = static_cast<std::int64_t>(r.positive("hbm_gib", true) * 1073741824.0);
   // Optional: the SMs and their boost clock (a kind's sm_bytes_per_cycle

@@ -708,6 +708,16 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       if (g.has("transfers")) cfg.ground_truth.transfers_csv = files.add(g, "transfers");
       const std::string none;
       cfg.ground_truth.layers_type = g.str("layers_type", &none);
+      cfg.ground_truth.layers_model = g.str("layers_model", &none);
+      if (g.has("layers_model") && cfg.ground_truth.layers_model.empty())
+        g.fail(g.node("layers_model"), "layers_model",
+               "expected the name of the model the layers profile measured (a model of this config or a preset)");
+      if (!cfg.ground_truth.layers_model.empty()) {
+        if (cfg.ground_truth.layers_csv.empty())
+          g.fail(g.node("layers_model"), "layers_model",
+                 "names the model the layers profile measured: give layers too");
+        cfg.ground_truth.layers_model_where = g.where(g.node("layers_model"), "layers_model");
+      }
       if (!cfg.ground_truth.layers_type.empty() && cfg.ground_truth.layers_csv.empty())
         g.fail(g.node("layers_type"), "layers_type", "names the type the layers profile measured: give layers too");
       const std::string& lt = cfg.ground_truth.layers_type;
@@ -1200,6 +1210,7 @@ Result<ExperimentConfig> load_config(const std::string& path, const std::vector<
     if (Status s = validate(cfg); !s.ok()) return s;
     files.check();
     if (Status s = validate_models(cfg); !s.ok()) return s;
+    if (Status s = resolve_profile_models(cfg); !s.ok()) return s;
     return cfg;
   } catch (const ConfigError& e) {
     return InvalidArgument(e.what());

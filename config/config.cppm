@@ -210,6 +210,12 @@ struct GroundTruthConfig {
   // configs/accelerators/roofline-fit.toml when not given). Transfers play
   // `transfers_csv`, or the pair's link class when it is empty.
   std::string layers_type;
+  // The model `layers_csv` measured: a model of this config or a preset,
+  // by name ("": every model is taken to be it). Models whose shape
+  // (DenseShape: sizes, dtype, biases) differs from it play the roofline on
+  // every type: `off_profile_models` (resolve_profile_models fills it).
+  std::string layers_model, layers_model_where;
+  std::vector<std::string> off_profile_models;
   std::string roofline_fit;
   // The serving engine's fixed costs (CPU scheduling, sampling,
   // detokenizing), per iteration and per sequence in an iteration: added to
@@ -227,7 +233,9 @@ struct GroundTruthConfig {
   // (AcceleratorType::roofline_fit) plays that one, the others the shipped
   // general fit.
   bool roofline_given = false;
-  bool needs_roofline() const { return calibrated.empty() && (layers_csv.empty() || !layers_type.empty()); }
+  bool needs_roofline() const {
+    return calibrated.empty() && (layers_csv.empty() || !layers_type.empty() || !off_profile_models.empty());
+  }
 };
 
 // A lost accelerator (`[[faults]]`, simulate only): lost at `at_s`, back
@@ -290,6 +298,11 @@ std::vector<std::size_t> spread_holders(const ExperimentConfig& cfg, const Model
 // tenant's model with it, synthetic streams fit their model's context
 // window unless it truncates.
 Status validate_models(const ExperimentConfig& cfg);
+// Which models the layers profile plays (ground_truth.layers_model; fills
+// off_profile_models and, where they need the roofline, its default fit),
+// and that every float32 model that plays the roofline on a type has that
+// type's fp32_tflops. One line naming the key on failure.
+Status resolve_profile_models(ExperimentConfig& cfg);
 
 // How many instances `policy` runs of tenant `t`.
 inline int instances_of(const PolicyConfig& policy, const TenantConfig& t) {

@@ -5,13 +5,19 @@ module;
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 module slicesched.config;
 import slicesched.core.graph;
 import slicesched.models.model;
+import slicesched.models.dense;
+import slicesched.models.work;
+import slicesched.hardware.roofline;
+import slicesched.config.accelerators;
 
 namespace slicesched {
 
@@ -65,6 +71,11 @@ Result<std::shared_ptr<const DenseDecoder>> make_model(const ModelConfig& m) {
     c.tied_embeddings = m.tied_embeddings, c.qkv_bias = m.qkv_bias;
     c.context_window = m.context_window;
   }
+  // A spread model's LM head runs on the last share, the embedding on the
+  // first: with tied embeddings the last share holds a copy of the matrix
+  // (as a pipeline-parallel engine keeps one on its last stage), so its
+  // weights are charged there too. (spread is simulated only.)
+  if (!m.spread.empty()) c.tied_embeddings = false;
   auto made = DenseDecoder::make(std::move(c));
   if (!made.ok()) return Status(made.status().code(), m.where + ": " + made.status().message());
   return made;
@@ -194,10 +205,18 @@ Status validate_models(const ExperimentConfig& cfg) {
       return InvalidArgument(t.model_where + ": tenant '" + t.name + "' names no known model '" + t.model +
                              "' (models: " + names(cfg) + ")");
     const auto index = static_cast<std::size_t>(m - cfg.models.data());
-    if (cfg.models.size() > 1 && !resident_anywhere(index))
-      return InvalidArgument(t.model_where + ": tenant '" + t.name + "' runs model '" + m->name +
-                             "', which no accelerator holds (list it in an accelerator group's models, or leave "
-                             "models out so it goes where it fits)");
+    if (cfg.models.size() > 1 && !resident_anywhere(index)) {
+      // Say why: lists that leave it out, or the default filling each
+      // accelerator with the models before it in config order.
+      const bool listed = std::any_of(cfg.accelerators.begin(), cfg.accelerators.end(),
+                                      [](const AcceleratorConfig& a) { return !a.models.empty(); });
+      return InvalidArgument(
+          t.model_where + ": tenant '" + t.name + "' runs model '" + m->name + "', which no accelerator holds (" +
+          (listed ? "list it in an accelerator group's models, or leave models out so it goes where it fits"
+                  : "by default each accelerator holds the models that fit, in config order, and the ones before "
+                    "it took the room: list it in an accelerator group's models") +
+          ")");
+    }
     // A synthetic stream's requests are all alike: check them now (a
     // trace's are checked when it is read, compose/policy.cpp).
     const StreamConfig& st = t.stream;
@@ -210,6 +229,66 @@ Status validate_models(const ExperimentConfig& cfg) {
                                std::to_string(st.input_tokens) + " in, " + std::to_string(st.output_tokens) +
                                " out), more than model '" + m->name + "''s context window of " +
                                std::to_string(window) + " (on_overflow = \"truncate\" cuts them)");
+    }
+  }
+  return Status::Ok();
+}
+
+Status resolve_profile_models(ExperimentConfig& cfg) {
+  GroundTruthConfig& g = cfg.ground_truth;
+  g.off_profile_models.clear();
+  if (!g.calibrated.empty()) return Status::Ok();
+  if (!g.layers_csv.empty() && !g.layers_model.empty()) {
+    // The measured model's shape: a model of this config, else a preset.
+    std::optional<DenseShape> measured;
+    if (const ModelConfig* m = find_model(cfg, g.layers_model)) {
+      auto made = make_model(*m);
+      if (!made.ok()) return made.status();
+      measured = made.value()->shape();
+    } else if (auto preset = dense_preset(g.layers_model)) {
+      auto made = DenseDecoder::make(std::move(*preset));
+      if (!made.ok()) return Status(made.status().code(), g.layers_model_where + ": " + made.status().message());
+      measured = made.value()->shape();
+    } else {
+      std::string presets;
+      for (std::string_view n : dense_preset_names()) presets += (presets.empty() ? "" : ", ") + std::string(n);
+      return InvalidArgument(g.layers_model_where + ": no model or preset named '" + g.layers_model +
+                             "' (models: " + names(cfg) + "; presets: " + presets + ")");
+    }
+    // A layer of another shape is another measurement: its model plays the
+    // roofline (the profile's times scaled by layer count would be another
+    // model's).
+    for (const auto& m : cfg.models) {
+      auto made = make_model(m);
+      if (!made.ok()) return made.status();
+      const DenseShape s = made.value()->shape();
+      const DenseShape& p = *measured;
+      if (s.hidden != p.hidden || s.heads != p.heads || s.kv_heads != p.kv_heads || s.head_dim != p.head_dim ||
+          s.mlp != p.mlp || s.vocab != p.vocab || s.elem_bytes != p.elem_bytes || s.qkv_bias != p.qkv_bias)
+        g.off_profile_models.push_back(m.name);
+    }
+  }
+  if (g.roofline_fit.empty() && g.needs_roofline())
+    g.roofline_fit =
+        default_roofline_fit(cfg.accelerator_types.empty()
+                                 ? default_accelerator_dir()
+                                 : std::filesystem::path(cfg.accelerator_types.front().source).parent_path().string());
+  // A float32 model computes at the type's plain FP32 rate wherever it
+  // plays the roofline: that type's table must give it.
+  for (const auto& m : cfg.models) {
+    auto made = make_model(m);
+    if (!made.ok()) return made.status();
+    if (made.value()->shape().elem_bytes < 4) continue;
+    const bool off = g.layers_csv.empty() || std::find(g.off_profile_models.begin(), g.off_profile_models.end(),
+                                                       m.name) != g.off_profile_models.end();
+    for (const auto& a : cfg.accelerators) {
+      const bool profile_type = g.layers_type.empty() || same_type(cfg.accelerator_types, g.layers_type, a.type);
+      if (!off && profile_type) continue;
+      const AcceleratorType* t = find_type(cfg.accelerator_types, a.type);
+      if (t && !(t->fp32_flops > 0))
+        return InvalidArgument(m.where + ": model '" + m.name + "' is float32 and plays the roofline on type '" +
+                               a.type + "', whose table (" + t->source +
+                               ") gives no fp32_tflops (its plain FP32 FLOP/s, which a float32 model computes at)");
     }
   }
   return Status::Ok();

@@ -43,12 +43,13 @@ namespace {
 
 // The roofline time before the overhead; the KV-cache read at `kv`'s memory
 // efficiency adds to the kernel's other HBM traffic.
-double bound_seconds(const AcceleratorType& t, const KindEfficiency& e, const KindEfficiency& kv, const Work& w) {
+double bound_seconds(const AcceleratorType& t, const KindEfficiency& e, const KindEfficiency& kv, const Work& w,
+                     double peak_flops) {
   double memory = w.bytes / (t.hbm_bytes_per_s * e.memory) +
                   (w.cache_bytes > 0 ? w.cache_bytes / (t.hbm_bytes_per_s * kv.memory) : 0.0);
   if (e.sm_bytes_per_cycle > 0 && t.sm_cycles_per_s() > 0)
     memory = std::max(memory, (w.bytes + w.cache_bytes) / (t.sm_cycles_per_s() * e.sm_bytes_per_cycle));
-  double compute = w.flops / (t.peak_flops * e.compute);
+  double compute = w.flops / (peak_flops * e.compute);
   if (e.sm_flops_per_cycle > 0 && t.sm_cycles_per_s() > 0)
     compute = std::max(compute, w.flops / (t.sm_cycles_per_s() * e.sm_flops_per_cycle));
   if (!std::isfinite(e.overlap_p)) return std::max(compute, memory);
@@ -64,17 +65,28 @@ double bound_seconds(const AcceleratorType& t, const KindEfficiency& e, const Ki
 constexpr std::array<double, 10> kOverlapGrid{1,   1.25, 1.5, 1.75, 2,
                                               2.5, 3,    4,   8,    std::numeric_limits<double>::infinity()};
 
+double bound_seconds(const AcceleratorType& t, const KindEfficiency& e, const KindEfficiency& kv, const Work& w) {
+  return bound_seconds(t, e, kv, w, t.peak_flops);
+}
+
+double kernel_seconds_at(const AcceleratorType& t, const RooflineFit& f, const Work& w, double calls,
+                         double peak_flops) {
+  const KindEfficiency& e = f[w.kind];
+  return bound_seconds(t, e, f[WorkKind::kKvRead], w, peak_flops) + calls * e.overhead_s;
+}
+
 }  // namespace
 
 double kernel_seconds(const AcceleratorType& t, const RooflineFit& f, const Work& w, double calls) {
-  const KindEfficiency& e = f[w.kind];
-  return bound_seconds(t, e, f[WorkKind::kKvRead], w) + calls * e.overhead_s;
+  return kernel_seconds_at(t, f, w, calls, t.peak_flops);
 }
 
 double calls_seconds(const AcceleratorType& t, const RooflineFit& f, const DenseShape& s,
                      std::span<const SublayerCall> calls) {
+  // (a kind's SM FLOP ceiling still holds: the slower of the two binds)
+  const double peak = s.elem_bytes >= 4 ? t.fp32_flops : t.peak_flops;
   double sum = 0;
-  for (const auto& c : calls) sum += kernel_seconds(t, f, sublayer_work(s, c), c.count);
+  for (const auto& c : calls) sum += kernel_seconds_at(t, f, sublayer_work(s, c), c.count, peak);
   return sum;
 }
 

@@ -26,6 +26,10 @@ struct AcceleratorType {
   std::string name;                  // "H100-SXM"
   std::vector<std::string> aliases;  // other names a cluster may use ("H100")
   double peak_flops = 0;             // dense bf16/fp16 tensor FLOP/s
+  // Plain FP32 FLOP/s (not TF32: PyTorch's float32 matmuls default to full
+  // precision), what a float32 model's kernels compute at; 0: not given (a
+  // float32 model cannot play the roofline on this type).
+  double fp32_flops = 0;
   double hbm_bytes_per_s = 0;
   std::int64_t hbm_bytes = 0;
   std::string interconnect;             // "nvlink4", "pcie4"
@@ -93,7 +97,8 @@ struct RooflineFit {
 // Seconds of one kernel (its count already folded into `w`: `calls` kernels
 // pay the overhead `calls` times).
 double kernel_seconds(const AcceleratorType& t, const RooflineFit& f, const Work& w, double calls = 1);
-// Seconds of a sequence of kernel calls (each call's count repeats it).
+// Seconds of a sequence of kernel calls (each call's count repeats it). A
+// shape of 4-byte elements computes at t.fp32_flops, not the tensor peak.
 double calls_seconds(const AcceleratorType& t, const RooflineFit& f, const DenseShape& s,
                      std::span<const SublayerCall> calls);
 

@@ -48,6 +48,8 @@ def cluster_lines(accels: int) -> list:
         "",
         "[ground_truth]",
         'layers = "../../data/profiles/llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv"',
+        'layers_model = "llama3-8b"  # what the profile measured: Llama-3.1-8B (the llama3-8b shape) on an H100',
+        'layers_type = "H100"',
         'transfers = "../../data/profiles/vidur_network_h100_dgx_send_recv.csv"',
         "op_noise_cv = 0.006",
         "transfer_noise_cv = 0.0163",

@@ -1,4 +1,5 @@
 module;
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -42,6 +43,7 @@ TypedGroundTruth::TypedGroundTruth(TypedTruthOptions opt, const AcceleratorSet& 
     const std::string& name = accels_.type_name(static_cast<AccelTypeId>(t));
     const bool measured = plays_profile(opt_, name);
     by_type_.push_back(measured ? nullptr : find_type(opt_.types, name));
+    sheets_.push_back(find_type(opt_.types, name));
     fits_.push_back(&fit_for(opt_, name));
   }
 }
@@ -60,6 +62,17 @@ Result<double> TypedGroundTruth::op_seconds(const Gmg& gmg, OpId op) {
   const OpRecord& r = gmg.op(op);
   const AccelTypeId type = accels_.type(r.accel);
   const AcceleratorType* sheet = type < by_type_.size() ? by_type_[type] : nullptr;
+  const Model* m = models_.of(r.tmpl);
+  // A model the profile did not measure plays the roofline here too.
+  if (!sheet && m &&
+      std::find(opt_.off_profile_models.begin(), opt_.off_profile_models.end(), m->name()) !=
+          opt_.off_profile_models.end()) {
+    sheet = type < sheets_.size() ? sheets_[type] : nullptr;
+    if (!sheet)
+      return NotFound("ground truth for " + gmg.op_name(op) + ": model '" + m->name() +
+                      "' is not the measured profile's and type " + accels_.type_name(type) +
+                      " has no datasheet for the roofline");
+  }
   if (!sheet) {
     if (!opt_.layers)
       return NotFound("ground truth for " + gmg.op_name(op) + ": no datasheet for type " + accels_.type_name(type));
@@ -67,7 +80,6 @@ Result<double> TypedGroundTruth::op_seconds(const Gmg& gmg, OpId op) {
     if (!s.ok()) return s.status();
     return op_noise_.sample(s.value());
   }
-  const Model* m = models_.of(r.tmpl);
   const GraphTemplate& t = gmg.templates().get(r.tmpl);
   if (!m)
     return NotFound("ground truth for " + gmg.op_name(op) + ": the roofline needs the model behind template '" +

@@ -25,6 +25,9 @@ export namespace slicesched {
 struct TypedTruthOptions {
   std::optional<LayerProfile> layers;  // measured layer-group times
   std::string layers_type;             // the type they were measured on ("": every type)
+  // Models (by name) whose shape is not the profile's: they play the
+  // roofline on every type, the profile's included.
+  std::vector<std::string> off_profile_models;
   std::optional<TransferProfile> transfers;
   RooflineFit fit;  // the general fit, for types without their own
   // Types that play their own fit (fitted on their own kernels) instead of
@@ -72,6 +75,7 @@ class TypedGroundTruth final : public GroundTruth {
   ModelSet models_;
   const AcceleratorSet& accels_;
   std::vector<const AcceleratorType*> by_type_;  // per AccelTypeId: the datasheet, or nullptr (the profile)
+  std::vector<const AcceleratorType*> sheets_;   // per AccelTypeId: the datasheet where a table knows the type
   std::vector<const RooflineFit*> fits_;         // per AccelTypeId: the efficiencies it plays
   NoisyClock op_noise_, transfer_noise_;
 };

@@ -492,7 +492,8 @@ ExperimentConfig small_with(const std::string& accelerators, const std::string& 
   const std::string old_accels = "accelerators = [{ name_prefix = \"gpu\", count = 4, type = \"H100\", hbm_gib = 80 }]";
   REQUIRE(s.find(old_accels) != std::string::npos);
   s.replace(s.find(old_accels), old_accels.size(), "accelerators = [" + accelerators + "]");
-  const std::string gt = "[ground_truth]\n";
+  const std::string gt = "[ground_truth]\n", own_type = "layers_type = \"H100\"\n";
+  if (const auto at = s.find(own_type); at != std::string::npos) s.erase(at, own_type.size());
   s.insert(s.find(gt) + gt.size(), "layers_type = \"" + layers_type + "\"\n");
   const auto path = std::filesystem::temp_directory_path() /
                     ("slicesched_truth_" + std::to_string(std::hash<std::string>{}(s)) + ".toml");
@@ -551,6 +552,60 @@ TEST_CASE("a type named by its table's file plays what its name would", "[compos
   const auto h100 = played(small_with("{ name_prefix = \"gpu\", count = 2, type = \"H100-SXM.toml\" }", "H100"));
   REQUIRE(h100.size() == 1);
   CHECK(h100[0].truth == "profile");
+}
+
+TEST_CASE("a model of another shape than the profile's plays the roofline, said in one line",
+          "[compose][ground_truth]") {
+  // two-models.toml: the profile measured llama3-8b on an H100; Qwen2.5-7B
+  // is another shape, so its operators play the roofline there.
+  const std::string two = std::string(SLICESCHED_SOURCE_DIR) + "/configs/experiments/two-models.toml";
+  auto cfg = load_config(two);
+  REQUIRE(cfg.ok());
+  CHECK(cfg->ground_truth.off_profile_models == std::vector<std::string>{"qwen"});
+  const auto p = played(*cfg);
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].truth == "profile");
+  CHECK(p[0].roofline_models == std::vector<std::string>{"qwen"});
+  CHECK(profile_scope_lines(*cfg) ==
+        std::vector<std::string>{
+            "ground truth: model 'qwen' plays the roofline on every type (efficiencies from roofline-fit.toml or the "
+            "type's own fit), not llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv, which measured 'llama3-8b' "
+            "(ground_truth.layers_model): another shape"});
+  // An empty name is not a model.
+  auto bare = load_config(two, {{"ground_truth.layers_model", "\"\""}});
+  REQUIRE_FALSE(bare.ok());
+  CHECK(bare.status().message() ==
+        "--set ground_truth.layers_model=\"\": ground_truth.layers_model: expected the "
+        "name of the model the layers profile measured (a model of this config or a preset)");
+  // A name that is no model nor preset is refused where it is written.
+  auto nope = load_config(two, {{"ground_truth.layers_model", "\"llama-9b\""}});
+  REQUIRE_FALSE(nope.ok());
+  CHECK(
+      nope.status().message().starts_with("--set ground_truth.layers_model=\"llama-9b\": ground_truth.layers_model: no "
+                                          "model or preset named 'llama-9b' (models: llama, qwen; presets: "));
+}
+
+TEST_CASE("without layers_model and layers_type the profile plays every model and type, said in one line",
+          "[compose][ground_truth]") {
+  std::ifstream in(kSmall);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  for (const std::string line : {"layers_model = \"llama3-8b\"", "layers_type = \"H100\""}) {
+    const auto at = s.find(line);
+    REQUIRE(at != std::string::npos);
+    s.erase(at, s.find('\n', at) - at + 1);
+  }
+  const auto path = std::filesystem::path(kSmall).parent_path() / "small_unscoped.toml";
+  std::ofstream(path) << s;
+  auto cfg = load_config(path.string());
+  std::filesystem::remove(path);
+  REQUIRE(cfg.ok());
+  CHECK(cfg->ground_truth.off_profile_models.empty());
+  CHECK(profile_scope_lines(*cfg) ==
+        std::vector<std::string>{"ground truth: llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv is taken to measure "
+                                 "model 'llama3-8b' on type 'H100' (set ground_truth.layers_model and layers_type to "
+                                 "what it measured: any other then plays the roofline)"});
 }
 
 TEST_CASE("a type without a profile falls back to the roofline, said in one line", "[compose][ground_truth]") {
@@ -752,6 +807,25 @@ TEST_CASE("Llama-2-70B spread over four H100s holds a quarter of its weights on 
     CHECK(run->memory.peak[a] > gmg.hbm(a).weights);
     CHECK(run->memory.peak[a] <= run->memory.budget[a]);
   }
+}
+
+TEST_CASE("a spread model with tied embeddings holds the matrix on its last share too", "[compose][spread]") {
+  // The head runs on the last share and reads the embedding's matrix: a
+  // pipeline keeps a copy there (it was charged to the first share only).
+  const std::string path = std::string(SLICESCHED_SOURCE_DIR) + "/configs/experiments/llama2-70b.toml";
+  auto untied = load_config(path);
+  auto tied = load_config(path, {{"model.tied_embeddings", "true"}});
+  REQUIRE(untied.ok());
+  REQUIRE(tied.ok());
+  PluginRegistries plugins;
+  REQUIRE(load_plugins(*tied, plugins).ok());
+  auto a = build_policy(*untied, untied->policies.front(), plugins, {});
+  auto b = build_policy(*tied, tied->policies.front(), plugins, {});
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  for (AccelId g = 0; g < 4; ++g) CHECK(b.value()->gmg->hbm(g).weights == a.value()->gmg->hbm(g).weights);
+  const std::int64_t matrix = 32000ll * 8192 * 2;
+  CHECK(b.value()->gmg->hbm(3).weights - b.value()->gmg->hbm(2).weights == matrix + 8192 * 2);
 }
 
 TEST_CASE("a spread model is refused where a share does not fit or a name is not an accelerator", "[compose][spread]") {

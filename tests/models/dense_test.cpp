@@ -137,6 +137,16 @@ TEST_CASE("model config errors are one line naming the file, the key and what wa
         dir +
             "models_nowhere.toml:16: tenants[0].model: tenant 'chat' runs model 'qwen', which no accelerator holds "
             "(list it in an accelerator group's models, or leave models out so it goes where it fits)");
+  // No lists: the default residency filled every accelerator with the
+  // first model, and the message says so (it advised leaving out the lists
+  // that were not there).
+  auto filled = load_config(kSource + "/configs/experiments/heterogeneous.toml",
+                            {{"cluster.accelerators[0].hbm_gib", "20"}, {"cluster.accelerators[1].hbm_gib", "20"}});
+  REQUIRE_FALSE(filled.ok());
+  CHECK_THAT(filled.status().message(),
+             Catch::Matchers::EndsWith("tenant 'online2' runs model 'qwen', which no accelerator holds (by default "
+                                       "each accelerator holds the models that fit, in config order, and the ones "
+                                       "before it took the room: list it in an accelerator group's models)"));
   CHECK(load_error(dir + "models_too_big.toml") ==
         dir +
             "models_too_big.toml:6: models[1]: model 'qwen' needs 14.19 GiB of weights and fits on no accelerator "
