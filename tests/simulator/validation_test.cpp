@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -187,6 +188,23 @@ TEST_CASE("the overlap exponent charges both bounds near the ridge point and nei
   // Far below it (memory-bound, compute 1000x less): nearly the plain roofline.
   const Work gemv{WorkKind::kGemm, 100e6, 1e9};
   CHECK_THAT(kernel_seconds(t, smooth, gemv), Catch::Matchers::WithinRel(1e-3, 1e-6));
+}
+
+TEST_CASE("a float32 model computes at the type's FP32 rate, not its tensor peak", "[roofline]") {
+  AcceleratorType t;
+  t.name = "X";
+  t.peak_flops = 1000e12;
+  t.fp32_flops = 50e12;
+  t.hbm_bytes_per_s = 1e12;
+  const RooflineFit plain;
+  // A 4,096-token prefill's q_proj: compute-bound at either rate.
+  const SublayerCall q{Sublayer::kQProj, 4096, 1, 0, 1};
+  DenseShape bf16, fp32;
+  fp32.elem_bytes = 4;
+  const double flops = sublayer_work(bf16, q).flops;
+  REQUIRE(flops == sublayer_work(fp32, q).flops);
+  CHECK_THAT(calls_seconds(t, plain, bf16, std::span(&q, 1)), Catch::Matchers::WithinRel(flops / 1000e12, 1e-9));
+  CHECK_THAT(calls_seconds(t, plain, fp32, std::span(&q, 1)), Catch::Matchers::WithinRel(flops / 50e12, 1e-9));
 }
 
 TEST_CASE("a fit recovers the overlap exponent of rows made with one", "[roofline]") {
