@@ -740,8 +740,14 @@ void Tenant::seat_riders(Lane& lane, std::int64_t& tokens, std::int64_t& context
   rider_evictions_ += gone.size();
   lane.running = std::move(kept);
   // New riders, the oldest request of any owner first, while they fit (none
-  // in an iteration that just sent riders away: the room is online's).
+  // in an iteration that just sent riders away: the room is online's). Nor
+  // while a request of the host's own or a peer's still waits (it found no
+  // token, sequence or KV room): vLLM's scheduler takes its waiting queue in
+  // priority order and stops at the first request it cannot schedule, so
+  // lower-priority work never starts ahead of higher-priority work that
+  // waits. Riders on board stay, as vLLM's running requests do.
   if (!gone.empty() || first_tokens) return;
+  if (!waiting_.empty() || oldest_source([&](const Tenant& t) { return peer(t); })) return;
   while (Tenant* o = oldest_source([&](const Tenant& t) { return !peer(t) && !(own_less && !t.rides_only_); })) {
     const std::size_t r = o->waiting_.front();
     const std::int64_t whole = o->held(r);
