@@ -101,7 +101,12 @@ int simulate(const SimulateOptions& opt) {
       else
         built[k] = made.status();
     });
-    for (const Status& s : built) check(s);
+    for (std::size_t k = 0; k < built.size(); ++k)
+      if (!built[k].ok() && k >= reported)  // (the baseline, run beside: say why it runs)
+        check(Status(built[k].code(), built[k].message() + " (the SLO baseline, run beside --policy " +
+                                          chosen[0]->name + " for the threshold; --slo-threshold SECONDS skips it)"));
+      else
+        check(built[k]);
 
     // Ctrl-C (SIGINT) or SIGTERM: the first cancels the runs at their next
     // event and nothing is written (results cut short would look complete);

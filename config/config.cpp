@@ -400,6 +400,10 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
         known = &cfg.accelerator_types.back();
       } else {
         why = t.status().message();
+        // A table that is there but wrong (a misspelt key, a bad value) is
+        // an error even with hbm_gib: it was silently passed over, and the
+        // run went on without its datasheet.
+        if (t.status().code() != StatusCode::kNotFound) a.fail(a.node("type"), "type", why);
         if (!a.has("hbm_gib")) a.fail(a.node("type"), "type", why + " (and no hbm_gib to fall back on)");
         unresolved.push_back({type, a.where(a.node("type"), "type"), why});
       }
