@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -114,10 +115,16 @@ int plan(const PlanOptions& opt) {
       for (const auto& o : objectives) {
         // (null: n/a, e.g. TTFT with no online request; it holds no objective)
         const auto it = t.entry.find(o.figure);
-        if (it != t.entry.end() && it->is_number())
-          std::printf(" %16.4f", it->get<double>());
-        else
+        if (it != t.entry.end() && it->is_number()) {
+          // Four decimals, or as many as tell the figure from the bound
+          // (0.500003 against <= 0.5 read "0.5000 fail").
+          const double x = it->get<double>();
+          char four[64];
+          std::snprintf(four, sizeof four, "%.4f", x);
+          std::printf(o.holds(std::strtod(four, nullptr)) == o.holds(x) ? " %16.4f" : " %16.9g", x);
+        } else {
           std::printf(" %16s", "n/a");
+        }
       }
       std::printf("  %s\n", t.holds ? "hold" : "fail");
     }

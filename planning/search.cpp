@@ -44,6 +44,10 @@ Result<Objective> parse_objective(const std::string& arg) {
   const auto& names = figure_names();
   bool known = false;
   for (const auto& n : names) known |= n == name;
+  // "done=>0.9", "x=<1": the comparison written backwards.
+  if (!known && !name.empty() && name.back() == '=' && at + 1 < arg.size() && arg[at + 1] != '=')
+    return InvalidArgument("--objective " + arg + ": '=" + std::string(1, arg[at]) + "' is written backwards: '" +
+                           std::string(1, arg[at]) + "=' (e.g. ttft_p90_s<=1.0)");
   if (!known) {
     std::string list;
     for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;

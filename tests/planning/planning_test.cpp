@@ -205,6 +205,8 @@ TEST_CASE("objectives and --vary parse, or name what is wrong", "[planning]") {
   CHECK_FALSE(g->holds(0.99));
   CHECK(g->holds(0.995));
   CHECK(parse_objective("ttft_p90<=1").status().message().find("no figure named 'ttft_p90'") != std::string::npos);
+  CHECK(parse_objective("done=>0.9").status().message() ==
+        "--objective done=>0.9: '=>' is written backwards: '>=' (e.g. ttft_p90_s<=1.0)");
   CHECK(parse_objective("done=1").status().message().find("expected FIGURE<=X") != std::string::npos);
   CHECK(parse_objective("done>=x").status().message().find("not a finite number") != std::string::npos);
   CHECK(parse_objective("done>=nan").status().message().find("not a finite number") != std::string::npos);
