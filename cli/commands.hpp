@@ -59,7 +59,7 @@ int validate(const ValidateOptions& opt);
 
 struct SimulateOptions {
   std::string config;
-  std::optional<std::string> policy;  // run only this policy
+  std::vector<std::string> policies;  // run only these policies (empty: every one)
   std::optional<std::string> out;     // write summary.json, CSVs, traces and plots here
   std::optional<std::uint64_t> seed;  // overrides the config's seed
   double trace_seconds = 60;          // Chrome traces cover the first this many simulated seconds

@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   auto* simulate =
       app.add_subcommand("simulate", "Offline capacity planning: run every policy of CONFIG on the emulated cluster");
   simulate->add_option("config", sim.config, "Experiment TOML (e.g. configs/experiments/colocation.toml)")->required();
-  simulate->add_option("--policy", sim.policy, "Run only this policy");
+  simulate->add_option("--policy", sim.policies, "Run only this policy (repeatable)");
   simulate->add_option("--out", sim.out, "Write summary.json, CSVs, Chrome traces and plots into this folder");
   simulate->add_option("--seed", sim.seed, "Override the config's seed")->check(kId);
   simulate->add_option("--set", sim.sets, "KEY=VALUE: override one config value (repeatable), as in sweep");

@@ -62,9 +62,12 @@ int simulate(const SimulateOptions& opt) {
       std::fprintf(stderr, "slicesched: %s\n", line.c_str());
     for (const std::string& line : profile_scope_lines(*cfg)) std::fprintf(stderr, "slicesched: %s\n", line.c_str());
     std::vector<const PolicyConfig*> chosen;
-    if (opt.policy)
-      chosen.push_back(value_or_fail(find_policy(*cfg, opt.policy)));
-    else
+    for (const std::string& name : opt.policies) {
+      const PolicyConfig* p = value_or_fail(find_policy(*cfg, name));
+      if (std::find(chosen.begin(), chosen.end(), p) != chosen.end()) fail("--policy " + name + ": given twice");
+      chosen.push_back(p);
+    }
+    if (opt.policies.empty())
       for (const auto& p : cfg->policies) chosen.push_back(&p);
     // SLO attainment is against the baseline's p90 TTFT, never a run's own:
     // a --policy that leaves the baseline out runs it beside (not reported),
