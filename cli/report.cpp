@@ -642,11 +642,12 @@ void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const Rep
   }
   if (Status s = files.commit(); !s.ok()) throw std::runtime_error(s.message());
   warn_other_results(dir, all);
-  plots(dir, runs);
+  // (no finished run, no plot: gnuplot stopped at plots without a series)
+  if (!runs.empty()) plots(dir, runs);
   std::printf(
-      "wrote %s/summary.json, timing.json, per-policy CSVs, calibration profiles, Chrome traces (open in Perfetto)%s "
-      "and plots/\n",
-      dir.string().c_str(), opt.explain ? ", decisions.jsonl" : "");
+      "wrote %s/summary.json, timing.json, per-policy CSVs, calibration profiles, Chrome traces (open in Perfetto)%s"
+      "%s\n",
+      dir.string().c_str(), opt.explain ? ", decisions.jsonl" : "", runs.empty() ? "" : " and plots/");
 }
 
 bool draw_plots(const fs::path& dir, const std::string& gp) {

@@ -116,7 +116,10 @@ int simulate(const SimulateOptions& opt) {
     // once writing has begun it finishes. A second one stops the process at
     // once (a file being written is then left under its temporary name,
     // never under its own).
-    const StopSignals signals({.second_kills = true});
+    const StopSignals signals(
+        {.second_kills = true,
+         .first_line = "\nslicesched: stopping: each run ends at its next event (a plugin still deciding returns "
+                       "first); Ctrl-C again to stop now\n"});
     const auto t0 = std::chrono::steady_clock::now();
     // A policy that fails does not take the others' results with it: its
     // error is kept (one line naming it), the others run to the end, and

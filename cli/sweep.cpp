@@ -247,7 +247,10 @@ int sweep(const SweepOptions& opt) {
   // nothing is written (rows cut short would look complete); an --out
   // folder the sweep made is taken away again if it is still empty. A
   // second signal stops the process at once.
-  const StopSignals signals({.second_kills = true});
+  const StopSignals signals(
+      {.second_kills = true,
+       .first_line = "\nslicesched: stopping: each run ends at its next event (a plugin still deciding returns "
+                     "first); Ctrl-C again to stop now\n"});
   const int jobs = opt.jobs > 0 ? opt.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::fprintf(stderr, "sweep: %zu point(s)%s x %zu polic%s on %d thread(s)\n", points.size(),
                opt.shard ? (" (shard " + *opt.shard + " of " + std::to_string(grid.size()) + ")").c_str() : "",

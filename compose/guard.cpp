@@ -5,8 +5,10 @@ module;
 #endif
 
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <functional>
@@ -153,10 +155,10 @@ class GuardedPlacement final : public PlacementPolicy {
     return call(who_, nullptr, [&] { return inner_->reasons(); });
   }
   bool needs_simulation() const override {
-    return call(who_, use_, [&] { return inner_->needs_simulation(); });
+    return call(who_, nullptr, [&] { return inner_->needs_simulation(); });
   }
   Objective objective() const override {
-    return call(who_, use_, [&] { return inner_->objective(); });
+    return call(who_, nullptr, [&] { return inner_->objective(); });
   }
   std::optional<std::size_t> choose(const Gmg& gmg, const Batch& batch, std::span<const Candidate> candidates,
                                     std::span<const Outcome> outcomes) override {
@@ -178,7 +180,7 @@ class GuardedArbiter final : public TransferArbiter {
     call(who_, use_, [&] { inner_->select(pending, src_busy, dst_busy, out); });
   }
   bool uses_default_rule() const override {
-    return call(who_, use_, [&] { return inner_->uses_default_rule(); });
+    return call(who_, nullptr, [&] { return inner_->uses_default_rule(); });
   }
 
  private:
@@ -191,11 +193,21 @@ class GuardedEstimator final : public Estimator {
  public:
   GuardedEstimator(PluginPtr<Estimator> inner, std::string who, std::shared_ptr<PluginUse> use)
       : inner_(std::move(inner)), who_(std::move(who)), use_(std::move(use)) {}
+  // A prediction is seconds, finite and never negative (EstimatorPlugin's
+  // contract): NaN or -1 became 0 s and infinity 1e9 s in the what-ifs,
+  // which then placed on nonsense without a word.
   double predict_op(OpKindId kind, AccelTypeId type, std::span<const double> features) const override {
-    return call(who_, use_, [&] { return inner_->predict_op(kind, type, features); });
+    const double s = call(who_, use_, [&] { return inner_->predict_op(kind, type, features); });
+    if (!(s >= 0 && std::isfinite(s)))
+      refuse(s, "operator kind " + std::to_string(kind) + " on accelerator type " + std::to_string(type));
+    return s;
   }
   double predict_transfer(AccelId src, AccelId dst, std::uint64_t bytes) const override {
-    return call(who_, use_, [&] { return inner_->predict_transfer(src, dst, bytes); });
+    const double s = call(who_, use_, [&] { return inner_->predict_transfer(src, dst, bytes); });
+    if (!(s >= 0 && std::isfinite(s)))
+      refuse(s, "a transfer of " + std::to_string(bytes) + " bytes from accelerator " + std::to_string(src) + " to " +
+                    std::to_string(dst));
+    return s;
   }
   Status observe_op(OpKindId kind, AccelTypeId type, std::span<const double> features, double seconds) override {
     return call(who_, use_, [&] { return inner_->observe_op(kind, type, features, seconds); });
@@ -204,13 +216,18 @@ class GuardedEstimator final : public Estimator {
     return call(who_, use_, [&] { return inner_->observe_transfer(src, dst, bytes, seconds); });
   }
   const EstimatorSet* linear() const override {
-    return call(who_, use_, [&] { return inner_->linear(); });
+    return call(who_, nullptr, [&] { return inner_->linear(); });
   }
   Status seed_linear(const std::function<Status(EstimatorSet&)>& write) override {
     return call(who_, use_, [&] { return inner_->seed_linear(write); });
   }
 
  private:
+  [[noreturn]] void refuse(double s, const std::string& what) const {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", s);
+    throw PluginFailure(who_ + " predicted " + b + " s for " + what + " (expected a finite number of seconds >= 0)");
+  }
   PluginPtr<Estimator> inner_;
   std::string who_;
   std::shared_ptr<PluginUse> use_;
@@ -224,10 +241,10 @@ class GuardedFilter final : public CandidateFilter {
     return call(who_, nullptr, [&] { return inner_->bind(ctx); });
   }
   bool needs_simulation() const override {
-    return call(who_, use_, [&] { return inner_->needs_simulation(); });
+    return call(who_, nullptr, [&] { return inner_->needs_simulation(); });
   }
   bool drops_only_infeasible() const override {
-    return call(who_, use_, [&] { return inner_->drops_only_infeasible(); });
+    return call(who_, nullptr, [&] { return inner_->drops_only_infeasible(); });
   }
   void filter(const StageRound& round, std::span<std::uint8_t> keep) override {
     call(who_, use_, [&] { inner_->filter(round, keep); });
@@ -250,10 +267,10 @@ class GuardedScore final : public CandidateScore {
     return call(who_, nullptr, [&] { return inner_->bind(ctx); });
   }
   bool needs_simulation() const override {
-    return call(who_, use_, [&] { return inner_->needs_simulation(); });
+    return call(who_, nullptr, [&] { return inner_->needs_simulation(); });
   }
   PlacementPolicy::Objective objective() const override {
-    return call(who_, use_, [&] { return inner_->objective(); });
+    return call(who_, nullptr, [&] { return inner_->objective(); });
   }
   void score(const StageRound& round, std::span<const std::uint8_t> keep, std::span<double> cost) override {
     call(who_, use_, [&] { inner_->score(round, keep, cost); });

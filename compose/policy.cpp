@@ -37,6 +37,20 @@ auto guarded(F&& f) -> decltype(f()) {
 // `s` with `who` in front of its message.
 Status named(const Status& s, const std::string& who) { return Status(s.code(), who + s.message()); }
 
+// A plugin's bind, its failure named: a returned one after `who` (and
+// `plugin`, which the plugin's own message may not say), a thrown one after
+// `who` (a guard turns a throw into a PluginFailure naming the plugin, but
+// not the policy).
+template <typename F>
+Status bind_named(F&& bind, const std::string& who, const std::string& plugin = "") {
+  try {
+    if (Status s = bind(); !s.ok()) return named(s, who + plugin);
+  } catch (const PluginFailure& e) {
+    return InvalidArgument(who + e.what());
+  }
+  return Status::Ok();
+}
+
 // Request `i` of tenant `tc`'s stream needs more than its model's context
 // window (`mc` does not cut it).
 Status over_window(const ExperimentConfig& cfg, const TenantConfig& tc, const ModelConfig& mc, std::size_t i,
@@ -272,7 +286,7 @@ Result<PolicyPlugins> build_plugins(const ExperimentConfig& cfg, const PolicyCon
       sets.push_back(guarded_plugin(plugins.partition, choice, std::move(made).value()));
     }
     p.partitions = std::make_unique<UnionPartitionSet>(std::move(sets));
-    if (Status s = p.partitions->bind(accels); !s.ok()) return named(s, who);
+    if (Status s = bind_named([&] { return p.partitions->bind(accels); }, who); !s.ok()) return s;
     if (policy.stages.empty()) {
       auto made = plugins.placement.create(policy.placement.name, policy.placement.args);
       if (!made.ok()) return named(made.status(), who);
@@ -383,8 +397,11 @@ Result<std::unique_ptr<PolicyParts>> build_policy(const ExperimentConfig& cfg, c
       return guard(std::move(made).value(), plugins.arbiter.kind() + " '" + choice.name + "'", arbiter_use);
     };
     // What the policy may read besides the GMG: the estimator, to price work.
-    if (Status s = p->plugins.placement->bind(PolicyContext{.estimator = p->plugins.estimator.get()}); !s.ok())
-      return named(s, "policy '" + policy.name + "': placement '" + placement_label(policy) + "': ");
+    if (Status s = bind_named(
+            [&] { return p->plugins.placement->bind(PolicyContext{.estimator = p->plugins.estimator.get()}); },
+            "policy '" + policy.name + "': ", "placement '" + placement_label(policy) + "': ");
+        !s.ok())
+      return s;
     p->scheduler =
         std::make_unique<Scheduler>(*p->plugins.placement, *p->plugins.partitions, *p->plugins.estimator, sopt);
     p->engine = engine_options(cfg, opt, *p->accels);

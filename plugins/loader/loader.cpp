@@ -4,6 +4,7 @@ module;
 //
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <link.h>
 
 #include <boost/dll/shared_library.hpp>
 #include <cstdlib>
@@ -19,6 +20,17 @@ module slicesched.plugins.loader;
 namespace slicesched {
 
 namespace {
+
+// The ELF type of the symbol `name` of `library` (STT_FUNC, STT_OBJECT),
+// or -1 where the dynamic linker cannot say: a function called as a
+// pointer, or data called as a function, would crash the host.
+int symbol_type(boost::dll::shared_library& library, const char* name) {
+  void* address = dlsym(library.native(), name);
+  Dl_info info;
+  void* entry = nullptr;  // the symbol's ElfW(Sym)
+  if (!address || dladdr1(address, &info, &entry, RTLD_DL_SYMENT) == 0 || !entry) return -1;
+  return ELF64_ST_TYPE(static_cast<const ElfW(Sym)*>(entry)->st_info);
+}
 
 // dlopen's own reason; Boost.DLL reports every failure as "Bad file
 // descriptor". Boost does not clear dlerror() on this path, so it still
@@ -97,6 +109,10 @@ Status load_plugin_library(const std::filesystem::path& path, PluginRegistries& 
     return FailedPrecondition(path.string() + ": carries no interface hash (built against an SDK older than " +
                               SLICESCHED_SDK_VERSION + "?); this slicesched has interface hash " +
                               SLICESCHED_INTERFACE_HASH + ": rebuild the plugin against its SDK");
+  if (const int type = symbol_type(*library, SLICESCHED_PLUGIN_INTERFACE_SYMBOL); type >= 0 && type != STT_FUNC)
+    return FailedPrecondition(path.string() + ": '" SLICESCHED_PLUGIN_INTERFACE_SYMBOL
+                                              "' is not a function (not built with SLICESCHED_PLUGIN_ENTRY?); "
+                                              "rebuild the plugin against this SDK");
   const char* raw = library->get<const char*()>(SLICESCHED_PLUGIN_INTERFACE_SYMBOL)();
   if (raw == nullptr)
     return FailedPrecondition(path.string() +
@@ -112,7 +128,12 @@ Status load_plugin_library(const std::filesystem::path& path, PluginRegistries& 
                               SLICESCHED_INTERFACE_HASH + ": rebuild the plugin against this SDK");
   }
   // The alias is a variable holding the entry's address (Boost.DLL's
-  // alias): read it as such, so a null one is refused, not called.
+  // alias): read it as such, so a null one is refused, not called, and a
+  // function exported under its name by hand is refused, not read.
+  if (const int type = symbol_type(*library, SLICESCHED_PLUGIN_ENTRY_SYMBOL); type == STT_FUNC)
+    return FailedPrecondition(path.string() + ": '" SLICESCHED_PLUGIN_ENTRY_SYMBOL
+                                              "' is a function, not the variable SLICESCHED_PLUGIN_ENTRY(fn) "
+                                              "exports; register with SLICESCHED_PLUGIN_ENTRY");
   PluginEntry* entry = library->get<PluginEntry*>(SLICESCHED_PLUGIN_ENTRY_SYMBOL);
   if (entry == nullptr)
     return FailedPrecondition(path.string() + ": '" SLICESCHED_PLUGIN_ENTRY_SYMBOL

@@ -9,6 +9,7 @@
 #   partition_unknown  a partition set offers an accelerator the cluster lacks
 #   arbiter_throws     the transfer arbiter's select() throws
 #   arbiter_never      the transfer arbiter never starts a transfer
+#   estimator_nan      the estimator predicts NaN seconds (they were read as 0 s)
 set(num "[0-9.]+")
 set(deadlock "engine: deadlock at ${num} s: ${num} operator\\(s\\) wait for a placement and nothing else can run")
 set(key "policies.Failing.placement.plugin")
@@ -40,12 +41,18 @@ elseif(MODE STREQUAL "arbiter_never")
   set(key "policies.Failing.arbiter")
   set(plugin "{plugin=\"never-starts\"}")
   set(cause "policy 'Failing' \\(placement 'static'\\): ${deadlock} \\(transfer arbiter 'never-starts' started none of the [0-9]+ pending transfer\\(s\\), though every port is free\\)")
+elseif(MODE STREQUAL "estimator_nan")
+  set(key "policies.Failing.estimator")
+  set(plugin "{plugin=\"nan-estimator\"}")
+  # (its placement simulates, so the predictions are read)
+  set(extra "--set" "policies.Failing.placement={plugin=\"simulation-guided\"}")
+  set(cause "policy 'Failing': estimator 'nan-estimator' predicted nan s for operator kind [0-9]+ on accelerator type [0-9]+ \\(expected a finite number of seconds >= 0\\)")
 else()
   message(FATAL_ERROR "unknown MODE '${MODE}'")
 endif()
 file(REMOVE_RECURSE ${OUT})
 execute_process(COMMAND ${SLICESCHED} simulate ${CONFIG} --out ${OUT} --explain "--set" "plugins.paths=[\"${PLUGIN}\"]"
-                        "--set" "${key}=${plugin}"
+                        "--set" "${key}=${plugin}" ${extra}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(rc STREQUAL "0" OR NOT rc MATCHES "^[0-9]+$")
   message(FATAL_ERROR "expected a non-zero exit status (not a crash), got '${rc}':\n${out}${err}")

@@ -118,14 +118,21 @@ TEST_CASE("forged plugins are refused in one line, none crashes or throws", "[pl
     std::string path, want;
   };
   const std::string null_hash = SLICESCHED_TEST_FORGED_NULL_HASH, null_entry = SLICESCHED_TEST_FORGED_NULL_ENTRY,
-                    throws = SLICESCHED_TEST_FORGED_THROWS;
+                    throws = SLICESCHED_TEST_FORGED_THROWS, func_entry = SLICESCHED_TEST_FORGED_FUNC_ENTRY,
+                    data_hash = SLICESCHED_TEST_FORGED_DATA_HASH;
   for (const Row& row : std::vector<Row>{
            {null_hash, null_hash + ": its interface hash is null (not built with SLICESCHED_PLUGIN_ENTRY?); rebuild "
                                    "the plugin against this SDK"},
            {null_entry,
             null_entry + ": 'slicesched_plugin_v1' points nowhere (not built with SLICESCHED_PLUGIN_ENTRY?)"},
            {throws, throws + ": cannot load: its static initialisation threw: the forged plugin's static "
-                             "initialiser threw"}}) {
+                             "initialiser threw"},
+           // Each crashed the host (a function's code read as a pointer, a
+           // string called).
+           {func_entry, func_entry + ": 'slicesched_plugin_v1' is a function, not the variable "
+                                     "SLICESCHED_PLUGIN_ENTRY(fn) exports; register with SLICESCHED_PLUGIN_ENTRY"},
+           {data_hash, data_hash + ": 'slicesched_plugin_interface' is not a function (not built with "
+                                   "SLICESCHED_PLUGIN_ENTRY?); rebuild the plugin against this SDK"}}) {
     INFO(row.path);
     PluginRegistries regs;
     const Status s = load_plugin_library(row.path, regs);

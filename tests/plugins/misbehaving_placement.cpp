@@ -10,9 +10,12 @@
 //   arbiter "throws-select"       throws from select()
 //   arbiter "never-starts"        never starts a transfer
 //   placement "slow-static"       takes candidate 0 after sleeping `ms` milliseconds
+//   partition set "throws-bind"   throws from bind()
+//   estimator "nan-estimator"     predicts NaN seconds for every operator
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -98,6 +101,22 @@ class UnknownAccelerator final : public PartitionSet {
   }
 };
 
+class ThrowsBind final : public PartitionSet {
+ public:
+  Status bind(const AcceleratorSet&) override { throw std::runtime_error("bind() failed on purpose"); }
+  std::vector<Candidate> candidates(const Gmg&, const Batch&) override { return {}; }
+};
+
+class NanEstimator final : public Estimator {
+ public:
+  double predict_op(OpKindId, AccelTypeId, std::span<const double>) const override {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  double predict_transfer(AccelId, AccelId, std::uint64_t) const override { return 1e-6; }
+  Status observe_op(OpKindId, AccelTypeId, std::span<const double>, double) override { return Status::Ok(); }
+  Status observe_transfer(AccelId, AccelId, std::uint64_t, double) override { return Status::Ok(); }
+};
+
 class ThrowsSelect final : public TransferArbiter {
  public:
   void select(std::span<const TransferIntent>, std::span<const std::uint8_t>, std::span<const std::uint8_t>,
@@ -121,10 +140,11 @@ Status add(Registry& registry, const char* name) {
 }
 
 Status register_more(PluginRegistries& r) {
-  for (Status s : {add<ThrowsInt>(r.placement, "throws-int"), add<InvalidPick>(r.placement, "invalid-pick"),
-                   add<ThrowsCandidates>(r.partition, "throws-candidates"),
-                   add<UnknownAccelerator>(r.partition, "unknown-accelerator"),
-                   add<ThrowsSelect>(r.arbiter, "throws-select"), add<NeverStarts>(r.arbiter, "never-starts")})
+  for (Status s :
+       {add<ThrowsInt>(r.placement, "throws-int"), add<InvalidPick>(r.placement, "invalid-pick"),
+        add<ThrowsCandidates>(r.partition, "throws-candidates"), add<ThrowsBind>(r.partition, "throws-bind"),
+        add<NanEstimator>(r.estimator, "nan-estimator"), add<UnknownAccelerator>(r.partition, "unknown-accelerator"),
+        add<ThrowsSelect>(r.arbiter, "throws-select"), add<NeverStarts>(r.arbiter, "never-starts")})
     if (!s.ok()) return s;
   return Status::Ok();
 }
