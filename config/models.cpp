@@ -237,7 +237,8 @@ Status validate_models(const ExperimentConfig& cfg) {
 Status resolve_profile_models(ExperimentConfig& cfg) {
   GroundTruthConfig& g = cfg.ground_truth;
   g.off_profile_models.clear();
-  if (!g.calibrated.empty()) return Status::Ok();
+  // (live mode plays no ground truth: nothing to resolve)
+  if (!g.present || !g.calibrated.empty()) return Status::Ok();
   if (!g.layers_csv.empty() && !g.layers_model.empty()) {
     // The measured model's shape: a model of this config, else a preset.
     std::optional<DenseShape> measured;
