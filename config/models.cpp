@@ -240,15 +240,17 @@ Status resolve_profile_models(ExperimentConfig& cfg) {
   // (live mode plays no ground truth: nothing to resolve)
   if (!g.present || !g.calibrated.empty()) return Status::Ok();
   if (!g.layers_csv.empty() && !g.layers_model.empty()) {
-    // The measured model's shape: a model of this config, else a preset.
+    // The measured model's shape: a preset's (a profile measures a real
+    // model, and a config's model may share a preset's name but not its
+    // shape), else a model of this config.
     std::optional<DenseShape> measured;
-    if (const ModelConfig* m = find_model(cfg, g.layers_model)) {
-      auto made = make_model(*m);
-      if (!made.ok()) return made.status();
-      measured = made.value()->shape();
-    } else if (auto preset = dense_preset(g.layers_model)) {
+    if (auto preset = dense_preset(g.layers_model)) {
       auto made = DenseDecoder::make(std::move(*preset));
       if (!made.ok()) return Status(made.status().code(), g.layers_model_where + ": " + made.status().message());
+      measured = made.value()->shape();
+    } else if (const ModelConfig* m = find_model(cfg, g.layers_model)) {
+      auto made = make_model(*m);
+      if (!made.ok()) return made.status();
       measured = made.value()->shape();
     } else {
       std::string presets;

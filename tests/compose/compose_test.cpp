@@ -571,6 +571,12 @@ TEST_CASE("a model of another shape than the profile's plays the roofline, said 
             "ground truth: model 'qwen' plays the roofline on every type (efficiencies from roofline-fit.toml or the "
             "type's own fit), not llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv, which measured 'llama3-8b' "
             "(ground_truth.layers_model): another shape"});
+  // A config's model that takes the preset's name but changes its shape is
+  // not what the profile measured (the name means the preset).
+  auto renamed = load_config(std::string(SLICESCHED_SOURCE_DIR) + "/configs/experiments/colocation.toml",
+                             {{"model.hidden", "2048"}});
+  REQUIRE(renamed.ok());
+  CHECK(renamed->ground_truth.off_profile_models == std::vector<std::string>{"llama3-8b"});
   // An empty name is not a model.
   auto bare = load_config(two, {{"ground_truth.layers_model", "\"\""}});
   REQUIRE_FALSE(bare.ok());
