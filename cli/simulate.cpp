@@ -37,8 +37,52 @@ import slicesched.compose.setup;
 import slicesched.core.ids;
 import slicesched.core.plugin;
 import slicesched.core.status;
+import slicesched.simulator.profile;
+import slicesched.models.model;
+import slicesched.engine.tenant;
 
 namespace slicesched::cli {
+
+namespace {
+
+// Prompts far past the measured profile's largest row (four times it) are
+// said, not hidden: the profile extends a prompt's own attention linearly
+// there, so their prefills run too fast (docs/ground-truth.md: a
+// 32,000-token prompt 1.03 s on it, 2.08 s on the roofline). Each tenant's
+// requests count once, whichever policies run it; models that play the
+// roofline are left out.
+void warn_prompts_past_profile(const ExperimentConfig& cfg, const Truths& truths,
+                               const std::vector<std::unique_ptr<PolicyParts>>& parts) {
+  const LayerProfile* profile = truths.layers                          ? &*truths.layers
+                                : truths.typed && truths.typed->layers ? &*truths.typed->layers
+                                                                       : nullptr;
+  if (!profile || profile->largest_tokens() <= 0) return;
+  const std::int64_t limit = 4 * profile->largest_tokens();
+  const auto& off = cfg.ground_truth.off_profile_models;
+  std::vector<std::string> seen;
+  std::size_t count = 0;
+  std::int64_t longest = 0;
+  for (const auto& p : parts)
+    for (const Tenant& t : p->tenants) {
+      if (std::find(seen.begin(), seen.end(), t.spec().name) != seen.end()) continue;
+      seen.push_back(t.spec().name);
+      const Model* m = p->models.of(t.tmpl());
+      if (m && std::find(off.begin(), off.end(), m->name()) != off.end()) continue;
+      for (const RequestRecord& r : t.records())
+        if (r.input_tokens > limit) {
+          ++count;
+          longest = std::max(longest, r.input_tokens);
+        }
+    }
+  if (count > 0)
+    std::fprintf(stderr,
+                 "slicesched: ground truth: %zu request(s) have prompts past 4x the measured profile's largest row "
+                 "(%lld tokens; the longest %lld): the profile extends a prompt's own attention linearly there, so "
+                 "their prefills run too fast (docs/ground-truth.md); the roofline costs them from the shapes\n",
+                 count, static_cast<long long>(profile->largest_tokens()), static_cast<long long>(longest));
+}
+
+}  // namespace
 
 int simulate(const SimulateOptions& opt) {
   std::vector<ConfigOverride> overrides;
@@ -110,6 +154,7 @@ int simulate(const SimulateOptions& opt) {
                                           chosen[0]->name + " for the threshold; --slo-threshold SECONDS skips it)"));
       else
         check(built[k]);
+    warn_prompts_past_profile(*cfg, truths, parts);
 
     // Ctrl-C (SIGINT) or SIGTERM: the first cancels the runs at their next
     // event and nothing is written (results cut short would look complete);

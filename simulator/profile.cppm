@@ -107,6 +107,9 @@ class LayerProfile {
 
   int tp_size() const { return tp_size_; }
   const LayerProfileOptions& options() const { return options_; }
+  // The largest token count the table measured (past it the curves are
+  // extended as above).
+  std::int64_t largest_tokens() const { return layer_.x.empty() ? 0 : static_cast<std::int64_t>(layer_.x.back()); }
 
  private:
   LayerProfile() = default;
