@@ -751,10 +751,8 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
         if (!measured)
           throw ConfigError(u.where + ": " + u.why + " (the roofline ground truth needs its datasheet figures)");
       }
-      if (cfg.ground_truth.roofline_fit.empty() && cfg.ground_truth.needs_roofline())
-        cfg.ground_truth.roofline_fit = default_roofline_fit(
-            cfg.accelerator_types.empty() ? default_accelerator_dir()
-                                          : fs::path(cfg.accelerator_types.front().source).parent_path().string());
+      // (the default fit is named by resolve_profile_models, once the
+      // models, and so whether any plays the roofline, are known)
     }
     cfg.ground_truth.op_noise_cv = g.num("op_noise_cv", 0.006, 0, 1);
     if (g.has("iteration_overhead_us"))

@@ -239,11 +239,11 @@ Status resolve_profile_models(ExperimentConfig& cfg) {
   g.off_profile_models.clear();
   // (live mode plays no ground truth: nothing to resolve)
   if (!g.present || !g.calibrated.empty()) return Status::Ok();
+  // The measured model's shape: a preset's (a profile measures a real
+  // model, and a config's model may share a preset's name but not its
+  // shape), else a model of this config.
+  std::optional<DenseShape> measured;
   if (!g.layers_csv.empty() && !g.layers_model.empty()) {
-    // The measured model's shape: a preset's (a profile measures a real
-    // model, and a config's model may share a preset's name but not its
-    // shape), else a model of this config.
-    std::optional<DenseShape> measured;
     if (auto preset = dense_preset(g.layers_model)) {
       auto made = DenseDecoder::make(std::move(*preset));
       if (!made.ok()) return Status(made.status().code(), g.layers_model_where + ": " + made.status().message());
@@ -258,18 +258,20 @@ Status resolve_profile_models(ExperimentConfig& cfg) {
       return InvalidArgument(g.layers_model_where + ": no model or preset named '" + g.layers_model +
                              "' (models: " + names(cfg) + "; presets: " + presets + ")");
     }
+  }
+  std::vector<const ModelConfig*> float32;
+  for (const auto& m : cfg.models) {
+    auto made = make_model(m);
+    if (!made.ok()) return made.status();
+    const DenseShape s = made.value()->shape();
     // A layer of another shape is another measurement: its model plays the
     // roofline (the profile's times scaled by layer count would be another
     // model's).
-    for (const auto& m : cfg.models) {
-      auto made = make_model(m);
-      if (!made.ok()) return made.status();
-      const DenseShape s = made.value()->shape();
-      const DenseShape& p = *measured;
-      if (s.hidden != p.hidden || s.heads != p.heads || s.kv_heads != p.kv_heads || s.head_dim != p.head_dim ||
-          s.mlp != p.mlp || s.vocab != p.vocab || s.elem_bytes != p.elem_bytes || s.qkv_bias != p.qkv_bias)
-        g.off_profile_models.push_back(m.name);
-    }
+    if (const DenseShape* p = measured ? &*measured : nullptr;
+        p && (s.hidden != p->hidden || s.heads != p->heads || s.kv_heads != p->kv_heads || s.head_dim != p->head_dim ||
+              s.mlp != p->mlp || s.vocab != p->vocab || s.elem_bytes != p->elem_bytes || s.qkv_bias != p->qkv_bias))
+      g.off_profile_models.push_back(m.name);
+    if (s.elem_bytes >= 4) float32.push_back(&m);
   }
   if (g.roofline_fit.empty() && g.needs_roofline())
     g.roofline_fit =
@@ -277,20 +279,16 @@ Status resolve_profile_models(ExperimentConfig& cfg) {
                                  ? default_accelerator_dir()
                                  : std::filesystem::path(cfg.accelerator_types.front().source).parent_path().string());
   // A float32 model computes at the type's plain FP32 rate wherever it
-  // plays the roofline: that type's table must give it.
-  for (const auto& m : cfg.models) {
-    auto made = make_model(m);
-    if (!made.ok()) return made.status();
-    if (made.value()->shape().elem_bytes < 4) continue;
+  // plays the roofline: that type's table must give it. (accelerator_types
+  // holds each table the cluster names, once.)
+  for (const ModelConfig* m : float32) {
     const bool off = g.layers_csv.empty() || std::find(g.off_profile_models.begin(), g.off_profile_models.end(),
-                                                       m.name) != g.off_profile_models.end();
-    for (const auto& a : cfg.accelerators) {
-      const bool profile_type = g.layers_type.empty() || same_type(cfg.accelerator_types, g.layers_type, a.type);
-      if (!off && profile_type) continue;
-      const AcceleratorType* t = find_type(cfg.accelerator_types, a.type);
-      if (t && !(t->fp32_flops > 0))
-        return InvalidArgument(m.where + ": model '" + m.name + "' is float32 and plays the roofline on type '" +
-                               a.type + "', whose table (" + t->source +
+                                                       m->name) != g.off_profile_models.end();
+    for (const AcceleratorType& t : cfg.accelerator_types) {
+      const bool profile_type = g.layers_type.empty() || same_type(cfg.accelerator_types, g.layers_type, t.name);
+      if ((off || !profile_type) && !(t.fp32_flops > 0))
+        return InvalidArgument(m->where + ": model '" + m->name + "' is float32 and plays the roofline on type '" +
+                               t.name + "', whose table (" + t.source +
                                ") gives no fp32_tflops (its plain FP32 FLOP/s, which a float32 model computes at)");
     }
   }

@@ -122,11 +122,11 @@ nlohmann::json completion_body(const std::string& id, std::int64_t created, cons
 // logprob, bytes, top_logprobs}]}); each token's text decoded alone.
 // text_offset counts characters (Unicode code points, as vLLM's Python
 // string lengths do), from `text_offset` on: where the tokens before ended.
-nlohmann::json completion_logprobs(const ServedModel& model, std::span<const std::int64_t> tokens,
-                                   std::span<const TokenLogprob> lp, std::size_t text_offset = 0);
-// The characters those tokens' texts add to text_offset: where the next
+// `end` (when given) receives where these tokens end: where the next
 // stream event's offsets start.
-std::size_t logprob_text_chars(const ServedModel& model, std::span<const std::int64_t> tokens);
+nlohmann::json completion_logprobs(const ServedModel& model, std::span<const std::int64_t> tokens,
+                                   std::span<const TokenLogprob> lp, std::size_t text_offset = 0,
+                                   std::size_t* end = nullptr);
 nlohmann::json chat_logprobs(const ServedModel& model, std::span<const std::int64_t> tokens,
                              std::span<const TokenLogprob> lp);
 

@@ -159,7 +159,7 @@ std::size_t utf8_chars(std::string_view s) {
 }  // namespace
 
 json completion_logprobs(const ServedModel& m, std::span<const std::int64_t> tokens, std::span<const TokenLogprob> lp,
-                         std::size_t text_offset) {
+                         std::size_t text_offset, std::size_t* end) {
   // A token is named by its text; without a tokenizer (no text), or where
   // two of one position's top tokens spell the same text (two halves of a
   // character both print U+FFFD), by "token_id:N" as vLLM's
@@ -180,13 +180,8 @@ json completion_logprobs(const ServedModel& m, std::span<const std::int64_t> tok
     offsets.push_back(text_offset);
     text_offset += utf8_chars(t);
   }
+  if (end) *end = text_offset;
   return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
-}
-
-std::size_t logprob_text_chars(const ServedModel& m, std::span<const std::int64_t> tokens) {
-  std::size_t n = 0;
-  for (const std::int64_t t : tokens) n += utf8_chars(unquoted(piece(m, t)));
-  return n;
 }
 
 json chat_logprobs(const ServedModel& m, std::span<const std::int64_t> tokens, std::span<const TokenLogprob> lp) {

@@ -1042,10 +1042,11 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(n) + "-" + std::to_string(unix_now());
   const std::int64_t created = unix_now();
   // The log-probabilities of tokens [from, to) in the endpoint's shape.
+  // `offset`: where a completion's text_offset starts, then where it ends.
   auto lp_json = [&model, chat, want_logprobs](std::span<const std::int64_t> tokens, std::span<const TokenLogprob> lp,
-                                               std::size_t offset) -> json {
+                                               std::size_t& offset) -> json {
     if (!want_logprobs) return nullptr;
-    return chat ? chat_logprobs(model, tokens, lp) : completion_logprobs(model, tokens, lp, offset);
+    return chat ? chat_logprobs(model, tokens, lp) : completion_logprobs(model, tokens, lp, offset, &offset);
   };
   if (!r.stream) {
     std::unique_lock lk(c->mu);
@@ -1062,7 +1063,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
       return reply_error(res, ApiError{.status = 500, .message = c->error, .type = "server_error"});
     const std::string text =
         c->watch.watches_text() ? c->watch.text() : decode(model, std::span(c->tokens).first(c->watch.text_tokens()));
-    const json lp = lp_json(c->tokens, c->logprobs, 0);
+    std::size_t from = 0;
+    const json lp = lp_json(c->tokens, c->logprobs, from);
     return reply(
         res, 200,
         chat ? chat_body(id, created, model.name, prompt_tokens, c->tokens, text, c->watch.finish_reason(), lp)
@@ -1128,9 +1130,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             all.insert(all.end(), fresh.begin(), fresh.end());
             // (text_offset continues from the tokens sent before, as the
             // whole reply's offsets would run)
-            const json lp = lp_json(fresh, fresh_lp, lp_offset);
-            if (!lp.is_null()) lp_offset += logprob_text_chars(model, fresh);
-            if (!event(fresh, settled, lp)) return false;
+            if (!event(fresh, settled, lp_json(fresh, fresh_lp, lp_offset))) return false;
             sent += fresh.size();
             sent_text += settled.size();
           }
@@ -1140,7 +1140,6 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
             all.push_back(fresh[i]);  // (each token's text in context: the stream's text is the reply's)
             const std::string piece = all.size() <= text_tokens ? text->next(all) : std::string();
             const json lp = i < fresh_lp.size() ? lp_json(one, std::span(fresh_lp).subspan(i, 1), lp_offset) : json();
-            if (!lp.is_null()) lp_offset += logprob_text_chars(model, one);
             if (!event(one, piece, lp)) return false;
             ++sent;
           }

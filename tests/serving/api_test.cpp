@@ -321,11 +321,15 @@ TEST_CASE("api: text_offset counts characters, not bytes, from where the tokens 
   const std::vector<TokenLogprob> lp(4, TokenLogprob{-1.0, {}});
   // "é€aé": a client slicing the text by these offsets (Python's str, as
   // vLLM's are) gets each token's text.
-  CHECK(completion_logprobs(m, out, lp)["text_offset"] == json::array({0, 1, 2, 3}));
-  CHECK(logprob_text_chars(m, out) == 4);
+  std::size_t end = 0;
+  CHECK(completion_logprobs(m, out, lp, 0, &end)["text_offset"] == json::array({0, 1, 2, 3}));
+  CHECK(end == 4);
   // A stream's second event starts where the first's tokens ended.
-  CHECK(completion_logprobs(m, std::span(out).subspan(2), std::span(lp).subspan(2),
-                            logprob_text_chars(m, std::span(out).first(2)))["text_offset"] == json::array({2, 3}));
+  std::size_t first = 0;
+  completion_logprobs(m, std::span(out).first(2), std::span(lp).first(2), 0, &first);
+  CHECK(first == 2);
+  CHECK(completion_logprobs(m, std::span(out).subspan(2), std::span(lp).subspan(2), first)["text_offset"] ==
+        json::array({2, 3}));
 }
 
 TEST_CASE("api: a text far past the prompt limit is refused from a prefix's tokens", "[serving][api]") {
