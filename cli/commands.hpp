@@ -46,13 +46,13 @@ int bench_roofline(const BenchRooflineOptions& opt);
 
 // `slicesched validate` (validate.cpp).
 struct ValidateOptions {
-  std::string data = SLICESCHED_VALIDATION_CSV;  // published measurements (data/validation/trtllm_a100.csv)
-  std::optional<std::string> efficiencies;       // the fit file (default: configs/accelerators/roofline-fit.toml)
-  std::string accelerator_dir;                   // type tables the rows play (default: configs/accelerators)
-  double iteration_overhead_us = 0;              // fixed cost per iteration
-  double request_overhead_us = 0;                // fixed cost per request
-  double sequence_overhead_us = 0;               // fixed cost per sequence in each iteration
-  bool breakdown = false;                        // print each row's time per kind of work
+  std::string data;                         // published measurements (default: default_validation_csv())
+  std::optional<std::string> efficiencies;  // the fit file (default: configs/accelerators/roofline-fit.toml)
+  std::string accelerator_dir;              // type tables the rows play (default: configs/accelerators)
+  double iteration_overhead_us = 0;         // fixed cost per iteration
+  double request_overhead_us = 0;           // fixed cost per request
+  double sequence_overhead_us = 0;          // fixed cost per sequence in each iteration
+  bool breakdown = false;                   // print each row's time per kind of work
   bool json = false;
 };
 int validate(const ValidateOptions& opt);

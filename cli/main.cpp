@@ -182,7 +182,9 @@ int main(int argc, char** argv) {
   slicesched::cli::ValidateOptions val_opt;
   auto* validate = app.add_subcommand(
       "validate", "Replay published single-GPU measurements on the roofline: published, simulated, ratio per row");
-  validate->add_option("data", val_opt.data, "Published measurements CSV (default: data/validation/trtllm_a100.csv)");
+  validate->add_option(
+      "data", val_opt.data,
+      "Published measurements CSV (default: TensorRT-LLM's A100 tables, data/validation/trtllm_a100.csv)");
   validate->add_option("--efficiencies", val_opt.efficiencies,
                        "Fit file (default: configs/accelerators/roofline-fit.toml)");
   validate->add_option("--accelerators", val_opt.accelerator_dir,

@@ -51,7 +51,8 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int validate(const ValidateOptions& opt) {
-  auto rows = read_published(opt.data);
+  const std::string data = opt.data.empty() ? default_validation_csv() : opt.data;
+  auto rows = read_published(data);
   if (!rows.ok()) refuse(rows.status().message());
   const std::string dir = opt.accelerator_dir.empty() ? default_accelerator_dir() : opt.accelerator_dir;
   // --efficiencies holds on every row; otherwise each row's type plays its
@@ -81,7 +82,7 @@ int validate(const ValidateOptions& opt) {
   std::vector<Out> out;
   std::map<std::string, std::shared_ptr<const DenseDecoder>> models;
   for (const PublishedRow& r : *rows) {
-    const std::string where = opt.data + ":" + std::to_string(r.line) + ": ";
+    const std::string where = data + ":" + std::to_string(r.line) + ": ";
     auto played = find_accelerator_type(r.gpu, dir);
     if (!played.ok()) refuse(where + "gpu: " + played.status().message());
     // The floor is the published GPU's datasheet as shipped, whatever
@@ -147,7 +148,7 @@ int validate(const ValidateOptions& opt) {
 
   if (opt.json) {
     nlohmann::json j;
-    j["data"] = opt.data;
+    j["data"] = data;
     j["efficiencies"] = fit_paths;
     j["iteration_overhead_us"] = opt.iteration_overhead_us;
     j["request_overhead_us"] = opt.request_overhead_us;
@@ -177,7 +178,7 @@ int validate(const ValidateOptions& opt) {
     std::printf(
         "validate %s: %zu rows on the roofline (efficiencies %s; fixed costs %.0f us/iteration, %.0f us/request, "
         "%.1f us/sequence/iteration)\n",
-        opt.data.c_str(), out.size(), fit_paths.c_str(), opt.iteration_overhead_us, opt.request_overhead_us,
+        data.c_str(), out.size(), fit_paths.c_str(), opt.iteration_overhead_us, opt.request_overhead_us,
         opt.sequence_overhead_us);
     std::printf("%4s %-11s %-6s %-9s %5s %5s %5s %-20s %10s %10s %6s %10s\n", "line", "model", "ver", "gpu", "batch",
                 "in", "out", "metric", "published", "simulated", "ratio", "floor");
@@ -209,8 +210,7 @@ int validate(const ValidateOptions& opt) {
         std::fprintf(stderr,
                      "slicesched: validate: %s:%d: simulated %s %.1f beats its physical floor %.1f on %s "
                      "(weights and KV cache at HBM bandwidth, FLOPs at peak)\n",
-                     opt.data.c_str(), o.row.line, o.row.metric.c_str(), o.fig.simulated, o.fig.floor,
-                     o.row.gpu.c_str());
+                     data.c_str(), o.row.line, o.row.metric.c_str(), o.fig.simulated, o.fig.floor, o.row.gpu.c_str());
     return 1;
   }
   return 0;

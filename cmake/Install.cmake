@@ -7,7 +7,8 @@
 #   <slicesched/plugin_entry.hpp>  SLICESCHED_PLUGIN_ENTRY
 #   slicesched_add_plugin()    a loadable plugin library with the built-ins'
 #                              flags (cmake/SliceSchedulerPlugin.cmake)
-# and the `slicesched` binary in bin/. docs/plugins.md walks through it.
+# and the `slicesched` binary in bin/ with its data in share/slicescheduler/.
+# docs/plugins.md walks through it.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -30,6 +31,15 @@ if(SLICESCHED_HAVE_TORCH)
   set_target_properties(slicesched_live PROPERTIES INSTALL_RPATH "${SLICESCHED_TORCH_RPATH}")
   install(TARGETS slicesched_live LIBRARY DESTINATION lib)
 endif()
+
+# The data the CLI ships with: accelerator type tables and fits, and the
+# published measurements `validate` replays (credited in NOTICE). The CLI
+# finds them beside its bin/ (config/accelerators.cpp), so share/ whatever
+# DATADIR is, and an installed CLI never reads the source tree.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/configs/accelerators/ DESTINATION share/slicescheduler/accelerators
+  FILES_MATCHING PATTERN "*.toml")
+install(FILES ${PROJECT_SOURCE_DIR}/data/validation/trtllm_a100.csv DESTINATION share/slicescheduler/validation)
+install(FILES ${PROJECT_SOURCE_DIR}/NOTICE DESTINATION share/slicescheduler)
 
 install(EXPORT SliceSchedulerTargets
   NAMESPACE SliceScheduler::

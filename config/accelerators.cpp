@@ -9,6 +9,7 @@ module;
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 module slicesched.config.accelerators;
@@ -126,7 +127,26 @@ Result<toml::table> parse(const std::string& path) {
 
 }  // namespace
 
-std::string default_accelerator_dir() { return SLICESCHED_ACCELERATOR_DIR; }
+namespace {
+
+// <prefix>/share/slicescheduler/<relative> when the running executable sits
+// in an installed <prefix>/bin and that path exists; otherwise nothing.
+std::optional<std::string> installed(const char* relative) {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return std::nullopt;
+  const fs::path path = self.parent_path().parent_path() / "share" / "slicescheduler" / relative;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  return path.string();
+}
+
+}  // namespace
+
+std::string default_accelerator_dir() { return installed("accelerators").value_or(SLICESCHED_ACCELERATOR_DIR); }
+
+std::string default_validation_csv() {
+  return installed("validation/trtllm_a100.csv").value_or(SLICESCHED_VALIDATION_CSV);
+}
 
 Result<AcceleratorType> load_accelerator_type(const std::string& path) {
   auto doc = parse(path);

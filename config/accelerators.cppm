@@ -14,9 +14,17 @@ import slicesched.core.status;
 
 export namespace slicesched {
 
-// Where type names are looked up when a config does not say: the source
-// tree's configs/accelerators/ (compiled in).
+// Data shipped with slicesched, found from the running executable, never
+// from the working folder: an installed binary (`cmake --install`) reads
+// <prefix>/share/slicescheduler/ beside its bin/, a build tree's binary the
+// source tree it was built from (compiled in).
+//   default_accelerator_dir: where type names are looked up when a config
+//     does not say (accelerators/, or configs/accelerators/).
+//   default_validation_csv: TensorRT-LLM's published A100 figures that
+//     `slicesched validate` replays (validation/trtllm_a100.csv, or
+//     data/validation/trtllm_a100.csv).
 std::string default_accelerator_dir();
+std::string default_validation_csv();
 
 // One `[accelerator]` table.
 Result<AcceleratorType> load_accelerator_type(const std::string& path);

@@ -113,6 +113,22 @@ if(NOT EXISTS ${prefix}/lib/libslicesched_live.so)
 endif()
 run("the installed slicesched devices" ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ${installed} devices)
 
+# The installed CLI reads the data installed beside it, not the source tree
+# it was built from: validate's default published figures and type tables
+# are the prefix's, and a prefix missing a type table says so, naming it.
+execute_process(COMMAND ${installed} validate --json RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "\"data\": *\"${prefix}/share/slicescheduler/validation/trtllm_a100.csv\"")
+  message(FATAL_ERROR "the installed validate did not replay ${prefix}/share/slicescheduler/validation (${rc}):\n${out}\n${err}")
+endif()
+set(moved ${WORK}/prefix-without-a100)
+file(COPY ${prefix}/bin ${prefix}/share DESTINATION ${moved})
+file(REMOVE ${moved}/share/slicescheduler/accelerators/A100-80GB.toml)
+execute_process(COMMAND ${moved}/bin/slicesched validate RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "${moved}/share/slicescheduler/validation/trtllm_a100.csv:[0-9]+: gpu: unknown \
+accelerator type 'A100-80GB' \\(types in ${moved}/share/slicescheduler/accelerators: ")
+  message(FATAL_ERROR "a prefix without A100-80GB.toml did not fail naming its own tables (${rc}):\n${out}\n${err}")
+endif()
+
 # An SDK copy that differs from the host's in one declaration (a field
 # added to Outcome, as a researcher's stale or edited copy would): the
 # plugin built against it carries another interface hash, and the installed
