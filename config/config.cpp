@@ -75,9 +75,11 @@ class Table {
   // "file:line: key", or "--set key=value: key" for a node an override put
   // there: how every error names the place it is about.
   std::string where(const toml::node* at, const std::string& key) const {
-    if (at && g_overridden)
+    // A missing key of a table an override wrote is about that table.
+    const toml::node* about = at ? at : &t_;
+    if (g_overridden)
       for (const auto& [node, label] : *g_overridden)
-        if (node == at) return label + ": " + qualified(key);
+        if (node == about) return label + ": " + qualified(key);
     const auto& src = at ? at->source() : t_.source();
     return file_ + ":" + std::to_string(src.begin.line) + ": " + qualified(key);
   }
@@ -86,7 +88,12 @@ class Table {
     used_.insert(key);
     return t_.get(key);
   }
-  bool has(const std::string& key) const { return t_.contains(key); }
+  // Asking counts the key as known: keys read only when present (or only
+  // beside another key) are named in the unknown-key hint too.
+  bool has(const std::string& key) const {
+    asked_.insert(key);
+    return t_.contains(key);
+  }
 
   std::string str(const std::string& key, const std::string* fallback = nullptr) {
     const toml::node* n = node(key);
@@ -193,9 +200,16 @@ class Table {
       const std::string key(k.str());
       if (used_.count(key) || std::find(allowed_extra.begin(), allowed_extra.end(), key) != allowed_extra.end())
         continue;
-      std::string known;
-      for (const auto& u : used_) known += (known.empty() ? "" : ", ") + u;
-      fail(&v, key, "unknown key" + (known.empty() ? std::string() : " (known here: " + known + ")"));
+      std::set<std::string> names = used_;
+      names.insert(asked_.begin(), asked_.end());
+      std::string known, near;
+      for (const auto& u : names) {
+        known += (known.empty() ? "" : ", ") + u;
+        // Two edits in a short name would make any short name a guess.
+        if (near.empty() && edit_distance(u, key) <= (key.size() >= 6 ? 2u : 1u)) near = u;
+      }
+      const std::string guess = near.empty() ? "" : "did you mean '" + near + "'? ";
+      fail(&v, key, "unknown key" + (known.empty() ? std::string() : " (" + guess + "known here: " + known + ")"));
     }
   }
   const toml::table& raw() const { return t_; }
@@ -213,6 +227,7 @@ class Table {
   std::string path_;
   const std::string& file_;
   std::set<std::string> used_;
+  mutable std::set<std::string> asked_;
 };
 
 // Why `a` is not a ZeroMQ endpoint an executor can listen on and peers can
@@ -1060,6 +1075,17 @@ struct OverridePath {
 
   [[noreturn]] void fail(const std::string& what) const { throw ConfigError("--set " + o.key + ": " + what); }
 
+  // The node an override wrote, and everything inside it (a table or an
+  // array value), are named by the override in errors, not by a line.
+  static void label(const toml::node* n, const std::string& source,
+                    std::vector<std::pair<const toml::node*, std::string>>& set) {
+    set.emplace_back(n, source);
+    if (const toml::table* t = n->as_table())
+      for (const auto& [k, v] : *t) label(&v, source, set);
+    else if (const toml::array* a = n->as_array())
+      for (const toml::node& e : *a) label(&e, source, set);
+  }
+
   // "a.b[2].c" -> a, b, 2, c. Brackets must pair and be followed by '.',
   // '[' or the end ("tenants[0.priority" used to pass as tenants.0.priority).
   std::vector<std::string> split(const std::string& key) const {
@@ -1168,13 +1194,13 @@ struct OverridePath {
     for (toml::node* n : at) {
       if (toml::table* t = n->as_table()) {
         parsed.get("v")->visit([&](auto& v) { t->insert_or_assign(last, v); });
-        set.emplace_back(t->get(last), source);
+        label(t->get(last), source, set);
       } else if (toml::array* arr = n->as_array()) {
         const std::vector<toml::node*> chosen = select(*arr, last, where);
         for (std::size_t k = 0; k < arr->size(); ++k)
           if (std::find(chosen.begin(), chosen.end(), arr->get(k)) != chosen.end()) {
             parsed.get("v")->visit([&](auto& v) { arr->replace(arr->cbegin() + static_cast<std::ptrdiff_t>(k), v); });
-            set.emplace_back(arr->get(k), source);
+            label(arr->get(k), source, set);
           }
       } else {
         fail("'" + where + "' is a value, not a table or an array");

@@ -115,15 +115,19 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
   CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = \"80\"")) ==
         ":4: cluster.accelerators[0].hbm_gib: expected a number");
   CHECK(load_error(replace(base(), "[ground_truth]", "[ground_truht]")) ==
-        ":5: ground_truht: unknown key (known here: cluster, duration_s, estimators, faults, ground_truth, hosts, "
-        "live, model, models, name, plugins, policies, seed, serve, slo_baseline, tenants)");
+        ":5: ground_truht: unknown key (did you mean 'ground_truth'? known here: cluster, duration_s, estimators, "
+        "faults, ground_truth, hosts, live, model, models, name, plugins, policies, seed, serve, slo_baseline, "
+        "tenants)");
+  // Keys read only when present are named too (they were left out).
+  CHECK(load_error(replace(base(), "[cluster]", "[cluster]\nzz = 1")) ==
+        ":3: cluster.zz: unknown key (known here: accelerator_types, accelerators, host_link, link_classes, links)");
   CHECK(load_error(replace(base(), "tenants = [\"on\"]", "tenants = [\"off\"]")) ==
         ":13: policies[0].tenants: no tenant named 'off'");
   CHECK(load_error(replace(base(), "constant_rate = 1.0,", "constant_rate = 1.0, poisson_rate = 2.0,")) ==
         ":10: tenants[0].stream.trace: exactly one of trace, constant_rate, poisson_rate is required");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nbatch_cap = 3")) ==
         ":13: policies[0].batch_cap: unknown key (known here: arbiter, co_batch, estimator, instances, lanes, name, "
-        "partition_sets, placement, scheduler, tenants)");
+        "partition_sets, placement, scheduler, stages, tenants)");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nco_batch = { riders = { ghost = [\"t\"] } }")) ==
         ":13: policies[0].co_batch.riders.ghost: the policy runs no tenant named 'ghost'");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nlanes = { ghost = 2 }")) ==
@@ -462,7 +466,8 @@ TEST_CASE("a policy's stages: every mistake names its key", "[config][bad-input]
   CHECK(load_error(replace(base(), at, "stages = [{ kind = \"filter\", plugin = \"feasible\", weight = 2 }]")) ==
         ":14: policies[0].stages[0].weight: only a score stage has a weight");
   CHECK(load_error(replace(base(), at, "stages = [{ kind = \"score\", plugin = \"makespan\", wieght = 2 }]")) ==
-        ":14: policies[0].stages[0].wieght: unknown key (known here: args, kind, plugin, weight)");
+        ":14: policies[0].stages[0].wieght: unknown key (did you mean 'weight'? known here: args, kind, plugin, "
+        "weight)");
   CHECK(load_error(replace(base(), at, "stages = [{ kind = \"score\" }]")) ==
         ":14: policies[0].stages[0].plugin: is required (a string)");
   CHECK(load_error(replace(base(), at, "stages = []")) == ":14: policies[0].stages: expected at least one stage");

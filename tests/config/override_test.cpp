@@ -63,4 +63,15 @@ TEST_CASE("bad overrides are refused naming the --set", "[config]") {
   CHECK(error_with({{"tenants.offline0.stream.typo", "1"}}).find("--set tenants.offline0.stream.typo=1: ") == 0);
   CHECK(error_with({{"cluster.accelerators[0].count", "0"}}).find("expected an integer in [1, 100000], got 0") !=
         std::string::npos);
+  // So do they inside a table or an array the override wrote, and for a
+  // key such a table lacks (they used to say "small.toml:0:").
+  CHECK(error_with({{"tenants.offline0.stream", "{ constant_rate = -1, input_tokens = 8, output_tokens = 4 }"}}) ==
+        "--set tenants.offline0.stream={ constant_rate = -1, input_tokens = 8, output_tokens = 4 }: "
+        "tenants[1].stream.constant_rate: expected a number in [1e-09, 1e+09], got -1");
+  CHECK(error_with({{"tenants.offline0.stream", "{ input_tokens = 8, output_tokens = 4 }"}}) ==
+        "--set tenants.offline0.stream={ input_tokens = 8, output_tokens = 4 }: tenants[1].stream.trace: exactly one "
+        "of trace, constant_rate, poisson_rate is required");
+  CHECK(error_with({{"cluster.accelerators", "[{ name = \"g\", type = \"H100\", hbm_gib = -1 }]"}}) ==
+        "--set cluster.accelerators=[{ name = \"g\", type = \"H100\", hbm_gib = -1 }]: "
+        "cluster.accelerators[0].hbm_gib: expected a number > 0 and <= 1000000, got -1");
 }
