@@ -29,6 +29,9 @@ rc=$?
 [ $rc -eq 0 ] || { echo "FAIL: serve exited $rc"; cat "$OUT/serve.err"; exit 1; }
 grep -q "accelerator 'cpu1' is lost (executor 'b' stopped answering)" "$OUT/serve.err" ||
   { echo "FAIL: serve did not report the loss"; cat "$OUT/serve.err"; exit 1; }
+# Layer groups crossed processes: the surviving executors pulled copies.
+grep -Eq "executor '[ac]': copies received: 0 over NCCL, [1-9][0-9]* pulled as bytes" "$OUT/serve.err" ||
+  { echo "FAIL: no executor pulled a copy from another process"; cat "$OUT/serve.err"; exit 1; }
 python3 - "$OUT/run/summary.json" <<'PY' || exit 1
 import json, sys
 p = json.load(open(sys.argv[1]))["policies"]["SliceScheduler"]

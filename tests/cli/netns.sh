@@ -53,4 +53,6 @@ fi
 # The executors were told to exit: each ends on its own.
 for p in $pids; do wait "$p" || { echo "FAIL: an executor exited with an error"; cat "$OUT"/executor-*.txt; exit 1; }; done
 pids=""
+grep -Eq "copies received: 0 over NCCL, [1-9][0-9]* pulled as bytes" "$OUT"/executor-*.txt ||
+  { echo "FAIL: no executor pulled a copy across the namespaces"; cat "$OUT"/executor-*.txt; exit 1; }
 echo "served across three network namespaces"
