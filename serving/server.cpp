@@ -217,6 +217,16 @@ struct Conn {
 };
 thread_local Conn* t_conn = nullptr;
 
+// 503 while the server drains (a signal) or for a request its shutdown cut
+// short: another replica can take it now (Retry-After), and not on this
+// connection, which closes after the reply instead of waiting on a server
+// that refuses everything until it exits.
+void refuse_draining(httplib::Response& res, const std::string& message) {
+  res.set_header("Retry-After", "1");
+  if (t_conn) t_conn->close = true;
+  reply_error(res, ApiError{.status = 503, .message = message, .type = "server_error"});
+}
+
 std::string http_reason(int status) {
   switch (status) {
     case 408:
@@ -1034,9 +1044,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   if (!inbox.push(
           LiveRequest{static_cast<std::uint32_t>(tenant), std::move(r.prompt), r.max_tokens, c, r.gen.sampling})) {
     c->release();
-    return reply_error(
-        res,
-        ApiError{.status = 503, .message = "the server is shutting down; no new requests", .type = "server_error"});
+    return refuse_draining(res, "the server is shutting down; no new requests");
   }
   const std::uint64_t n = ++completions;  // (unique per server run, whatever other threads do)
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(n) + "-" + std::to_string(unix_now());
@@ -1059,6 +1067,9 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
       }
       return reply_error(res, ApiError{.status = 503, .message = "the server stopped", .type = "server_error"});
     }
+    // Cut short by the shutdown: the server's state, not the request's
+    // fault, and another replica may serve it (503, as for a stream's end).
+    if (c->error == kCancelledError) return refuse_draining(res, c->error);
     if (!c->error.empty())
       return reply_error(res, ApiError{.status = 500, .message = c->error, .type = "server_error"});
     const std::string text =
@@ -1329,9 +1340,7 @@ void HttpServer::Impl::create_batch(const httplib::Request& req, httplib::Respon
                                          .param = "metadata"});
     metadata = m->dump();
   }
-  if (inbox.closed())
-    return reply_error(
-        res, ApiError{.status = 503, .message = "the server is shutting down; no new batches", .type = "server_error"});
+  if (inbox.closed()) return refuse_draining(res, "the server is shutting down; no new batches");
   auto info = store->file(fid->get<std::string>());
   if (!info.ok())
     return reply_error(res, ApiError{.status = 500, .message = info.status().message(), .type = "server_error"});

@@ -9,8 +9,9 @@ tests/cli/serve_http.toml with [serve] drain_timeout_s = 3:
     and another stream's time per output token is back to what it was alone
     (at most twice, measured in this run);
   - a non-streamed request whose client hangs up ends the same way;
-  - SIGTERM with a 20,000-token stream still running: the drain waits
-    drain_timeout_s, cancels it, counts it on one line, and exits 0.
+  - SIGTERM with a 20,000-token stream and a non-streamed request still
+    running: the drain waits drain_timeout_s, cancels both, counts them on
+    one line, and exits 0; the non-streamed one gets 503 with Retry-After.
 
   serve_http_cancel.py SLICESCHED CONFIG WORKDIR
 """
@@ -22,6 +23,7 @@ import re
 import signal
 import socket
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -105,27 +107,49 @@ check(admitted() == 1, "a long non-streamed request admitted", srv)
 s.close()
 wait_admitted_zero("an abandoned non-streamed request")
 
-# The drain's deadline.
+# The drain's deadline, with a stream and a non-streamed request running.
 conn, resp = open_stream(LONG)
 read_tokens(resp, 3)
+plain = {}
+
+
+def plain_request():
+    c = http.client.HTTPConnection(host, port, timeout=120)
+    c.request("POST", "/v1/completions", body=json.dumps({"model": "llama-tiny", "prompt": [2, 7], "max_tokens": LONG}),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    plain.update(status=r.status, retry=r.getheader("Retry-After"), body=json.loads(r.read()))
+
+
+waiter = threading.Thread(target=plain_request)
+waiter.start()
+t_wait = time.monotonic()
+while admitted() != 2 and time.monotonic() - t_wait < 10:
+    time.sleep(0.05)
+check(admitted() == 2, "the non-streamed request admitted beside the stream", srv)
 t0 = time.monotonic()
 srv.proc.send_signal(signal.SIGTERM)
 rc = srv.proc.wait(timeout=60)
 took = time.monotonic() - t0
 srv._reader.join(timeout=10)
+waiter.join(timeout=10)
 log = srv.log()
+# Cut short by the shutdown: 503 (another replica can take it), not 500.
+check(plain.get("status") == 503 and plain.get("retry") == "1" and
+      plain["body"]["error"]["message"] == "cancelled: the server stopped before the request finished",
+      f"a non-streamed request the drain cancelled: 503 with Retry-After ({plain})", srv)
 print(f"SIGTERM with a long stream running: exit {rc} after {took:.1f} s")
 check(rc == 0, "the drain's deadline: exit 0", srv)
 check(3 <= took <= 15, f"the drain ended at its deadline ({took:.1f} s, drain_timeout_s 3)", srv)
-check("slicesched: the drain took longer than 3 s ([serve] drain_timeout_s): 1 unfinished request(s) cancelled"
+check("slicesched: the drain took longer than 3 s ([serve] drain_timeout_s): 2 unfinished request(s) cancelled"
       in log, "the cancelled request is counted on one line", srv)
 conn.close()
 
-# summary.json's offered load is what the clients sent (8 completions), not
+# summary.json's offered load is what the clients sent (9 completions), not
 # the config's streams, which a server never replays.
 offered = json.load(open(os.path.join(out, "summary.json")))["policies"]["SliceScheduler"]["offered"]
 print("offered:", offered)
-check(offered["chat"]["requests"] == 8 and offered["batch"]["requests"] == 0,
+check(offered["chat"]["requests"] == 9 and offered["batch"]["requests"] == 0,
       "summary.json offers what the clients sent", srv)
 
 rows = list(csv.DictReader(open(os.path.join(out, "requests_slicescheduler.csv"))))
