@@ -16,7 +16,11 @@ import slicesched.plugins.builtin;
 import slicesched.plugins.loader;
 import slicesched.plugins.stages.staged;
 import slicesched.compose.setup;
+import slicesched.core.accel;
+import slicesched.core.estimator;
+import slicesched.core.graph;
 import slicesched.core.priors;
+import slicesched.hardware.roofline;
 import slicesched.core.shape;
 
 namespace slicesched {
@@ -219,7 +223,33 @@ Status wire_co_batch(const ExperimentConfig& cfg, PolicyParts& p) {
 // feedback; the linear built-in starts from the template and link-class
 // priors (and [estimators] prior), a model without a linear form from
 // whatever it knows itself.
-Status seed_estimator(const BuildOptions& opt, PolicyParts& p) {
+// An accelerator type's datasheet scales the templates' priors, term by
+// term (core/graph.cppm, PriorTerm): written for an H100, they would have
+// every type predict alike until the estimator learns (a mixed cluster's
+// first what-ifs then chose by the order its accelerators are listed in).
+// A type without a datasheet ("cpu" in live configs) keeps them.
+Status seed_type_priors(const ExperimentConfig& cfg, EstimatorSet& set, const TemplateRegistry& templates,
+                        const AcceleratorSet& accels) {
+  for (AccelTypeId t = 0; t < accels.type_count(); ++t) {
+    const AcceleratorType* sheet = find_type(cfg.accelerator_types, accels.type_name(t));
+    if (!sheet || !(sheet->peak_flops > 0) || !(sheet->hbm_bytes_per_s > 0)) continue;
+    const double compute = kPriorPeakFlops / sheet->peak_flops, memory = kPriorBytesPerS / sheet->hbm_bytes_per_s;
+    if (compute == 1.0 && memory == 1.0) continue;
+    for (TemplateId m = 0; m < templates.size(); ++m)
+      for (const TemplateOp& op : templates.get(m).ops()) {
+        if (op.prior_terms.empty()) continue;
+        std::vector<double> scaled(op.prior);
+        for (std::size_t i = 0; i < scaled.size(); ++i)
+          scaled[i] *= op.prior_terms[i] == PriorTerm::kCompute  ? compute
+                       : op.prior_terms[i] == PriorTerm::kMemory ? memory
+                                                                 : 1.0;
+        if (Status s = set.set_op_prior_for_type(op.kind, t, scaled); !s.ok()) return s;
+      }
+  }
+  return Status::Ok();
+}
+
+Status seed_estimator(const ExperimentConfig& cfg, const BuildOptions& opt, PolicyParts& p) {
   p.linear = p.plugins.estimator->linear();
   if (!p.linear) {
     std::fprintf(stderr,
@@ -230,6 +260,7 @@ Status seed_estimator(const BuildOptions& opt, PolicyParts& p) {
   }
   if (Status s = p.plugins.estimator->seed_linear([&](EstimatorSet& set) {
         if (Status s = seed_priors(set, *p.templates, *p.accels); !s.ok()) return s;
+        if (Status s = seed_type_priors(cfg, set, *p.templates, *p.accels); !s.ok()) return s;
         return opt.prior ? apply_as_prior(*opt.prior, set, *p.templates, *p.accels) : Status::Ok();
       });
       !s.ok())
@@ -376,7 +407,7 @@ Result<std::unique_ptr<PolicyParts>> build_policy(const ExperimentConfig& cfg, c
     auto made = build_plugins(cfg, policy, plugins, *p->accels);
     if (!made.ok()) return made.status();
     p->plugins = std::move(made).value();
-    if (Status s = seed_estimator(opt, *p); !s.ok()) return s;
+    if (Status s = seed_estimator(cfg, opt, *p); !s.ok()) return s;
     if (Status s = build_tenants(cfg, opt, *p); !s.ok()) return s;
     if (Status s = wire_co_batch(cfg, *p); !s.ok()) return s;
 

@@ -101,8 +101,9 @@ OB& OB::features(std::vector<Expr> f) {
   op_->features = std::move(f);
   return *this;
 }
-OB& OB::prior(std::vector<double> p) {
+OB& OB::prior(std::vector<double> p, std::vector<PriorTerm> terms) {
   op_->prior = std::move(p);
+  op_->prior_terms = std::move(terms);
   return *this;
 }
 OB& OB::weights(std::int64_t bytes) {
@@ -137,6 +138,9 @@ Result<GraphTemplate> TemplateBuilder::build() && {
     if (!op->prior.empty() && op->prior.size() != op->features.size())
       return op_error(*op, "prior has " + std::to_string(op->prior.size()) + " coefficients for " +
                                std::to_string(op->features.size()) + " features");
+    if (!op->prior_terms.empty() && op->prior_terms.size() != op->prior.size())
+      return op_error(*op, "prior has " + std::to_string(op->prior.size()) + " coefficients and " +
+                               std::to_string(op->prior_terms.size()) + " terms");
     if (op->weight_bytes < 0) return op_error(*op, "weights must be >= 0 bytes");
     for (auto& in : op->inputs) {
       auto it = names.find(in.from);

@@ -49,14 +49,25 @@ struct RetainedSpec {
   TensorSpec tensor;
 };
 
+// What a prior coefficient's seconds are made of, so a prior written for
+// one accelerator carries to another with other peaks: compute (seconds at
+// kPriorPeakFlops), memory traffic (seconds at kPriorBytesPerS), or a fixed
+// cost. Priors are written for an H100 SXM's datasheet (dense bf16 and its
+// HBM3); an accelerator with a datasheet scales each term by the ratio of
+// its peak to these (compose/policy.cpp), one without keeps them.
+enum class PriorTerm : std::uint8_t { kFixed, kCompute, kMemory };
+inline constexpr double kPriorPeakFlops = 989e12;
+inline constexpr double kPriorBytesPerS = 3.35e12;
+
 struct TemplateOp {
   std::string name;
   std::vector<InputSpec> inputs;
   TensorSpec output;
   Expr workspace_bytes;
   std::optional<RetainedSpec> retained;
-  std::vector<Expr> features;  // estimator features, at most kMaxFeatures
-  std::vector<double> prior;   // estimator prior coefficients (seconds), same size as features, or empty
+  std::vector<Expr> features;          // estimator features, at most kMaxFeatures
+  std::vector<double> prior;           // estimator prior coefficients (seconds), same size as features, or empty
+  std::vector<PriorTerm> prior_terms;  // what each coefficient is (same size as prior), or empty: not scaled
   std::int64_t weight_bytes = 0;
   OpKindId kind = 0;  // assigned at registration
 };
@@ -106,7 +117,8 @@ class TemplateBuilder {
     OpBuilder& workspace(Expr bytes);
     OpBuilder& retain(std::string name, TensorSpec t);
     OpBuilder& features(std::vector<Expr> f);
-    OpBuilder& prior(std::vector<double> p);
+    // `terms` (optional): what each coefficient is, for other accelerators.
+    OpBuilder& prior(std::vector<double> p, std::vector<PriorTerm> terms = {});
     OpBuilder& weights(std::int64_t bytes);
 
    private:
@@ -119,7 +131,7 @@ class TemplateBuilder {
   // Validates and returns the template. Fails naming the template and the
   // operator on: duplicate names, an input naming nothing, a cycle, a rank or
   // dtype mismatch between an input and its producer, more than kMaxFeatures
-  // features, a prior of the wrong size, negative weights.
+  // features, a prior (or its terms) of the wrong size, negative weights.
   Result<GraphTemplate> build() &&;
 
  private:

@@ -70,9 +70,10 @@ DenseDecoder::DenseDecoder(DenseDecoderConfig c) : c_(std::move(c)) {
 // (linear layers, attention, KV reads, weight reads); the head's:
 // {sequences, 1} (logits for each sequence's last token only, then its
 // weights); priors are H100 rooflines (bf16 at ~400 TFLOP/s effective,
-// 3.35 TB/s HBM). One template serves prefill (context = 0, no KV attached)
-// and decode (each group attaches to the KV cache its counterpart of the
-// previous step retained).
+// 3.35 TB/s HBM), each term tagged so other accelerators scale it. One
+// template serves prefill (context = 0, no KV attached) and decode (each
+// group attaches to the KV cache its counterpart of the previous step
+// retained).
 GraphTemplate DenseDecoder::make_template() const {
   const DenseDecoderConfig& s = c_;
   TemplateBuilder b(s.name);
@@ -83,7 +84,10 @@ GraphTemplate DenseDecoder::make_template() const {
   const std::int64_t eb = dtype_bytes(dt);
   const std::int64_t kv_per_token = 2 * per_group * s.kv_heads * s.head_dim;  // K and V, elements
   const std::int64_t layer_params = layer_parameters(s);
-  const double flops_per_s = 400e12, hbm_per_s = 3.35e12;
+  // The reference accelerator's (core/graph.cppm, kPriorPeakFlops): about
+  // 40 % of its bf16 peak effective, and its HBM.
+  const double flops_per_s = 400e12, hbm_per_s = kPriorBytesPerS;
+  using enum PriorTerm;
   const double group_bytes = static_cast<double>(eb) * per_group * static_cast<double>(layer_params);
 
   // Prompt tokens come from the host; a decode step's one token comes from
@@ -99,7 +103,7 @@ GraphTemplate DenseDecoder::make_template() const {
       .input("tokens")
       .output({{T * k(s.hidden)}, dt})
       .features({T, k(1)})
-      .prior({static_cast<double>(eb) * s.hidden / hbm_per_s, 5e-6})  // one row read per token
+      .prior({static_cast<double>(eb) * s.hidden / hbm_per_s, 5e-6}, {kMemory, kFixed})  // one row read per token
       .weights(eb * s.vocab * s.hidden);
   std::string prev = "embed";
   for (int g = 0; g < s.groups; ++g) {
@@ -111,7 +115,8 @@ GraphTemplate DenseDecoder::make_template() const {
         .retain("kv", {{(C + T) * k(kv_per_token)}, dt})
         .features({T, T * (C + T), C + T, k(1)})
         .prior({2.0 * per_group * layer_params / flops_per_s, 4.0 * per_group * s.hidden / flops_per_s,
-                static_cast<double>(eb) * kv_per_token / hbm_per_s, group_bytes / hbm_per_s})
+                static_cast<double>(eb) * kv_per_token / hbm_per_s, group_bytes / hbm_per_s},
+               {kCompute, kCompute, kMemory, kMemory})
         .weights(static_cast<std::int64_t>(group_bytes));
     prev = group_op(g);
   }
@@ -126,7 +131,8 @@ GraphTemplate DenseDecoder::make_template() const {
       .workspace(S * k(4 * (s.vocab + 2 * s.hidden)))
       .features({S, k(1)})
       // Per sequence: its logits' matmul; fixed: reading the LM head.
-      .prior({2.0 * s.vocab * s.hidden / flops_per_s, static_cast<double>(eb) * s.vocab * s.hidden / hbm_per_s})
+      .prior({2.0 * s.vocab * s.hidden / flops_per_s, static_cast<double>(eb) * s.vocab * s.hidden / hbm_per_s},
+             {kCompute, kMemory})
       .weights(eb * ((s.tied_embeddings ? 0 : s.vocab * s.hidden) + s.hidden));
   return std::move(b).build().value();
 }

@@ -41,6 +41,7 @@ import slicesched.engine.observer;
 import slicesched.engine.progress;
 import slicesched.engine.recorders;
 import slicesched.engine.tenant;
+import slicesched.hardware.roofline;
 import slicesched.models.work;
 import slicesched.simulator.emulated_cluster;
 import slicesched.simulator.roofline_truth;
@@ -843,4 +844,52 @@ TEST_CASE("a spread model is refused where a share does not fit or a name is not
   auto unknown = load_config(path, {{"model.spread", "[\"gpu0\", \"gpu9\"]"}});
   REQUIRE_FALSE(unknown.ok());
   CHECK_THAT(unknown.status().message(), Catch::Matchers::Contains("model.spread: no accelerator named 'gpu9'"));
+}
+
+TEST_CASE("each accelerator type starts from priors scaled by its datasheet, term by term", "[compose][estimator]") {
+  // Written for an H100, the templates' priors made an A100 predict as an
+  // H100 until the estimator learnt, and a mixed cluster's first what-ifs
+  // chose by the order its accelerators were listed in. Each term now
+  // scales by the type's peak (compute) or HBM bandwidth (memory).
+  auto c = load_config(std::string(SLICESCHED_SOURCE_DIR) + "/configs/experiments/heterogeneous.toml");
+  REQUIRE(c.ok());
+  const ExperimentConfig& cfg = c.value();
+  PluginRegistries plugins;
+  REQUIRE(load_plugins(cfg, plugins).ok());
+  auto policy = find_policy(cfg, "SliceScheduler");
+  REQUIRE(policy.ok());
+  auto parts = build_policy(cfg, *policy.value(), plugins, {});
+  REQUIRE(parts.ok());
+  const PolicyParts& p = *parts.value();
+  constexpr AccelTypeId kNone = 0xffff;
+  AccelTypeId h100 = kNone, a100 = kNone;
+  for (AccelTypeId t = 0; t < p.accels->type_count(); ++t) {
+    const AcceleratorType* sheet = find_type(cfg.accelerator_types, p.accels->type_name(t));
+    REQUIRE(sheet != nullptr);
+    (sheet->name == "H100-SXM" ? h100 : a100) = t;
+  }
+  REQUIRE(h100 != kNone);
+  REQUIRE(a100 != kNone);
+  const AcceleratorType& a100_sheet = *find_type(cfg.accelerator_types, p.accels->type_name(a100));
+  const TemplateOp& layers = p.templates->get(p.tmpl).ops()[1];
+  REQUIRE(layers.prior_terms.size() == 4);
+  for (const std::array<double, 4>& x : {std::array<double, 4>{2048, 2048.0 * 2048, 2048, 1},  // a prefill
+                                         std::array<double, 4>{1, 1025, 1025, 1}}) {          // a decode step
+    double want_h100 = 0, want_a100 = 0;
+    for (std::size_t i = 0; i < 4; ++i) {
+      const double scale = layers.prior_terms[i] == PriorTerm::kCompute ? kPriorPeakFlops / a100_sheet.peak_flops
+                           : layers.prior_terms[i] == PriorTerm::kMemory
+                               ? kPriorBytesPerS / a100_sheet.hbm_bytes_per_s
+                               : 1.0;
+      want_h100 += layers.prior[i] * x[i];
+      want_a100 += layers.prior[i] * scale * x[i];
+    }
+    const double got_h100 = p.plugins.estimator->predict_op(layers.kind, h100, x);
+    const double got_a100 = p.plugins.estimator->predict_op(layers.kind, a100, x);
+    CHECK(got_h100 == Approx(want_h100).epsilon(1e-12));
+    CHECK(got_a100 == Approx(want_a100).epsilon(1e-12));
+    // 989 against 312 TFLOP/s, 3.35 against 2.04 TB/s: between the two ratios.
+    CHECK(got_a100 / got_h100 > 1.5);
+    CHECK(got_a100 / got_h100 < 3.2);
+  }
 }
