@@ -874,13 +874,12 @@ TEST_CASE("each accelerator type starts from priors scaled by its datasheet, ter
   const TemplateOp& layers = p.templates->get(p.tmpl).ops()[1];
   REQUIRE(layers.prior_terms.size() == 4);
   for (const std::array<double, 4>& x : {std::array<double, 4>{2048, 2048.0 * 2048, 2048, 1},  // a prefill
-                                         std::array<double, 4>{1, 1025, 1025, 1}}) {          // a decode step
+                                         std::array<double, 4>{1, 1025, 1025, 1}}) {           // a decode step
     double want_h100 = 0, want_a100 = 0;
     for (std::size_t i = 0; i < 4; ++i) {
-      const double scale = layers.prior_terms[i] == PriorTerm::kCompute ? kPriorPeakFlops / a100_sheet.peak_flops
-                           : layers.prior_terms[i] == PriorTerm::kMemory
-                               ? kPriorBytesPerS / a100_sheet.hbm_bytes_per_s
-                               : 1.0;
+      const double scale = layers.prior_terms[i] == PriorTerm::kCompute  ? kPriorPeakFlops / a100_sheet.peak_flops
+                           : layers.prior_terms[i] == PriorTerm::kMemory ? kPriorBytesPerS / a100_sheet.hbm_bytes_per_s
+                                                                         : 1.0;
       want_h100 += layers.prior[i] * x[i];
       want_a100 += layers.prior[i] * scale * x[i];
     }
