@@ -418,8 +418,8 @@ void Gmg::issued_workspaces_into(IssuedWorkspaces& w) const {
   for (OpId id : issued_ops_) {
     const OpRecord& r = ops_[id];
     if (r.accel >= n) continue;
-    w.room[r.accel].free += r.workspace_bytes + r.taken_bytes;
-    w.room[r.accel].largest = std::max(w.room[r.accel].largest, r.workspace_bytes + r.taken_bytes);
+    w.room[r.accel].free += r.workspace_bytes;
+    w.room[r.accel].largest = std::max(w.room[r.accel].largest, r.workspace_bytes);
   }
   for (std::size_t a = 0; a < n; ++a) w.room[a].free += accels_->hbm_bytes(a) - hbm_[a].total();
 }
@@ -445,28 +445,17 @@ Status Gmg::check_memory(std::span<const OpId> ops, std::span<const AccelId> acc
       if (ops[k] == src) return accels[k];
     return ops_[src].accel;
   };
-  auto inside = [&](OpId src) { return std::find(ops.begin(), ops.end(), src) != ops.end(); };
   for (std::size_t k = 0; k < ops.size(); ++k) {
     const OpRecord& r = ops_[ops[k]];
-    std::int64_t taken = 0;
+    MemoryNeed& n = needs.at(accels[k]);
+    n.bytes += r.out_bytes + r.retained_bytes;
+    n.workspace = std::max(n.workspace, r.workspace_bytes);
     for (std::uint32_t e = r.first_in; e != kNoEdge; e = edges_[e].next_in) {
       const Edge& edge = edges_[e];
       if (accel_of(edge.src) != accels[k]) needs.at(accels[k]).bytes += edge.bytes;
-      const OpRecord& p = ops_[edge.src];
-      if (!edge.retained || !p.retained_held) continue;
-      if (p.accel == accels[k] && !inside(edge.src)) {
-        // Taken over where it is: the operator's while it runs, as issue()
-        // accounts it (the account holds it now, alone does not).
-        taken += p.retained_bytes;
-        if (!alone) needs.at(accels[k]).bytes -= p.retained_bytes;
-      } else if (alone) {
-        // Alone, the batch still holds what it takes over until it is done.
-        needs.at(p.accel).bytes += edge.bytes;
-      }
+      // Alone, the batch still holds what it takes over until it is done.
+      if (alone && edge.retained && ops_[edge.src].retained_held) needs.at(ops_[edge.src].accel).bytes += edge.bytes;
     }
-    MemoryNeed& n = needs.at(accels[k]);
-    n.bytes += r.out_bytes + r.retained_bytes;
-    n.workspace = std::max(n.workspace, r.workspace_bytes + taken);
   }
   return memory_verdict(needs, ops, accels, over, alone, issued);
 }
@@ -485,9 +474,7 @@ BatchMemory Gmg::batch_memory(std::span<const OpId> ops) const {
       std::uint32_t producer = BatchMemory::kOutside;
       for (std::size_t p = 0; p < ops.size() && producer == BatchMemory::kOutside; ++p)
         if (ops[p] == edge.src) producer = static_cast<std::uint32_t>(p);
-      const OpRecord& p = ops_[edge.src];
-      const bool held = producer == BatchMemory::kOutside && edge.retained && p.retained_held;
-      m.inputs.push_back({producer, p.accel, edge.bytes, held ? p.retained_bytes : 0});
+      m.inputs.push_back({producer, ops_[edge.src].accel, edge.bytes});
     }
   }
   m.first_input.push_back(static_cast<std::uint32_t>(m.inputs.size()));
@@ -505,18 +492,11 @@ Status Gmg::check_memory(const BatchMemory& m, std::span<const AccelId> accels, 
     const AccelId here = accels[k];
     if (!n || n->a != here) n = &needs.at(here);
     n->bytes += m.bytes[k];
-    std::int64_t taken = 0;
+    n->workspace = std::max(n->workspace, m.workspace[k]);
     for (std::uint32_t i = m.first_input[k]; i < m.first_input[k + 1]; ++i) {
       const BatchMemory::Input& in = m.inputs[i];
-      const AccelId from = in.producer != BatchMemory::kOutside ? accels[in.producer] : in.at;
-      if (from != here) {
-        n->bytes += in.bytes;
-      } else if (in.taken > 0) {  // as check_memory: the operator's while it runs
-        taken += in.taken;
-        n->bytes -= in.taken;
-      }
+      if ((in.producer != BatchMemory::kOutside ? accels[in.producer] : in.at) != here) n->bytes += in.bytes;
     }
-    n->workspace = std::max(n->workspace, m.workspace[k] + taken);
   }
   return memory_verdict(needs, m.ops, accels, over, false, issued);
 }
@@ -554,8 +534,8 @@ Status Gmg::memory_verdict(const MemoryNeeds& needs, std::span<const OpId> ops, 
       std::int64_t issued_ws = 0;
       for (OpId id : issued_ops_)
         if (ops_[id].accel == a) {
-          issued_ws += ops_[id].workspace_bytes + ops_[id].taken_bytes;
-          workspace = std::max(workspace, ops_[id].workspace_bytes + ops_[id].taken_bytes);
+          issued_ws += ops_[id].workspace_bytes;
+          workspace = std::max(workspace, ops_[id].workspace_bytes);
         }
       held = hbm_[a].total() - issued_ws;
     }
@@ -632,17 +612,10 @@ Status Gmg::issue(OpId id, AccelId accel, Nanos t) {
   frontier_remove(frontier_u_, &FrontierPos::u, id);
   if (r.unscheduled_succs > 0) frontier_add(frontier_s_, &FrontierPos::s, id);
   sync_row(id);
-  r.taken_bytes = 0;
   for (std::uint32_t e = r.first_in; e != kNoEdge; e = edges_[e].next_in) {
     const OpId src = edges_[e].src;
     OpRecord& p = ops_[src];
     if (p.accel != accel) hbm_[accel].transient += edges_[e].bytes;
-    // A state it grows in place: its own until it is done (see taken_bytes).
-    if (edges_[e].retained && p.retained_held && p.accel == accel) {
-      hbm_[accel].retained -= p.retained_bytes;
-      hbm_[accel].transient += p.retained_bytes;
-      r.taken_bytes += p.retained_bytes;
-    }
     if (--p.unscheduled_succs == 0) frontier_remove(frontier_s_, &FrontierPos::s, src);
     rows_[src].unscheduled_succs = p.unscheduled_succs;
   }
@@ -699,17 +672,14 @@ Status Gmg::complete(OpId id, Nanos t, Nanos measured) {
   done_resident_[r.accel] += (r.output_held ? r.out_bytes : 0) + (r.retained_held ? r.retained_bytes : 0);
   advance_clock(t);
   if (t > last_done_[r.accel]) last_done_[r.accel] = t;
-  hbm_[r.accel].transient -= r.workspace_bytes + r.taken_bytes;
-  r.taken_bytes = 0;
+  hbm_[r.accel].transient -= r.workspace_bytes;
   for (std::uint32_t e = r.first_in; e != kNoEdge; e = edges_[e].next_in) {
     const Edge& edge = edges_[e];
     OpRecord& p = ops_[edge.src];
     if (p.accel != r.accel) hbm_[r.accel].transient -= edge.bytes;
     if (edge.retained && p.retained_held) {
-      // The consumer took the state over (e.g. a KV cache grown in place):
-      // on its own accelerator it was the consumer's since its issue, and
-      // went with its transient above.
-      if (p.accel != r.accel) hbm_[p.accel].retained -= p.retained_bytes;
+      // The consumer took the state over (e.g. a KV cache grown in place).
+      hbm_[p.accel].retained -= p.retained_bytes;
       if (p.state == OpState::kDone) done_resident_[p.accel] -= p.retained_bytes;
       p.retained_held = false;
       rows_[edge.src].retained_held = false;

@@ -64,11 +64,6 @@ struct OpRecord {
   std::uint64_t issue_seq = 0;  // global issue order, the queue tie-break
   Nanos issue_t = -1, done_t = -1, measured = -1;
   std::int64_t out_bytes = 0, workspace_bytes = 0, retained_bytes = 0, weight_bytes = 0;
-  // While issued: the retained state it takes over from producers on its
-  // own accelerator (a KV cache grown in place). The account holds it as
-  // the operator's transient, beside its workspace, until it is done: only
-  // the running operator holds an old state and its grown copy at once.
-  std::int64_t taken_bytes = 0;
   std::uint32_t first_in = kNoEdge, first_out = kNoEdge;  // edge lists
   std::uint32_t unscheduled_preds = 0;                    // predecessors still unscheduled
   std::uint32_t unscheduled_succs = 0;                    // successors still unscheduled
@@ -204,7 +199,6 @@ struct BatchMemory {
     std::uint32_t producer;  // its place in the batch, or kOutside: then it is on `at`
     AccelId at;
     std::int64_t bytes;
-    std::int64_t taken;  // a held retained state outside the batch: what an operator on `at` takes over
   };
   std::vector<OpId> ops;
   std::vector<std::int64_t> bytes, workspace;  // per op: output + retained state; its workspace
@@ -259,17 +253,14 @@ class Gmg {
   // per remote input, as issue() does, and a workspace) added to what each
   // accelerator already holds or reserved stays within its HBM. Operators
   // run one at a time per accelerator, so of the workspaces of the issued
-  // operators and the batch only the largest counts, each with the
-  // retained state it takes over on its own accelerator (the old copy of a
-  // KV cache it grows: held beside the new one only while it runs). The rule
+  // operators and the batch only the largest counts. The rule
   // every policy's picks obey, whatever its what-if predicted: a batch
   // that does not fit waits. Fails with ResourceExhausted naming the
   // first accelerator over, the operator and the bytes. Requires
   // check_issue(ops, accels) to pass.
   // `over`, when given, is set to that accelerator. With `alone`, against
   // an otherwise empty cluster instead: each accelerator holding only its
-  // weights and the retained state the batch itself takes over (from
-  // another accelerator; on its own, as above). A batch
+  // weights and the retained state the batch itself takes over. A batch
   // that fails that never fits there, whatever is preempted.
   // `issued`, when given, is issued_workspaces() of this snapshot: a
   // caller checking many placements of one batch builds it once (the check

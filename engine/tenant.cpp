@@ -412,6 +412,7 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
         s.context += 1;
       }
       if (++r.generated >= r.output_tokens || complete) {
+        r.stopped = complete;
         r.done = t;
         ++o.done_;
         o.event(RequestEvent::Kind::kDone, s.request, t);

@@ -80,6 +80,9 @@ struct RequestRecord {
   // was given up).
   std::vector<std::int64_t> tokens;
   std::string error;
+  // Live mode: a stop condition (EOS, a stop string or token) ended it, as
+  // its client's reply says, even when it came with the max_tokens-th token.
+  bool stopped = false;
 };
 
 // Something that happened to one request. `request` indexes the tenant's

@@ -83,8 +83,9 @@ void ServingMetrics::vllm_request(const RequestEvent& e, const RequestRecord& r)
         ++m.abort;
         break;
       }
-      // Fewer tokens than asked: a stop condition (EOS, stop string or token) ended it.
-      ++(r.generated < r.output_tokens ? m.stop : m.length);
+      // A stop condition (EOS, stop string or token) ended it, as its reply
+      // says "stop", even on the max_tokens-th token (vLLM checks stops first).
+      ++(r.stopped || r.generated < r.output_tokens ? m.stop : m.length);
       m.e2e.add(seconds(r.done - r.arrival));
       // Each gap between output tokens, as the request's mean gap (the
       // engine reports a request's first and last token times).

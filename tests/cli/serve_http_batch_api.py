@@ -74,6 +74,16 @@ check(metric(text, "vllm:request_success_total", model_name="llama-tiny", finish
       and metric(text, "vllm:kv_cache_usage_perc", model_name="llama-tiny") == 0,
       "vLLM's metric names with model_name after 5 requests of 3 prompt and 3 output tokens", srv)
 
+# ---- a stop token matched by the max_tokens-th token: "stop" in the reply and the metric ----
+greedy = client.completions.create(model="llama-tiny", prompt=[1, 2, 3], max_tokens=3).choices[0]
+stopped = client.completions.create(model="llama-tiny", prompt=[1, 2, 3], max_tokens=3,
+                                    extra_body={"stop_token_ids": [greedy.model_extra["token_ids"][-1]]}).choices[0]
+text = metrics(lambda t: metric(t, "vllm:request_success_total", model_name="llama-tiny", finished_reason="stop") == 1)
+check(stopped.finish_reason == "stop" and greedy.finish_reason == "length"
+      and metric(text, "vllm:request_success_total", model_name="llama-tiny", finished_reason="stop") == 1
+      and metric(text, "vllm:request_success_total", model_name="llama-tiny", finished_reason="length") == 6,
+      "a stop token on the last allowed token: 'stop' in the reply and in vllm:request_success_total", srv)
+
 # ---- an upload with several bad lines names every one ----
 bad = "\n".join([
     "not json",
