@@ -317,6 +317,37 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
   Nanos now = backend_.now();
   const bool plans = backend_.wants_plans();
   bool interrupted = false;
+  // Preemptions since a request last ended: iterations of equal priority
+  // can hold each other's HBM while the one that runs preempts itself and
+  // starts over for good (reliability.md). A replay reports it and stops;
+  // a server keeps serving (its clients see the wait).
+  constexpr std::size_t kLivelockPreemptions = 50000;
+  auto ended = [this] {
+    std::size_t n = oom_failed_ + fault_failed_;
+    for (const Tenant& t : tenants_) n += t.done();
+    return n;
+  };
+  std::size_t ended_before = ended(), preempts_since = 0;
+  Nanos progress_at = now;
+  auto livelock = [&]() -> Status {
+    if (const std::size_t e = ended(); e != ended_before) {
+      ended_before = e;
+      preempts_since = 0;
+      progress_at = now;
+    }
+    if (opt_.inbox || ++preempts_since < kLivelockPreemptions) return Status::Ok();
+    std::string who;
+    for (const Deferral& d : scheduler_.last_deferrals())
+      if (d.memory && who.find("'" + tenants_[d.tenant].spec().name + "'") == std::string::npos)
+        who += (who.empty() ? "'" : ", '") + tenants_[d.tenant].spec().name + "'";
+    return FailedPrecondition(
+        "engine: livelock at " + std::to_string(static_cast<double>(now) / 1e9) +
+        " s: " + std::to_string(preempts_since) + " preemptions since " +
+        std::to_string(static_cast<double>(progress_at) / 1e9) +
+        " s and no request ended; iterations waiting for HBM (tenants " + (who.empty() ? "none" : who) +
+        ") hold the room each other needs: give the accelerators more HBM, or the tenants fewer lanes or smaller "
+        "budgets, or end the run at a window (duration_s)");
+  };
   for (;;) {
     const int stop = opt_.stop ? opt_.stop->load() : 0;
     if (stop >= 2) {
@@ -366,8 +397,10 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
       continue;
     if (auto p = preempt(false); !p.ok())
       return p.status();
-    else if (p.value())
+    else if (p.value()) {
+      if (Status s = livelock(); !s.ok()) return s;
       continue;
+    }
 
     Nanos next = backend_.next_event();
     // Nothing runs: waiting for an arrival frees no memory (only work in
@@ -395,8 +428,10 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
       // KV cache it could free; failing that, what can never fit fails.
       if (auto p = preempt(true); !p.ok())
         return p.status();
-      else if (p.value())
+      else if (p.value()) {
+        if (Status s = livelock(); !s.ok()) return s;
         continue;
+      }
       if (auto f = fail_out_of_memory(now, OomFail::kAny); !f.ok())
         return f.status();
       else if (f.value())

@@ -13,6 +13,7 @@ with the chat tenant's token_budget = 64:
   serve_http_chunked.py SLICESCHED CONFIG WORKDIR
 """
 import os
+import re
 import sys
 import threading
 import time
@@ -50,7 +51,12 @@ for chunked in (True, False):
     stream(srv, prompt(3, 1), 1, out, "alone")
     long_t = threading.Thread(target=stream, args=(srv, prompt(6000, 5), 1, out, "long"))
     long_t.start()
-    time.sleep(0.3)  # the long prefill is under way
+    # The long prefill is under way: running, by the server's own count (a
+    # fixed sleep raced the admission on a loaded machine).
+    deadline = time.time() + 30
+    while time.time() < deadline and not re.search(r"^vllm:num_requests_running\{[^}]*\} [1-9]",
+                                                   srv.get("/metrics")[2].decode(), re.M):
+        time.sleep(0.01)
     stream(srv, prompt(3, 1), 1, out, "short")
     long_t.join()
     check(srv.stop() == 0, f"chunked_prefill {chunked}: SIGTERM exits 0", srv)
