@@ -219,10 +219,6 @@ Status wire_co_batch(const ExperimentConfig& cfg, PolicyParts& p) {
   return Status::Ok();
 }
 
-// The estimator predicts for the what-if and learns from the backend's
-// feedback; the linear built-in starts from the template and link-class
-// priors (and [estimators] prior), a model without a linear form from
-// whatever it knows itself.
 // An accelerator type's datasheet scales the templates' priors, term by
 // term (core/graph.cppm, PriorTerm): written for an H100, they would have
 // every type predict alike until the estimator learns (a mixed cluster's
@@ -249,6 +245,10 @@ Status seed_type_priors(const ExperimentConfig& cfg, EstimatorSet& set, const Te
   return Status::Ok();
 }
 
+// The estimator predicts for the what-if and learns from the backend's
+// feedback; the linear built-in starts from the template and link-class
+// priors (and [estimators] prior), a model without a linear form from
+// whatever it knows itself.
 Status seed_estimator(const ExperimentConfig& cfg, const BuildOptions& opt, PolicyParts& p) {
   p.linear = p.plugins.estimator->linear();
   if (!p.linear) {

@@ -84,8 +84,9 @@ void ServingMetrics::vllm_request(const RequestEvent& e, const RequestRecord& r)
         break;
       }
       // A stop condition (EOS, stop string or token) ended it, as its reply
-      // says "stop", even on the max_tokens-th token (vLLM checks stops first).
-      ++(r.stopped || r.generated < r.output_tokens ? m.stop : m.length);
+      // says "stop", even on the max_tokens-th token (vLLM checks stops first);
+      // otherwise it reached max_tokens.
+      ++(r.stopped ? m.stop : m.length);
       m.e2e.add(seconds(r.done - r.arrival));
       // Each gap between output tokens, as the request's mean gap (the
       // engine reports a request's first and last token times).
