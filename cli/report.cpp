@@ -428,6 +428,11 @@ static nlohmann::json memory_summary(const PolicyRun& r) {
     m["swapped_sequences"] = r.swapped_sequences;
     m["swapped_gib"] = round6(static_cast<double>(r.swapped_bytes) / (1024.0 * 1024.0 * 1024.0));
   }
+  // Likewise only where a tenant has prefill lanes.
+  if (r.prefill_lanes) {
+    m["handed_off_sequences"] = r.handed_off;
+    m["handoff_gib"] = round6(static_cast<double>(r.handoff_bytes) / (1024.0 * 1024.0 * 1024.0));
+  }
   return m;
 }
 

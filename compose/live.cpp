@@ -178,6 +178,13 @@ Status LiveSession::start(const PolicyConfig& policy, const PluginRegistries& pl
       return InvalidArgument(cfg.path + ": tenants." + t.name +
                              ".preemption_mode: \"swap\" needs the accelerators in this process; with [[hosts]] "
                              "executors, use \"recompute\"");
+  // Likewise a prefill lane's hand-off (through host memory).
+  for (const TenantConfig& t : cfg.tenants)
+    if (!cfg.hosts.empty() && prefill_lanes_of(policy, t) > 0 &&
+        std::find(policy.tenants.begin(), policy.tenants.end(), t.name) != policy.tenants.end())
+      return InvalidArgument(cfg.path + ": tenants." + t.name +
+                             ": prefill lanes hand KV caches over through this process's memory; with [[hosts]] "
+                             "executors, set prefill_lanes = 0");
   std::vector<rt::LlamaConfig> model_cfgs;
   for (const ModelConfig& m : cfg.models) {
     // Live executors load a model whole on each holder.

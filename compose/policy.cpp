@@ -141,9 +141,10 @@ Status build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, Polic
       spec.max_seqs = tc.max_seqs;
       spec.kv_budget_tokens = tc.kv_budget_tokens;
       spec.lanes = lanes_of(p.policy, tc);
-      if (tc.swap_preempted) {  // (the config checked that host_link is set)
+      spec.prefill_lanes = prefill_lanes_of(p.policy, tc);
+      if (tc.swap_preempted || spec.prefill_lanes > 0) {  // (the config checked that host_link is set)
         const LinkClassConfig& host = cfg.link_classes[static_cast<std::size_t>(cfg.host_link)];
-        spec.preemption = TenantSpec::Preemption::kSwap;
+        if (tc.swap_preempted) spec.preemption = TenantSpec::Preemption::kSwap;
         spec.host_link_bytes_per_s = host.bandwidth_bytes_per_s;
         spec.host_link_latency = static_cast<Nanos>(host.latency_s * 1e9);
       }

@@ -92,6 +92,9 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
   r.swapped_sequences = result->swapped_sequences;
   r.swapped_bytes = result->swapped_bytes;
   r.swap_mode = result->swap_mode;
+  r.handed_off = result->handed_off;
+  r.handoff_bytes = result->handoff_bytes;
+  r.prefill_lanes = result->prefill_lanes;
   r.memory = result->memory;
   r.offered = parts.offered;
   r.requests_beyond_window = parts.requests_beyond_window;

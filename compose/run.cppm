@@ -57,6 +57,9 @@ struct PolicyRun {
   std::size_t swapped_sequences = 0;                                    // (EngineResult) when swap_mode
   std::int64_t swapped_bytes = 0;
   bool swap_mode = false;
+  std::size_t handed_off = 0;  // (EngineResult) when prefill_lanes
+  std::int64_t handoff_bytes = 0;
+  bool prefill_lanes = false;
   MemoryStats memory;
   std::vector<PluginRecord> plugins;  // every plugin it ran, with what its calls cost
   std::vector<OfferedLoad> offered;

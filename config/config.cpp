@@ -791,6 +791,11 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
     tc.max_seqs = t.integer("max_seqs", 64, 1, 1 << 20);
     tc.kv_budget_tokens = t.integer("kv_budget_tokens", 65536, 1, INT64_MAX / 2);
     tc.lanes = static_cast<int>(t.integer("lanes", 1, 1, 1024));
+    tc.prefill_lanes = static_cast<int>(t.integer("prefill_lanes", 0, 0, 1024));
+    if (tc.prefill_lanes > 0 && cfg.host_link < 0)
+      t.fail(t.node("prefill_lanes"), "prefill_lanes",
+             "prefill lanes need cluster.host_link: the link class a handed-off KV cache crosses to host memory and "
+             "back");
     // vLLM's preemption_mode: what a preempted sequence's KV cache becomes.
     static const std::string kRecompute = "recompute";
     const std::string mode = t.str("preemption_mode", &kRecompute);
@@ -863,6 +868,21 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
         if (std::find(pc.tenants.begin(), pc.tenants.end(), name) == pc.tenants.end())
           lanes.fail(&v, name, "the policy runs no tenant named '" + name + "'");
         pc.lanes.emplace_back(name, static_cast<int>(lanes.integer(name, 1, 1, 1024)));
+      }
+      lanes.finish();
+    }
+    if (const toml::table* lt = p.table("prefill_lanes", false)) {
+      Table lanes(*lt, p.qualified("prefill_lanes"), file);
+      for (const auto& [k, v] : *lt) {
+        const std::string name(k.str());
+        if (std::find(pc.tenants.begin(), pc.tenants.end(), name) == pc.tenants.end())
+          lanes.fail(&v, name, "the policy runs no tenant named '" + name + "'");
+        const int n = static_cast<int>(lanes.integer(name, 0, 0, 1024));
+        if (n > 0 && cfg.host_link < 0)
+          lanes.fail(&v, name,
+                     "prefill lanes need cluster.host_link: the link class a handed-off KV cache crosses to host "
+                     "memory and back");
+        pc.prefill_lanes.emplace_back(name, n);
       }
       lanes.finish();
     }

@@ -69,6 +69,9 @@ struct TenantConfig {
   std::int64_t token_budget = 2048, max_seqs = 64, kv_budget_tokens = 65536;
   bool chunked_prefill = false;  // prompts past the token budget prefill over several iterations
   int lanes = 1;
+  // Lanes that only prefill and hand their sequences' KV caches to the
+  // others over cluster.host_link (TenantSpec::prefill_lanes); 0: none.
+  int prefill_lanes = 0;
   bool swap_preempted = false;  // preemption_mode = "swap" (default "recompute")
   // Serving instances of this tenant (e.g. Dual-Share's two offline
   // copies). They share one request stream, dealt round-robin, so the
@@ -112,6 +115,8 @@ struct PolicyConfig {
   // Lanes per instance where this policy differs from the tenant's own
   // `lanes` (how many iterations each of its instances keeps in flight).
   std::vector<std::pair<std::string, int>> lanes;
+  // Likewise `prefill_lanes`.
+  std::vector<std::pair<std::string, int>> prefill_lanes;
   std::size_t issued_budget = 256, batch_cap = 16;
   double horizon_s = -1;
   bool scoped_what_if = true;  // scheduler.what_if_scope: "component" (true) or "cluster"
@@ -316,6 +321,13 @@ inline int lanes_of(const PolicyConfig& policy, const TenantConfig& t) {
   for (const auto& [name, n] : policy.lanes)
     if (name == t.name) return n;
   return t.lanes;
+}
+
+// How many prefill lanes each of `policy`'s instances of tenant `t` has.
+inline int prefill_lanes_of(const PolicyConfig& policy, const TenantConfig& t) {
+  for (const auto& [name, n] : policy.prefill_lanes)
+    if (name == t.name) return n;
+  return t.prefill_lanes;
 }
 
 // One `--set KEY=VALUE` of sweep and plan: KEY is a dotted path into the

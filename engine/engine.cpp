@@ -372,6 +372,10 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
       auto started = t.start_iterations(gmg_);
       if (!started.ok())
         return Status(started.status().code(), "tenant '" + t.spec().name + "': " + started.status().message());
+      // Hand-offs a prefill lane made, copied out before the backend frees
+      // the lane's cache (below).
+      if (plans)
+        if (Status s = copy_to_host(t); !s.ok()) return s;
       if (plans)
         for (auto& [instance, plan] : t.take_plans())
           if (Status s = backend_.on_iteration(instance, std::move(plan)); !s.ok()) return s;
@@ -508,6 +512,9 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
     result.preempted_sequences += t.preempted_sequences();
     result.swapped_sequences += t.swapped_sequences();
     result.swapped_bytes += t.swapped_bytes();
+    result.handed_off += t.handed_off();
+    result.handoff_bytes += t.handoff_bytes();
+    result.prefill_lanes = result.prefill_lanes || t.spec().prefill_lanes > 0;
     result.swap_mode = result.swap_mode || t.spec().preemption == TenantSpec::Preemption::kSwap;
     if (t.kv_budget() < t.spec().kv_budget_tokens) result.kv_budgets_learnt.emplace_back(t.spec().name, t.kv_budget());
   }

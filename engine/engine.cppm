@@ -80,6 +80,12 @@ struct EngineResult {
   std::size_t swapped_sequences = 0;
   std::int64_t swapped_bytes = 0;
   bool swap_mode = false;
+  // Prefill lanes (TenantSpec::prefill_lanes): sequences whose KV cache a
+  // prefill lane handed to a decode lane, its bytes (one way), and whether
+  // any tenant has prefill lanes.
+  std::size_t handed_off = 0;
+  std::int64_t handoff_bytes = 0;
+  bool prefill_lanes = false;
   MemoryStats memory;  // the backend's (ground truth offline)
 };
 

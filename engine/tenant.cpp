@@ -23,7 +23,10 @@ Tenant::Tenant(std::uint32_t id, TenantSpec spec, TemplateId tmpl, std::shared_p
       spec_(std::move(spec)),
       tmpl_(tmpl),
       model_(std::move(model)),
-      lanes_(static_cast<std::size_t>(std::max(1, spec_.lanes))) {
+      lanes_(static_cast<std::size_t>(std::max(1, spec_.lanes) + std::max(0, spec_.prefill_lanes))) {
+  // The prefill lanes come last: a decode lane is the emptiest on a tie.
+  for (std::size_t i = static_cast<std::size_t>(std::max(1, spec_.lanes)); i < lanes_.size(); ++i)
+    lanes_[i].prefill_only = true;
   records_.reserve(spec_.requests.requests.size());
   redo_.assign(spec_.requests.requests.size(), 0);
   for (const Request& r : spec_.requests.requests)
@@ -64,6 +67,8 @@ Nanos Tenant::next_arrival() const {
   // A swapped sequence coming back is an arrival too (the front is the
   // earliest: each preemption's copies follow the one before).
   if (!swapped_.empty() && (next < 0 || swapped_.front().back < next)) next = swapped_.front().back;
+  // So is a hand-off landing (in order, as the copies are).
+  if (!handoffs_.empty() && (next < 0 || handoffs_.front().ready < next)) next = handoffs_.front().ready;
   return next;
 }
 
@@ -113,7 +118,7 @@ std::string Tenant::never_rides(const RequestRecord& r) const {
 bool Tenant::finished() const { return !open_ && done_ == records_.size(); }
 
 bool Tenant::idle() const {
-  if (!waiting_.empty() || !swapped_.empty()) return false;
+  if (!waiting_.empty() || !swapped_.empty() || !handoffs_.empty() || !handed_.empty()) return false;
   for (const Lane& l : lanes_)
     if (l.in_flight) return false;
   return true;
@@ -128,6 +133,9 @@ std::int64_t Tenant::kv_held(bool riders) const {
       const bool whole = s.prefill && (spec_.chunked_prefill || s.owner);
       kv += (whole ? (s.owner ? s.owner->held(s.request) : held(s.request)) : s.context) + 1;
     }
+  // A hand-off on its way to a decode lane keeps its room.
+  for (const std::deque<Handoff>* q : {&handoffs_, &handed_})
+    for (const Handoff& h : *q) kv += h.seq.context + 1;
   return kv;
 }
 
@@ -136,11 +144,16 @@ Result<int> Tenant::start_iterations(Gmg& gmg) {
   // free lanes that start() would change (work to run or admit, or an idle
   // cache to release), and allocate nothing.
   if (!swapped_.empty()) return_swapped(gmg.now());
+  while (!handoffs_.empty() && handoffs_.front().ready <= gmg.now()) {
+    handed_.push_back(handoffs_.front());
+    handoffs_.pop_front();
+  }
   startable_.clear();
   if (rides_only_) return 0;  // (its requests ride in other tenants' iterations)
   const bool riders = riders_waiting();
   for (Lane& l : lanes_)
-    if (!l.in_flight && (!l.running.empty() || !waiting_.empty() || riders || !l.kv_ops.empty() || l.kv_tokens != 0))
+    if (!l.in_flight && (!l.running.empty() || !waiting_.empty() || riders || !l.kv_ops.empty() || l.kv_tokens != 0 ||
+                         (!l.prefill_only && !handed_.empty())))
       startable_.push_back(&l);
   if (startable_.empty()) return 0;
   // Emptiest free lane first, so new requests spread over the lanes.
@@ -173,6 +186,19 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   }
   std::int64_t kv_after = kv_held(false);
   bool admitted = false;
+  // Prefill lanes: only prompts here, only decodes (and riders) in the
+  // other lanes, which seat the hand-offs that landed first, oldest first
+  // (their room is counted already).
+  const bool prompts_here = !disaggregated() || lane.prefill_only;
+  if (disaggregated() && !lane.prefill_only)
+    while (!handed_.empty() && mine < spec_.max_seqs && (tokens + 1 <= spec_.token_budget || !admitted)) {
+      lane.running.push_back(handed_.front().seq);
+      handed_.pop_front();
+      context += lane.running.back().context;
+      ++mine;
+      ++tokens;
+      admitted = true;
+    }
   // Of `o`'s requests: this tenant's own, or a peer's.
   auto fits = [&](const Tenant& o, std::size_t request) {
     const RequestRecord& r = o.records_[request];
@@ -212,7 +238,7 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   // in what the chunk left. The chunks keep at least the other half, so a
   // stream of short prompts slows a long prefill at most twofold. (A
   // sequence back from host memory is a decode: the loop below takes it.)
-  if (spec_.chunked_prefill) {
+  if (spec_.chunked_prefill && prompts_here) {
     std::int64_t whole = 0;
     const std::int64_t share = std::max<std::int64_t>(1, spec_.token_budget / 2);
     while (!waiting_.empty() && mine < spec_.max_seqs && !swapped_in_.contains(waiting_.front())) {
@@ -233,7 +259,8 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
     if (auto back = swapped_in_.find(waiting_.front()); back != swapped_in_.end()) {
       // Back from host memory with its cache: a decode again (one token),
       // attending what it had cached.
-      if (!(tokens + 1 <= spec_.token_budget || !admitted) || !fits(*this, waiting_.front()) || mine >= spec_.max_seqs)
+      if (lane.prefill_only || !(tokens + 1 <= spec_.token_budget || !admitted) || !fits(*this, waiting_.front()) ||
+          mine >= spec_.max_seqs)
         break;
       const Seq s{waiting_.front(), back->second, false, 0, nullptr, true};
       swapped_in_.erase(back);
@@ -241,14 +268,14 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
       admit(*this, s, 1, s.context + 1);
       continue;
     }
-    if (!admit_prompt(*this)) break;
+    if (!prompts_here || !admit_prompt(*this)) break;
   }
   // Peers (riders at this tenant's priority or above: tenants that share its
   // engine) are admitted as its own prompts are, after them, the oldest
   // request of any peer first.
-  while (Tenant* o = oldest_source([&](const Tenant& t) { return peer(t); }))
+  while (Tenant* o = prompts_here ? oldest_source([&](const Tenant& t) { return peer(t); }) : nullptr)
     if (!admit_prompt(*o)) break;
-  if (!sources_.empty()) seat_riders(lane, tokens, context, kv_after);
+  if (!sources_.empty() && !lane.prefill_only) seat_riders(lane, tokens, context, kv_after);
   if (tokens == 0) {
     // Idle: nobody will take the cache over.
     for (OpId op : lane.kv_ops)
@@ -422,8 +449,37 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
       }
     }
     lane.running = std::move(still);
+    if (lane.prefill_only) hand_off(lane, lane.running, gmg, t);
     return;
   }
+}
+
+void Tenant::hand_off(Lane& lane, std::vector<Seq>& still, const Gmg& gmg, Nanos t) {
+  std::vector<Seq> keep, go;
+  for (const Seq& s : still) (s.prefill ? keep : go).push_back(s);
+  if (go.empty()) return;
+  // Each sequence's share of the lane's cache: bytes per cached token
+  // (what the iteration's operators retain over the tokens they hold).
+  std::int64_t cache_bytes = 0;
+  for (OpId kv : lane.kv_ops)
+    if (gmg.contains(kv)) cache_bytes += gmg.op(kv).retained_bytes;
+  const double per_token =
+      lane.kv_tokens > 0 ? static_cast<double>(cache_bytes) / static_cast<double>(lane.kv_tokens) : 0;
+  std::int64_t bytes = 0;
+  for (const Seq& s : go) bytes += static_cast<std::int64_t>(per_token * static_cast<double>(s.context));
+  const double one_way = spec_.host_link_bytes_per_s > 0 ? static_cast<double>(bytes) / spec_.host_link_bytes_per_s : 0;
+  const Nanos copy = spec_.host_link_latency + static_cast<Nanos>(one_way * 1e9);
+  host_link_free_ = std::max(host_link_free_, t) + 2 * copy;
+  HostCopy c{lane.kv_ops, {}};
+  for (Seq& s : go) {
+    s.from_host = true;
+    c.seqs.push_back(plan_id(s));
+    handoffs_.push_back({s, host_link_free_});
+  }
+  if (prompts_) host_copies_.push_back(std::move(c));  // (before the lane's cache is released)
+  handed_off_ += go.size();
+  handoff_bytes_ += bytes;
+  still = std::move(keep);
 }
 
 // The lane's sequences are gone from it and its KV chain is released: the
@@ -470,10 +526,24 @@ std::size_t Tenant::drop_abandoned(Nanos t) {
       ++ended;
       continue;
     }
+    // Handed off by a prefill lane: the copy goes too. (A peer's hand-off
+    // is its host's; it leaves at its next iteration's end.)
+    bool handed = false;
+    for (std::deque<Handoff>* q : {&handoffs_, &handed_}) {
+      auto h = std::find_if(q->begin(), q->end(), [&](const Handoff& x) { return !x.seq.owner && x.seq.request == request; });
+      if (h == q->end()) continue;
+      q->erase(h);
+      if (prompts_) host_copies_.push_back({{}, {request}});
+      end_abandoned(request, t);
+      ++ended;
+      handed = true;
+      break;
+    }
+    if (handed) continue;
     for (Lane& lane : lanes_) {
       if (lane.in_flight) continue;  // (leaves at its iteration's end)
-      auto s =
-          std::find_if(lane.running.begin(), lane.running.end(), [&](const Seq& x) { return x.request == request; });
+      auto s = std::find_if(lane.running.begin(), lane.running.end(),
+                            [&](const Seq& x) { return !x.owner && x.request == request; });
       if (s == lane.running.end()) continue;
       lane.running.erase(s);
       end_abandoned(request, t);
@@ -659,6 +729,10 @@ std::size_t Tenant::fail_unfinished(const std::string& reason, Nanos t) {
   };
   for (std::size_t i : waiting_) fail(*this, i);
   waiting_.clear();
+  for (std::deque<Handoff>* q : {&handoffs_, &handed_}) {
+    for (const Handoff& h : *q) fail(own(h.seq), h.seq.request);
+    q->clear();
+  }
   for (Lane& l : lanes_) {
     for (const Seq& s : l.running) fail(own(s), s.request);
     l.running.clear();
@@ -748,7 +822,11 @@ void Tenant::seat_riders(Lane& lane, std::int64_t& tokens, std::int64_t& context
   // lower-priority work never starts ahead of higher-priority work that
   // waits. Riders on board stay, as vLLM's running requests do.
   if (!gone.empty() || first_tokens) return;
-  if (!waiting_.empty() || oldest_source([&](const Tenant& t) { return peer(t); })) return;
+  // (With prefill lanes, what waits for this decode lane is a hand-off or
+  // a sequence back from host memory; prompts wait for a prefill lane.)
+  if (disaggregated() ? !handed_.empty() || (!waiting_.empty() && swapped_in_.contains(waiting_.front()))
+                      : !waiting_.empty() || oldest_source([&](const Tenant& t) { return peer(t); }))
+    return;
   while (Tenant* o = oldest_source([&](const Tenant& t) { return !peer(t) && !(own_less && !t.rides_only_); })) {
     const std::size_t r = o->waiting_.front();
     const std::int64_t whole = o->held(r);

@@ -59,6 +59,15 @@ struct TenantSpec {
   // one iteration (the queue's head is admitted even over the budget).
   bool chunked_prefill = false;
   int lanes = 1;  // iterations in flight at once
+  // Disaggregated prefill: this many more lanes only prefill new prompts
+  // (own and peers'), none of them riders, and hand each sequence's KV
+  // cache to the other lanes, which only decode (and take riders). A
+  // prompt then waits for a prefill lane to be free, not for a decode
+  // step stretched by riders to end. The hand-off goes to host memory and
+  // back over the host link (as a KV connector through host memory does),
+  // costed as both copies, one hand-off's after another's, as a swap's
+  // are. 0: off, every lane does both.
+  int prefill_lanes = 0;
   // What preemption does with a preempted iteration's KV cache (vLLM's
   // preemption_mode): kRecompute drops it and the sequences prefill prompt
   // and output again; kSwap moves each decoding sequence's part of it to
@@ -66,7 +75,7 @@ struct TenantSpec {
   // as a decode, costed as both copies on that link (latency + bytes /
   // bandwidth each way, one preemption's sequences after another's).
   enum class Preemption : std::uint8_t { kRecompute, kSwap } preemption = Preemption::kRecompute;
-  double host_link_bytes_per_s = 16e9;  // kSwap: the accelerator-host link
+  double host_link_bytes_per_s = 16e9;  // kSwap and prefill hand-offs: the accelerator-host link
   Nanos host_link_latency = 0;
 };
 
@@ -215,15 +224,21 @@ class Tenant {
   std::size_t swapped_sequences() const { return swapped_sequences_; }
   std::int64_t swapped_bytes() const { return swapped_bytes_; }
   std::int64_t recomputed_tokens() const { return recomputed_tokens_; }
+  // Prefill lanes: sequences whose KV cache a prefill lane handed to a
+  // decode lane, and its bytes (one way).
+  std::size_t handed_off() const { return handed_off_; }
+  std::int64_t handoff_bytes() const { return handoff_bytes_; }
   // Live mode: from now on every iteration also gets an IterationPlan
   // (prompt ids from `prompts`, decode ids from the sampled tokens).
   void set_prompts(PromptFn prompts) { prompts_ = std::move(prompts); }
   // The plans of the iterations started since the last call.
   std::vector<std::pair<InstanceId, IterationPlan>> take_plans() { return std::exchange(plans_, {}); }
-  // With plans: what the backend must do for swapped sequences since the
-  // last call, in order (Backend::swap_out / forget_swapped): keep `seqs`'
-  // parts of the KV caches operators `kv` retained, or (`kv` empty) forget
-  // what it kept of them.
+  // With plans: what the backend must do for swapped and handed-off
+  // sequences since the last call, in order (Backend::swap_out /
+  // forget_swapped): keep `seqs`' parts (by plan sequence id) of the KV
+  // caches operators `kv` retained, or (`kv` empty) forget what it kept of
+  // them. The engine takes them in the step they are made, before the
+  // backend frees what the GMG released.
   struct HostCopy {
     std::vector<OpId> kv;
     std::vector<std::uint64_t> seqs;
@@ -317,6 +332,7 @@ class Tenant {
     std::int64_t kv_prev = 0;    // tokens the attached cache holds
     OpId head = kNoOp;
     bool in_flight = false;
+    bool prefill_only = false;  // a prefill lane (TenantSpec::prefill_lanes)
   };
   // Seats the lane's riders after its own sequences (see set_rider_bound);
   // `tokens`, `context` and `kv` are the iteration's so far and grow.
@@ -341,6 +357,19 @@ class Tenant {
   std::unordered_map<std::size_t, std::int64_t> swapped_in_;  // back in the queue: request -> cached tokens
   Nanos host_link_free_ = 0;                                  // the host link's copies are done by then
   void return_swapped(Nanos t);
+  // Prefill lanes: sequences handed off, on the host link until `ready`
+  // (in order), then waiting for a decode lane.
+  struct Handoff {
+    Seq seq;
+    Nanos ready;
+  };
+  std::deque<Handoff> handoffs_, handed_;  // on the link; arrived
+  std::size_t handed_off_ = 0;
+  std::int64_t handoff_bytes_ = 0;
+  bool disaggregated() const { return spec_.prefill_lanes > 0; }
+  // The prefill lane's finished prefills in `still` leave it for the
+  // decode lanes, their caches copied out of the lane's (at `t`).
+  void hand_off(Lane& lane, std::vector<Seq>& still, const Gmg& gmg, Nanos t);
   std::size_t swapped_sequences_ = 0;
   std::int64_t swapped_bytes_ = 0, recomputed_tokens_ = 0;
   std::int64_t kv_held(bool riders = true) const;
