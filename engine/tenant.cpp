@@ -530,7 +530,8 @@ std::size_t Tenant::drop_abandoned(Nanos t) {
     // is its host's; it leaves at its next iteration's end.)
     bool handed = false;
     for (std::deque<Handoff>* q : {&handoffs_, &handed_}) {
-      auto h = std::find_if(q->begin(), q->end(), [&](const Handoff& x) { return !x.seq.owner && x.seq.request == request; });
+      auto h = std::find_if(q->begin(), q->end(),
+                            [&](const Handoff& x) { return !x.seq.owner && x.seq.request == request; });
       if (h == q->end()) continue;
       q->erase(h);
       if (prompts_) host_copies_.push_back({{}, {request}});

@@ -505,6 +505,35 @@ TEST_CASE("preemption_mode: bad values and a missing host link name their keys",
         ":5: cluster.host_link: no link class named 'pcie' (link_classes: nvlink)");
 }
 
+TEST_CASE("prefill_lanes: a tenant's or a policy's, over the cluster's host link; mistakes name their keys",
+          "[config][bad-input]") {
+  const std::string links = "link_classes = [{ name = \"nvlink\", bandwidth_gbps = 300.0 }]";
+  const std::string with_host = replace(base(), links,
+                                        "link_classes = [{ name = \"nvlink\", bandwidth_gbps = 300.0 }, { name = "
+                                        "\"pcie\", bandwidth_gbps = 50.0 }]\nhost_link = \"pcie\"");
+  const fs::path p = fs::temp_directory_path() / ("slicesched_config_pl_" + std::to_string(getpid()) + ".toml");
+  std::ofstream(p) << replace(replace(with_host, "name = \"on\"", "name = \"on\"\nprefill_lanes = 2"),
+                              "tenants = [\"on\"]", "tenants = [\"on\"]\nprefill_lanes = { on = 1 }");
+  auto cfg = load_config(p.string());
+  REQUIRE(cfg.ok());
+  CHECK(cfg->tenants[0].prefill_lanes == 2);
+  CHECK(prefill_lanes_of(cfg->policies[0], cfg->tenants[0]) == 1);
+  std::ofstream(p) << with_host;
+  cfg = load_config(p.string());
+  REQUIRE(cfg.ok());
+  CHECK(prefill_lanes_of(cfg->policies[0], cfg->tenants[0]) == 0);  // (off by default)
+  CHECK(load_error(replace(base(), "name = \"on\"", "name = \"on\"\nprefill_lanes = 1")) ==
+        ":10: tenants[0].prefill_lanes: prefill lanes need cluster.host_link: the link class a handed-off KV cache "
+        "crosses to host memory and back");
+  CHECK(load_error(replace(base(), "tenants = [\"on\"]", "tenants = [\"on\"]\nprefill_lanes = { on = 1 }")) ==
+        ":14: policies[0].prefill_lanes.on: prefill lanes need cluster.host_link: the link class a handed-off KV "
+        "cache crosses to host memory and back");
+  CHECK(load_error(replace(with_host, "tenants = [\"on\"]", "tenants = [\"on\"]\nprefill_lanes = { off = 1 }")) ==
+        ":15: policies[0].prefill_lanes.off: the policy runs no tenant named 'off'");
+  CHECK(load_error(replace(with_host, "name = \"on\"", "name = \"on\"\nprefill_lanes = -1"))
+            .find(":11: tenants[0].prefill_lanes: ") == 0);
+}
+
 TEST_CASE("config: names are not empty or split by control characters; a link joins two accelerators", "[config]") {
   auto with = [](std::string from, std::string to) {
     std::string s = base();

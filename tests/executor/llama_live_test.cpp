@@ -59,10 +59,14 @@ struct Run {
   std::vector<RequestRecord> records;
   std::vector<RunRecord> log;
   std::vector<std::int64_t> peak, budget;
+  std::size_t handed_off = 0, host_left = 0;
 };
 
+// With `peer`, the odd requests are a second tenant's, seated in the first
+// one's iterations as its own (co_batch peers); records come back in
+// request order either way.
 Run serve(const std::vector<std::int64_t>& prompt_lengths, int output_tokens, int lanes, int accels,
-          std::int64_t budget, bool round_robin, rt::LlamaModel& model) {
+          std::int64_t budget, bool round_robin, rt::LlamaModel& model, int prefill_lanes = 0, bool peer = false) {
   auto templates = std::make_shared<TemplateRegistry>();
   const TemplateId tmpl = templates->add(testing::template_of(model.config())).value();
   auto cluster = std::make_shared<AcceleratorSet>();
@@ -93,13 +97,27 @@ Run serve(const std::vector<std::int64_t>& prompt_lengths, int output_tokens, in
   TenantSpec spec;
   spec.name = "t";
   spec.lanes = lanes;
+  spec.prefill_lanes = prefill_lanes;
   spec.token_budget = 64;
+  TenantSpec second = spec;
+  second.name = "peer";
+  const std::uint64_t stride = peer ? 2 : 1;
   for (std::size_t i = 0; i < prompt_lengths.size(); ++i)
-    spec.requests.requests.push_back({0.001 * static_cast<double>(i), prompt_lengths[i], output_tokens});
+    (peer && i % 2 ? second : spec)
+        .requests.requests.push_back({0.001 * static_cast<double>(i), prompt_lengths[i], output_tokens});
   std::vector<Tenant> tenants;
+  tenants.reserve(2);
   tenants.emplace_back(0, std::move(spec), tmpl);
   const rt::LlamaConfig cfg = model.config();
-  tenants[0].set_prompts([cfg](std::uint64_t seq, std::int64_t n) { return rt::synthetic_prompt(cfg, 11, seq, n); });
+  tenants[0].set_prompts(
+      [cfg, stride](std::uint64_t seq, std::int64_t n) { return rt::synthetic_prompt(cfg, 11, seq * stride, n); });
+  if (peer) {
+    tenants.emplace_back(1, std::move(second), tmpl);
+    tenants[1].set_prompts(
+        [cfg](std::uint64_t seq, std::int64_t n) { return rt::synthetic_prompt(cfg, 11, seq * 2 + 1, n); });
+    tenants[1].set_rides_only(true);
+    tenants[0].add_rider_source(&tenants[1]);
+  }
 
   LlamaRunner runner(model, devices);
   plugins::GreedyArbiter arbiter;
@@ -114,7 +132,15 @@ Run serve(const std::vector<std::int64_t>& prompt_lengths, int output_tokens, in
   if (!result.ok()) FAIL(result.status().message());
   REQUIRE(result->complete);
   Run run;
-  run.records = result->requests;
+  if (peer) {  // (tenant by tenant: the evens', then the odds')
+    const std::size_t evens = (prompt_lengths.size() + 1) / 2;
+    for (std::size_t i = 0; i < prompt_lengths.size(); ++i)
+      run.records.push_back(result->requests[i % 2 ? evens + i / 2 : i / 2]);
+  } else {
+    run.records = result->requests;
+  }
+  run.handed_off = result->handed_off;
+  run.host_left = runner.host_sequences();
   run.log = std::move(timeline.log());
   for (AccelId a = 0; a < cluster->size(); ++a) {
     run.peak.push_back(live.peak(a));
@@ -165,6 +191,23 @@ TEST_CASE("live llama: scheduled over virtual accelerators equals a plain single
   SECTION("simulation-guided placement over two accelerators") {
     Run run = serve(lengths, out, 2, 2, 64 << 20, false, model);
     for (std::size_t i = 0; i < lengths.size(); ++i) CHECK(run.records[i].tokens == expect[i]);
+  }
+  // Disaggregated prefill: every prompt prefills in the prefill lane, its
+  // part of that lane's KV cache goes to host memory and joins a decode
+  // lane's, wherever that lane's next layer groups run; a peer's sequences
+  // too (their plan ids are apart from the host's own).
+  SECTION("a prefill lane hands every sequence to the decode lanes, round robin over three accelerators") {
+    const bool peer = GENERATE(false, true);
+    INFO((peer ? "with a peer" : "one tenant"));
+    Run run = serve(lengths, out, 2, 3, 64 << 20, true, model, 1, peer);
+    REQUIRE(run.records.size() == lengths.size());
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      INFO("request " << i);
+      CHECK(run.records[i].error.empty());
+      CHECK(run.records[i].tokens == expect[i]);
+    }
+    CHECK(run.handed_off == lengths.size());
+    CHECK(run.host_left == 0);
   }
 }
 
