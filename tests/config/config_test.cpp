@@ -127,7 +127,7 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
         ":10: tenants[0].stream.trace: exactly one of trace, constant_rate, poisson_rate is required");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nbatch_cap = 3")) ==
         ":13: policies[0].batch_cap: unknown key (known here: arbiter, co_batch, estimator, instances, lanes, name, "
-        "partition_sets, placement, scheduler, stages, tenants)");
+        "partition_sets, placement, prefill_lanes, scheduler, stages, tenants)");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nco_batch = { riders = { ghost = [\"t\"] } }")) ==
         ":13: policies[0].co_batch.riders.ghost: the policy runs no tenant named 'ghost'");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nlanes = { ghost = 2 }")) ==
