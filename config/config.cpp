@@ -851,41 +851,35 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       for (std::size_t j = 0; j < i; ++j)
         if (pc.tenants[j] == name) p.fail(p.node("tenants"), "tenants", "'" + name + "' is listed twice");
     }
-    if (const toml::table* it = p.table("instances", false)) {
-      Table inst(*it, p.qualified("instances"), file);
-      for (const auto& [k, v] : *it) {
+    // { tenant = count } tables: what this policy overrides of its tenants'
+    // own counts. `check` may refuse a count (it fails naming the entry).
+    auto per_tenant = [&](const char* key, std::int64_t least, auto&& check) {
+      std::vector<std::pair<std::string, int>> out;
+      const toml::table* t = p.table(key, false);
+      if (!t) return out;
+      Table counts(*t, p.qualified(key), file);
+      for (const auto& [k, v] : *t) {
         const std::string name(k.str());
         if (std::find(pc.tenants.begin(), pc.tenants.end(), name) == pc.tenants.end())
-          inst.fail(&v, name, "the policy runs no tenant named '" + name + "'");
-        pc.instances.emplace_back(name, static_cast<int>(inst.integer(name, 1, 1, 1024)));
+          counts.fail(&v, name, "the policy runs no tenant named '" + name + "'");
+        const int n = static_cast<int>(counts.integer(name, least, least, 1024));
+        check(counts, v, name, n);
+        out.emplace_back(name, n);
       }
-      inst.finish();
-    }
-    if (const toml::table* lt = p.table("lanes", false)) {
-      Table lanes(*lt, p.qualified("lanes"), file);
-      for (const auto& [k, v] : *lt) {
-        const std::string name(k.str());
-        if (std::find(pc.tenants.begin(), pc.tenants.end(), name) == pc.tenants.end())
-          lanes.fail(&v, name, "the policy runs no tenant named '" + name + "'");
-        pc.lanes.emplace_back(name, static_cast<int>(lanes.integer(name, 1, 1, 1024)));
-      }
-      lanes.finish();
-    }
-    if (const toml::table* lt = p.table("prefill_lanes", false)) {
-      Table lanes(*lt, p.qualified("prefill_lanes"), file);
-      for (const auto& [k, v] : *lt) {
-        const std::string name(k.str());
-        if (std::find(pc.tenants.begin(), pc.tenants.end(), name) == pc.tenants.end())
-          lanes.fail(&v, name, "the policy runs no tenant named '" + name + "'");
-        const int n = static_cast<int>(lanes.integer(name, 0, 0, 1024));
-        if (n > 0 && cfg.host_link < 0)
-          lanes.fail(&v, name,
-                     "prefill lanes need cluster.host_link: the link class a handed-off KV cache crosses to host "
-                     "memory and back");
-        pc.prefill_lanes.emplace_back(name, n);
-      }
-      lanes.finish();
-    }
+      counts.finish();
+      return out;
+    };
+    auto any = [](Table&, const toml::node&, const std::string&, int) {};
+    pc.instances = per_tenant("instances", 1, any);
+    pc.lanes = per_tenant("lanes", 1, any);
+    pc.prefill_lanes =
+        per_tenant("prefill_lanes", 0, [&](Table& t, const toml::node& v, const std::string& name, int n) {
+          if (n > 0 && cfg.host_link < 0)
+            t.fail(
+                &v, name,
+                "prefill lanes need cluster.host_link: the link class a handed-off KV cache crosses to host memory and "
+                "back");
+        });
     if (const toml::table* ct = p.table("co_batch", false)) {
       Table cb(*ct, p.qualified("co_batch"), file);
       const toml::table* rt = cb.table("riders", true);
