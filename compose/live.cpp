@@ -181,10 +181,16 @@ Status LiveSession::start(const PolicyConfig& policy, const PluginRegistries& pl
   // Likewise a prefill lane's hand-off (through host memory).
   for (const TenantConfig& t : cfg.tenants)
     if (!cfg.hosts.empty() && prefill_lanes_of(policy, t) > 0 &&
-        std::find(policy.tenants.begin(), policy.tenants.end(), t.name) != policy.tenants.end())
-      return InvalidArgument(cfg.path + ": tenants." + t.name +
+        std::find(policy.tenants.begin(), policy.tenants.end(), t.name) != policy.tenants.end()) {
+      // (named where the count comes from: the policy's table, or the tenant)
+      const bool by_policy = std::any_of(policy.prefill_lanes.begin(), policy.prefill_lanes.end(),
+                                         [&](const auto& e) { return e.first == t.name; });
+      return InvalidArgument(cfg.path + ": " +
+                             (by_policy ? "policies." + policy.name + ".prefill_lanes." + t.name
+                                        : "tenants." + t.name + ".prefill_lanes") +
                              ": prefill lanes hand KV caches over through this process's memory; with [[hosts]] "
-                             "executors, set prefill_lanes = 0");
+                             "executors, set it to 0");
+    }
   std::vector<rt::LlamaConfig> model_cfgs;
   for (const ModelConfig& m : cfg.models) {
     // Live executors load a model whole on each holder.

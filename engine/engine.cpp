@@ -410,11 +410,12 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
     // Nothing runs: waiting for an arrival frees no memory (only work in
     // flight, a fault's end or a client that leaves can).
     const bool still = next < 0 && gmg_.issued_count() == 0 && next_fault_ >= opt_.faults.size() && !opt_.inbox;
-    if (stop == 0)
-      for (const Tenant& t : tenants_) {
-        const Nanos a = t.next_arrival();
-        if (a >= 0 && (next < 0 || a < next)) next = std::max(a, now);
-      }
+    // Draining, no new request is delivered, but a sequence on its way
+    // back from host memory (a swap, a prefill lane's hand-off) still is.
+    for (const Tenant& t : tenants_) {
+      const Nanos a = stop == 0 ? t.next_arrival() : t.next_return();
+      if (a >= 0 && (next < 0 || a < next)) next = std::max(a, now);
+    }
     bool all_done = std::all_of(tenants_.begin(), tenants_.end(), [](const Tenant& t) { return t.finished(); });
     if (next < 0 && all_done) break;
     if (next_fault_ < opt_.faults.size()) {

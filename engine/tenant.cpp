@@ -63,11 +63,15 @@ void Tenant::end_live(std::size_t request) {
 }
 
 Nanos Tenant::next_arrival() const {
-  Nanos next = next_request_ < stream_requests_ ? records_[next_request_].arrival : -1;
-  // A swapped sequence coming back is an arrival too (the front is the
-  // earliest: each preemption's copies follow the one before).
-  if (!swapped_.empty() && (next < 0 || swapped_.front().back < next)) next = swapped_.front().back;
-  // So is a hand-off landing (in order, as the copies are).
+  const Nanos next = next_request_ < stream_requests_ ? records_[next_request_].arrival : -1;
+  const Nanos back = next_return();
+  return next < 0 || (back >= 0 && back < next) ? back : next;
+}
+
+Nanos Tenant::next_return() const {
+  // The fronts are the earliest: each preemption's or hand-off's copies
+  // follow the one before on the host link.
+  Nanos next = swapped_.empty() ? -1 : swapped_.front().back;
   if (!handoffs_.empty() && (next < 0 || handoffs_.front().ready < next)) next = handoffs_.front().ready;
   return next;
 }
@@ -127,11 +131,12 @@ bool Tenant::idle() const {
 std::int64_t Tenant::kv_held(bool riders) const {
   std::int64_t kv = 0;
   for (const Lane& l : lanes_)
-    // (a chunked prefill under way holds what it will cache in all)
+    // (a prefill, whole or a chunk under way, holds what it will cache in
+    // all: also one in flight in another lane, whose context is not yet
+    // counted)
     for (const Seq& s : l.running) {
       if (!seated_as_own(s) && !riders) continue;
-      const bool whole = s.prefill && (spec_.chunked_prefill || s.owner);
-      kv += (whole ? (s.owner ? s.owner->held(s.request) : held(s.request)) : s.context) + 1;
+      kv += (s.prefill ? (s.owner ? s.owner->held(s.request) : held(s.request)) : s.context) + 1;
     }
   // A hand-off on its way to a decode lane keeps its room.
   for (const std::deque<Handoff>* q : {&handoffs_, &handed_})

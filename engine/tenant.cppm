@@ -126,8 +126,14 @@ class Tenant {
   const TenantSpec& spec() const { return spec_; }
   std::uint32_t id() const { return id_; }
   TemplateId tmpl() const { return tmpl_; }
-  // Arrival time of the next request not yet delivered, or -1.
+  // Arrival time of the next request not yet delivered, or the time a
+  // sequence of its own comes back (next_return), whichever is first; -1
+  // when there is neither.
   Nanos next_arrival() const;
+  // When the next sequence swapped to host memory or handed off by a
+  // prefill lane lands, or -1: what a drain still waits for, while it
+  // waits for no new request.
+  Nanos next_return() const;
   // Queues every request that has arrived by `t`.
   void deliver_arrivals(Nanos t);
   // For every lane with no iteration in flight and work to do, instantiates
