@@ -165,8 +165,8 @@ TEST_CASE("the KV budget holds with prompts in flight in several lanes, prefill 
   // lane admitted, so two lanes held up to four (prefill lanes: three).
   const std::string policy = GENERATE(as<std::string>{}, "Solo", "Solo-Apart");
   INFO(policy);
-  const Run r = run_policy(policy, {{"tenants.online0.kv_budget_tokens", "1152"},
-                                    {"policies.Solo-Apart.prefill_lanes", "{ online0 = 2 }"}});
+  const Run r = run_policy(
+      policy, {{"tenants.online0.kv_budget_tokens", "1152"}, {"policies.Solo-Apart.prefill_lanes", "{ online0 = 2 }"}});
   const Tenant& t = tenant(*r.parts, "online0");
   // From its first token to its end a request surely holds its cache.
   std::vector<std::pair<Nanos, int>> edges;
