@@ -204,15 +204,25 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
       ++tokens;
       admitted = true;
     }
+  // A prefill lane starts no more sequences than the decode lanes have
+  // seats for (max_seqs each), counting those prefilling or on their way:
+  // past that, hand-offs would queue and their decodes wait, unseen by TTFT.
+  std::int64_t seats = INT64_MAX;
+  if (lane.prefill_only) {
+    seats = spec_.max_seqs * std::max(1, spec_.lanes) - static_cast<std::int64_t>(handoffs_.size() + handed_.size());
+    for (const Lane& l : lanes_)
+      for (const Seq& q : l.running) seats -= seated_as_own(q);
+  }
   // Of `o`'s requests: this tenant's own, or a peer's.
   auto fits = [&](const Tenant& o, std::size_t request) {
     const RequestRecord& r = o.records_[request];
-    return kv_after + r.input_tokens + r.output_tokens <= kv_budget() || kv_after == 0;
+    return seats > 0 && (kv_after + r.input_tokens + r.output_tokens <= kv_budget() || kv_after == 0);
   };
   // The head of `o`'s queue joins the lane, taking `step` tokens of this
   // iteration and `kv` tokens of cache.
   auto admit = [&](Tenant& o, const Seq& s, std::int64_t step, std::int64_t kv) {
     lane.running.push_back(s);
+    --seats;
     ++mine;
     admitted = true;
     tokens += step;
