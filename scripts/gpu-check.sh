@@ -2,7 +2,8 @@
 # The GPU check: what a user with NVIDIA GPUs runs (no network needed once
 # `make build` has run). It prints the devices, runs the CUDA and NCCL tests,
 # calibrates configs/live/llama3-8b-gpu.toml, then runs serve, bench accuracy
-# and bench overhead on it, bench accuracy on configs/live/llama3-8b-gpu-one.toml
+# and bench overhead on it, serves llama-tiny on cuda:0 with and without
+# prefill lanes (the same tokens both ways), bench accuracy on configs/live/llama3-8b-gpu-one.toml
 # (one accelerator on the GPU) with scripts/op-accuracy.py's reading of where the
 # operators' error comes from, and writes $OUT/results.md with tables shaped like
 # docs/results.md's. Where no CUDA device is visible it says so in one line
@@ -51,6 +52,14 @@ step "calibrate $CONFIG"
 
 step "serve $CONFIG"
 "$S" serve "$CONFIG" --out "$OUT/serve" 2>&1 | tee "$OUT/serve.txt" || status=1
+
+# Prefill lanes on the GPU: a sequence's KV cache parts go to host memory and
+# are joined to a decode lane's cache on cuda:0; the tokens and
+# log-probabilities must equal those served without prefill lanes.
+step "prefill lanes on cuda:0: the same tokens as without"
+python3 tests/cli/serve_prefill_lanes.py "$S" tests/cli/serve_prefill_lanes.toml "$OUT/prefill-lanes" cuda:0 \
+  > "$OUT/prefill-lanes.txt" 2>&1 || status=1
+tail -3 "$OUT/prefill-lanes.txt"
 
 # Executors as processes on the GPU: configs/live/tiny-multiprocess.toml
 # with its three accelerators on cuda:0, one executor process each
@@ -161,6 +170,8 @@ lines.append(f"| {fmt(one['op_mape_pct'])} | {fmt(one['latency_error_pct'])} | {
              else f"| not measured: {one_err} | | |")
 lines += ["", "```", read("op-accuracy.txt"), "```"]
 lines += ["", "## `serve`", "", "```", read("serve.txt"), "```", "", "## `calibrate`", "", "```", read("calibrate.txt"), "```", ""]
+pl = read("prefill-lanes.txt").splitlines()
+lines += ["## Prefill lanes on cuda:0 (tests/cli/serve_prefill_lanes.py)", "", "```"] + (pl[-3:] if pl else ["(missing)"]) + ["```", ""]
 with open(os.path.join(out, "results.md"), "w") as f: f.write("\n".join(lines))
 print(f"wrote {os.path.join(out, 'results.md')}")
 if failed:
