@@ -99,19 +99,19 @@ for i in range(len(PROMPTS)):
     check(all(abs(x - y) <= 1e-4 for x, y in zip(a[1], b[1])) and len(a[1]) == 12,
           "prompt %d: the same log-probabilities (within 1e-4)" % i)
 
-# A drain while hand-offs cross a slow host link (20 KB/s: each of these
-# prompts' caches takes a second or more each way, one after another): every
+# A drain while hand-offs cross a slow host link (200 KB/s: each of these
+# prompts' caches takes a tenth of a second or more each way, one after another): every
 # admitted request finishes whole, and the server exits 0.
 slow = os.path.join(work, "slow.toml")
 with open(slow, "w") as f:
-    f.write(configs["with"].replace("bandwidth_gbps = 10.0", "bandwidth_gbps = 0.00002"))
+    f.write(configs["with"].replace("bandwidth_gbps = 10.0", "bandwidth_gbps = 0.0002"))
 srv = Server(slicesched, slow)
 port = int(srv.url.rsplit(":", 1)[1])
 answers = {}
 threads = [threading.Thread(target=lambda i=i: answers.__setitem__(i, ask(port, i, True))) for i in range(4)]
 for t in threads:
     t.start()
-time.sleep(1.0)  # (past the prefills, milliseconds each: the hand-offs are on the link)
+time.sleep(0.3)  # (past the prefills, milliseconds each: the hand-offs are on the link)
 check(srv.stop() == 0, "SIGTERM while hand-offs cross the host link: drained, exit 0", srv)
 for t in threads:
     t.join()
