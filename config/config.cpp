@@ -926,6 +926,20 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       pc.co_batch_keep_riders = cb.boolean("keep_riders", false);
       cb.finish();
     }
+    // Prefill lanes this policy gives a tenant that runs no iteration of its
+    // own would do nothing: refused, naming the entry.
+    for (const auto& [name, n] : pc.prefill_lanes) {
+      bool rider = false;
+      for (const auto& c : pc.co_batch) rider |= c.rider == name;
+      const bool only = rider && (!pc.co_batch_own_iterations ||
+                                  std::find(pc.co_batch_rides_only.begin(), pc.co_batch_rides_only.end(), name) !=
+                                      pc.co_batch_rides_only.end());
+      if (n > 0 && only)
+        p.fail(p.table("prefill_lanes", false)->get(name), "prefill_lanes." + name,
+               "'" + name +
+                   "' only rides in other tenants' iterations (co_batch), so it has no lanes to prefill in; "
+                   "give its hosts the prefill lanes");
+    }
     // A placement plugin, or a list of stages that together act as one.
     if (p.has("stages") && p.has("placement"))
       p.fail(p.node("stages"), "stages", "give either placement or stages, not both");

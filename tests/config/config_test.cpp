@@ -532,6 +532,19 @@ TEST_CASE("prefill_lanes: a tenant's or a policy's, over the cluster's host link
         ":15: policies[0].prefill_lanes.off: the policy runs no tenant named 'off'");
   CHECK(load_error(replace(with_host, "name = \"on\"", "name = \"on\"\nprefill_lanes = -1"))
             .find(":11: tenants[0].prefill_lanes: ") == 0);
+  // A policy's prefill lanes for a tenant that only rides would do nothing.
+  const std::string rider =
+      replace(replace(with_host, "[[policies]]",
+                      "[[tenants]]\nname = \"off\"\nonline = false\nstream = { constant_rate = 1.0, duration_s = 10, "
+                      "input_tokens = 16, output_tokens = 2 }\n[[policies]]"),
+              "tenants = [\"on\"]",
+              "tenants = [\"on\", \"off\"]\nco_batch = { riders = { off = [\"on\"] }, own_iterations = false }\n"
+              "prefill_lanes = { off = 1 }");
+  CHECK(load_error(rider) ==
+        ":20: policies[0].prefill_lanes.off: 'off' only rides in other tenants' iterations "
+        "(co_batch), so it has no lanes to prefill in; give its hosts the prefill lanes");
+  std::ofstream(p) << replace(rider, "prefill_lanes = { off = 1 }", "prefill_lanes = { on = 1 }");
+  CHECK(load_config(p.string()).ok());  // (the host's)
 }
 
 TEST_CASE("config: names are not empty or split by control characters; a link joins two accelerators", "[config]") {
