@@ -365,20 +365,17 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
         if (t.lends()) t.deliver_arrivals(now);
     for (Tenant& t : tenants_) {
       if (stop == 0) t.deliver_arrivals(now);
-      if (opt_.inbox) {
-        t.drop_abandoned(now);
-        if (Status s = copy_to_host(t); !s.ok()) return s;
-      }
+      if (opt_.inbox) t.drop_abandoned(now);
       auto started = t.start_iterations(gmg_);
       if (!started.ok())
         return Status(started.status().code(), "tenant '" + t.spec().name + "': " + started.status().message());
-      // Hand-offs a prefill lane made, copied out before the backend frees
-      // the lane's cache (below).
-      if (plans)
+      if (plans) {
+        // Hand-offs a prefill lane made and copies of abandoned sequences
+        // to forget, before the backend frees what the GMG released (below).
         if (Status s = copy_to_host(t); !s.ok()) return s;
-      if (plans)
         for (auto& [instance, plan] : t.take_plans())
           if (Status s = backend_.on_iteration(instance, std::move(plan)); !s.ok()) return s;
+      }
     }
     flush_requests();
     gmg_.retire();

@@ -464,37 +464,43 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
       }
     }
     lane.running = std::move(still);
-    if (lane.prefill_only) hand_off(lane, lane.running, gmg, t);
+    if (lane.prefill_only) hand_off(lane, gmg, t);
     return;
   }
 }
 
-void Tenant::hand_off(Lane& lane, std::vector<Seq>& still, const Gmg& gmg, Nanos t) {
+void Tenant::hand_off(Lane& lane, const Gmg& gmg, Nanos t) {
   std::vector<Seq> keep, go;
-  for (const Seq& s : still) (s.prefill ? keep : go).push_back(s);
+  for (const Seq& s : lane.running) (s.prefill ? keep : go).push_back(s);
   if (go.empty()) return;
-  // Each sequence's share of the lane's cache: bytes per cached token
-  // (what the iteration's operators retain over the tokens they hold).
-  std::int64_t cache_bytes = 0;
-  for (OpId kv : lane.kv_ops)
-    if (gmg.contains(kv)) cache_bytes += gmg.op(kv).retained_bytes;
-  const double per_token =
-      lane.kv_tokens > 0 ? static_cast<double>(cache_bytes) / static_cast<double>(lane.kv_tokens) : 0;
+  const double per_token = bytes_per_token(lane.kv_ops, lane.kv_tokens, gmg);
   std::int64_t bytes = 0;
   for (const Seq& s : go) bytes += static_cast<std::int64_t>(per_token * static_cast<double>(s.context));
-  const double one_way = spec_.host_link_bytes_per_s > 0 ? static_cast<double>(bytes) / spec_.host_link_bytes_per_s : 0;
-  const Nanos copy = spec_.host_link_latency + static_cast<Nanos>(one_way * 1e9);
-  host_link_free_ = std::max(host_link_free_, t) + 2 * copy;
+  const Nanos back = book_host_link(bytes, t);
   HostCopy c{lane.kv_ops, {}};
   for (Seq& s : go) {
     s.from_host = true;
     c.seqs.push_back(plan_id(s));
-    handoffs_.push_back({s, host_link_free_});
+    handoffs_.push_back({s, back});
   }
   if (prompts_) host_copies_.push_back(std::move(c));  // (before the lane's cache is released)
   handed_off_ += go.size();
   handoff_bytes_ += bytes;
-  still = std::move(keep);
+  lane.running = std::move(keep);
+}
+
+double Tenant::bytes_per_token(const std::vector<OpId>& kv, std::int64_t tokens, const Gmg& gmg) {
+  std::int64_t bytes = 0;
+  for (OpId op : kv)
+    if (gmg.contains(op)) bytes += gmg.op(op).retained_bytes;
+  return tokens > 0 ? static_cast<double>(bytes) / static_cast<double>(tokens) : 0;
+}
+
+Nanos Tenant::book_host_link(std::int64_t bytes, Nanos t) {
+  const double one_way = spec_.host_link_bytes_per_s > 0 ? static_cast<double>(bytes) / spec_.host_link_bytes_per_s : 0;
+  const Nanos copy = spec_.host_link_latency + static_cast<Nanos>(one_way * 1e9);
+  host_link_free_ = std::max(host_link_free_, t) + 2 * copy;
+  return host_link_free_;
 }
 
 // The lane's sequences are gone from it and its KV chain is released: the
@@ -658,11 +664,7 @@ Result<std::size_t> Tenant::preempt(InstanceId instance, Gmg& gmg) {
   // comes back after both copies; the copies of one preemption follow those
   // of the one before on the host link.
   const bool swap = spec_.preemption == TenantSpec::Preemption::kSwap && spec_.host_link_bytes_per_s > 0;
-  std::int64_t cache_bytes = 0;
-  for (OpId kv : lane->attached)
-    if (gmg.contains(kv)) cache_bytes += gmg.op(kv).retained_bytes;
-  const double per_token =
-      lane->kv_prev > 0 ? static_cast<double>(cache_bytes) / static_cast<double>(lane->kv_prev) : 0;
+  const double per_token = bytes_per_token(lane->attached, lane->kv_prev, gmg);
   const std::vector<OpId> caches = lane->attached;
   if (Status s = take_back(*lane, gmg); !s.ok()) return s;
   std::int64_t out_bytes = 0;
@@ -681,10 +683,8 @@ Result<std::size_t> Tenant::preempt(InstanceId instance, Gmg& gmg) {
     requeue(*s);
   }
   if (!out.empty()) {
-    const double one_way = static_cast<double>(out_bytes) / spec_.host_link_bytes_per_s;
-    const Nanos copy = spec_.host_link_latency + static_cast<Nanos>(one_way * 1e9);
-    host_link_free_ = std::max(host_link_free_, gmg.now()) + 2 * copy;
-    for (auto s = out.rbegin(); s != out.rend(); ++s) swapped_.push_back({s->request, s->tokens, host_link_free_});
+    const Nanos back = book_host_link(out_bytes, gmg.now());
+    for (auto s = out.rbegin(); s != out.rend(); ++s) swapped_.push_back({s->request, s->tokens, back});
     if (prompts_) {  // a live backend copies the caches out before it frees them
       HostCopy c{caches, {}};
       for (auto s = out.rbegin(); s != out.rend(); ++s) c.seqs.push_back(s->request);

@@ -373,9 +373,16 @@ class Tenant {
   std::size_t handed_off_ = 0;
   std::int64_t handoff_bytes_ = 0;
   bool disaggregated() const { return spec_.prefill_lanes > 0; }
-  // The prefill lane's finished prefills in `still` leave it for the
-  // decode lanes, their caches copied out of the lane's (at `t`).
-  void hand_off(Lane& lane, std::vector<Seq>& still, const Gmg& gmg, Nanos t);
+  // The prefill lane's finished prefills leave it for the decode lanes,
+  // their caches copied out of the lane's (at `t`).
+  void hand_off(Lane& lane, const Gmg& gmg, Nanos t);
+  // Bytes per cached token of the caches operators `kv` retain for
+  // `tokens` tokens: a sequence's share of them is that times its tokens.
+  static double bytes_per_token(const std::vector<OpId>& kv, std::int64_t tokens, const Gmg& gmg);
+  // Books a copy of `bytes` to host memory and one back on the host link,
+  // after the copies booked before (from `t` at the earliest); returns
+  // when both are done.
+  Nanos book_host_link(std::int64_t bytes, Nanos t);
   std::size_t swapped_sequences_ = 0;
   std::int64_t swapped_bytes_ = 0, recomputed_tokens_ = 0;
   std::int64_t kv_held(bool riders = true) const;
