@@ -156,13 +156,21 @@ std::string accelerators_csv(const PolicyRun& r) {
   // The HBM columns per accelerator: summary.json's peak_hbm_gib and
   // peak_hbm_fraction are maxima that may come from different ones.
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  o << "accelerator,busy_s,utilization,peak_hbm_gib,hbm_gib\n";
+  // A tensor-parallel group's row is the group's; `gpus` and the last
+  // column say what its busiest GPU held (each holds an equal share).
+  o << "accelerator,busy_s,utilization,peak_hbm_gib,hbm_gib,gpus,peak_hbm_gib_per_gpu\n";
   for (std::size_t a = 0; a < r.accel_names.size(); ++a) {
     o << r.accel_names[a] << ',' << r.metrics.accel_busy_s[a] << ','
       << (r.metrics.span_s > 0 ? r.metrics.accel_busy_s[a] / r.metrics.span_s : 0.0) << ',';
     if (a < r.memory.peak.size()) o << static_cast<double>(r.memory.peak[a]) / kGiB;
     o << ',';
     if (a < r.memory.budget.size()) o << static_cast<double>(r.memory.budget[a]) / kGiB;
+    const int gpus = a < r.accel_gpus.size() ? r.accel_gpus[a] : 1;
+    o << ',' << gpus << ',';
+    if (a < r.memory.peak.size()) {
+      const std::int64_t copies = a < r.accel_copies.size() ? r.accel_copies[a] : 0;
+      o << static_cast<double>(r.memory.peak[a] + copies) / gpus / kGiB;
+    }
     o << '\n';
   }
   return o.str();
@@ -388,6 +396,10 @@ nlohmann::json ground_truth_json(const std::vector<TruthPlayed>& played) {
     t["source"] = p.source;
     t["datasheet"] = p.datasheet;
     if (!p.roofline_models.empty()) t["roofline_models"] = p.roofline_models;
+    if (p.tp > 1) {
+      t["tp"] = p.tp;
+      t["all_reduce"] = p.all_reduce;
+    }
     if (p.fit)
       for (int k = 0; k < kWorkKinds; ++k) {
         const auto kind = static_cast<WorkKind>(k);

@@ -105,6 +105,7 @@ int simulate(const SimulateOptions& opt) {
     if (const std::string line = roofline_fallback_line(played, profile); !line.empty())
       std::fprintf(stderr, "slicesched: %s\n", line.c_str());
     for (const std::string& line : profile_scope_lines(*cfg)) std::fprintf(stderr, "slicesched: %s\n", line.c_str());
+    for (const std::string& line : tp_group_lines(played)) std::fprintf(stderr, "slicesched: %s\n", line.c_str());
     std::vector<const PolicyConfig*> chosen;
     for (const std::string& name : opt.policies) {
       const PolicyConfig* p = value_or_fail(find_policy(*cfg, name));

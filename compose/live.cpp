@@ -191,6 +191,11 @@ Status LiveSession::start(const PolicyConfig& policy, const PluginRegistries& pl
                              ": prefill lanes hand KV caches over through this process's memory; with [[hosts]] "
                              "executors, set it to 0");
     }
+  for (const AcceleratorConfig& a : cfg.accelerators)
+    if (a.tp > 1)
+      return InvalidArgument(a.tp_where +
+                             ": a tensor-parallel group is simulated only; serve runs each accelerator "
+                             "as one device (set tp = 1)");
   std::vector<rt::LlamaConfig> model_cfgs;
   for (const ModelConfig& m : cfg.models) {
     // Live executors load a model whole on each holder.

@@ -68,6 +68,20 @@ Result<Truths> load_truths(const ExperimentConfig& cfg) {
         }
     }
     t.types = cfg.accelerator_types;
+    // Tensor-parallel groups: their all-reduces, measured or over tp_link.
+    for (const AcceleratorConfig& a : cfg.accelerators) {
+      int link = -1;
+      for (std::size_t i = 0; i < cfg.link_classes.size(); ++i)
+        if (cfg.link_classes[i].name == a.tp_link) link = static_cast<int>(i);
+      t.tp_links.push_back(link);
+      if (a.tp == 1 || cfg.ground_truth.all_reduce_csv.empty() ||
+          std::any_of(t.all_reduce.begin(), t.all_reduce.end(), [&](const auto& e) { return e.first == a.tp; }))
+        continue;
+      auto ar = TransferProfile::load_all_reduce(cfg.ground_truth.all_reduce_csv, a.tp);
+      if (!ar.ok())
+        return Status(ar.status().code(), a.tp_where + ": ground_truth.all_reduce: " + ar.status().message());
+      t.all_reduce.emplace_back(a.tp, std::move(ar).value());
+    }
     truths.typed = std::move(t);
   } else {
     LayerProfileOptions lopt;
@@ -118,14 +132,19 @@ std::vector<TruthPlayed> truth_played(const ExperimentConfig& cfg, const Truths&
   auto file = [](const std::string& path) { return fs::path(path).filename().string(); };
   std::vector<TruthPlayed> out;
   for (const auto& a : cfg.accelerators) {
-    if (std::any_of(out.begin(), out.end(), [&](const TruthPlayed& p) { return p.type == a.type; })) continue;
+    const std::string type = a.tp > 1 ? a.type + "/tp" + std::to_string(a.tp) : a.type;
+    if (std::any_of(out.begin(), out.end(), [&](const TruthPlayed& p) { return p.type == type; })) continue;
     TruthPlayed p;
-    p.type = a.type;
+    p.type = type;
     p.datasheet = canonical_type(cfg.accelerator_types, a.type);
+    p.tp = a.tp;
+    if (a.tp > 1)
+      p.all_reduce = cfg.ground_truth.all_reduce_csv.empty() ? "ring over link class '" + a.tp_link + "'"
+                                                             : file(cfg.ground_truth.all_reduce_csv);
     if (truths.calibrated) {
       p.truth = "calibrated";
       p.source = file(cfg.ground_truth.calibrated);
-    } else if (!truths.typed || plays_profile(*truths.typed, a.type)) {
+    } else if (!truths.typed || (a.tp == 1 && plays_profile(*truths.typed, a.type))) {
       p.truth = "profile";
       p.source = file(cfg.ground_truth.layers_csv);
       p.roofline_models = cfg.ground_truth.off_profile_models;
@@ -145,7 +164,7 @@ std::string roofline_fallback_line(const std::vector<TruthPlayed>& played, const
   std::string types, source, per_type, profile;
   bool one_source = true;
   for (const auto& p : played) {
-    if (p.truth == "roofline") {
+    if (p.truth == "roofline" && p.tp == 1) {
       types += (types.empty() ? "" : ", ") + p.type + (p.datasheet != p.type ? " (" + p.datasheet + ")" : "");
       one_source = one_source && (source.empty() || source == p.source);
       source = p.source;
@@ -160,6 +179,16 @@ std::string roofline_fallback_line(const std::vector<TruthPlayed>& played, const
          " the roofline (datasheet peaks, efficiencies from " + (one_source ? source : per_type) + "), " +
          (profile.empty() ? std::string("no measured profile given")
                           : "not the measured profile " + profile + " (ground_truth.layers_type names another type)");
+}
+
+std::vector<std::string> tp_group_lines(const std::vector<TruthPlayed>& played) {
+  std::vector<std::string> out;
+  for (const auto& p : played)
+    if (p.tp > 1 && p.truth == "roofline")
+      out.push_back("ground truth: " + p.type + " (a tensor-parallel group of " + std::to_string(p.tp) + " " +
+                    p.datasheet + ") plays the roofline at one rank's shapes (efficiencies from " + p.source +
+                    "), its all-reduces " + p.all_reduce);
+  return out;
 }
 
 std::vector<std::string> profile_scope_lines(const ExperimentConfig& cfg) {
@@ -184,7 +213,7 @@ std::vector<std::string> profile_scope_lines(const ExperimentConfig& cfg) {
     for (const auto& m : cfg.models) models.push_back(m.name);
   if (g.layers_type.empty())
     for (const auto& a : cfg.accelerators)
-      if (std::find(types.begin(), types.end(), a.type) == types.end()) types.push_back(a.type);
+      if (a.tp == 1 && std::find(types.begin(), types.end(), a.type) == types.end()) types.push_back(a.type);
   if (!models.empty() || !types.empty()) {
     std::string what, keys;
     if (!models.empty()) {

@@ -55,6 +55,10 @@ struct TruthPlayed {
   // "profile" only: models the profile did not measure (their shape is not
   // ground_truth.layers_model's), which play the roofline here too.
   std::vector<std::string> roofline_models;
+  // A tensor-parallel group (tp > 1, type "NAME/tpN"): what its all-reduces
+  // play (the profile's file name, or "ring over link class 'L'").
+  int tp = 1;
+  std::string all_reduce;
 };
 // What each type of `cfg`'s cluster plays with `truths` (load_truths(cfg)):
 // the decision TypedGroundTruth makes (plays_profile), so a report says what
@@ -72,6 +76,9 @@ std::string roofline_fallback_line(const std::vector<TruthPlayed>& played, const
 // without layers_model or layers_type the profile plays every model or
 // every type, which is said too. Empty without a layers profile.
 std::vector<std::string> profile_scope_lines(const ExperimentConfig& cfg);
+// One line per tensor-parallel group type in `played`: what it plays (the
+// roofline at one rank's shapes) and what its all-reduces play.
+std::vector<std::string> tp_group_lines(const std::vector<TruthPlayed>& played);
 
 // The serving engine's fixed costs on one accelerator type, per iteration
 // and per sequence of an iteration (charged to the operator that samples).

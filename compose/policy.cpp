@@ -228,9 +228,13 @@ Status wire_co_batch(const ExperimentConfig& cfg, PolicyParts& p) {
 Status seed_type_priors(const ExperimentConfig& cfg, EstimatorSet& set, const TemplateRegistry& templates,
                         const AcceleratorSet& accels) {
   for (AccelTypeId t = 0; t < accels.type_count(); ++t) {
-    const AcceleratorType* sheet = find_type(cfg.accelerator_types, accels.type_name(t));
+    const AcceleratorType* sheet = find_type(cfg.accelerator_types, accels.base_type_name(t));
     if (!sheet || !(sheet->peak_flops > 0) || !(sheet->hbm_bytes_per_s > 0)) continue;
-    const double compute = kPriorPeakFlops / sheet->peak_flops, memory = kPriorBytesPerS / sheet->hbm_bytes_per_s;
+    // A tensor-parallel group starts as tp GPUs' peaks (its all-reduces
+    // are learned from what the backend reports).
+    const double tp = accels.type_tp(t);
+    const double compute = kPriorPeakFlops / (sheet->peak_flops * tp),
+                 memory = kPriorBytesPerS / (sheet->hbm_bytes_per_s * tp);
     if (compute == 1.0 && memory == 1.0) continue;
     for (TemplateId m = 0; m < templates.size(); ++m)
       for (const TemplateOp& op : templates.get(m).ops()) {

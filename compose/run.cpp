@@ -80,6 +80,10 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
   r.log = std::move(timeline.log());
   r.tenant_names = std::move(tenant_names);
   for (AccelId a = 0; a < parts.accels->size(); ++a) r.accel_names.push_back((*parts.accels)[a].name);
+  for (const AcceleratorConfig& a : cfg.accelerators) {
+    r.accel_gpus.push_back(a.tp);
+    r.accel_copies.push_back(a.tp > 1 ? a.gpu_hbm_bytes * a.tp - a.hbm_bytes : 0);
+  }
   r.scheduling = result->scheduling;
   r.issued_budget = parts.policy.issued_budget;
   r.lost_ops = result->lost_ops;

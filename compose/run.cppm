@@ -42,6 +42,11 @@ struct PolicyRun {
   std::vector<RequestRecord> requests;  // every tenant's, tenant by tenant (empty when not kept)
   std::vector<RunRecord> log;           // the intervals that started inside the timeline window
   std::vector<std::string> tenant_names, accel_names;
+  // Per accelerator: its GPUs (a tensor-parallel group's tp, else 1) and
+  // the bytes its GPUs hold beyond its HBM account (each rank's copies of
+  // what is not sharded), so one GPU's HBM is (account + copies) / GPUs.
+  std::vector<int> accel_gpus;
+  std::vector<std::int64_t> accel_copies;
   PluginChoice arbiter;                             // the transfer arbiter plugin and its arguments
   PluginChoice estimator;                           // the estimator plugin and its arguments
   std::string estimator_prior;                      // the [estimators] prior it started from, or empty

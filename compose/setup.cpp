@@ -38,7 +38,7 @@ Result<std::shared_ptr<AcceleratorSet>> make_cluster(const ExperimentConfig& cfg
     if (auto added = set->add_link_class(l.name, l.bandwidth_bytes_per_s, l.latency_s); !added.ok())
       return added.status();
   for (const auto& a : cfg.accelerators)
-    if (auto added = set->add(a.name, a.type, a.hbm_bytes); !added.ok()) return added.status();
+    if (auto added = set->add(a.name, a.type, a.hbm_bytes, a.tp); !added.ok()) return added.status();
   for (const auto& l : cfg.links) {
     LinkClassId cls = 0;
     for (std::size_t i = 0; i < cfg.link_classes.size(); ++i)

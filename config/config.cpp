@@ -460,6 +460,29 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
     } else if (!cfg.hosts.empty()) {
       a.fail(nullptr, "host", "is required with [[hosts]] (the name of the host whose executor owns it)");
     }
+    // A tensor-parallel group: `tp` GPUs of the type, hbm_gib each.
+    const int tp = static_cast<int>(a.integer("tp", 1, 1, 64));
+    const std::string tp_where = a.where(a.node("tp"), "tp");
+    std::string tp_link = a.str("tp_link", &none);
+    if (a.has("tp_link")) {
+      if (tp == 1)
+        a.fail(a.node("tp_link"), "tp_link", "names the link between a tensor-parallel group's GPUs: give tp > 1 too");
+      if (std::none_of(cfg.link_classes.begin(), cfg.link_classes.end(),
+                       [&](const LinkClassConfig& c) { return c.name == tp_link; })) {
+        std::string names;
+        for (const auto& c : cfg.link_classes) names += (names.empty() ? "" : ", ") + c.name;
+        a.fail(a.node("tp_link"), "tp_link",
+               "no link class named '" + tp_link + "' (link_classes: " + (names.empty() ? "none" : names) + ")");
+      }
+    }
+    auto add = [&](AcceleratorConfig c) {
+      c.tp = tp;
+      c.gpu_hbm_bytes = c.hbm_bytes;
+      c.hbm_bytes *= tp;
+      c.tp_link = tp_link;
+      c.tp_where = tp_where;
+      cfg.accelerators.push_back(std::move(c));
+    };
     if (a.has("count")) {
       const std::string prefix = a.str("name_prefix", &none);
       const std::int64_t count = a.integer("count", 1, 1, kMaxAccelerators, true);
@@ -472,8 +495,7 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
       for (std::int64_t i = 0; i < count; ++i) {
         std::string d = device;
         if (auto star = d.find('*'); star != std::string::npos) d.replace(star, 1, std::to_string(i));
-        cfg.accelerators.push_back(
-            {(prefix.empty() ? type : prefix) + std::to_string(first + i), type, hbm, d, held, held_where, host});
+        add({(prefix.empty() ? type : prefix) + std::to_string(first + i), type, hbm, d, held, held_where, host});
       }
     } else {
       const std::string name = a.name("name");
@@ -481,7 +503,7 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
         a.fail(a.node("name"), "name",
                "the cluster would have " + std::to_string(cfg.accelerators.size() + 1) + " accelerators; at most " +
                    std::to_string(kMaxAccelerators) + " are supported");
-      cfg.accelerators.push_back({name, type, hbm, device, held, held_where, host});
+      add({name, type, hbm, device, held, held_where, host});
     }
     a.finish();
   }
@@ -725,6 +747,7 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       // Measured where given, the roofline elsewhere (docs/ground-truth.md).
       if (g.has("layers")) cfg.ground_truth.layers_csv = files.add(g, "layers");
       if (g.has("transfers")) cfg.ground_truth.transfers_csv = files.add(g, "transfers");
+      if (g.has("all_reduce")) cfg.ground_truth.all_reduce_csv = files.add(g, "all_reduce");
       const std::string none;
       cfg.ground_truth.layers_type = g.str("layers_type", &none);
       cfg.ground_truth.layers_model = g.str("layers_model", &none);
@@ -1265,6 +1288,7 @@ Result<ExperimentConfig> load_config(const std::string& path, const std::vector<
     ExperimentConfig cfg = read(doc, path, files);
     if (Status s = validate(cfg); !s.ok()) return s;
     files.check();
+    if (Status s = apply_tp_groups(cfg); !s.ok()) return s;
     if (Status s = validate_models(cfg); !s.ok()) return s;
     if (Status s = resolve_profile_models(cfg); !s.ok()) return s;
     return cfg;

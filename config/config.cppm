@@ -38,6 +38,17 @@ struct AcceleratorConfig {
   // Live mode across processes: the [[hosts]] name of the executor that
   // owns it ("" without [[hosts]]).
   std::string host;
+  // A tensor-parallel group (`tp` > 1, simulate only): `tp` GPUs of `type`,
+  // each with `hbm_bytes`, that run every operator sharded over them and
+  // all-reduce its output. `tp_link`: the link class between them (what the
+  // all-reduces cross when ground_truth.all_reduce is not given; "": none
+  // named). `tp_where`: "file:line: key" for errors.
+  // With tp > 1, `hbm_bytes` is the group's: tp GPUs' HBM less the copies
+  // every rank holds of what is not sharded (apply_tp_groups); one GPU's
+  // is `gpu_hbm_bytes`.
+  int tp = 1;
+  std::int64_t gpu_hbm_bytes = 0;
+  std::string tp_link, tp_where;
 };
 
 // An executor process (`[[hosts]]`, live mode): its name, which
@@ -206,7 +217,10 @@ struct ServeConfig {
 struct GroundTruthConfig {
   bool present = false;                   // the section was given (simulate needs it)
   std::string layers_csv, transfers_csv;  // measured profiles (resolved paths), or
-  std::string calibrated;                 // a calibration profile (resolved path)
+  // A measured all-reduce profile (Vidur's all_reduce.csv, resolved): what
+  // tensor-parallel groups' all-reduces cost ("": a ring over tp_link).
+  std::string all_reduce_csv;
+  std::string calibrated;  // a calibration profile (resolved path)
   double op_noise_cv = 0.006, transfer_noise_cv = 0.0163;
   double hbm_bytes_per_s = 3.35e12;
   // Accelerators of type `layers_type` play `layers_csv` ("" with a layers
@@ -238,8 +252,12 @@ struct GroundTruthConfig {
   // (AcceleratorType::roofline_fit) plays that one, the others the shipped
   // general fit.
   bool roofline_given = false;
+  // The cluster has a tensor-parallel group (tp > 1): it plays the roofline
+  // at one rank's shapes, whatever profile the config gives.
+  bool tp_groups = false;
   bool needs_roofline() const {
-    return calibrated.empty() && (layers_csv.empty() || !layers_type.empty() || !off_profile_models.empty());
+    return calibrated.empty() &&
+           (layers_csv.empty() || !layers_type.empty() || !off_profile_models.empty() || tp_groups);
   }
 };
 
@@ -293,6 +311,16 @@ Result<std::shared_ptr<const DenseDecoder>> make_model(const ModelConfig& m);
 // (one model: every accelerator holds it, check_weights_fit says when it
 // does not fit; several: those that fit, in config order).
 std::vector<std::vector<std::size_t>> residency(const ExperimentConfig& cfg);
+// Tensor-parallel groups (tp > 1): every model a group may run shards
+// evenly over its GPUs (tp divides its heads, KV heads and MLP width, else
+// an error naming the group's `tp`), the group's `hbm_bytes` is tp GPUs'
+// HBM less the bytes each rank holds a copy of (the norms, the vocabulary's
+// padding to a multiple of tp rows), and a simulated run needs
+// ground_truth.all_reduce or the group's tp_link. load_config calls it.
+Status apply_tp_groups(ExperimentConfig& cfg);
+// Those bytes for one model on a group of `tp`: what `tp` ranks hold
+// beyond the model's own weights.
+std::int64_t tp_extra_bytes(const DenseDecoder& model, int tp);
 // For a model with `spread`: per operator of its template (in order), the
 // index into cfg.accelerators of the accelerator holding its weights
 // (empty for a model without). Names load_config checked.

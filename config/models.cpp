@@ -132,6 +132,58 @@ std::vector<std::size_t> spread_holders(const ExperimentConfig& cfg, const Model
   return out;
 }
 
+std::int64_t tp_extra_bytes(const DenseDecoder& model, int tp) {
+  const DenseDecoderConfig& c = model.config();
+  const std::int64_t norms = (2 * c.layers + 1) * c.hidden;
+  const std::int64_t padded = (c.vocab + tp - 1) / tp * tp;
+  const std::int64_t pad = (padded - c.vocab) * c.hidden * (c.tied_embeddings ? 1 : 2);
+  return (static_cast<std::int64_t>(tp - 1) * norms + pad) * dtype_bytes(c.dtype);
+}
+
+Status apply_tp_groups(ExperimentConfig& cfg) {
+  const auto held = residency(cfg);
+  for (std::size_t i = 0; i < cfg.accelerators.size(); ++i) {
+    AcceleratorConfig& a = cfg.accelerators[i];
+    if (a.tp == 1) continue;
+    cfg.ground_truth.tp_groups = true;
+    // The models it runs: those it holds whole and those spread onto it.
+    std::vector<std::size_t> runs = held[i];
+    for (std::size_t m = 0; m < cfg.models.size(); ++m)
+      if (std::find(cfg.models[m].spread.begin(), cfg.models[m].spread.end(), a.name) != cfg.models[m].spread.end())
+        runs.push_back(m);
+    std::int64_t extra = 0;
+    for (std::size_t m : runs) {
+      auto made = make_model(cfg.models[m]);
+      if (!made.ok()) return made.status();
+      const DenseDecoderConfig& c = made.value()->config();
+      const std::string tp = std::to_string(a.tp);
+      auto whole = [&](std::int64_t n) { return n % a.tp == 0; };
+      if (!whole(c.heads) || !whole(c.kv_heads) || !whole(c.mlp))
+        return InvalidArgument(a.tp_where + ": accelerator '" + a.name + "' is a tensor-parallel group of " + tp +
+                               ", which does not divide '" + cfg.models[m].name + "''s " + std::to_string(c.heads) +
+                               " heads, " + std::to_string(c.kv_heads) + " KV heads and MLP width " +
+                               std::to_string(c.mlp) + " evenly (expected a common divisor)");
+      extra += tp_extra_bytes(*made.value(), a.tp);
+    }
+    if (extra >= a.hbm_bytes) {
+      auto mib = [](std::int64_t b) {
+        char s[32];
+        std::snprintf(s, sizeof s, "%.2f MiB", static_cast<double>(b) / 1048576.0);
+        return std::string(s);
+      };
+      return InvalidArgument(a.tp_where + ": accelerator '" + a.name + "' has " + mib(a.hbm_bytes) +
+                             " of HBM in its GPUs; the copies each holds need " + mib(extra));
+    }
+    a.hbm_bytes -= extra;
+    if (cfg.ground_truth.present && cfg.ground_truth.calibrated.empty() && cfg.ground_truth.all_reduce_csv.empty() &&
+        a.tp_link.empty())
+      return InvalidArgument(a.tp_where + ": accelerator '" + a.name +
+                             "' is a tensor-parallel group: its all-reduces need ground_truth.all_reduce (a measured "
+                             "profile) or tp_link (the link class between its GPUs)");
+  }
+  return Status::Ok();
+}
+
 Status validate_models(const ExperimentConfig& cfg) {
   std::vector<std::int64_t> weights;
   for (const auto& m : cfg.models) {

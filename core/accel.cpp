@@ -21,10 +21,12 @@ std::uint64_t pair_key(AccelId a, AccelId b) {
 }
 }  // namespace
 
-AccelTypeId AcceleratorSet::add_type(std::string_view name) {
+AccelTypeId AcceleratorSet::add_type(std::string_view name, int tp) {
+  std::string key(name);
+  if (tp > 1) key += "/tp" + std::to_string(tp);
   for (std::size_t i = 0; i < types_.size(); ++i)
-    if (types_[i] == name) return static_cast<AccelTypeId>(i);
-  types_.emplace_back(name);
+    if (types_[i].name == key) return static_cast<AccelTypeId>(i);
+  types_.push_back({std::move(key), std::string(name), tp});
   return static_cast<AccelTypeId>(types_.size() - 1);
 }
 
@@ -37,10 +39,11 @@ Result<LinkClassId> AcceleratorSet::add_link_class(std::string name, double band
   return static_cast<LinkClassId>(links_.size() - 1);
 }
 
-Result<AccelId> AcceleratorSet::add(std::string name, std::string_view type, std::int64_t hbm_bytes) {
+Result<AccelId> AcceleratorSet::add(std::string name, std::string_view type, std::int64_t hbm_bytes, int tp) {
   if (hbm_bytes <= 0) return InvalidArgument("accelerator '" + name + "': hbm must be > 0 bytes");
+  if (tp < 1) return InvalidArgument("accelerator '" + name + "': tp must be >= 1 GPUs");
   if (find(name) >= 0) return AlreadyExists("accelerator '" + name + "' already exists");
-  AccelTypeId t = add_type(type);
+  AccelTypeId t = add_type(type, tp);
   const auto id = static_cast<AccelId>(accels_.size());
   by_name_.emplace(name, id);
   accels_.push_back({std::move(name), t, hbm_bytes});

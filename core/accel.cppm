@@ -18,6 +18,8 @@ export namespace slicesched {
 struct AcceleratorSpec {
   std::string name;
   AccelTypeId type = 0;
+  // A tensor-parallel group (tp > 1): the HBM of all its GPUs together,
+  // less what every GPU holds a copy of (config/models.cpp).
   std::int64_t hbm_bytes = 0;
 };
 
@@ -31,13 +33,17 @@ struct LinkClass {
 // thread-safe for writers.
 class AcceleratorSet {
  public:
-  // Registers a type name, returning the existing id if already known.
-  AccelTypeId add_type(std::string_view name);
+  // Registers a type, returning the existing id if already known. `tp` > 1:
+  // a tensor-parallel group of `tp` GPUs of type `name` that runs each
+  // operator sharded over them, a type of its own named "NAME/tpN" (its
+  // operators cost what one rank's share and the all-reduces cost).
+  AccelTypeId add_type(std::string_view name, int tp = 1);
   // Adds a link class; the first one added is the default for pairs that
   // have no explicit link.
   Result<LinkClassId> add_link_class(std::string name, double bandwidth_bytes_per_s, double latency_s);
-  // Adds an accelerator; fails on a duplicate name or HBM <= 0.
-  Result<AccelId> add(std::string name, std::string_view type, std::int64_t hbm_bytes);
+  // Adds an accelerator (a tensor-parallel group of `tp` GPUs when tp > 1);
+  // fails on a duplicate name, HBM <= 0 or tp < 1.
+  Result<AccelId> add(std::string name, std::string_view type, std::int64_t hbm_bytes, int tp = 1);
   // Sets the link class of the unordered pair (a, b).
   Status link(AccelId a, AccelId b, LinkClassId cls);
 
@@ -46,7 +52,11 @@ class AcceleratorSet {
   inline const AcceleratorSpec& operator[](AccelId a) const { return accels_[a]; }
   inline AccelTypeId type(AccelId a) const { return accels_[a].type; }
   inline std::int64_t hbm_bytes(AccelId a) const { return accels_[a].hbm_bytes; }
-  inline const std::string& type_name(AccelTypeId t) const { return types_[t]; }
+  // "H100", or "H100/tp4" for a tensor-parallel group of four.
+  inline const std::string& type_name(AccelTypeId t) const { return types_[t].name; }
+  // The GPUs' own type ("H100" for both) and the group's size (1: one GPU).
+  inline const std::string& base_type_name(AccelTypeId t) const { return types_[t].base; }
+  inline int type_tp(AccelTypeId t) const { return types_[t].tp; }
   inline std::size_t type_count() const { return types_.size(); }
   // The accelerator's id, or -1. Constant time (a cluster of 100,000 is
   // built by name).
@@ -63,7 +73,11 @@ class AcceleratorSet {
 
  private:
   std::vector<AcceleratorSpec> accels_;
-  std::vector<std::string> types_;
+  struct Type {
+    std::string name, base;
+    int tp = 1;
+  };
+  std::vector<Type> types_;
   std::vector<LinkClass> links_;
   // Name -> id, so adding and finding by name stay O(1) in big clusters.
   std::unordered_map<std::string, AccelId> by_name_;

@@ -24,14 +24,6 @@ bool number(std::string_view s, double& v) {
   return !s.empty() && ec == std::errc() && end == s.data() + s.size() && std::isfinite(v);
 }
 
-DenseShape per_rank(DenseShape s, int tp) {
-  s.heads = std::max<std::int64_t>(1, s.heads / tp);
-  s.kv_heads = std::max<std::int64_t>(1, s.kv_heads / tp);
-  s.mlp = std::max<std::int64_t>(1, s.mlp / tp);
-  s.vocab = std::max<std::int64_t>(1, s.vocab / tp);
-  return s;
-}
-
 Work work_of(const DenseShape& s, Sublayer l, double rows) { return sublayer_work(s, {l, rows, 1, 0, 1}); }
 
 Work sum(Work a, const Work& b) {
@@ -75,7 +67,7 @@ bool vidur_work(const std::string& op, const DenseShape& s, double n, Work& w) {
 Result<std::vector<ProfileRow>> read_profile_rows(const std::string& path, const DenseShape& shape, int tp,
                                                   const std::string& type) {
   if (tp < 1) return InvalidArgument(path + ": tensor parallelism must be >= 1");
-  const DenseShape s = per_rank(shape, tp);
+  const DenseShape s = tp_rank_shape(shape, tp);
   auto text = csv::read_text(path);
   if (!text.ok()) return text.status();
   auto opened = csv::CsvReader::open(*text, path);

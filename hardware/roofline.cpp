@@ -81,6 +81,15 @@ double kernel_seconds(const AcceleratorType& t, const RooflineFit& f, const Work
   return kernel_seconds_at(t, f, w, calls, t.peak_flops);
 }
 
+DenseShape tp_rank_shape(DenseShape s, int tp) {
+  const auto share = [tp](std::int64_t n) { return std::max<std::int64_t>(1, (n + tp - 1) / tp); };
+  s.heads = share(s.heads);
+  s.kv_heads = share(s.kv_heads);
+  s.mlp = share(s.mlp);
+  s.vocab = share(s.vocab);
+  return s;
+}
+
 double calls_seconds(const AcceleratorType& t, const RooflineFit& f, const DenseShape& s,
                      std::span<const SublayerCall> calls) {
   // (a kind's SM FLOP ceiling still holds: the slower of the two binds)

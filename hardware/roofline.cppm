@@ -101,6 +101,11 @@ double kernel_seconds(const AcceleratorType& t, const RooflineFit& f, const Work
 // shape of 4-byte elements computes at t.fp32_flops, not the tensor peak.
 double calls_seconds(const AcceleratorType& t, const RooflineFit& f, const DenseShape& s,
                      std::span<const SublayerCall> calls);
+// One rank's share of a model sharded over `tp` GPUs (Megatron-style tensor
+// parallelism): heads, KV heads, MLP width and vocabulary divided, rounded
+// up (a KV head is replicated where there are fewer than ranks, the
+// vocabulary padded to a multiple of tp rows); hidden size unchanged.
+DenseShape tp_rank_shape(DenseShape s, int tp);
 
 // One measured kernel time: what it did and how long it took on `type`.
 struct ProfileRow {

@@ -139,6 +139,12 @@ class TransferProfile {
   // Errors as LayerProfile::load; no rows for the chosen side is an error.
   static Result<TransferProfile> load(const std::filesystem::path& path, bool within_node = true);
   static Result<TransferProfile> parse(std::string_view csv, std::string_view source, bool within_node = true);
+  // An all-reduce profile (Vidur's all_reduce.csv: time_stats.all_reduce.*
+  // in ms, `size`, `num_workers`, `devices_per_node`, `collective`): the
+  // rows of `workers` GPUs in one node, size read as bytes (as Vidur's own
+  // predictor reads it). No such rows is an error naming the counts there.
+  static Result<TransferProfile> load_all_reduce(const std::filesystem::path& path, int workers);
+  static Result<TransferProfile> parse_all_reduce(std::string_view csv, std::string_view source, int workers);
 
   // Seconds to move `bytes` (>= 0) between two GPUs.
   double seconds(std::int64_t bytes) const;
@@ -149,6 +155,8 @@ class TransferProfile {
 
  private:
   TransferProfile() = default;
+  // From (bytes, seconds) points, at least one.
+  static TransferProfile from_points(std::vector<std::pair<std::int64_t, double>> pts);
   std::int64_t min_bytes_ = 0, max_bytes_ = 0;
   profile_detail::Curve by_log_size_;
 };

@@ -1,6 +1,9 @@
 module;
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -33,6 +36,32 @@ double roofline_iteration_seconds(const AcceleratorType& t, const RooflineFit& f
   return sum;
 }
 
+double ring_all_reduce_seconds(const LinkClass& link, int tp, double bytes) {
+  if (tp < 2) return 0;
+  const double steps = 2.0 * (tp - 1);
+  return steps * (link.latency_s + bytes / tp / link.bandwidth_bytes_per_s);
+}
+
+double tp_collectives_seconds(const DenseShape& full, std::span<const SublayerCall> calls,
+                              const std::function<double(double)>& all_reduce) {
+  double s = 0;
+  for (const SublayerCall& c : calls) {
+    const double row_bytes = static_cast<double>(full.elem_bytes) *
+                             static_cast<double>(c.layer == Sublayer::kLmHead ? full.vocab : full.hidden);
+    switch (c.layer) {
+      case Sublayer::kEmbedding:
+      case Sublayer::kOProj:
+      case Sublayer::kDownProj:
+      case Sublayer::kLmHead:
+        if (c.rows > 0) s += c.count * all_reduce(c.rows * row_bytes);
+        break;
+      default:
+        break;
+    }
+  }
+  return s;
+}
+
 TypedGroundTruth::TypedGroundTruth(TypedTruthOptions opt, const AcceleratorSet& accels, std::uint64_t seed,
                                    double op_cv, double transfer_cv)
     : opt_(std::move(opt)),
@@ -40,18 +69,33 @@ TypedGroundTruth::TypedGroundTruth(TypedTruthOptions opt, const AcceleratorSet& 
       op_noise_(seed, op_cv),
       transfer_noise_(seed ^ 0x9e3779b97f4a7c15ull, transfer_cv) {
   for (std::size_t t = 0; t < accels_.type_count(); ++t) {
-    const std::string& name = accels_.type_name(static_cast<AccelTypeId>(t));
-    const bool measured = plays_profile(opt_, name);
+    const auto id = static_cast<AccelTypeId>(t);
+    const std::string& name = accels_.base_type_name(id);
+    const int tp = accels_.type_tp(id);
+    const bool measured = tp == 1 && plays_profile(opt_, name);
     by_type_.push_back(measured ? nullptr : find_type(opt_.types, name));
     sheets_.push_back(find_type(opt_.types, name));
     fits_.push_back(&fit_for(opt_, name));
+    const TransferProfile* ar = nullptr;
+    for (const auto& [n, profile] : opt_.all_reduce)
+      if (n == tp) ar = &profile;
+    all_reduce_.push_back(ar);
   }
+}
+
+double TypedGroundTruth::all_reduce_seconds(AccelId a, double bytes) const {
+  const AccelTypeId type = accels_.type(a);
+  if (const TransferProfile* p = all_reduce_[type]) return p->seconds(static_cast<std::int64_t>(std::ceil(bytes)));
+  const int link = a < opt_.tp_links.size() ? opt_.tp_links[a] : -1;
+  return ring_all_reduce_seconds(accels_.link(static_cast<LinkClassId>(link < 0 ? 0 : link)), accels_.type_tp(type),
+                                 bytes);
 }
 
 Status TypedGroundTruth::check() const {
   for (std::size_t t = 0; t < by_type_.size(); ++t) {
-    const std::string& name = accels_.type_name(static_cast<AccelTypeId>(t));
-    const bool measured = plays_profile(opt_, name);
+    const auto id = static_cast<AccelTypeId>(t);
+    const std::string& name = accels_.type_name(id);
+    const bool measured = accels_.type_tp(id) == 1 && plays_profile(opt_, accels_.base_type_name(id));
     if (!measured && !by_type_[t])
       return NotFound("ground truth: accelerator type '" + name + "' has neither a measured profile nor a datasheet");
   }
@@ -86,7 +130,14 @@ Result<double> TypedGroundTruth::op_seconds(const Gmg& gmg, OpId op) {
                     t.name() + "' (set_models)");
   const auto calls = m->kernels(r.tmpl_op, m->dims_of(t, gmg.dims(op)));
   if (calls.empty()) return InvalidArgument("ground truth for " + gmg.op_name(op) + ": its model gives no kernels");
-  return op_noise_.sample(calls_seconds(*sheet, *fits_[type], m->shape(), calls));
+  const int tp = accels_.type_tp(type);
+  if (tp == 1) return op_noise_.sample(calls_seconds(*sheet, *fits_[type], m->shape(), calls));
+  // A tensor-parallel group: every rank runs its share at once, then the
+  // ranks all-reduce (no overlap, as vLLM runs them).
+  const double compute = calls_seconds(*sheet, *fits_[type], tp_rank_shape(m->shape(), tp), calls);
+  const double collectives =
+      tp_collectives_seconds(m->shape(), calls, [&](double bytes) { return all_reduce_seconds(r.accel, bytes); });
+  return op_noise_.sample(compute + collectives);
 }
 
 double TypedGroundTruth::transfer_seconds(AccelId from, AccelId to, std::int64_t bytes) {

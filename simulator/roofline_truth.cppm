@@ -4,7 +4,9 @@
 // class (latency + bytes / bandwidth). See docs/ground-truth.md.
 module;
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -18,6 +20,7 @@ import slicesched.core.gmg;
 import slicesched.core.ids;
 import slicesched.core.status;
 import slicesched.models.model;
+import slicesched.models.work;
 import slicesched.simulator.profile;
 
 export namespace slicesched {
@@ -34,7 +37,26 @@ struct TypedTruthOptions {
   // `fit`: by type name or alias, as `types` resolves them.
   std::vector<std::pair<std::string, RooflineFit>> type_fits;
   std::vector<AcceleratorType> types;  // datasheets, by name or alias
+  // Tensor-parallel groups' all-reduces: a measured profile per group size
+  // (tp, profile), else a ring over the group's link class (`tp_links`, per
+  // AccelId: a LinkClassId, or -1 for none). A group always plays the
+  // roofline at one rank's shapes: the layers profile measured one GPU.
+  std::vector<std::pair<int, TransferProfile>> all_reduce;
+  std::vector<int> tp_links;
 };
+
+// Seconds of a ring all-reduce of `bytes` over `tp` GPUs joined by `link`:
+// 2 (tp - 1) steps, each moving bytes / tp (NCCL's ring).
+double ring_all_reduce_seconds(const LinkClass& link, int tp, double bytes);
+// Seconds of the collectives a tensor-parallel group of `tp` adds to
+// `calls` (shapes `full`, the model's own): an all-reduce of each call's
+// output rows after the attention output projection, the MLP down
+// projection and the vocab-parallel embedding, and a gather of the logits
+// after the LM head, costed as an all-reduce of the same bytes (a ring
+// all-gather moves half as much; at these sizes latency rules).
+// `all_reduce(bytes)` prices one.
+double tp_collectives_seconds(const DenseShape& full, std::span<const SublayerCall> calls,
+                              const std::function<double(double)>& all_reduce);
 
 // Whether accelerators of type `type` play the measured layers profile: there
 // is one, and it names no type or names `type` by its name or an alias
@@ -74,9 +96,11 @@ class TypedGroundTruth final : public GroundTruth {
   TypedTruthOptions opt_;
   ModelSet models_;
   const AcceleratorSet& accels_;
-  std::vector<const AcceleratorType*> by_type_;  // per AccelTypeId: the datasheet, or nullptr (the profile)
-  std::vector<const AcceleratorType*> sheets_;   // per AccelTypeId: the datasheet where a table knows the type
-  std::vector<const RooflineFit*> fits_;         // per AccelTypeId: the efficiencies it plays
+  std::vector<const AcceleratorType*> by_type_;     // per AccelTypeId: the datasheet, or nullptr (the profile)
+  std::vector<const AcceleratorType*> sheets_;      // per AccelTypeId: the datasheet where a table knows the type
+  std::vector<const RooflineFit*> fits_;            // per AccelTypeId: the efficiencies it plays
+  std::vector<const TransferProfile*> all_reduce_;  // per AccelTypeId: a group's measured all-reduce, or nullptr
+  double all_reduce_seconds(AccelId a, double bytes) const;
   NoisyClock op_noise_, transfer_noise_;
 };
 

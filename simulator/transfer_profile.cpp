@@ -86,6 +86,59 @@ Result<TransferProfile> TransferProfile::parse(std::string_view csv, std::string
                                      : "no rows with devices_per_node 1 (transfers across nodes)"));
   }
 
+  return from_points(std::move(pts));
+}
+
+Result<TransferProfile> TransferProfile::load_all_reduce(const std::filesystem::path& path, int workers) {
+  auto text = csv::read_text(path);
+  if (!text.ok()) return text.status();
+  return parse_all_reduce(*text, path.string(), workers);
+}
+
+Result<TransferProfile> TransferProfile::parse_all_reduce(std::string_view csv, std::string_view source, int workers) {
+  auto reader = CsvReader::open(csv, source);
+  if (!reader.ok()) return reader.status();
+  CsvReader& r = *reader;
+  std::size_t col[4];
+  const std::string_view names[4] = {"time_stats.all_reduce.median", "size", "num_workers", "devices_per_node"};
+  for (int i = 0; i < 4; ++i) {
+    auto c = r.column(names[i]);
+    if (!c.ok()) return c.status();
+    col[i] = *c;
+  }
+  auto collective = r.column("collective");  // optional: Vidur's files hold only all_reduce rows
+  std::vector<std::pair<std::int64_t, double>> pts;
+  std::vector<std::int64_t> counts;  // worker counts measured in one node
+  for (CsvRow row;;) {
+    auto more = r.next(row);
+    if (!more.ok()) return more.status();
+    if (!*more) break;
+    if (collective.ok() && *collective < row.fields.size() && row.fields[*collective] != "all_reduce") continue;
+    auto ms = r.positive(row, col[0]);
+    if (!ms.ok()) return ms.status();
+    if (*ms > 3.6e6) return InvalidArgument(r.bad_field(row, col[0], "at most 3.6e6 ms (one hour)"));
+    auto bytes = r.integer(row, col[1], 1);
+    if (!bytes.ok()) return bytes.status();
+    auto n = r.integer(row, col[2], 1);
+    if (!n.ok()) return n.status();
+    auto per_node = r.integer(row, col[3], 1);
+    if (!per_node.ok()) return per_node.status();
+    if (*per_node != *n) continue;  // across nodes: not a tensor-parallel group's
+    if (std::find(counts.begin(), counts.end(), *n) == counts.end()) counts.push_back(*n);
+    if (*n == workers) pts.emplace_back(*bytes, *ms * 1e-3);
+  }
+  if (pts.empty()) {
+    std::sort(counts.begin(), counts.end());
+    std::string have;
+    for (auto n : counts) have += (have.empty() ? "" : ", ") + std::to_string(n);
+    return NotFound(r.at("no all-reduce rows of " + std::to_string(workers) +
+                         " GPUs in one node (num_workers = " + "devices_per_node = " + std::to_string(workers) +
+                         "; measured: " + (have.empty() ? "none" : have) + ")"));
+  }
+  return from_points(std::move(pts));
+}
+
+TransferProfile TransferProfile::from_points(std::vector<std::pair<std::int64_t, double>> pts) {
   std::sort(pts.begin(), pts.end());  // by size, then seconds: repeats sum in one order everywhere
   std::vector<double> log_size, seconds, weight;
   for (std::size_t i = 0; i < pts.size();) {  // a size measured twice (16 MiB in Vidur's): average

@@ -582,3 +582,50 @@ TEST_CASE("config: a measured profile's type is a known table's, or an accelerat
   typo.replace(typo.find("[ground_truth]\n"), 15, "[ground_truth]\nlayers_type = \"Z100\"\n");
   CHECK_THAT(load_error(typo), Catch::StartsWith(":6: ground_truth.layers_type: unknown accelerator type 'Z100'"));
 }
+
+TEST_CASE("tp: a tensor-parallel group's HBM is its GPUs' less each rank's copies; mistakes name their keys",
+          "[config][bad-input][tp]") {
+  const std::string one = "accelerators = [{ name_prefix = \"gpu\", count = 2, type = \"H100\", hbm_gib = 80 }]";
+  const std::string group =
+      "accelerators = [{ name_prefix = \"gpu\", count = 2, type = \"H100\", hbm_gib = 80, tp = 4, tp_link = "
+      "\"nvlink\" }]";
+  const fs::path p = fs::temp_directory_path() / ("slicesched_config_tp_" + std::to_string(getpid()) + ".toml");
+  std::ofstream(p) << replace(base(), one, group);
+  auto cfg = load_config(p.string());
+  REQUIRE(cfg.ok());
+  REQUIRE(cfg->accelerators.size() == 2);
+  CHECK(cfg->accelerators[1].tp == 4);
+  CHECK(cfg->accelerators[1].gpu_hbm_bytes == 80ll << 30);
+  CHECK(cfg->ground_truth.tp_groups);
+  // Llama-3-8B (the default model): each of the four ranks keeps its own
+  // copy of the 65 norms of 4,096 bf16 weights (three more than the model
+  // has), and 128,256 vocabulary rows split evenly.
+  CHECK(cfg->accelerators[1].hbm_bytes == 4 * (80ll << 30) - 3 * 65 * 4096 * 2);
+  // A vocabulary of 50,001 rows is padded to 50,004, in the embedding and
+  // the LM head alike.
+  std::ofstream(p) << replace(replace(base(), one, group), "[[tenants]]", "[model]\nvocab = 50001\n[[tenants]]");
+  cfg = load_config(p.string());
+  REQUIRE(cfg.ok());
+  CHECK(cfg->accelerators[0].hbm_bytes == 4 * (80ll << 30) - (3 * 65 * 4096 + 3 * 4096 * 2) * 2);
+  CHECK(load_error(replace(base(), one, replace(group, "tp = 4", "tp = 0"))).find(":4: cluster.accelerators[0].tp: ") ==
+        0);
+  CHECK(load_error(replace(base(), one, replace(group, "tp = 4", "tp = 3"))) ==
+        ":4: cluster.accelerators[0].tp: accelerator 'gpu0' is a tensor-parallel group of 3, which does not divide "
+        "'llama3-8b''s 32 heads, 8 KV heads and MLP width 14336 evenly (expected a common divisor)");
+  CHECK(load_error(replace(base(), one, replace(group, "tp_link = \"nvlink\"", "tp_link = \"ib\""))) ==
+        ":4: cluster.accelerators[0].tp_link: no link class named 'ib' (link_classes: nvlink)");
+  CHECK(load_error(replace(base(), one, replace(group, "tp = 4, ", ""))) ==
+        ":4: cluster.accelerators[0].tp_link: names the link between a tensor-parallel group's GPUs: give tp > 1 too");
+  CHECK(load_error(replace(base(), one, replace(group, ", tp_link = \"nvlink\"", ""))) ==
+        ":4: cluster.accelerators[0].tp: accelerator 'gpu0' is a tensor-parallel group: its all-reduces need "
+        "ground_truth.all_reduce (a measured profile) or tp_link (the link class between its GPUs)");
+  // A measured all-reduce profile serves instead of the link.
+  std::ofstream(fs::temp_directory_path() / "ar.csv");
+  std::ofstream(p) << replace(replace(base(), one, replace(group, ", tp_link = \"nvlink\"", "")),
+                              "transfers = \"t.csv\"", "transfers = \"t.csv\"\nall_reduce = \"ar.csv\"");
+  CHECK(load_config(p.string()).ok());
+  // A group of GPUs too small for the copies alone.
+  CHECK(load_error(replace(base(), one, replace(group, "hbm_gib = 80", "hbm_gib = 0.0003"))) ==
+        ":4: cluster.accelerators[0].tp: accelerator 'gpu0' has 1.23 MiB of HBM in its GPUs; the copies each holds "
+        "need 1.52 MiB");
+}

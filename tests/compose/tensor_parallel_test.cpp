@@ -1,0 +1,152 @@
+// Tensor-parallel groups (`tp` on a cluster's accelerator): an operator
+// costs one rank's share of the model plus its all-reduces, and the group's
+// HBM holds an equal share on each GPU.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+import slicesched.compose.offline;
+import slicesched.config;
+import slicesched.compose.policy;
+import slicesched.compose.run;
+import slicesched.core.gmg;
+import slicesched.core.ids;
+import slicesched.core.plugin;
+import slicesched.engine.metrics;
+import slicesched.engine.tenant;
+
+using namespace slicesched;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSource(SLICESCHED_SOURCE_DIR);
+const std::string kLone = kSource + "/tests/compose/tp_lone.toml";
+
+struct Run {
+  std::unique_ptr<PolicyParts> parts;
+  PolicyRun run;
+};
+
+Run run_policy(const std::string& config, const std::string& policy, std::vector<ConfigOverride> sets = {}) {
+  auto cfg = load_config(config, sets);
+  if (!cfg.ok()) FAIL(cfg.status().message());
+  PluginRegistries plugins;
+  REQUIRE(load_plugins(*cfg, plugins).ok());
+  auto truths = load_truths(*cfg);
+  if (!truths.ok()) FAIL(truths.status().message());
+  auto p = find_policy(*cfg, policy);
+  REQUIRE(p.ok());
+  auto parts = build_policy(*cfg, *p.value(), plugins);
+  if (!parts.ok()) FAIL(parts.status().message());
+  auto r = run_offline(*cfg, *parts.value(), *truths);
+  if (!r.ok()) FAIL(r.status().message());
+  return {std::move(parts).value(), std::move(r).value()};
+}
+
+// The lone request of tp_lone.toml (or of `config`).
+RequestRecord lone(const std::vector<ConfigOverride>& sets, const std::string& config = kLone) {
+  const Run r = run_policy(config, "Solo", sets);
+  const auto& records = r.parts->tenants.at(0).records();
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].generated == 4);
+  return records[0];
+}
+
+}  // namespace
+
+TEST_CASE("tensor parallelism: each all-reduce crosses the ring, 162 an iteration of Llama-2-70B", "[compose][tp]") {
+  // A ring all-reduce over four GPUs takes 2 x 3 steps, each paying the
+  // link's latency: 10 us more latency costs 60 us an all-reduce. An
+  // iteration all-reduces after the embedding, each of 80 layers' attention
+  // and MLP, and the logits: 162.
+  const RequestRecord near = lone({});
+  const RequestRecord far = lone({{"cluster.link_classes.0.latency_us", "15.0"}});
+  const Nanos per_iteration = 162 * 6 * 10'000;
+  CHECK(per_iteration == 9'720'000);
+  // (each of the iteration's ten operators rounds to a nanosecond)
+  CHECK(far.first_token - near.first_token >= per_iteration - 10);
+  CHECK(far.first_token - near.first_token <= per_iteration + 10);
+  // The prefill and three decode steps.
+  CHECK(far.done - near.done >= 4 * per_iteration - 40);
+  CHECK(far.done - near.done <= 4 * per_iteration + 40);
+}
+
+TEST_CASE("tensor parallelism: a group of four runs one rank's share of every kernel, then the all-reduces",
+          "[compose][tp]") {
+  // Links with no latency and 1 PB/s: the all-reduces cost their bytes only.
+  const RequestRecord group =
+      lone({{"cluster.link_classes.0.latency_us", "0"}, {"cluster.link_classes.0.bandwidth_gbps", "1000000"}});
+  // One GPU running a quarter of Llama-2-70B: 16 heads and 2 KV heads of
+  // 128, MLP 7,168, vocabulary 8,000 (what each rank of the four runs).
+  std::ifstream in(kLone);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string group_keys = ", tp = 4, tp_link = \"nvlink\"";
+  REQUIRE(text.find(group_keys) != std::string::npos);
+  text.replace(text.find(group_keys), group_keys.size(), "");
+  const fs::path one_gpu = fs::temp_directory_path() / ("slicesched_tp_rank_" + std::to_string(getpid()) + ".toml");
+  std::ofstream(one_gpu) << text;
+  const RequestRecord rank = lone({{"model.heads", "16"},
+                                   {"model.kv_heads", "2"},
+                                   {"model.head_dim", "128"},
+                                   {"model.mlp", "7168"},
+                                   {"model.vocab", "8000"}},
+                                  one_gpu.string());
+  fs::remove(one_gpu);
+  // A ring all-reduce of B bytes over 4 GPUs moves B / 4 in each of 6
+  // steps. The prefill all-reduces 161 times 512 rows of 8,192 bf16 values
+  // (the embedding's and each layer's two) and the logits of its one
+  // sequence (32,000 values); a decode step the same for one row.
+  const auto ring = [](double bytes) { return 6 * bytes / 4 / 1e15; };
+  const double prefill = 161 * ring(512 * 8192 * 2) + ring(32000 * 2);
+  const double decode = 161 * ring(8192 * 2) + ring(32000 * 2);
+  const auto ns = [](double s) { return static_cast<Nanos>(s * 1e9 + 0.5); };
+  CHECK(ns(prefill) == 2026);
+  CHECK(ns(decode) == 4);
+  CHECK(rank.first_token - rank.arrival > 10'000'000);  // (not a trivial iteration)
+  // (each of an iteration's ten operators rounds to a nanosecond)
+  CHECK(group.first_token - rank.first_token >= ns(prefill) - 10);
+  CHECK(group.first_token - rank.first_token <= ns(prefill) + 10);
+  CHECK(group.done - rank.done >= ns(prefill + 3 * decode) - 40);
+  CHECK(group.done - rank.done <= ns(prefill + 3 * decode) + 40);
+}
+
+TEST_CASE("Llama-2-70B as one tensor-parallel group of four H100s holds a quarter on each GPU, and runs",
+          "[compose][tp]") {
+  const std::vector<ConfigOverride> short_run = {{"duration_s", "20"}, {"tenants.*.stream.duration_s", "20"}};
+  auto c = load_config(kSource + "/configs/experiments/llama2-70b-tp.toml", short_run);
+  REQUIRE(c.ok());
+  // Four 80 GiB GPUs, less three more copies of the 161 norms of 8,192 bf16
+  // weights (the vocabulary, 32,000 rows, splits evenly).
+  const std::int64_t copies = 3 * 161 * 8192 * 2;
+  REQUIRE(c->accelerators.size() == 1);
+  CHECK(c->accelerators[0].hbm_bytes == 4 * (80ll << 30) - copies);
+  const Run tp = run_policy(kSource + "/configs/experiments/llama2-70b-tp.toml", "SliceScheduler", short_run);
+  const Gmg& gmg = *tp.parts->gmg;
+  const std::int64_t whole = tp.parts->models.of(tp.parts->tmpl)->weight_bytes();
+  CHECK(gmg.hbm(0).weights == whole);
+  REQUIRE(tp.run.memory.peak.size() == 1);
+  CHECK(tp.run.memory.peak[0] > whole);
+  CHECK(tp.run.memory.peak[0] <= tp.run.memory.budget[0]);
+  CHECK(tp.run.metrics.requests_done > 5);
+  // Each GPU holds a quarter of the weights and caches and its own norms.
+  REQUIRE(tp.run.accel_copies.size() == 1);
+  CHECK(tp.run.accel_gpus.at(0) == 4);
+  CHECK(tp.run.accel_copies[0] == copies);
+  const std::int64_t per_gpu = (tp.run.memory.peak[0] + copies) / 4;
+  CHECK(per_gpu > whole / 4);
+  CHECK(per_gpu <= 80ll << 30);
+  // The same four GPUs as a pipeline (llama2-70b.toml) take turns on one
+  // request; as a group they share each operator: first tokens come much
+  // sooner.
+  const Run pipeline = run_policy(kSource + "/configs/experiments/llama2-70b.toml", "SliceScheduler", short_run);
+  INFO("TTFT p50: group " << tp.run.metrics.ttft_p50_s << " s, pipeline " << pipeline.run.metrics.ttft_p50_s << " s");
+  CHECK(tp.run.metrics.ttft_p50_s < pipeline.run.metrics.ttft_p50_s / 2);
+}
