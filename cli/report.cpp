@@ -177,7 +177,8 @@ std::string accelerators_csv(const PolicyRun& r) {
 }
 
 // Chrome trace JSON: one lane per accelerator and per link (source ->
-// destination); slices are named by tenant so Perfetto colours them by
+// destination), and one per tenant whose KV caches crossed its host link
+// (hand-offs, swaps); slices are named by tenant so Perfetto colours them by
 // tenant. Beside each accelerator's lane, a "predicted" lane holds where
 // the what-if expected each operator (simulating policies only), and a
 // "scheduler" lane the rounds as instant events (with --explain). Written
@@ -254,6 +255,25 @@ std::string chrome_trace(const PolicyRun& r, double seconds) {
                    first ? "" : ",", args, what, static_cast<double>(x.finish - x.start) / 1e3, tenants[x.tenant], tid,
                    static_cast<double>(x.start) / 1e3);
     first = false;
+  }
+  // Each tenant's host link: a hand-off's or a swap's copy to host memory,
+  // then the copy back, as two slices.
+  constexpr int kHostLink = 1 << 28;
+  std::vector<bool> host_lane(r.tenant_names.size(), false);
+  for (const auto& [tenant, c] : r.host_copies) {
+    if (c.start > until || tenant >= host_lane.size()) continue;
+    const int tid = kHostLink + static_cast<int>(tenant);
+    if (!host_lane[tenant]) {
+      host_lane[tenant] = true;
+      lane(tid, r.tenant_names[tenant] + " <-> host", (1L << 39) + tenant);
+    }
+    const char* what = c.handoff ? "hand-off" : "swap";
+    for (int back = 0; back < 2; ++back)
+      fmt::format_to(
+          std::back_inserter(out),
+          R"({}{{"args":{{"bytes":{},"sequences":{},"direction":"{}"}},"cat":"host_copy","dur":{},"name":"{} {}","ph":"X","pid":1,"tid":{},"ts":{}}})",
+          first ? "" : ",", c.bytes, c.sequences, back ? "from host" : "to host", static_cast<double>(c.copy) / 1e3,
+          what, back ? "back" : "out", tid, static_cast<double>(c.start + back * c.copy) / 1e3);
   }
   out += "]}";
   return out;

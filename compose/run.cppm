@@ -45,6 +45,9 @@ struct PolicyRun {
   // Per accelerator: its GPUs (a tensor-parallel group's tp, else 1) and
   // the bytes its GPUs hold beyond its HBM account (each rank's copies of
   // what is not sharded), so one GPU's HBM is (account + copies) / GPUs.
+  // The tenants' host-link copies (hand-offs and swaps) that started inside
+  // the timeline window, with the tenant's index: the trace's host lanes.
+  std::vector<std::pair<std::uint32_t, HostLinkCopy>> host_copies;
   std::vector<int> accel_gpus;
   std::vector<std::int64_t> accel_copies;
   PluginChoice arbiter;                             // the transfer arbiter plugin and its arguments

@@ -476,7 +476,7 @@ void Tenant::hand_off(Lane& lane, const Gmg& gmg, Nanos t) {
   const double per_token = bytes_per_token(lane.kv_ops, lane.kv_tokens, gmg);
   std::int64_t bytes = 0;
   for (const Seq& s : go) bytes += static_cast<std::int64_t>(per_token * static_cast<double>(s.context));
-  const Nanos back = book_host_link(bytes, t);
+  const Nanos back = book_host_link(bytes, t, go.size(), true);
   HostCopy c{lane.kv_ops, {}};
   for (Seq& s : go) {
     s.from_host = true;
@@ -496,10 +496,12 @@ double Tenant::bytes_per_token(const std::vector<OpId>& kv, std::int64_t tokens,
   return tokens > 0 ? static_cast<double>(bytes) / static_cast<double>(tokens) : 0;
 }
 
-Nanos Tenant::book_host_link(std::int64_t bytes, Nanos t) {
+Nanos Tenant::book_host_link(std::int64_t bytes, Nanos t, std::size_t sequences, bool handoff) {
   const double one_way = spec_.host_link_bytes_per_s > 0 ? static_cast<double>(bytes) / spec_.host_link_bytes_per_s : 0;
   const Nanos copy = spec_.host_link_latency + static_cast<Nanos>(one_way * 1e9);
-  host_link_free_ = std::max(host_link_free_, t) + 2 * copy;
+  const Nanos start = std::max(host_link_free_, t);
+  host_link_log_.push_back({start, copy, bytes, static_cast<std::uint32_t>(sequences), handoff});
+  host_link_free_ = start + 2 * copy;
   return host_link_free_;
 }
 
@@ -683,7 +685,7 @@ Result<std::size_t> Tenant::preempt(InstanceId instance, Gmg& gmg) {
     requeue(*s);
   }
   if (!out.empty()) {
-    const Nanos back = book_host_link(out_bytes, gmg.now());
+    const Nanos back = book_host_link(out_bytes, gmg.now(), out.size(), false);
     for (auto s = out.rbegin(); s != out.rend(); ++s) swapped_.push_back({s->request, s->tokens, back});
     if (prompts_) {  // a live backend copies the caches out before it frees them
       HostCopy c{caches, {}};

@@ -111,6 +111,16 @@ struct RequestEvent {
   InstanceId instance = 0;  // kIteration only
 };
 
+// One booking of a tenant's host link: a copy of `bytes` to host memory from
+// `start`, and the copy back right after it, each taking `copy`; a prefill
+// lane's hand-off of `sequences` or a swap's.
+struct HostLinkCopy {
+  Nanos start = 0, copy = 0;
+  std::int64_t bytes = 0;
+  std::uint32_t sequences = 0;
+  bool handoff = false;
+};
+
 // Token ids of request `request`'s prompt of `n` tokens (live mode).
 using PromptFn = std::function<std::vector<std::int64_t>(std::uint64_t request, std::int64_t n)>;
 
@@ -234,6 +244,8 @@ class Tenant {
   // decode lane, and its bytes (one way).
   std::size_t handed_off() const { return handed_off_; }
   std::int64_t handoff_bytes() const { return handoff_bytes_; }
+  // Every booking of the host link (hand-offs and swaps), in booking order.
+  const std::vector<HostLinkCopy>& host_link_copies() const { return host_link_log_; }
   // Live mode: from now on every iteration also gets an IterationPlan
   // (prompt ids from `prompts`, decode ids from the sampled tokens).
   void set_prompts(PromptFn prompts) { prompts_ = std::move(prompts); }
@@ -379,10 +391,11 @@ class Tenant {
   // Bytes per cached token of the caches operators `kv` retain for
   // `tokens` tokens: a sequence's share of them is that times its tokens.
   static double bytes_per_token(const std::vector<OpId>& kv, std::int64_t tokens, const Gmg& gmg);
-  // Books a copy of `bytes` to host memory and one back on the host link,
-  // after the copies booked before (from `t` at the earliest); returns
-  // when both are done.
-  Nanos book_host_link(std::int64_t bytes, Nanos t);
+  // Books a copy of `bytes` (of `sequences`' caches, a hand-off's or a
+  // swap's) to host memory and one back on the host link, after the copies
+  // booked before (from `t` at the earliest); returns when both are done.
+  Nanos book_host_link(std::int64_t bytes, Nanos t, std::size_t sequences, bool handoff);
+  std::vector<HostLinkCopy> host_link_log_;
   std::size_t swapped_sequences_ = 0;
   std::int64_t swapped_bytes_ = 0, recomputed_tokens_ = 0;
   std::int64_t kv_held(bool riders = true) const;

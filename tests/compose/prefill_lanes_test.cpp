@@ -96,6 +96,15 @@ TEST_CASE("prefill lanes: a lone request's later tokens come one hand-off later,
   CHECK(host.handed_off() == 1);
   CHECK(host.handoff_bytes() == bytes);
   CHECK(tenant(*together.parts, "online0").handed_off() == 0);
+  // The trace's host lane has it: out as the prefill ends, then back.
+  REQUIRE(apart.run.host_copies.size() == 1);
+  const HostLinkCopy& c = apart.run.host_copies[0].second;
+  CHECK(c.handoff);
+  CHECK(c.start == b.first_token);
+  CHECK(c.copy == copy);
+  CHECK(c.bytes == bytes);
+  CHECK(c.sequences == 1);
+  CHECK(together.run.host_copies.empty());
 }
 
 TEST_CASE("prefill lanes: under riders a prompt no longer waits for a stretched decode step, and no token is lost",
