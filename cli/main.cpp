@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
   plan->add_option("config", plan_opt.config, "Experiment TOML")->required();
   plan->add_option("--policy", plan_opt.policy, "The policy to plan for")->required();
   plan->add_option("--vary", plan_opt.vary,
-                   "KEY=LO..HI: the integer key searched (e.g. cluster.accelerators[0].count=2..16)")
+                   "KEY=LO..HI or KEY=V1,V2,...: the integer key searched (e.g. cluster.accelerators[0].count=2..16, "
+                   "cluster.accelerators[0].tp=2,4,8)")
       ->required();
   plan->add_option("--objective", plan_opt.objectives, "FIGURE<=X or >=, < , > (repeatable, all must hold)")
       ->required();

@@ -55,12 +55,15 @@ int plan(const PlanOptions& opt) {
   const PluginRegistries& plugins = opened->plugins;
 
   const std::vector<planning::SweepAxis> axes = {{vary->key.substr(vary->key.find_last_of('.') + 1), vary->key, {}}};
-  auto point_at = [&](std::int64_t v) {
-    return planning::SweepPoint{static_cast<std::size_t>(v - vary->lo), {std::to_string(v)}};
+  // Points are searched by index (VaryRange::at gives the value).
+  auto point_at = [&](std::int64_t i) {
+    return planning::SweepPoint{static_cast<std::size_t>(i), {std::to_string(vary->at(i))}};
   };
-  // Both ends must make valid configs before anything runs.
-  prepare_point(opt.config, base, point_at(vary->lo), axes, {opt.policy}, plugins, slo);
-  prepare_point(opt.config, base, point_at(vary->hi), axes, {opt.policy}, plugins, slo);
+  // Both ends (and every listed value) must make valid configs before
+  // anything runs.
+  for (std::int64_t i = 0; i < vary->count();
+       i += vary->list.empty() ? std::max<std::int64_t>(1, vary->count() - 1) : 1)
+    prepare_point(opt.config, base, point_at(i), axes, {opt.policy}, plugins, slo);
 
   struct Tried {
     std::int64_t value;
@@ -69,8 +72,9 @@ int plan(const PlanOptions& opt) {
   };
   std::vector<Tried> tried;
   const int jobs = slo ? 2 : 1;  // the policy and its reference side by side
-  auto holds = [&](std::int64_t v) {
-    const PreparedPoint p = prepare_point(opt.config, base, point_at(v), axes, {opt.policy}, plugins, slo);
+  auto holds = [&](std::int64_t i) {
+    const std::int64_t v = vary->at(i);
+    const PreparedPoint p = prepare_point(opt.config, base, point_at(i), axes, {opt.policy}, plugins, slo);
     const auto result = run_points({p}, plugins, jobs, "");
     const nlohmann::json& e = result[0].entries[0];
     const auto row = planning::make_row(p.point, opt.policy, e);
@@ -88,14 +92,18 @@ int plan(const PlanOptions& opt) {
     tried.push_back({v, ok, e});
     return ok;
   };
-  const auto found = planning::smallest_holding(vary->lo, vary->hi, holds);
+  auto found = planning::smallest_holding(0, vary->count() - 1, holds);
+  if (found.answer) found.answer = vary->at(*found.answer);
   std::sort(tried.begin(), tried.end(), [](const Tried& a, const Tried& b) { return a.value < b.value; });
 
   if (opt.json) {
     nlohmann::json j;
     j["key"] = vary->key;
     j["policy"] = opt.policy;
-    j["range"] = {vary->lo, vary->hi};
+    if (vary->list.empty())
+      j["range"] = {vary->lo, vary->hi};
+    else
+      j["values"] = vary->list;
     j["objectives"] = opt.objectives;
     j["answer"] = found.answer ? nlohmann::json(*found.answer) : nlohmann::json(nullptr);
     j["monotone"] = found.monotone;
@@ -132,13 +140,18 @@ int plan(const PlanOptions& opt) {
     for (const auto& o : opt.objectives) objs += (objs.empty() ? "" : ", ") + o;
     // Bisection tries a few values: the answer is the smallest one where
     // the objectives hold only if they hold from some value up.
+    std::string among = "[" + std::to_string(vary->lo) + ", " + std::to_string(vary->hi) + "]";
+    if (!vary->list.empty()) {
+      among = "{";
+      for (std::int64_t x : vary->list) among += (among.size() > 1 ? ", " : "") + std::to_string(x);
+      among += "}";
+    }
     if (found.answer)
       std::printf(
-          "\nanswer: %s = %lld is the smallest value in [%lld, %lld] where %s (policy %s), if they hold "
+          "\nanswer: %s = %lld is the smallest value in %s where %s (policy %s), if they hold "
           "from some value up: bisection tried %zu of the %lld values\n",
-          vary->key.c_str(), static_cast<long long>(*found.answer), static_cast<long long>(vary->lo),
-          static_cast<long long>(vary->hi), objs.c_str(), opt.policy.c_str(), tried.size(),
-          static_cast<long long>(vary->hi - vary->lo + 1));
+          vary->key.c_str(), static_cast<long long>(*found.answer), among.c_str(), objs.c_str(), opt.policy.c_str(),
+          tried.size(), static_cast<long long>(vary->count()));
     else
       std::printf(
           "\nanswer: none: even %s = %lld misses %s (policy %s); the search assumes they hold from some "

@@ -86,9 +86,27 @@ Result<VaryRange> parse_vary(const std::string& arg) {
     v.key = arg.substr(0, eq);
     if (integer(arg.substr(eq + 1, dots - eq - 1), v.lo) && integer(arg.substr(dots + 2), v.hi) && v.lo <= v.hi)
       return v;
+  } else if (eq != std::string::npos && eq > 0 && arg.find(',', eq) != std::string::npos) {
+    v.key = arg.substr(0, eq);
+    bool ok = true;
+    for (std::size_t from = eq + 1;;) {
+      const std::size_t comma = arg.find(',', from);
+      std::int64_t x = 0;
+      ok &= integer(arg.substr(from, comma == std::string::npos ? std::string::npos : comma - from), x) &&
+            (v.list.empty() || x > v.list.back());
+      v.list.push_back(x);
+      if (comma == std::string::npos || !ok) break;
+      from = comma + 1;
+    }
+    if (ok) {
+      v.lo = v.list.front();
+      v.hi = v.list.back();
+      return v;
+    }
   }
   return InvalidArgument("--vary " + arg +
-                         ": expected KEY=LO..HI with integers LO <= HI (e.g. cluster.accelerators[0].count=2..16)");
+                         ": expected KEY=LO..HI with integers LO <= HI (e.g. cluster.accelerators[0].count=2..16), or "
+                         "KEY=V1,V2,... with ascending integers (e.g. cluster.accelerators[0].tp=2,4,8)");
 }
 
 SearchResult smallest_holding(std::int64_t lo, std::int64_t hi, const std::function<bool(std::int64_t)>& holds) {

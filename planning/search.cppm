@@ -24,10 +24,18 @@ struct Objective {
 // figure (listing them), a missing operator or a bound that is not a number.
 Result<Objective> parse_objective(const std::string& arg);
 
-// "KEY=LO..HI" with integers LO <= HI.
+// "KEY=LO..HI" with integers LO <= HI (every integer between), or
+// "KEY=V1,V2,..." with ascending integers (those only: a tensor-parallel
+// group's sizes, 2,4,8, where 3 is no valid value). Values are searched by
+// their index, 0 to count() - 1.
 struct VaryRange {
   std::string key;
-  std::int64_t lo = 0, hi = 0;
+  std::int64_t lo = 0, hi = 0;     // the smallest and largest value
+  std::vector<std::int64_t> list;  // the values given as a list (empty: LO..HI)
+  std::int64_t count() const { return list.empty() ? hi - lo + 1 : static_cast<std::int64_t>(list.size()); }
+  std::int64_t at(std::int64_t index) const {
+    return list.empty() ? lo + index : list[static_cast<std::size_t>(index)];
+  }
 };
 Result<VaryRange> parse_vary(const std::string& arg);
 

@@ -223,6 +223,23 @@ TEST_CASE("objectives and --vary parse, or name what is wrong", "[planning]") {
   CHECK(v->key == "cluster.accelerators[0].count");
   CHECK((v->lo == 2 && v->hi == 16));
   for (const std::string bad : {"k=5..2", "k=1-4", "=1..2", "k=a..4", "k=1..", "k"}) CHECK_FALSE(parse_vary(bad).ok());
+  CHECK(v->count() == 15);
+  CHECK(v->at(3) == 5);
+  // A list: those values only, ascending (a tensor-parallel group's sizes).
+  auto tp = parse_vary("cluster.accelerators[0].tp=2,4,8");
+  REQUIRE(tp.ok());
+  CHECK(tp->key == "cluster.accelerators[0].tp");
+  CHECK(tp->list == std::vector<std::int64_t>{2, 4, 8});
+  CHECK((tp->lo == 2 && tp->hi == 8));
+  CHECK(tp->count() == 3);
+  CHECK(tp->at(1) == 4);
+  for (const std::string bad : {"k=4,2", "k=2,2", "k=2,", "k=,2", "k=2,a", "=2,4", "k=2,4..8"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_vary(bad).ok());
+  }
+  CHECK(parse_vary("k=4,2").status().message() ==
+        "--vary k=4,2: expected KEY=LO..HI with integers LO <= HI (e.g. cluster.accelerators[0].count=2..16), or "
+        "KEY=V1,V2,... with ascending integers (e.g. cluster.accelerators[0].tp=2,4,8)");
 }
 
 TEST_CASE("plan's bisection finds the smallest value that holds", "[planning]") {
