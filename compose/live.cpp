@@ -117,6 +117,13 @@ Status check_gpu_memory(const ExperimentConfig& cfg) {
 // machine's. With [[hosts]] and no `host`, the devices are other machines':
 // only their presence is checked here.
 Status check_devices_of(const ExperimentConfig& cfg, const std::string* host) {
+  // Every live command (serve, calibrate, the executors, bench overhead and
+  // accuracy) runs an accelerator as one device, unsharded.
+  for (const AcceleratorConfig& a : cfg.accelerators)
+    if (a.tp > 1)
+      return InvalidArgument(a.tp_where +
+                             ": a tensor-parallel group is simulated only; live commands run each accelerator as one "
+                             "device (set tp = 1)");
   const int gpus = rt::cuda_device_count();
   for (const auto& a : cfg.accelerators) {
     if (a.device.empty())
@@ -191,11 +198,6 @@ Status LiveSession::start(const PolicyConfig& policy, const PluginRegistries& pl
                              ": prefill lanes hand KV caches over through this process's memory; with [[hosts]] "
                              "executors, set it to 0");
     }
-  for (const AcceleratorConfig& a : cfg.accelerators)
-    if (a.tp > 1)
-      return InvalidArgument(a.tp_where +
-                             ": a tensor-parallel group is simulated only; serve runs each accelerator "
-                             "as one device (set tp = 1)");
   std::vector<rt::LlamaConfig> model_cfgs;
   for (const ModelConfig& m : cfg.models) {
     // Live executors load a model whole on each holder.

@@ -116,8 +116,9 @@ class LiveSession {
   bool ran_ = false;
 };
 
-// Refuses an accelerator without a device, and devices that do not exist
-// here (cuda:N beyond the GPUs LibTorch sees), naming the accelerator.
+// Refuses an accelerator without a device, devices that do not exist here
+// (cuda:N beyond the GPUs LibTorch sees), and a tensor-parallel group
+// (simulated only), naming the accelerator or its `tp`.
 Status check_devices(const ExperimentConfig& cfg);
 // The same for the accelerators of [[hosts]] entry `host` only, on the
 // machine of its executor process.

@@ -68,13 +68,13 @@ Result<Truths> load_truths(const ExperimentConfig& cfg) {
         }
     }
     t.types = cfg.accelerator_types;
-    // Tensor-parallel groups: their all-reduces, measured or over tp_link.
+    // Tensor-parallel groups: their all-reduces, over tp_link or measured.
     for (const AcceleratorConfig& a : cfg.accelerators) {
       int link = -1;
       for (std::size_t i = 0; i < cfg.link_classes.size(); ++i)
-        if (cfg.link_classes[i].name == a.tp_link) link = static_cast<int>(i);
+        if (a.tp > 1 && cfg.link_classes[i].name == a.tp_link) link = static_cast<int>(i);
       t.tp_links.push_back(link);
-      if (a.tp == 1 || cfg.ground_truth.all_reduce_csv.empty() ||
+      if (!plays_all_reduce_profile(cfg, a) ||
           std::any_of(t.all_reduce.begin(), t.all_reduce.end(), [&](const auto& e) { return e.first == a.tp; }))
         continue;
       auto ar = TransferProfile::load_all_reduce(cfg.ground_truth.all_reduce_csv, a.tp);
@@ -82,6 +82,11 @@ Result<Truths> load_truths(const ExperimentConfig& cfg) {
         return Status(ar.status().code(), a.tp_where + ": ground_truth.all_reduce: " + ar.status().message());
       t.all_reduce.emplace_back(a.tp, std::move(ar).value());
     }
+    // A profile no group plays is still read: a broken file is an error
+    // before a sweep reaches the point that needs it.
+    if (!cfg.ground_truth.all_reduce_csv.empty() && t.all_reduce.empty())
+      if (auto ar = TransferProfile::load_all_reduce(cfg.ground_truth.all_reduce_csv, 0); !ar.ok())
+        return Status(ar.status().code(), cfg.path + ": ground_truth.all_reduce: " + ar.status().message());
     truths.typed = std::move(t);
   } else {
     LayerProfileOptions lopt;
@@ -139,8 +144,8 @@ std::vector<TruthPlayed> truth_played(const ExperimentConfig& cfg, const Truths&
     p.datasheet = canonical_type(cfg.accelerator_types, a.type);
     p.tp = a.tp;
     if (a.tp > 1)
-      p.all_reduce = cfg.ground_truth.all_reduce_csv.empty() ? "ring over link class '" + a.tp_link + "'"
-                                                             : file(cfg.ground_truth.all_reduce_csv);
+      p.all_reduce = plays_all_reduce_profile(cfg, a) ? file(cfg.ground_truth.all_reduce_csv)
+                                                      : "ring over link class '" + a.tp_link + "'";
     if (truths.calibrated) {
       p.truth = "calibrated";
       p.source = file(cfg.ground_truth.calibrated);

@@ -145,7 +145,12 @@ Status build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, Polic
       if (tc.swap_preempted || spec.prefill_lanes > 0) {  // (the config checked that host_link is set)
         const LinkClassConfig& host = cfg.link_classes[static_cast<std::size_t>(cfg.host_link)];
         if (tc.swap_preempted) spec.preemption = TenantSpec::Preemption::kSwap;
-        spec.host_link_bytes_per_s = host.bandwidth_bytes_per_s;
+        // Each GPU of a tensor-parallel group copies its own share of a
+        // cache over its own host link: N links at once. Over a mixed
+        // cluster, the smallest group's N (the tenant may run anywhere).
+        int links = 64;
+        for (const AcceleratorConfig& a : cfg.accelerators) links = std::min(links, a.tp);
+        spec.host_link_bytes_per_s = host.bandwidth_bytes_per_s * links;
         spec.host_link_latency = static_cast<Nanos>(host.latency_s * 1e9);
       }
       p.tenants.emplace_back(static_cast<std::uint32_t>(p.tenants.size()), std::move(spec), p.tmpls[model_index],

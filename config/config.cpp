@@ -465,8 +465,6 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
     const std::string tp_where = a.where(a.node("tp"), "tp");
     std::string tp_link = a.str("tp_link", &none);
     if (a.has("tp_link")) {
-      if (tp == 1)
-        a.fail(a.node("tp_link"), "tp_link", "names the link between a tensor-parallel group's GPUs: give tp > 1 too");
       if (std::none_of(cfg.link_classes.begin(), cfg.link_classes.end(),
                        [&](const LinkClassConfig& c) { return c.name == tp_link; })) {
         std::string names;
@@ -748,6 +746,15 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       if (g.has("layers")) cfg.ground_truth.layers_csv = files.add(g, "layers");
       if (g.has("transfers")) cfg.ground_truth.transfers_csv = files.add(g, "transfers");
       if (g.has("all_reduce")) cfg.ground_truth.all_reduce_csv = files.add(g, "all_reduce");
+      if (g.has("all_reduce_type")) {
+        if (!g.has("all_reduce"))
+          g.fail(g.node("all_reduce_type"), "all_reduce_type",
+                 "names the type the all-reduce profile measured: give all_reduce too");
+        cfg.ground_truth.all_reduce_type = g.str("all_reduce_type");
+        if (cfg.ground_truth.all_reduce_type.empty())
+          g.fail(g.node("all_reduce_type"), "all_reduce_type",
+                 "expected the accelerator type the all-reduce profile measured (e.g. \"H100\")");
+      }
       const std::string none;
       cfg.ground_truth.layers_type = g.str("layers_type", &none);
       cfg.ground_truth.layers_model = g.str("layers_model", &none);

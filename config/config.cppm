@@ -40,9 +40,10 @@ struct AcceleratorConfig {
   std::string host;
   // A tensor-parallel group (`tp` > 1, simulate only): `tp` GPUs of `type`,
   // each with `hbm_bytes`, that run every operator sharded over them and
-  // all-reduce its output. `tp_link`: the link class between them (what the
-  // all-reduces cross when ground_truth.all_reduce is not given; "": none
-  // named). `tp_where`: "file:line: key" for errors.
+  // all-reduce its output. `tp_link`: the link class between them; given,
+  // the all-reduces ring over it, else they play ground_truth.all_reduce
+  // ("": none named; unused with tp = 1). `tp_where`: "file:line: key".
+  // plays_all_reduce_profile() says which.
   // With tp > 1, `hbm_bytes` is the group's: tp GPUs' HBM less the copies
   // every rank holds of what is not sharded (apply_tp_groups); one GPU's
   // is `gpu_hbm_bytes`.
@@ -220,6 +221,9 @@ struct GroundTruthConfig {
   // A measured all-reduce profile (Vidur's all_reduce.csv, resolved): what
   // tensor-parallel groups' all-reduces cost ("": a ring over tp_link).
   std::string all_reduce_csv;
+  // The type it measured ("": every group's type): a group of another type
+  // needs its own tp_link.
+  std::string all_reduce_type;
   std::string calibrated;  // a calibration profile (resolved path)
   double op_noise_cv = 0.006, transfer_noise_cv = 0.0163;
   double hbm_bytes_per_s = 3.35e12;
@@ -318,9 +322,14 @@ std::vector<std::vector<std::size_t>> residency(const ExperimentConfig& cfg);
 // padding to a multiple of tp rows), and a simulated run needs
 // ground_truth.all_reduce or the group's tp_link. load_config calls it.
 Status apply_tp_groups(ExperimentConfig& cfg);
+// Whether tensor-parallel group `a`'s all-reduces play the measured
+// ground_truth.all_reduce: it names no tp_link, and the profile names no
+// type or `a`'s (by name or alias). Otherwise they ring over its tp_link.
+bool plays_all_reduce_profile(const ExperimentConfig& cfg, const AcceleratorConfig& a);
 // Those bytes for one model on a group of `tp`: what `tp` ranks hold
-// beyond the model's own weights.
-std::int64_t tp_extra_bytes(const DenseDecoder& model, int tp);
+// beyond the model's own weights, for the operators `held` marks (by index
+// into model.ops(); empty: all of them, the model held whole).
+std::int64_t tp_extra_bytes(const DenseDecoder& model, int tp, const std::vector<bool>& held = {});
 // For a model with `spread`: per operator of its template (in order), the
 // index into cfg.accelerators of the accelerator holding its weights
 // (empty for a model without). Names load_config checked.

@@ -132,12 +132,33 @@ std::vector<std::size_t> spread_holders(const ExperimentConfig& cfg, const Model
   return out;
 }
 
-std::int64_t tp_extra_bytes(const DenseDecoder& model, int tp) {
+std::int64_t tp_extra_bytes(const DenseDecoder& model, int tp, const std::vector<bool>& held) {
   const DenseDecoderConfig& c = model.config();
-  const std::int64_t norms = (2 * c.layers + 1) * c.hidden;
-  const std::int64_t padded = (c.vocab + tp - 1) / tp * tp;
-  const std::int64_t pad = (padded - c.vocab) * c.hidden * (c.tied_embeddings ? 1 : 2);
-  return (static_cast<std::int64_t>(tp - 1) * norms + pad) * dtype_bytes(c.dtype);
+  const std::int64_t pad = (c.vocab + tp - 1) / tp * tp - c.vocab;  // vocabulary rows
+  std::int64_t norms = 0, pad_rows = 0;
+  const auto ops = model.ops();
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (!held.empty() && !held[i]) continue;
+    switch (ops[i].role) {
+      case OpRole::kEmbed:
+        pad_rows += pad;
+        break;
+      case OpRole::kLayers:
+        norms += 2 * ops[i].layers;
+        break;
+      case OpRole::kHead:
+        norms += 1;  // the final norm
+        if (!c.tied_embeddings) pad_rows += pad;
+        break;
+    }
+  }
+  return (static_cast<std::int64_t>(tp - 1) * norms + pad_rows) * c.hidden * dtype_bytes(c.dtype);
+}
+
+bool plays_all_reduce_profile(const ExperimentConfig& cfg, const AcceleratorConfig& a) {
+  const GroundTruthConfig& g = cfg.ground_truth;
+  return a.tp > 1 && a.tp_link.empty() && !g.all_reduce_csv.empty() &&
+         (g.all_reduce_type.empty() || same_type(cfg.accelerator_types, g.all_reduce_type, a.type));
 }
 
 Status apply_tp_groups(ExperimentConfig& cfg) {
@@ -153,6 +174,9 @@ Status apply_tp_groups(ExperimentConfig& cfg) {
         runs.push_back(m);
     std::int64_t extra = 0;
     for (std::size_t m : runs) {
+      // A spread model's stage holds only its own operators' copies.
+      std::vector<bool> ops_here;
+      for (std::size_t holder : spread_holders(cfg, cfg.models[m])) ops_here.push_back(holder == i);
       auto made = make_model(cfg.models[m]);
       if (!made.ok()) return made.status();
       const DenseDecoderConfig& c = made.value()->config();
@@ -163,7 +187,7 @@ Status apply_tp_groups(ExperimentConfig& cfg) {
                                ", which does not divide '" + cfg.models[m].name + "''s " + std::to_string(c.heads) +
                                " heads, " + std::to_string(c.kv_heads) + " KV heads and MLP width " +
                                std::to_string(c.mlp) + " evenly (expected a common divisor)");
-      extra += tp_extra_bytes(*made.value(), a.tp);
+      extra += tp_extra_bytes(*made.value(), a.tp, ops_here);
     }
     if (extra >= a.hbm_bytes) {
       auto mib = [](std::int64_t b) {
@@ -175,11 +199,15 @@ Status apply_tp_groups(ExperimentConfig& cfg) {
                              " of HBM in its GPUs; the copies each holds need " + mib(extra));
     }
     a.hbm_bytes -= extra;
-    if (cfg.ground_truth.present && cfg.ground_truth.calibrated.empty() && cfg.ground_truth.all_reduce_csv.empty() &&
-        a.tp_link.empty())
+    if (cfg.ground_truth.present && cfg.ground_truth.calibrated.empty() && a.tp_link.empty() &&
+        !plays_all_reduce_profile(cfg, a))
       return InvalidArgument(a.tp_where + ": accelerator '" + a.name +
-                             "' is a tensor-parallel group: its all-reduces need ground_truth.all_reduce (a measured "
-                             "profile) or tp_link (the link class between its GPUs)");
+                             "' is a tensor-parallel group: its all-reduces need " +
+                             (cfg.ground_truth.all_reduce_csv.empty()
+                                  ? "ground_truth.all_reduce (a measured profile)"
+                                  : "a measured profile of its type (ground_truth.all_reduce measured " +
+                                        cfg.ground_truth.all_reduce_type + ", not " + a.type + ")") +
+                             " or tp_link (the link class between its GPUs)");
   }
   return Status::Ok();
 }

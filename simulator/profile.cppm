@@ -142,7 +142,9 @@ class TransferProfile {
   // An all-reduce profile (Vidur's all_reduce.csv: time_stats.all_reduce.*
   // in ms, `size`, `num_workers`, `devices_per_node`, `collective`): the
   // rows of `workers` GPUs in one node, size read as bytes (as Vidur's own
-  // predictor reads it). No such rows is an error naming the counts there.
+  // predictor reads it). No such rows, or rows of one size only, is an
+  // error naming what is there. `workers` <= 0 reads every row in one node
+  // (to check a file no group plays).
   static Result<TransferProfile> load_all_reduce(const std::filesystem::path& path, int workers);
   static Result<TransferProfile> parse_all_reduce(std::string_view csv, std::string_view source, int workers);
 

@@ -85,8 +85,10 @@ TypedGroundTruth::TypedGroundTruth(TypedTruthOptions opt, const AcceleratorSet& 
 
 double TypedGroundTruth::all_reduce_seconds(AccelId a, double bytes) const {
   const AccelTypeId type = accels_.type(a);
-  if (const TransferProfile* p = all_reduce_[type]) return p->seconds(static_cast<std::int64_t>(std::ceil(bytes)));
+  // The group's own tp_link first (config/config.cppm, AcceleratorConfig).
   const int link = a < opt_.tp_links.size() ? opt_.tp_links[a] : -1;
+  if (link < 0)
+    if (const TransferProfile* p = all_reduce_[type]) return p->seconds(static_cast<std::int64_t>(std::ceil(bytes)));
   return ring_all_reduce_seconds(accels_.link(static_cast<LinkClassId>(link < 0 ? 0 : link)), accels_.type_tp(type),
                                  bytes);
 }

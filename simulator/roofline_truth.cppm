@@ -37,10 +37,11 @@ struct TypedTruthOptions {
   // `fit`: by type name or alias, as `types` resolves them.
   std::vector<std::pair<std::string, RooflineFit>> type_fits;
   std::vector<AcceleratorType> types;  // datasheets, by name or alias
-  // Tensor-parallel groups' all-reduces: a measured profile per group size
-  // (tp, profile), else a ring over the group's link class (`tp_links`, per
-  // AccelId: a LinkClassId, or -1 for none). A group always plays the
-  // roofline at one rank's shapes: the layers profile measured one GPU.
+  // Tensor-parallel groups' all-reduces: a ring over the group's own link
+  // class where it names one (`tp_links`, per AccelId: a LinkClassId, or -1
+  // for none), else the measured profile of its size (tp, profile). A group
+  // always plays the roofline at one rank's shapes: the layers profile
+  // measured one GPU.
   std::vector<std::pair<int, TransferProfile>> all_reduce;
   std::vector<int> tp_links;
 };

@@ -125,7 +125,7 @@ Result<TransferProfile> TransferProfile::parse_all_reduce(std::string_view csv, 
     if (!per_node.ok()) return per_node.status();
     if (*per_node != *n) continue;  // across nodes: not a tensor-parallel group's
     if (std::find(counts.begin(), counts.end(), *n) == counts.end()) counts.push_back(*n);
-    if (*n == workers) pts.emplace_back(*bytes, *ms * 1e-3);
+    if (*n == workers || workers <= 0) pts.emplace_back(*bytes, *ms * 1e-3);
   }
   if (pts.empty()) {
     std::sort(counts.begin(), counts.end());
@@ -135,6 +135,12 @@ Result<TransferProfile> TransferProfile::parse_all_reduce(std::string_view csv, 
                          " GPUs in one node (num_workers = " + "devices_per_node = " + std::to_string(workers) +
                          "; measured: " + (have.empty() ? "none" : have) + ")"));
   }
+  // One size says nothing of how time grows with bytes: beyond it the
+  // profile would scale at a latency-bound message's rate.
+  if (workers > 0 && std::all_of(pts.begin(), pts.end(), [&](const auto& p) { return p.first == pts.front().first; }))
+    return InvalidArgument(r.at("all-reduce rows of " + std::to_string(workers) + " GPUs measure one size only (" +
+                                std::to_string(pts.front().first) +
+                                " bytes): expected two or more, to interpolate between"));
   return from_points(std::move(pts));
 }
 

@@ -21,6 +21,7 @@ import slicesched.core.ids;
 import slicesched.core.plugin;
 import slicesched.engine.metrics;
 import slicesched.engine.tenant;
+import slicesched.simulator.profile;
 
 using namespace slicesched;
 namespace fs = std::filesystem;
@@ -149,4 +150,51 @@ TEST_CASE("Llama-2-70B as one tensor-parallel group of four H100s holds a quarte
   const Run pipeline = run_policy(kSource + "/configs/experiments/llama2-70b.toml", "SliceScheduler", short_run);
   INFO("TTFT p50: group " << tp.run.metrics.ttft_p50_s << " s, pipeline " << pipeline.run.metrics.ttft_p50_s << " s");
   CHECK(tp.run.metrics.ttft_p50_s < pipeline.run.metrics.ttft_p50_s / 2);
+}
+
+TEST_CASE("tensor parallelism: a group's own tp_link rings its all-reduces, over a measured profile", "[compose][tp]") {
+  // tp_lone.toml with the measured H100 profile as well: its group names a
+  // link, which wins; without the link the profile plays.
+  const std::string profile = kSource + "/data/profiles/vidur_network_h100_dgx_all_reduce.csv";
+  const RequestRecord ring = lone({});
+  const RequestRecord both = lone({{"ground_truth.all_reduce", "\"" + profile + "\""}});
+  CHECK(both.first_token == ring.first_token);
+  std::ifstream in(kLone);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string link = ", tp_link = \"nvlink\"";
+  REQUIRE(text.find(link) != std::string::npos);
+  text.replace(text.find(link), link.size(), "");
+  const fs::path measured =
+      fs::temp_directory_path() / ("slicesched_tp_measured_" + std::to_string(getpid()) + ".toml");
+  std::ofstream(measured) << text;
+  const RequestRecord played = lone({{"ground_truth.all_reduce", "\"" + profile + "\""}}, measured.string());
+  fs::remove(measured);
+  // The prefill's 161 all-reduces of 512 rows and one of the logits, each
+  // as Vidur's four-GPU profile times it instead of the ring's 6 x (5 us +
+  // bytes / 4 / 300 GB/s).
+  auto measured4 = TransferProfile::load_all_reduce(profile, 4);
+  REQUIRE(measured4.ok());
+  const auto gap = [&](double bytes) {
+    return measured4->seconds(static_cast<std::int64_t>(bytes)) - 6 * (5e-6 + bytes / 4 / 300e9);
+  };
+  const auto expected = static_cast<Nanos>((161 * gap(512 * 8192 * 2) + gap(32000 * 2)) * 1e9);
+  CHECK(expected != 0);
+  CHECK(played.first_token - ring.first_token >= expected - 10);
+  CHECK(played.first_token - ring.first_token <= expected + 10);
+}
+
+TEST_CASE("tensor parallelism: a hand-off crosses every GPU's host link at once", "[compose][tp]") {
+  // tests/cli/prefill_lanes.toml's lone request (512 prompt tokens of
+  // Llama-3-8B, a 64 MiB cache) on groups of two H100s: each GPU copies
+  // half the cache over its own PCIe link (50 GB/s, 10 us).
+  const Run r = run_policy(
+      kSource + "/tests/cli/prefill_lanes.toml", "Solo-Apart",
+      {{"cluster.accelerators.0.tp", "2"},
+       {"cluster.accelerators.0.tp_link", "nvlink"},
+       {"tenants.online0.stream", "{ constant_rate = 1.0, duration_s = 1, input_tokens = 512, output_tokens = 8 }"}});
+  REQUIRE(r.run.host_copies.size() == 1);
+  const std::int64_t bytes = 512ll * 32 * 2 * 8 * 128 * 2;
+  CHECK(r.run.host_copies[0].second.bytes == bytes);
+  CHECK(r.run.host_copies[0].second.copy == 10'000 + static_cast<Nanos>(static_cast<double>(bytes) / 100e9 * 1e9));
+  CHECK(r.run.host_copies[0].second.copy == 681'088);
 }

@@ -585,6 +585,8 @@ TEST_CASE("config: a measured profile's type is a known table's, or an accelerat
 
 TEST_CASE("tp: a tensor-parallel group's HBM is its GPUs' less each rank's copies; mistakes name their keys",
           "[config][bad-input][tp]") {
+  // (ar.csv: an all-reduce profile, made empty; only simulate reads it)
+  std::ofstream(fs::temp_directory_path() / "ar.csv");
   const std::string one = "accelerators = [{ name_prefix = \"gpu\", count = 2, type = \"H100\", hbm_gib = 80 }]";
   const std::string group =
       "accelerators = [{ name_prefix = \"gpu\", count = 2, type = \"H100\", hbm_gib = 80, tp = 4, tp_link = "
@@ -614,18 +616,46 @@ TEST_CASE("tp: a tensor-parallel group's HBM is its GPUs' less each rank's copie
         "'llama3-8b''s 32 heads, 8 KV heads and MLP width 14336 evenly (expected a common divisor)");
   CHECK(load_error(replace(base(), one, replace(group, "tp_link = \"nvlink\"", "tp_link = \"ib\""))) ==
         ":4: cluster.accelerators[0].tp_link: no link class named 'ib' (link_classes: nvlink)");
-  CHECK(load_error(replace(base(), one, replace(group, "tp = 4, ", ""))) ==
-        ":4: cluster.accelerators[0].tp_link: names the link between a tensor-parallel group's GPUs: give tp > 1 too");
+  // (tp_link is unused with tp = 1: a sweep over tp may keep it)
+  std::ofstream(p) << replace(base(), one, replace(group, "tp = 4, ", ""));
+  REQUIRE(load_config(p.string()).ok());
+  CHECK(load_config(p.string())->accelerators[0].hbm_bytes == 80ll << 30);
   CHECK(load_error(replace(base(), one, replace(group, ", tp_link = \"nvlink\"", ""))) ==
         ":4: cluster.accelerators[0].tp: accelerator 'gpu0' is a tensor-parallel group: its all-reduces need "
         "ground_truth.all_reduce (a measured profile) or tp_link (the link class between its GPUs)");
   // A measured all-reduce profile serves instead of the link.
-  std::ofstream(fs::temp_directory_path() / "ar.csv");
   std::ofstream(p) << replace(replace(base(), one, replace(group, ", tp_link = \"nvlink\"", "")),
                               "transfers = \"t.csv\"", "transfers = \"t.csv\"\nall_reduce = \"ar.csv\"");
   CHECK(load_config(p.string()).ok());
+  // A profile measured on another type plays no group of this one: the
+  // group then needs its own link.
+  const std::string typed =
+      replace(replace(base(), one, replace(group, ", tp_link = \"nvlink\"", "")), "transfers = \"t.csv\"",
+              "transfers = \"t.csv\"\nall_reduce = \"ar.csv\"\nall_reduce_type = \"A100\"");
+  CHECK(load_error(typed) ==
+        ":4: cluster.accelerators[0].tp: accelerator 'gpu0' is a tensor-parallel group: its all-reduces need a "
+        "measured profile of its type (ground_truth.all_reduce measured A100, not H100) or tp_link (the link class "
+        "between its GPUs)");
+  std::ofstream(p) << replace(typed, "all_reduce_type = \"A100\"", "all_reduce_type = \"H100-SXM\"");
+  CHECK(load_config(p.string()).ok());  // (an alias of the cluster's "H100")
+  CHECK(load_error(replace(base(), "transfers = \"t.csv\"", "transfers = \"t.csv\"\nall_reduce_type = \"H100\"")) ==
+        ":8: ground_truth.all_reduce_type: names the type the all-reduce profile measured: give all_reduce too");
   // A group of GPUs too small for the copies alone.
   CHECK(load_error(replace(base(), one, replace(group, "hbm_gib = 80", "hbm_gib = 0.0003"))) ==
         ":4: cluster.accelerators[0].tp: accelerator 'gpu0' has 1.23 MiB of HBM in its GPUs; the copies each holds "
         "need 1.52 MiB");
+}
+
+TEST_CASE("tp: each stage of a pipeline of tensor-parallel groups holds its own stage's copies", "[config][tp]") {
+  // Llama-2-70B spread over four groups of two H100s: 80 layers in 8 groups,
+  // two groups (20 layers, 40 norms) a stage, the final norm on the last;
+  // 32,000 vocabulary rows split evenly.
+  auto cfg = load_config((kRoot / "configs/experiments/llama2-70b.toml").string(),
+                         {{"cluster.accelerators.0.tp", "2"}, {"cluster.accelerators.0.tp_link", "nvlink"}});
+  REQUIRE(cfg.ok());
+  REQUIRE(cfg->accelerators.size() == 4);
+  const std::int64_t gpus = 2 * (80ll << 30), norm = 8192 * 2;
+  CHECK(cfg->accelerators[0].hbm_bytes == gpus - 40 * norm);
+  CHECK(cfg->accelerators[1].hbm_bytes == gpus - 40 * norm);
+  CHECK(cfg->accelerators[3].hbm_bytes == gpus - 41 * norm);
 }

@@ -50,6 +50,16 @@ TEST_CASE("all-reduce profile: the rows of one group size within a node, by size
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.status().message().find("bad.csv") == 0);
   CHECK(missing.status().message().find("time_stats.all_reduce.median") != std::string::npos);
+  // One size says nothing of how time grows with bytes (beyond it the
+  // profile would scale at a latency-bound message's rate).
+  auto one = TransferProfile::parse_all_reduce(kHeader + row(0.038, 4, 2048, 4) + row(0.040, 4, 2048, 4), "one.csv", 4);
+  REQUIRE_FALSE(one.ok());
+  CHECK(one.status().message() ==
+        "one.csv: all-reduce rows of 4 GPUs measure one size only (2048 bytes): expected two or more, to "
+        "interpolate between");
+  // Checking a file no group plays: every row within a node is read.
+  CHECK(TransferProfile::parse_all_reduce(csv, "ar.csv", 0).ok());
+  CHECK_FALSE(TransferProfile::parse_all_reduce(kHeader + row(0.5, 4, 2048, 2), "x.csv", 0).ok());
   auto negative = TransferProfile::parse_all_reduce(kHeader + row(-1, 4, 2048, 4), "neg.csv", 4);
   REQUIRE_FALSE(negative.ok());
   CHECK(negative.status().message().find("neg.csv:2") == 0);
