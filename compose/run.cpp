@@ -88,6 +88,17 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
     r.accel_gpus.push_back(a.tp);
     r.accel_copies.push_back(a.tp > 1 ? a.gpu_hbm_bytes * a.tp - a.hbm_bytes : 0);
   }
+  // A tensor-parallel group is busy on all its GPUs at once: GPU
+  // utilization weighs each accelerator by its GPUs.
+  if (std::any_of(r.accel_gpus.begin(), r.accel_gpus.end(), [](int n) { return n > 1; }) && r.metrics.span_s > 0 &&
+      r.metrics.accel_busy_s.size() == r.accel_gpus.size()) {
+    double busy = 0, gpus = 0;
+    for (std::size_t a = 0; a < r.accel_gpus.size(); ++a) {
+      busy += r.metrics.accel_busy_s[a] * r.accel_gpus[a];
+      gpus += r.accel_gpus[a];
+    }
+    r.metrics.gpu_utilization = busy / (gpus * r.metrics.span_s);
+  }
   r.scheduling = result->scheduling;
   r.issued_budget = parts.policy.issued_budget;
   r.lost_ops = result->lost_ops;

@@ -198,3 +198,28 @@ TEST_CASE("tensor parallelism: a hand-off crosses every GPU's host link at once"
   CHECK(r.run.host_copies[0].second.copy == 10'000 + static_cast<Nanos>(static_cast<double>(bytes) / 100e9 * 1e9));
   CHECK(r.run.host_copies[0].second.copy == 681'088);
 }
+
+TEST_CASE("tensor parallelism: GPU utilization weighs a group as its GPUs", "[compose][tp]") {
+  // Llama-3-8B on a group of two H100s beside one idle H100: the group's
+  // busy time counts twice, over three GPUs.
+  std::ifstream in(kLone);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string group =
+      "accelerators = [{ name = \"tp0\", type = \"H100\", hbm_gib = 80, tp = 4, tp_link = \"nvlink\" }]";
+  REQUIRE(text.find(group) != std::string::npos);
+  text.replace(text.find(group), group.size(),
+               "accelerators = [{ name = \"tp0\", type = \"H100\", hbm_gib = 80, tp = 2, tp_link = \"nvlink\" }, "
+               "{ name = \"one\", type = \"H100\", hbm_gib = 80 }]");
+  const std::string model = "name = \"llama2-70b\"\nlayers = 80\ngroups = 8";
+  REQUIRE(text.find(model) != std::string::npos);
+  text.replace(text.find(model), model.size(), "name = \"llama3-8b\"");
+  const fs::path mixed = fs::temp_directory_path() / ("slicesched_tp_mixed_" + std::to_string(getpid()) + ".toml");
+  std::ofstream(mixed) << text;
+  const Run r = run_policy(mixed.string(), "Solo");
+  fs::remove(mixed);
+  const RunMetrics& m = r.run.metrics;
+  REQUIRE(m.accel_busy_s.size() == 2);
+  CHECK(m.accel_busy_s[0] > 0);
+  CHECK(m.accel_busy_s[1] == 0);
+  CHECK(m.gpu_utilization == Approx(m.accel_busy_s[0] * 2 / (3 * m.span_s)));
+}
