@@ -54,15 +54,17 @@ int plan(const PlanOptions& opt) {
   const auto opened = value_or_fail(open_experiment(opt.config, {.overrides = base, .prior = false}));
   const PluginRegistries& plugins = opened->plugins;
 
-  const std::vector<planning::SweepAxis> axes = {{vary->key.substr(vary->key.find_last_of('.') + 1), vary->key, {}}};
+  const std::vector<planning::SweepAxis> axes = {
+      {vary->key.substr(vary->key.find_last_of('.') + 1), vary->key, {}, "--vary"}};
   // Points are searched by index (VaryRange::at gives the value).
   auto point_at = [&](std::int64_t i) {
     return planning::SweepPoint{static_cast<std::size_t>(i), {std::to_string(vary->at(i))}};
   };
-  // Both ends (and every listed value) must make valid configs before
-  // anything runs.
-  for (std::int64_t i = 0; i < vary->count();
-       i += vary->list.empty() ? std::max<std::int64_t>(1, vary->count() - 1) : 1)
+  // Every value (of a range longer than 64, both ends) must make a valid
+  // config before anything runs: a config is read in milliseconds, a plan
+  // that stops halfway has spent its runs.
+  const std::int64_t step = vary->list.empty() && vary->count() > 64 ? vary->count() - 1 : 1;
+  for (std::int64_t i = 0; i < vary->count(); i += step)
     prepare_point(opt.config, base, point_at(i), axes, {opt.policy}, plugins, slo);
 
   struct Tried {

@@ -261,14 +261,14 @@ std::string chrome_trace(const PolicyRun& r, double seconds) {
   constexpr int kHostLink = 1 << 28;
   std::vector<bool> host_lane(r.tenant_names.size(), false);
   for (const auto& [tenant, c] : r.host_copies) {
-    if (c.start > until || tenant >= host_lane.size()) continue;
+    if (c.start > until || c.start > r.host_copies_until || tenant >= host_lane.size()) continue;
     const int tid = kHostLink + static_cast<int>(tenant);
     if (!host_lane[tenant]) {
       host_lane[tenant] = true;
       lane(tid, r.tenant_names[tenant] + " <-> host", (1L << 39) + tenant);
     }
     const char* what = c.handoff ? "hand-off" : "swap";
-    for (int back = 0; back < 2; ++back)
+    for (int back = 0; back < (c.start + c.copy <= r.host_copies_until ? 2 : 1); ++back)
       fmt::format_to(
           std::back_inserter(out),
           R"({}{{"args":{{"bytes":{},"sequences":{},"direction":"{}"}},"cat":"host_copy","dur":{},"name":"{} {}","ph":"X","pid":1,"tid":{},"ts":{}}})",

@@ -222,7 +222,10 @@ int simulate(const SimulateOptions& opt) {
           report_progress();
         };
         run_one(k, ro);
-        done[k].store(1.0, std::memory_order_relaxed);  // a failed run counts as over
+        // A failed run counts as over, and so does one whose window closed
+        // with requests still running (they never reported 100 %).
+        done[k].store(1.0, std::memory_order_relaxed);
+        report_progress();
       });
       if (tty) std::fprintf(stderr, "\n");
     }

@@ -79,10 +79,13 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
   if (opt.keep_requests) r.requests = std::move(result->requests);
   r.log = std::move(timeline.log());
   r.tenant_names = std::move(tenant_names);
+  // Copies queue on the host link: those booked late in the window may run
+  // after it, where the trace has nothing else.
+  r.host_copies_until = std::min(until, static_cast<Nanos>(r.metrics.span_s * 1e9));
   if (until > 0)
     for (std::uint32_t i = 0; i < parts.tenants.size(); ++i)
       for (const HostLinkCopy& c : parts.tenants[i].host_link_copies())
-        if (c.start <= until) r.host_copies.emplace_back(i, c);
+        if (c.start <= r.host_copies_until) r.host_copies.emplace_back(i, c);
   for (AccelId a = 0; a < parts.accels->size(); ++a) r.accel_names.push_back((*parts.accels)[a].name);
   for (const AcceleratorConfig& a : cfg.accelerators) {
     r.accel_gpus.push_back(a.tp);

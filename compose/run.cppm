@@ -19,6 +19,7 @@ import slicesched.config;
 import slicesched.core.backend;
 import slicesched.core.calibration;
 import slicesched.core.estimator;
+import slicesched.core.ids;
 import slicesched.core.status;
 import slicesched.engine;
 import slicesched.engine.observer;
@@ -48,6 +49,7 @@ struct PolicyRun {
   // The tenants' host-link copies (hand-offs and swaps) that started inside
   // the timeline window, with the tenant's index: the trace's host lanes.
   std::vector<std::pair<std::uint32_t, HostLinkCopy>> host_copies;
+  Nanos host_copies_until = 0;  // the trace shows copies (out, and back) that start by then
   std::vector<int> accel_gpus;
   std::vector<std::int64_t> accel_copies;
   PluginChoice arbiter;                             // the transfer arbiter plugin and its arguments

@@ -1131,7 +1131,7 @@ namespace {
 struct OverridePath {
   const ConfigOverride& o;
 
-  [[noreturn]] void fail(const std::string& what) const { throw ConfigError("--set " + o.key + ": " + what); }
+  [[noreturn]] void fail(const std::string& what) const { throw ConfigError(o.flag + " " + o.key + ": " + what); }
 
   // The node an override wrote, and everything inside it (a table or an
   // array value), are named by the override in errors, not by a line.
@@ -1221,7 +1221,7 @@ struct OverridePath {
       if (seg.empty()) fail("empty path segment (expected e.g. tenants.offline0.stream.constant_rate)");
     // The value, as TOML; a bare word that is not TOML is a string.
     toml::table parsed;
-    const std::string source = "--set " + o.key + "=" + o.value;
+    const std::string source = o.flag + " " + o.key + "=" + o.value;
     try {
       parsed = toml::parse("v = " + o.value, source);
     } catch (const toml::parse_error&) {

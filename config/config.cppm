@@ -376,6 +376,7 @@ inline int prefill_lanes_of(const PolicyConfig& policy, const TenantConfig& t) {
 // the last is created when absent (the reader then checks it like any key).
 struct ConfigOverride {
   std::string key, value;
+  std::string flag = "--set";  // the option that gave it, as errors name it ("--vary" for plan's points)
 };
 
 // Reads and validates `path`, with `overrides` applied in order first.

@@ -177,7 +177,7 @@ std::vector<SweepPoint> select(const std::vector<SweepPoint>& points, Shard shar
 
 std::vector<ConfigOverride> overrides(const std::vector<SweepAxis>& axes, const SweepPoint& point) {
   std::vector<ConfigOverride> out;
-  for (std::size_t a = 0; a < axes.size(); ++a) out.push_back({axes[a].key, point.values[a]});
+  for (std::size_t a = 0; a < axes.size(); ++a) out.push_back({axes[a].key, point.values[a], axes[a].flag});
   return out;
 }
 

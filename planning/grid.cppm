@@ -16,6 +16,7 @@ struct SweepAxis {
   std::string name;                 // the column: NAME, or KEY's last component
   std::string key;                  // dotted path into the TOML (ConfigOverride::key)
   std::vector<std::string> values;  // TOML values, as given
+  std::string flag = "--set";       // the option that gave it, as errors name it
 };
 
 struct SweepPoint {

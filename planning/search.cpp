@@ -86,7 +86,7 @@ Result<VaryRange> parse_vary(const std::string& arg) {
     v.key = arg.substr(0, eq);
     if (integer(arg.substr(eq + 1, dots - eq - 1), v.lo) && integer(arg.substr(dots + 2), v.hi) && v.lo <= v.hi)
       return v;
-  } else if (eq != std::string::npos && eq > 0 && arg.find(',', eq) != std::string::npos) {
+  } else if (eq != std::string::npos && eq > 0) {  // a list, perhaps of one value
     v.key = arg.substr(0, eq);
     bool ok = true;
     for (std::size_t from = eq + 1;;) {

@@ -25,7 +25,7 @@ struct Objective {
 Result<Objective> parse_objective(const std::string& arg);
 
 // "KEY=LO..HI" with integers LO <= HI (every integer between), or
-// "KEY=V1,V2,..." with ascending integers (those only: a tensor-parallel
+// "KEY=V1,V2,..." with ascending integers, one or more (those only: a tensor-parallel
 // group's sizes, 2,4,8, where 3 is no valid value). Values are searched by
 // their index, 0 to count() - 1.
 struct VaryRange {

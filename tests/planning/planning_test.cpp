@@ -233,7 +233,11 @@ TEST_CASE("objectives and --vary parse, or name what is wrong", "[planning]") {
   CHECK((tp->lo == 2 && tp->hi == 8));
   CHECK(tp->count() == 3);
   CHECK(tp->at(1) == 4);
-  for (const std::string bad : {"k=4,2", "k=2,2", "k=2,", "k=,2", "k=2,a", "=2,4", "k=2,4..8"}) {
+  auto single = parse_vary("k=4");  // a list of one value
+  REQUIRE(single.ok());
+  CHECK(single->count() == 1);
+  CHECK(single->at(0) == 4);
+  for (const std::string bad : {"k=4,2", "k=2,2", "k=2,", "k=,2", "k=2,a", "=2,4", "k=2,4..8", "k="}) {
     INFO(bad);
     CHECK_FALSE(parse_vary(bad).ok());
   }
