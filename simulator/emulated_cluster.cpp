@@ -137,7 +137,8 @@ EmulatedCluster::EmulatedCluster(std::size_t accelerators, GroundTruth& truth, T
       recv_busy_(accelerators, 0),
       dirty_flag_(accelerators, 0),
       down_(accelerators, 0),
-      lost_at_(accelerators, -1) {}
+      lost_at_(accelerators, -1),
+      copies_(accelerators, 1) {}
 
 void EmulatedCluster::mark_dirty(AccelId a) {
   if (!dirty_flag_[a]) {
@@ -180,10 +181,12 @@ Status EmulatedCluster::submit(const Gmg& gmg, OpId op) {
     task.accel = r.accel;
     task.key = queue_key(r.priority, r.issue_seq);
     task.dur = to_nanos(seconds.value());
-    task.out = r.out_bytes;
+    // Each GPU of a tensor-parallel group holds the whole output rows.
+    const int copies = copies_[r.accel] = gmg.accels().type_tp(gmg.accels().type(r.accel));
+    task.out = r.out_bytes * copies;
     task.retained = r.retained_bytes;
     task.workspace = r.workspace_bytes;
-    task.alloc = r.out_bytes + r.retained_bytes + r.workspace_bytes;
+    task.alloc = task.out + r.retained_bytes + r.workspace_bytes;
     task.issue_seq = r.issue_seq;
   }
   for (std::uint32_t e = r.first_in; e != kNoEdge; e = gmg.edge(e).next_in) {
@@ -261,7 +264,8 @@ Status EmulatedCluster::arbitrate() {
                                 std::to_string(intents_.size()) + (k < intents_.size() ? " twice" : ""));
     const std::uint32_t x = intents_[k];
     Xfer& xf = xfers_[x];
-    if (!fits(xf.to, xf.bytes)) {  // refused: it stays pending, retried once memory frees
+    const std::int64_t held = xf.bytes * copies_[xf.to];  // (every GPU of a group receives it)
+    if (!fits(xf.to, held)) {  // refused: it stays pending, retried once memory frees
       ++refused_;
       refused_pending_ = true;
       continue;
@@ -271,8 +275,8 @@ Status EmulatedCluster::arbitrate() {
                                 " -> " + std::to_string(xf.to) + " whose " +
                                 (send_busy_[xf.from] ? "source" : "destination") + " is busy");
     send_busy_[xf.from] = recv_busy_[xf.to] = 1;
-    charge(xf.to, xf.bytes);  // Recv allocates before Send moves
-    tasks_[xf.dst_task].received += xf.bytes;
+    charge(xf.to, held);  // Recv allocates before Send moves
+    tasks_[xf.dst_task].received += held;
     xf.start = now_;
     events_.push(now_ + xf.dur, kTransferFinish, x);
     intents_[k] = kNoTask;  // started

@@ -219,6 +219,10 @@ class EmulatedCluster final : public Backend {
   std::size_t live_ = 0;
   std::vector<std::uint8_t> down_;       // per accelerator: lost now
   std::vector<Nanos> lost_at_;           // per accelerator: its last loss (-1: never)
+  // Per accelerator: the GPUs that each hold a whole copy of an operator's
+  // output and of what it receives (a tensor-parallel group's N; 1 for a
+  // GPU). Its weights, KV caches and workspaces are sharded, held once.
+  std::vector<int> copies_;
   std::vector<std::uint8_t> lost_op_;    // per OpId: failed as lost (its output is garbage)
   std::vector<std::uint32_t> fail_now_;  // lost tasks whose inputs are all in: they fail at now_
   // Memory (empty budget_: not accounted).
