@@ -265,7 +265,7 @@ Status EmulatedCluster::arbitrate() {
     const std::uint32_t x = intents_[k];
     Xfer& xf = xfers_[x];
     const std::int64_t held = xf.bytes * copies_[xf.to];  // (every GPU of a group receives it)
-    if (!fits(xf.to, held)) {  // refused: it stays pending, retried once memory frees
+    if (!fits(xf.to, held)) {                             // refused: it stays pending, retried once memory frees
       ++refused_;
       refused_pending_ = true;
       continue;

@@ -217,8 +217,8 @@ class EmulatedCluster final : public Backend {
   EventQueue events_;
   Nanos now_ = 0;
   std::size_t live_ = 0;
-  std::vector<std::uint8_t> down_;       // per accelerator: lost now
-  std::vector<Nanos> lost_at_;           // per accelerator: its last loss (-1: never)
+  std::vector<std::uint8_t> down_;  // per accelerator: lost now
+  std::vector<Nanos> lost_at_;      // per accelerator: its last loss (-1: never)
   // Per accelerator: the GPUs that each hold a whole copy of an operator's
   // output and of what it receives (a tensor-parallel group's N; 1 for a
   // GPU). Its weights, KV caches and workspaces are sharded, held once.
