@@ -70,10 +70,7 @@ Result<Truths> load_truths(const ExperimentConfig& cfg) {
     t.types = cfg.accelerator_types;
     // Tensor-parallel groups: their all-reduces, over tp_link or measured.
     for (const AcceleratorConfig& a : cfg.accelerators) {
-      int link = -1;
-      for (std::size_t i = 0; i < cfg.link_classes.size(); ++i)
-        if (a.tp > 1 && cfg.link_classes[i].name == a.tp_link) link = static_cast<int>(i);
-      t.tp_links.push_back(link);
+      t.tp_links.push_back(a.tp > 1 ? find_link_class(cfg, a.tp_link) : -1);
       if (!plays_all_reduce_profile(cfg, a) ||
           std::any_of(t.all_reduce.begin(), t.all_reduce.end(), [&](const auto& e) { return e.first == a.tp; }))
         continue;

@@ -148,9 +148,10 @@ Status build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, Polic
         // Each GPU of a tensor-parallel group copies its own share of a
         // cache over its own host link: N links at once. Over a mixed
         // cluster, the smallest group's N (the tenant may run anywhere).
-        int links = 64;
-        for (const AcceleratorConfig& a : cfg.accelerators) links = std::min(links, a.tp);
-        spec.host_link_bytes_per_s = host.bandwidth_bytes_per_s * links;
+        const auto fewest =
+            std::min_element(cfg.accelerators.begin(), cfg.accelerators.end(),
+                             [](const AcceleratorConfig& a, const AcceleratorConfig& b) { return a.tp < b.tp; });
+        spec.host_link_bytes_per_s = host.bandwidth_bytes_per_s * (fewest == cfg.accelerators.end() ? 1 : fewest->tp);
         spec.host_link_latency = static_cast<Nanos>(host.latency_s * 1e9);
       }
       p.tenants.emplace_back(static_cast<std::uint32_t>(p.tenants.size()), std::move(spec), p.tmpls[model_index],

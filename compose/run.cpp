@@ -75,7 +75,12 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   double offered_s = 0;  // without a window: the streams' end, the least span a rate is taken over
   for (const OfferedLoad& o : parts.offered) offered_s = std::max(offered_s, o.window_s);
-  r.metrics = compute_metrics(parts.policy.name, result->requests, intervals, parts.online, cfg.duration_s, offered_s);
+  for (const AcceleratorConfig& a : cfg.accelerators) {
+    r.accel_gpus.push_back(a.tp);
+    r.accel_copies.push_back(a.tp > 1 ? a.gpu_hbm_bytes * a.tp - a.hbm_bytes : 0);
+  }
+  r.metrics = compute_metrics(parts.policy.name, result->requests, intervals, parts.online, cfg.duration_s, offered_s,
+                              r.accel_gpus);
   if (opt.keep_requests) r.requests = std::move(result->requests);
   r.log = std::move(timeline.log());
   r.tenant_names = std::move(tenant_names);
@@ -87,21 +92,6 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
       for (const HostLinkCopy& c : parts.tenants[i].host_link_copies())
         if (c.start <= r.host_copies_until) r.host_copies.emplace_back(i, c);
   for (AccelId a = 0; a < parts.accels->size(); ++a) r.accel_names.push_back((*parts.accels)[a].name);
-  for (const AcceleratorConfig& a : cfg.accelerators) {
-    r.accel_gpus.push_back(a.tp);
-    r.accel_copies.push_back(a.tp > 1 ? a.gpu_hbm_bytes * a.tp - a.hbm_bytes : 0);
-  }
-  // A tensor-parallel group is busy on all its GPUs at once: GPU
-  // utilization weighs each accelerator by its GPUs.
-  if (std::any_of(r.accel_gpus.begin(), r.accel_gpus.end(), [](int n) { return n > 1; }) && r.metrics.span_s > 0 &&
-      r.metrics.accel_busy_s.size() == r.accel_gpus.size()) {
-    double busy = 0, gpus = 0;
-    for (std::size_t a = 0; a < r.accel_gpus.size(); ++a) {
-      busy += r.metrics.accel_busy_s[a] * r.accel_gpus[a];
-      gpus += r.accel_gpus[a];
-    }
-    r.metrics.gpu_utilization = busy / (gpus * r.metrics.span_s);
-  }
   r.scheduling = result->scheduling;
   r.issued_budget = parts.policy.issued_budget;
   r.lost_ops = result->lost_ops;

@@ -40,9 +40,7 @@ Result<std::shared_ptr<AcceleratorSet>> make_cluster(const ExperimentConfig& cfg
   for (const auto& a : cfg.accelerators)
     if (auto added = set->add(a.name, a.type, a.hbm_bytes, a.tp); !added.ok()) return added.status();
   for (const auto& l : cfg.links) {
-    LinkClassId cls = 0;
-    for (std::size_t i = 0; i < cfg.link_classes.size(); ++i)
-      if (cfg.link_classes[i].name == l.link_class) cls = static_cast<LinkClassId>(i);
+    const auto cls = static_cast<LinkClassId>(std::max(0, find_link_class(cfg, l.link_class)));
     if (Status s = set->link(static_cast<AccelId>(set->find(l.a)), static_cast<AccelId>(set->find(l.b)), cls); !s.ok())
       return s;
   }

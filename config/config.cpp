@@ -370,6 +370,19 @@ struct UnresolvedType {
   std::string type, where, why;
 };
 
+// The index of link class `name` (find_link_class); an unknown one fails
+// naming `key` of `t` and the classes there.
+int link_class_of(Table& t, const std::string& key, const std::string& name, const ExperimentConfig& cfg) {
+  const int i = find_link_class(cfg, name);
+  if (i < 0) {
+    std::string names;
+    for (const auto& c : cfg.link_classes) names += (names.empty() ? "" : ", ") + c.name;
+    t.fail(t.node(key), key,
+           "no link class named '" + name + "' (link_classes: " + (names.empty() ? "none" : names) + ")");
+  }
+  return i;
+}
+
 void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, NamedFiles& files,
                   std::vector<UnresolvedType>& unresolved) {
   const toml::table* ct = root.table("cluster", true);
@@ -463,16 +476,8 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
     // A tensor-parallel group: `tp` GPUs of the type, hbm_gib each.
     const int tp = static_cast<int>(a.integer("tp", 1, 1, 64));
     const std::string tp_where = a.where(a.node("tp"), "tp");
-    std::string tp_link = a.str("tp_link", &none);
-    if (a.has("tp_link")) {
-      if (std::none_of(cfg.link_classes.begin(), cfg.link_classes.end(),
-                       [&](const LinkClassConfig& c) { return c.name == tp_link; })) {
-        std::string names;
-        for (const auto& c : cfg.link_classes) names += (names.empty() ? "" : ", ") + c.name;
-        a.fail(a.node("tp_link"), "tp_link",
-               "no link class named '" + tp_link + "' (link_classes: " + (names.empty() ? "none" : names) + ")");
-      }
-    }
+    const std::string tp_link = a.str("tp_link", &none);
+    if (a.has("tp_link")) (void)link_class_of(a, "tp_link", tp_link, cfg);
     auto add = [&](AcceleratorConfig c) {
       c.tp = tp;
       c.gpu_hbm_bytes = c.hbm_bytes;
@@ -523,17 +528,7 @@ void read_cluster(Table& root, ExperimentConfig& cfg, const std::string& file, N
     cfg.links.push_back({ends[0], ends[1], l.str("class")});
     l.finish();
   }
-  if (cluster.has("host_link")) {
-    const std::string name = cluster.str("host_link");
-    for (std::size_t i = 0; i < cfg.link_classes.size(); ++i)
-      if (cfg.link_classes[i].name == name) cfg.host_link = static_cast<int>(i);
-    if (cfg.host_link < 0) {
-      std::string names;
-      for (const auto& c : cfg.link_classes) names += (names.empty() ? "" : ", ") + c.name;
-      cluster.fail(cluster.node("host_link"), "host_link",
-                   "no link class named '" + name + "' (link_classes: " + names + ")");
-    }
-  }
+  if (cluster.has("host_link")) cfg.host_link = link_class_of(cluster, "host_link", cluster.str("host_link"), cfg);
   cluster.finish();
 }
 
@@ -1117,9 +1112,8 @@ Status validate(const ExperimentConfig& cfg) {
   for (const auto& l : cfg.links) {
     if (!names.count(l.a) || !names.count(l.b))
       return InvalidArgument(f + "cluster.links: no accelerator named '" + (names.count(l.a) ? l.b : l.a) + "'");
-    bool known = false;
-    for (const auto& c : cfg.link_classes) known |= c.name == l.link_class;
-    if (!known) return InvalidArgument(f + "cluster.links: no link class named '" + l.link_class + "'");
+    if (find_link_class(cfg, l.link_class) < 0)
+      return InvalidArgument(f + "cluster.links: no link class named '" + l.link_class + "'");
   }
   return Status::Ok();
 }
@@ -1268,6 +1262,12 @@ struct OverridePath {
 };
 
 }  // namespace
+
+int find_link_class(const ExperimentConfig& cfg, std::string_view name) {
+  for (std::size_t i = 0; i < cfg.link_classes.size(); ++i)
+    if (cfg.link_classes[i].name == name) return static_cast<int>(i);
+  return -1;
+}
 
 Result<ExperimentConfig> load_config(const std::string& path, const std::vector<ConfigOverride>& overrides) {
   toml::table doc;

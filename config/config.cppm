@@ -307,6 +307,8 @@ struct ExperimentConfig {
 const ModelConfig& model_of(const ExperimentConfig& cfg, const TenantConfig& t);
 // The model of that [[models]] name, or null.
 const ModelConfig* find_model(const ExperimentConfig& cfg, const std::string& name);
+// The index into cfg.link_classes of the class named `name`, or -1.
+int find_link_class(const ExperimentConfig& cfg, std::string_view name);
 // The model, built (from its config.json when it names one). Fails with one
 // line naming the config key.
 Result<std::shared_ptr<const DenseDecoder>> make_model(const ModelConfig& m);

@@ -7,6 +7,7 @@ module;
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -72,6 +73,16 @@ Result<std::size_t> CsvReader::column(std::string_view name) const {
   std::string found;
   for (std::size_t i = 0; i < header_.size(); ++i) found += (i == 0 ? "" : ",") + header_[i];
   return InvalidArgument(at(header_line_, "missing column '" + std::string(name) + "' (header has: " + found + ")"));
+}
+
+Result<std::vector<std::size_t>> CsvReader::columns(std::initializer_list<std::string_view> names) const {
+  std::vector<std::size_t> out;
+  for (std::string_view name : names) {
+    auto c = column(name);
+    if (!c.ok()) return c.status();
+    out.push_back(*c);
+  }
+  return out;
 }
 
 Result<bool> CsvReader::next(CsvRow& row) {

@@ -9,6 +9,7 @@ module;
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -44,6 +45,9 @@ class CsvReader {
   // Index of the column named `name`, or "source:L: missing column 'name'
   // (header: ...)".
   Result<std::size_t> column(std::string_view name) const;
+  // The indices of `names`, in their order; the first one missing fails as
+  // column() does.
+  Result<std::vector<std::size_t>> columns(std::initializer_list<std::string_view> names) const;
 
   // The next non-blank row into `row`; false at the end. A row with another
   // field count than the header is an error.

@@ -30,7 +30,7 @@ RunMetrics compute_metrics(const std::string& policy, const EngineResult& result
 
 RunMetrics compute_metrics(const std::string& policy, const std::vector<RequestRecord>& requests,
                            const IntervalRecorder& intervals, const std::vector<bool>& online, double window_s,
-                           double offered_s) {
+                           double offered_s, std::span<const int> gpus) {
   RunMetrics m;
   m.policy = policy;
   Nanos last = 0;
@@ -89,7 +89,7 @@ RunMetrics compute_metrics(const std::string& policy, const std::vector<RequestR
       }
     }
   m.accel_busy_s.assign(accelerators, 0);
-  double busy = 0;
+  double busy = 0, gpus_total = 0;  // GPU-seconds busy, and GPUs
   for (std::size_t a = 0; a < accelerators; ++a) {
     auto& v = per[a];
     std::sort(v.begin(), v.end());
@@ -98,13 +98,15 @@ RunMetrics compute_metrics(const std::string& policy, const std::vector<RequestR
       if (i > 0 && v[i].first > v[i - 1].second)
         m.idle_slices_s.push_back(static_cast<double>(v[i].first - v[i - 1].second) / 1e9);
     }
-    busy += m.accel_busy_s[a];
+    const double g = a < gpus.size() ? gpus[a] : 1;
+    busy += m.accel_busy_s[a] * g;
+    gpus_total += g;
   }
   std::sort(m.idle_slices_s.begin(), m.idle_slices_s.end());
   if (m.span_s > 0) {
     m.request_throughput = static_cast<double>(m.requests_done) / m.span_s;
     m.token_throughput = static_cast<double>(m.tokens_generated) / m.span_s;
-    m.gpu_utilization = busy / (static_cast<double>(accelerators) * m.span_s);
+    m.gpu_utilization = busy / (gpus_total * m.span_s);
   }
   return m;
 }

@@ -69,10 +69,12 @@ double percentile(const std::vector<double>& sorted, double p);
 // otherwise per second of the span up to the last completion, or up to
 // `offered_s` (the end of the streams the run was offered) when that is
 // later: a policy that finishes early has not served the load faster than
-// it arrived, so its rates never exceed the offered load's.
+// it arrived, so its rates never exceed the offered load's. `gpus[a]`:
+// the GPUs accelerator a stands for (a tensor-parallel group's N, busy
+// together), which GPU utilization weighs it by; empty: one each.
 RunMetrics compute_metrics(const std::string& policy, const std::vector<RequestRecord>& requests,
                            const IntervalRecorder& intervals, const std::vector<bool>& online, double window_s = -1,
-                           double offered_s = 0);
+                           double offered_s = 0, std::span<const int> gpus = {});
 // The same from a whole log (operators and transfers) on `accelerators`.
 RunMetrics compute_metrics(const std::string& policy, const EngineResult& result, const std::vector<RunRecord>& log,
                            std::size_t accelerators, const std::vector<bool>& online, double window_s = -1,

@@ -116,13 +116,9 @@ Result<LayerProfile> LayerProfile::parse(std::string_view csv, std::string_view 
   if (tp_size < 1) return InvalidArgument(r.at("tp_size must be >= 1, got " + std::to_string(tp_size)));
   if (auto e = options_error(options); !e.empty()) return InvalidArgument(r.at("invalid options: " + e));
 
-  std::size_t col[5];
-  const char* names[5] = {"layer_name", "input", "kv_cache", "tp_size", "latency(ns)"};
-  for (int i = 0; i < 5; ++i) {
-    auto c = r.column(names[i]);
-    if (!c.ok()) return c.status();
-    col[i] = *c;
-  }
+  auto cols = r.columns({"layer_name", "input", "kv_cache", "tp_size", "latency(ns)"});
+  if (!cols.ok()) return cols.status();
+  const std::vector<std::size_t>& col = *cols;
 
   std::map<std::string, Points, std::less<>> rows;  // only the ops we use
   for (auto ops : {layer_ops(), embed_ops(), head_ops()}) {

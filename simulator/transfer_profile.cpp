@@ -47,6 +47,18 @@ std::vector<double> monotone_fit(const std::vector<double>& seconds, const std::
   return fit;
 }
 
+// A row's (bytes, seconds): its median in ms (> 0, at most an hour) and its
+// size (>= 1 byte).
+Result<std::pair<std::int64_t, double>> point(const CsvReader& r, const CsvRow& row, std::size_t ms_col,
+                                              std::size_t size_col) {
+  auto ms = r.positive(row, ms_col);
+  if (!ms.ok()) return ms.status();
+  if (*ms > 3.6e6) return InvalidArgument(r.bad_field(row, ms_col, "at most 3.6e6 ms (one hour)"));
+  auto bytes = r.integer(row, size_col, 1);
+  if (!bytes.ok()) return bytes.status();
+  return std::pair{*bytes, *ms * 1e-3};
+}
+
 }  // namespace
 
 Result<TransferProfile> TransferProfile::load(const std::filesystem::path& path, bool within_node) {
@@ -59,27 +71,20 @@ Result<TransferProfile> TransferProfile::parse(std::string_view csv, std::string
   auto reader = CsvReader::open(csv, source);
   if (!reader.ok()) return reader.status();
   CsvReader& r = *reader;
-  std::size_t col[3];
-  const std::string_view names[3] = {kMedian, "size", "devices_per_node"};
-  for (int i = 0; i < 3; ++i) {
-    auto c = r.column(names[i]);
-    if (!c.ok()) return c.status();
-    col[i] = *c;
-  }
+  auto cols = r.columns({kMedian, "size", "devices_per_node"});
+  if (!cols.ok()) return cols.status();
+  const std::vector<std::size_t>& col = *cols;
 
   std::vector<std::pair<std::int64_t, double>> pts;  // (bytes, seconds) of the chosen side
   for (CsvRow row;;) {
     auto more = r.next(row);
     if (!more.ok()) return more.status();
     if (!*more) break;
-    auto ms = r.positive(row, col[0]);
-    if (!ms.ok()) return ms.status();
-    if (*ms > 3.6e6) return InvalidArgument(r.bad_field(row, col[0], "at most 3.6e6 ms (one hour)"));
-    auto bytes = r.integer(row, col[1], 1);
-    if (!bytes.ok()) return bytes.status();
+    auto p = point(r, row, col[0], col[1]);
+    if (!p.ok()) return p.status();
     auto devices = r.integer(row, col[2], 1);
     if (!devices.ok()) return devices.status();
-    if ((*devices > 1) == within_node) pts.emplace_back(*bytes, *ms * 1e-3);
+    if ((*devices > 1) == within_node) pts.push_back(*p);
   }
   if (pts.empty()) {
     return NotFound(r.at(within_node ? "no rows with devices_per_node > 1 (transfers within a node)"
@@ -99,13 +104,9 @@ Result<TransferProfile> TransferProfile::parse_all_reduce(std::string_view csv, 
   auto reader = CsvReader::open(csv, source);
   if (!reader.ok()) return reader.status();
   CsvReader& r = *reader;
-  std::size_t col[4];
-  const std::string_view names[4] = {"time_stats.all_reduce.median", "size", "num_workers", "devices_per_node"};
-  for (int i = 0; i < 4; ++i) {
-    auto c = r.column(names[i]);
-    if (!c.ok()) return c.status();
-    col[i] = *c;
-  }
+  auto cols = r.columns({"time_stats.all_reduce.median", "size", "num_workers", "devices_per_node"});
+  if (!cols.ok()) return cols.status();
+  const std::vector<std::size_t>& col = *cols;
   auto collective = r.column("collective");  // optional: Vidur's files hold only all_reduce rows
   std::vector<std::pair<std::int64_t, double>> pts;
   std::vector<std::int64_t> counts;  // worker counts measured in one node
@@ -114,18 +115,15 @@ Result<TransferProfile> TransferProfile::parse_all_reduce(std::string_view csv, 
     if (!more.ok()) return more.status();
     if (!*more) break;
     if (collective.ok() && *collective < row.fields.size() && row.fields[*collective] != "all_reduce") continue;
-    auto ms = r.positive(row, col[0]);
-    if (!ms.ok()) return ms.status();
-    if (*ms > 3.6e6) return InvalidArgument(r.bad_field(row, col[0], "at most 3.6e6 ms (one hour)"));
-    auto bytes = r.integer(row, col[1], 1);
-    if (!bytes.ok()) return bytes.status();
+    auto p = point(r, row, col[0], col[1]);
+    if (!p.ok()) return p.status();
     auto n = r.integer(row, col[2], 1);
     if (!n.ok()) return n.status();
     auto per_node = r.integer(row, col[3], 1);
     if (!per_node.ok()) return per_node.status();
     if (*per_node != *n) continue;  // across nodes: not a tensor-parallel group's
     if (std::find(counts.begin(), counts.end(), *n) == counts.end()) counts.push_back(*n);
-    if (*n == workers || workers <= 0) pts.emplace_back(*bytes, *ms * 1e-3);
+    if (*n == workers || workers <= 0) pts.push_back(*p);
   }
   if (pts.empty()) {
     std::sort(counts.begin(), counts.end());
