@@ -65,7 +65,12 @@ Result<std::shared_ptr<const DenseDecoder>> make_model(const ModelConfig& m) {
     c.name = m.name;
     c.hidden = m.hidden, c.layers = m.layers, c.heads = m.heads, c.kv_heads = m.kv_heads, c.mlp = m.mlp;
     c.vocab = m.vocab, c.groups = m.groups;
+    const std::int64_t preset_head_dim = c.head_dim;
     c.head_dim = m.head_dim > 0 ? m.head_dim : m.hidden / m.heads;
+    // Partial RoPE turns the preset's share of each head (Phi-2's 0.4) of
+    // a head resized here, an even number of dimensions, at least two.
+    if (c.rotary_dim > 0 && c.head_dim != preset_head_dim)
+      c.rotary_dim = std::max<std::int64_t>(2, c.rotary_dim * c.head_dim / preset_head_dim / 2 * 2);
     c.dtype = dtype_of(m.dtype);
     c.rope_theta = m.rope_theta;
     c.tied_embeddings = m.tied_embeddings, c.qkv_bias = m.qkv_bias;
@@ -135,7 +140,12 @@ std::vector<std::size_t> spread_holders(const ExperimentConfig& cfg, const Model
 std::int64_t tp_extra_bytes(const DenseDecoder& model, int tp, const std::vector<bool>& held) {
   const DenseDecoderConfig& c = model.config();
   const std::int64_t pad = (c.vocab + tp - 1) / tp * tp - c.vocab;  // vocabulary rows
-  std::int64_t norms = 0, pad_rows = 0;
+  // Hidden-sized vectors every rank holds whole: a norm's weight (and
+  // LayerNorm's bias), and the biases of the row-parallel projections
+  // (o_proj and down_proj: added once, after their all-reduce).
+  const std::int64_t per_norm = c.layer_norm ? 2 : 1;
+  const std::int64_t per_layer = (c.parallel_block ? 1 : 2) * per_norm + (c.linear_bias ? 2 : 0);
+  std::int64_t copies = 0, pad_rows = 0;
   const auto ops = model.ops();
   for (std::size_t i = 0; i < ops.size(); ++i) {
     if (!held.empty() && !held[i]) continue;
@@ -144,15 +154,17 @@ std::int64_t tp_extra_bytes(const DenseDecoder& model, int tp, const std::vector
         pad_rows += pad;
         break;
       case OpRole::kLayers:
-        norms += 2 * ops[i].layers;
+        copies += per_layer * ops[i].layers;
         break;
       case OpRole::kHead:
-        norms += 1;  // the final norm
+        copies += per_norm;  // the final norm
         if (!c.tied_embeddings) pad_rows += pad;
         break;
     }
   }
-  return (static_cast<std::int64_t>(tp - 1) * norms + pad_rows) * c.hidden * dtype_bytes(c.dtype);
+  // (an LM head's bias pads with its rows: one element a padded row)
+  const std::int64_t pad_bias = !c.tied_embeddings && c.linear_bias && (held.empty() || held.back()) ? pad : 0;
+  return ((static_cast<std::int64_t>(tp - 1) * copies + pad_rows) * c.hidden + pad_bias) * dtype_bytes(c.dtype);
 }
 
 bool plays_all_reduce_profile(const ExperimentConfig& cfg, const AcceleratorConfig& a) {
@@ -347,10 +359,7 @@ Status resolve_profile_models(ExperimentConfig& cfg) {
     // A layer of another shape is another measurement: its model plays the
     // roofline (the profile's times scaled by layer count would be another
     // model's).
-    if (const DenseShape* p = measured ? &*measured : nullptr;
-        p && (s.hidden != p->hidden || s.heads != p->heads || s.kv_heads != p->kv_heads || s.head_dim != p->head_dim ||
-              s.mlp != p->mlp || s.vocab != p->vocab || s.elem_bytes != p->elem_bytes || s.qkv_bias != p->qkv_bias))
-      g.off_profile_models.push_back(m.name);
+    if (measured && s != *measured) g.off_profile_models.push_back(m.name);
     if (s.elem_bytes >= 4) float32.push_back(&m);
   }
   if (g.roofline_fit.empty() && g.needs_roofline())

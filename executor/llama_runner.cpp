@@ -38,6 +38,10 @@ struct Prepared {
 
 Result<rt::LlamaConfig> runtime_config(const DenseDecoder& model, std::uint64_t seed, const std::string& checkpoint) {
   const DenseDecoderConfig& m = model.config();
+  if (m.parallel_block || !m.gated_mlp || m.layer_norm || m.linear_bias || m.rotary_dim != 0)
+    return InvalidArgument("model '" + m.name + "' (model_type \"" + m.model_type +
+                           "\"): live mode runs Llama's block (RMSNorm, attention, RMSNorm, SwiGLU MLP); this "
+                           "model's parallel LayerNorm/GELU block with biases and partial RoPE is simulated only");
   rt::LlamaConfig c;
   c.name = m.name;
   c.vocab = m.vocab, c.hidden = m.hidden, c.layers = m.layers, c.heads = m.heads, c.kv_heads = m.kv_heads;

@@ -4,6 +4,7 @@ module;
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -47,18 +48,17 @@ bool vidur_work(const std::string& op, const DenseShape& s, double n, Work& w) {
     w = work_of(s, Sublayer::kRope, n);
   else if (op == "attn_post_proj")
     w = work_of(s, Sublayer::kOProj, n);
-  else if (op == "mlp_up_proj")
-    w = sum(work_of(s, Sublayer::kGateProj, n), work_of(s, Sublayer::kUpProj, n));
+  else if (op == "mlp_up_proj")  // a gated MLP's gate and up, fused; a plain MLP's fc1
+    w = s.gated_mlp ? sum(work_of(s, Sublayer::kGateProj, n), work_of(s, Sublayer::kUpProj, n))
+                    : work_of(s, Sublayer::kUpProj, n);
   else if (op == "mlp_act")
     w = work_of(s, Sublayer::kActFn, n);
   else if (op == "mlp_down_proj")
     w = work_of(s, Sublayer::kDownProj, n);
-  else if (op == "add") {
-    const double h = static_cast<double>(s.hidden), eb = static_cast<double>(s.elem_bytes);
-    w = {WorkKind::kStreaming, n * h, 3 * eb * n * h};
-  } else {
+  else if (op == "add")
+    w = work_of(s, Sublayer::kResidualAdd, n);
+  else
     return false;
-  }
   return true;
 }
 
@@ -82,7 +82,7 @@ Result<std::vector<ProfileRow>> read_profile_rows(const std::string& path, const
   csv::CsvRow row;
   const int name_c = col("layer_name"), input_c = col("input"), kv_c = col("kv_cache"), tp_c = col("tp_size"),
             ns_c = col("latency(ns)");
-  const int tokens_c = col("num_tokens"), vtp_c = col("num_tensor_parallel_workers"), embd_c = col("n_embd");
+  const int tokens_c = col("num_tokens"), vtp_c = col("num_tensor_parallel_workers");
   if (name_c >= 0 && input_c >= 0 && kv_c >= 0 && tp_c >= 0 && ns_c >= 0) {  // LLMServingSim
     for (;;) {
       auto more = in.next(row);
@@ -113,18 +113,46 @@ Result<std::vector<ProfileRow>> read_profile_rows(const std::string& path, const
         ops.emplace_back(h.substr(pre.size(), h.size() - pre.size() - post.size()), static_cast<int>(i));
     }
     if (ops.empty()) return InvalidArgument(in.at(in.header_line(), "no time_stats.<op>.median columns"));
+    struct ShapeColumn {
+      std::string name;
+      int column;
+      std::int64_t expected;
+      bool flag;
+      std::string what;
+    };
+    std::vector<ShapeColumn> shape_columns;
+    const auto check = [&](const std::string& name, std::int64_t expected, bool flag, const std::string& what) {
+      if (const int c = col(name); c >= 0) shape_columns.push_back({name, c, expected, flag, what});
+    };
+    check("n_embd", shape.hidden, false, "hidden size");
+    check("n_head", shape.heads, false, "attention heads");
+    check("n_kv_head", shape.kv_heads, false, "KV heads");
+    check("n_expanded_embd", shape.mlp, false, "MLP width");
+    check("use_gated_mlp", shape.gated_mlp ? 1 : 0, true, "a gated MLP");
     for (;;) {
       auto more = in.next(row);
       if (!more.ok()) return more.status();
       if (!*more) break;
       const auto& f = row.fields;
-      double n, t, embd;
+      double n, t;
       if (!number(f[tokens_c], n) || !number(f[vtp_c], t))
         return InvalidArgument(in.at(row.line, "expected numeric num_tokens and num_tensor_parallel_workers"));
       if (t != tp) continue;
-      if (embd_c >= 0 && number(f[embd_c], embd) && embd != static_cast<double>(shape.hidden))
-        return InvalidArgument(in.at(row.line, "n_embd is " + std::string(f[embd_c]) + ", the model's hidden size is " +
-                                                   std::to_string(shape.hidden)));
+      // The row's model must be the one whose shapes cost it: Llama-2-7B's
+      // and Llama-3-8B's rows share n_embd but not their MLP or KV heads.
+      // (vocab_size is not compared: no kernel these rows time reads the
+      // vocabulary, and Vidur pads Llama 2's 32,000 to 32,768.)
+      for (const ShapeColumn& sc : shape_columns) {
+        const std::string_view v = f[sc.column];
+        double x = 0;
+        const bool match = sc.flag ? (v == "True" || v == "False") && (v == "True") == (sc.expected != 0)
+                                   : number(v, x) && x == static_cast<double>(sc.expected);
+        if (!match)
+          return InvalidArgument(
+              in.at(row.line, sc.name + " is " + std::string(v) + ", the model's is " +
+                                  (sc.flag ? (sc.expected ? "True" : "False") : std::to_string(sc.expected)) + " (" +
+                                  sc.what + ")"));
+      }
       for (const auto& [op, c] : ops) {
         Work w;
         double ms;

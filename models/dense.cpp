@@ -29,6 +29,9 @@ std::string invalid_reason(const DenseDecoderConfig& c) {
   if (c.heads % c.kv_heads != 0)
     return "kv_heads: expected a divisor of heads (" + n(c.heads) + "), got " + n(c.kv_heads);
   if (c.head_dim % 2 != 0) return "head_dim: expected an even number (RoPE rotates pairs), got " + n(c.head_dim);
+  if (c.rotary_dim < 0 || c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0)
+    return "rotary_dim: expected an even number of dimensions in [0, head_dim (" + n(c.head_dim) + ")], got " +
+           n(c.rotary_dim);
   if (c.groups < 1 || c.layers % c.groups != 0)
     return "groups: expected a divisor of layers (" + n(c.layers) + "), got " + std::to_string(c.groups);
   if (c.context_window < 1) return "context_window: expected a positive number of tokens, got " + n(c.context_window);
@@ -39,18 +42,27 @@ std::string invalid_reason(const DenseDecoderConfig& c) {
 
 namespace {
 
+// Parameters of one norm (LayerNorm's bias beside its weight).
+std::int64_t norm_parameters(const DenseDecoderConfig& c) { return c.layer_norm ? 2 * c.hidden : c.hidden; }
+
 // Parameters of one decoder layer.
 std::int64_t layer_parameters(const DenseDecoderConfig& c) {
   const std::int64_t q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim;
-  const std::int64_t attn = c.hidden * q + 2 * c.hidden * kv + q * c.hidden + (c.qkv_bias ? q + 2 * kv : 0);
-  return attn + 3 * c.hidden * c.mlp + 2 * c.hidden;
+  const std::int64_t attn =
+      c.hidden * q + 2 * c.hidden * kv + q * c.hidden + (c.qkv_bias ? q + 2 * kv : 0) + (c.linear_bias ? c.hidden : 0);
+  const std::int64_t mlp =
+      (c.gated_mlp ? 3 : 2) * c.hidden * c.mlp + (c.linear_bias ? (c.gated_mlp ? 2 : 1) * c.mlp + c.hidden : 0);
+  return attn + mlp + (c.parallel_block ? 1 : 2) * norm_parameters(c);
 }
+
+// The head's own parameters: the final norm, and the LM head's bias.
+std::int64_t head_parameters(const DenseDecoderConfig& c) { return norm_parameters(c) + (c.linear_bias ? c.vocab : 0); }
 
 }  // namespace
 
 std::int64_t parameter_count(const DenseDecoderConfig& c) {
   const std::int64_t table = c.vocab * c.hidden;
-  return table + c.layers * layer_parameters(c) + c.hidden + (c.tied_embeddings ? 0 : table);
+  return table + c.layers * layer_parameters(c) + head_parameters(c) + (c.tied_embeddings ? 0 : table);
 }
 
 Result<std::shared_ptr<const DenseDecoder>> DenseDecoder::make(DenseDecoderConfig c) {
@@ -133,7 +145,7 @@ GraphTemplate DenseDecoder::make_template() const {
       // Per sequence: its logits' matmul; fixed: reading the LM head.
       .prior({2.0 * s.vocab * s.hidden / flops_per_s, static_cast<double>(eb) * s.vocab * s.hidden / hbm_per_s},
              {kCompute, kMemory})
-      .weights(eb * ((s.tied_embeddings ? 0 : s.vocab * s.hidden) + s.hidden));
+      .weights(eb * ((s.tied_embeddings ? 0 : s.vocab * s.hidden) + head_parameters(s)));
   return std::move(b).build().value();
 }
 
@@ -159,7 +171,7 @@ std::vector<SublayerCall> DenseDecoder::kernels(std::size_t op, const IterationD
       out.push_back({Sublayer::kEmbedding, T, S, C, 1});
       break;
     case OpRole::kLayers:
-      for (Sublayer l : decoder_layer_sublayers()) out.push_back({l, T, S, C, static_cast<double>(m.layers)});
+      for (Sublayer l : decoder_layer_sublayers(shape())) out.push_back({l, T, S, C, static_cast<double>(m.layers)});
       break;
     case OpRole::kHead:  // logits for each sequence's last token only
       out.push_back({Sublayer::kFinalNorm, S, S, C, 1});
@@ -175,6 +187,8 @@ DenseShape DenseDecoder::shape() const {
   s.vocab = c_.vocab;
   s.elem_bytes = dtype_bytes(c_.dtype);
   s.qkv_bias = c_.qkv_bias;
+  s.parallel_block = c_.parallel_block, s.gated_mlp = c_.gated_mlp, s.layer_norm = c_.layer_norm;
+  s.linear_bias = c_.linear_bias, s.rotary_dim = c_.rotary_dim;
   return s;
 }
 

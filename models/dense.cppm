@@ -1,8 +1,11 @@
-// The dense-decoder family: Llama 2 / 3 / 3.1 / 3.2, Mistral, Qwen2 / 2.5.
-// One decoder layer is RMSNorm, grouped-query attention with RoPE (Qwen2
-// adds a bias to q, k and v), RMSNorm and a SwiGLU MLP; the embedding comes
-// first and final norm + LM head last (tied to the embedding in the small
-// Llama 3.2s). As a graph template: `embed`, `layers0` .. `layers{G-1}`
+// The dense-decoder family: Llama 2 / 3 / 3.1 / 3.2, Mistral, Qwen2 / 2.5,
+// and Phi-2. One decoder layer is RMSNorm, grouped-query attention with RoPE
+// (Qwen2 adds a bias to q, k and v), RMSNorm and a SwiGLU MLP; the embedding
+// comes first and final norm + LM head last (tied to the embedding in the
+// small Llama 3.2s). Phi-2's layer is a parallel block: one LayerNorm feeds
+// both attention (RoPE on part of each head) and a GELU MLP of two
+// matrices, every projection biased; simulated only (live mode refuses it,
+// executor/llama_runner.cppm). As a graph template: `embed`, `layers0` .. `layers{G-1}`
 // (layers/G consecutive layers each, each retaining its KV cache) and `head`.
 //
 // Immutable once built; safe from any thread.
@@ -28,11 +31,15 @@ export namespace slicesched {
 // how many layer groups the scheduler places, and the model's name).
 struct DenseDecoderConfig {
   std::string name = "llama3-8b";
-  std::string model_type = "llama";  // config.json's model_type: "llama", "mistral" or "qwen2"
+  std::string model_type = "llama";  // config.json's model_type: "llama", "mistral", "qwen2" or "phi"
   std::int64_t hidden = 4096, layers = 32, heads = 32, kv_heads = 8, head_dim = 128, mlp = 14336, vocab = 128256;
   int groups = 4;  // scheduling units of layers/groups layers each
   bool tied_embeddings = false;
   bool qkv_bias = false;
+  // The block's form (models/work.cppm, DenseShape): Llama's by default;
+  // Phi's is parallel, a plain GELU MLP, LayerNorm, biases everywhere.
+  bool parallel_block = false, gated_mlp = true, layer_norm = false, linear_bias = false;
+  std::int64_t rotary_dim = 0;  // RoPE's dimensions of each head; 0: head_dim
   double rope_theta = 500000.0, norm_eps = 1e-5;
   // Llama 3.1 / 3.2's "llama3" RoPE scaling (config.json's rope_scaling);
   // rope_factor 0: none. Live mode only (the simulator's costs ignore RoPE).
@@ -49,7 +56,7 @@ DenseDecoderConfig llama_tiny();
 // The built-in presets by name (models/presets.cpp; shapes from each
 // model's Hugging Face config.json, cited there): llama3-8b, llama3.1-8b,
 // llama-tiny, llama2-7b, llama2-70b, codellama-34b, internlm-20b,
-// mistral-7b. nullopt for any other name. The config's name is the preset's.
+// mistral-7b, phi-2. nullopt for any other name. The config's name is the preset's.
 std::optional<DenseDecoderConfig> dense_preset(std::string_view name);
 // Their names, in the order above (for messages: "expected one of ...").
 std::span<const std::string_view> dense_preset_names();
@@ -58,11 +65,13 @@ std::span<const std::string_view> dense_preset_names();
 // divisor of hidden ..."), or "" when it is.
 std::string invalid_reason(const DenseDecoderConfig& c);
 
-// Parameters: embedding, per layer q/k/v/o (+ q/k/v biases), gate/up/down
-// and two norms, final norm, LM head unless tied (then counted once).
+// Parameters: embedding, per layer q/k/v/o (+ their biases), the MLP's
+// matrices (+ biases) and norms, final norm, LM head (+ bias) unless tied
+// (then counted once).
 std::int64_t parameter_count(const DenseDecoderConfig& c);
 
-// Reads a Hugging Face config.json (model_type llama, mistral or qwen2).
+// Reads a Hugging Face config.json (model_type llama, mistral, qwen2 or
+// phi; Phi's partial_rotary_factor sets rotary_dim, qk_layernorm is refused).
 // RoPE: rope_theta at the top level or in transformers 5's rope_parameters;
 // rope_scaling (or rope_parameters) of rope_type "default" or "llama3",
 // any other type is refused. The dtype: torch_dtype, or transformers 5's dtype.

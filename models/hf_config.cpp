@@ -73,11 +73,12 @@ Result<DenseDecoderConfig> read_hf_config(const std::string& path, std::string n
   c.name = std::move(name);
   c.groups = groups;
   if (!j.contains("model_type") || !j["model_type"].is_string())
-    return r.error("model_type", "is required (\"llama\", \"mistral\" or \"qwen2\")");
+    return r.error("model_type", "is required (\"llama\", \"mistral\", \"qwen2\" or \"phi\")");
   c.model_type = j["model_type"].get<std::string>();
-  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
-    return r.error("model_type",
-                   "expected \"llama\", \"mistral\" or \"qwen2\" (a dense decoder), got \"" + c.model_type + "\"");
+  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2" && c.model_type != "phi")
+    return r.error("model_type", "expected \"llama\", \"mistral\", \"qwen2\" or \"phi\" (a dense decoder), got \"" +
+                                     c.model_type + "\"");
+  const bool phi = c.model_type == "phi";
 #define SLICESCHED_TAKE(field, expr)  \
   {                                   \
     auto v_ = (expr);                 \
@@ -126,6 +127,37 @@ Result<DenseDecoderConfig> read_hf_config(const std::string& path, std::string n
   // Qwen2 always biases q, k and v; Llama says so in attention_bias.
   SLICESCHED_TAKE(c.qkv_bias, r.flag("attention_bias", c.model_type == "qwen2"))
   if (c.model_type == "qwen2") c.qkv_bias = true;
+  if (phi) {
+    // transformers' PhiForCausalLM: one LayerNorm feeds attention and a
+    // fc1 -> GELU -> fc2 MLP, summed into the residual; every projection,
+    // the norms and the LM head have biases; RoPE turns the first
+    // partial_rotary_factor of each head.
+    if (j.contains("qk_layernorm") && j["qk_layernorm"] == true)
+      return r.error("qk_layernorm", "true is not supported (no norm on q and k is modelled)");
+    if (j.contains("hidden_act") && !j["hidden_act"].is_null()) {
+      const auto& a = j["hidden_act"];
+      const std::string act = a.is_string() ? a.get<std::string>() : "";
+      if (act != "gelu_new" && act != "gelu" && act != "gelu_fast" && act != "gelu_pytorch_tanh")
+        return r.error("hidden_act",
+                       "expected a GELU (\"gelu_new\", \"gelu\", \"gelu_fast\" or "
+                       "\"gelu_pytorch_tanh\"), got " +
+                           a.dump());
+    }
+    double factor = 0.5;
+    if (j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null()) {
+      const auto& f = j["partial_rotary_factor"];
+      if (!f.is_number() || !(f.get<double>() > 0 && f.get<double>() <= 1))
+        return r.error("partial_rotary_factor", "expected a number in (0, 1], got " + f.dump());
+      factor = f.get<double>();
+    }
+    c.rotary_dim = static_cast<std::int64_t>(factor * static_cast<double>(c.head_dim));  // (transformers' int())
+    if (c.rotary_dim < 2 || c.rotary_dim % 2 != 0)
+      return r.error("partial_rotary_factor", "turns " + std::to_string(c.rotary_dim) + " of head_dim " +
+                                                  std::to_string(c.head_dim) +
+                                                  " dimensions, expected an even number of at least 2");
+    c.qkv_bias = true;
+    c.parallel_block = true, c.gated_mlp = false, c.layer_norm = true, c.linear_bias = true;
+  }
   // transformers 5 writes RoPE's settings in rope_parameters; older files
   // have rope_theta at the top and rope_scaling beside it.
   const std::string rope_key =
@@ -153,7 +185,7 @@ Result<DenseDecoderConfig> read_hf_config(const std::string& path, std::string n
       return r.error(rope_key, "rope_type " + type.dump() + " is not supported (\"default\" or \"llama3\")");
     }
   }
-  SLICESCHED_TAKE(c.norm_eps, r.positive("rms_norm_eps", 1e-6))
+  SLICESCHED_TAKE(c.norm_eps, r.positive(phi ? "layer_norm_eps" : "rms_norm_eps", phi ? 1e-5 : 1e-6))
 #undef SLICESCHED_TAKE
   std::string dtype = "bfloat16";
   // (transformers 5 writes dtype; older files torch_dtype, sometimes null)

@@ -5,12 +5,11 @@
 // ../shared/data/profiles/vidur/ were measured on the same shapes (their
 // CSVs carry n_head, n_kv_head, n_embd, n_expanded_embd).
 //
-// Not here: phi-2. Its block runs attention and a two-matrix GELU MLP in
-// parallel from one LayerNorm (with bias), with biases on every projection
-// and RoPE on 32 of each head's 80 dimensions. The dense-decoder contract
-// (models/work.cppm) is RMSNorm -> attention -> RMSNorm -> SwiGLU (three
-// MLP matrices), so phi-2's MLP would be costed as one matrix too many and
-// its norms and biases not at all; the live runner could not run it either.
+// phi-2 (microsoft/phi-2) is the one of another block: attention and a
+// two-matrix GELU MLP run in parallel from one LayerNorm (with bias), every
+// projection has a bias, and RoPE turns 32 of each head's 80 dimensions
+// (partial_rotary_factor 0.4). Its Vidur profile measures those kernels
+// (use_gated_mlp False, no post-attention norm).
 module;
 #include <array>
 #include <cstdint>
@@ -38,8 +37,9 @@ DenseDecoderConfig llama2(std::string_view name, std::int64_t hidden, std::int64
   return c;
 }
 
-constexpr std::array<std::string_view, 8> kPresets = {"llama3-8b",  "llama3.1-8b",   "llama-tiny",   "llama2-7b",
-                                                      "llama2-70b", "codellama-34b", "internlm-20b", "mistral-7b"};
+constexpr std::array<std::string_view, 9> kPresets = {"llama3-8b",    "llama3.1-8b", "llama-tiny",
+                                                      "llama2-7b",    "llama2-70b",  "codellama-34b",
+                                                      "internlm-20b", "mistral-7b",  "phi-2"};
 
 }  // namespace
 
@@ -79,6 +79,17 @@ std::optional<DenseDecoderConfig> dense_preset(std::string_view name) {
     c.model_type = "mistral";
     c.context_window = 4096;
     c.dtype = DType::kBF16;
+    return c;
+  }
+  // microsoft/phi-2: 2,048 positions, float16, LayerNorm eps 1e-5.
+  if (name == "phi-2") {
+    DenseDecoderConfig c = llama2(name, 2560, 32, 32, 32, 10240, 51200);
+    c.model_type = "phi";
+    c.context_window = 2048;
+    c.norm_eps = 1e-5;
+    c.qkv_bias = true;
+    c.parallel_block = true, c.gated_mlp = false, c.layer_norm = true, c.linear_bias = true;
+    c.rotary_dim = 32;
     return c;
   }
   return std::nullopt;

@@ -47,10 +47,14 @@ struct Work {
   double cache_bytes = 0;
 };
 
-// The kernels of a dense decoder (Llama, Mistral, Qwen2): one decoder layer
-// is input_layernorm .. down_proj (the residual adds are folded into the
-// norms' traffic), the embedding comes first and final_layernorm, lm_head
-// last.
+// The kernels of a dense decoder: one decoder layer is input_layernorm ..
+// down_proj (the residual adds are folded into the norms' traffic), the
+// embedding comes first and final_layernorm, lm_head last. Llama, Mistral
+// and Qwen2 run every one of them but `add` (their residual adds are fused
+// into the norms); a parallel block (Phi) has no post_layernorm and ends
+// with `add`, attention's and the MLP's outputs joining the residual; a
+// plain two-matrix MLP has no gate_proj (its fc1 is up_proj, its fc2
+// down_proj; its attention output `dense` is o_proj).
 enum class Sublayer : std::uint8_t {
   kEmbedding,
   kInputNorm,
@@ -67,22 +71,33 @@ enum class Sublayer : std::uint8_t {
   kDownProj,
   kFinalNorm,
   kLmHead,
+  kResidualAdd,  // a parallel block's residual adds (attention's and the MLP's outputs)
 };
-inline constexpr int kSublayers = 15;
+inline constexpr int kSublayers = 16;
 // LLMServingSim's layer_name for each ("embedding", "input_layernorm", ...,
 // "lm_head"), and back (nullopt for a name that is none of them).
 std::string_view sublayer_name(Sublayer l);
 std::optional<Sublayer> sublayer_from_name(std::string_view name);
 WorkKind sublayer_kind(Sublayer l);
-// The kernels of one decoder layer, in order.
-std::span<const Sublayer> decoder_layer_sublayers();
-
-// The shapes a dense decoder's kernels depend on.
+// The shapes a dense decoder's kernels depend on. The defaults are
+// Llama-3-8B's: RMSNorm, then attention, RMSNorm and a SwiGLU MLP in turn.
 struct DenseShape {
   std::int64_t hidden = 4096, heads = 32, kv_heads = 8, head_dim = 128, mlp = 14336, vocab = 128256;
   std::int64_t elem_bytes = 2;  // weights, activations and KV cache
-  bool qkv_bias = false;        // Qwen2 adds a bias to q, k and v
+  bool qkv_bias = false;        // Qwen2 and Phi add a bias to q, k and v
+  // Phi-2's block (and GPT-J's, GPT-NeoX's): attention and the MLP both
+  // read one norm's output and their sum joins the residual, so a layer has
+  // one norm.
+  bool parallel_block = false;
+  bool gated_mlp = true;        // SwiGLU's gate, up and down; else up (fc1), GELU, down (fc2)
+  bool layer_norm = false;      // LayerNorm (a weight and a bias) instead of RMSNorm (a weight)
+  bool linear_bias = false;     // biases on o_proj, the MLP's matrices and the LM head (Phi)
+  std::int64_t rotary_dim = 0;  // dimensions of each head RoPE rotates; 0: all of head_dim
+  bool operator==(const DenseShape&) const = default;
 };
+
+// The kernels of one decoder layer of shape `s`, in order.
+std::span<const Sublayer> decoder_layer_sublayers(const DenseShape& s = {});
 
 // One kernel call: `rows` token rows go through it (tokens of the batch; for
 // lm_head, the rows sampled), spread over `sequences` sequences that have

@@ -26,7 +26,8 @@ print(f(k["gemm"]["mape_pct"]), f(k["elementwise"]["mape_pct"]), f(k["streaming"
       f(j["summed_mape_pct"]), "p=%s" % k["gemm"]["overlap_p"], "q_emb=%s" % k["embedding"]["sm_bytes_per_cycle"],
       "q_el=%s" % k["elementwise"]["sm_bytes_per_cycle"])')"
 }
-for m in "llama2-70b Llama-2-70b-hf" "codellama-34b CodeLlama-34b-Instruct-hf" "internlm-20b internlm-20b"; do
+for m in "llama2-70b Llama-2-70b-hf" "codellama-34b CodeLlama-34b-Instruct-hf" "internlm-20b internlm-20b" \
+  "phi-2 phi-2"; do
   # shellcheck disable=SC2086
   set -- $m
   row "$1" "$2" h100 a100 a40

@@ -272,7 +272,7 @@ TEST_CASE("live keys: bad devices and model shapes name the key", "[config][bad-
         "\"tpu:0\"");
   CHECK(load_error(base() + "[model]\nname = \"gpt2\"\n") ==
         ":17: model.name: expected one of \"llama3-8b\", \"llama3.1-8b\", \"llama-tiny\", \"llama2-7b\", "
-        "\"llama2-70b\", \"codellama-34b\", \"internlm-20b\", \"mistral-7b\", got \"gpt2\"");
+        "\"llama2-70b\", \"codellama-34b\", \"internlm-20b\", \"mistral-7b\", \"phi-2\", got \"gpt2\"");
   // A preset gives its shapes (here Llama-2-70B's: 80 layers, 8 KV heads of 128).
   const fs::path bp = fs::temp_directory_path() / ("slicesched_config_preset_" + std::to_string(getpid()) + ".toml");
   std::ofstream(bp) << base() + "[model]\nname = \"llama2-70b\"\n";
@@ -609,6 +609,19 @@ TEST_CASE("tp: a tensor-parallel group's HBM is its GPUs' less each rank's copie
   cfg = load_config(p.string());
   REQUIRE(cfg.ok());
   CHECK(cfg->accelerators[0].hbm_bytes == 4 * (80ll << 30) - (3 * 65 * 4096 + 3 * 4096 * 2) * 2);
+  // Phi-2: per layer one LayerNorm (weight and bias) and the biases of the
+  // two row-parallel projections (dense, fc2), and the final LayerNorm:
+  // 32 x 4 + 2 vectors of 2,560 float16s; 51,200 rows split evenly.
+  std::ofstream(p) << replace(replace(base(), one, group), "[[tenants]]", "[model]\nname = \"phi-2\"\n[[tenants]]");
+  cfg = load_config(p.string());
+  REQUIRE(cfg.ok());
+  CHECK(cfg->accelerators[0].hbm_bytes == 4 * (80ll << 30) - 3 * (32 * 4 + 2) * 2560 * 2);
+  // With 51,201 rows, the padded rows of the LM head carry a bias element each.
+  std::ofstream(p) << replace(replace(base(), one, group), "[[tenants]]",
+                              "[model]\nname = \"phi-2\"\nvocab = 51201\n[[tenants]]");
+  cfg = load_config(p.string());
+  REQUIRE(cfg.ok());
+  CHECK(cfg->accelerators[0].hbm_bytes == 4 * (80ll << 30) - (3 * (32 * 4 + 2) * 2560 + 3 * 2560 * 2 + 3) * 2);
   CHECK(load_error(replace(base(), one, replace(group, "tp = 4", "tp = 0"))).find(":4: cluster.accelerators[0].tp: ") ==
         0);
   CHECK(load_error(replace(base(), one, replace(group, "tp = 4", "tp = 3"))) ==

@@ -49,6 +49,19 @@ TEST_CASE("profile rows: both formats, blank lines and carriage returns") {
   REQUIRE(v.ok());
   REQUIRE(v->size() == 1);
   CHECK((*v)[0].seconds == Approx(0.5e-3));
+
+  // A plain MLP's mlp_up_proj is its fc1 alone; a gated one's the gate and
+  // up fused.
+  DenseShape plain;
+  plain.gated_mlp = false;
+  const std::string fc1 = write("fc1.csv",
+                                "num_tokens,num_tensor_parallel_workers,use_gated_mlp,"
+                                "time_stats.mlp_up_proj.median\n32,1,False,0.5\n");
+  auto p = read_profile_rows(fc1, plain, 1, "A100");
+  REQUIRE(p.ok());
+  REQUIRE(p->size() == 1);
+  CHECK((*p)[0].work.flops == sublayer_work(plain, {Sublayer::kUpProj, 32}).flops);
+  CHECK((*v)[0].work.flops == 2 * (*p)[0].work.flops);
 }
 
 TEST_CASE("profile rows: errors name the file and the line") {
@@ -62,7 +75,18 @@ TEST_CASE("profile rows: errors name the file and the line") {
   const std::string bad_time = write("time.csv", kVidurHeader + "32,1,4096,slow\n");
   CHECK(error_of(bad_time) == bad_time + ":2: time_stats.mlp_up_proj.median: expected a number");
   const std::string wrong_model = write("embd.csv", kVidurHeader + "32,1,8192,0.5\n");
-  CHECK(error_of(wrong_model) == wrong_model + ":2: n_embd is 8192, the model's hidden size is 4096");
+  CHECK(error_of(wrong_model) == wrong_model + ":2: n_embd is 8192, the model's is 4096 (hidden size)");
+  // Llama-2-7B's rows (n_embd 4096 too) against Llama-3-8B's shapes: its
+  // MLP width and KV heads, and whether the MLP is gated, are checked.
+  const std::string header =
+      "num_tokens,num_tensor_parallel_workers,n_embd,n_head,n_kv_head,n_expanded_embd,"
+      "vocab_size,use_gated_mlp,time_stats.mlp_up_proj.median\n";
+  const std::string llama2 = write("llama2.csv", header + "32,1,4096,32,8,11008,32768,True,0.5\n");
+  CHECK(error_of(llama2) == llama2 + ":2: n_expanded_embd is 11008, the model's is 14336 (MLP width)");
+  const std::string kv = write("kv.csv", header + "32,1,4096,32,32,14336,128256,True,0.5\n");
+  CHECK(error_of(kv) == kv + ":2: n_kv_head is 32, the model's is 8 (KV heads)");
+  const std::string plain = write("plain.csv", header + "32,1,4096,32,8,14336,128256,False,0.5\n");
+  CHECK(error_of(plain) == plain + ":2: use_gated_mlp is False, the model's is True (a gated MLP)");
   const std::string bad_llmss =
       write("llmss_bad.csv", "layer_name,input,kv_cache,tp_size,latency(ns)\nq_proj,16,0,1,fast\n");
   CHECK(error_of(bad_llmss) ==

@@ -44,6 +44,8 @@ const std::vector<Preset> kPresets = {
     {"mistral-7b", 4096, 32, 32, 8, 128, 14336, 32000, false, false, 1e4, 4096, 2,
      7'241'732'096},  // (its sliding window)
     {"qwen2.5-7b", 3584, 28, 28, 4, 128, 18944, 152064, false, true, 1e6, 131072, 2, 7'615'616'512},
+    // (a parallel block with LayerNorm, a plain GELU MLP and biases everywhere)
+    {"phi-2", 2560, 32, 32, 32, 80, 10240, 51200, false, true, 1e4, 2048, 2, 2'779'683'840},
 };
 
 std::string load_error(const std::string& path) {
@@ -92,7 +94,7 @@ TEST_CASE("every model preset has its published shapes, parameters and KV bytes"
     // tokens, the head final norm + lm_head over one row per sequence.
     const IterationDims d{100, 3, 500, 500};
     const auto group = m.kernels(1, d);
-    REQUIRE(group.size() == decoder_layer_sublayers().size());
+    REQUIRE(group.size() == decoder_layer_sublayers(m.shape()).size());
     for (const SublayerCall& k : group) {
       CHECK(k.count == static_cast<double>(p.layers / 4));
       CHECK(k.rows == 100);
@@ -269,4 +271,53 @@ TEST_CASE("two models on one cluster: HBM charges each accelerator its resident 
       }
     }
   }
+}
+
+TEST_CASE("Phi-2: a parallel LayerNorm/GELU block with biases, read from its config.json", "[models][config]") {
+  auto read = read_hf_config(kSource + "/configs/models/hf/phi-2.json", "phi-2");
+  REQUIRE(read.ok());
+  const DenseDecoderConfig& c = read.value();
+  const DenseDecoderConfig preset = dense_preset("phi-2").value();
+  CHECK(c.parallel_block);
+  CHECK_FALSE(c.gated_mlp);
+  CHECK(c.layer_norm);
+  CHECK(c.linear_bias);
+  CHECK(c.qkv_bias);
+  CHECK(c.rotary_dim == 32);  // partial_rotary_factor 0.4 of head_dim 80
+  CHECK(c.norm_eps == 1e-5);
+  CHECK(c.dtype == DType::kF16);
+  CHECK(parameter_count(c) == parameter_count(preset));
+  auto made = DenseDecoder::make(c);
+  REQUIRE(made.ok());
+  const DenseShape s = made.value()->shape();
+  CHECK(s == DenseDecoder::make(preset).value()->shape());
+  // A layer: one norm, q/k/v, rope, attention, dense, fc1, GELU, fc2, add.
+  const IterationDims d{100, 3, 500, 500};
+  std::vector<Sublayer> layer;
+  for (const SublayerCall& k : made.value()->kernels(1, d)) layer.push_back(k.layer);
+  CHECK(layer == std::vector<Sublayer>{Sublayer::kInputNorm, Sublayer::kQProj, Sublayer::kKProj, Sublayer::kVProj,
+                                       Sublayer::kRope, Sublayer::kAttn, Sublayer::kOProj, Sublayer::kUpProj,
+                                       Sublayer::kActFn, Sublayer::kDownProj, Sublayer::kResidualAdd});
+  // What the block changes beside it; the rest of the phi rules.
+  CHECK(hf_of(", \"partial_rotary_factor\": 0.25", "phi").value().rotary_dim == 32);
+  CHECK(hf_of("", "phi").value().rotary_dim == 64);  // transformers' default, 0.5
+  const struct {
+    std::string extra, message;
+  } rows[] = {
+      {", \"qk_layernorm\": true", "qk_layernorm: true is not supported (no norm on q and k is modelled)"},
+      {", \"hidden_act\": \"relu\"",
+       "hidden_act: expected a GELU (\"gelu_new\", \"gelu\", \"gelu_fast\" or \"gelu_pytorch_tanh\"), got \"relu\""},
+      {", \"partial_rotary_factor\": 1.5", "partial_rotary_factor: expected a number in (0, 1], got 1.5"},
+      {", \"partial_rotary_factor\": 0.001",
+       "partial_rotary_factor: turns 0 of head_dim 128 dimensions, expected an even number of at least 2"},
+  };
+  const std::string path = std::filesystem::temp_directory_path() / "slicesched_hf_case.json";
+  for (const auto& row : rows) {
+    INFO(row.extra);
+    auto bad = hf_of(row.extra, "phi");
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.status().message() == path + ": " + row.message);
+  }
+  // A Llama config never takes Phi's keys.
+  CHECK(hf_of(", \"partial_rotary_factor\": 0.25").value().rotary_dim == 0);
 }
