@@ -65,8 +65,10 @@ std::string inputs_text(const std::string& config, const ExperimentConfig& cfg) 
   for (const TenantConfig& t : cfg.tenants)
     if (!t.stream.path.empty()) files.push_back(t.stream.path);
   const GroundTruthConfig& g = cfg.ground_truth;
-  for (const std::string* f : {&g.layers_csv, &g.transfers_csv, &g.calibrated, &g.roofline_fit, &cfg.estimator_prior})
+  for (const std::string* f :
+       {&g.layers_csv, &g.transfers_csv, &g.all_reduce_csv, &g.calibrated, &g.roofline_fit, &cfg.estimator_prior})
     if (!f->empty()) files.push_back(*f);
+  files.insert(files.end(), g.layers_tp_csvs.begin(), g.layers_tp_csvs.end());
   for (const ModelConfig& m : cfg.models)
     if (!m.hf_config.empty()) files.push_back(m.hf_config);
   for (const AcceleratorType& a : cfg.accelerator_types)

@@ -43,6 +43,20 @@ Result<Truths> load_truths(const ExperimentConfig& cfg) {
       t.layers = std::move(layers).value();
       t.layers_type = cfg.ground_truth.layers_type;
       t.off_profile_models = cfg.ground_truth.off_profile_models;
+      for (const std::string& path : cfg.ground_truth.layers_tp_csvs) {
+        auto ranks = LayerProfile::load(path, 0, lopt);
+        const std::string where = cfg.path + ": ground_truth.layers_tp: ";
+        if (!ranks.ok()) return Status(ranks.status().code(), where + ranks.status().message());
+        const int n = ranks.value().tp_size();
+        if (n < 2)
+          return InvalidArgument(where + path +
+                                 ": its rows have tp_size 1, one GPU's (give that profile as ground_truth.layers)");
+        for (const auto& [size, other] : t.layers_tp)
+          if (size == n)
+            return InvalidArgument(where + path + ": a second profile of tp_size " + std::to_string(n) +
+                                   " (one file a group size)");
+        t.layers_tp.emplace_back(n, std::move(ranks).value());
+      }
     }
     if (!cfg.ground_truth.transfers_csv.empty()) {
       auto transfers = TransferProfile::load(cfg.ground_truth.transfers_csv);
@@ -146,9 +160,13 @@ std::vector<TruthPlayed> truth_played(const ExperimentConfig& cfg, const Truths&
     if (truths.calibrated) {
       p.truth = "calibrated";
       p.source = file(cfg.ground_truth.calibrated);
-    } else if (!truths.typed || (a.tp == 1 && plays_profile(*truths.typed, a.type))) {
+    } else if (!truths.typed || played_profile(*truths.typed, a.type, a.tp)) {
       p.truth = "profile";
       p.source = file(cfg.ground_truth.layers_csv);
+      // (load_truths keeps one entry a file, in the config's order)
+      if (a.tp > 1 && truths.typed)
+        for (std::size_t i = 0; i < truths.typed->layers_tp.size(); ++i)
+          if (truths.typed->layers_tp[i].first == a.tp) p.source = file(cfg.ground_truth.layers_tp_csvs.at(i));
       p.roofline_models = cfg.ground_truth.off_profile_models;
     } else {
       p.truth = "roofline";
@@ -185,11 +203,16 @@ std::string roofline_fallback_line(const std::vector<TruthPlayed>& played, const
 
 std::vector<std::string> tp_group_lines(const std::vector<TruthPlayed>& played) {
   std::vector<std::string> out;
-  for (const auto& p : played)
-    if (p.tp > 1 && p.truth == "roofline")
-      out.push_back("ground truth: " + p.type + " (a tensor-parallel group of " + std::to_string(p.tp) + " " +
-                    p.datasheet + ") plays the roofline at one rank's shapes (efficiencies from " + p.source +
+  for (const auto& p : played) {
+    if (p.tp < 2) continue;
+    const std::string group =
+        "ground truth: " + p.type + " (a tensor-parallel group of " + std::to_string(p.tp) + " " + p.datasheet + ")";
+    if (p.truth == "roofline")
+      out.push_back(group + " plays the roofline at one rank's shapes (efficiencies from " + p.source +
                     "), its all-reduces " + p.all_reduce);
+    else if (p.truth == "profile")
+      out.push_back(group + " plays " + p.source + " (one rank's layers, measured), its all-reduces " + p.all_reduce);
+  }
   return out;
 }
 

@@ -77,7 +77,8 @@ std::string roofline_fallback_line(const std::vector<TruthPlayed>& played, const
 // every type, which is said too. Empty without a layers profile.
 std::vector<std::string> profile_scope_lines(const ExperimentConfig& cfg);
 // One line per tensor-parallel group type in `played`: what it plays (the
-// roofline at one rank's shapes) and what its all-reduces play.
+// roofline at one rank's shapes, or a rank's measured layers) and what its
+// all-reduces play.
 std::vector<std::string> tp_group_lines(const std::vector<TruthPlayed>& played);
 
 // The serving engine's fixed costs on one accelerator type, per iteration

@@ -739,6 +739,18 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
     } else {
       // Measured where given, the roofline elsewhere (docs/ground-truth.md).
       if (g.has("layers")) cfg.ground_truth.layers_csv = files.add(g, "layers");
+      if (g.has("layers_tp")) {
+        if (!g.has("layers"))
+          g.fail(g.node("layers_tp"), "layers_tp",
+                 "measures the layers profile's model and type on tensor-parallel ranks: give layers too");
+        const toml::array* arr = g.array("layers_tp", true);
+        for (const auto& n : *arr) {
+          auto v = n.value<std::string>();
+          if (!v || v->empty())
+            g.fail(&n, "layers_tp", "expected an array of file names (LLMServingSim layers CSVs with tp_size > 1)");
+          cfg.ground_truth.layers_tp_csvs.push_back(files.add(g, &n, "layers_tp", *v));
+        }
+      }
       if (g.has("transfers")) cfg.ground_truth.transfers_csv = files.add(g, "transfers");
       if (g.has("all_reduce")) cfg.ground_truth.all_reduce_csv = files.add(g, "all_reduce");
       if (g.has("all_reduce_type")) {

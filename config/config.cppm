@@ -218,6 +218,11 @@ struct ServeConfig {
 struct GroundTruthConfig {
   bool present = false;                   // the section was given (simulate needs it)
   std::string layers_csv, transfers_csv;  // measured profiles (resolved paths), or
+  // LLMServingSim layers CSVs measured on one rank of a tensor-parallel
+  // group (resolved; `layers_tp`): a group of N of the profile's type and
+  // model plays the rows of tp_size N (here or in layers_csv), plus its
+  // all-reduces; a group no file measured plays the roofline.
+  std::vector<std::string> layers_tp_csvs;
   // A measured all-reduce profile (Vidur's all_reduce.csv, resolved): what
   // tensor-parallel groups' all-reduces cost ("": a ring over tp_link).
   std::string all_reduce_csv;

@@ -113,7 +113,8 @@ Result<LayerProfile> LayerProfile::parse(std::string_view csv, std::string_view 
   auto reader = CsvReader::open(csv, source);
   if (!reader.ok()) return reader.status();
   CsvReader& r = *reader;
-  if (tp_size < 1) return InvalidArgument(r.at("tp_size must be >= 1, got " + std::to_string(tp_size)));
+  if (tp_size < 0) return InvalidArgument(r.at("tp_size must be >= 0, got " + std::to_string(tp_size)));
+  const bool its_own = tp_size == 0;  // the file's one tp_size (a profile of one rank of a group)
   if (auto e = options_error(options); !e.empty()) return InvalidArgument(r.at("invalid options: " + e));
 
   auto cols = r.columns({"layer_name", "input", "kv_cache", "tp_size", "latency(ns)"});
@@ -142,12 +143,18 @@ Result<LayerProfile> LayerProfile::parse(std::string_view csv, std::string_view 
     if (*ns > 3.6e12) return InvalidArgument(r.bad_field(row, col[4], "at most 3.6e12 ns (one hour)"));
     tp_seen.insert(*tp);
     auto it = rows.find(row.fields[col[0]]);
-    if (*tp != tp_size || *kv != 0 || it == rows.end()) continue;
+    if ((!its_own && *tp != tp_size) || *kv != 0 || it == rows.end()) continue;
     it->second.emplace_back(*tokens, *ns * 1e-9);
   }
+  std::string seen;
+  for (auto t : tp_seen) seen += (seen.empty() ? "" : ", ") + std::to_string(t);
+  if (its_own) {
+    if (tp_seen.size() != 1)
+      return InvalidArgument(r.at("expected the rows of one tensor-parallel size (tp_size), found " +
+                                  (seen.empty() ? std::string("no data rows") : "tp_size " + seen)));
+    tp_size = static_cast<int>(*tp_seen.begin());
+  }
   if (!tp_seen.contains(tp_size)) {
-    std::string seen;
-    for (auto t : tp_seen) seen += (seen.empty() ? "" : ", ") + std::to_string(t);
     return NotFound(r.at("no rows with tp_size " + std::to_string(tp_size) + " (the file has tp_size " +
                          (seen.empty() ? "none: no data rows" : seen) + ")"));
   }

@@ -72,7 +72,8 @@ class LayerProfile {
   static std::span<const std::string_view> embed_ops();
   static std::span<const std::string_view> head_ops();
 
-  // Reads `path` and keeps the rows whose tp_size is `tp_size` (>= 1).
+  // Reads `path` and keeps the rows whose tp_size is `tp_size` (>= 1), or,
+  // with tp_size 0, the file's rows, which must all have one tp_size.
   // Errors (one line, "file[:line]: what was expected"): missing file, missing
   // column, a malformed field, no row for `tp_size`, an op of layer_ops(),
   // embed_ops() or head_ops() without rows. `options` must be positive.

@@ -17,6 +17,14 @@ bool plays_profile(const TypedTruthOptions& opt, std::string_view type) {
   return opt.layers && (opt.layers_type.empty() || same_type(opt.types, opt.layers_type, type));
 }
 
+const LayerProfile* played_profile(const TypedTruthOptions& opt, std::string_view type, int tp) {
+  if (!plays_profile(opt, type)) return nullptr;
+  if (tp == 1) return &*opt.layers;
+  for (const auto& [n, profile] : opt.layers_tp)
+    if (n == tp) return &profile;
+  return nullptr;
+}
+
 const RooflineFit& fit_for(const TypedTruthOptions& opt, std::string_view type) {
   for (const auto& [name, fit] : opt.type_fits)
     if (same_type(opt.types, name, type)) return fit;
@@ -72,8 +80,8 @@ TypedGroundTruth::TypedGroundTruth(TypedTruthOptions opt, const AcceleratorSet& 
     const auto id = static_cast<AccelTypeId>(t);
     const std::string& name = accels_.base_type_name(id);
     const int tp = accels_.type_tp(id);
-    const bool measured = tp == 1 && plays_profile(opt_, name);
-    by_type_.push_back(measured ? nullptr : find_type(opt_.types, name));
+    measured_.push_back(played_profile(opt_, name, tp));
+    by_type_.push_back(measured_.back() ? nullptr : find_type(opt_.types, name));
     sheets_.push_back(find_type(opt_.types, name));
     fits_.push_back(&fit_for(opt_, name));
     const TransferProfile* ar = nullptr;
@@ -97,8 +105,7 @@ Status TypedGroundTruth::check() const {
   for (std::size_t t = 0; t < by_type_.size(); ++t) {
     const auto id = static_cast<AccelTypeId>(t);
     const std::string& name = accels_.type_name(id);
-    const bool measured = accels_.type_tp(id) == 1 && plays_profile(opt_, accels_.base_type_name(id));
-    if (!measured && !by_type_[t])
+    if (!measured_[t] && !by_type_[t])
       return NotFound("ground truth: accelerator type '" + name + "' has neither a measured profile nor a datasheet");
   }
   return Status::Ok();
@@ -119,20 +126,27 @@ Result<double> TypedGroundTruth::op_seconds(const Gmg& gmg, OpId op) {
                       "' is not the measured profile's and type " + accels_.type_name(type) +
                       " has no datasheet for the roofline");
   }
-  if (!sheet) {
-    if (!opt_.layers)
-      return NotFound("ground truth for " + gmg.op_name(op) + ": no datasheet for type " + accels_.type_name(type));
-    auto s = ProfileGroundTruth::measured_seconds(*opt_.layers, models_, gmg, op);
-    if (!s.ok()) return s.status();
-    return op_noise_.sample(s.value());
-  }
+  const int tp = accels_.type_tp(type);
   const GraphTemplate& t = gmg.templates().get(r.tmpl);
+  if (!sheet) {
+    const LayerProfile* layers = type < measured_.size() ? measured_[type] : nullptr;
+    if (!layers)
+      return NotFound("ground truth for " + gmg.op_name(op) + ": no datasheet for type " + accels_.type_name(type));
+    auto s = ProfileGroundTruth::measured_seconds(*layers, models_, gmg, op);
+    if (!s.ok()) return s.status();
+    if (tp == 1 || !m) return op_noise_.sample(s.value());
+    // A rank's measured kernels, then the group's all-reduces (the
+    // profile times one rank alone; none overlaps, as vLLM runs them).
+    const auto calls = m->kernels(r.tmpl_op, m->dims_of(t, gmg.dims(op)));
+    const double collectives =
+        tp_collectives_seconds(m->shape(), calls, [&](double bytes) { return all_reduce_seconds(r.accel, bytes); });
+    return op_noise_.sample(s.value() + collectives);
+  }
   if (!m)
     return NotFound("ground truth for " + gmg.op_name(op) + ": the roofline needs the model behind template '" +
                     t.name() + "' (set_models)");
   const auto calls = m->kernels(r.tmpl_op, m->dims_of(t, gmg.dims(op)));
   if (calls.empty()) return InvalidArgument("ground truth for " + gmg.op_name(op) + ": its model gives no kernels");
-  const int tp = accels_.type_tp(type);
   if (tp == 1) return op_noise_.sample(calls_seconds(*sheet, *fits_[type], m->shape(), calls));
   // A tensor-parallel group: every rank runs its share at once, then the
   // ranks all-reduce (no overlap, as vLLM runs them).

@@ -39,10 +39,13 @@ struct TypedTruthOptions {
   std::vector<AcceleratorType> types;  // datasheets, by name or alias
   // Tensor-parallel groups' all-reduces: a ring over the group's own link
   // class where it names one (`tp_links`, per AccelId: a LinkClassId, or -1
-  // for none), else the measured profile of its size (tp, profile). A group
-  // always plays the roofline at one rank's shapes: the layers profile
-  // measured one GPU.
+  // for none), else the measured profile of its size (tp, profile).
   std::vector<std::pair<int, TransferProfile>> all_reduce;
+  // Layer times measured on one rank of a group of N (N, profile), of the
+  // model and type `layers` measured: a group of N of a type that plays
+  // `layers` plays these plus its all-reduces; a group of a size without
+  // them plays the roofline at one rank's shapes.
+  std::vector<std::pair<int, LayerProfile>> layers_tp;
   std::vector<int> tp_links;
 };
 
@@ -64,6 +67,10 @@ double tp_collectives_seconds(const DenseShape& full, std::span<const SublayerCa
 // (same_type over opt.types: "H100" plays a profile measured on "H100-SXM").
 // Every other type plays the roofline.
 bool plays_profile(const TypedTruthOptions& opt, std::string_view type);
+// The layers profile accelerators of base type `type` in groups of `tp`
+// play: `layers` for one GPU, the `layers_tp` entry of size tp for a
+// group, nullptr where none (they play the roofline).
+const LayerProfile* played_profile(const TypedTruthOptions& opt, std::string_view type, int tp);
 // The efficiencies a type that plays the roofline plays: its own fit
 // (opt.type_fits, matched by name or alias) where it has one, else opt.fit.
 const RooflineFit& fit_for(const TypedTruthOptions& opt, std::string_view type);
@@ -101,6 +108,7 @@ class TypedGroundTruth final : public GroundTruth {
   std::vector<const AcceleratorType*> sheets_;      // per AccelTypeId: the datasheet where a table knows the type
   std::vector<const RooflineFit*> fits_;            // per AccelTypeId: the efficiencies it plays
   std::vector<const TransferProfile*> all_reduce_;  // per AccelTypeId: a group's measured all-reduce, or nullptr
+  std::vector<const LayerProfile*> measured_;       // per AccelTypeId: the layers profile it plays, or nullptr
   double all_reduce_seconds(AccelId a, double bytes) const;
   NoisyClock op_noise_, transfer_noise_;
 };

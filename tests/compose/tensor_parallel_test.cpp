@@ -70,9 +70,10 @@ RequestRecord lone(const std::vector<ConfigOverride>& sets, const std::string& c
 // say (a key left out, another accelerator).
 struct LoneVariant {
   fs::path path;
-  LoneVariant(const std::string& tag, const std::vector<std::pair<std::string, std::string>>& edits)
+  LoneVariant(const std::string& tag, const std::vector<std::pair<std::string, std::string>>& edits,
+              const std::string& base = kLone)
       : path(fs::temp_directory_path() / ("slicesched_tp_" + tag + "_" + std::to_string(getpid()) + ".toml")) {
-    std::ifstream in(kLone);
+    std::ifstream in(base);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     for (const auto& [from, to] : edits) {
       REQUIRE(text.find(from) != std::string::npos);
@@ -232,4 +233,138 @@ TEST_CASE("tensor parallelism: GPU utilization weighs a group as its GPUs", "[co
   CHECK(m.accel_busy_s[0] > 0);
   CHECK(m.accel_busy_s[1] == 0);
   CHECK(m.gpu_utilization == Approx(m.accel_busy_s[0] * 2 / (3 * m.span_s)));
+}
+
+namespace {
+
+const std::string kMeasured = kSource + "/tests/compose/tp_measured.toml";
+const std::string kTp1 = kSource + "/data/profiles/llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv";
+const std::string kTp2 = kSource + "/data/profiles/llmservingsim_H100_Llama-3.1-8B_tp2_layers.csv";
+
+// A copy of `from` with every row's tp_size (the fourth column) `tp`.
+struct RetaggedProfile {
+  fs::path path;
+  RetaggedProfile(const std::string& from, int tp)
+      : path(fs::temp_directory_path() / ("slicesched_tp_rows_" + std::to_string(getpid()) + ".csv")) {
+    std::ifstream in(from);
+    std::ofstream out(path);
+    std::string line;
+    std::getline(in, line);
+    out << line << "\n";
+    while (std::getline(in, line)) {
+      std::size_t c = 0;
+      for (int k = 0; k < 3; ++k) c = line.find(',', c) + 1;
+      out << line.substr(0, c) << tp << line.substr(line.find(',', c)) << "\n";
+    }
+  }
+  ~RetaggedProfile() { fs::remove(path); }
+};
+
+}  // namespace
+
+TEST_CASE("tensor parallelism: a group plays one rank's measured layers (layers_tp), then its all-reduces",
+          "[compose][tp]") {
+  // Free links: the pair's first token is what one GPU takes playing the
+  // same rows as its own profile (a prefill reads no KV cache, where a
+  // rank's half of the KV heads would tell them apart).
+  const std::vector<ConfigOverride> free = {{"cluster.link_classes.0.latency_us", "0"},
+                                            {"cluster.link_classes.0.bandwidth_gbps", "1000000"}};
+  const RequestRecord pair = lone(free, kMeasured);
+  const RetaggedProfile as_one(kTp2, 1);
+  const LoneVariant one_gpu(
+      "measured_one",
+      {{", tp = 2, tp_link = \"nvlink\"", ""},
+       {"layers = \"../../data/profiles/llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv\"",
+        "layers = \"" + as_one.path.string() + "\""},
+       {"layers_tp = [\"../../data/profiles/llmservingsim_H100_Llama-3.1-8B_tp2_layers.csv\"]", ""}},
+      kMeasured);
+  const RequestRecord one = lone(free, one_gpu.path.string());
+  // (66 all-reduces of at most 4 MiB at 1 PB/s: under a microsecond)
+  CHECK(pair.first_token - one.first_token >= 0);
+  CHECK(pair.first_token - one.first_token < 1'000);
+  // And the rows are the pair's, not one GPU's: the tp1 table is slower.
+  const LoneVariant tp1_only(
+      "measured_tp1",
+      {{", tp = 2, tp_link = \"nvlink\"", ""},
+       {"\"../../data/profiles/llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv\"", "\"" + kTp1 + "\""},
+       {"layers_tp = [\"../../data/profiles/llmservingsim_H100_Llama-3.1-8B_tp2_layers.csv\"]", ""}},
+      kMeasured);
+  CHECK(lone(free, tp1_only.path.string()).first_token > pair.first_token + 1'000'000);
+  // Each all-reduce crosses the ring: 2 x (2 - 1) steps, 10 us more latency
+  // each, 66 of them in the prefill (the embedding, 32 layers' attention
+  // and MLP, the logits).
+  const RequestRecord near = lone({}, kMeasured);
+  const RequestRecord far = lone({{"cluster.link_classes.0.latency_us", "15.0"}}, kMeasured);
+  CHECK(far.first_token - near.first_token >= 66 * 2 * 10'000 - 10);
+  CHECK(far.first_token - near.first_token <= 66 * 2 * 10'000 + 10);
+}
+
+TEST_CASE("tensor parallelism: what each group plays is said, and a size no file measured plays the roofline",
+          "[compose][tp]") {
+  auto cfg = load_config(kMeasured, {{"cluster.accelerators",
+                                      "[{ name = \"g0\", type = \"H100\", hbm_gib = 80, tp = 2, tp_link = \"nvlink\" },"
+                                      " { name = \"g1\", type = \"H100\", hbm_gib = 80, tp = 4, tp_link = \"nvlink\" },"
+                                      " { name = \"g2\", type = \"H100\", hbm_gib = 80 }]"}});
+  REQUIRE(cfg.ok());
+  auto truths = load_truths(*cfg);
+  REQUIRE(truths.ok());
+  const auto played = truth_played(*cfg, *truths);
+  REQUIRE(played.size() == 3);
+  CHECK(played[0].type == "H100/tp2");
+  CHECK(played[0].truth == "profile");
+  CHECK(played[0].source == "llmservingsim_H100_Llama-3.1-8B_tp2_layers.csv");
+  CHECK(played[1].type == "H100/tp4");
+  CHECK(played[1].truth == "roofline");
+  CHECK(played[2].truth == "profile");
+  CHECK(played[2].source == "llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv");
+  const auto lines = tp_group_lines(played);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0] ==
+        "ground truth: H100/tp2 (a tensor-parallel group of 2 H100-SXM) plays "
+        "llmservingsim_H100_Llama-3.1-8B_tp2_layers.csv (one rank's layers, measured), its all-reduces ring over "
+        "link class 'nvlink'");
+  CHECK(lines[1].find("H100/tp4 (a tensor-parallel group of 4 H100-SXM) plays the roofline") != std::string::npos);
+}
+
+TEST_CASE("tensor parallelism: layers_tp mistakes are one line naming the key and the file",
+          "[config][bad-input][tp]") {
+  auto error = [](const std::string& config, std::vector<ConfigOverride> sets = {}) {
+    auto cfg = load_config(config, sets);
+    if (!cfg.ok()) return cfg.status().message();
+    auto truths = load_truths(*cfg);
+    REQUIRE_FALSE(truths.ok());
+    return truths.status().message();
+  };
+  const std::string list = "[\"" + kTp2 + "\", \"" + kTp2 + "\"]";
+  CHECK(error(kMeasured, {{"ground_truth.layers_tp", list}}) ==
+        kMeasured + ": ground_truth.layers_tp: " + kTp2 + ": a second profile of tp_size 2 (one file a group size)");
+  CHECK(error(kMeasured, {{"ground_truth.layers_tp", "[\"" + kTp1 + "\"]"}}) ==
+        kMeasured + ": ground_truth.layers_tp: " + kTp1 +
+            ": its rows have tp_size 1, one GPU's (give that profile as ground_truth.layers)");
+  // A file of two sizes (the tp1 rows, then the tp2 ones).
+  const fs::path mixed = fs::temp_directory_path() / ("slicesched_tp_mixed_" + std::to_string(getpid()) + ".csv");
+  {
+    std::ifstream a(kTp1), b(kTp2);
+    std::ofstream out(mixed);
+    out << a.rdbuf();
+    std::string header;
+    std::getline(b, header);
+    out << b.rdbuf();
+  }
+  CHECK(error(kMeasured, {{"ground_truth.layers_tp", "[\"" + mixed.string() + "\"]"}}) ==
+        kMeasured + ": ground_truth.layers_tp: " + mixed.string() +
+            ": expected the rows of one tensor-parallel size (tp_size), found tp_size 1, 2");
+  fs::remove(mixed);
+  CHECK(error(kMeasured, {{"ground_truth.layers_tp", "\"" + kTp2 + "\""}}).find("ground_truth.layers_tp: expected") !=
+        std::string::npos);
+  const LoneVariant no_layers(
+      "no_layers",
+      {{"layers = \"../../data/profiles/llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv\"\nlayers_model = "
+        "\"llama3-8b\"\n"
+        "layers_type = \"H100\"\n",
+        ""}},
+      kMeasured);
+  CHECK(error(no_layers.path.string())
+            .find("ground_truth.layers_tp: measures the layers profile's model and type on "
+                  "tensor-parallel ranks: give layers too") != std::string::npos);
 }

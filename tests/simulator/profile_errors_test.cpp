@@ -94,7 +94,13 @@ TEST_CASE("profile errors: layer table") {
   auto tp2 = LayerProfile::load(kLayersH100, 2);
   CHECK(error_of(tp2) == kLayersH100.string() + ": no rows with tp_size 2 (the file has tp_size 1)");
   CHECK(tp2.status().code() == StatusCode::kNotFound);
-  CHECK(layers_error(all_ops(), 0) == "t.csv: tp_size must be >= 1, got 0");
+  CHECK(layers_error(all_ops(), -1) == "t.csv: tp_size must be >= 0, got -1");
+  // tp_size 0: the file's one size (a rank of a group); two sizes are refused.
+  auto own = LayerProfile::load(kLayersH100, 0);
+  REQUIRE(own.ok());
+  CHECK(own->tp_size() == 1);
+  CHECK(layers_error(kLayersHeader + "q_proj,1,0,1,5\nq_proj,1,0,2,5\n", 0) ==
+        "t.csv: expected the rows of one tensor-parallel size (tp_size), found tp_size 1, 2");
 
   LayerProfileOptions bad;
   bad.hbm_bytes_per_s = 0;
