@@ -60,6 +60,11 @@ int serve(const ServeOptions& opt) {
       fail(cfg.path +
            ": --spawn-local: the config has no [[hosts]] (executors to start); without it serve runs "
            "every accelerator in this process");
+    // What every executor would refuse is refused here, once, before any
+    // starts (each child would print the same line).
+    if (Status s = check_devices(cfg); !s.ok()) failed(s);
+    for (const ModelConfig& m : cfg.models)
+      if (auto c = validated_runtime_model(m); !c.ok()) failed(c.status());
     std::vector<std::string> names;
     for (const HostConfig& h : cfg.hosts) names.push_back(h.name);
     children = std::make_unique<LocalExecutors>(cfg.path, names);

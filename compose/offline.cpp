@@ -231,11 +231,15 @@ std::vector<std::string> profile_scope_lines(const ExperimentConfig& cfg) {
     out.push_back("ground truth: model" + std::string(g.off_profile_models.size() > 1 ? "s " : " ") +
                   quoted(g.off_profile_models) + (g.off_profile_models.size() > 1 ? " play" : " plays") +
                   " the roofline on every type (efficiencies from " + fit + " or the type's own fit), not " + profile +
-                  ", which measured '" + g.layers_model + "' (ground_truth.layers_model): another shape");
+                  (g.layers_model.empty()
+                       ? ", which times Llama's block (gate_proj, post_layernorm): another block form"
+                       : ", which measured '" + g.layers_model + "' (ground_truth.layers_model): another shape"));
   }
   std::vector<std::string> models, types;
   if (g.layers_model.empty())
-    for (const auto& m : cfg.models) models.push_back(m.name);
+    for (const auto& m : cfg.models)
+      if (std::find(g.off_profile_models.begin(), g.off_profile_models.end(), m.name) == g.off_profile_models.end())
+        models.push_back(m.name);
   if (g.layers_type.empty())
     for (const auto& a : cfg.accelerators)
       if (a.tp == 1 && std::find(types.begin(), types.end(), a.type) == types.end()) types.push_back(a.type);

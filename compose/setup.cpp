@@ -91,11 +91,16 @@ Status check_weights_fit(const ExperimentConfig& cfg) {
           std::snprintf(s, sizeof s, "%.2f MiB", static_cast<double>(b) / 1048576.0);
         return std::string(s);
       };
+      // Two sizes that round alike are given in bytes too.
+      const bool alike = size(a.hbm_bytes) == size(need);
+      auto shown = [&](std::int64_t b) { return size(b) + (alike ? " (" + std::to_string(b) + " bytes)" : ""); };
       return InvalidArgument(
-          cfg.path + ": cluster: accelerator '" + a.name + "' has " + size(a.hbm_bytes) + " of HBM; " +
+          cfg.path + ": cluster: accelerator '" + a.name + "' has " + shown(a.hbm_bytes) + " of HBM" +
+          (a.tp > 1 ? " (its group of " + std::to_string(a.tp) + " GPUs, less what each rank holds a copy of)" : "") +
+          "; " +
           (held[i].size() == 1 && shares[i] == 0 ? cfg.models[held[i][0]].name + "'s weights alone need "
                                                  : "the weights of " + who + " need ") +
-          size(need));
+          shown(need));
     }
   }
   return Status::Ok();

@@ -68,9 +68,17 @@ Result<std::shared_ptr<const DenseDecoder>> make_model(const ModelConfig& m) {
     const std::int64_t preset_head_dim = c.head_dim;
     c.head_dim = m.head_dim > 0 ? m.head_dim : m.hidden / m.heads;
     // Partial RoPE turns the preset's share of each head (Phi-2's 0.4) of
-    // a head resized here, an even number of dimensions, at least two.
-    if (c.rotary_dim > 0 && c.head_dim != preset_head_dim)
-      c.rotary_dim = std::max<std::int64_t>(2, c.rotary_dim * c.head_dim / preset_head_dim / 2 * 2);
+    // a head resized here, as transformers does: int(share x head_dim),
+    // which must be even and at least two (read_hf_config's rule).
+    if (c.rotary_dim > 0 && c.head_dim != preset_head_dim) {
+      const double share = static_cast<double>(c.rotary_dim) / static_cast<double>(preset_head_dim);
+      c.rotary_dim = static_cast<std::int64_t>(share * static_cast<double>(c.head_dim));
+      if (c.rotary_dim < 2 || c.rotary_dim % 2 != 0)
+        return InvalidArgument(m.where + ": a head of " + std::to_string(c.head_dim) + " dimensions leaves " +
+                               std::to_string(c.rotary_dim) + " to preset '" + m.preset + "''s partial RoPE (" +
+                               std::to_string(share).substr(0, 4) +
+                               " of each head), expected an even number of at least 2 (set head_dim)");
+    }
     c.dtype = dtype_of(m.dtype);
     c.rope_theta = m.rope_theta;
     c.tied_embeddings = m.tied_embeddings, c.qkv_bias = m.qkv_bias;
@@ -344,7 +352,13 @@ Status resolve_profile_models(ExperimentConfig& cfg) {
       auto made = make_model(*m);
       if (!made.ok()) return made.status();
       measured = made.value()->shape();
-    } else {
+    }
+    if (measured && (measured->parallel_block || !measured->gated_mlp))
+      return InvalidArgument(g.layers_model_where + ": '" + g.layers_model +
+                             "' runs another block than Llama's (attention and MLP in parallel, or a plain MLP), and "
+                             "an LLMServingSim layers table times Llama's (gate_proj, post_layernorm): name the model "
+                             "the table measured");
+    if (!measured) {
       std::string presets;
       for (std::string_view n : dense_preset_names()) presets += (presets.empty() ? "" : ", ") + std::string(n);
       return InvalidArgument(g.layers_model_where + ": no model or preset named '" + g.layers_model +
@@ -359,7 +373,10 @@ Status resolve_profile_models(ExperimentConfig& cfg) {
     // A layer of another shape is another measurement: its model plays the
     // roofline (the profile's times scaled by layer count would be another
     // model's).
-    if (measured && s != *measured) g.off_profile_models.push_back(m.name);
+    // (LLMServingSim's tables time Llama's block: gate_proj, post_layernorm;
+    // a model of another block form is never what one measured)
+    if ((measured && s != *measured) || (!g.layers_csv.empty() && (s.parallel_block || !s.gated_mlp)))
+      g.off_profile_models.push_back(m.name);
     if (s.elem_bytes >= 4) float32.push_back(&m);
   }
   if (g.roofline_fit.empty() && g.needs_roofline())

@@ -102,6 +102,15 @@ Result<std::vector<ProfileRow>> read_profile_rows(const std::string& path, const
       const std::string name(f[name_c]);
       const auto l = sublayer_from_name(name);
       if (!l) continue;
+      // A kernel the model's layer does not run (gate_proj for a plain MLP,
+      // post_layernorm for a parallel block): the table measured another
+      // block. (Its format carries no shapes, so sizes cannot be checked.)
+      const auto layer = decoder_layer_sublayers(shape);
+      if (*l != Sublayer::kEmbedding && *l != Sublayer::kFinalNorm && *l != Sublayer::kLmHead &&
+          std::find(layer.begin(), layer.end(), *l) == layer.end())
+        return InvalidArgument(in.at(row.line, "layer_name " + name +
+                                                   ": the model's layer has no such kernel (attention and MLP in "
+                                                   "parallel, or a plain MLP): this table measured another block"));
       rows.push_back({name, work_of(s, *l, n), 1, n, ns * 1e-9, type});
     }
   } else if (tokens_c >= 0 && vtp_c >= 0) {  // Vidur compute

@@ -132,8 +132,9 @@ Result<DenseDecoderConfig> read_hf_config(const std::string& path, std::string n
     // fc1 -> GELU -> fc2 MLP, summed into the residual; every projection,
     // the norms and the LM head have biases; RoPE turns the first
     // partial_rotary_factor of each head.
-    if (j.contains("qk_layernorm") && j["qk_layernorm"] == true)
-      return r.error("qk_layernorm", "true is not supported (no norm on q and k is modelled)");
+    bool qk_norm = false;
+    SLICESCHED_TAKE(qk_norm, r.flag("qk_layernorm", false))
+    if (qk_norm) return r.error("qk_layernorm", "true is not supported (no norm on q and k is modelled)");
     if (j.contains("hidden_act") && !j["hidden_act"].is_null()) {
       const auto& a = j["hidden_act"];
       const std::string act = a.is_string() ? a.get<std::string>() : "";

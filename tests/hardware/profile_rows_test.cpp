@@ -91,6 +91,16 @@ TEST_CASE("profile rows: errors name the file and the line") {
       write("llmss_bad.csv", "layer_name,input,kv_cache,tp_size,latency(ns)\nq_proj,16,0,1,fast\n");
   CHECK(error_of(bad_llmss) ==
         bad_llmss + ":2: expected layer_name and four numbers (input, kv_cache, tp_size, latency(ns))");
+  // An LLMServingSim table times Llama's block: a plain MLP has no gate.
+  DenseShape no_gate;
+  no_gate.gated_mlp = false;
+  const std::string gate =
+      write("gate.csv", "layer_name,input,kv_cache,tp_size,latency(ns)\nq_proj,16,0,1,2000\ngate_proj,16,0,1,2000\n");
+  auto g = read_profile_rows(gate, no_gate, 1, "H100");
+  REQUIRE_FALSE(g.ok());
+  CHECK(g.status().message() == gate +
+                                    ":3: layer_name gate_proj: the model's layer has no such kernel (attention and MLP "
+                                    "in parallel, or a plain MLP): this table measured another block");
   const std::string unknown = write("unknown.csv", "a,b\n1,2\n");
   CHECK(error_of(unknown).starts_with(unknown + ": not a profile this reads"));
 }

@@ -1,9 +1,12 @@
 // The dense-decoder presets against their published shapes and parameter
 // counts, the model config errors, and two models sharing one cluster.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +24,7 @@ import slicesched.core.graph;
 import slicesched.core.gmg;
 
 using namespace slicesched;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -305,6 +309,7 @@ TEST_CASE("Phi-2: a parallel LayerNorm/GELU block with biases, read from its con
     std::string extra, message;
   } rows[] = {
       {", \"qk_layernorm\": true", "qk_layernorm: true is not supported (no norm on q and k is modelled)"},
+      {", \"qk_layernorm\": 1", "qk_layernorm: expected true or false, got 1"},
       {", \"hidden_act\": \"relu\"",
        "hidden_act: expected a GELU (\"gelu_new\", \"gelu\", \"gelu_fast\" or \"gelu_pytorch_tanh\"), got \"relu\""},
       {", \"partial_rotary_factor\": 1.5", "partial_rotary_factor: expected a number in (0, 1], got 1.5"},
@@ -320,4 +325,44 @@ TEST_CASE("Phi-2: a parallel LayerNorm/GELU block with biases, read from its con
   }
   // A Llama config never takes Phi's keys.
   CHECK(hf_of(", \"partial_rotary_factor\": 0.25").value().rotary_dim == 0);
+}
+
+TEST_CASE(
+    "Phi-2 in a simulate config: a resized head keeps its partial RoPE rule, and no LLMServingSim table measured it",
+    "[models][config]") {
+  const std::string dir = kSource + "/configs/models/";
+  const fs::path p = fs::temp_directory_path() / ("slicesched_phi_" + std::to_string(getpid()) + ".toml");
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::ifstream in(dir + "phi-2.toml");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    REQUIRE(text.find(from) != std::string::npos);
+    text.replace(text.find(from), from.size(), to);
+    // (relative paths as from the shipped folder)
+    for (std::string::size_type at; (at = text.find("\"../../data/")) != std::string::npos;)
+      text.replace(at, 12, "\"" + kSource + "/data/");
+    text.replace(text.find("\"hf/phi-2.json\""), 15, "\"" + dir + "hf/phi-2.json\"");
+    std::ofstream(p) << text;
+    return load_config(p.string());
+  };
+  // The preset with a head of 64: 0.4 of it is 25 dimensions, refused as
+  // transformers' int(0.4 x 64) would leave RoPE an odd count.
+  auto resized = with("hf_config = \"hf/phi-2.json\"", "preset = \"phi-2\"\nhead_dim = 64");
+  REQUIRE_FALSE(resized.ok());
+  CHECK_THAT(resized.status().message(),
+             Catch::EndsWith(": a head of 64 dimensions leaves 25 to preset 'phi-2''s partial RoPE (0.40 of each "
+                             "head), expected an even number of at least 2 (set head_dim)"));
+  auto halved = with("hf_config = \"hf/phi-2.json\"", "preset = \"phi-2\"\nhead_dim = 40");
+  REQUIRE(halved.ok());
+  CHECK(make_model(halved->models.front()).value()->config().rotary_dim == 16);
+  // The shipped table timed Llama-3.1-8B's block: naming phi-2 as what it
+  // measured is refused; without layers_model, phi-2 plays the roofline.
+  auto claimed = with("layers_model = \"llama3-8b\"", "layers_model = \"phi-2\"");
+  REQUIRE_FALSE(claimed.ok());
+  CHECK_THAT(claimed.status().message(),
+             Catch::Contains("ground_truth.layers_model: 'phi-2' runs another block than Llama's (attention and MLP in "
+                             "parallel, or a plain MLP), and an LLMServingSim layers table times Llama's"));
+  auto unnamed = with("layers_model = \"llama3-8b\"", "");
+  REQUIRE(unnamed.ok());
+  CHECK(unnamed->ground_truth.off_profile_models == std::vector<std::string>{"phi-2"});
+  fs::remove(p);
 }
