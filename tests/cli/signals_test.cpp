@@ -24,7 +24,7 @@ void (*handler_of(int sig))(int) {
 
 }  // namespace
 
-TEST_CASE("signals: each one counts and wakes; the second gives the defaults back", "[cli][signals]") {
+TEST_CASE("signals: each one counts and wakes, the second gives the defaults back", "[cli][signals]") {
   const auto before_int = handler_of(SIGINT), before_term = handler_of(SIGTERM);
   {
     StopSignals s(StopSignals::Options{});

@@ -293,7 +293,7 @@ TEST_CASE("compose: the parts hold the tenants, the window's end on the run's cl
   CHECK(faulty->engine.faults[2].accel == 2);
 }
 
-TEST_CASE("observers: every issued operator finishes once, predicted; every request arrives and ends", "[observer]") {
+TEST_CASE("observers: every issued operator finishes once, predicted, every request arrives and ends", "[observer]") {
   Small s;
   auto parts = s.build("SliceScheduler");
   const std::size_t requests = parts->requests();

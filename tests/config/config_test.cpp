@@ -505,7 +505,7 @@ TEST_CASE("preemption_mode: bad values and a missing host link name their keys",
         ":5: cluster.host_link: no link class named 'pcie' (link_classes: nvlink)");
 }
 
-TEST_CASE("prefill_lanes: a tenant's or a policy's, over the cluster's host link; mistakes name their keys",
+TEST_CASE("prefill_lanes: a tenant's or a policy's, over the cluster's host link, mistakes name their keys",
           "[config][bad-input]") {
   const std::string links = "link_classes = [{ name = \"nvlink\", bandwidth_gbps = 300.0 }]";
   const std::string with_host = replace(base(), links,
@@ -547,7 +547,7 @@ TEST_CASE("prefill_lanes: a tenant's or a policy's, over the cluster's host link
   CHECK(load_config(p.string()).ok());  // (the host's)
 }
 
-TEST_CASE("config: names are not empty or split by control characters; a link joins two accelerators", "[config]") {
+TEST_CASE("config: names are not empty or split by control characters, a link joins two accelerators", "[config]") {
   auto with = [](std::string from, std::string to) {
     std::string s = base();
     s.replace(s.find(from), from.size(), to);
@@ -583,7 +583,7 @@ TEST_CASE("config: a measured profile's type is a known table's, or an accelerat
   CHECK_THAT(load_error(typo), Catch::StartsWith(":6: ground_truth.layers_type: unknown accelerator type 'Z100'"));
 }
 
-TEST_CASE("tp: a tensor-parallel group's HBM is its GPUs' less each rank's copies; mistakes name their keys",
+TEST_CASE("tp: a tensor-parallel group's HBM is its GPUs' less each rank's copies, mistakes name their keys",
           "[config][bad-input][tp]") {
   // (ar.csv: an all-reduce profile, made empty; only simulate reads it)
   std::ofstream(fs::temp_directory_path() / "ar.csv");

@@ -423,7 +423,7 @@ TEST_CASE("engine: a static placement pinned to a lost GPU waits for it, or fail
   CHECK(failed < gone.requests.size());  // what finished before the loss stays finished
 }
 
-TEST_CASE("engine: observers hear each loss and return; every GPU lost for good ends the run, saying so",
+TEST_CASE("engine: observers hear each loss and return, every GPU lost for good ends the run, saying so",
           "[engine][faults]") {
   PluginRegistries plugins;
   REQUIRE(plugins::register_builtins(plugins).ok());

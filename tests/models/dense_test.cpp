@@ -214,7 +214,7 @@ TEST_CASE("config.json settings nothing models are refused, not simulated as ano
   CHECK(hf_of(", \"quantization_config\": null, \"mlp_bias\": false").ok());
 }
 
-TEST_CASE("a sliding window bounds the positions served; dtype is read when torch_dtype is null", "[models][config]") {
+TEST_CASE("a sliding window bounds the positions served, dtype is read when torch_dtype is null", "[models][config]") {
   // Mistral v0.1: attention within 4,096 tokens, so 4,096 positions (full
   // attention is the same up to the window).
   CHECK(hf_of(", \"sliding_window\": 4096", "mistral").value().context_window == 4096);
@@ -340,7 +340,8 @@ TEST_CASE(
     // (relative paths as from the shipped folder)
     for (std::string::size_type at; (at = text.find("\"../../data/")) != std::string::npos;)
       text.replace(at, 12, "\"" + kSource + "/data/");
-    text.replace(text.find("\"hf/phi-2.json\""), 15, "\"" + dir + "hf/phi-2.json\"");
+    if (const auto at = text.find("\"hf/phi-2.json\""); at != std::string::npos)
+      text.replace(at, 15, "\"" + dir + "hf/phi-2.json\"");
     std::ofstream(p) << text;
     return load_config(p.string());
   };

@@ -93,7 +93,7 @@ TEST_CASE("sweep axes: names, values and errors", "[planning]") {
   }
 }
 
-TEST_CASE("sweep grid: every combination, last axis fastest; shards partition it", "[planning]") {
+TEST_CASE("sweep grid: every combination, last axis fastest, shards partition it", "[planning]") {
   const std::vector<SweepAxis> axes = {axis("a=1,2"), axis("b=x,y,z")};
   const auto grid = expand(axes);
   REQUIRE(grid.size() == 6);

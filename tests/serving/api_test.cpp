@@ -243,7 +243,7 @@ TEST_CASE("api: a stop watch ends output at EOS, stop ids and stop strings", "[s
   CHECK(by_text.finish_reason() == std::string("stop"));
 }
 
-TEST_CASE("api: chat requests render the model's template; none is a 400 saying so", "[serving][api]") {
+TEST_CASE("api: chat requests render the model's template, none is a 400 saying so", "[serving][api]") {
   auto ms = models();
   const std::string body = R"({"model": "texty", "messages": [{"role": "user", "content": "bad"}], "max_tokens": 2})";
   auto none = parse_chat(body, ms);

@@ -128,7 +128,7 @@ TEST_CASE("published rows read with their line, and bad ones name it", "[validat
         fs::temp_directory_path().string() + ": is a folder, expected a CSV file");
 }
 
-TEST_CASE("no replayed row beats its physical floor; a too-fast GPU does", "[validation][floor]") {
+TEST_CASE("no replayed row beats its physical floor, a too-fast GPU does", "[validation][floor]") {
   const AcceleratorType gpu = a100();
   const RooflineFit fit = shipped_fit();
   auto rows = read_published(kPublished);

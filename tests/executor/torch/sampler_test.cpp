@@ -109,7 +109,7 @@ TEST_CASE("temperature 0, no sampling, top_k 1 and a vanishing temperature all g
   }
 }
 
-TEST_CASE("a seed gives the same tokens again, whatever the batch; other seeds others", "[torch][sampler]") {
+TEST_CASE("a seed gives the same tokens again, whatever the batch, other seeds others", "[torch][sampler]") {
   Fixture f;
   // Position varies the draw: sample each seed at several positions by
   // sampling a long run of hot draws over the same logits.
