@@ -38,10 +38,16 @@ struct Prepared {
 
 Result<rt::LlamaConfig> runtime_config(const DenseDecoder& model, std::uint64_t seed, const std::string& checkpoint) {
   const DenseDecoderConfig& m = model.config();
-  if (m.parallel_block || !m.gated_mlp || m.layer_norm || m.linear_bias || m.rotary_dim != 0)
+  // The runtime runs Llama's block and Phi's (all of its parts at once).
+  const bool llama = !m.parallel_block && m.gated_mlp && !m.layer_norm && !m.linear_bias && m.rotary_dim == 0;
+  const bool phi = m.parallel_block && !m.gated_mlp && m.layer_norm && m.linear_bias && m.qkv_bias;
+  if (!llama && !phi)
     return InvalidArgument("model '" + m.name + "' (model_type \"" + m.model_type +
-                           "\"): live mode runs Llama's block (RMSNorm, attention, RMSNorm, SwiGLU MLP); this "
-                           "model's parallel LayerNorm/GELU block with biases and partial RoPE is simulated only");
+                           "\"): live mode runs Llama's block (RMSNorm, attention, RMSNorm, SwiGLU MLP) or Phi's "
+                           "(one LayerNorm, attention and a GELU MLP in parallel, biases), not a mix of the two");
+  if (phi && m.tied_embeddings)
+    return InvalidArgument("model '" + m.name + "' (model_type \"" + m.model_type +
+                           "\"): live mode runs Phi's block with an LM head of its own (tie_word_embeddings false)");
   rt::LlamaConfig c;
   c.name = m.name;
   c.vocab = m.vocab, c.hidden = m.hidden, c.layers = m.layers, c.heads = m.heads, c.kv_heads = m.kv_heads;
@@ -54,6 +60,7 @@ Result<rt::LlamaConfig> runtime_config(const DenseDecoder& model, std::uint64_t 
   c.rope_high_freq_factor = m.rope_high_freq_factor, c.rope_original_context = m.rope_original_context;
   c.dtype = m.dtype == DType::kF32 ? "float32" : m.dtype == DType::kF16 ? "float16" : "bfloat16";
   c.qkv_bias = m.qkv_bias, c.tied_embeddings = m.tied_embeddings;
+  c.parallel_block = phi, c.rotary_dim = m.rotary_dim, c.exact_gelu = m.hidden_act == "gelu";
   c.seed = seed;
   c.checkpoint = checkpoint;
   try {
@@ -149,6 +156,9 @@ std::vector<std::pair<std::string, std::string>> model_fingerprint(std::span<con
     add("norm_eps", number(c.norm_eps));
     add("qkv_bias", c.qkv_bias ? "true" : "false");
     add("tied_embeddings", c.tied_embeddings ? "true" : "false");
+    add("block", c.parallel_block ? "parallel, rotary_dim " + std::to_string(c.rotary_dim) +
+                                        (c.exact_gelu ? ", erf GELU" : ", tanh GELU")
+                                  : std::string("llama"));
     add("weights", c.checkpoint.empty() ? "weights_seed " + std::to_string(c.seed)
                                         : "checkpoint " + checkpoint_digest(c.checkpoint));
   }

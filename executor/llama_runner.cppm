@@ -49,8 +49,8 @@ enum class Transport { kNccl, kCopy };
 // Its weights are random from `seed`, or, with `checkpoint` (a Hugging Face
 // checkpoint directory), read from there (seed ignored; the files are
 // opened when the rt::LlamaModel is made). Fails (one line) where
-// rt::validate does, and for a block the runtime does not run (Phi-2's
-// parallel LayerNorm/GELU block: simulated only, DenseDecoderConfig).
+// rt::validate does, and for a block the runtime does not run (one that
+// mixes Llama's parts with Phi's).
 Result<rt::LlamaConfig> runtime_config(const DenseDecoder& model, std::uint64_t seed,
                                        const std::string& checkpoint = "");
 

@@ -4,8 +4,7 @@
 // comes first and final norm + LM head last (tied to the embedding in the
 // small Llama 3.2s). Phi-2's layer is a parallel block: one LayerNorm feeds
 // both attention (RoPE on part of each head) and a GELU MLP of two
-// matrices, every projection biased; simulated only (live mode refuses it,
-// executor/llama_runner.cppm). As a graph template: `embed`, `layers0` .. `layers{G-1}`
+// matrices, every projection biased. As a graph template: `embed`, `layers0` .. `layers{G-1}`
 // (layers/G consecutive layers each, each retaining its KV cache) and `head`.
 //
 // Immutable once built; safe from any thread.
@@ -39,7 +38,8 @@ struct DenseDecoderConfig {
   // The block's form (models/work.cppm, DenseShape): Llama's by default;
   // Phi's is parallel, a plain GELU MLP, LayerNorm, biases everywhere.
   bool parallel_block = false, gated_mlp = true, layer_norm = false, linear_bias = false;
-  std::int64_t rotary_dim = 0;  // RoPE's dimensions of each head; 0: head_dim
+  std::int64_t rotary_dim = 0;      // RoPE's dimensions of each head; 0: head_dim
+  std::string hidden_act = "silu";  // config.json's; Phi's GELU: "gelu" (erf's) or a tanh one ("gelu_new", ...)
   double rope_theta = 500000.0, norm_eps = 1e-5;
   // Llama 3.1 / 3.2's "llama3" RoPE scaling (config.json's rope_scaling);
   // rope_factor 0: none. Live mode only (the simulator's costs ignore RoPE).

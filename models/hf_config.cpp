@@ -143,19 +143,26 @@ Result<DenseDecoderConfig> read_hf_config(const std::string& path, std::string n
                        "expected a GELU (\"gelu_new\", \"gelu\", \"gelu_fast\" or "
                        "\"gelu_pytorch_tanh\"), got " +
                            a.dump());
+      c.hidden_act = act;
+    } else {
+      c.hidden_act = "gelu_new";
     }
+    // (at the top, or in transformers 5's rope_parameters)
     double factor = 0.5;
-    if (j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null()) {
-      const auto& f = j["partial_rotary_factor"];
+    const bool in_rope = !j.contains("partial_rotary_factor") && j.contains("rope_parameters") &&
+                         j["rope_parameters"].is_object() && j["rope_parameters"].contains("partial_rotary_factor");
+    const nlohmann::json& holder = in_rope ? j["rope_parameters"] : j;
+    const std::string key = in_rope ? "rope_parameters.partial_rotary_factor" : "partial_rotary_factor";
+    if (holder.contains("partial_rotary_factor") && !holder["partial_rotary_factor"].is_null()) {
+      const auto& f = holder["partial_rotary_factor"];
       if (!f.is_number() || !(f.get<double>() > 0 && f.get<double>() <= 1))
-        return r.error("partial_rotary_factor", "expected a number in (0, 1], got " + f.dump());
+        return r.error(key, "expected a number in (0, 1], got " + f.dump());
       factor = f.get<double>();
     }
     c.rotary_dim = static_cast<std::int64_t>(factor * static_cast<double>(c.head_dim));  // (transformers' int())
     if (c.rotary_dim < 2 || c.rotary_dim % 2 != 0)
-      return r.error("partial_rotary_factor", "turns " + std::to_string(c.rotary_dim) + " of head_dim " +
-                                                  std::to_string(c.head_dim) +
-                                                  " dimensions, expected an even number of at least 2");
+      return r.error(key, "turns " + std::to_string(c.rotary_dim) + " of head_dim " + std::to_string(c.head_dim) +
+                              " dimensions, expected an even number of at least 2");
     c.qkv_bias = true;
     c.parallel_block = true, c.gated_mlp = false, c.layer_norm = true, c.linear_bias = true;
   }

@@ -90,6 +90,7 @@ std::optional<DenseDecoderConfig> dense_preset(std::string_view name) {
     c.qkv_bias = true;
     c.parallel_block = true, c.gated_mlp = false, c.layer_norm = true, c.linear_bias = true;
     c.rotary_dim = 32;
+    c.hidden_act = "gelu_new";
     return c;
   }
   return std::nullopt;

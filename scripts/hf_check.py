@@ -1,20 +1,18 @@
 #!/usr/bin/env python3
-"""One-off check of live mode's runtime against Hugging Face transformers.
+"""Live mode's runtime against Hugging Face transformers.
 
-Writes tiny random checkpoints with transformers' own LlamaForCausalLM and
-Qwen2ForCausalLM (save_pretrained: config.json + model.safetensors), runs
-greedy generation in transformers (eager attention, float32), and writes the
-prompts and tokens to OUT/expected.json. The hidden Catch test
-"[.hf]" (tests/executor/checkpoint_live_test.cpp) then reads each checkpoint
-through SliceScheduler's config.json reader and safetensors loader and
-checks the runtime generates the same tokens.
+Writes tiny random checkpoints with transformers' own LlamaForCausalLM,
+Qwen2ForCausalLM and PhiForCausalLM (save_pretrained: config.json +
+model.safetensors), runs greedy generation in transformers (eager attention,
+float32), and writes the prompts and tokens to OUT/expected.json. The Catch
+case "[.hf]" (tests/executor/checkpoint_live_test.cpp) then reads each
+checkpoint through SliceScheduler's config.json reader and safetensors
+loader and checks the runtime generates the same tokens.
 
-Not part of `make test`: it needs transformers, which the project does not
-install. Usage (transformers and numpy in a side folder, torch from .venv):
+Part of `make test` as ctest hf_reference_tokens (tests/cli/hf_reference.cmake;
+scripts/setup.sh puts transformers in .venv). By hand:
 
-  .venv/bin/python -m pip install --target /tmp/hf --no-deps transformers \
-      safetensors tokenizers huggingface_hub regex tqdm pyyaml packaging requests numpy
-  PYTHONPATH=/tmp/hf .venv/bin/python scripts/hf_check.py /tmp/hf_ckpts
+  .venv/bin/python scripts/hf_check.py /tmp/hf_ckpts
   SLICESCHED_HF_CHECK=/tmp/hf_ckpts/expected.json build/bin/slicesched_tests "[.hf]"
 """
 import json
@@ -22,7 +20,8 @@ import os
 import sys
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, PhiConfig, PhiForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM)
 
 SMALL = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
              num_key_value_heads=2, rms_norm_eps=1e-6, max_position_embeddings=4096)
@@ -35,6 +34,17 @@ VARIANTS = [
                  rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                "high_freq_factor": 4.0, "original_max_position_embeddings": 32})),
     ("qwen2", Qwen2ForCausalLM, Qwen2Config(**SMALL, rope_theta=1000000.0, tie_word_embeddings=True)),
+    # Phi-2's block: one LayerNorm, attention and a fc1 -> GELU -> fc2 MLP in
+    # parallel, biases everywhere, RoPE on the first 40 % of each 16-wide head
+    # (6 dimensions); and with erf's GELU and half the head turned.
+    ("phi", PhiForCausalLM,
+     PhiConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+               num_key_value_heads=4, max_position_embeddings=4096, partial_rotary_factor=0.4,
+               hidden_act="gelu_new", rope_theta=10000.0, tie_word_embeddings=False)),
+    ("phi_erf", PhiForCausalLM,
+     PhiConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=4096, partial_rotary_factor=0.5,
+               hidden_act="gelu", rope_theta=10000.0, tie_word_embeddings=False)),
 ]
 PROMPTS = [[1, 2, 3, 4, 5], [100, 7, 300, 42, 9, 11, 500, 2, 0, 17, 230, 64]]
 NEW = 10
@@ -50,7 +60,7 @@ def randomize(model, seed):
                 p.copy_(torch.randn(p.shape, generator=g) * std)
             elif name.endswith("bias"):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-            else:  # RMSNorm weights
+            else:  # RMSNorm and LayerNorm weights
                 p.copy_(1 + 0.1 * torch.randn(p.shape, generator=g))
 
 

@@ -54,6 +54,12 @@ if ! "$ROOT/.venv/bin/python3" -c "import jinja2" 2>/dev/null; then
   echo "setup: installing jinja2 into $ROOT/.venv (chat templates)"
   "$ROOT/.venv/bin/python3" -m pip install -q --disable-pip-version-check jinja2
 fi
+# transformers: ctest hf_reference_tokens checks live mode's tokens against
+# its Llama, Qwen2 and Phi (guidellm below brings it too).
+if ! "$ROOT/.venv/bin/python3" -c "import transformers" 2>/dev/null; then
+  echo "setup: installing Hugging Face transformers into $ROOT/.venv (the reference the live runtime is checked on)"
+  "$ROOT/.venv/bin/python3" -m pip install -q --disable-pip-version-check transformers
+fi
 # guidellm (Neural Magic / vLLM project) benchmarks `serve --listen` as an
 # outside client in ctest serve_guidellm; pinned, as its command line changes
 # between releases.

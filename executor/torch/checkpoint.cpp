@@ -192,6 +192,29 @@ const TensorView* Checkpoint::find(const std::string& name) const {
 std::vector<ExpectedTensor> expected_tensors(const LlamaConfig& c) {
   const std::int64_t h = c.hidden, hd = c.head_dim(), q = c.heads * hd, kv = c.kv_heads * hd;
   std::vector<ExpectedTensor> out{{"model.embed_tokens.weight", {c.vocab, h}}};
+  if (c.parallel_block) {  // transformers' PhiForCausalLM
+    for (std::int64_t i = 0; i < c.layers; ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      for (const auto& [n, rows] :
+           {std::pair<const char*, std::int64_t>{"q_proj", q}, {"k_proj", kv}, {"v_proj", kv}}) {
+        out.push_back({p + "self_attn." + n + ".weight", {rows, h}});
+        out.push_back({p + "self_attn." + n + ".bias", {rows}});
+      }
+      out.push_back({p + "self_attn.dense.weight", {h, q}});
+      out.push_back({p + "self_attn.dense.bias", {h}});
+      out.push_back({p + "mlp.fc1.weight", {c.mlp, h}});
+      out.push_back({p + "mlp.fc1.bias", {c.mlp}});
+      out.push_back({p + "mlp.fc2.weight", {h, c.mlp}});
+      out.push_back({p + "mlp.fc2.bias", {h}});
+      out.push_back({p + "input_layernorm.weight", {h}});
+      out.push_back({p + "input_layernorm.bias", {h}});
+    }
+    out.push_back({"model.final_layernorm.weight", {h}});
+    out.push_back({"model.final_layernorm.bias", {h}});
+    out.push_back({"lm_head.weight", {c.vocab, h}});
+    out.push_back({"lm_head.bias", {c.vocab}});
+    return out;
+  }
   for (std::int64_t i = 0; i < c.layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     out.push_back({p + "self_attn.q_proj.weight", {q, h}});

@@ -59,6 +59,14 @@ struct LlamaConfig {
   // Qwen2: q, k and v projections carry a bias. Llama 3.2 1B/3B: the LM head
   // is the embedding matrix (the head op then owns only the final norm).
   bool qkv_bias = false, tied_embeddings = false;
+  // Phi-2's block (parallel_block): one LayerNorm (weight and bias) feeds
+  // attention and a fc1 -> GELU -> fc2 MLP, both added to the residual;
+  // q/k/v, the attention output `dense`, fc1, fc2 and the LM head have
+  // biases (qkv_bias must be set); RoPE turns the first rotary_dim
+  // dimensions of each head (0: all). exact_gelu: erf's GELU, else tanh's
+  // (transformers' gelu_new). Not with tied embeddings.
+  bool parallel_block = false, exact_gelu = false;
+  std::int64_t rotary_dim = 0;
   std::uint64_t seed = 0;  // random weights are deterministic from the seed: no downloads
   // A Hugging Face checkpoint directory (safetensors, see checkpoint.h):
   // the weights come from its files and `seed` is ignored. "": random weights.
@@ -77,9 +85,11 @@ void validate(const LlamaConfig& cfg);
 // dtype: 4 for "float32", 2 for "bfloat16" / "float16"; else invalid_argument.
 std::int64_t dtype_bytes(const std::string& dtype);
 // op = "embed" (vocab*hidden) | "layers<g>" (L/G layers, each: q,k,v,o
-// projections, q/k/v biases when qkv_bias, gate/up/down, 2 RMSNorm weights)
-// | "head" (final norm + vocab*hidden, or the final norm alone with tied
-// embeddings: the head reads the embedding's matrix on its device); times
+// projections, q/k/v biases when qkv_bias, gate/up/down, 2 RMSNorm weights;
+// a parallel block: q,k,v,dense and fc1, fc2 with their biases, one
+// LayerNorm's weight and bias) | "head" (final norm + vocab*hidden, the LM
+// head's bias and the norm's in a parallel block, or the final norm alone
+// with tied embeddings: the head reads the embedding's matrix on its device); times
 // dtype_bytes. Unknown op: invalid_argument. These agree with the model
 // contract's (models/dense.cppm) per-op weights.
 std::int64_t weight_bytes(const LlamaConfig& cfg, const std::string& op);

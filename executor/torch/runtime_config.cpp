@@ -41,6 +41,11 @@ void validate(const LlamaConfig& cfg) {
     bad(cfg, "layers (" + std::to_string(cfg.layers) + ") must be a multiple of groups (" + std::to_string(cfg.groups) +
                  ")");
   if (cfg.head_dim() % 2 != 0) bad(cfg, "head_dim (" + std::to_string(cfg.head_dim()) + ") must be even for RoPE");
+  if (cfg.rotary_dim < 0 || cfg.rotary_dim > cfg.head_dim() || cfg.rotary_dim % 2 != 0)
+    bad(cfg, "rotary_dim (" + std::to_string(cfg.rotary_dim) + ") must be even and at most head_dim (" +
+                 std::to_string(cfg.head_dim()) + ")");
+  if (cfg.parallel_block && (!cfg.qkv_bias || cfg.tied_embeddings))
+    bad(cfg, "a parallel block (Phi) has q/k/v biases and an LM head of its own (qkv_bias, no tied embeddings)");
   if (!(cfg.rope_theta > 0)) bad(cfg, "rope_theta must be positive, got " + std::to_string(cfg.rope_theta));
   if (cfg.rope_factor < 0 ||
       (cfg.rope_factor > 0 && (!(cfg.rope_high_freq_factor > cfg.rope_low_freq_factor) ||
@@ -84,13 +89,16 @@ std::int64_t weight_bytes(const LlamaConfig& cfg, const std::string& op) {
   if (g == detail::kEmbed) return cfg.vocab * h * b;
   // Final RMSNorm + LM head; tied, the LM head is the embedding's matrix,
   // charged to "embed" (as the model contract charges it).
-  if (g == detail::kHead) return (h + (cfg.tied_embeddings ? 0 : cfg.vocab * h)) * b;
+  if (g == detail::kHead)
+    return (h + (cfg.tied_embeddings ? 0 : cfg.vocab * h) + (cfg.parallel_block ? h + cfg.vocab : 0)) * b;
   const std::int64_t qkv = (cfg.heads + 2 * cfg.kv_heads) * hd;
-  const std::int64_t per_layer = h * qkv                     // q, k, v (one fused matrix)
-                                 + (cfg.qkv_bias ? qkv : 0)  // their biases (one fused vector)
-                                 + cfg.heads * hd * h        // o
-                                 + 3 * h * cfg.mlp           // gate, up (fused), down
-                                 + 2 * h;                    // 2 RMSNorm weights
+  const std::int64_t per_layer =
+      h * qkv                     // q, k, v (one fused matrix)
+      + (cfg.qkv_bias ? qkv : 0)  // their biases (one fused vector)
+      + cfg.heads * hd * h        // o
+      +
+      (cfg.parallel_block ? 2 * h * cfg.mlp + cfg.mlp + 2 * h + 2 * h  // fc1, fc2, their and dense's biases, LayerNorm
+                          : 3 * h * cfg.mlp + 2 * h);                  // gate, up (fused), down; 2 RMSNorm weights
   return cfg.layers / cfg.groups * per_layer * b;
 }
 

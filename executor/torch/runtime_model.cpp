@@ -196,16 +196,19 @@ const ValueImpl& need_hidden(const std::string& op, const Value& v, const Dev& d
 
 // ---- the model ----------------------------------------------------------------------------------------------------
 
-// One op's weights on one device, in a fixed order: embed {W}; head {norm, W};
-// layers: per layer {wqkv, wo, wgu, wd, norm1, norm2, bqkv}. bqkv is
-// undefined without q/k/v biases. With tied embeddings the head's W is the
-// embedding's tensor on the same device, shared, and not in `bytes`.
+// One op's weights on one device, in a fixed order: embed {W}; head {norm, W}
+// (a parallel block's: {norm, W, norm bias, W's bias}); layers: per layer
+// {wqkv, wo, wgu, wd, norm1, norm2, bqkv, bo, bgu, bd, norm1 bias}. bqkv is
+// undefined without q/k/v biases, the last four but in a parallel block
+// (Phi), whose wgu is fc1 alone, wd fc2, and which has no norm2. With tied
+// embeddings the head's W is the embedding's tensor on the same device,
+// shared, and not in `bytes`.
 struct OpWeights {
   std::vector<at::Tensor> t;
   std::int64_t bytes = 0;
 };
-constexpr int kPerLayer = 7;
-enum LayerTensor { kQkv, kO, kGateUp, kDown, kNorm1, kNorm2, kQkvBias };
+constexpr int kPerLayer = 11;
+enum LayerTensor { kQkv, kO, kGateUp, kDown, kNorm1, kNorm2, kQkvBias, kOBias, kUpBias, kDownBias, kNorm1Bias };
 
 OpWeights finish(std::vector<at::Tensor> t) {
   OpWeights w;
@@ -259,6 +262,11 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   at::Tensor y = xf * inv;
   if (!f32) y = y.to(x.scalar_type());
   return y.mul_(w);
+}
+
+// LayerNorm (Phi's), in the model dtype as torch.nn.LayerNorm computes it.
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps) {
+  return at::layer_norm(x, {x.size(-1)}, w, b, eps);
 }
 
 // RoPE (rotate-half convention) of x [T, n, hd] into out [T, n, hd] (may be
@@ -395,8 +403,9 @@ StepLayout layout_step(const std::string& op, const StepPlan& plan, const ValueI
 
 // The sizes every layer of the group works with.
 struct LayerDims {
-  std::int64_t H, KV, hd, rep, half, per, mlp;
+  std::int64_t H, KV, hd, rep, half, per, mlp;  // half: RoPE's pairs a head (rotary_dim / 2)
   double norm_eps;
+  bool parallel, exact_gelu;
   at::ScalarType dt;
   at::TensorOptions opts;  // dt on the step's device
 
@@ -405,10 +414,12 @@ struct LayerDims {
         KV(c.kv_heads),
         hd(c.head_dim()),
         rep(H / KV),
-        half(hd / 2),
+        half((c.rotary_dim > 0 ? c.rotary_dim : hd) / 2),
         per(c.layers / c.groups),
         mlp(c.mlp),
         norm_eps(c.norm_eps),
+        parallel(c.parallel_block),
+        exact_gelu(c.exact_gelu),
         dt(dtype),
         opts(at::TensorOptions().dtype(dtype).device(d.device)) {}
 };
@@ -479,7 +490,7 @@ void rope_tables(const StepPlan& plan, const LlamaConfig& c, const LayerDims& m,
   std::size_t n = 0;
   for (const SeqStep& q : plan.seqs)
     for (std::size_t i = 0; i < q.tokens.size(); ++i) host[n++] = static_cast<float>(q.position + std::int64_t(i));
-  for (std::int64_t i = 0; i < m.half; ++i) host[n++] = static_cast<float>(inv_freq(c, i, m.hd));
+  for (std::int64_t i = 0; i < m.half; ++i) host[n++] = static_cast<float>(inv_freq(c, i, 2 * m.half));
   at::Tensor up = upload(host, at::kFloat, d);
   at::Tensor angles = at::outer(up.narrow(0, 0, T), up.narrow(0, T, m.half));  // [T, half] float
   s.cos = angles.cos().to(m.dt).unsqueeze(1), s.sin = angles.sin().to(m.dt).unsqueeze(1);
@@ -575,12 +586,45 @@ void attend_singles(const at::Tensor& q, const at::Tensor& layer_cache, const St
   }
 }
 
+// Phi's parallel block: one LayerNorm, then attention (RoPE on the first
+// rotary_dim dimensions of each head, the rest passed through; q scaled
+// by 1 / sqrt(head_dim) whole) and fc1 -> GELU -> fc2 on the same input,
+// both added to the residual.
+at::Tensor parallel_layer(const at::Tensor& x_in, const at::Tensor* W, at::Tensor layer_cache, const StepPlan& plan,
+                          const StepLayout& L, StepTensors& s, const LayerDims& m) {
+  const std::int64_t T = plan.tokens(), H = m.H, KV = m.KV, hd = m.hd, rd = 2 * m.half;
+  const at::Tensor a = layer_norm(x_in, W[kNorm1], W[kNorm1Bias], m.norm_eps);
+  const at::Tensor qkv = at::addmm(W[kQkvBias], a, W[kQkv].t());  // [T, (H + 2 KV) hd]
+  const at::Tensor qx = qkv.narrow(1, 0, H * hd).view({T, H, hd});
+  const at::Tensor kx = qkv.narrow(1, H * hd, KV * hd).view({T, KV, hd});
+  at::Tensor q = at::empty({T, H, hd}, m.opts);
+  const at::Tensor k = s.kvbuf.select(1, 0);
+  rope_into(q.narrow(-1, 0, rd), qx.narrow(-1, 0, rd), s.cos_q, s.sin_q);
+  rope_into(k.narrow(-1, 0, rd), kx.narrow(-1, 0, rd), s.cos, s.sin);
+  if (rd < hd) {
+    q.narrow(-1, rd, hd - rd).copy_(qx.narrow(-1, rd, hd - rd)).mul_(1.0 / std::sqrt(double(hd)));
+    k.narrow(-1, rd, hd - rd).copy_(kx.narrow(-1, rd, hd - rd));
+  }
+  s.kvbuf.select(1, 1).copy_(qkv.narrow(1, (H + KV) * hd, KV * hd).view({T, KV, hd}));
+  layer_cache.index_copy_(2, s.slots, s.kvbuf.permute({1, 2, 0, 3}));  // layer_cache: [2, KV, N, hd]
+
+  attend_buckets(q, layer_cache, L, m, s.attn);
+  attend_singles(q, layer_cache, plan, L, s.blocks, m, s.attn);
+  const at::Tensor up = at::addmm(W[kUpBias], a, W[kGateUp].t());  // [T, mlp]
+  const at::Tensor act = at::gelu(up, m.exact_gelu ? "none" : "tanh");
+  // x + attention's output + the MLP's, in transformers' order.
+  at::Tensor x = at::addmm(W[kOBias], s.attn, W[kO].t());
+  x.add_(at::addmm(W[kDownBias], act, W[kDown].t())).add_(x_in);
+  return x;
+}
+
 // One decoder layer (weights W, its slice of the new cache) on hidden
 // state x [T, hidden]: attention, with this step's K and V written into the
 // cache first, then the MLP, each with its residual. Returns the new x.
 at::Tensor decoder_layer(const at::Tensor& x_in, const at::Tensor* W, at::Tensor layer_cache, const StepPlan& plan,
                          const StepLayout& L, StepTensors& s, const LayerDims& m) {
   const std::int64_t T = plan.tokens(), H = m.H, KV = m.KV, hd = m.hd;
+  if (m.parallel) return parallel_layer(x_in, W, std::move(layer_cache), plan, L, s, m);
   at::Tensor a = rms_norm(x_in, W[kNorm1], m.norm_eps);
   at::Tensor qkv =
       W[kQkvBias].defined() ? at::addmm(W[kQkvBias], a, W[kQkv].t()) : at::mm(a, W[kQkv].t());  // [T, (H + 2 KV) hd]
@@ -669,6 +713,8 @@ struct LlamaModel::Impl {
       if (!cfg.tied_embeddings) {
         at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed_for(2));
         w.slots.push_back({normal(gen, {cfg.vocab, h}, 1.0 / std::sqrt(double(h)), dtype)});
+        if (cfg.parallel_block)  // the LayerNorm's bias, the LM head's
+          w.slots.insert(w.slots.end(), {{at::zeros({h}, opts)}, {normal(gen, {cfg.vocab}, 0.1, dtype)}});
       }
     } else {
       const std::int64_t per = cfg.layers / cfg.groups;
@@ -691,6 +737,14 @@ struct LlamaModel::Impl {
           L[kNorm2] = at::ones({h}, opts);
           // Drawn last, so a model without biases draws the same weights.
           if (cfg.qkv_bias) L[kQkvBias] = gen_w({(cfg.heads + 2 * cfg.kv_heads) * hd}, in_h);
+          if (cfg.parallel_block) {  // fc1 alone, fc2; biases; one LayerNorm
+            L[kGateUp] = L[kGateUp].narrow(0, 0, cfg.mlp).clone();
+            L[kNorm2] = at::Tensor();
+            L[kOBias] = gen_w({h}, 0.1);
+            L[kUpBias] = gen_w({cfg.mlp}, 0.1);
+            L[kDownBias] = gen_w({h}, 0.1);
+            L[kNorm1Bias] = at::zeros({h}, opts);
+          }
         }
       });
       for (auto& x : t) w.slots.push_back(x.defined() ? std::vector<at::Tensor>{x} : std::vector<at::Tensor>{});
@@ -717,14 +771,34 @@ struct LlamaModel::Impl {
     if (g == detail::kEmbed) {
       w.slots = {{view("model.embed_tokens.weight")}};
     } else if (g == detail::kHead) {
-      w.slots = {{view("model.norm.weight")}};
-      if (!cfg.tied_embeddings) w.slots.push_back({view("lm_head.weight")});
+      if (cfg.parallel_block)
+        w.slots = {{view("model.final_layernorm.weight")},
+                   {view("lm_head.weight")},
+                   {view("model.final_layernorm.bias")},
+                   {view("lm_head.bias")}};
+      else
+        w.slots = {{view("model.norm.weight")}};
+      if (!cfg.tied_embeddings && !cfg.parallel_block) w.slots.push_back({view("lm_head.weight")});
     } else {
       const std::int64_t per = cfg.layers / cfg.groups;
       for (std::int64_t i = 0; i < per; ++i) {
         const std::string p = "model.layers." + std::to_string(g * per + i) + ".";
         auto one = [&](const std::string& n) { return std::vector<at::Tensor>{view(p + n)}; };
         const std::string a = p + "self_attn.";
+        if (cfg.parallel_block) {  // Phi: slots as OpWeights orders them
+          w.slots.push_back({view(a + "q_proj.weight"), view(a + "k_proj.weight"), view(a + "v_proj.weight")});
+          w.slots.push_back(one("self_attn.dense.weight"));
+          w.slots.push_back(one("mlp.fc1.weight"));
+          w.slots.push_back(one("mlp.fc2.weight"));
+          w.slots.push_back(one("input_layernorm.weight"));
+          w.slots.emplace_back();
+          w.slots.push_back({view(a + "q_proj.bias"), view(a + "k_proj.bias"), view(a + "v_proj.bias")});
+          w.slots.push_back(one("self_attn.dense.bias"));
+          w.slots.push_back(one("mlp.fc1.bias"));
+          w.slots.push_back(one("mlp.fc2.bias"));
+          w.slots.push_back(one("input_layernorm.bias"));
+          continue;
+        }
         w.slots.push_back({view(a + "q_proj.weight"), view(a + "k_proj.weight"), view(a + "v_proj.weight")});
         w.slots.push_back(one("self_attn.o_proj.weight"));
         w.slots.push_back({view(p + "mlp.gate_proj.weight"), view(p + "mlp.up_proj.weight")});
@@ -735,6 +809,7 @@ struct LlamaModel::Impl {
           w.slots.push_back({view(a + "q_proj.bias"), view(a + "k_proj.bias"), view(a + "v_proj.bias")});
         else
           w.slots.emplace_back();
+        for (int k = kOBias; k <= kNorm1Bias; ++k) w.slots.emplace_back();
       }
     }
     return w;
@@ -902,7 +977,10 @@ void LlamaModel::head_with(const Value& hidden, const StepPlan& plan, const std:
       }
       x = at::index_select(x, 0, upload(last, at::kLong, d));
     }
-    use(at::mm(rms_norm(x, w->t[0], impl_->cfg.norm_eps), w->t[1].t()));  // [S, vocab]; use waits for the device
+    if (impl_->cfg.parallel_block)  // LayerNorm, and the LM head's bias
+      use(at::addmm(w->t[3], layer_norm(x, w->t[0], w->t[2], impl_->cfg.norm_eps), w->t[1].t()));
+    else
+      use(at::mm(rms_norm(x, w->t[0], impl_->cfg.norm_eps), w->t[1].t()));  // [S, vocab]; use waits for the device
   });
 }
 

@@ -76,17 +76,23 @@ partition_sets = [{ plugin = "singles" }]
 }  // namespace
 
 TEST_CASE("runtime and model contract agree on every op's weight bytes", "[executor][torch][models]") {
-  const int variant = GENERATE(0, 1, 2, 3, 4);
+  const int variant = GENERATE(0, 1, 2, 3, 4, 5);
   DenseDecoderConfig c = llama_tiny();
   c.tied_embeddings = variant == 1 || variant == 4;
   c.qkv_bias = variant == 2 || variant == 4;
-  if (variant >= 3) c.head_dim = 32;  // heads * head_dim = 128 != hidden 64
+  if (variant == 3 || variant == 4) c.head_dim = 32;  // heads * head_dim = 128 != hidden 64
+  if (variant == 5) {  // Phi's block: LayerNorm, a plain MLP, biases everywhere, partial RoPE
+    c.qkv_bias = c.parallel_block = c.layer_norm = c.linear_bias = true;
+    c.gated_mlp = false;
+    c.rotary_dim = 6;
+    c.hidden_act = "gelu_new";
+  }
   auto model = DenseDecoder::make(c);
   REQUIRE(model.ok());
   check_agree(*model.value(), /*load=*/true);
 
   // The shipped presets the runtime refused before: shapes only (7B of weights).
-  for (const char* preset : {"qwen2.5-7b", "llama3.2-1b", "llama3.2-3b", "llama3-8b", "mistral-7b"}) {
+  for (const char* preset : {"qwen2.5-7b", "llama3.2-1b", "llama3.2-3b", "llama3-8b", "mistral-7b", "phi-2"}) {
     auto hf = read_hf_config(std::string(SLICESCHED_SOURCE_DIR) + "/configs/models/hf/" + preset + ".json", preset);
     REQUIRE(hf.ok());
     auto m = DenseDecoder::make(hf.value());
@@ -158,11 +164,11 @@ TEST_CASE("checkpoint keys: bad combinations and paths name the key", "[config][
   fs::remove_all(dir);
 }
 
-// Hidden (not run by ctest): checkpoints written by Hugging Face
-// transformers' own LlamaForCausalLM / Qwen2ForCausalLM, read through the
+// Hidden from the plain run (ctest hf_reference_tokens runs it after
+// scripts/hf_check.py): checkpoints written by Hugging Face transformers'
+// own LlamaForCausalLM / Qwen2ForCausalLM / PhiForCausalLM, read through the
 // config.json reader and the safetensors loader, generate the tokens
-// transformers generated. scripts/hf_check.py writes them and says how to
-// run this; without SLICESCHED_HF_CHECK it fails, saying so.
+// transformers generated. Without SLICESCHED_HF_CHECK it fails, saying so.
 TEST_CASE("checkpoints saved by transformers generate transformers' tokens", "[.hf]") {
   const char* expected = std::getenv("SLICESCHED_HF_CHECK");
   REQUIRE(expected != nullptr);  // the expected.json scripts/hf_check.py wrote

@@ -305,6 +305,12 @@ TEST_CASE("Phi-2: a parallel LayerNorm/GELU block with biases, read from its con
   // What the block changes beside it; the rest of the phi rules.
   CHECK(hf_of(", \"partial_rotary_factor\": 0.25", "phi").value().rotary_dim == 32);
   CHECK(hf_of("", "phi").value().rotary_dim == 64);  // transformers' default, 0.5
+  // transformers 5 writes it inside rope_parameters.
+  CHECK(hf_of(", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0, "
+              "\"partial_rotary_factor\": 0.25}",
+              "phi")
+            .value()
+            .rotary_dim == 32);
   const struct {
     std::string extra, message;
   } rows[] = {
