@@ -64,8 +64,12 @@ int plan(const PlanOptions& opt) {
   // config before anything runs: a config is read in milliseconds, a plan
   // that stops halfway has spent its runs.
   const std::int64_t step = vary->list.empty() && vary->count() > 64 ? vary->count() - 1 : 1;
-  for (std::int64_t i = 0; i < vary->count(); i += step)
-    prepare_point(opt.config, base, point_at(i), axes, {opt.policy}, plugins, slo);
+  {
+    std::vector<PreparedPoint> checked;
+    for (std::int64_t i = 0; i < vary->count(); i += step)
+      checked.push_back(prepare_point(opt.config, base, point_at(i), axes, {opt.policy}, plugins, slo));
+    print_ground_truth(checked, axes);
+  }
 
   struct Tried {
     std::int64_t value;

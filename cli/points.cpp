@@ -59,6 +59,34 @@ PreparedPoint prepare_point(const std::string& config, const std::vector<ConfigO
   return p;
 }
 
+void print_ground_truth(const std::vector<PreparedPoint>& points, const std::vector<planning::SweepAxis>& axes) {
+  struct Set {
+    std::vector<std::string> lines;
+    std::string where;  // the first points ("k=v; k=v"), then how many more
+    std::size_t points = 0;
+  };
+  std::vector<Set> sets;
+  constexpr std::size_t kNamed = 8;
+  for (const PreparedPoint& p : points) {
+    std::vector<std::string> lines = ground_truth_lines(p.cfg, p.truths);
+    auto it = std::find_if(sets.begin(), sets.end(), [&](const Set& s) { return s.lines == lines; });
+    if (it == sets.end()) it = sets.insert(sets.end(), Set{std::move(lines), "", 0});
+    if (it->points++ < kNamed) it->where += (it->where.empty() ? "" : "; ") + describe(axes, p.point);
+  }
+  for (Set& s : sets)
+    if (s.points > kNamed) s.where += " and " + std::to_string(s.points - kNamed) + " more point(s)";
+  if (sets.size() == 1) {
+    for (const std::string& line : sets[0].lines) std::fprintf(stderr, "slicesched: %s\n", line.c_str());
+    return;
+  }
+  std::fprintf(stderr, "slicesched: the ground truth differs across points (compare their figures with care):\n");
+  for (const Set& s : sets) {
+    std::fprintf(stderr, "slicesched: at %s:\n", s.where.c_str());
+    if (s.lines.empty()) std::fprintf(stderr, "slicesched:   every accelerator plays the measured profile\n");
+    for (const std::string& line : s.lines) std::fprintf(stderr, "slicesched:   %s\n", line.c_str());
+  }
+}
+
 namespace {
 
 std::string clock(double s) {

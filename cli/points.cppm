@@ -49,4 +49,9 @@ std::vector<PointResult> run_points(const std::vector<PreparedPoint>& points, co
 // "k=v, k2=v2" for messages.
 std::string describe(const std::vector<planning::SweepAxis>& axes, const planning::SweepPoint& point);
 
+// What the points' accelerators play (ground_truth_lines), on stderr: once
+// when every point plays the same, else each distinct set with the points
+// it holds at (a sweep over tp may mix measured tables and the roofline).
+void print_ground_truth(const std::vector<PreparedPoint>& points, const std::vector<planning::SweepAxis>& axes);
+
 }  // namespace slicesched::cli

@@ -101,11 +101,8 @@ int simulate(const SimulateOptions& opt) {
   {
     const Truths truths = value_or_fail(load_truths(*cfg));
     const std::vector<TruthPlayed> played = truth_played(*cfg, truths);
-    const std::string profile = std::filesystem::path(cfg->ground_truth.layers_csv).filename().string();
-    if (const std::string line = roofline_fallback_line(played, profile); !line.empty())
+    for (const std::string& line : ground_truth_lines(*cfg, truths))
       std::fprintf(stderr, "slicesched: %s\n", line.c_str());
-    for (const std::string& line : profile_scope_lines(*cfg)) std::fprintf(stderr, "slicesched: %s\n", line.c_str());
-    for (const std::string& line : tp_group_lines(played)) std::fprintf(stderr, "slicesched: %s\n", line.c_str());
     std::vector<const PolicyConfig*> chosen;
     for (const std::string& name : opt.policies) {
       const PolicyConfig* p = value_or_fail(find_policy(*cfg, name));

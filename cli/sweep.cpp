@@ -244,6 +244,7 @@ int sweep(const SweepOptions& opt) {
   if (mine.size() >= 1000) std::fprintf(stderr, "sweep: checking %zu point(s) before running any\n", mine.size());
   std::vector<PreparedPoint> points;
   for (const auto& p : mine) points.push_back(prepare_point(opt.config, {}, p, axes, opt.policies, plugins));
+  print_ground_truth(points, axes);
 
   // Ctrl-C (SIGINT) or SIGTERM: the runs end at their next event and
   // nothing is written (rows cut short would look complete); an --out

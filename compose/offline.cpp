@@ -210,9 +210,24 @@ std::vector<std::string> tp_group_lines(const std::vector<TruthPlayed>& played) 
     if (p.truth == "roofline")
       out.push_back(group + " plays the roofline at one rank's shapes (efficiencies from " + p.source +
                     "), its all-reduces " + p.all_reduce);
-    else if (p.truth == "profile")
-      out.push_back(group + " plays " + p.source + " (one rank's layers, measured), its all-reduces " + p.all_reduce);
+    else if (p.truth == "profile") {
+      std::string others;  // models of another shape: the roofline, there too
+      for (const auto& m : p.roofline_models) others += (others.empty() ? "'" : ", '") + m + "'";
+      out.push_back(group + " plays " + p.source + " (one rank's layers, measured)" +
+                    (others.empty() ? "" : " for the model it measured, and the roofline for " + others) +
+                    ", its all-reduces " + p.all_reduce);
+    }
   }
+  return out;
+}
+
+std::vector<std::string> ground_truth_lines(const ExperimentConfig& cfg, const Truths& truths) {
+  const std::vector<TruthPlayed> played = truth_played(cfg, truths);
+  std::vector<std::string> out;
+  const std::string profile = std::filesystem::path(cfg.ground_truth.layers_csv).filename().string();
+  if (std::string line = roofline_fallback_line(played, profile); !line.empty()) out.push_back(std::move(line));
+  for (std::string& line : profile_scope_lines(cfg)) out.push_back(std::move(line));
+  for (std::string& line : tp_group_lines(played)) out.push_back(std::move(line));
   return out;
 }
 

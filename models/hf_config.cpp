@@ -147,10 +147,12 @@ Result<DenseDecoderConfig> read_hf_config(const std::string& path, std::string n
     } else {
       c.hidden_act = "gelu_new";
     }
-    // (at the top, or in transformers 5's rope_parameters)
+    // (in transformers 5's rope_parameters, which wins as it does there, or
+    // at the top)
     double factor = 0.5;
-    const bool in_rope = !j.contains("partial_rotary_factor") && j.contains("rope_parameters") &&
-                         j["rope_parameters"].is_object() && j["rope_parameters"].contains("partial_rotary_factor");
+    const bool in_rope = j.contains("rope_parameters") && j["rope_parameters"].is_object() &&
+                         j["rope_parameters"].contains("partial_rotary_factor") &&
+                         !j["rope_parameters"]["partial_rotary_factor"].is_null();
     const nlohmann::json& holder = in_rope ? j["rope_parameters"] : j;
     const std::string key = in_rope ? "rope_parameters.partial_rotary_factor" : "partial_rotary_factor";
     if (holder.contains("partial_rotary_factor") && !holder["partial_rotary_factor"].is_null()) {
@@ -172,11 +174,13 @@ Result<DenseDecoderConfig> read_hf_config(const std::string& path, std::string n
       j.contains("rope_parameters") && j["rope_parameters"].is_object() ? "rope_parameters" : "rope_scaling";
   const nlohmann::json rope = j.contains(rope_key) ? j[rope_key] : nlohmann::json();
   if (!rope.is_null() && !rope.is_object()) return r.error(rope_key, "expected an object or null, got " + rope.dump());
-  if (j.contains("rope_theta") || !rope.contains("rope_theta")) {
-    SLICESCHED_TAKE(c.rope_theta, r.positive("rope_theta", 10000.0))
-  } else {
+  // Where both give it, rope_parameters' wins, as in transformers 5 (a
+  // config it rewrote may keep a stale top-level value).
+  if (rope_key == "rope_parameters" && rope.contains("rope_theta") && !rope["rope_theta"].is_null()) {
     HfReader rr{path, rope};
     SLICESCHED_TAKE(c.rope_theta, rr.positive("rope_theta", 10000.0))
+  } else {
+    SLICESCHED_TAKE(c.rope_theta, r.positive("rope_theta", 10000.0))
   }
   if (rope.is_object()) {
     const auto& type = rope.contains("rope_type") ? rope["rope_type"] : rope.contains("type") ? rope["type"] : rope;

@@ -324,6 +324,16 @@ TEST_CASE("tensor parallelism: what each group plays is said, and a size no file
         "llmservingsim_H100_Llama-3.1-8B_tp2_layers.csv (one rank's layers, measured), its all-reduces ring over "
         "link class 'nvlink'");
   CHECK(lines[1].find("H100/tp4 (a tensor-parallel group of 4 H100-SXM) plays the roofline") != std::string::npos);
+  // A model of another shape than the table's plays the roofline on the
+  // pair too, and the line says so.
+  auto other = load_config(kMeasured, {{"model.name", "\"llama2-7b\""}});
+  REQUIRE(other.ok());
+  auto other_truths = load_truths(*other);
+  REQUIRE(other_truths.ok());
+  const auto other_lines = tp_group_lines(truth_played(*other, *other_truths));
+  REQUIRE(other_lines.size() == 1);
+  CHECK(other_lines[0].find("(one rank's layers, measured) for the model it measured, and the roofline for "
+                            "'llama2-7b', its all-reduces") != std::string::npos);
 }
 
 TEST_CASE("tensor parallelism: layers_tp mistakes are one line naming the key and the file",

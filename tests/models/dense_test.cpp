@@ -305,7 +305,17 @@ TEST_CASE("Phi-2: a parallel LayerNorm/GELU block with biases, read from its con
   // What the block changes beside it; the rest of the phi rules.
   CHECK(hf_of(", \"partial_rotary_factor\": 0.25", "phi").value().rotary_dim == 32);
   CHECK(hf_of("", "phi").value().rotary_dim == 64);  // transformers' default, 0.5
-  // transformers 5 writes it inside rope_parameters.
+  // transformers 5 writes it inside rope_parameters, which wins over a
+  // stale top-level value (as does its rope_theta, Llama's too).
+  CHECK(hf_of(", \"partial_rotary_factor\": 0.5, \"rope_parameters\": {\"rope_type\": \"default\", "
+              "\"rope_theta\": 100.0, \"partial_rotary_factor\": 0.25}, \"rope_theta\": 50.0",
+              "phi")
+            .value()
+            .rotary_dim == 32);
+  CHECK(hf_of(", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 100.0}, \"rope_theta\": 50.0")
+            .value()
+            .rope_theta == 100.0);
+  CHECK(hf_of(", \"rope_theta\": 50.0").value().rope_theta == 50.0);
   CHECK(hf_of(", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0, "
               "\"partial_rotary_factor\": 0.25}",
               "phi")
