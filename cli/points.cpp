@@ -68,7 +68,7 @@ void print_ground_truth(const std::vector<PreparedPoint>& points, const std::vec
   std::vector<Set> sets;
   constexpr std::size_t kNamed = 8;
   for (const PreparedPoint& p : points) {
-    std::vector<std::string> lines = ground_truth_lines(p.cfg, p.truths);
+    std::vector<std::string> lines = ground_truth_lines(p.cfg, truth_played(p.cfg, p.truths));
     auto it = std::find_if(sets.begin(), sets.end(), [&](const Set& s) { return s.lines == lines; });
     if (it == sets.end()) it = sets.insert(sets.end(), Set{std::move(lines), "", 0});
     if (it->points++ < kNamed) it->where += (it->where.empty() ? "" : "; ") + describe(axes, p.point);

@@ -101,7 +101,7 @@ int simulate(const SimulateOptions& opt) {
   {
     const Truths truths = value_or_fail(load_truths(*cfg));
     const std::vector<TruthPlayed> played = truth_played(*cfg, truths);
-    for (const std::string& line : ground_truth_lines(*cfg, truths))
+    for (const std::string& line : ground_truth_lines(*cfg, played))
       std::fprintf(stderr, "slicesched: %s\n", line.c_str());
     std::vector<const PolicyConfig*> chosen;
     for (const std::string& name : opt.policies) {

@@ -221,8 +221,7 @@ std::vector<std::string> tp_group_lines(const std::vector<TruthPlayed>& played) 
   return out;
 }
 
-std::vector<std::string> ground_truth_lines(const ExperimentConfig& cfg, const Truths& truths) {
-  const std::vector<TruthPlayed> played = truth_played(cfg, truths);
+std::vector<std::string> ground_truth_lines(const ExperimentConfig& cfg, const std::vector<TruthPlayed>& played) {
   std::vector<std::string> out;
   const std::string profile = std::filesystem::path(cfg.ground_truth.layers_csv).filename().string();
   if (std::string line = roofline_fallback_line(played, profile); !line.empty()) out.push_back(std::move(line));

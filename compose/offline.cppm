@@ -80,9 +80,9 @@ std::vector<std::string> profile_scope_lines(const ExperimentConfig& cfg);
 // roofline at one rank's shapes, or a rank's measured layers) and what its
 // all-reduces play.
 std::vector<std::string> tp_group_lines(const std::vector<TruthPlayed>& played);
-// All of the above for `cfg` (what `simulate` prints before it runs): the
-// roofline fallback, the profile's scope, and each group's.
-std::vector<std::string> ground_truth_lines(const ExperimentConfig& cfg, const Truths& truths);
+// All of the above for `cfg`, whose accelerators play `played`
+// (truth_played): what `simulate` prints before it runs.
+std::vector<std::string> ground_truth_lines(const ExperimentConfig& cfg, const std::vector<TruthPlayed>& played);
 
 // The serving engine's fixed costs on one accelerator type, per iteration
 // and per sequence of an iteration (charged to the operator that samples).

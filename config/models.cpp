@@ -353,7 +353,7 @@ Status resolve_profile_models(ExperimentConfig& cfg) {
       if (!made.ok()) return made.status();
       measured = made.value()->shape();
     }
-    if (measured && (measured->parallel_block || !measured->gated_mlp))
+    if (measured && !llama_block(*measured))
       return InvalidArgument(g.layers_model_where + ": '" + g.layers_model +
                              "' runs another block than Llama's (attention and MLP in parallel, or a plain MLP), and "
                              "an LLMServingSim layers table times Llama's (gate_proj, post_layernorm): name the model "
@@ -375,7 +375,7 @@ Status resolve_profile_models(ExperimentConfig& cfg) {
     // model's).
     // (LLMServingSim's tables time Llama's block: gate_proj, post_layernorm;
     // a model of another block form is never what one measured)
-    if ((measured && s != *measured) || (!g.layers_csv.empty() && (s.parallel_block || !s.gated_mlp)))
+    if ((measured && s != *measured) || (!g.layers_csv.empty() && !llama_block(s)))
       g.off_profile_models.push_back(m.name);
     if (s.elem_bytes >= 4) float32.push_back(&m);
   }

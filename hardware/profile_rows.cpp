@@ -80,6 +80,7 @@ Result<std::vector<ProfileRow>> read_profile_rows(const std::string& path, const
   };
   std::vector<ProfileRow> rows;
   csv::CsvRow row;
+  const auto layer = decoder_layer_sublayers(shape);  // the kernels the model's layer runs
   const int name_c = col("layer_name"), input_c = col("input"), kv_c = col("kv_cache"), tp_c = col("tp_size"),
             ns_c = col("latency(ns)");
   const int tokens_c = col("num_tokens"), vtp_c = col("num_tensor_parallel_workers");
@@ -105,7 +106,6 @@ Result<std::vector<ProfileRow>> read_profile_rows(const std::string& path, const
       // A kernel the model's layer does not run (gate_proj for a plain MLP,
       // post_layernorm for a parallel block): the table measured another
       // block. (Its format carries no shapes, so sizes cannot be checked.)
-      const auto layer = decoder_layer_sublayers(shape);
       if (*l != Sublayer::kEmbedding && *l != Sublayer::kFinalNorm && *l != Sublayer::kLmHead &&
           std::find(layer.begin(), layer.end(), *l) == layer.end())
         return InvalidArgument(in.at(row.line, "layer_name " + name +

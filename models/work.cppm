@@ -96,6 +96,10 @@ struct DenseShape {
   bool operator==(const DenseShape&) const = default;
 };
 
+// Whether `s`'s layer is Llama's: attention, then a gated MLP (the block
+// an LLMServingSim layers table times).
+inline bool llama_block(const DenseShape& s) { return !s.parallel_block && s.gated_mlp; }
+
 // The kernels of one decoder layer of shape `s`, in order.
 std::span<const Sublayer> decoder_layer_sublayers(const DenseShape& s = {});
 

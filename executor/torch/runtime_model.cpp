@@ -623,8 +623,8 @@ at::Tensor parallel_layer(const at::Tensor& x_in, const at::Tensor* W, at::Tenso
 // cache first, then the MLP, each with its residual. Returns the new x.
 at::Tensor decoder_layer(const at::Tensor& x_in, const at::Tensor* W, at::Tensor layer_cache, const StepPlan& plan,
                          const StepLayout& L, StepTensors& s, const LayerDims& m) {
-  const std::int64_t T = plan.tokens(), H = m.H, KV = m.KV, hd = m.hd;
   if (m.parallel) return parallel_layer(x_in, W, std::move(layer_cache), plan, L, s, m);
+  const std::int64_t T = plan.tokens(), H = m.H, KV = m.KV, hd = m.hd;
   at::Tensor a = rms_norm(x_in, W[kNorm1], m.norm_eps);
   at::Tensor qkv =
       W[kQkvBias].defined() ? at::addmm(W[kQkvBias], a, W[kQkv].t()) : at::mm(a, W[kQkv].t());  // [T, (H + 2 KV) hd]
