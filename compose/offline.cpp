@@ -227,6 +227,18 @@ std::vector<std::string> ground_truth_lines(const ExperimentConfig& cfg, const s
   if (std::string line = roofline_fallback_line(played, profile); !line.empty()) out.push_back(std::move(line));
   for (std::string& line : profile_scope_lines(cfg)) out.push_back(std::move(line));
   for (std::string& line : tp_group_lines(played)) out.push_back(std::move(line));
+  // A tensor-parallel table no group plays was given for a reason: say so
+  // rather than read it for nothing.
+  for (const std::string& path : cfg.ground_truth.layers_tp_csvs) {
+    const std::string name = std::filesystem::path(path).filename().string();
+    if (std::none_of(played.begin(), played.end(),
+                     [&](const TruthPlayed& p) { return p.truth == "profile" && p.source == name; }))
+      out.push_back("ground truth: " + name +
+                    " (ground_truth.layers_tp) is played by no group: the cluster has no tensor-parallel group of "
+                    "the size it measured, of " +
+                    (cfg.ground_truth.layers_type.empty() ? std::string("the profile's type")
+                                                          : "type '" + cfg.ground_truth.layers_type + "'"));
+  }
   return out;
 }
 

@@ -744,6 +744,9 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
           g.fail(g.node("layers_tp"), "layers_tp",
                  "measures the layers profile's model and type on tensor-parallel ranks: give layers too");
         const toml::array* arr = g.array("layers_tp", true);
+        if (arr->empty())
+          g.fail(g.node("layers_tp"), "layers_tp",
+                 "expected at least one file name (leave the key out where no tensor-parallel table is measured)");
         for (const auto& n : *arr) {
           auto v = n.value<std::string>();
           if (!v || v->empty())

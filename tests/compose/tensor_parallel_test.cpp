@@ -3,6 +3,7 @@
 // HBM holds an equal share on each GPU.
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstdlib>
@@ -324,6 +325,20 @@ TEST_CASE("tensor parallelism: what each group plays is said, and a size no file
         "llmservingsim_H100_Llama-3.1-8B_tp2_layers.csv (one rank's layers, measured), its all-reduces ring over "
         "link class 'nvlink'");
   CHECK(lines[1].find("H100/tp4 (a tensor-parallel group of 4 H100-SXM) plays the roofline") != std::string::npos);
+  // The tp2 table is played, so no line says otherwise.
+  for (const auto& line : ground_truth_lines(*cfg, played))
+    CHECK(line.find("is played by no group") == std::string::npos);
+  // Without a pair, the table is read for nothing, and a line says so.
+  auto no_pair = load_config(kMeasured, {{"cluster.accelerators",
+                                          "[{ name = \"g1\", type = \"H100\", hbm_gib = 80, tp = 4, tp_link = "
+                                          "\"nvlink\" }, { name = \"g2\", type = \"H100\", hbm_gib = 80 }]"}});
+  REQUIRE(no_pair.ok());
+  auto no_pair_truths = load_truths(*no_pair);
+  REQUIRE(no_pair_truths.ok());
+  const auto no_pair_lines = ground_truth_lines(*no_pair, truth_played(*no_pair, *no_pair_truths));
+  CHECK(std::count(no_pair_lines.begin(), no_pair_lines.end(),
+                   "ground truth: llmservingsim_H100_Llama-3.1-8B_tp2_layers.csv (ground_truth.layers_tp) is played by "
+                   "no group: the cluster has no tensor-parallel group of the size it measured, of type 'H100'") == 1);
   // A model of another shape than the table's plays the roofline on the
   // pair too, and the line says so.
   auto other = load_config(kMeasured, {{"model.name", "\"llama2-7b\""}});
@@ -345,6 +360,8 @@ TEST_CASE("tensor parallelism: layers_tp mistakes are one line naming the key an
     REQUIRE_FALSE(truths.ok());
     return truths.status().message();
   };
+  CHECK(error(kMeasured, {{"ground_truth.layers_tp", "[]"}})
+            .find("ground_truth.layers_tp: expected at least one file name") != std::string::npos);
   const std::string list = "[\"" + kTp2 + "\", \"" + kTp2 + "\"]";
   CHECK(error(kMeasured, {{"ground_truth.layers_tp", list}}) ==
         kMeasured + ": ground_truth.layers_tp: " + kTp2 + ": a second profile of tp_size 2 (one file a group size)");
