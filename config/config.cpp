@@ -660,32 +660,8 @@ ModelConfig read_model(Table& m, NamedFiles& files, const std::string& file, boo
   return mc;
 }
 
-ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFiles& files) {
-  ExperimentConfig cfg;
-  cfg.path = file;
-  Table root(doc, "", file);
-  const std::string stem = fs::path(file).stem().string();
-  cfg.name = root.name("name", &stem);
-  cfg.seed = static_cast<std::uint64_t>(root.integer("seed", 1, 0, INT64_MAX));
-  cfg.duration_s = root.positive_or("duration_s", -1, 1e9, -1, "to run until done");
-  std::vector<UnresolvedType> unresolved;
-  read_cluster(root, cfg, file, files, unresolved);
-
-  // One model ([model]) or several ([[models]], each named).
-  if (root.has("model") && root.has("models"))
-    root.fail(root.node("models"), "models", "give either [model] (one model) or [[models]] tables, not both");
-  if (const toml::table* mt = root.table("model", false)) {
-    Table m(*mt, "model", file);
-    cfg.models.push_back(read_model(m, files, file, false));
-  }
-  for (Table& m : tables_of(root, "models", false, file)) {
-    ModelConfig mc = read_model(m, files, file, true);
-    for (const auto& other : cfg.models)
-      if (other.name == mc.name) m.fail(m.node("name"), "name", "duplicate model name '" + mc.name + "'");
-    cfg.models.push_back(std::move(mc));
-  }
-  if (cfg.models.empty()) cfg.models.emplace_back();
-
+// [live]: the live executors' threads, transport and heartbeats.
+void read_live(Table& root, ExperimentConfig& cfg, const std::string& file) {
   if (const toml::table* lt = root.table("live", false)) {
     Table l(*lt, "live", file);
     cfg.live.threads = static_cast<int>(l.integer("threads", 1, 1, 1024));
@@ -702,7 +678,10 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
       l.fail(l.node("transport"), "transport", "expected \"nccl\" or \"copy\", got \"" + cfg.live.transport + "\"");
     l.finish();
   }
+}
 
+// [serve]: the HTTP front end's limits.
+void read_serve(Table& root, ExperimentConfig& cfg, const std::string& file, NamedFiles& files) {
   if (const toml::table* st = root.table("serve", false)) {
     Table sv(*st, "serve", file);
     const std::string none;
@@ -727,7 +706,11 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
     cfg.serve.ttft_slo_s = sv.positive_or("ttft_slo_s", -1, 1e6, -1, "for no SLO target");
     sv.finish();
   }
+}
 
+// [ground_truth]: what the simulated accelerators play (docs/ground-truth.md).
+void read_ground_truth(Table& root, ExperimentConfig& cfg, const std::string& file, NamedFiles& files,
+                       const std::vector<UnresolvedType>& unresolved) {
   if (const toml::table* gt = root.table("ground_truth", false)) {
     Table g(*gt, "ground_truth", file);
     cfg.ground_truth.present = true;
@@ -820,227 +803,229 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
     cfg.ground_truth.hbm_bytes_per_s = g.num("hbm_gbps", 3350, 1e-3, 1e7) * 1e9;
     g.finish();
   }
+}
 
-  for (Table& t : tables_of(root, "tenants", true, file)) {
-    TenantConfig tc;
-    tc.name = t.name("name");
-    tc.priority = static_cast<std::int32_t>(t.integer("priority", 0, -32768, 32767));
-    tc.online = t.boolean("online", true);
-    tc.token_budget = t.integer("token_budget", 2048, 1, 1 << 24);
-    tc.chunked_prefill = t.boolean("chunked_prefill", false);
-    tc.max_seqs = t.integer("max_seqs", 64, 1, 1 << 20);
-    tc.kv_budget_tokens = t.integer("kv_budget_tokens", 65536, 1, INT64_MAX / 2);
-    tc.lanes = static_cast<int>(t.integer("lanes", 1, 1, 1024));
-    tc.prefill_lanes = static_cast<int>(t.integer("prefill_lanes", 0, 0, 1024));
-    if (tc.prefill_lanes > 0 && cfg.host_link < 0)
-      t.fail(t.node("prefill_lanes"), "prefill_lanes",
+// One [[tenants]] entry.
+TenantConfig read_tenant(Table& t, const ExperimentConfig& cfg, const std::string& file, NamedFiles& files) {
+  TenantConfig tc;
+  tc.name = t.name("name");
+  tc.priority = static_cast<std::int32_t>(t.integer("priority", 0, -32768, 32767));
+  tc.online = t.boolean("online", true);
+  tc.token_budget = t.integer("token_budget", 2048, 1, 1 << 24);
+  tc.chunked_prefill = t.boolean("chunked_prefill", false);
+  tc.max_seqs = t.integer("max_seqs", 64, 1, 1 << 20);
+  tc.kv_budget_tokens = t.integer("kv_budget_tokens", 65536, 1, INT64_MAX / 2);
+  tc.lanes = static_cast<int>(t.integer("lanes", 1, 1, 1024));
+  tc.prefill_lanes = static_cast<int>(t.integer("prefill_lanes", 0, 0, 1024));
+  if (tc.prefill_lanes > 0 && cfg.host_link < 0)
+    t.fail(t.node("prefill_lanes"), "prefill_lanes",
+           "prefill lanes need cluster.host_link: the link class a handed-off KV cache crosses to host memory and "
+           "back");
+  // vLLM's preemption_mode: what a preempted sequence's KV cache becomes.
+  static const std::string kRecompute = "recompute";
+  const std::string mode = t.str("preemption_mode", &kRecompute);
+  if (mode != "recompute" && mode != "swap")
+    t.fail(t.node("preemption_mode"), "preemption_mode", "expected \"recompute\" or \"swap\", got \"" + mode + "\"");
+  tc.swap_preempted = mode == "swap";
+  if (tc.swap_preempted && cfg.host_link < 0)
+    t.fail(t.node("preemption_mode"), "preemption_mode",
+           "\"swap\" needs cluster.host_link: the link class KV caches cross to host memory and back");
+  tc.instances = static_cast<int>(t.integer("instances", 1, 1, 1024));
+  if (const toml::array* rp = t.array("request_priorities", false)) {
+    auto bound = [&](std::size_t i) -> std::int64_t {
+      const auto v = (*rp)[i].value<std::int64_t>();
+      if (!v || *v < INT32_MIN || *v > INT32_MAX)
+        t.fail(&(*rp)[i], "request_priorities", "expected [lowest, highest], two 32-bit integers");
+      return *v;
+    };
+    if (rp->size() != 2)
+      t.fail(t.node("request_priorities"), "request_priorities",
+             "expected [lowest, highest] (two integers), got " + std::to_string(rp->size()) + " values");
+    tc.request_priority_min = bound(0);
+    tc.request_priority_max = bound(1);
+    if (tc.request_priority_min > tc.request_priority_max)
+      t.fail(t.node("request_priorities"), "request_priorities",
+             "expected [lowest, highest] with lowest <= highest, got [" + std::to_string(tc.request_priority_min) +
+                 ", " + std::to_string(tc.request_priority_max) + "]");
+  }
+  static const std::string kNone;
+  tc.model = t.str("model", &kNone);
+  tc.model_where = t.where(t.node("model") ? t.node("model") : nullptr, "model");
+  const toml::table* st = t.table("stream", true);
+  Table s(*st, t.qualified("stream"), file);
+  tc.stream = read_stream(s, files, cfg.duration_s);
+  t.finish();
+  return tc;
+}
+
+// A policy's co_batch table: which tenants ride in which (cross-tenant batches).
+void read_co_batch(Table& p, PolicyConfig& pc, const std::string& file) {
+  if (const toml::table* ct = p.table("co_batch", false)) {
+    Table cb(*ct, p.qualified("co_batch"), file);
+    const toml::table* rt = cb.table("riders", true);
+    Table riders(*rt, cb.qualified("riders"), file);
+    auto runs = [&](const std::string& name) {
+      return std::find(pc.tenants.begin(), pc.tenants.end(), name) != pc.tenants.end();
+    };
+    for (const auto& [k, v] : *rt) {
+      const std::string name(k.str());
+      if (!runs(name)) riders.fail(&v, name, "the policy runs no tenant named '" + name + "'");
+      PolicyConfig::CoBatch c{name, strings(riders, name, true)};
+      if (c.hosts.empty()) riders.fail(&v, name, "expected at least one host tenant");
+      for (const auto& h : c.hosts)
+        if (!runs(h) || h == name)
+          riders.fail(&v, name, "expected host tenants the policy runs, other than '" + name + "', got '" + h + "'");
+      pc.co_batch.push_back(std::move(c));
+    }
+    riders.finish();
+    pc.co_batch_own_iterations = cb.boolean("own_iterations", true);
+    if (cb.has("rides_only")) {
+      if (!pc.co_batch_own_iterations)
+        cb.fail(cb.node("rides_only"), "rides_only",
+                "own_iterations = false already makes every rider ride only; give one of the two");
+      for (const std::string& name : strings(cb, "rides_only", true)) {
+        bool rider = false;
+        for (const auto& c : pc.co_batch) rider |= c.rider == name;
+        if (!rider)
+          cb.fail(cb.node("rides_only"), "rides_only", "expected tenants named in riders, got '" + name + "'");
+        pc.co_batch_rides_only.push_back(name);
+      }
+      // A tenant that only rides needs a host that runs iterations.
+      auto rides_only = [&](const std::string& t) {
+        return std::find(pc.co_batch_rides_only.begin(), pc.co_batch_rides_only.end(), t) !=
+               pc.co_batch_rides_only.end();
+      };
+      for (const auto& c : pc.co_batch)
+        if (rides_only(c.rider) && std::all_of(c.hosts.begin(), c.hosts.end(), rides_only))
+          cb.fail(cb.node("rides_only"), "rides_only",
+                  "'" + c.rider +
+                      "' would ride only in tenants that ride only themselves: its requests would "
+                      "never run");
+    }
+    if (cb.has("slowdown")) pc.co_batch_slowdown = cb.num("slowdown", -1, 0, 1e6);
+    pc.co_batch_keep_riders = cb.boolean("keep_riders", false);
+    cb.finish();
+  }
+}
+
+// One [[policies]] entry.
+PolicyConfig read_policy(Table& p, const ExperimentConfig& cfg, const std::string& file) {
+  PolicyConfig pc;
+  pc.name = p.name("name");
+  pc.tenants = strings(p, "tenants", true);
+  if (pc.tenants.empty()) p.fail(p.node("tenants"), "tenants", "expected at least one tenant name, got []");
+  for (std::size_t i = 0; i < pc.tenants.size(); ++i) {
+    const std::string& name = pc.tenants[i];
+    bool known = false;
+    for (const auto& t : cfg.tenants) known |= t.name == name;
+    if (!known) p.fail(p.node("tenants"), "tenants", "no tenant named '" + name + "'");
+    // (listed twice, a tenant's stream would be offered twice)
+    for (std::size_t j = 0; j < i; ++j)
+      if (pc.tenants[j] == name) p.fail(p.node("tenants"), "tenants", "'" + name + "' is listed twice");
+  }
+  // { tenant = count } tables: what this policy overrides of its tenants'
+  // own counts. `check` may refuse a count (it fails naming the entry).
+  auto per_tenant = [&](const char* key, std::int64_t least, auto&& check) {
+    std::vector<std::pair<std::string, int>> out;
+    const toml::table* t = p.table(key, false);
+    if (!t) return out;
+    Table counts(*t, p.qualified(key), file);
+    for (const auto& [k, v] : *t) {
+      const std::string name(k.str());
+      if (std::find(pc.tenants.begin(), pc.tenants.end(), name) == pc.tenants.end())
+        counts.fail(&v, name, "the policy runs no tenant named '" + name + "'");
+      const int n = static_cast<int>(counts.integer(name, least, least, 1024));
+      check(counts, v, name, n);
+      out.emplace_back(name, n);
+    }
+    counts.finish();
+    return out;
+  };
+  auto any = [](Table&, const toml::node&, const std::string&, int) {};
+  pc.instances = per_tenant("instances", 1, any);
+  pc.lanes = per_tenant("lanes", 1, any);
+  pc.prefill_lanes = per_tenant("prefill_lanes", 0, [&](Table& t, const toml::node& v, const std::string& name, int n) {
+    if (n > 0 && cfg.host_link < 0)
+      t.fail(&v, name,
              "prefill lanes need cluster.host_link: the link class a handed-off KV cache crosses to host memory and "
              "back");
-    // vLLM's preemption_mode: what a preempted sequence's KV cache becomes.
-    static const std::string kRecompute = "recompute";
-    const std::string mode = t.str("preemption_mode", &kRecompute);
-    if (mode != "recompute" && mode != "swap")
-      t.fail(t.node("preemption_mode"), "preemption_mode", "expected \"recompute\" or \"swap\", got \"" + mode + "\"");
-    tc.swap_preempted = mode == "swap";
-    if (tc.swap_preempted && cfg.host_link < 0)
-      t.fail(t.node("preemption_mode"), "preemption_mode",
-             "\"swap\" needs cluster.host_link: the link class KV caches cross to host memory and back");
-    tc.instances = static_cast<int>(t.integer("instances", 1, 1, 1024));
-    if (const toml::array* rp = t.array("request_priorities", false)) {
-      auto bound = [&](std::size_t i) -> std::int64_t {
-        const auto v = (*rp)[i].value<std::int64_t>();
-        if (!v || *v < INT32_MIN || *v > INT32_MAX)
-          t.fail(&(*rp)[i], "request_priorities", "expected [lowest, highest], two 32-bit integers");
-        return *v;
-      };
-      if (rp->size() != 2)
-        t.fail(t.node("request_priorities"), "request_priorities",
-               "expected [lowest, highest] (two integers), got " + std::to_string(rp->size()) + " values");
-      tc.request_priority_min = bound(0);
-      tc.request_priority_max = bound(1);
-      if (tc.request_priority_min > tc.request_priority_max)
-        t.fail(t.node("request_priorities"), "request_priorities",
-               "expected [lowest, highest] with lowest <= highest, got [" + std::to_string(tc.request_priority_min) +
-                   ", " + std::to_string(tc.request_priority_max) + "]");
-    }
-    static const std::string kNone;
-    tc.model = t.str("model", &kNone);
-    tc.model_where = t.where(t.node("model") ? t.node("model") : nullptr, "model");
-    const toml::table* st = t.table("stream", true);
-    Table s(*st, t.qualified("stream"), file);
-    tc.stream = read_stream(s, files, cfg.duration_s);
-    t.finish();
-    for (const auto& other : cfg.tenants)
-      if (other.name == tc.name) t.fail(t.node("name"), "name", "duplicate tenant name '" + tc.name + "'");
-    cfg.tenants.push_back(std::move(tc));
+  });
+  read_co_batch(p, pc, file);
+  // Prefill lanes this policy gives a tenant that runs no iteration of its
+  // own would do nothing: refused, naming the entry.
+  for (const auto& [name, n] : pc.prefill_lanes) {
+    bool rider = false;
+    for (const auto& c : pc.co_batch) rider |= c.rider == name;
+    const bool only =
+        rider && (!pc.co_batch_own_iterations || std::find(pc.co_batch_rides_only.begin(), pc.co_batch_rides_only.end(),
+                                                           name) != pc.co_batch_rides_only.end());
+    if (n > 0 && only)
+      p.fail(p.table("prefill_lanes", false)->get(name), "prefill_lanes." + name,
+             "'" + name +
+                 "' only rides in other tenants' iterations (co_batch), so it has no lanes to prefill in; "
+                 "give its hosts the prefill lanes");
   }
-
-  std::vector<Table> policy_tables = tables_of(root, "policies", true, file);
-  if (policy_tables.empty()) root.fail(root.node("policies"), "policies", "expected at least one [[policies]] table");
-  for (Table& p : policy_tables) {
-    PolicyConfig pc;
-    pc.name = p.name("name");
-    pc.tenants = strings(p, "tenants", true);
-    if (pc.tenants.empty()) p.fail(p.node("tenants"), "tenants", "expected at least one tenant name, got []");
-    for (std::size_t i = 0; i < pc.tenants.size(); ++i) {
-      const std::string& name = pc.tenants[i];
-      bool known = false;
-      for (const auto& t : cfg.tenants) known |= t.name == name;
-      if (!known) p.fail(p.node("tenants"), "tenants", "no tenant named '" + name + "'");
-      // (listed twice, a tenant's stream would be offered twice)
-      for (std::size_t j = 0; j < i; ++j)
-        if (pc.tenants[j] == name) p.fail(p.node("tenants"), "tenants", "'" + name + "' is listed twice");
+  // A placement plugin, or a list of stages that together act as one.
+  if (p.has("stages") && p.has("placement"))
+    p.fail(p.node("stages"), "stages", "give either placement or stages, not both");
+  if (p.has("stages")) {
+    for (Table& st : tables_of(p, "stages", true, file)) {
+      StageChoice sc;
+      const std::string kind = st.str("kind");
+      if (kind != "filter" && kind != "score")
+        st.fail(st.node("kind"), "kind", "expected \"filter\" or \"score\", got \"" + kind + "\"");
+      sc.kind = kind == "filter" ? StageChoice::Kind::kFilter : StageChoice::Kind::kScore;
+      sc.plugin.name = st.str("plugin");
+      if (sc.kind == StageChoice::Kind::kScore)
+        sc.weight = st.num("weight", 1.0, 1e-12, 1e12);
+      else if (st.has("weight"))
+        st.fail(st.node("weight"), "weight", "only a score stage has a weight");
+      if (const toml::table* at = st.table("args", false)) sc.plugin.args = to_json(*at);
+      st.finish();
+      pc.stages.push_back(std::move(sc));
     }
-    // { tenant = count } tables: what this policy overrides of its tenants'
-    // own counts. `check` may refuse a count (it fails naming the entry).
-    auto per_tenant = [&](const char* key, std::int64_t least, auto&& check) {
-      std::vector<std::pair<std::string, int>> out;
-      const toml::table* t = p.table(key, false);
-      if (!t) return out;
-      Table counts(*t, p.qualified(key), file);
-      for (const auto& [k, v] : *t) {
-        const std::string name(k.str());
-        if (std::find(pc.tenants.begin(), pc.tenants.end(), name) == pc.tenants.end())
-          counts.fail(&v, name, "the policy runs no tenant named '" + name + "'");
-        const int n = static_cast<int>(counts.integer(name, least, least, 1024));
-        check(counts, v, name, n);
-        out.emplace_back(name, n);
-      }
-      counts.finish();
-      return out;
-    };
-    auto any = [](Table&, const toml::node&, const std::string&, int) {};
-    pc.instances = per_tenant("instances", 1, any);
-    pc.lanes = per_tenant("lanes", 1, any);
-    pc.prefill_lanes =
-        per_tenant("prefill_lanes", 0, [&](Table& t, const toml::node& v, const std::string& name, int n) {
-          if (n > 0 && cfg.host_link < 0)
-            t.fail(
-                &v, name,
-                "prefill lanes need cluster.host_link: the link class a handed-off KV cache crosses to host memory and "
-                "back");
-        });
-    if (const toml::table* ct = p.table("co_batch", false)) {
-      Table cb(*ct, p.qualified("co_batch"), file);
-      const toml::table* rt = cb.table("riders", true);
-      Table riders(*rt, cb.qualified("riders"), file);
-      auto runs = [&](const std::string& name) {
-        return std::find(pc.tenants.begin(), pc.tenants.end(), name) != pc.tenants.end();
-      };
-      for (const auto& [k, v] : *rt) {
-        const std::string name(k.str());
-        if (!runs(name)) riders.fail(&v, name, "the policy runs no tenant named '" + name + "'");
-        PolicyConfig::CoBatch c{name, strings(riders, name, true)};
-        if (c.hosts.empty()) riders.fail(&v, name, "expected at least one host tenant");
-        for (const auto& h : c.hosts)
-          if (!runs(h) || h == name)
-            riders.fail(&v, name, "expected host tenants the policy runs, other than '" + name + "', got '" + h + "'");
-        pc.co_batch.push_back(std::move(c));
-      }
-      riders.finish();
-      pc.co_batch_own_iterations = cb.boolean("own_iterations", true);
-      if (cb.has("rides_only")) {
-        if (!pc.co_batch_own_iterations)
-          cb.fail(cb.node("rides_only"), "rides_only",
-                  "own_iterations = false already makes every rider ride only; give one of the two");
-        for (const std::string& name : strings(cb, "rides_only", true)) {
-          bool rider = false;
-          for (const auto& c : pc.co_batch) rider |= c.rider == name;
-          if (!rider)
-            cb.fail(cb.node("rides_only"), "rides_only", "expected tenants named in riders, got '" + name + "'");
-          pc.co_batch_rides_only.push_back(name);
-        }
-        // A tenant that only rides needs a host that runs iterations.
-        auto rides_only = [&](const std::string& t) {
-          return std::find(pc.co_batch_rides_only.begin(), pc.co_batch_rides_only.end(), t) !=
-                 pc.co_batch_rides_only.end();
-        };
-        for (const auto& c : pc.co_batch)
-          if (rides_only(c.rider) && std::all_of(c.hosts.begin(), c.hosts.end(), rides_only))
-            cb.fail(cb.node("rides_only"), "rides_only",
-                    "'" + c.rider +
-                        "' would ride only in tenants that ride only themselves: its requests would "
-                        "never run");
-      }
-      if (cb.has("slowdown")) pc.co_batch_slowdown = cb.num("slowdown", -1, 0, 1e6);
-      pc.co_batch_keep_riders = cb.boolean("keep_riders", false);
-      cb.finish();
-    }
-    // Prefill lanes this policy gives a tenant that runs no iteration of its
-    // own would do nothing: refused, naming the entry.
-    for (const auto& [name, n] : pc.prefill_lanes) {
-      bool rider = false;
-      for (const auto& c : pc.co_batch) rider |= c.rider == name;
-      const bool only = rider && (!pc.co_batch_own_iterations ||
-                                  std::find(pc.co_batch_rides_only.begin(), pc.co_batch_rides_only.end(), name) !=
-                                      pc.co_batch_rides_only.end());
-      if (n > 0 && only)
-        p.fail(p.table("prefill_lanes", false)->get(name), "prefill_lanes." + name,
-               "'" + name +
-                   "' only rides in other tenants' iterations (co_batch), so it has no lanes to prefill in; "
-                   "give its hosts the prefill lanes");
-    }
-    // A placement plugin, or a list of stages that together act as one.
-    if (p.has("stages") && p.has("placement"))
-      p.fail(p.node("stages"), "stages", "give either placement or stages, not both");
-    if (p.has("stages")) {
-      for (Table& st : tables_of(p, "stages", true, file)) {
-        StageChoice sc;
-        const std::string kind = st.str("kind");
-        if (kind != "filter" && kind != "score")
-          st.fail(st.node("kind"), "kind", "expected \"filter\" or \"score\", got \"" + kind + "\"");
-        sc.kind = kind == "filter" ? StageChoice::Kind::kFilter : StageChoice::Kind::kScore;
-        sc.plugin.name = st.str("plugin");
-        if (sc.kind == StageChoice::Kind::kScore)
-          sc.weight = st.num("weight", 1.0, 1e-12, 1e12);
-        else if (st.has("weight"))
-          st.fail(st.node("weight"), "weight", "only a score stage has a weight");
-        if (const toml::table* at = st.table("args", false)) sc.plugin.args = to_json(*at);
-        st.finish();
-        pc.stages.push_back(std::move(sc));
-      }
-      if (pc.stages.empty()) p.fail(p.node("stages"), "stages", "expected at least one stage");
-    } else {
-      const toml::table* pt = p.table("placement", true);
-      Table placement(*pt, p.qualified("placement"), file);
-      pc.placement = plugin_choice(placement);
-    }
-    for (Table& ps : tables_of(p, "partition_sets", true, file)) pc.partition_sets.push_back(plugin_choice(ps));
-    if (pc.partition_sets.empty()) p.fail(p.node("partition_sets"), "partition_sets", "expected at least one");
-    // Optional plugins; their names and arguments are checked when simulate
-    // creates them (plugin libraries may add names).
-    if (const toml::table* at = p.table("arbiter", false)) {
-      Table arbiter(*at, p.qualified("arbiter"), file);
-      pc.arbiter = plugin_choice(arbiter);
-    }
-    if (const toml::table* et = p.table("estimator", false)) {
-      Table estimator(*et, p.qualified("estimator"), file);
-      pc.estimator = plugin_choice(estimator);
-    }
-    // The default budget grows with the tenants the policy schedules (64
-    // issued operators each, at least 256): a cluster-wide cap that suits a
-    // few tenants throttles fifty (docs/config.md).
-    const auto default_budget = static_cast<std::int64_t>(std::max<std::size_t>(256, 64 * pc.tenants.size()));
-    pc.issued_budget = static_cast<std::size_t>(default_budget);
-    if (const toml::table* sct = p.table("scheduler", false)) {
-      Table sc(*sct, p.qualified("scheduler"), file);
-      pc.issued_budget = static_cast<std::size_t>(sc.integer("issued_budget", default_budget, 1, 1 << 30));
-      pc.batch_cap = static_cast<std::size_t>(sc.integer("batch_cap", 16, 1, 1 << 20));
-      pc.horizon_s = sc.num("horizon_s", -1, -1, 1e9);
-      static const std::string kComponent = "component";
-      const std::string scope = sc.str("what_if_scope", &kComponent);
-      if (scope != "component" && scope != "cluster")
-        sc.fail(sc.node("what_if_scope"), "what_if_scope",
-                "expected \"component\" or \"cluster\", got \"" + scope + "\"");
-      pc.scoped_what_if = scope == "component";
-      sc.finish();
-    }
-    p.finish();
-    for (const auto& other : cfg.policies)
-      if (other.name == pc.name) p.fail(p.node("name"), "name", "duplicate policy name '" + pc.name + "'");
-    cfg.policies.push_back(std::move(pc));
+    if (pc.stages.empty()) p.fail(p.node("stages"), "stages", "expected at least one stage");
+  } else {
+    const toml::table* pt = p.table("placement", true);
+    Table placement(*pt, p.qualified("placement"), file);
+    pc.placement = plugin_choice(placement);
   }
+  for (Table& ps : tables_of(p, "partition_sets", true, file)) pc.partition_sets.push_back(plugin_choice(ps));
+  if (pc.partition_sets.empty()) p.fail(p.node("partition_sets"), "partition_sets", "expected at least one");
+  // Optional plugins; their names and arguments are checked when simulate
+  // creates them (plugin libraries may add names).
+  if (const toml::table* at = p.table("arbiter", false)) {
+    Table arbiter(*at, p.qualified("arbiter"), file);
+    pc.arbiter = plugin_choice(arbiter);
+  }
+  if (const toml::table* et = p.table("estimator", false)) {
+    Table estimator(*et, p.qualified("estimator"), file);
+    pc.estimator = plugin_choice(estimator);
+  }
+  // The default budget grows with the tenants the policy schedules (64
+  // issued operators each, at least 256): a cluster-wide cap that suits a
+  // few tenants throttles fifty (docs/config.md).
+  const auto default_budget = static_cast<std::int64_t>(std::max<std::size_t>(256, 64 * pc.tenants.size()));
+  pc.issued_budget = static_cast<std::size_t>(default_budget);
+  if (const toml::table* sct = p.table("scheduler", false)) {
+    Table sc(*sct, p.qualified("scheduler"), file);
+    pc.issued_budget = static_cast<std::size_t>(sc.integer("issued_budget", default_budget, 1, 1 << 30));
+    pc.batch_cap = static_cast<std::size_t>(sc.integer("batch_cap", 16, 1, 1 << 20));
+    pc.horizon_s = sc.num("horizon_s", -1, -1, 1e9);
+    static const std::string kComponent = "component";
+    const std::string scope = sc.str("what_if_scope", &kComponent);
+    if (scope != "component" && scope != "cluster")
+      sc.fail(sc.node("what_if_scope"), "what_if_scope",
+              "expected \"component\" or \"cluster\", got \"" + scope + "\"");
+    pc.scoped_what_if = scope == "component";
+    sc.finish();
+  }
+  p.finish();
+  return pc;
+}
 
+// slo_baseline: the policy whose TTFT sets the SLO threshold.
+void read_slo_baseline(Table& root, ExperimentConfig& cfg) {
   // Read whether given or not, so the key is known to --set and typo hints.
   const bool baseline_given = root.has("slo_baseline");
   const std::string no_baseline;
@@ -1063,7 +1048,10 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
         break;
       }
   }
+}
 
+// [[faults]]: accelerators lost at a time, for a while or for good.
+void read_faults(Table& root, ExperimentConfig& cfg, const std::string& file) {
   for (Table& f : tables_of(root, "faults", false, file)) {
     FaultConfig fc;
     fc.accelerator = f.str("accelerator");
@@ -1095,6 +1083,56 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
                   "the fault of '" + b.accelerator + "' at " + std::to_string(b.at_s) +
                       " s starts while its fault at " + std::to_string(a.at_s) + " s lasts");
     }
+}
+
+ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFiles& files) {
+  ExperimentConfig cfg;
+  cfg.path = file;
+  Table root(doc, "", file);
+  const std::string stem = fs::path(file).stem().string();
+  cfg.name = root.name("name", &stem);
+  cfg.seed = static_cast<std::uint64_t>(root.integer("seed", 1, 0, INT64_MAX));
+  cfg.duration_s = root.positive_or("duration_s", -1, 1e9, -1, "to run until done");
+  std::vector<UnresolvedType> unresolved;
+  read_cluster(root, cfg, file, files, unresolved);
+
+  // One model ([model]) or several ([[models]], each named).
+  if (root.has("model") && root.has("models"))
+    root.fail(root.node("models"), "models", "give either [model] (one model) or [[models]] tables, not both");
+  if (const toml::table* mt = root.table("model", false)) {
+    Table m(*mt, "model", file);
+    cfg.models.push_back(read_model(m, files, file, false));
+  }
+  for (Table& m : tables_of(root, "models", false, file)) {
+    ModelConfig mc = read_model(m, files, file, true);
+    for (const auto& other : cfg.models)
+      if (other.name == mc.name) m.fail(m.node("name"), "name", "duplicate model name '" + mc.name + "'");
+    cfg.models.push_back(std::move(mc));
+  }
+  if (cfg.models.empty()) cfg.models.emplace_back();
+
+  read_live(root, cfg, file);
+  read_serve(root, cfg, file, files);
+  read_ground_truth(root, cfg, file, files, unresolved);
+
+  for (Table& t : tables_of(root, "tenants", true, file)) {
+    TenantConfig tc = read_tenant(t, cfg, file, files);
+    for (const auto& other : cfg.tenants)
+      if (other.name == tc.name) t.fail(t.node("name"), "name", "duplicate tenant name '" + tc.name + "'");
+    cfg.tenants.push_back(std::move(tc));
+  }
+
+  std::vector<Table> policy_tables = tables_of(root, "policies", true, file);
+  if (policy_tables.empty()) root.fail(root.node("policies"), "policies", "expected at least one [[policies]] table");
+  for (Table& p : policy_tables) {
+    PolicyConfig pc = read_policy(p, cfg, file);
+    for (const auto& other : cfg.policies)
+      if (other.name == pc.name) p.fail(p.node("name"), "name", "duplicate policy name '" + pc.name + "'");
+    cfg.policies.push_back(std::move(pc));
+  }
+
+  read_slo_baseline(root, cfg);
+  read_faults(root, cfg, file);
 
   if (const toml::table* et = root.table("estimators", false)) {
     Table e(*et, "estimators", file);
