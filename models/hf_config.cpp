@@ -124,9 +124,29 @@ Result<DenseDecoderConfig> read_hf_config(const std::string& path, std::string n
     c.context_window = std::min(c.context_window, window);
   }
   SLICESCHED_TAKE(c.tied_embeddings, r.flag("tie_word_embeddings", false))
-  // Qwen2 always biases q, k and v; Llama says so in attention_bias.
-  SLICESCHED_TAKE(c.qkv_bias, r.flag("attention_bias", c.model_type == "qwen2"))
-  if (c.model_type == "qwen2") c.qkv_bias = true;
+  // Qwen2 always biases q, k and v (not o_proj). Llama's attention_bias
+  // biases all four, o_proj too, which nothing here models; Mistral has no
+  // biases whatever the key says (transformers ignores it there).
+  if (c.model_type == "llama") {
+    bool attention_bias = false;
+    SLICESCHED_TAKE(attention_bias, r.flag("attention_bias", false))
+    if (attention_bias)
+      return r.error("attention_bias",
+                     "true is not supported for model_type \"llama\": it biases o_proj as well as q, k and v, and "
+                     "an o_proj bias is not modelled (Qwen2's q/k/v biases are)");
+  }
+  c.qkv_bias = c.model_type == "qwen2";
+  // The gated MLP's activation is SiLU here; another would serve other
+  // tokens than transformers' (Phi's GELU is read below).
+  if (!phi && j.contains("hidden_act") && !j["hidden_act"].is_null()) {
+    const auto& a = j["hidden_act"];
+    const std::string act = a.is_string() ? a.get<std::string>() : "";
+    if (act != "silu" && act != "swish")
+      return r.error("hidden_act",
+                     "expected \"silu\" (or \"swish\", its other name: the gated MLP's activation "
+                     "here), got " +
+                         a.dump());
+  }
   if (phi) {
     // transformers' PhiForCausalLM: one LayerNorm feeds attention and a
     // fc1 -> GELU -> fc2 MLP, summed into the residual; every projection,

@@ -203,6 +203,14 @@ TEST_CASE("config.json settings nothing models are refused, not simulated as ano
       {", \"hidden_size\": 4294967296", "hidden_size: expected at most 1048576, got 4294967296"},
       {", \"vocab_size\": 18446744073709551615", "vocab_size: expected at most 16777216, got 18446744073709551615"},
       {", \"num_hidden_layers\": 100000", "num_hidden_layers: expected at most 10000, got 100000"},
+      // Served as SiLU, a GELU Llama made other tokens than transformers'.
+      {", \"hidden_act\": \"gelu\"",
+       "hidden_act: expected \"silu\" (or \"swish\", its other name: the gated MLP's activation here), got \"gelu\""},
+      {", \"hidden_act\": 3",
+       "hidden_act: expected \"silu\" (or \"swish\", its other name: the gated MLP's activation here), got 3"},
+      {", \"attention_bias\": true",
+       "attention_bias: true is not supported for model_type \"llama\": it biases o_proj as well as q, k and v, and "
+       "an o_proj bias is not modelled (Qwen2's q/k/v biases are)"},
   };
   for (const auto& row : rows) {
     INFO(row.extra);
@@ -211,7 +219,14 @@ TEST_CASE("config.json settings nothing models are refused, not simulated as ano
     CHECK(c.status().message() == path + ": " + row.message);
   }
   // Null settings are absent ones.
-  CHECK(hf_of(", \"quantization_config\": null, \"mlp_bias\": false").ok());
+  CHECK(hf_of(", \"quantization_config\": null, \"mlp_bias\": false, \"hidden_act\": null").ok());
+  CHECK(hf_of(", \"hidden_act\": \"swish\", \"attention_bias\": false").ok());
+  // Qwen2 biases q, k and v whatever the key says; Mistral never (transformers
+  // ignores attention_bias there).
+  CHECK(hf_of(", \"attention_bias\": false", "qwen2").value().qkv_bias);
+  CHECK_FALSE(hf_of(", \"attention_bias\": true", "mistral").value().qkv_bias);
+  CHECK_FALSE(hf_of(", \"hidden_act\": \"silu\"", "mistral").value().qkv_bias);
+  CHECK_FALSE(hf_of(", \"hidden_act\": \"gelu\"", "qwen2").ok());
 }
 
 TEST_CASE("a sliding window bounds the positions served, dtype is read when torch_dtype is null", "[models][config]") {
