@@ -22,6 +22,7 @@ import slicesched.core.graph;
 import slicesched.core.priors;
 import slicesched.hardware.roofline;
 import slicesched.core.shape;
+import slicesched.models.model;
 
 namespace slicesched {
 
@@ -478,6 +479,13 @@ Result<CalibrationProfile> read_profile(const ExperimentConfig& cfg, const std::
     auto model = make_model(mc);
     if (!model.ok()) return model.status();
     if (auto added = templates.add(model.value()->make_template()); !added.ok()) return added.status();
+    // Fits are found by the model's name: another model of that name would
+    // play them at the measured one's speed.
+    if (const auto* measured = profile.value().find_model(mc.name))
+      if (const std::string ours = shape_text(*model.value()); measured->shape != ours)
+        return FailedPrecondition(cfg.path + ": " + key + ": " + path + ": model '" + mc.name + "' was measured as " +
+                                  measured->shape + "; the config's is " + ours +
+                                  " (measure it again, or give the model another name)");
   }
   if (Status s = check_features(profile.value(), templates); !s.ok())
     return Status(s.code(), cfg.path + ": " + key + ": " + path + ": " + s.message());

@@ -13,6 +13,7 @@ module;
 module slicesched.compose.run;
 import slicesched.compose.guard;
 import slicesched.core.ids;
+import slicesched.models.model;
 
 namespace slicesched {
 
@@ -125,6 +126,8 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
       r.estimators.push_back(std::move(row));
     }
     r.calibration = snapshot(*parts.linear, *parts.templates, *parts.accels, opt.origin);
+    for (TemplateId t : parts.tmpls)
+      if (const Model* m = parts.models.of(t)) r.calibration->models.push_back({m->name(), shape_text(*m)});
   }
   r.predictions = predictions.errors(*parts.templates);
   if (decisions) r.decisions = decisions->lines();

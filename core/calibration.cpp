@@ -51,6 +51,12 @@ const CalibrationProfile::FixedCost* CalibrationProfile::find_fixed_cost(const s
   return nullptr;
 }
 
+const CalibrationProfile::ModelShape* CalibrationProfile::find_model(const std::string& tmpl) const {
+  for (const ModelShape& m : models)
+    if (m.tmpl == tmpl) return &m;
+  return nullptr;
+}
+
 CalibrationProfile snapshot(const EstimatorSet& est, const TemplateRegistry& templates, const AcceleratorSet& accels,
                             std::string source) {
   CalibrationProfile p;
@@ -118,6 +124,10 @@ std::string calibration_text(const CalibrationProfile& p) {
                                   {"samples", f.samples}});
     for (std::size_t i = 0; i < p.fixed_costs.size(); ++i)
       if (p.fixed_costs[i].request_s > 0) j["fixed_costs"][i]["request_overhead_us"] = p.fixed_costs[i].request_s * 1e6;
+  }
+  if (!p.models.empty()) {
+    j["models"] = nlohmann::json::array();
+    for (const auto& m : p.models) j["models"].push_back({{"template", m.tmpl}, {"shape", m.shape}});
   }
   return j.dump(2) + "\n";
 }
@@ -218,6 +228,20 @@ Result<CalibrationProfile> read_calibration(const std::string& path) {
         if (p.find_fixed_cost(fc.type))
           return InvalidArgument(where + ".type: \"" + fc.type + "\" has fixed costs already");
         p.fixed_costs.push_back(std::move(fc));
+      }
+    }
+    if (j.contains("models")) {
+      const auto& models = j.at("models");
+      if (!models.is_array()) return InvalidArgument(path + ": models: expected an array");
+      for (std::size_t i = 0; i < models.size(); ++i) {
+        const auto& m = models[i];
+        const std::string where = path + ": models[" + std::to_string(i) + "]";
+        if (!m.is_object() || !m.contains("template") || !m["template"].is_string() || !m.contains("shape") ||
+            !m["shape"].is_string())
+          return InvalidArgument(where + ": expected { \"template\": \"...\", \"shape\": \"...\" }");
+        CalibrationProfile::ModelShape ms{m["template"].get<std::string>(), m["shape"].get<std::string>()};
+        if (p.find_model(ms.tmpl)) return InvalidArgument(where + ".template: \"" + ms.tmpl + "\" has a shape already");
+        p.models.push_back(std::move(ms));
       }
     }
   } catch (const nlohmann::json::exception& e) {

@@ -11,10 +11,12 @@
 //     "transfers": [ { "src": "gpu0", "dst": "gpu1", "sec_per_byte": 3.3e-12,
 //                      "fixed_s": 5e-6, "samples": 40, "mape_pct": 0.9 } ],
 //     "fixed_costs": [ { "type": "H100", "iteration_overhead_us": 120,
-//                        "sequence_overhead_us": 3, "samples": 12 } ] }
+//                        "sequence_overhead_us": 3, "samples": 12 } ],
+//     "models": [ { "template": "llama3-8b", "shape": "dense-decoder: ..." } ] }
 // `fixed_costs` (optional: older /2 profiles have none) is the serving
 // engine's own time per iteration and per sequence in an iteration, beyond
 // its operators', that calibrate measured on each accelerator type.
+// `models` (optional too) says what each template's model was.
 // Coefficients multiply the features in order; `features` are the template
 // operator's feature expressions as the fit saw them (Expr::to_string), so a
 // profile fitted to other features than the template's now is refused
@@ -57,15 +59,24 @@ struct CalibrationProfile {
     // end's, not the executor's).
     double request_s = 0;
   };
+  // The model behind a template when its fits were made (shape_text in
+  // models/model.cppm): read for a model of that name but another shape,
+  // the profile is refused, not played at the other model's speed.
+  // Optional in the file: profiles written before have none.
+  struct ModelShape {
+    std::string tmpl, shape;
+  };
   std::string source;
   std::vector<Op> ops;
   std::vector<Transfer> transfers;
   std::vector<FixedCost> fixed_costs;  // at most one per type
+  std::vector<ModelShape> models;      // at most one per template
 
   // Lookups by name; nullptr when absent.
   const Op* find_op(const std::string& tmpl, const std::string& op, const std::string& type) const;
   const Transfer* find_transfer(const std::string& src, const std::string& dst) const;
   const FixedCost* find_fixed_cost(const std::string& type) const;
+  const ModelShape* find_model(const std::string& tmpl) const;
 };
 
 // Every estimator with samples, named through the registry and the set.

@@ -75,6 +75,31 @@ class Model {
   virtual std::int64_t context_window() const = 0;
 };
 
+// What of a model decides what its operators cost, in words: a profile of
+// one model's fits (a calibration profile) is refused for a model of the
+// same name whose text differs (compose/policy.cpp, read_profile).
+inline std::string shape_text(const Model& m) {
+  const DenseShape s = m.shape();
+  std::string layers;
+  for (const ModelOp& op : m.ops())
+    if (op.role == OpRole::kLayers) layers += (layers.empty() ? "" : "+") + std::to_string(op.layers);
+  std::string flags;
+  auto flag = [&](bool on, const char* what) {
+    if (on) flags += std::string(", ") + what;
+  };
+  flag(s.parallel_block, "parallel block");
+  flag(!s.gated_mlp, "ungated MLP");
+  flag(s.layer_norm, "LayerNorm");
+  flag(s.qkv_bias, "q/k/v biases");
+  flag(s.linear_bias, "linear biases");
+  return m.family() + ": layers " + layers + ", hidden " + std::to_string(s.hidden) + ", heads " +
+         std::to_string(s.heads) + " (" + std::to_string(s.kv_heads) + " KV) of " + std::to_string(s.head_dim) +
+         (s.rotary_dim > 0 && s.rotary_dim != s.head_dim ? " (RoPE on " + std::to_string(s.rotary_dim) + ")" : "") +
+         ", MLP " + std::to_string(s.mlp) + ", vocabulary " + std::to_string(s.vocab) + ", " +
+         std::to_string(s.elem_bytes) + "-byte elements" + flags + ", " + std::to_string(m.weight_bytes()) +
+         " bytes of weights";
+}
+
 // Which model is behind each template of a registry: how the ground truth,
 // the roofline and the live runner get from a GMG operator (its template
 // and template op) to the model and the ModelOp.

@@ -21,6 +21,7 @@ module;
 module slicesched.executor.calibration;
 import slicesched.core.priors;
 import slicesched.core.status;
+import slicesched.models.model;
 
 namespace slicesched {
 
@@ -382,8 +383,10 @@ Status calibrate_copies(CalibrationResult& r, const CalibrationTarget& target, c
 // The profile of the fit, its MAPE the rows' (the fit against the medians;
 // the estimator's own is prequential, scored from the roofline prior
 // onwards).
-void snapshot_profile(CalibrationResult& r, const std::string& source) {
-  r.profile = snapshot(r.est, *r.templates, *r.accels, source);
+void snapshot_profile(CalibrationResult& r, const CalibrationTarget& target) {
+  r.profile = snapshot(r.est, *r.templates, *r.accels, target.source);
+  for (const auto& served : target.models)
+    if (served.model) r.profile.models.push_back({served.model->name(), shape_text(*served.model)});
   for (auto& op : r.profile.ops)
     for (const auto& row : r.rows)
       if (!row.transfer && row.model == op.tmpl && row.what == op.op && row.type == op.type) op.mape_pct = row.mape_pct;
@@ -421,7 +424,7 @@ Result<CalibrationResult> calibrate_models(const CalibrationTarget& target, std:
   } catch (const std::exception& e) {
     return InvalidArgument(std::string("calibrate: ") + e.what());
   }
-  snapshot_profile(r, target.source);
+  snapshot_profile(r, target);
   for (const auto& [type, xs] : overheads)
     r.profile.fixed_costs.push_back(fit_fixed_cost(r.accels->type_name(type), xs));
   r.wall_s = seconds_since(t_start);

@@ -25,7 +25,9 @@ endif()
 file(READ ${profile} json)
 foreach(needle "\"format\": \"slicesched-calibration/2\"" "\"template\": \"llama-tiny\"" "\"op\": \"layers1\""
                "\"type\": \"cpu\"" "\"src\": \"cpu0\"" "\"dst\": \"cpu3\""
-               "\"features\": [" "\"sequences\"")
+               "\"features\": [" "\"sequences\""
+               # what the model was, so a model of its name but another shape refuses it
+               "\"models\": [" "\"shape\": \"dense-decoder: layers ")
   string(FIND "${json}" "${needle}" pos)
   if(pos EQUAL -1)
     message(FATAL_ERROR "the profile lacks ${needle}:\n${json}")

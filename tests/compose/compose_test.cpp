@@ -42,6 +42,7 @@ import slicesched.engine.progress;
 import slicesched.engine.recorders;
 import slicesched.engine.tenant;
 import slicesched.hardware.roofline;
+import slicesched.models.model;
 import slicesched.models.work;
 import slicesched.simulator.emulated_cluster;
 import slicesched.simulator.roofline_truth;
@@ -891,4 +892,58 @@ TEST_CASE("each accelerator type starts from priors scaled by its datasheet, ter
     CHECK(got_a100 / got_h100 > 1.5);
     CHECK(got_a100 / got_h100 < 3.2);
   }
+}
+
+TEST_CASE("a calibration profile names the model it measured, and is refused for another of that name",
+          "[compose][calibration]") {
+  auto loaded = load_config(kSmall);
+  REQUIRE(loaded.ok());
+  const ExperimentConfig& cfg = loaded.value();
+  const ModelConfig& mc = cfg.models.front();
+  const std::string ours = shape_text(*make_model(mc).value());
+  ModelConfig bigger = mc;
+  bigger.preset = "llama2-70b", bigger.layers = 80, bigger.hidden = 8192, bigger.heads = 64, bigger.mlp = 28672;
+  bigger.vocab = 32000;
+  const std::string theirs = shape_text(*make_model(bigger).value());
+  REQUIRE(theirs != ours);
+  const auto path = (std::filesystem::temp_directory_path() / "slicesched_shape_profile.json").string();
+  CalibrationProfile p;
+  p.source = "test";
+  p.models.push_back({mc.name, theirs});
+  REQUIRE(write_calibration(p, path).ok());
+  // Written and read back as it was.
+  auto back = read_calibration(path);
+  REQUIRE(back.ok());
+  REQUIRE(back->find_model(mc.name));
+  CHECK(back->find_model(mc.name)->shape == theirs);
+  // Measured on another model of this name: refused, as ground truth and as prior.
+  auto refused = read_profile(cfg, "ground_truth.calibrated", path);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message() == cfg.path + ": ground_truth.calibrated: " + path + ": model '" + mc.name +
+                                          "' was measured as " + theirs + "; the config's is " + ours +
+                                          " (measure it again, or give the model another name)");
+  ExperimentConfig with_prior = cfg;
+  with_prior.estimator_prior = path;
+  CHECK_FALSE(read_prior(with_prior).ok());
+  // The same shape, or a profile that does not say (written before), is read.
+  p.models.front().shape = ours;
+  REQUIRE(write_calibration(p, path).ok());
+  CHECK(read_profile(cfg, "ground_truth.calibrated", path).ok());
+  p.models.clear();
+  REQUIRE(write_calibration(p, path).ok());
+  CHECK(read_profile(cfg, "ground_truth.calibrated", path).ok());
+  // What the shape says.
+  CHECK(ours.find("dense-decoder: layers ") == 0);
+  CHECK(theirs.find("hidden 8192, heads 64 (8 KV) of 128, MLP 28672, vocabulary 32000, 2-byte elements") !=
+        std::string::npos);
+  // A malformed entry is one line naming it.
+  for (const char* bad : {R"("models": 3)", R"("models": [{"template": "m"}])",
+                          R"("models": [{"template": "m", "shape": "a"}, {"template": "m", "shape": "b"}])"}) {
+    INFO(bad);
+    std::ofstream(path) << R"({"format": "slicesched-calibration/2", "ops": [], "transfers": [], )" << bad << "}";
+    auto r = read_calibration(path);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message().find(path + ": models") == 0);
+  }
+  std::filesystem::remove(path);
 }
