@@ -292,6 +292,15 @@ Result<bool> Engine::fail_out_of_memory(Nanos now, OomFail which) {
   for (const Deferral& d : scheduler_.last_deferrals()) {
     if (!d.memory) continue;
     if (which == OomFail::kNever && !d.never) continue;
+    // A batch of several operators that never fits as collected, where no
+    // sequence can be shed (one sequence, or an iteration under way): a few
+    // operators at a time may fit (each layer group's KV cache on another
+    // accelerator). Which operators a batch collects depends on what is
+    // issued already, so failing here failed a request only sometimes.
+    if (d.never && d.ops > 1 && !tenants_[d.tenant].can_shed(d.instance, gmg_)) {
+      scheduler_.limit_batches(d.instance, d.ops / 2);
+      return true;
+    }
     const std::string why = d.never
                                 ? "out of memory: its iteration needs more HBM than any of its " +
                                       std::to_string(d.candidates) + " candidate placement(s) has beside the weights"

@@ -83,12 +83,21 @@ Scheduler::~Scheduler() = default;
 // Follows successors inside the seed's instance (and instances attached to
 // it) while every predecessor of an added op is issued, done or already in
 // the batch, so the batch can be issued in order.
-Batch Scheduler::collect(const Gmg& gmg, OpId seed) const {
+void Scheduler::limit_batches(InstanceId instance, std::size_t cap) {
+  for (auto& [i, limit] : limited_)
+    if (i == instance) {
+      limit = std::max<std::size_t>(1, cap);
+      return;
+    }
+  limited_.emplace_back(instance, std::max<std::size_t>(1, cap));
+}
+
+Batch Scheduler::collect(const Gmg& gmg, OpId seed, std::size_t cap) const {
   const OpRecord& s = gmg.op(seed);
   Batch b{{seed}, s.tmpl, s.tenant, s.priority};
   std::vector<OpId> frontier{seed};
   auto in_batch = [&](OpId id) { return std::find(b.ops.begin(), b.ops.end(), id) != b.ops.end(); };
-  for (std::size_t head = 0; head < frontier.size() && b.ops.size() < opt_.batch_cap; ++head) {
+  for (std::size_t head = 0; head < frontier.size() && b.ops.size() < cap; ++head) {
     for (std::uint32_t e = gmg.op(frontier[head]).first_out; e != kNoEdge; e = gmg.edge(e).next_out) {
       const OpId next = gmg.edge(e).dst;
       const OpRecord& n = gmg.op(next);
@@ -101,7 +110,7 @@ Batch Scheduler::collect(const Gmg& gmg, OpId seed) const {
       if (!ready) continue;
       b.ops.push_back(next);
       frontier.push_back(next);
-      if (b.ops.size() >= opt_.batch_cap) break;
+      if (b.ops.size() >= cap) break;
     }
   }
   return b;
@@ -444,6 +453,12 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
   // priority may not take memory there in the same call (it would starve
   // the higher one; the engine preempts it instead).
   std::vector<std::pair<AccelId, std::int32_t>> reserved_for;
+  // Limits whose iterations have nothing ready any more are let go.
+  if (!limited_.empty())
+    std::erase_if(limited_, [&](const std::pair<InstanceId, std::size_t>& l) {
+      const auto& ready = gmg.unscheduled_frontier();
+      return std::none_of(ready.begin(), ready.end(), [&](OpId id) { return gmg.op(id).instance == l.first; });
+    });
   for (;;) {
     ++stats_.rounds;
     if (gmg.issued_count() >= opt_.issued_budget) {
@@ -468,7 +483,10 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
         seed = id;
     }
     if (seed == kNoOp) break;
-    Batch batch = collect(gmg, seed);
+    std::size_t cap = opt_.batch_cap;
+    for (const auto& [instance, limit] : limited_)
+      if (instance == gmg.op(seed).instance) cap = std::min(cap, limit);
+    Batch batch = collect(gmg, seed, cap);
     ++stats_.batches;
     // Last round's candidates, overwritten: their buffers are reused.
     std::vector<Candidate>& cands = workers_->cands;

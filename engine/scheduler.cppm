@@ -110,13 +110,20 @@ class Scheduler {
   void close_budget_period(Nanos now);
   // The batches deferred in the latest schedule() call, in round order.
   const std::vector<Deferral>& last_deferrals() const { return last_deferrals_; }
+  // From now on the batches of iteration `instance` hold at most `cap`
+  // operators (>= 1), fewer than batch_cap: one that can never fit as
+  // collected (Deferral::never; all its operators on one accelerator, say)
+  // may fit a few operators at a time. Let go once the iteration has
+  // nothing ready.
+  void limit_batches(InstanceId instance, std::size_t cap);
   // Called at the end of every round that had a batch (issued or
   // deferred), on the scheduler's thread; null: nobody listens.
   using DecisionFn = std::function<void(const Gmg&, const Decision&)>;
   void on_decision(DecisionFn fn) { on_decision_ = std::move(fn); }
 
  private:
-  Batch collect(const Gmg& gmg, OpId seed) const;
+  Batch collect(const Gmg& gmg, OpId seed, std::size_t cap) const;
+  std::vector<std::pair<InstanceId, std::size_t>> limited_;  // limit_batches
   void count_oom_wait(const Gmg& gmg, const Batch& batch);
   std::unordered_set<InstanceId> oom_waited_;
   // Writes one outcome per candidate over `out` (last round's, so their

@@ -700,6 +700,11 @@ Result<std::size_t> Tenant::preempt(InstanceId instance, Gmg& gmg) {
   return seqs.size();
 }
 
+bool Tenant::can_shed(InstanceId instance, const Gmg& gmg) {
+  const Lane* lane = unstarted(instance, gmg);
+  return lane && lane->running.size() > 1;
+}
+
 Result<Tenant::OomOutcome> Tenant::fail_out_of_memory(InstanceId instance, const std::string& reason, Gmg& gmg, Nanos t,
                                                       bool started_too) {
   Lane* lane = unstarted(instance, gmg);

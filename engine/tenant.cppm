@@ -198,6 +198,9 @@ class Tenant {
   };
   Result<OomOutcome> fail_out_of_memory(InstanceId instance, const std::string& reason, Gmg& gmg, Nanos t,
                                         bool started_too = false);
+  // Whether fail_out_of_memory would shed sequences of `instance` (an
+  // iteration not started, of several sequences) rather than fail one.
+  bool can_shed(InstanceId instance, const Gmg& gmg);
   // The KV budget admission keeps to: kv_budget_tokens, or less once an
   // iteration did not fit the HBM (fail_out_of_memory).
   std::int64_t kv_budget() const { return std::min(spec_.kv_budget_tokens, kv_cap_); }
