@@ -213,8 +213,11 @@ Status wire_co_batch(const ExperimentConfig& cfg, PolicyParts& p) {
       Tenant* rider = riders.size() == 1 ? riders[0] : riders[k];
       Tenant* host = hosts.size() == 1 ? hosts[0] : hosts[k];
       if (rider->tmpl() != host->tmpl())
-        return InvalidArgument(who + c.rider + ": host '" + host->spec().name +
-                               "' serves another model (a batch runs one model)");
+        return InvalidArgument(who + c.rider + ": host '" + host->spec().name + "' serves model '" +
+                               p.templates->get(host->tmpl()).name() + "', '" + c.rider + "' model '" +
+                               p.templates->get(rider->tmpl()).name() +
+                               "' (a batch runs one model; models are told apart by name, so two [[models]] entries "
+                               "alike are two models, each with its weights: give both tenants one)");
       host->add_rider_source(rider);
       host->set_keep_riders(p.policy.co_batch_keep_riders);
       if (p.policy.co_batch_slowdown >= 0)

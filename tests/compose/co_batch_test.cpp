@@ -262,3 +262,18 @@ TEST_CASE("co_batch: a rider larger than every host's KV budget fails at arrival
   for (const RequestRecord& r : tenant(*parts, "online0").records())
     if (r.done >= 0) CHECK(r.error.empty());
 }
+
+TEST_CASE("co_batch: a rider of another model is refused, both models named", "[compose][co_batch][bad-input]") {
+  const std::string path = std::string(SLICESCHED_SOURCE_DIR) + "/tests/compose/co_batch_two_models.toml";
+  auto cfg = load_config(path);
+  REQUIRE(cfg.ok());
+  PluginRegistries plugins;
+  REQUIRE(load_plugins(*cfg, plugins).ok());
+  auto parts = build_policy(*cfg, cfg->policies.front(), plugins);
+  REQUIRE_FALSE(parts.ok());
+  CHECK(parts.status().message() ==
+        path +
+            ": policy 'Priority-Batch': co_batch.riders.offline0: host 'online0' serves model 'chat', 'offline0' model "
+            "'batch' (a batch runs one model; models are told apart by name, so two [[models]] entries alike are two "
+            "models, each with its weights: give both tenants one)");
+}
