@@ -104,7 +104,7 @@ int serve(const ServeOptions& opt) {
   if (front)
     if (Status s = front->start(*session); !s.ok()) failed(s);
   RecordOptions ro;
-  ro.timeline_s = opt.trace_seconds;
+  ro.timeline_s = opt.out ? opt.trace_seconds : -1;  // (only the Chrome trace reads it)
   if (!front) ro.progress = progress_printer(policy.name);
   auto run = session->run(ro, front ? front->observers() : std::span<EngineObserver* const>{});
   // Whatever way the run ended: batch results that arrived are written,

@@ -171,7 +171,7 @@ int simulate(const SimulateOptions& opt) {
     std::vector<std::string> failures(chosen.size());
     auto run_one = [&](std::size_t k, RecordOptions ro) {
       ro.stop = &signals.stop();
-      ro.timeline_s = opt.trace_seconds;
+      ro.timeline_s = opt.out ? opt.trace_seconds : -1;  // (only the Chrome trace reads it)
       ro.decisions = opt.explain && k < reported;
       ro.origin = "simulate " + cfg->path + ", policy " + chosen[k]->name;
       ro.keep_failed = true;  // a failed run's decisions and trace are what explain it

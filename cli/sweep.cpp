@@ -255,10 +255,20 @@ int sweep(const SweepOptions& opt) {
        .first_line = "\nslicesched: stopping: each run ends at its next event (a plugin still deciding returns "
                      "first); Ctrl-C again to stop now\n"});
   const int jobs = opt.jobs > 0 ? opt.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::fprintf(stderr, "sweep: %zu point(s)%s x %zu polic%s on %d thread(s)\n", points.size(),
+  // The SLO baseline, run beside the policies a point reports, counts in
+  // the progress line's runs: said here, so the two numbers agree.
+  std::size_t references = 0;
+  for (const PreparedPoint& p : points) references += p.reference ? 1 : 0;
+  std::fprintf(stderr, "sweep: %zu point(s)%s x %zu polic%s%s on %d thread(s)\n", points.size(),
                opt.shard ? (" (shard " + *opt.shard + " of " + std::to_string(grid.size()) + ")").c_str() : "",
                points.empty() ? 0 : points[0].policies.size(),
-               !points.empty() && points[0].policies.size() == 1 ? "y" : "ies", jobs);
+               !points.empty() && points[0].policies.size() == 1 ? "y" : "ies",
+               references == 0 ? ""
+                               : (", plus the SLO baseline '" + *points[0].reference + "' at " +
+                                  (references == points.size() ? std::string("each") : std::to_string(references)) +
+                                  " (" + std::to_string(references) + " run(s) more)")
+                                     .c_str(),
+               jobs);
   const auto results = run_points(points, plugins, jobs, "sweep", &signals.stop());
   if (signals.count() > 0) {
     std::error_code ec;
