@@ -138,9 +138,11 @@ int simulate(const SimulateOptions& opt) {
     // instead (a baseline run beside is short: it simulates nothing).
     const bool parallel_whatifs = reported == 1;
     tbb::parallel_for(std::size_t{0}, chosen.size(), [&](std::size_t k) {
-      auto made = build_policy(
-          *cfg, *chosen[k], plugins,
-          {.prior = truths.prior ? &*truths.prior : nullptr, .parallel = parallel_whatifs, .explain = opt.explain});
+      auto made = build_policy(*cfg, *chosen[k], plugins,
+                               {.prior = truths.prior ? &*truths.prior : nullptr,
+                                .parallel = parallel_whatifs,
+                                .explain = opt.explain,
+                                .explain_s = opt.trace_seconds});
       if (made.ok())
         parts[k] = std::move(made).value();
       else

@@ -431,6 +431,7 @@ Result<std::unique_ptr<PolicyParts>> build_policy(const ExperimentConfig& cfg, c
     sopt.batch_cap = policy.batch_cap;
     sopt.parallel = opt.parallel;
     sopt.prune = !opt.explain;
+    if (opt.explain && opt.explain_s >= 0) sopt.prune_after = static_cast<Nanos>(opt.explain_s * 1e9);
     sopt.scoped = policy.scoped_what_if;
     sopt.horizon = policy.horizon_s < 0 ? -1 : static_cast<Nanos>(policy.horizon_s * 1e9);
     // The what-if workers' arbiters count into the backend arbiter's record.

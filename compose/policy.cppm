@@ -120,7 +120,10 @@ struct BuildOptions {
   bool parallel = true;
   // Simulate every candidate to the end, not only those that can still win
   // (SchedulerOptions::prune off): what --explain records. Same picks.
+  // Only through explain_s simulated seconds (the traced ones, whose rounds
+  // are recorded) when >= 0; after them rounds are cut short again.
   bool explain = false;
+  double explain_s = -1;
   // When set, the requests tenant `t` replays instead of its configured
   // stream (a benchmark's fixed load). Called once per tenant.
   std::function<Trace(const TenantConfig& t)> stream = {};

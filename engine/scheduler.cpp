@@ -184,7 +184,8 @@ Status Scheduler::what_if(const Gmg& gmg, const Batch& batch, const std::vector<
   // order they are simulated in; the pick does not.
   // With a makespan objective the same, on the batch's latest completion.
   const PlacementPolicy::Objective objective = policy_.objective();
-  const bool prune = opt_.prune && objective != PlacementPolicy::Objective::kNone;
+  const bool prune = (opt_.prune || (opt_.prune_after >= 0 && now > opt_.prune_after)) &&
+                     objective != PlacementPolicy::Objective::kNone;
   const bool by_makespan = objective == PlacementPolicy::Objective::kMakespan;
   // What issuing the batch needs wherever it goes (check_issue's other half
   // is per candidate, below).

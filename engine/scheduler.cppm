@@ -48,6 +48,9 @@ struct SchedulerOptions {
   // PlacementPolicy::objective()); off, every candidate is simulated to
   // the end (what --explain shows). The pick is the same either way.
   bool prune = true;
+  // With prune off: rounds after this simulated time (>= 0) prune anyway
+  // (--explain records the rounds of its window only).
+  Nanos prune_after = -1;
 };
 
 struct RoundStats {

@@ -177,6 +177,8 @@ struct RunOptions {
   bool declared_objective = true;
   int gpus = 4;
   bool parallel = true;
+  bool prune = true;       // SchedulerOptions::prune
+  Nanos prune_after = -1;  // SchedulerOptions::prune_after
   std::vector<FaultEvent> faults = {};
   const char* placement = "simulation-guided";
   std::string* error = nullptr;  // set: a failed run leaves its message here (else it fails the test)
@@ -209,6 +211,8 @@ Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimat
   auto backend_arbiter = plugins.arbiter.create(arbiter, arbiter_args);
   REQUIRE(backend_arbiter.ok());
   SchedulerOptions sopt{.issued_budget = 64, .batch_cap = 6, .parallel = opt.parallel};
+  sopt.prune = opt.prune;
+  sopt.prune_after = opt.prune_after;
   if (opt.what_if_arbiter) sopt.arbiter = [&] { return plugins.arbiter.create(arbiter, arbiter_args); };
   PluginPtr<PlacementPolicy> policy = std::move(placement).value();
   if (!opt.declared_objective) policy = PluginPtr<PlacementPolicy>(new Undeclared(std::move(policy)));
@@ -320,6 +324,26 @@ TEST_CASE("engine: what-ifs cut short as dominated leave every pick as it was", 
     CHECK(cut.scheduling.simulations == whole.scheduling.simulations);
     REQUIRE(cut.log.size() == whole.log.size());
     for (std::size_t i = 0; i < cut.log.size(); ++i) REQUIRE(same(cut.log[i], whole.log[i]));
+  }
+}
+
+TEST_CASE("engine: --explain simulates every candidate of its window to the end, and cuts short after it",
+          "[engine][scheduler]") {
+  PluginRegistries plugins;
+  REQUIRE(plugins::register_builtins(plugins).ok());
+  const Run cut = run_engine("greedy", json::object(), online_linear(plugins));
+  const Run whole = run_engine("greedy", json::object(), online_linear(plugins), {.prune = false});
+  // The requests arrive over 2 s: the first second's rounds whole, the rest cut.
+  const Run window =
+      run_engine("greedy", json::object(), online_linear(plugins), {.prune = false, .prune_after = 1'000'000'000});
+  CHECK(whole.scheduling.dominated == 0);
+  CHECK(window.scheduling.dominated > cut.scheduling.dominated / 4);
+  CHECK(window.scheduling.dominated < cut.scheduling.dominated);
+  REQUIRE(window.log.size() == cut.log.size());
+  REQUIRE(window.log.size() == whole.log.size());
+  for (std::size_t i = 0; i < cut.log.size(); ++i) {
+    REQUIRE(same(window.log[i], cut.log[i]));
+    REQUIRE(same(window.log[i], whole.log[i]));
   }
 }
 
