@@ -12,6 +12,10 @@ module slicesched.engine.metrics;
 
 namespace slicesched {
 
+void IntervalRecorder::sort() {
+  for (auto& v : per_) std::sort(v.begin(), v.end());
+}
+
 double percentile(const std::vector<double>& v, double p) {
   if (v.empty()) return 0;
   const double pos = std::clamp(p, 0.0, 100.0) / 100.0 * static_cast<double>(v.size() - 1);
@@ -29,7 +33,7 @@ RunMetrics compute_metrics(const std::string& policy, const EngineResult& result
 }
 
 RunMetrics compute_metrics(const std::string& policy, const std::vector<RequestRecord>& requests,
-                           const IntervalRecorder& intervals, const std::vector<bool>& online, double window_s,
+                           IntervalRecorder& intervals, const std::vector<bool>& online, double window_s,
                            double offered_s, std::span<const int> gpus) {
   RunMetrics m;
   m.policy = policy;
@@ -68,13 +72,9 @@ RunMetrics compute_metrics(const std::string& policy, const std::vector<RequestR
   // Inside a measurement window, work is clipped to it.
   const Nanos clip = window_s > 0 ? static_cast<Nanos>(window_s * 1e9) : INT64_MAX;
   const std::size_t accelerators = intervals.intervals().size();
-  std::vector<std::vector<std::pair<Nanos, Nanos>>> per(accelerators);
-  for (std::size_t a = 0; a < accelerators; ++a)
-    for (const auto& [start, finish] : intervals.intervals()[a])
-      if (start < clip) {
-        per[a].push_back({start, std::min(finish, clip)});
-        last = std::max(last, finish);
-      }
+  for (const auto& v : intervals.intervals())
+    for (const auto& [start, finish] : v)
+      if (start < clip) last = std::max(last, finish);
   m.span_s = window_s > 0 ? window_s : std::max(static_cast<double>(last) / 1e9, offered_s);
   // Utilization over time, unclipped: the bins cover the span.
   m.busy_bins_s.assign(static_cast<std::size_t>(m.span_s / RunMetrics::kBusyBinS) + 1, 0.0);
@@ -90,13 +90,19 @@ RunMetrics compute_metrics(const std::string& policy, const std::vector<RequestR
     }
   m.accel_busy_s.assign(accelerators, 0);
   double busy = 0, gpus_total = 0;  // GPU-seconds busy, and GPUs
+  intervals.sort();                 // (after the bins: their sums keep the order they always had)
   for (std::size_t a = 0; a < accelerators; ++a) {
-    auto& v = per[a];
-    std::sort(v.begin(), v.end());
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      m.accel_busy_s[a] += static_cast<double>(v[i].second - v[i].first) / 1e9;
-      if (i > 0 && v[i].first > v[i - 1].second)
-        m.idle_slices_s.push_back(static_cast<double>(v[i].first - v[i - 1].second) / 1e9);
+    // Those starting inside the window, cut at its end: sorted, as a
+    // subsequence of sorted intervals is.
+    bool first = true;
+    Nanos previous = 0;  // the finish of the one before
+    for (const auto& [start, whole] : intervals.intervals()[a]) {
+      if (start >= clip) continue;
+      const Nanos finish = std::min(whole, clip);
+      m.accel_busy_s[a] += static_cast<double>(finish - start) / 1e9;
+      if (!first && start > previous) m.idle_slices_s.push_back(static_cast<double>(start - previous) / 1e9);
+      first = false;
+      previous = finish;
     }
     const double g = a < gpus.size() ? gpus[a] : 1;
     busy += m.accel_busy_s[a] * g;
