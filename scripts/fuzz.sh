@@ -27,7 +27,7 @@ seeds() {
   done
 }
 seeds config_fuzz configs/experiments/*.toml configs/live/*.toml tests/cli/*.toml docs/examples/*/*.toml
-seeds trace_fuzz data/traces/*.csv data/traces/*.jsonl
+seeds trace_fuzz data/traces/*.csv data/traces/*.jsonl tests/fuzz/seeds/trace_fuzz/*
 seeds calibration_fuzz tests/cli/*.json
 seeds layer_profile_fuzz data/profiles/llmservingsim*.csv
 seeds transfer_profile_fuzz data/profiles/vidur*.csv

@@ -155,8 +155,9 @@ Status parse(const std::string& path, std::string_view text, trace_detail::Sink&
   while (trace_detail::next_line(rest, line)) {
     line = trace_detail::trim(line);
     if (line.empty()) continue;
-    return line.front() == '{' ? trace_detail::read_mooncake_jsonl(text, sink)
-                               : trace_detail::read_azure_csv(text, sink);
+    if (line.front() == '{') return trace_detail::read_mooncake_jsonl(text, sink);
+    return trace_detail::is_burstgpt_header(line) ? trace_detail::read_burstgpt_csv(text, sink)
+                                                  : trace_detail::read_azure_csv(text, sink);
   }
   return InvalidArgument(path + ": empty file, expected a CSV header or JSON lines");
 }

@@ -1,5 +1,5 @@
-// Request streams for tenants: recorded traces (Azure CSV, Mooncake JSONL)
-// cut to a window and reshaped, and synthetic streams (the paper's offline
+// Request streams for tenants: recorded traces (Azure CSV, BurstGPT CSV,
+// Mooncake JSONL) cut to a window and reshaped, and synthetic streams (the paper's offline
 // load is constant_rate(1, T, 2048, 15)).
 //
 // Times are kept as integer 100 ns ticks until the very end, so that window
@@ -56,12 +56,16 @@ struct Trace {
 
 inline constexpr std::int64_t kTicksPerSecond = 10'000'000;  // 100 ns, the Azure timestamp resolution
 
-// Reads an Azure-format CSV or a Mooncake JSONL trace, chosen by content:
-// when the first non-empty line starts with '{' the file is JSONL, else it is
-// a CSV whose first non-empty line is the header.
-//  - CSV: header names TIMESTAMP, ContextTokens, GeneratedTokens in any
+// Reads an Azure-format CSV, a BurstGPT CSV or a Mooncake JSONL trace, chosen
+// by content: when the first non-empty line starts with '{' the file is
+// JSONL, else it is a CSV whose first non-empty line is the header, BurstGPT's
+// when it names "Request tokens" and "Response tokens", else Azure's.
+//  - Azure CSV: header names TIMESTAMP, ContextTokens, GeneratedTokens in any
 //    order (other columns ignored); TIMESTAMP as parse_datetime_ticks reads
 //    it; every data line has as many fields as the header. No quoting.
+//  - BurstGPT CSV: the same with Timestamp (seconds from the trace start, a
+//    number in [0, 1e11]), Request tokens and Response tokens (Model, Total
+//    tokens and Log Type ignored).
 //  - JSONL: one object a line with `timestamp` (ms, non-negative number),
 //    `input_length` and `output_length` (non-negative integers); other keys
 //    are ignored.
@@ -112,7 +116,8 @@ Trace poisson(double rate_per_s, double duration_s, std::int64_t input_tokens, s
 
 }  // namespace slicesched
 
-// Module-internal: the format readers in azure_csv.cpp and mooncake_jsonl.cpp
+// Module-internal: the format readers in azure_csv.cpp, burstgpt_csv.cpp and
+// mooncake_jsonl.cpp
 // feed parsed lines to a sink that owns error reporting, skipping and the
 // time-order check, so both formats report the same way.
 namespace slicesched::trace_detail {
@@ -163,5 +168,8 @@ std::string format_number(double v);
 // Each reads a whole file's text (byte-order mark removed), lines from 1.
 Status read_azure_csv(std::string_view text, Sink& sink);
 Status read_mooncake_jsonl(std::string_view text, Sink& sink);
+Status read_burstgpt_csv(std::string_view text, Sink& sink);
+// Whether a CSV header line names BurstGPT's token columns.
+bool is_burstgpt_header(std::string_view line);
 
 }  // namespace slicesched::trace_detail

@@ -312,6 +312,48 @@ TEST_CASE("JSONL is chosen by content: timestamps in ms, extra keys ignored", "[
   CHECK(t->requests.size() == 1);
 }
 
+TEST_CASE("a BurstGPT CSV is chosen by its header: seconds from the start, columns by name", "[trace][burstgpt]") {
+  TempDir dir;
+  // As the dataset ships it (failed requests have 0 response tokens: read as
+  // 0, then run as one, as every format's), then as a Hugging Face export
+  // reorders it.
+  const std::string shipped =
+      "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+      "5,ChatGPT,472,18,490,Conversation log\n"
+      "45,ChatGPT,1087,0,1087,Conversation log\n"
+      "45.25,GPT-4,417,276,693,API log\n";
+  Result<Trace> t = read_trace(dir.write("burst.csv", shipped));
+  REQUIRE(t.ok());
+  CHECK(arrivals(*t) == std::vector<double>{0, 40, 40.25});
+  CHECK(inputs(*t) == std::vector<std::int64_t>{472, 1087, 417});
+  CHECK(t->requests[0].output_tokens == 18);
+  CHECK(t->requests[1].output_tokens == 0);
+  CHECK(t->requests[2].output_tokens == 276);
+  const std::string exported =
+      "Log Type,Timestamp,Request tokens,Response tokens,Total tokens,Model\n"
+      "Conversation log,5,472,18,490,ChatGPT\n"
+      "API log,45.25,417,276,693,GPT-4\n";
+  t = read_trace(dir.write("export.csv", exported), {.duration_s = 40.1});
+  REQUIRE(t.ok());
+  CHECK(inputs(*t) == std::vector<std::int64_t>{472});
+  // Its errors name the file, the line and the column.
+  const std::string header = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n";
+  CHECK(error_for(dir, "b.csv", header + "-1,ChatGPT,4,1,5,API log\n") ==
+        ":2: Timestamp: expected a number of seconds in [0, 1e11], got '-1'");
+  CHECK(error_for(dir, "b.csv", header + "nan,ChatGPT,4,1,5,API log\n") ==
+        ":2: Timestamp: expected a number of seconds in [0, 1e11], got 'nan'");
+  CHECK(error_for(dir, "b.csv", header + "1,ChatGPT,0,1,1,API log\n") ==
+        ":2: Request tokens: expected an integer >= 1, got '0'");
+  CHECK(error_for(dir, "b.csv", header + "1,ChatGPT,4,x,5,API log\n") ==
+        ":2: Response tokens: expected a non-negative integer, got 'x'");
+  CHECK(error_for(dir, "b.csv", header + "1,ChatGPT,4,1,5\n") ==
+        ":2: expected 6 comma-separated fields as in the header, got 5");
+  CHECK(error_for(dir, "b.csv", "Model,Request tokens,Response tokens\n1,2,3\n") ==
+        ":1: BurstGPT CSV header lacks column Timestamp (needs Timestamp, Request tokens, Response tokens)");
+  CHECK(error_for(dir, "b.csv", header + "9,ChatGPT,4,1,5,API log\n2,ChatGPT,4,1,5,API log\n").find(":3: ") ==
+        0);  // out of time order
+}
+
 TEST_CASE("a missing or unreadable file names the path and the reason", "[trace][bad-input]") {
   TempDir dir;
   const std::string missing = dir.path() + "/nope.csv";
