@@ -165,6 +165,15 @@ std::string quote(std::string_view s);
 // Shortest round-trip text of `v` ("0.25", "1e+300", "nan").
 std::string format_number(double v);
 
+// A CSV trace format: its name in messages ("" or "BurstGPT "), the columns
+// of a request's time, prompt and output tokens, and how a time field reads
+// as ticks (its error says what was expected and what was found).
+struct CsvTraceFormat {
+  std::string_view name, time, input, output;
+  Result<std::int64_t> (*ticks)(std::string_view field);
+};
+Status read_csv_trace(std::string_view text, Sink& sink, const CsvTraceFormat& format);
+
 // Each reads a whole file's text (byte-order mark removed), lines from 1.
 Status read_azure_csv(std::string_view text, Sink& sink);
 Status read_mooncake_jsonl(std::string_view text, Sink& sink);

@@ -349,7 +349,8 @@ TEST_CASE("a BurstGPT CSV is chosen by its header: seconds from the start, colum
   CHECK(error_for(dir, "b.csv", header + "1,ChatGPT,4,1,5\n") ==
         ":2: expected 6 comma-separated fields as in the header, got 5");
   CHECK(error_for(dir, "b.csv", "Model,Request tokens,Response tokens\n1,2,3\n") ==
-        ":1: BurstGPT CSV header lacks column Timestamp (needs Timestamp, Request tokens, Response tokens)");
+        ":1: BurstGPT CSV header lacks column Timestamp (needs Timestamp, Request tokens, Response tokens; found "
+        "'Model,Request tokens,Response tokens')");
   CHECK(error_for(dir, "b.csv", header + "9,ChatGPT,4,1,5,API log\n2,ChatGPT,4,1,5,API log\n").find(":3: ") ==
         0);  // out of time order
 }
