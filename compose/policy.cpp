@@ -485,7 +485,13 @@ Result<CalibrationProfile> read_profile(const ExperimentConfig& cfg, const std::
     if (auto added = templates.add(model.value()->make_template()); !added.ok()) return added.status();
     // Fits are found by the model's name: another model of that name would
     // play them at the measured one's speed.
-    if (const auto* measured = profile.value().find_model(mc.name))
+    const CalibrationProfile& p = profile.value();
+    if (!p.models.empty() && !p.find_model(mc.name) &&
+        std::any_of(p.ops.begin(), p.ops.end(), [&](const CalibrationProfile::Op& o) { return o.tmpl == mc.name; }))
+      return FailedPrecondition(cfg.path + ": " + key + ": " + path + ": has fits for model '" + mc.name +
+                                "' but no shape for it in models (the shapes it gives: " +
+                                std::to_string(p.models.size()) + "); measure it again");
+    if (const auto* measured = p.find_model(mc.name))
       if (const std::string ours = shape_text(*model.value()); measured->shape != ours)
         return FailedPrecondition(cfg.path + ": " + key + ": " + path + ": model '" + mc.name + "' was measured as " +
                                   measured->shape + "; the config's is " + ours +

@@ -3,13 +3,13 @@
 // Response tokens, Total tokens and Log Type, columns found by name (exports
 // reorder them). Model and Log Type are not used: every line is a request.
 module;
-#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 module slicesched.workload.trace;
@@ -27,13 +27,13 @@ constexpr double kMaxSeconds = 1e11;
 // A decimal number of seconds in [0, kMaxSeconds] filling all of `s`, in
 // ticks.
 Result<std::int64_t> ticks_of_seconds(std::string_view s) {
-  const std::string text(trim(s));
-  errno = 0;
-  char* end = nullptr;
-  const double v = text.empty() || text.size() > 64 ? -1 : std::strtod(text.c_str(), &end);
-  // (strtod reads "nan", "inf" and hex floats too: refused here, or a plain number)
-  if (text.empty() || text.size() > 64 || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v) ||
-      v < 0 || v > kMaxSeconds)
+  const std::string_view text = trim(s);
+  double v = -1;
+  // (from_chars reads plain decimals and exponents, not strtod's hex floats;
+  // "inf" and "nan", which it reads, are refused as not finite)
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, std::chars_format::general);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v) || v < 0 ||
+      v > kMaxSeconds)
     return InvalidArgument("expected a number of seconds in [0, 1e11], got " + quote(s));
   return std::llround(v * static_cast<double>(kTicksPerSecond));
 }
@@ -43,12 +43,11 @@ Result<std::int64_t> ticks_of_seconds(std::string_view s) {
 bool is_burstgpt_header(std::string_view line) {
   std::vector<std::string_view> fields;
   csv::split_fields(line, fields);
-  bool in = false, out = false;
-  for (std::string_view f : fields) {
-    in = in || trim(f) == kInputColumn;
-    out = out || trim(f) == kOutputColumn;
-  }
-  return in && out;
+  // Either token column: a header lacking the other is then told so as
+  // BurstGPT's, not as an Azure header lacking TIMESTAMP.
+  for (std::string_view f : fields)
+    if (trim(f) == kInputColumn || trim(f) == kOutputColumn) return true;
+  return false;
 }
 
 Status read_burstgpt_csv(std::string_view text, Sink& sink) {

@@ -73,6 +73,11 @@ Status read_csv_trace(std::string_view text, Sink& sink, const CsvTraceFormat& f
     } else if (out < 0) {
       s = sink.bad_line(
           line_no, std::string(format.output) + ": expected a non-negative integer, got " + quote(fields[out_col]));
+    } else if (in > kMaxTraceTokens || out > kMaxTraceTokens) {
+      const bool input = in > kMaxTraceTokens;
+      s = sink.bad_line(line_no, std::string(input ? format.input : format.output) + ": expected at most " +
+                                     std::to_string(kMaxTraceTokens) + " tokens (more than any context), got " +
+                                     quote(fields[input ? in_col : out_col]));
     } else {
       s = sink.add(line_no, {*ticks, in, out}, format.time, fields[ts_col]);
     }

@@ -81,6 +81,10 @@ std::string parse_line(std::string_view line, RawRequest& r, std::string& shown_
   r.output_tokens = count_of(j.at("output_length"));
   if (r.output_tokens < 0)
     return "output_length: expected a non-negative integer, got " + quote(j.at("output_length").dump());
+  for (const char* key : {"input_length", "output_length"})
+    if (count_of(j.at(key)) > kMaxTraceTokens)
+      return std::string(key) + ": expected at most " + std::to_string(kMaxTraceTokens) +
+             " tokens (more than any context), got " + quote(j.at(key).dump());
   return {};
 }
 

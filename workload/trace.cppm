@@ -59,7 +59,7 @@ inline constexpr std::int64_t kTicksPerSecond = 10'000'000;  // 100 ns, the Azur
 // Reads an Azure-format CSV, a BurstGPT CSV or a Mooncake JSONL trace, chosen
 // by content: when the first non-empty line starts with '{' the file is
 // JSONL, else it is a CSV whose first non-empty line is the header, BurstGPT's
-// when it names "Request tokens" and "Response tokens", else Azure's.
+// when it names "Request tokens" or "Response tokens", else Azure's.
 //  - Azure CSV: header names TIMESTAMP, ContextTokens, GeneratedTokens in any
 //    order (other columns ignored); TIMESTAMP as parse_datetime_ticks reads
 //    it; every data line has as many fields as the header. No quoting.
@@ -122,6 +122,11 @@ Trace poisson(double rate_per_s, double duration_s, std::int64_t input_tokens, s
 // time-order check, so both formats report the same way.
 namespace slicesched::trace_detail {
 
+// The most prompt or output tokens one trace line may give: past any model's
+// context window (hf_config's at most 2^30), and small enough that a
+// request's sum stays far inside 64 bits.
+inline constexpr std::int64_t kMaxTraceTokens = std::int64_t{1} << 31;
+
 struct RawRequest {
   std::int64_t ticks;  // absolute, 100 ns
   std::int64_t input_tokens;
@@ -178,7 +183,7 @@ Status read_csv_trace(std::string_view text, Sink& sink, const CsvTraceFormat& f
 Status read_azure_csv(std::string_view text, Sink& sink);
 Status read_mooncake_jsonl(std::string_view text, Sink& sink);
 Status read_burstgpt_csv(std::string_view text, Sink& sink);
-// Whether a CSV header line names BurstGPT's token columns.
+// Whether a CSV header line names either of BurstGPT's token columns.
 bool is_burstgpt_header(std::string_view line);
 
 }  // namespace slicesched::trace_detail

@@ -932,6 +932,16 @@ TEST_CASE("a calibration profile names the model it measured, and is refused for
   p.models.clear();
   REQUIRE(write_calibration(p, path).ok());
   CHECK(read_profile(cfg, "ground_truth.calibrated", path).ok());
+  // Shapes given for other models only, fits for this one: refused too.
+  p.models = {{"another", ours}};
+  p.ops.push_back({mc.name, "head", "H100", {"sequences", "1"}, {1e-6, 1e-4}, 3, 0});
+  REQUIRE(write_calibration(p, path).ok());
+  auto unshaped = read_profile(cfg, "ground_truth.calibrated", path);
+  REQUIRE_FALSE(unshaped.ok());
+  CHECK(unshaped.status().message() == cfg.path + ": ground_truth.calibrated: " + path + ": has fits for model '" +
+                                           mc.name +
+                                           "' but no shape for it in models (the shapes it gives: 1); "
+                                           "measure it again");
   // What the shape says.
   CHECK(ours.find("dense-decoder: layers ") == 0);
   CHECK(theirs.find("hidden 8192, heads 64 (8 KV) of 128, MLP 28672, vocabulary 32000, 2-byte elements") !=

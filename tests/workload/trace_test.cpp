@@ -353,6 +353,24 @@ TEST_CASE("a BurstGPT CSV is chosen by its header: seconds from the start, colum
         "'Model,Request tokens,Response tokens')");
   CHECK(error_for(dir, "b.csv", header + "9,ChatGPT,4,1,5,API log\n2,ChatGPT,4,1,5,API log\n").find(":3: ") ==
         0);  // out of time order
+  // strtod's hex floats are not seconds.
+  CHECK(error_for(dir, "b.csv", header + "0x10,ChatGPT,4,1,5,API log\n") ==
+        ":2: Timestamp: expected a number of seconds in [0, 1e11], got '0x10'");
+  // Counts whose sum passed 2^63 wrapped negative and slipped past the
+  // context check (the run never ended): bounded at every format's reader.
+  CHECK(error_for(dir, "b.csv", header + "0,a,10,9223372036854775798,0,x\n") ==
+        ":2: Response tokens: expected at most 2147483648 tokens (more than any context), got "
+        "'9223372036854775798'");
+  CHECK(error_for(dir, "a.csv", kAzureHeader + "2023-11-16 18:17:03,9223372036854775807,1\n") ==
+        ":2: ContextTokens: expected at most 2147483648 tokens (more than any context), got "
+        "'9223372036854775807'");
+  CHECK(error_for(dir, "m.jsonl", "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 4294967296}\n") ==
+        ":1: output_length: expected at most 2147483648 tokens (more than any context), got '4294967296'");
+  // A header with one of BurstGPT's token columns is told what it lacks as
+  // BurstGPT's (it read as an Azure header lacking TIMESTAMP).
+  CHECK(error_for(dir, "b.csv", "Timestamp,Model,Request tokens,Total tokens\n1,a,2,3\n") ==
+        ":1: BurstGPT CSV header lacks column Response tokens (needs Timestamp, Request tokens, Response tokens; "
+        "found 'Timestamp,Model,Request tokens,Total tokens')");
 }
 
 TEST_CASE("a missing or unreadable file names the path and the reason", "[trace][bad-input]") {
