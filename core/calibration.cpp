@@ -7,6 +7,7 @@ module;
 #include <sstream>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 module slicesched.core.calibration;
@@ -90,7 +91,26 @@ CalibrationProfile snapshot(const EstimatorSet& est, const TemplateRegistry& tem
     c += t.fixed_s * static_cast<double>(t.samples);
     n += static_cast<double>(t.samples);
   }
-  if (n > 0) p.transfers.push_back({"*", "*", a / n, c / n, static_cast<std::uint64_t>(n), 0});
+  if (n > 0) {
+    p.transfers.push_back({"*", "*", a / n, c / n, static_cast<std::uint64_t>(n), 0});
+  } else if (accels.size() > 1) {
+    // A run that moved nothing measured no pair: the stand-in is then the
+    // estimator's prior (0 samples says so), the mean over neighbouring
+    // pairs both ways (every pair of a large cluster would be too many),
+    // so the profile still plays as ground truth for the cluster it came
+    // from, where a policy that moves tensors needs a cost.
+    constexpr std::uint64_t kMiB = 1 << 20;
+    double per_byte = 0, fixed = 0, pairs = 0;
+    for (AccelId i = 0; i + 1 < accels.size(); ++i)
+      for (const auto& [s, d] :
+           {std::pair{i, static_cast<AccelId>(i + 1)}, std::pair{static_cast<AccelId>(i + 1), i}}) {
+        const double at0 = est.predict_transfer(s, d, 0);
+        per_byte += (est.predict_transfer(s, d, kMiB) - at0) / static_cast<double>(kMiB);
+        fixed += at0;
+        pairs += 1;
+      }
+    p.transfers.push_back({"*", "*", per_byte / pairs, fixed / pairs, 0, 0});
+  }
   return p;
 }
 

@@ -462,6 +462,33 @@ TEST_CASE("calibration profiles round-trip and drive a calibrated ground truth",
   std::filesystem::remove(path);
 }
 
+TEST_CASE("a profile of a run that moved nothing stands in its links' prior for every pair",
+          "[emulated][calibration]") {
+  // (simulate --out on a cluster whose policy never moved a tensor: the
+  // profile could not be played as ground truth on that same cluster)
+  auto reg = std::make_shared<TemplateRegistry>();
+  TemplateBuilder b("mm");
+  b.op("x").output({{Expr::constant(8)}, DType::kI8}).features({b.dim("n"), Expr::constant(1)}).prior({1e-6, 1e-3});
+  REQUIRE(reg->add(std::move(b).build().value()).ok());
+  auto accels = cluster(3);
+  EstimatorSet est;
+  REQUIRE(seed_priors(est, *reg, *accels).ok());
+  const CalibrationProfile profile = snapshot(est, *reg, *accels, "test");
+  REQUIRE(profile.transfers.size() == 1);
+  const auto* any = profile.find_transfer("*", "*");
+  REQUIRE(any);
+  CHECK(any->samples == 0);  // the prior, not a measurement
+  CHECK(any->sec_per_byte == Approx(est.predict_transfer(0, 1, 1 << 20) / (1 << 20)).epsilon(1e-9));
+  CalibratedGroundTruth truth(profile, *accels, 1, 0.0, 0.0);
+  CHECK(truth.check_transfers().ok());
+  CHECK(truth.transfer_seconds(2, 1, 4096) == Approx(est.predict_transfer(2, 1, 4096)).epsilon(1e-6));
+  // One accelerator has no pair: nothing stands in.
+  auto one = cluster(1);
+  EstimatorSet alone;
+  REQUIRE(seed_priors(alone, *reg, *one).ok());
+  CHECK(snapshot(alone, *reg, *one, "test").transfers.empty());
+}
+
 TEST_CASE("calibration profiles say which features their fits multiply", "[emulated][calibration]") {
   const auto path = (std::filesystem::temp_directory_path() / "slicesched_calibration_features.json").string();
   auto read = [&](const std::string& text) {
