@@ -258,13 +258,17 @@ int sweep(const SweepOptions& opt) {
   // The SLO baseline, run beside the policies a point reports, counts in
   // the progress line's runs: said here, so the two numbers agree.
   std::size_t references = 0;
-  for (const PreparedPoint& p : points) references += p.reference ? 1 : 0;
+  std::string baseline;  // (a sweep over slo_baseline names the first)
+  for (const PreparedPoint& p : points)
+    if (p.reference) {
+      if (references++ == 0) baseline = *p.reference;
+    }
   std::fprintf(stderr, "sweep: %zu point(s)%s x %zu polic%s%s on %d thread(s)\n", points.size(),
                opt.shard ? (" (shard " + *opt.shard + " of " + std::to_string(grid.size()) + ")").c_str() : "",
                points.empty() ? 0 : points[0].policies.size(),
                !points.empty() && points[0].policies.size() == 1 ? "y" : "ies",
                references == 0 ? ""
-                               : (", plus the SLO baseline '" + *points[0].reference + "' at " +
+                               : (", plus the SLO baseline '" + baseline + "' at " +
                                   (references == points.size() ? std::string("each") : std::to_string(references)) +
                                   " (" + std::to_string(references) + " run(s) more)")
                                      .c_str(),

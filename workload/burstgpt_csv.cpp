@@ -24,16 +24,14 @@ constexpr std::string_view kOutputColumn = "Response tokens";
 // (1e11 s, as the trace options' bound: ticks stay far inside 64 bits)
 constexpr double kMaxSeconds = 1e11;
 
-// A decimal number of seconds in [0, kMaxSeconds] filling all of `s`, in
-// ticks.
+// A decimal number of seconds in [0, kMaxSeconds] filling all of `s` (a
+// field split_fields trimmed), in ticks.
 Result<std::int64_t> ticks_of_seconds(std::string_view s) {
-  const std::string_view text = trim(s);
   double v = -1;
   // (from_chars reads plain decimals and exponents, not strtod's hex floats;
   // "inf" and "nan", which it reads, are refused as not finite)
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, std::chars_format::general);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v) || v < 0 ||
-      v > kMaxSeconds)
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, std::chars_format::general);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v) || v < 0 || v > kMaxSeconds)
     return InvalidArgument("expected a number of seconds in [0, 1e11], got " + quote(s));
   return std::llround(v * static_cast<double>(kTicksPerSecond));
 }
@@ -45,8 +43,8 @@ bool is_burstgpt_header(std::string_view line) {
   csv::split_fields(line, fields);
   // Either token column: a header lacking the other is then told so as
   // BurstGPT's, not as an Azure header lacking TIMESTAMP.
-  for (std::string_view f : fields)
-    if (trim(f) == kInputColumn || trim(f) == kOutputColumn) return true;
+  for (std::string_view f : fields)  // (trimmed by split_fields)
+    if (f == kInputColumn || f == kOutputColumn) return true;
   return false;
 }
 
