@@ -21,6 +21,7 @@ module;
 #include "commands.hpp"
 
 module slicesched.cli.report;
+import slicesched.config;
 import slicesched.core.files;
 import slicesched.core.calibration;
 import slicesched.core.ids;
@@ -50,11 +51,7 @@ void stage(StagedFiles& files, const fs::path& path, const std::string& content)
     throw std::runtime_error(s.message() + "; no result of this run was put in place");
 }
 
-std::string slug(const std::string& name) {
-  std::string s;
-  for (char c : name) s += std::isalnum(static_cast<unsigned char>(c)) ? static_cast<char>(std::tolower(c)) : '_';
-  return s;
-}
+std::string slug(const std::string& name) { return file_stem(name); }
 
 double round6(double v) { return std::round(v * 1e6) / 1e6; }
 
@@ -187,7 +184,9 @@ std::string accelerators_csv(const PolicyRun& r) {
 // them took gigabytes and seconds.
 std::string chrome_trace(const PolicyRun& r, double seconds) {
   const Nanos until = static_cast<Nanos>(seconds * 1e9);
-  auto quoted = [](const std::string& s) { return nlohmann::json(s).dump(); };  // escaped
+  auto quoted = [](const std::string& s) {  // escaped; bytes that are not UTF-8 as U+FFFD
+    return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
   std::vector<std::string> tenants;
   for (const auto& t : r.tenant_names) tenants.push_back(quoted(t));
   std::string out = R"({"displayTimeUnit":"ms","traceEvents":[)";
@@ -656,8 +655,10 @@ void report(const ExperimentConfig& cfg, std::vector<PolicyRun>& runs, const Rep
     sum["policies"][all[k]->name] = std::move(p);
   }
   StagedFiles files;
-  stage(files, dir / kSummary, sum.dump(2) + "\n");
-  stage(files, dir / kTiming, timing_json(all).dump(2) + "\n");
+  // (A plugin's error or name need not be UTF-8: bad bytes as U+FFFD.)
+  constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
+  stage(files, dir / kSummary, sum.dump(2, ' ', false, kReplace) + "\n");
+  stage(files, dir / kTiming, timing_json(all).dump(2, ' ', false, kReplace) + "\n");
   if (opt.explain) {
     std::string lines;
     for (const PolicyRun* r : all)

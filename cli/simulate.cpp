@@ -236,6 +236,12 @@ int simulate(const SimulateOptions& opt) {
     for (std::size_t k = 0; k < reported; ++k)
       if (runs[k]) (runs[k]->error.empty() ? finished : failed_runs).push_back(std::move(*runs[k]));
     SloBasis slo = slo_basis(finished, baseline_name, opt.slo_threshold_s);
+    // A baseline that ran and failed gives no threshold: say so, not that it did not run.
+    if (!slo.threshold_s && !baseline_name.empty() &&
+        std::any_of(failed_runs.begin(), failed_runs.end(),
+                    [&](const PolicyRun& r) { return r.name == baseline_name; }))
+      slo = {std::nullopt,
+             "the baseline " + baseline_name + " failed, so it gives no threshold (give --slo-threshold SECONDS)"};
     if (baseline) {
       if (runs.back() && runs.back()->error.empty())
         slo = baseline_slo(runs.back()->metrics, baseline_name, ", run beside as the baseline");

@@ -189,22 +189,29 @@ class GuardedArbiter final : public TransferArbiter {
   std::shared_ptr<PluginUse> use_;
 };
 
+// The most one operator or transfer may be predicted to take: 11.6 days.
+// A what-if adds up the times of everything issued in nanoseconds; below
+// this, even thousands of them stay far inside an int64.
+constexpr double kMaxPredictionSeconds = 1e6;
+
 class GuardedEstimator final : public Estimator {
  public:
   GuardedEstimator(PluginPtr<Estimator> inner, std::string who, std::shared_ptr<PluginUse> use)
       : inner_(std::move(inner)), who_(std::move(who)), use_(std::move(use)) {}
-  // A prediction is seconds, finite and never negative (EstimatorPlugin's
-  // contract): NaN or -1 became 0 s and infinity 1e9 s in the what-ifs,
-  // which then placed on nonsense without a word.
+  // A prediction is seconds, finite, never negative and at most
+  // kMaxPredictionSeconds (EstimatorPlugin's contract): NaN or -1 became 0 s
+  // and infinity 1e9 s in the what-ifs, which then placed on nonsense
+  // without a word; and a few finite ones near 1e9 s summed past int64's
+  // nanoseconds, so a what-if ranked the slowest candidate first.
   double predict_op(OpKindId kind, AccelTypeId type, std::span<const double> features) const override {
     const double s = call(who_, use_, [&] { return inner_->predict_op(kind, type, features); });
-    if (!(s >= 0 && std::isfinite(s)))
+    if (!(s >= 0 && s <= kMaxPredictionSeconds))
       refuse(s, "operator kind " + std::to_string(kind) + " on accelerator type " + std::to_string(type));
     return s;
   }
   double predict_transfer(AccelId src, AccelId dst, std::uint64_t bytes) const override {
     const double s = call(who_, use_, [&] { return inner_->predict_transfer(src, dst, bytes); });
-    if (!(s >= 0 && std::isfinite(s)))
+    if (!(s >= 0 && s <= kMaxPredictionSeconds))
       refuse(s, "a transfer of " + std::to_string(bytes) + " bytes from accelerator " + std::to_string(src) + " to " +
                     std::to_string(dst));
     return s;
@@ -226,7 +233,7 @@ class GuardedEstimator final : public Estimator {
   [[noreturn]] void refuse(double s, const std::string& what) const {
     char b[32];
     std::snprintf(b, sizeof b, "%g", s);
-    throw PluginFailure(who_ + " predicted " + b + " s for " + what + " (expected a finite number of seconds >= 0)");
+    throw PluginFailure(who_ + " predicted " + b + " s for " + what + " (expected seconds, from 0 to 1e6)");
   }
   PluginPtr<Estimator> inner_;
   std::string who_;

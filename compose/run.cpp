@@ -18,22 +18,25 @@ import slicesched.models.model;
 namespace slicesched {
 
 Result<EngineResult> run(PolicyParts& parts, Backend& backend, std::span<EngineObserver* const> observers,
-                         const std::atomic<int>* stop) {
+                         const std::atomic<int>* stop, EngineResult* so_far) {
   EngineOptions eopt = parts.engine;
   eopt.stop = stop;
   Engine engine(*parts.gmg, parts.tenants, *parts.scheduler, *parts.plugins.estimator, backend, eopt);
   // A failure names the policy and its placement plugin, whether the
   // engine reports it or a plugin throws through it.
   const std::string who = "policy '" + parts.policy.name + "' (placement '" + placement_label(parts.policy) + "'): ";
+  Status failed;
   try {
     auto result = engine.run(observers);
-    if (!result.ok()) return Status(result.status().code(), who + result.status().message());
-    return result;
+    if (result.ok()) return result;
+    failed = Status(result.status().code(), who + result.status().message());
   } catch (const PluginFailure& e) {  // names the plugin that failed
-    return Internal("policy '" + parts.policy.name + "': " + e.what());
+    failed = Internal("policy '" + parts.policy.name + "': " + e.what());
   } catch (...) {
-    return Internal(who + describe_current_exception());
+    failed = Internal(who + describe_current_exception());
   }
+  if (so_far) *so_far = engine.so_far(backend.now());
+  return failed;
 }
 
 Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, Backend& backend,
@@ -57,19 +60,14 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
   observers.insert(observers.end(), extra.begin(), extra.end());
 
   const auto t0 = std::chrono::steady_clock::now();
-  auto result = run(parts, backend, observers, opt.stop);
+  EngineResult so_far;
+  auto result = run(parts, backend, observers, opt.stop, &so_far);
   if (!result.ok() && !opt.keep_failed) return result.status();
   PolicyRun r;
   if (!result.ok()) {
     // What the run knew when it failed: the tenants' requests as they are,
-    // the scheduler's counts and the backend's memory so far.
+    // the engine's counts and the backend's memory so far.
     r.error = result.status().message();
-    EngineResult so_far;
-    for (const Tenant& t : parts.tenants)
-      so_far.requests.insert(so_far.requests.end(), t.records().begin(), t.records().end());
-    so_far.end = backend.now();
-    so_far.scheduling = parts.scheduler->stats();
-    so_far.memory = backend.memory_stats();
     result = std::move(so_far);
   }
   r.name = parts.policy.name;

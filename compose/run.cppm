@@ -31,9 +31,10 @@ export namespace slicesched {
 // The engine over `parts` and `backend`, with `observers` watching. `stop`:
 // see EngineOptions::stop (null: never). Fails as Engine::run does, or when
 // a plugin throws through it, naming the policy and its placement plugin.
-// The parts are used up: run them once.
+// The parts are used up: run them once. On a failure, `so_far` (when
+// given) gets what the run had come to (Engine::so_far).
 Result<EngineResult> run(PolicyParts& parts, Backend& backend, std::span<EngineObserver* const> observers = {},
-                         const std::atomic<int>* stop = nullptr);
+                         const std::atomic<int>* stop = nullptr, EngineResult* so_far = nullptr);
 
 // What every command reports of one policy's run.
 struct PolicyRun {

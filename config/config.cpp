@@ -2,6 +2,7 @@ module;
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -84,6 +85,13 @@ class Table {
     return file_ + ":" + std::to_string(src.begin.line) + ": " + qualified(key);
   }
   std::string qualified(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  // Whether an override put `at` there (where() then names the override).
+  bool overridden(const toml::node* at) const {
+    if (!at || !g_overridden) return false;
+    for (const auto& entry : *g_overridden)
+      if (entry.first == at) return true;
+    return false;
+  }
   const toml::node* node(const std::string& key) {
     used_.insert(key);
     return t_.get(key);
@@ -564,6 +572,9 @@ StreamConfig read_stream(Table& s, NamedFiles& files, double window_s) {
     st.duration_s = s.positive("duration_s", 0, 1e12, true);
     st.input_tokens = s.integer("input_tokens", 0, 1, 1 << 24, true);
     st.output_tokens = s.integer("output_tokens", 0, 1, 1 << 24, true);
+    // A length an override set is what a context-window refusal names.
+    for (const char* key : {"output_tokens", "input_tokens"})
+      if (s.overridden(s.node(key))) st.tokens_where = s.where(s.node(key), key);
     const bool cut = window_s > 0 && window_s < st.duration_s;
     const double span = cut ? window_s : st.duration_s;
     if (const double n = st.rate_per_s * span; n > kMaxStreamRequests) {
@@ -1126,8 +1137,14 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
   if (policy_tables.empty()) root.fail(root.node("policies"), "policies", "expected at least one [[policies]] table");
   for (Table& p : policy_tables) {
     PolicyConfig pc = read_policy(p, cfg, file);
-    for (const auto& other : cfg.policies)
+    for (const auto& other : cfg.policies) {
       if (other.name == pc.name) p.fail(p.node("name"), "name", "duplicate policy name '" + pc.name + "'");
+      // Their files would overwrite each other's (requests_<stem>.csv, ...).
+      if (file_stem(other.name) == file_stem(pc.name))
+        p.fail(p.node("name"), "name",
+               "policy '" + pc.name + "' would write the same files as policy '" + other.name + "' (requests_" +
+                   file_stem(pc.name) + ".csv, ...): expected names that differ in more than case and punctuation");
+    }
     cfg.policies.push_back(std::move(pc));
   }
 
@@ -1155,6 +1172,13 @@ ExperimentConfig read(const toml::table& doc, const std::string& file, NamedFile
 }
 
 }  // namespace
+
+std::string file_stem(const std::string& policy_name) {
+  std::string s;
+  for (char c : policy_name)
+    s += std::isalnum(static_cast<unsigned char>(c)) ? static_cast<char>(std::tolower(c)) : '_';
+  return s;
+}
 
 Status validate(const ExperimentConfig& cfg) {
   const std::string f = cfg.path + ": ";

@@ -72,6 +72,9 @@ struct StreamConfig {
   double rate_per_s = 0;  // kConstant, kPoisson
   double duration_s = 0;
   std::int64_t input_tokens = 0, output_tokens = 0;
+  // "--set KEY=VALUE: tenants[i].stream.input_tokens" when an override gave
+  // a synthetic stream's lengths (errors about them name it); else empty.
+  std::string tokens_where;
 };
 
 struct TenantConfig {
@@ -396,6 +399,11 @@ struct ConfigOverride {
 // "x.toml:9: ground_truth.layers: cannot open /abs/l.csv (No such file or
 // directory; relative paths resolve against the config's folder)".
 Result<ExperimentConfig> load_config(const std::string& path, const std::vector<ConfigOverride>& overrides = {});
+
+// What a policy's output files are named after (requests_<stem>.csv, ...):
+// its name lower-cased, each character but a letter or digit as '_'. Two
+// policies of one config never share a stem (load_config refuses it).
+std::string file_stem(const std::string& policy_name);
 
 // Cross-checks between sections (duplicate accelerators, links naming
 // nothing); `load_config` calls it. Whether the model fits is checked by

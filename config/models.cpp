@@ -324,11 +324,11 @@ Status validate_models(const ExperimentConfig& cfg) {
       auto made = make_model(*m);
       const std::int64_t window = made.value()->context_window();
       if (st.input_tokens + st.output_tokens > window)
-        return InvalidArgument(t.model_where + ": tenant '" + t.name + "' sends requests of " +
-                               std::to_string(st.input_tokens + st.output_tokens) + " tokens (" +
-                               std::to_string(st.input_tokens) + " in, " + std::to_string(st.output_tokens) +
-                               " out), more than model '" + m->name + "''s context window of " +
-                               std::to_string(window) + " (on_overflow = \"truncate\" cuts them)");
+        return InvalidArgument(
+            (st.tokens_where.empty() ? t.model_where : st.tokens_where) + ": tenant '" + t.name +
+            "' sends requests of " + std::to_string(st.input_tokens + st.output_tokens) + " tokens (" +
+            std::to_string(st.input_tokens) + " in, " + std::to_string(st.output_tokens) + " out), more than model '" +
+            m->name + "''s context window of " + std::to_string(window) + " (on_overflow = \"truncate\" cuts them)");
     }
   }
   return Status::Ok();

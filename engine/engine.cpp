@@ -96,9 +96,15 @@ Status Engine::apply_faults(Nanos now) {
   return Status::Ok();
 }
 
+bool Engine::returns_pending() const {
+  return std::any_of(
+      opt_.faults.begin() + static_cast<std::ptrdiff_t>(next_fault_), opt_.faults.end(),
+      [&](const FaultEvent& f) { return !f.down && f.accel < gmg_.accels().size() && gmg_.is_down(f.accel); });
+}
+
 Status Engine::all_lost(Nanos now) {
   const std::string why = "every accelerator is lost (" + lost_names_ + "); nothing is left to run on";
-  for (Tenant& t : tenants_) fault_failed_ += t.fail_unfinished(why, now);
+  for (Tenant& t : tenants_) fault_failed_ += t.fail_unfinished(why, now) + t.fail_arrivals(why);
   flush_requests();
   if (opt_.inbox) opt_.inbox->close();
   return Aborted(why);
@@ -414,8 +420,10 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
 
     Nanos next = backend_.next_event();
     // Nothing runs: waiting for an arrival frees no memory (only work in
-    // flight, a fault's end or a client that leaves can).
-    const bool still = next < 0 && gmg_.issued_count() == 0 && next_fault_ >= opt_.faults.size() && !opt_.inbox;
+    // flight, a lost accelerator's return or a client that leaves can; a
+    // fault yet to come is no plan, and one on an accelerator that is up
+    // kept a request that fit nowhere waiting until it came).
+    const bool still = next < 0 && gmg_.issued_count() == 0 && !returns_pending() && !opt_.inbox;
     // Draining, no new request is delivered, but a sequence on its way
     // back from host memory (a swap, a prefill lane's hand-off) still is.
     for (const Tenant& t : tenants_) {
@@ -464,9 +472,14 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
         break;
       }
       std::string why = backend_.stall_reason();
+      // The operators are the next of each waiting iteration; the requests
+      // say how much of the load is stuck behind them.
+      std::size_t unfinished = 0;
+      for (const Tenant& t : tenants_) unfinished += t.records().size() - t.done();
       return FailedPrecondition("engine: deadlock at " + std::to_string(static_cast<double>(now) / 1e9) +
                                 " s: " + std::to_string(gmg_.unscheduled_frontier().size()) +
-                                " operator(s) wait for a placement and nothing else can run (" +
+                                " operator(s) wait for a placement and nothing else can run, with " +
+                                std::to_string(unfinished) + " request(s) unfinished (" +
                                 (why.empty() ? deadlock_cause() : why) + ")");
     }
     if (opt_.stop_at >= 0 && next > opt_.stop_at) {
@@ -503,14 +516,19 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
     }
     flush_requests();
   }
+  scheduler_.close_budget_period(now);
+  EngineResult result = so_far(now);
+  result.interrupted = interrupted;
+  return result;
+}
+
+EngineResult Engine::so_far(Nanos now) const {
   EngineResult result;
   for (const Tenant& t : tenants_)
     result.requests.insert(result.requests.end(), t.records().begin(), t.records().end());
   result.end = now;
-  scheduler_.close_budget_period(now);
   result.scheduling = scheduler_.stats();
   result.complete = std::all_of(tenants_.begin(), tenants_.end(), [](const Tenant& t) { return t.finished(); });
-  result.interrupted = interrupted;
   result.lost_ops = lost_ops_;
   result.fault_failed_requests = fault_failed_;
   for (const Tenant& t : tenants_) {

@@ -101,6 +101,9 @@ class Engine {
   // observer sees every event of the run, in order (see EngineObserver);
   // they are the caller's and must outlive the call. Run once.
   Result<EngineResult> run(std::span<EngineObserver* const> observers = {});
+  // What a run that failed had come to by `now` (the backend's clock): its
+  // requests as they are and its counts, for a report that says it failed.
+  EngineResult so_far(Nanos now) const;
 
  private:
   Status apply(const Feedback& f);
@@ -114,6 +117,9 @@ class Engine {
   // Every accelerator is lost for good: what is unfinished fails, the
   // inbox closes, and the run ends as a failure saying so.
   Status all_lost(Nanos now);
+  // Whether a configured fault yet to come brings back an accelerator that
+  // is lost now: then a batch that fits nowhere may fit after it.
+  bool returns_pending() const;
   // Hands what was pushed to the inbox to its tenants (closing it first on
   // a drain); fails on a request for a tenant that does not exist.
   Status take_inbox(Nanos now, int stop);

@@ -148,7 +148,9 @@ void DecisionLog::on_decision(const Gmg& gmg, const Decision& d) {
   if (!d.waited.empty()) j["waited"] = d.waited;
   if (d.chooser)
     if (std::vector<std::string> why = d.chooser->reasons(); !why.empty()) j["reasons"] = std::move(why);
-  lines_.push_back({d.now, j.dump()});
+  // A plugin's label or reason need not be UTF-8; JSON must be (a bad byte
+  // failed the whole policy under --explain): bad bytes become U+FFFD.
+  lines_.push_back({d.now, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
 }
 
 }  // namespace slicesched

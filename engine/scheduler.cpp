@@ -553,11 +553,13 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
     }
     if (!pick && policy_.needs_simulation() && !cands.empty()) {
       // Deferred because nothing fits: every candidate not cut short is
-      // out of memory.
+      // out of memory, or cannot take the batch at all (an accelerator lost
+      // or without the weights: waiting for it is no alternative, and a
+      // batch that waited on it never preempted what filled the others).
       std::size_t oom = 0, stopped = 0;
       for (const Outcome& o : outcomes) {
         oom += o.why == Outcome::Why::kOutOfMemory;
-        stopped += o.dominated;
+        stopped += o.dominated || o.why == Outcome::Why::kNotPlaceable || o.why == Outcome::Why::kMalformed;
         if (o.why == Outcome::Why::kOutOfMemory && o.at_accel != kNoAccel &&
             std::find(short_of.begin(), short_of.end(), o.at_accel) == short_of.end())
           short_of.push_back(o.at_accel);

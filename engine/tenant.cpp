@@ -764,6 +764,19 @@ std::size_t Tenant::fail_unfinished(const std::string& reason, Nanos t) {
   return failed;
 }
 
+std::size_t Tenant::fail_arrivals(const std::string& reason) {
+  const std::size_t failed = stream_requests_ - next_request_;
+  for (; next_request_ < stream_requests_; ++next_request_) {
+    RequestRecord& r = records_[next_request_];
+    event(RequestEvent::Kind::kArrived, next_request_, r.arrival);
+    r.error = reason;
+    r.done = r.arrival;
+    ++done_;
+    event(RequestEvent::Kind::kFailed, next_request_, r.arrival);
+  }
+  return failed;
+}
+
 void Tenant::requeue(const Seq& s) {
   Tenant& o = own(s);
   // A decode recomputes what it generated (its prefill covers prompt and

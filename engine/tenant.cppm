@@ -162,6 +162,10 @@ class Tenant {
   // left that can run it). Timing-only: live plans are not rebuilt.
   // Returns how many failed.
   std::size_t fail_unfinished(const std::string& reason, Nanos t);
+  // The stream's requests yet to arrive fail as they arrive, with `reason`
+  // (the run ends now, and nothing would be left to run them). Returns
+  // how many failed.
+  std::size_t fail_arrivals(const std::string& reason);
   // Live requests whose sink says abandoned() end now with kAbandonedError,
   // if waiting or in a lane between iterations (one in flight leaves at its
   // iteration's end, in on_op_done); returns how many ended.

@@ -55,9 +55,15 @@ std::optional<std::size_t> StagedPlacement::choose(const Gmg& gmg, const Batch& 
   offered_ = n;
   keep_.assign(n, 1);
   for (std::size_t f = 0; f < filters_.size(); ++f) {
+    // A filter may only clear flags: one that set a cleared one back
+    // brought a candidate an earlier filter had rejected back into play.
+    kept_before_.assign(keep_.begin(), keep_.end());
     filters_[f].plugin->filter(round, keep_);
     std::size_t left = 0;
-    for (std::uint8_t k : keep_) left += k != 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      keep_[i] = kept_before_[i] != 0 && keep_[i] != 0;
+      left += keep_[i];
+    }
     left_after_[f] = left;
   }
   total_.assign(n, 0.0);

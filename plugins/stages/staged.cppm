@@ -59,7 +59,7 @@ class StagedPlacement final : public PlacementPolicy {
   std::optional<std::size_t> pick_;
   std::vector<double> pick_costs_;  // per score, the pick's cost
   double pick_total_ = 0;
-  std::vector<std::uint8_t> keep_;
+  std::vector<std::uint8_t> keep_, kept_before_;
   std::vector<double> cost_, total_;
 };
 

@@ -418,6 +418,20 @@ TEST_CASE("decision log: every round of the window, with each candidate's verdic
   CHECK(requests.count(0));  // the first request's rounds are there
 }
 
+TEST_CASE("decision log: a label or reason that is not UTF-8 is written with U+FFFD, not an exception",
+          "[observer][explain][bad-input]") {
+  Small s;
+  auto parts = s.build("SliceScheduler", {.explain = true});
+  DecisionLog log("SliceScheduler", {"on"}, {1}, 5'000'000'000);
+  const Batch batch;
+  const std::vector<Candidate> cands = {Candidate{"p\"\\\n\xff\xc3", {}}};
+  const std::vector<Outcome> outs(1);
+  log.on_decision(*parts->gmg, {.now = 1, .batch = &batch, .candidates = cands, .outcomes = outs, .pick = 0});
+  REQUIRE(log.lines().size() == 1);
+  const auto j = nlohmann::json::parse(log.lines()[0].json);  // (throws on bad UTF-8)
+  CHECK(j["pick"] == "p\"\\\n\xef\xbf\xbd\xef\xbf\xbd");
+}
+
 TEST_CASE("prediction error: MAPE and bias per kind, of duration and completion", "[observer][metrics]") {
   constexpr Nanos kMs = 1'000'000;
   PredictionRecorder p;

@@ -169,6 +169,18 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
   }
   CHECK(load_error(replace(base(), "count = 2", "count = 0")) ==
         ":4: cluster.accelerators[0].count: expected an integer in [1, 100000], got 0");
+  // Policy names whose files would be one file: requests_a_b.csv for both.
+  {
+    const std::string one =
+        "[[policies]]\nname = \"p\"\ntenants = [\"on\"]\nplacement = { plugin = \"static\" }\n"
+        "partition_sets = [{ plugin = \"singles\" }]\n";
+    std::string two = replace(base(), "name = \"p\"", "name = \"A/b\"");
+    two += replace(one, "name = \"p\"", "name = \"a_B\"");
+    CHECK(load_error(two) ==
+          ":17: policies[1].name: policy 'a_B' would write the same files as policy 'A/b' (requests_a_b.csv, ...): "
+          "expected names that differ in more than case and punctuation");
+    CHECK(file_stem("Static-Online") == "static_online");
+  }
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nscheduler = { what_if_scope = \"half\" }")) ==
         ":13: policies[0].scheduler.what_if_scope: expected \"component\" or \"cluster\", got \"half\"");
 }

@@ -665,7 +665,8 @@ TEST_CASE("engine: a policy that defers every batch ends in a deadlock naming wh
   // dropped.
   REQUIRE(!result.ok());
   CHECK(result.status().message() ==
-        "engine: deadlock at 0.500000 s: 1 operator(s) wait for a placement and nothing else can run (the placement "
+        "engine: deadlock at 0.500000 s: 1 operator(s) wait for a placement and nothing else can run, with 2 "
+        "request(s) unfinished (the placement "
         "policy deferred every batch: 1 in the last round, " +
             std::to_string(policy.calls) + " deferral(s) in all)");
   CHECK(policy.calls > 0);

@@ -161,6 +161,15 @@ TEST_CASE("model config errors are one line naming the file, the key and what wa
         dir +
             "models_overflow.toml:10: tenants[0].model: tenant 'chat' sends requests of 5000 tokens (4800 in, 200 "
             "out), more than model 'llama2''s context window of 4096 (on_overflow = \"truncate\" cuts them)");
+  // Lengths an override gave: the error names the override, not the model's line.
+  auto set = load_config(dir + "models_overflow.toml", {{"tenants.chat.stream.input_tokens", "3800"}});
+  REQUIRE(set.ok());
+  set = load_config(dir + "models_overflow.toml", {{"tenants.chat.stream.output_tokens", "400", "--vary"}});
+  REQUIRE_FALSE(set.ok());
+  CHECK(set.status().message() ==
+        "--vary tenants.chat.stream.output_tokens=400: tenants[0].stream.output_tokens: tenant 'chat' sends requests "
+        "of 5200 tokens (4800 in, 400 out), more than model 'llama2''s context window of 4096 (on_overflow = "
+        "\"truncate\" cuts them)");
   CHECK(load_error(dir + "models_bad_hf.toml") ==
         dir + "models_bad_hf.toml:2: models[0].hf_config: " + dir +
             "models_bad_hf.json: num_key_value_heads: expected a divisor of num_attention_heads (32), got 5");

@@ -12,6 +12,7 @@
 //   placement "slow-static"       takes candidate 0 after sleeping `ms` milliseconds
 //   partition set "throws-bind"   throws from bind()
 //   estimator "nan-estimator"     predicts NaN seconds for every operator
+//   estimator "huge-estimator"    predicts 1e7 s (finite, but past the 1e6 s cap) for every operator
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -117,6 +118,14 @@ class NanEstimator final : public Estimator {
   Status observe_transfer(AccelId, AccelId, std::uint64_t, double) override { return Status::Ok(); }
 };
 
+class HugeEstimator final : public Estimator {
+ public:
+  double predict_op(OpKindId, AccelTypeId, std::span<const double>) const override { return 1e7; }
+  double predict_transfer(AccelId, AccelId, std::uint64_t) const override { return 1e-6; }
+  Status observe_op(OpKindId, AccelTypeId, std::span<const double>, double) override { return Status::Ok(); }
+  Status observe_transfer(AccelId, AccelId, std::uint64_t, double) override { return Status::Ok(); }
+};
+
 class ThrowsSelect final : public TransferArbiter {
  public:
   void select(std::span<const TransferIntent>, std::span<const std::uint8_t>, std::span<const std::uint8_t>,
@@ -140,11 +149,11 @@ Status add(Registry& registry, const char* name) {
 }
 
 Status register_more(PluginRegistries& r) {
-  for (Status s :
-       {add<ThrowsInt>(r.placement, "throws-int"), add<InvalidPick>(r.placement, "invalid-pick"),
-        add<ThrowsCandidates>(r.partition, "throws-candidates"), add<ThrowsBind>(r.partition, "throws-bind"),
-        add<NanEstimator>(r.estimator, "nan-estimator"), add<UnknownAccelerator>(r.partition, "unknown-accelerator"),
-        add<ThrowsSelect>(r.arbiter, "throws-select"), add<NeverStarts>(r.arbiter, "never-starts")})
+  for (Status s : {add<ThrowsInt>(r.placement, "throws-int"), add<InvalidPick>(r.placement, "invalid-pick"),
+                   add<ThrowsCandidates>(r.partition, "throws-candidates"), add<ThrowsBind>(r.partition, "throws-bind"),
+                   add<NanEstimator>(r.estimator, "nan-estimator"), add<HugeEstimator>(r.estimator, "huge-estimator"),
+                   add<UnknownAccelerator>(r.partition, "unknown-accelerator"),
+                   add<ThrowsSelect>(r.arbiter, "throws-select"), add<NeverStarts>(r.arbiter, "never-starts")})
     if (!s.ok()) return s;
   return Status::Ok();
 }

@@ -3,9 +3,11 @@
 // declares; its reasons.
 #include <catch2/catch.hpp>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -115,4 +117,33 @@ TEST_CASE("stages: unknown stage names and arguments are refused by their regist
   CHECK(f.regs.filter.create("nope").status().message() == "unknown filter stage 'nope' (available: feasible)");
   CHECK(f.regs.score.create("makespan", {{"x", 1}}).status().message() ==
         "score stage 'makespan': unknown key 'x' (takes no arguments)");
+}
+
+TEST_CASE("stages: a later filter cannot bring back what an earlier one dropped", "[plugins][stages]") {
+  // A filter that sets every flag: it may clear flags only, so the pick
+  // stays among what 'feasible' kept (the only feasible candidate, c2).
+  struct KeepAll final : CandidateFilter {
+    void filter(const StageRound&, std::span<std::uint8_t> keep) override {
+      for (std::uint8_t& k : keep) k = 1;
+    }
+  };
+  Fixture f;
+  std::vector<plugins::FilterStage> filters;
+  auto feasible = f.regs.filter.create("feasible");
+  REQUIRE(feasible.ok());
+  filters.push_back({std::move(feasible).value(), "feasible"});
+  filters.push_back({PluginPtr<CandidateFilter>(new KeepAll), "keep-all"});
+  std::vector<plugins::ScoreStage> scores;
+  auto order = f.regs.score.create("candidate-order");
+  REQUIRE(order.ok());
+  scores.push_back({std::move(order).value(), "candidate-order", 1.0});
+  plugins::StagedPlacement policy(std::move(filters), std::move(scores));
+  const std::vector<Candidate> cands(3, Candidate{"c", {}});
+  const std::vector<Outcome> outs = {outcome(false, 1, 1), outcome(false, 2, 2), outcome(true, 3, 3)};
+  const Batch batch;
+  CHECK(policy.choose(f.gmg, batch, cands, outs) == 2);
+  const std::vector<std::string> why = policy.reasons();
+  REQUIRE(why.size() >= 2);
+  CHECK(why[0] == "filter 'feasible' left 1 of 3");
+  CHECK(why[1] == "filter 'keep-all' left 1 of 1");
 }

@@ -1,0 +1,140 @@
+"""Faults with little HBM to spare (found by an outside probe, thirteenth
+session): what a lost accelerator, or one yet to be lost, does to a run whose
+batches wait for memory.
+
+  faults_under_memory.py SLICESCHED DATA_DIR WORK_DIR
+
+1. A fault yet to come, on an accelerator the policy never uses, changes
+   nothing: Static-Online's requests are the same with and without it (a
+   request that fit nowhere waited for the fault before failing).
+2. After a GPU is lost for good, a batch whose other placements need it and
+   whose last one is out of HBM preempts what fills that one: every online
+   request arriving after the loss gets its first token and none fails (the
+   run stalled until its window closed, then failed every request as
+   "no placement left").
+3. With every accelerator lost the run fails, and every request is done or
+   failed, counted as the faults' (requests not yet arrived were neither).
+"""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+slicesched, data, work = sys.argv[1], sys.argv[2], sys.argv[3]
+os.makedirs(work, exist_ok=True)
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+HEAD = """name = "{name}"
+seed = 3
+duration_s = 60
+[cluster]
+link_classes = [{{ name = "nvlink", bandwidth_gbps = 300.0, latency_us = 5.0 }}]
+accelerators = [{{ name_prefix = "gpu", count = 4, type = "H100", hbm_gib = {hbm} }}]
+[ground_truth]
+layers = "{data}/profiles/llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv"
+layers_model = "llama3-8b"
+layers_type = "H100"
+transfers = "{data}/profiles/vidur_network_h100_dgx_send_recv.csv"
+[[tenants]]
+name = "online0"
+priority = 10
+lanes = {lanes}
+stream = {{ trace = "{data}/traces/AzureLLMInferenceTrace_code.csv", duration_s = 60 }}
+"""
+
+
+def run(name, text, *extra, ok=True):
+    path = os.path.join(work, name + ".toml")
+    with open(path, "w") as f:
+        f.write(text)
+    out = os.path.join(work, name + "_out")
+    p = subprocess.run([slicesched, "simulate", path, "--out", out, *extra], capture_output=True, text=True)
+    if (p.returncode == 0) != ok:
+        fail("%s: exit %d, expected %s:\n%s%s" % (name, p.returncode, "0" if ok else "non-zero", p.stdout, p.stderr))
+    return out
+
+
+def rows(out, policy):
+    with open(os.path.join(out, "requests_%s.csv" % policy)) as f:
+        return list(csv.DictReader(f))
+
+
+def summary(out):
+    with open(os.path.join(out, "summary.json")) as f:
+        return json.load(f)
+
+
+# 1. A fault to come on gpu3, which Static-Online (on gpu0 and gpu1) never uses.
+static = HEAD.format(name="fault_to_come", hbm=16, lanes=2, data=data) + """
+[[policies]]
+name = "Static-Online"
+tenants = ["online0"]
+placement = { plugin = "static" }
+partition_sets = [{ plugin = "explicit", groups = [["gpu0", "gpu1"]], tenants = { online0 = [0] } }]
+"""
+fault = '\n[[faults]]\naccelerator = "gpu3"\nat_s = 59\nduration_s = 0.5\n'
+without = rows(run("no_fault", static), "static_online")
+with_fault = rows(run("fault_to_come", static + fault), "static_online")
+if not any(r["error"].startswith("out of memory") for r in without):
+    fail("no request failed out of memory without the fault: the case tests nothing")
+if with_fault != without:
+    diff = [(a["id"], a["done_s"], a["error"][:40], b["done_s"], b["error"][:40])
+            for a, b in zip(without, with_fault) if a != b]
+    fail("a fault at 59 s on unused gpu3 changed %d request(s), e.g. (id, done, error) without/with: %s"
+         % (len(diff), diff[:3]))
+
+# 2. gpu3 lost for good at 30 s: the pairs left are gpu0 + gpu1 only.
+slice_ = HEAD.format(name="lost_for_good", hbm=17, lanes=4, data=data) + """
+[[faults]]
+accelerator = "gpu3"
+at_s = 30
+[[tenants]]
+name = "offline0"
+online = false
+lanes = 4
+stream = { constant_rate = 10.0, duration_s = 60, input_tokens = 1024, output_tokens = 64 }
+[[policies]]
+name = "SliceScheduler"
+tenants = ["online0", "offline0"]
+placement = { plugin = "simulation-guided" }
+partition_sets = [{ plugin = "pairs" }, { plugin = "quads" }]
+scheduler = { issued_budget = 64, batch_cap = 6 }
+"""
+out = run("lost_for_good", slice_)
+reqs = rows(out, "slicescheduler")
+failed = [r for r in reqs if r["error"]]
+if failed:
+    fail("%d request(s) failed after gpu3 was lost, e.g. %r" % (len(failed), failed[0]["error"]))
+late = [r for r in reqs if r["tenant"] == "online0" and float(r["arrival_s"]) > 31]
+if not late or any(not r["first_token_s"] for r in late):
+    fail("%d of %d online requests arriving after the loss got no first token"
+         % (sum(1 for r in late if not r["first_token_s"]), len(late)))
+with open(os.path.join(out, "accelerators_slicescheduler.csv")) as f:
+    busy = {r["accelerator"]: float(r["utilization"]) for r in csv.DictReader(f)}
+if busy["gpu0"] < 0.8 or busy["gpu1"] < 0.8:
+    fail("gpu0 and gpu1 were only %.0f %% and %.0f %% busy: the pair left idled" % (100 * busy["gpu0"],
+                                                                                   100 * busy["gpu1"]))
+
+# 3. Every accelerator lost at 10 s, Static-Online the SLO baseline.
+every = "".join('\n[[faults]]\naccelerator = "gpu%d"\nat_s = 10\n' % a for a in range(4))
+out = run("every_lost", static.replace("hbm_gib = 16", "hbm_gib = 80") + every, ok=False)
+s = summary(out)
+entry = s["policies"]["Static-Online"]
+reqs = rows(out, "static_online")
+neither = [r["id"] for r in reqs if not r["done_s"] and not r["error"]]
+if neither:
+    fail("%d request(s) neither done nor failed after every accelerator was lost, e.g. %s" % (len(neither), neither[:3]))
+errored = sum(1 for r in reqs if r["error"])
+if not entry.get("failed") or entry["faults"]["failed_requests"] != errored or entry["requests_failed"] != errored:
+    fail("failed=%r, faults.failed_requests=%d, requests_failed=%d, but %d requests carry an error"
+         % (entry.get("failed"), entry["faults"]["failed_requests"], entry["requests_failed"], errored))
+if "Static-Online failed" not in s["slo_basis"]:
+    fail("slo_basis should say the baseline failed, got %r" % s["slo_basis"])
+print("ok: a fault to come changes nothing, the pair left after a loss serves, every request of a run that lost "
+      "everything ends")
