@@ -282,6 +282,7 @@ void GlobalSimulator::set_bound(const Est& est, std::span<const AccelId> accels,
   for (std::size_t k = 0; k < nb; ++k) batch_dur_[k] = batch_op_nanos(est, k, set.type(accels[k]));
   pruning_ = dominated_above >= 0 && dominated_above < INT64_MAX / 4 && nb > 0 && nb <= kMaxPrunedBatch;
   dominated_at_ = kNever;
+  floored_ = false;  // (batch_floor_ is read only when set)
   if (!pruning_) return;
   batch_finish_.assign(nb, -1);
   for (BatchEdge& be : batch_edges_)
@@ -299,21 +300,96 @@ void GlobalSimulator::set_bound(const Est& est, std::span<const AccelId> accels,
       if (key[nb + e] != batch_edges_[e].x) return false;
     return key[n_key - 3] == bound_sum_ && key[n_key - 2] == horizon_end_ && key[n_key - 1] == bound_max_;
   };
+  bool hit = false;
   for (const BoundMemo& m : bound_memo_)
     if (m.valid && same_key(m.key)) {
       dominated_at_ = m.at;
-      return;
+      hit = true;
+      break;
     }
-  dominated_at_ = dominated_from(kBeforeAll);
-  BoundMemo& m = bound_memo_[bound_memo_next_];
-  bound_memo_next_ = (bound_memo_next_ + 1) % bound_memo_.size();
-  m.key.assign(batch_dur_.begin(), batch_dur_.end());
-  for (const BatchEdge& be : batch_edges_) m.key.push_back(be.x);
-  m.key.push_back(bound_sum_);
-  m.key.push_back(horizon_end_);
-  m.key.push_back(bound_max_);
-  m.at = dominated_at_;
-  m.valid = true;
+  if (!hit) {
+    dominated_at_ = dominated_from(kBeforeAll);
+    BoundMemo& m = bound_memo_[bound_memo_next_];
+    bound_memo_next_ = (bound_memo_next_ + 1) % bound_memo_.size();
+    m.key.assign(batch_dur_.begin(), batch_dur_.end());
+    for (const BatchEdge& be : batch_edges_) m.key.push_back(be.x);
+    m.key.push_back(bound_sum_);
+    m.key.push_back(horizon_end_);
+    m.key.push_back(bound_max_);
+    m.at = dominated_at_;
+    m.valid = true;
+  }
+  // Not lost on its own: the work surely ahead of it on its accelerators
+  // (busy_floor()) may make it so, or end its simulation sooner. (Most of a
+  // big cluster's candidates are lost on their own: they skip these scans.)
+  // A floor at or before at_ bounds nothing at_ does not.
+  if (dominated_at_ == kBeforeAll) return;
+  batch_floor_.resize(nb);
+  for (std::size_t k = 0; k < nb; ++k) {
+    const Nanos floor = queue_[accels[k]].empty() ? kBeforeAll : busy_floor(accels[k], key_[tnode_[k]]);
+    batch_floor_[k] = floor > at_ ? floor : kBeforeAll;
+    floored_ |= floor > at_;
+  }
+  if (floored_) {
+    dominated_at_ = dominated_from(kBeforeAll);
+    cut_by_queues_ += dominated_at_ == kBeforeAll;
+  }
+}
+
+Nanos GlobalSimulator::busy_floor(AccelId a, std::uint64_t key) {
+  if (busy_floor_epoch_.size() <= a) {
+    const std::size_t n_acc = gmg_->accels().size();
+    busy_floor_epoch_.resize(n_acc, 0);
+    busy_floor_key_.resize(n_acc, 0);
+    busy_floor_.resize(n_acc, kBeforeAll);
+  }
+  // Every issued op of the batch's priority was issued before it (its
+  // keys are the newest of its priority), so what is ahead depends on the
+  // priority alone: one scan per accelerator and priority.
+  const std::uint64_t rank = key >> 48;
+  if (busy_floor_epoch_[a] == epoch_ && busy_floor_key_[a] == rank) return busy_floor_[a];
+  // Ahead of the batch op: every issued op of a lower or equal key (the
+  // queue is in key order; place() puts the batch op after them). Of
+  // those, the ones sure to be ready whenever the batch op could be picked
+  // all run first: an op ready by at_ with every input there (its ready
+  // event), and one whose inputs still to come all come from such ops on
+  // this accelerator (ready as each finishes, when the accelerator is
+  // free again). Transfers, other accelerators and the placement change
+  // neither. (Queue order puts a producer of the same tenant before its
+  // reader; one after it only leaves the reader out.)
+  if (in_ahead_.size() < n_sim_) in_ahead_.resize(n_sim_, 0);
+  const std::uint64_t stamp = ++ahead_stamp_;
+  Nanos sum = 0, first = kNever;
+  for (std::uint32_t i : queue_[a]) {
+    if (is_tent_[i]) continue;  // the last placement's batch op
+    if (key_[i] >> 48 > rank) break;
+    if (ready_t_[i] > at_) continue;
+    bool sure = false, events = false;
+    for (std::uint32_t x = ev_begin_[i]; x < ev_begin_[i + 1] && !sure; ++x) {
+      events = true;
+      sure = node_events_[x].kind == kReady && node_events_[x].t <= at_;
+    }
+    if (!sure && !events) {  // every input to come is a simulated producer's
+      sure = true;
+      for (std::uint32_t e = nodes_[i].in_begin; e < nodes_[i].in_end && sure; ++e) {
+        const std::uint32_t src = edges_[e].src;
+        const std::uint32_t p = src & kNodeMask;
+        if (p >= n_sim_) continue;  // a done producer's, there (no transfer event)
+        sure = (src & kRemote) == 0 && in_ahead_[p] == stamp;
+      }
+    }
+    if (!sure) continue;
+    in_ahead_[i] = stamp;
+    sum += nodes_[i].dur;  // (an issued op's time never changes between placements)
+    first = std::min(first, ready_t_[i]);
+  }
+  // Before now_ an accelerator starts nothing until its last known
+  // completion (dispatch()); an op started before now_ only ends later.
+  const Nanos floor = first == kNever ? kBeforeAll : std::max(first, std::min(free_at_[a], now_)) + sum;
+  busy_floor_epoch_[a] = epoch_;
+  busy_floor_key_[a] = rank;
+  busy_floor_[a] = floor;
+  return floor;
 }
 
 bool GlobalSimulator::dominated_alone(std::span<const AccelId> accels, std::int64_t above, Nanos horizon,
@@ -478,6 +554,7 @@ Nanos GlobalSimulator::dominated_from(Nanos t, const Nanos* ext) const {
       if (b[p] != kNone) bk = std::max(bk, b[p] + c);
     }
     a[k] = std::max(ak, at_ + bk);
+    if (floored_) a[k] = std::max(a[k], batch_floor_[k] + dur);
     b[k] = bk;
   }
   // Times past now_ + a few days never occur: plain 64-bit sums suffice.

@@ -227,6 +227,10 @@ class GlobalSimulator {
   // with nothing able to run out of HBM first: the placements the
   // simulation would have ended as dominated, found without simulating.
   std::size_t cut_by_inputs() const { return cut_by_inputs_; }
+  // How many placements since construction were found dominated before
+  // their first event only once the work surely queued ahead of the
+  // batch's operators on their accelerators was counted (busy_floor()).
+  std::size_t cut_by_queues() const { return cut_by_queues_; }
 
  private:
   template <typename Est>
@@ -454,8 +458,9 @@ class GlobalSimulator {
 
   // Cutting a dominated placement short (SimOptions::dominated_above).
   // Each batch op's finish is bounded below by the batch's own structure:
-  // it starts no earlier than the current time, at_, and its batch
-  // predecessors' finishes plus their transfers' predicted times. That
+  // it starts no earlier than the current time, at_, its batch
+  // predecessors' finishes plus their transfers' predicted times, and the
+  // issued work certainly ahead of it on its accelerator. That
   // bound is recomputed when a batch op starts (a started op's finish is
   // known) and gives the first event time at which the summed completion
   // must exceed the bound, dominated_at_.
@@ -472,7 +477,21 @@ class GlobalSimulator {
   Nanos dominated_from(Nanos t, const Nanos* ext = nullptr) const;
   std::vector<BatchEdge> batch_edges_;  // from prepare(), grouped by k ascending
   std::vector<Nanos> batch_dur_;        // per batch op, in this placement
-  std::vector<Nanos> batch_finish_;     // per batch op: its finish once started, else -1
+  // Per batch op, in this placement: busy_floor() of its accelerator.
+  std::vector<Nanos> batch_floor_;
+  bool floored_ = false;  // some batch_floor_ entry is set (past at_)
+  // The soonest a batch op of queue key `key` can start on accelerator a:
+  // the issued ops queued ahead of it there that are ready by at_ with no
+  // simulated input all run first, one at a time, from the accelerator's
+  // last known completion (or the earliest of their ready times, if later).
+  // Other work only delays them, so it is a floor for every placement.
+  // Memoized per accelerator until the next prepare().
+  Nanos busy_floor(AccelId a, std::uint64_t key);
+  std::vector<Nanos> busy_floor_;
+  std::vector<std::uint64_t> busy_floor_key_, busy_floor_epoch_;
+  std::vector<std::uint64_t> in_ahead_;  // per simulated node: == ahead_stamp_ when busy_floor() counted it
+  std::uint64_t ahead_stamp_ = 0;
+  std::vector<Nanos> batch_finish_;  // per batch op: its finish once started, else -1
   bool pruning_ = false;
   Nanos bound_sum_ = 0;     // dominated_above + batch size * at_: a bound on the summed finishes
   bool bound_max_ = false;  // bound_sum_ is dominated_above + at_, a bound on the latest finish
@@ -524,7 +543,7 @@ class GlobalSimulator {
   std::vector<Nanos> ext_ready_;         // per batch op, in this placement
   std::int8_t oom_free_ = -1;            // cannot_oom() for this prepare; < 0: not yet known
   std::vector<std::int64_t> most_used_;  // cannot_oom()'s, per accelerator
-  std::size_t cut_by_inputs_ = 0;
+  std::size_t cut_by_inputs_ = 0, cut_by_queues_ = 0;
   // set_bound() as dominated_alone() last left it, so place() right after
   // it with the same arguments does not compute it again.
   bool bound_set_ = false;

@@ -559,3 +559,66 @@ TEST_CASE("the floor for placements away from the inputs is exact on idle accele
     CHECK(round.away_floor(c.there, -1, true) == c.latest);
   }
 }
+
+TEST_CASE(
+    "work surely queued ahead on an accelerator cuts a placement before simulating, exactly where the simulation "
+    "ends it dominated",
+    "[simulator][differential]") {
+  // Issued instances of several priorities, each on one accelerator (a
+  // local chain: ready one after another) or spread (transfers between
+  // its ops), and a batch of one priority placed at random. The work ahead
+  // of a batch op (lower or equal key, sure to be ready when it could be
+  // picked) is a floor on its start; with any bound on the summed
+  // completion the placement is dominated exactly when its simulated sum
+  // exceeds the bound, floors or not.
+  std::mt19937_64 rng(20261127);
+  std::size_t queue_cuts = 0, bounded = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    INFO("trial " << trial);
+    const int n_acc = std::uniform_int_distribution<int>(1, 4)(rng);
+    auto reg = std::make_shared<TemplateRegistry>();
+    TemplateId ta = reg->add(random_template(rng, "a", 1000)).value();
+    Gmg gmg(reg, cluster(n_acc, 64 * kGiB));
+    for (AccelId acc = 0; acc < static_cast<AccelId>(n_acc); ++acc) REQUIRE(gmg.place_weights(ta, acc).ok());
+    EstimatorSet est = estimators(*reg, std::uniform_int_distribution<int>(0, 1)(rng) ? 1e-9 : 1e-10);
+    std::uniform_int_distribution<int> pick_acc(0, n_acc - 1), pick_priority(0, 3);
+    const int n_inst = std::uniform_int_distribution<int>(1, 6)(rng);
+    for (int i = 0; i < n_inst; ++i) {
+      auto inst = gmg.instantiate({ta, {}, {}, pick_priority(rng), 0});
+      REQUIRE(inst.ok());
+      const bool one = std::uniform_int_distribution<int>(0, 2)(rng) != 0;
+      const auto home = static_cast<AccelId>(pick_acc(rng));
+      for (OpId op : inst->ops)
+        REQUIRE(gmg.issue(op, one ? home : static_cast<AccelId>(pick_acc(rng)), gmg.now()).ok());
+    }
+    auto b = gmg.instantiate({ta, {}, {}, pick_priority(rng), 0});
+    REQUIRE(b.ok());
+    const std::vector<OpId> batch(
+        b->ops.begin(), b->ops.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(b->ops.size(), 6)));
+    const Nanos at = gmg.now();
+    GlobalSimulator round;
+    round.prepare(gmg, est, batch, at);
+    for (int p = 0; p < 4; ++p) {
+      std::vector<AccelId> there;
+      for (std::size_t k = 0; k < batch.size(); ++k) there.push_back(static_cast<AccelId>(pick_acc(rng)));
+      Gmg placed = gmg.clone();
+      for (std::size_t k = 0; k < batch.size(); ++k) REQUIRE(placed.issue(batch[k], there[k], at).ok());
+      const SimulationResult want = reference_simulate(placed, est, {});
+      REQUIRE(want.feasible());
+      INFO("placement " << p << " of " << batch.size() << " ops");
+      Nanos sum = 0;
+      for (OpId op : batch) sum += want.finish_of(op) - at;
+      for (const Nanos above : {sum - 1, sum - 1 - std::uniform_int_distribution<Nanos>(1, 3'000'000)(rng), sum,
+                                sum + std::uniform_int_distribution<Nanos>(0, 1'000'000)(rng)}) {
+        if (above < 0) continue;
+        const std::size_t before = round.cut_by_queues();
+        const SimulationResult& got = round.place(there, {.dominated_above = above});
+        ++bounded;
+        REQUIRE(got.dominated == (sum > above));
+        queue_cuts += round.cut_by_queues() > before;
+      }
+    }
+  }
+  INFO(queue_cuts << " of " << bounded << " bounded placements cut by the work queued ahead");
+  CHECK(queue_cuts > bounded / 10);  // a floor worth having, not zero
+}
