@@ -96,6 +96,23 @@ Status Engine::apply_faults(Nanos now) {
   return Status::Ok();
 }
 
+Result<bool> Engine::fail_lost(Nanos now) {
+  if (down_count_ == 0 || returns_pending()) return false;
+  for (const Deferral& d : scheduler_.last_deferrals()) {
+    if (!d.lost) continue;
+    auto n = tenants_[d.tenant].fail_instance(
+        d.instance, "no placement left that can run it (lost: " + lost_names_ + ")", gmg_, now);
+    if (!n.ok())
+      return Status(n.status().code(), "tenant '" + tenants_[d.tenant].spec().name + "': " + n.status().message());
+    if (n.value() == 0) continue;
+    backend_.drop_iteration(d.instance);  // its plan never runs
+    fault_failed_ += n.value();
+    flush_requests();
+    return true;
+  }
+  return false;
+}
+
 bool Engine::returns_pending() const {
   return std::any_of(
       opt_.faults.begin() + static_cast<std::ptrdiff_t>(next_fault_), opt_.faults.end(),
@@ -114,6 +131,7 @@ Status Engine::lose(AccelId a, Nanos now) {
   if (a >= gmg_.accels().size())
     return InvalidArgument("engine: the backend lost accelerator " + std::to_string(a) + ", which does not exist");
   if (!gmg_.is_down(a)) ++down_count_;
+  for (Tenant& t : tenants_) t.on_accelerator_lost(a, gmg_);
   gmg_.set_down(a, true);  // (a fault on one already down is the backend's to refuse)
   std::vector<Feedback> lost;
   if (Status s = backend_.fail_accelerator(gmg_, a, lost); !s.ok()) return s;
@@ -408,6 +426,10 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
     // for HBM that lower-priority KV caches hold preempts one. Either way,
     // schedule again at the same time.
     if (auto f = fail_out_of_memory(now, OomFail::kNever); !f.ok())
+      return f.status();
+    else if (f.value())
+      continue;
+    if (auto f = fail_lost(now); !f.ok())
       return f.status();
     else if (f.value())
       continue;

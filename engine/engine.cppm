@@ -120,6 +120,10 @@ class Engine {
   // Whether a configured fault yet to come brings back an accelerator that
   // is lost now: then a batch that fits nowhere may fit after it.
   bool returns_pending() const;
+  // A batch only a lost accelerator could take (Deferral::lost), with
+  // none of the lost coming back: its iteration's requests fail now, as
+  // the loss's. Whether one did.
+  Result<bool> fail_lost(Nanos now);
   // Hands what was pushed to the inbox to its tenants (closing it first on
   // a drain); fails on a request for a tenant that does not exist.
   Status take_inbox(Nanos now, int stop);

@@ -587,6 +587,25 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
                            cands.empty() ? nullptr : &policy_});
       ++stats_.deferred;
       deferred.push_back(seed);
+      // Only a lost accelerator could take it: some candidate needs one,
+      // and none of the others holds the batch even alone.
+      bool any_down = false, live_fit = false;
+      auto considered = [&](std::size_t c) {
+        return cands[c].accel.size() == batch.ops.size() && (!pick || c == *pick || policy_.needs_simulation());
+      };
+      auto down_in = [&](std::size_t c) {
+        for (AccelId a : cands[c].accel)
+          if (a < gmg.accels().size() && gmg.is_down(a)) return true;
+        return false;
+      };
+      for (std::size_t c = 0; c < cands.size() && !any_down; ++c) any_down = considered(c) && down_in(c);
+      for (std::size_t c = 0; c < cands.size() && any_down && !live_fit; ++c) {
+        if (!considered(c) || down_in(c)) continue;
+        bool placeable = true;
+        for (std::size_t i = 0; i < batch.ops.size() && placeable; ++i)
+          placeable = gmg.placeable(batch.ops[i], cands[c].accel[i]);
+        live_fit = placeable && gmg.check_memory(batch.ops, cands[c].accel, nullptr, true).ok();
+      }
       Deferral d{.tenant = batch.tenant,
                  .ops = batch.ops.size(),
                  .candidates = cands.size(),
@@ -594,6 +613,7 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
                  .priority = batch.priority,
                  .memory = memory,
                  .never = never,
+                 .lost = any_down && !live_fit,
                  .reason = std::move(waited),
                  .instance = gmg.op(batch.ops.front()).instance,
                  .short_of = std::move(short_of)};

@@ -89,6 +89,10 @@ struct Deferral {
   // It does not fit even alone (Gmg::check_memory's `alone`) on any
   // candidate: waiting or preempting cannot help.
   bool never = false;
+  // Only a lost accelerator could take it: every candidate (a static
+  // policy: its pick) needs one, or holds it on none of the accelerators
+  // left even alone.
+  bool lost = false;
   std::string reason;
   InstanceId instance = 0;        // the instance of the batch's first operator
   std::vector<AccelId> short_of;  // when `memory`: the accelerators short of HBM

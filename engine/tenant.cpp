@@ -291,13 +291,19 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   while (Tenant* o = prompts_here ? oldest_source([&](const Tenant& t) { return peer(t); }) : nullptr)
     if (!admit_prompt(*o)) break;
   if (!sources_.empty() && !lane.prefill_only) seat_riders(lane, tokens, context, kv_after);
-  if (tokens == 0) {
-    // Idle: nobody will take the cache over.
+  // Idle, or only new sequences (prompts from the start, caches back from
+  // host memory): nobody takes the lane's cache over. Held on, the cache
+  // of sequences that finished kept its room until each layer group ran
+  // again, and a 7,500-token prompt that fit alone failed out of memory
+  // behind it.
+  const bool takes_over =
+      std::any_of(lane.running.begin(), lane.running.end(), [](const Seq& q) { return q.context > 0 && !q.from_host; });
+  if (tokens == 0 || !takes_over) {
     for (OpId op : lane.kv_ops)
       if (Status s = gmg.release_retained(op); !s.ok()) return s;
     lane.kv_ops.clear();
     lane.kv_tokens = 0;
-    return false;
+    if (tokens == 0) return false;
   }
   const GraphTemplate& tmpl = gmg.templates().get(tmpl_);
   InstanceSpec spec;
@@ -473,6 +479,18 @@ void Tenant::hand_off(Lane& lane, const Gmg& gmg, Nanos t) {
   std::vector<Seq> keep, go;
   for (const Seq& s : lane.running) (s.prefill ? keep : go).push_back(s);
   if (go.empty()) return;
+  if (lane.cache_lost) {
+    // What it would hand off went with an accelerator: each queues again
+    // first and prefills what it holds, as a lost iteration's do.
+    for (auto s = go.rbegin(); s != go.rend(); ++s) {
+      Tenant& o = own(*s);
+      ++o.rebuilt_;
+      o.redo_[s->request] = o.records_[s->request].generated;
+      o.waiting_.push_front(s->request);
+    }
+    lane.running = std::move(keep);
+    return;
+  }
   const double per_token = bytes_per_token(lane.kv_ops, lane.kv_tokens, gmg);
   std::int64_t bytes = 0;
   for (const Seq& s : go) bytes += static_cast<std::int64_t>(per_token * static_cast<double>(s.context));
@@ -515,6 +533,7 @@ void Tenant::drop_iteration(Lane& lane, Gmg& gmg) {
   lane.attached.clear();
   lane.iter_ops.clear();
   lane.kv_tokens = 0;
+  lane.cache_lost = false;
 }
 
 bool Tenant::is_abandoned(std::size_t request) const {
@@ -653,6 +672,7 @@ Status Tenant::take_back(Lane& lane, Gmg& gmg) {
   lane.iter_ops.clear();
   lane.kv_tokens = 0;
   lane.head = kNoOp;
+  lane.cache_lost = false;
   lane.in_flight = false;
   return Status::Ok();
 }
@@ -665,7 +685,9 @@ Result<std::size_t> Tenant::preempt(InstanceId instance, Gmg& gmg) {
   // (bytes per cached token, times its tokens) goes to host memory now and
   // comes back after both copies; the copies of one preemption follow those
   // of the one before on the host link.
-  const bool swap = spec_.preemption == TenantSpec::Preemption::kSwap && spec_.host_link_bytes_per_s > 0;
+  // (A cache lost with an accelerator is not there to copy: recomputed.)
+  const bool swap =
+      spec_.preemption == TenantSpec::Preemption::kSwap && spec_.host_link_bytes_per_s > 0 && !lane->cache_lost;
   const double per_token = bytes_per_token(lane->attached, lane->kv_prev, gmg);
   const std::vector<OpId> caches = lane->attached;
   if (Status s = take_back(*lane, gmg); !s.ok()) return s;
@@ -738,6 +760,31 @@ Result<Tenant::OomOutcome> Tenant::fail_out_of_memory(InstanceId instance, const
   return OomOutcome{.acted = true, .failed = 1};
 }
 
+void Tenant::on_accelerator_lost(AccelId a, const Gmg& gmg) {
+  for (Lane& l : lanes_)
+    for (const std::vector<OpId>* ops : {&l.kv_ops, &l.attached})
+      for (OpId kv : *ops)
+        if (gmg.contains(kv) && gmg.op(kv).accel == a) l.cache_lost = true;
+}
+
+Result<std::size_t> Tenant::fail_instance(InstanceId instance, const std::string& reason, Gmg& gmg, Nanos t) {
+  Lane* lane = unstarted(instance, gmg);
+  if (!lane) lane = stuck(instance, gmg);
+  if (!lane) return std::size_t{0};
+  const std::vector<Seq> seqs = lane->running;
+  if (Status s = take_back(*lane, gmg); !s.ok()) return s;
+  for (const Seq& q : seqs) {
+    Tenant& o = own(q);
+    RequestRecord& r = o.records_[q.request];
+    r.error = reason;
+    r.done = t;
+    ++o.done_;
+    o.event(RequestEvent::Kind::kFailed, q.request, t);
+    o.end_live(q.request);
+  }
+  return seqs.size();
+}
+
 std::size_t Tenant::fail_unfinished(const std::string& reason, Nanos t) {
   std::size_t failed = 0;
   auto fail = [&](Tenant& o, std::size_t i) {
@@ -752,6 +799,8 @@ std::size_t Tenant::fail_unfinished(const std::string& reason, Nanos t) {
   };
   for (std::size_t i : waiting_) fail(*this, i);
   waiting_.clear();
+  for (const Swapped& s : swapped_) fail(*this, s.request);  // (on the host link or in host memory)
+  swapped_.clear();
   for (std::deque<Handoff>* q : {&handoffs_, &handed_}) {
     for (const Handoff& h : *q) fail(own(h.seq), h.seq.request);
     q->clear();

@@ -162,6 +162,13 @@ class Tenant {
   // left that can run it). Timing-only: live plans are not rebuilt.
   // Returns how many failed.
   std::size_t fail_unfinished(const std::string& reason, Nanos t);
+  // Accelerator `a` is lost: the lanes whose KV caches were (in part)
+  // there know it (a swap or hand-off of them would copy what is gone).
+  void on_accelerator_lost(AccelId a, const Gmg& gmg);
+  // The waiting or stuck iteration `instance` cannot run anywhere (every
+  // placement needs a lost accelerator): its sequences fail with `reason`.
+  // Returns how many failed (0: no such iteration here).
+  Result<std::size_t> fail_instance(InstanceId instance, const std::string& reason, Gmg& gmg, Nanos t);
   // The stream's requests yet to arrive fail as they arrive, with `reason`
   // (the run ends now, and nothing would be left to run them). Returns
   // how many failed.
@@ -358,6 +365,9 @@ class Tenant {
     OpId head = kNoOp;
     bool in_flight = false;
     bool prefill_only = false;  // a prefill lane (TenantSpec::prefill_lanes)
+    // Part of kv_ops or attached was on an accelerator lost since: that
+    // cache is gone, so it is rebuilt, never swapped out or handed off.
+    bool cache_lost = false;
   };
   // Seats the lane's riders after its own sequences (see set_rider_bound);
   // `tokens`, `context` and `kv` are the iteration's so far and grow.
