@@ -46,8 +46,10 @@ int plan(const PlanOptions& opt) {
     const auto eq = s.find('=');
     if (eq == std::string::npos || eq == 0) fail("--set " + s + ": expected KEY=VALUE");
     base.push_back({s.substr(0, eq), s.substr(eq + 1)});
-    // (--vary would override it at every point, silently)
-    if (planning::same_setting(base.back().key, vary->key))
+    // (--vary would override it at every point, silently; a wildcard that
+    // also sets the other elements is fine: --vary, applied after, wins on
+    // its own element)
+    if (planning::same_setting(base.back().key, vary->key) && !planning::sets_more_than(base.back().key, vary->key))
       fail("--set " + s + ": sets what --vary " + opt.vary + " varies; give one or the other");
   }
   // (Each point reads the prior with its ground truth, by load_truths.)

@@ -116,6 +116,14 @@ bool same_setting(const std::string& a, const std::string& b) {
   return true;
 }
 
+bool sets_more_than(const std::string& wide, const std::string& key) {
+  if (!same_setting(wide, key)) return false;
+  const auto x = components(wide), y = components(key);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (x[i] == "*" && y[i] != "*") return true;
+  return false;
+}
+
 Status check_axes(const std::vector<SweepAxis>& axes, std::size_t max_points) {
   std::size_t points = 1;
   for (std::size_t i = 0; i < axes.size(); ++i) {

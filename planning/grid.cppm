@@ -33,6 +33,11 @@ Result<SweepAxis> parse_axis(const std::string& arg);
 // written one way (`a[0]` is `a.0`), a `*` matching any one component.
 bool same_setting(const std::string& a, const std::string& b);
 
+// Whether `wide` sets `key`'s value and others too: the same setting, with
+// a `*` where `key` names one element (`tenants.*.lanes` over
+// `tenants.offline0.lanes`).
+bool sets_more_than(const std::string& wide, const std::string& key);
+
 // Checks that axis names are distinct and no two axes set the same value
 // (one line naming the clash), and the grid is at most `max_points` points.
 Status check_axes(const std::vector<SweepAxis>& axes, std::size_t max_points = 1'000'000);

@@ -87,6 +87,9 @@ TEST_CASE("sweep axes: names, values and errors", "[planning]") {
         Case{"cluster.accelerators[0].count", "cluster.accelerators[1].count", false}, Case{"a.b", "a.b.c", false}}) {
     CAPTURE(c.a, c.b);
     CHECK(same_setting(c.a, c.b) == c.same);
+    // Only a wildcard over a named element sets more than the other key.
+    CHECK(sets_more_than(c.a, c.b) == (std::string(c.a).find('*') != std::string::npos && c.same));
+    CHECK_FALSE(sets_more_than(c.b, c.a));
     const Status s = check_axes({axis(std::string("x:") + c.a + "=1"), axis(std::string("y:") + c.b + "=2")});
     CHECK(s.ok() == !c.same);
     if (c.same) CHECK(s.message().find("sets what axis 'x' (" + std::string(c.a) + ") sets") != std::string::npos);
