@@ -77,20 +77,19 @@ class Table {
   // there: how every error names the place it is about.
   std::string where(const toml::node* at, const std::string& key) const {
     // A missing key of a table an override wrote is about that table.
-    const toml::node* about = at ? at : &t_;
-    if (g_overridden)
-      for (const auto& [node, label] : *g_overridden)
-        if (node == about) return label + ": " + qualified(key);
+    if (const std::string* label = override_label(at ? at : &t_)) return *label + ": " + qualified(key);
     const auto& src = at ? at->source() : t_.source();
     return file_ + ":" + std::to_string(src.begin.line) + ": " + qualified(key);
   }
   std::string qualified(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
   // Whether an override put `at` there (where() then names the override).
-  bool overridden(const toml::node* at) const {
-    if (!at || !g_overridden) return false;
-    for (const auto& entry : *g_overridden)
-      if (entry.first == at) return true;
-    return false;
+  bool overridden(const toml::node* at) const { return override_label(at) != nullptr; }
+  // The label of the override that put `at` there ("--set KEY=VALUE"), or null.
+  static const std::string* override_label(const toml::node* at) {
+    if (g_overridden)
+      for (const auto& [node, label] : *g_overridden)
+        if (node == at) return &label;
+    return nullptr;
   }
   const toml::node* node(const std::string& key) {
     used_.insert(key);

@@ -571,13 +571,17 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
         short_of.clear();
       }
     }
+    // The candidates the batch could have gone to: any a simulating policy
+    // was offered, else the static policy's pick.
+    auto considered = [&](std::size_t c) {
+      return cands[c].accel.size() == batch.ops.size() && (!pick || c == *pick || policy_.needs_simulation());
+    };
     // Does not fit even with the cluster to itself: waiting will not help.
     bool never = false;
     if (memory) {
       never = true;
       for (std::size_t c = 0; c < cands.size() && never; ++c)
-        if (cands[c].accel.size() == batch.ops.size() && (!pick || c == *pick || policy_.needs_simulation()))
-          never = !gmg.check_memory(batch.ops, cands[c].accel, nullptr, true).ok();
+        if (considered(c)) never = !gmg.check_memory(batch.ops, cands[c].accel, nullptr, true).ok();
     }
     if (memory)
       for (AccelId a : short_of) reserved_for.push_back({a, batch.priority});
@@ -590,9 +594,6 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
       // Only a lost accelerator could take it: some candidate needs one,
       // and none of the others holds the batch even alone.
       bool any_down = false, live_fit = false;
-      auto considered = [&](std::size_t c) {
-        return cands[c].accel.size() == batch.ops.size() && (!pick || c == *pick || policy_.needs_simulation());
-      };
       auto down_in = [&](std::size_t c) {
         for (AccelId a : cands[c].accel)
           if (a < gmg.accels().size() && gmg.is_down(a)) return true;

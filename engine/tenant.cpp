@@ -53,6 +53,15 @@ void Tenant::submit(LiveRequest r, Nanos t) {
 
 // Tells a submitted request's sink how it ended and lets go of its prompt
 // and output (the sink has them).
+void Tenant::fail_request(std::size_t request, std::string reason, Nanos t) {
+  RequestRecord& r = records_[request];
+  r.error = std::move(reason);
+  r.done = t;
+  ++done_;
+  event(RequestEvent::Kind::kFailed, request, t);
+  end_live(request);
+}
+
 void Tenant::end_live(std::size_t request) {
   auto it = live_.find(request);
   if (it == live_.end()) return;
@@ -95,11 +104,7 @@ void Tenant::deliver_arrivals(Nanos t) {
     if (std::string why = never_rides(r); !why.empty()) {
       // Failed at once: left queued, it would hold the riders behind it
       // back for good, and the run would end in a deadlock.
-      r.error = std::move(why);
-      r.done = r.arrival;
-      ++done_;
-      event(RequestEvent::Kind::kFailed, i, r.arrival);
-      end_live(i);
+      fail_request(i, std::move(why), r.arrival);
       continue;
     }
     waiting_.push_back(i);
@@ -407,13 +412,7 @@ void Tenant::on_op_done(const Feedback& f, Gmg& gmg) {
     if (f.failed || !error.empty()) {
       // The iteration's requests fail; the lane's KV chain is lost with it.
       for (const Seq& s : lane.running) {
-        Tenant& o = own(s);
-        RequestRecord& r = o.records_[s.request];
-        r.error = error.empty() ? "operator failed" : error;
-        r.done = t;
-        ++o.done_;
-        o.event(RequestEvent::Kind::kFailed, s.request, t);
-        o.end_live(s.request);
+        own(s).fail_request(s.request, error.empty() ? "operator failed" : error, t);
       }
       drop_iteration(lane, gmg);
       return;
@@ -543,13 +542,8 @@ bool Tenant::is_abandoned(std::size_t request) const {
 }
 
 void Tenant::end_abandoned(std::size_t request, Nanos t) {
-  RequestRecord& r = records_[request];
-  r.error = kAbandonedError;
-  r.done = t;
-  ++done_;
   ++abandoned_;
-  event(RequestEvent::Kind::kFailed, request, t);
-  end_live(request);
+  fail_request(request, kAbandonedError, t);
 }
 
 std::size_t Tenant::drop_abandoned(Nanos t) {
@@ -750,13 +744,7 @@ Result<Tenant::OomOutcome> Tenant::fail_out_of_memory(InstanceId instance, const
     return OomOutcome{.acted = true};
   }
   // One sequence that cannot fit: it fails.
-  Tenant& o = own(seqs.front());
-  RequestRecord& r = o.records_[seqs.front().request];
-  r.error = reason;
-  r.done = t;
-  ++o.done_;
-  o.event(RequestEvent::Kind::kFailed, seqs.front().request, t);
-  o.end_live(seqs.front().request);
+  own(seqs.front()).fail_request(seqs.front().request, reason, t);
   return OomOutcome{.acted = true, .failed = 1};
 }
 
@@ -773,29 +761,16 @@ Result<std::size_t> Tenant::fail_instance(InstanceId instance, const std::string
   if (!lane) return std::size_t{0};
   const std::vector<Seq> seqs = lane->running;
   if (Status s = take_back(*lane, gmg); !s.ok()) return s;
-  for (const Seq& q : seqs) {
-    Tenant& o = own(q);
-    RequestRecord& r = o.records_[q.request];
-    r.error = reason;
-    r.done = t;
-    ++o.done_;
-    o.event(RequestEvent::Kind::kFailed, q.request, t);
-    o.end_live(q.request);
-  }
+  for (const Seq& q : seqs) own(q).fail_request(q.request, reason, t);
   return seqs.size();
 }
 
 std::size_t Tenant::fail_unfinished(const std::string& reason, Nanos t) {
   std::size_t failed = 0;
   auto fail = [&](Tenant& o, std::size_t i) {
-    RequestRecord& r = o.records_[i];
-    if (r.done >= 0) return;
+    if (o.records_[i].done >= 0) return;
     ++failed;
-    r.error = reason;
-    r.done = t;
-    ++o.done_;
-    o.event(RequestEvent::Kind::kFailed, i, t);
-    o.end_live(i);
+    o.fail_request(i, reason, t);
   };
   for (std::size_t i : waiting_) fail(*this, i);
   waiting_.clear();
@@ -816,12 +791,9 @@ std::size_t Tenant::fail_unfinished(const std::string& reason, Nanos t) {
 std::size_t Tenant::fail_arrivals(const std::string& reason) {
   const std::size_t failed = stream_requests_ - next_request_;
   for (; next_request_ < stream_requests_; ++next_request_) {
-    RequestRecord& r = records_[next_request_];
-    event(RequestEvent::Kind::kArrived, next_request_, r.arrival);
-    r.error = reason;
-    r.done = r.arrival;
-    ++done_;
-    event(RequestEvent::Kind::kFailed, next_request_, r.arrival);
+    const Nanos arrival = records_[next_request_].arrival;
+    event(RequestEvent::Kind::kArrived, next_request_, arrival);
+    fail_request(next_request_, reason, arrival);
   }
   return failed;
 }

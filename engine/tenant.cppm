@@ -431,6 +431,8 @@ class Tenant {
   };
   std::unordered_map<std::size_t, Live> live_;  // submitted requests not ended yet, by record
   void end_live(std::size_t request);
+  // Request `request` (this tenant's) ends failed at `t` with `reason`.
+  void fail_request(std::size_t request, std::string reason, Nanos t);
   std::deque<std::size_t> waiting_;
   std::vector<Lane> lanes_;
   std::vector<Lane*> startable_;  // start_iterations' scratch

@@ -326,7 +326,7 @@ void GlobalSimulator::set_bound(const Est& est, std::span<const AccelId> accels,
   if (dominated_at_ == kBeforeAll) return;
   batch_floor_.resize(nb);
   for (std::size_t k = 0; k < nb; ++k) {
-    const Nanos floor = queue_[accels[k]].empty() ? kBeforeAll : busy_floor(accels[k], key_[tnode_[k]]);
+    const Nanos floor = busy_floor(accels[k], key_[tnode_[k]] >> 48);
     batch_floor_[k] = floor > at_ ? floor : kBeforeAll;
     floored_ |= floor > at_;
   }
@@ -336,18 +336,10 @@ void GlobalSimulator::set_bound(const Est& est, std::span<const AccelId> accels,
   }
 }
 
-Nanos GlobalSimulator::busy_floor(AccelId a, std::uint64_t key) {
-  if (busy_floor_epoch_.size() <= a) {
-    const std::size_t n_acc = gmg_->accels().size();
-    busy_floor_epoch_.resize(n_acc, 0);
-    busy_floor_key_.resize(n_acc, 0);
-    busy_floor_.resize(n_acc, kBeforeAll);
-  }
-  // Every issued op of the batch's priority was issued before it (its
-  // keys are the newest of its priority), so what is ahead depends on the
-  // priority alone: one scan per accelerator and priority.
-  const std::uint64_t rank = key >> 48;
-  if (busy_floor_epoch_[a] == epoch_ && busy_floor_key_[a] == rank) return busy_floor_[a];
+Nanos GlobalSimulator::busy_floor(AccelId a, std::uint64_t rank) {
+  if (busy_floor_.size() <= a) busy_floor_.resize(gmg_->accels().size());
+  BusyFloor& memo = busy_floor_[a];
+  if (memo.epoch == epoch_ && memo.rank == rank) return memo.floor;
   // Ahead of the batch op: every issued op of a lower or equal key (the
   // queue is in key order; place() puts the batch op after them). Of
   // those, the ones sure to be ready whenever the batch op could be picked
@@ -363,11 +355,11 @@ Nanos GlobalSimulator::busy_floor(AccelId a, std::uint64_t key) {
   for (std::uint32_t i : queue_[a]) {
     if (is_tent_[i]) continue;  // the last placement's batch op
     if (key_[i] >> 48 > rank) break;
-    if (ready_t_[i] > at_) continue;
+    if (ready_t_[i] > at_) continue;  // (its ready event, if any, is at ready_t_)
     bool sure = false, events = false;
     for (std::uint32_t x = ev_begin_[i]; x < ev_begin_[i + 1] && !sure; ++x) {
       events = true;
-      sure = node_events_[x].kind == kReady && node_events_[x].t <= at_;
+      sure = node_events_[x].kind == kReady;
     }
     if (!sure && !events) {  // every input to come is a simulated producer's
       sure = true;
@@ -385,11 +377,8 @@ Nanos GlobalSimulator::busy_floor(AccelId a, std::uint64_t key) {
   }
   // Before now_ an accelerator starts nothing until its last known
   // completion (dispatch()); an op started before now_ only ends later.
-  const Nanos floor = first == kNever ? kBeforeAll : std::max(first, std::min(free_at_[a], now_)) + sum;
-  busy_floor_epoch_[a] = epoch_;
-  busy_floor_key_[a] = rank;
-  busy_floor_[a] = floor;
-  return floor;
+  memo = {epoch_, rank, first == kNever ? kBeforeAll : std::max(first, std::min(free_at_[a], now_)) + sum};
+  return memo.floor;
 }
 
 bool GlobalSimulator::dominated_alone(std::span<const AccelId> accels, std::int64_t above, Nanos horizon,

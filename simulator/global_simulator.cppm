@@ -480,15 +480,21 @@ class GlobalSimulator {
   // Per batch op, in this placement: busy_floor() of its accelerator.
   std::vector<Nanos> batch_floor_;
   bool floored_ = false;  // some batch_floor_ entry is set (past at_)
-  // The soonest a batch op of queue key `key` can start on accelerator a:
-  // the issued ops queued ahead of it there that are ready by at_ with no
-  // simulated input all run first, one at a time, from the accelerator's
-  // last known completion (or the earliest of their ready times, if later).
-  // Other work only delays them, so it is a floor for every placement.
-  // Memoized per accelerator until the next prepare().
-  Nanos busy_floor(AccelId a, std::uint64_t key);
-  std::vector<Nanos> busy_floor_;
-  std::vector<std::uint64_t> busy_floor_key_, busy_floor_epoch_;
+  // The soonest a batch op of priority rank `rank` (its queue key >> 48)
+  // can start on accelerator a: the issued ops queued ahead of it there
+  // that are sure to be ready whenever it could be picked (ready by at_, or
+  // fed only by such ops on a) all run first, one at a time, from the
+  // accelerator's last known completion (or the earliest of their ready
+  // times, if later). Other work only delays them, so it is a floor for
+  // every placement. The batch's keys are the newest of its priority, so
+  // what is ahead depends on the rank alone: memoized per accelerator and
+  // rank until the next prepare(). kBeforeAll: nothing is sure to be ahead.
+  Nanos busy_floor(AccelId a, std::uint64_t rank);
+  struct BusyFloor {
+    std::uint64_t epoch = 0, rank = 0;  // valid while epoch == epoch_
+    Nanos floor = 0;
+  };
+  std::vector<BusyFloor> busy_floor_;    // per accelerator
   std::vector<std::uint64_t> in_ahead_;  // per simulated node: == ahead_stamp_ when busy_floor() counted it
   std::uint64_t ahead_stamp_ = 0;
   std::vector<Nanos> batch_finish_;  // per batch op: its finish once started, else -1

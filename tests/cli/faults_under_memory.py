@@ -35,18 +35,21 @@ def fail(msg):
     sys.exit(1)
 
 
+# The measured H100 profiles every case plays.
+GROUND_TRUTH = """[ground_truth]
+layers = "{data}/profiles/llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv"
+layers_model = "llama3-8b"
+layers_type = "H100"
+transfers = "{data}/profiles/vidur_network_h100_dgx_send_recv.csv"
+""".format(data=data)
+
 HEAD = """name = "{name}"
 seed = 3
 duration_s = 60
 [cluster]
 link_classes = [{{ name = "nvlink", bandwidth_gbps = 300.0, latency_us = 5.0 }}]
 accelerators = [{{ name_prefix = "gpu", count = 4, type = "H100", hbm_gib = {hbm} }}]
-[ground_truth]
-layers = "{data}/profiles/llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv"
-layers_model = "llama3-8b"
-layers_type = "H100"
-transfers = "{data}/profiles/vidur_network_h100_dgx_send_recv.csv"
-[[tenants]]
+{ground_truth}[[tenants]]
 name = "online0"
 priority = 10
 lanes = {lanes}
@@ -76,7 +79,7 @@ def summary(out):
 
 
 # 1. A fault to come on gpu3, which Static-Online (on gpu0 and gpu1) never uses.
-static = HEAD.format(name="fault_to_come", hbm=15.7, lanes=2, data=data) + """
+static = HEAD.format(name="fault_to_come", hbm=15.7, lanes=2, data=data, ground_truth=GROUND_TRUTH) + """
 [[policies]]
 name = "Static-Online"
 tenants = ["online0"]
@@ -95,7 +98,7 @@ if with_fault != without:
          % (len(diff), diff[:3]))
 
 # 2. gpu3 lost for good at 30 s: the pairs left are gpu0 + gpu1 only.
-slice_ = HEAD.format(name="lost_for_good", hbm=17, lanes=4, data=data) + """
+slice_ = HEAD.format(name="lost_for_good", hbm=17, lanes=4, data=data, ground_truth=GROUND_TRUTH) + """
 [[faults]]
 accelerator = "gpu3"
 at_s = 30
@@ -151,12 +154,7 @@ duration_s = 30
 [cluster]
 link_classes = [{{ name = "nvlink", bandwidth_gbps = 300.0, latency_us = 5.0 }}]
 accelerators = [{{ name_prefix = "gpu", count = 3, type = "H100", hbm_gib = 16 }}]
-[ground_truth]
-layers = "{data}/profiles/llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv"
-layers_model = "llama3-8b"
-layers_type = "H100"
-transfers = "{data}/profiles/vidur_network_h100_dgx_send_recv.csv"
-[[tenants]]
+{ground_truth}[[tenants]]
 name = "online0"
 priority = 10
 stream = {{ poisson_rate = 2.0, duration_s = 30, input_tokens = 300, output_tokens = 40 }}
@@ -171,7 +169,7 @@ name = "SliceScheduler"
 tenants = ["online0", "big"]
 placement = {{ plugin = "simulation-guided" }}
 partition_sets = [{{ plugin = "singles" }}, {{ plugin = "all" }}]
-""".format(data=data)
+""".format(data=data, ground_truth=GROUND_TRUTH)
 reqs = rows(run("stale_cache", big), "slicescheduler")
 failed = [(r["id"], r["error"]) for r in reqs if r["error"]]
 if failed:
@@ -186,12 +184,7 @@ duration_s = 40
 link_classes = [{{ name = "nvlink", bandwidth_gbps = 300.0, latency_us = 5.0 }}, {{ name = "pcie", bandwidth_gbps = 25.0, latency_us = 10.0 }}]
 host_link = "pcie"
 accelerators = [{{ name_prefix = "gpu", count = 4, type = "H100", hbm_gib = 17 }}]
-[ground_truth]
-layers = "{data}/profiles/llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv"
-layers_model = "llama3-8b"
-layers_type = "H100"
-transfers = "{data}/profiles/vidur_network_h100_dgx_send_recv.csv"
-
+{ground_truth}
 [[tenants]]
 name = "online0"
 priority = 10
@@ -240,7 +233,7 @@ at_s = 12
 [[faults]]
 accelerator = "gpu3"
 at_s = 14
-""".format(data=data)
+""".format(data=data, ground_truth=GROUND_TRUTH)
 out = run("swap_all_lost", swap, ok=False)
 entry = summary(out)["policies"]["SliceScheduler"]
 reqs = rows(out, "slicescheduler")
@@ -253,7 +246,7 @@ if neither or entry["requests_done"] + entry["requests_failed"] != entry["reques
 # each request from then on fails at once, as the loss's (it waited for
 # the window's end). And where only the lost 40-GiB gpu0 could hold a big
 # request, it fails as lost, not as out of memory.
-pinned = HEAD.format(name="pinned_lost", hbm=80, lanes=2, data=data) + """
+pinned = HEAD.format(name="pinned_lost", hbm=80, lanes=2, data=data, ground_truth=GROUND_TRUTH) + """
 [[faults]]
 accelerator = "gpu0"
 at_s = 5
