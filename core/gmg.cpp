@@ -56,6 +56,7 @@ Gmg::Gmg(std::shared_ptr<const TemplateRegistry> templates, std::shared_ptr<cons
   last_done_.assign(accels_->size(), -1);
   done_resident_.assign(accels_->size(), 0);
   down_.assign(accels_->size(), 0);
+  down_count_ = 0;
 }
 
 std::string Gmg::op_name(OpId id) const {

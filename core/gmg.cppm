@@ -289,8 +289,12 @@ class Gmg {
   // A lost accelerator (a fault): nothing is issued onto it until it is
   // back. What ran or waited there is the backend's to fail; its weights
   // count as resident again when it comes back.
-  inline void set_down(AccelId a, bool down) { down_[a] = down ? 1 : 0; }
+  inline void set_down(AccelId a, bool down) {
+    down_count_ += (down ? 1 : 0) - down_[a];
+    down_[a] = down ? 1 : 0;
+  }
   inline bool is_down(AccelId a) const { return down_[a] != 0; }
+  inline bool any_down() const { return down_count_ > 0; }
   // Marks an issued operator done at `t` after running `measured` ns.
   Status complete(OpId op, Nanos t, Nanos measured);
   // Records that the cross-accelerator copy src -> dst landed at `t`.
@@ -412,6 +416,7 @@ class Gmg {
   std::vector<HbmUsage> hbm_;
   std::vector<Nanos> last_done_;
   std::vector<std::uint8_t> down_;  // per accelerator: lost (set_down)
+  std::size_t down_count_ = 0;      // of down_ set
   std::vector<std::int64_t> done_resident_;
   std::vector<std::uint8_t> weights_;  // [kind * accels + accel]
   std::size_t live_ = 0, issued_ = 0;

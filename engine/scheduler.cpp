@@ -599,7 +599,8 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
           if (a < gmg.accels().size() && gmg.is_down(a)) return true;
         return false;
       };
-      for (std::size_t c = 0; c < cands.size() && !any_down; ++c) any_down = considered(c) && down_in(c);
+      for (std::size_t c = 0; c < cands.size() && !any_down && gmg.any_down(); ++c)
+        any_down = considered(c) && down_in(c);
       for (std::size_t c = 0; c < cands.size() && any_down && !live_fit; ++c) {
         if (!considered(c) || down_in(c)) continue;
         bool placeable = true;
