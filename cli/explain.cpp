@@ -37,9 +37,15 @@ void print_round(const nlohmann::json& d) {
               pick.is_string() ? ("picked " + pick.get<std::string>()).c_str() : "deferred");
   const bool simulated = d.value("simulated", false);
   std::printf("      %-20s %12s %12s  %s\n", "candidate", "mean s", "makespan s", simulated ? "verdict" : "");
+  // pick_index names the candidate when two share a label; files written
+  // before it was recorded match by label.
+  const nlohmann::json index = d.value("pick_index", nlohmann::json());
+  std::size_t at = 0;
   for (const auto& c : d.value("candidates", nlohmann::json::array())) {
     const std::string label = c.value("label", std::string("?"));
-    const bool picked = pick.is_string() && pick.get<std::string>() == label;
+    const bool picked = index.is_number_unsigned() ? index.get<std::size_t>() == at
+                                                   : pick.is_string() && pick.get<std::string>() == label;
+    ++at;
     if (c.contains("mean_completion_s")) {
       std::string note;
       if (c.contains("past_horizon_ops"))

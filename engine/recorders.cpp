@@ -145,6 +145,8 @@ void DecisionLog::on_decision(const Gmg& gmg, const Decision& d) {
   }
   j["candidates"] = std::move(cands);
   j["pick"] = d.pick ? nlohmann::json(d.candidates[*d.pick].label) : nlohmann::json(nullptr);
+  // Labels are the plugin's and need not be unique: the index says which.
+  if (d.pick) j["pick_index"] = *d.pick;
   if (!d.waited.empty()) j["waited"] = d.waited;
   if (d.chooser)
     if (std::vector<std::string> why = d.chooser->reasons(); !why.empty()) j["reasons"] = std::move(why);

@@ -31,3 +31,13 @@ if(rc STREQUAL "0" OR NOT rc MATCHES "^[0-9]+$")
   message(FATAL_ERROR "simulate with every accelerator lost: exit ${rc}, expected non-zero: ${out}${err}")
 endif()
 expect(40 1 "request 40 is in none of the [0-9]+ recorded round\\(s\\) of policy 'Static-Online' .*it failed before it was placed: every accelerator is lost \\(gpu0 at 0.5")
+# Two candidates of one label (a plugin's labels need not be unique): only
+# the picked one is starred, by pick_index (both were).
+file(MAKE_DIRECTORY ${OUT}/same_label)
+file(WRITE ${OUT}/same_label/decisions.jsonl
+     "{\"policy\":\"P\",\"t\":0.5,\"round\":1,\"tenant\":\"on\",\"batch\":[{\"op\":0,\"kind\":\"layers\",\"instance\":0}],\"requests\":[7],\"simulated\":true,\"candidates\":[{\"label\":\"gpu0\",\"mean_completion_s\":1.0,\"makespan_s\":1.0},{\"label\":\"gpu0\",\"mean_completion_s\":0.5,\"makespan_s\":0.5}],\"pick\":\"gpu0\",\"pick_index\":1}\n")
+execute_process(COMMAND ${SLICESCHED} explain ${OUT}/same_label --request 7
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc STREQUAL "0" OR NOT out MATCHES "   gpu0 +1\\.000000 +1\\.000000.*\\* gpu0 +0\\.500000 +0\\.500000")
+  message(FATAL_ERROR "explain with two candidates labelled gpu0: exit ${rc}, expected only the second starred:\n${out}${err}")
+endif()

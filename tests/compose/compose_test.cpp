@@ -432,6 +432,25 @@ TEST_CASE("decision log: a label or reason that is not UTF-8 is written with U+F
   CHECK(j["pick"] == "p\"\\\n\xef\xbf\xbd\xef\xbf\xbd");
 }
 
+TEST_CASE("decision log: the pick is named by its index too, since two candidates may share a label",
+          "[observer][explain]") {
+  Small s;
+  auto parts = s.build("SliceScheduler", {.explain = true});
+  DecisionLog log("SliceScheduler", {"on"}, {1}, 5'000'000'000);
+  const Batch batch;
+  const std::vector<Candidate> cands = {Candidate{"gpu0", {}}, Candidate{"gpu0", {}}};
+  const std::vector<Outcome> outs(2);
+  log.on_decision(*parts->gmg, {.now = 1, .batch = &batch, .candidates = cands, .outcomes = outs, .pick = 1});
+  log.on_decision(*parts->gmg, {.now = 2, .batch = &batch, .candidates = cands, .outcomes = outs});
+  REQUIRE(log.lines().size() == 2);
+  const auto picked = nlohmann::json::parse(log.lines()[0].json);
+  CHECK(picked["pick"] == "gpu0");
+  CHECK(picked["pick_index"] == 1);
+  const auto deferred = nlohmann::json::parse(log.lines()[1].json);
+  CHECK(deferred["pick"].is_null());
+  CHECK_FALSE(deferred.contains("pick_index"));
+}
+
 TEST_CASE("prediction error: MAPE and bias per kind, of duration and completion", "[observer][metrics]") {
   constexpr Nanos kMs = 1'000'000;
   PredictionRecorder p;
