@@ -1,5 +1,6 @@
 module;
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -7,6 +8,7 @@ module;
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -58,15 +60,32 @@ std::vector<std::string> accel_names(const ExperimentConfig& cfg) {
 
 }  // namespace
 
-void HttpFront::LostObserver::on_accelerator(AccelId a, bool down, Nanos) {
+void HttpFront::LostObserver::on_accelerator(AccelId a, bool down, Nanos t) {
+  std::optional<std::chrono::steady_clock::time_point> back;
+  if (down && a < windows.size())
+    for (const auto& [from, to] : windows[a])
+      if (from <= t && t < to) back = std::chrono::steady_clock::now() + std::chrono::nanoseconds(to - t);
   std::lock_guard lk(lost->mu);
-  if (a < lost->accel.size()) lost->accel[a] = down;
+  if (a >= lost->accel.size()) return;
+  lost->accel[a] = down;
+  lost->back[a] = back;
 }
 
 HttpFront::HttpFront(const ExperimentConfig& cfg, std::vector<std::string> accels)
     : cfg_(cfg), metrics_(std::move(accels)), lost_(std::make_shared<Lost>()) {
   lost_->accel.assign(cfg.accelerators.size(), false);
+  lost_->back.assign(cfg.accelerators.size(), std::nullopt);
   lost_observer_.lost = lost_;
+  lost_observer_.windows.resize(cfg.accelerators.size());
+  // On the run's clock, as the engine plays them (compose/policy.cpp):
+  // time_scale compresses a fault as it does arrivals.
+  const auto run_ns = [&](double stream_s) { return static_cast<Nanos>(stream_s / cfg.live.time_scale * 1e9); };
+  for (const FaultConfig& f : cfg.faults) {
+    if (!(f.duration_s > 0)) continue;  // for good
+    for (AccelId a = 0; a < cfg.accelerators.size(); ++a)
+      if (cfg.accelerators[a].name == f.accelerator)
+        lost_observer_.windows[a].emplace_back(run_ns(f.at_s), run_ns(f.at_s + f.duration_s));
+  }
   observers_[0] = &metrics_;
   observers_[1] = &lost_observer_;
 }
@@ -124,25 +143,45 @@ HttpFront::~HttpFront() { (void)stop(); }
 std::function<void(AccelId)> HttpFront::lost_hook() {
   return [lost = lost_](AccelId a) {
     std::lock_guard lk(lost->mu);
-    if (a < lost->accel.size()) lost->accel[a] = true;
+    if (a >= lost->accel.size()) return;
+    lost->accel[a] = true;
+    lost->back[a].reset();  // an executor is lost for good
   };
 }
 
-std::vector<std::string> HttpFront::models_down() const {
+std::vector<serving::ModelDown> HttpFront::models_down() const {
   const auto held = residency(cfg_);
+  const auto now = std::chrono::steady_clock::now();
   std::lock_guard lk(lost_->mu);
-  std::vector<std::string> down;
+  std::vector<serving::ModelDown> down;
   for (std::size_t m = 0; m < cfg_.models.size(); ++m) {
-    std::string names;
+    std::string names, first_back;
     bool left = false;
+    std::optional<std::chrono::steady_clock::time_point> back;  // the soonest of its accelerators back
     for (AccelId a = 0; a < held.size(); ++a)
       if (std::find(held[a].begin(), held[a].end(), m) != held[a].end()) {
         left = left || !lost_->accel[a];
         names += (names.empty() ? "" : ", ") + cfg_.accelerators[a].name;
+        if (lost_->back[a] && (!back || *lost_->back[a] < *back)) {
+          back = lost_->back[a];
+          first_back = cfg_.accelerators[a].name;
+        }
       }
-    down.push_back(left ? std::string()
-                        : "model '" + cfg_.models[m].name +
-                              "' cannot be served: every accelerator holding it is lost (" + names + ")");
+    if (left) {
+      down.push_back({});
+      continue;
+    }
+    std::string why = "model '" + cfg_.models[m].name + "' cannot be served: every accelerator holding it is lost";
+    if (!back) {
+      down.push_back({.why = why + " for good (" + names + ")"});
+      continue;
+    }
+    // Whole seconds, rounded up: a client retrying then finds it back.
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(*back - now).count();
+    const int in_s = static_cast<int>(std::max<std::int64_t>(1, (ns + 999'999'999) / 1'000'000'000));
+    down.push_back({.why = why + " (" + names + "); " + first_back + " is due back in " + std::to_string(in_s) +
+                           " s (its [[faults]] duration_s)",
+                    .back_in_s = in_s});
   }
   return down;
 }

@@ -4,9 +4,11 @@
 // without devices fails first), started once the session is ready, stopped
 // after its run.
 module;
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -66,14 +68,21 @@ class HttpFront {
   struct Lost {
     std::mutex mu;
     std::vector<bool> accel;
+    // When a lost accelerator is due back, on the steady clock: its
+    // [[faults]] entry's duration_s, counted from the loss; none for a loss
+    // for good (an entry without a duration, a dead executor).
+    std::vector<std::optional<std::chrono::steady_clock::time_point>> back;
   };
   // The engine's word on each loss and return (its thread; the HTTP
   // threads read under the lock).
   struct LostObserver final : EngineObserver {
     std::shared_ptr<Lost> lost;
-    void on_accelerator(AccelId a, bool down, Nanos) override;
+    // Per accelerator, the [[faults]] windows that end, [from, to) in ns
+    // of the run's clock.
+    std::vector<std::vector<std::pair<Nanos, Nanos>>> windows;
+    void on_accelerator(AccelId a, bool down, Nanos t) override;
   };
-  std::vector<std::string> models_down() const;
+  std::vector<serving::ModelDown> models_down() const;
 
   const ExperimentConfig& cfg_;
   std::string host_;

@@ -744,18 +744,27 @@ void HttpServer::Impl::routes() {
     enter_handling();
     if (inbox.closed())  // (a drain closed it)
       return reply(res, 503, {{"status", "draining"}});
-    const std::vector<std::string> down = opt.models_down ? opt.models_down() : std::vector<std::string>{};
-    if (!down.empty() && std::all_of(down.begin(), down.end(), [](const std::string& d) { return !d.empty(); }))
-      return reply(res, 503, {{"status", "unavailable"}, {"reason", down.front()}});
+    const std::vector<ModelDown> down = opt.models_down ? opt.models_down() : std::vector<ModelDown>{};
+    if (!down.empty() && std::all_of(down.begin(), down.end(), [](const ModelDown& d) { return !d.why.empty(); })) {
+      // Back when the soonest of them is.
+      int back = -1;
+      for (const ModelDown& d : down)
+        if (d.back_in_s > 0 && (back < 0 || d.back_in_s < back)) back = d.back_in_s;
+      if (back > 0) res.set_header("Retry-After", std::to_string(back));
+      return reply(res, 503, {{"status", "unavailable"}, {"reason", down.front().why}});
+    }
     reply(res, 200, {{"status", "ok"}});
   });
   // Ready: every model can be served (each has an accelerator left).
   svr.Get("/health/ready", [this](const httplib::Request&, httplib::Response& res) {
     enter_handling();
     if (inbox.closed()) return reply(res, 503, {{"status", "draining"}});
-    const std::vector<std::string> down = opt.models_down ? opt.models_down() : std::vector<std::string>{};
-    for (const std::string& d : down)
-      if (!d.empty()) return reply(res, 503, {{"status", "not_ready"}, {"reason", d}});
+    const std::vector<ModelDown> down = opt.models_down ? opt.models_down() : std::vector<ModelDown>{};
+    for (const ModelDown& d : down)
+      if (!d.why.empty()) {
+        if (d.back_in_s > 0) res.set_header("Retry-After", std::to_string(d.back_in_s));
+        return reply(res, 503, {{"status", "not_ready"}, {"reason", d.why}});
+      }
     reply(res, 200, {{"status", "ready"}});
   });
   svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -1017,13 +1026,16 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                                 .param = "model"});
   // A model whose every accelerator is lost cannot run it: 503, saying so.
   if (opt.models_down) {
-    const std::vector<std::string> down = opt.models_down();
-    if (r.model < down.size() && !down[r.model].empty())
+    const std::vector<ModelDown> down = opt.models_down();
+    if (r.model < down.size() && !down[r.model].why.empty()) {
+      // (OpenAI's clients retry a 503, honouring Retry-After.)
+      if (down[r.model].back_in_s > 0) res.set_header("Retry-After", std::to_string(down[r.model].back_in_s));
       return reply_error(res, ApiError{.status = 503,
-                                       .message = down[r.model],
+                                       .message = down[r.model].why,
                                        .type = "server_error",
                                        .param = "model",
                                        .code = "model_unavailable"});
+    }
   }
   // Admission: a slot below max_queue, or 429 now.
   if (admitted.fetch_add(1) >= opt.max_queue) {

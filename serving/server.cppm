@@ -32,6 +32,12 @@ import slicesched.serving.batch_store;
 
 export namespace slicesched::serving {
 
+// Why a served model cannot be served now, and when it may be again.
+struct ModelDown {
+  std::string why;     // "": it can be served
+  int back_in_s = -1;  // seconds until an accelerator holding it is due back (>= 1); -1: none is
+};
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;              // 0: any free port (see HttpServer::port)
@@ -43,11 +49,13 @@ struct ServerOptions {
   int header_timeout_s = 10;  // a request's line and headers must arrive within this (else 408)
   int body_timeout_s = 60;    // its body within this, once the headers are in (else 408)
   int max_connections = 512;  // open connections at once, each on a thread; past it, 503 at once
-  // Per served model (by index): "" while it can be served, else why not
-  // (every accelerator holding it lost). /health and /health/ready read it,
-  // and a completion for a model that cannot be served gets 503 with the
-  // reason. Called from HTTP threads. Null: always servable.
-  std::function<std::vector<std::string>()> models_down;
+  // Per served model (by index): why it cannot be served now (every
+  // accelerator holding it lost), `why` empty while it can. /health and
+  // /health/ready read it, and a completion for a model that cannot be
+  // served gets 503 with the reason, and Retry-After when one of its
+  // accelerators is due back. Called from HTTP threads. Null: always
+  // servable.
+  std::function<std::vector<ModelDown>()> models_down;
   // Non-empty: every /v1/* request must carry "Authorization: Bearer
   // <api_key>" (else 401 in OpenAI's error shape); /health, /health/ready
   // and /metrics stay open for probes and scrapers.

@@ -4,8 +4,9 @@ serve --listen on tests/cli/serve_faults_health.toml, in-process CPU
 accelerators (tiny-a on c0, tiny-b on c1), faults on the run's clock.
 
   1. before 2 s: /health ok, /health/ready ready, both models answer;
-  2. c0 lost (2 s to 4 s): /health/ready 503 naming tiny-a and c0, /health
-     200, a tiny-a completion 503 with the reason, tiny-b still 200;
+  2. c0 lost (2 s to 4 s): /health/ready 503 naming tiny-a and c0 and when
+     c0 is due back, with Retry-After; /health 200, a tiny-a completion 503
+     with the reason and Retry-After (1 or 2 s), tiny-b still 200;
   3. c0 back (4 s): ready again, tiny-a answers;
   4. c1 lost for good (6 s): not ready, naming tiny-b;
   5. c0 lost for good (7 s): every accelerator is lost, serve stops, its
@@ -15,6 +16,7 @@ accelerators (tiny-a on c0, tiny-b on c1), faults on the run's clock.
 """
 import json
 import os
+import re
 import sys
 import time
 
@@ -45,8 +47,9 @@ def wait_for(cond, what, limit=15):
     raise SystemExit(f"FAIL: {what} within {limit} s\n" + srv.log())
 
 
-down_a = "model 'tiny-a' cannot be served: every accelerator holding it is lost (c0)"
-down_b = "model 'tiny-b' cannot be served: every accelerator holding it is lost (c1)"
+down_a = re.compile(r"model 'tiny-a' cannot be served: every accelerator holding it is lost \(c0\); c0 is due back "
+                    r"in ([12]) s \(its \[\[faults\]\] duration_s\)")
+down_b = "model 'tiny-b' cannot be served: every accelerator holding it is lost for good (c1)"
 
 # 1. Healthy (the first fault is 2 s into the run; the server printed its
 # address after loading, so well before).
@@ -58,12 +61,17 @@ for m in ("tiny-a", "tiny-b"):
 
 # 2. c0 lost.
 wait_for(lambda: health("/health/ready")[0] == 503, "/health/ready turning 503 after c0's fault")
-status, body = health("/health/ready")
-check(status == 503 and body == {"status": "not_ready", "reason": down_a}, f"/health/ready with c0 lost: {body}", srv)
+status, headers, raw = srv.get("/health/ready")
+body = json.loads(raw)
+due = down_a.fullmatch(body.get("reason", ""))
+check(status == 503 and body["status"] == "not_ready" and due and headers.get("Retry-After") == due[1],
+      f"/health/ready with c0 lost: {body} {headers}", srv)
 check(health("/health") == (200, {"status": "ok"}), "/health with c0 lost: ok (tiny-b can be served)", srv)
-status, body = completion("tiny-a")
-check(status == 503 and body["error"]["message"] == down_a and body["error"]["code"] == "model_unavailable",
-      f"tiny-a with c0 lost: {status} {body}", srv)
+status, headers, raw = srv.post("/v1/completions", {"model": "tiny-a", "prompt": [1, 2, 3], "max_tokens": 4})
+body = json.loads(raw)
+due = down_a.fullmatch(body["error"]["message"])
+check(status == 503 and due and headers.get("Retry-After") == due[1] and body["error"]["code"] == "model_unavailable",
+      f"tiny-a with c0 lost: {status} {body} {headers}", srv)
 check(completion("tiny-b")[0] == 200, "tiny-b with c0 lost: 200", srv)
 
 # 3. c0 back.
@@ -73,7 +81,9 @@ check(status == 200 and len(body["choices"][0]["token_ids"]) == 4, f"tiny-a with
 
 # 4. c1 lost for good.
 wait_for(lambda: health("/health/ready")[1].get("reason") == down_b, "/health/ready naming tiny-b after c1's fault")
-check(completion("tiny-b")[0] == 503, "tiny-b with c1 lost: 503", srv)
+status, headers, _ = srv.post("/v1/completions", {"model": "tiny-b", "prompt": [1, 2, 3], "max_tokens": 4})
+check(status == 503 and "Retry-After" not in headers, f"tiny-b with c1 lost for good: 503 without Retry-After {headers}",
+      srv)
 check(srv.proc.poll() is None, "serve still runs with c0 left", srv)
 
 # 5. c0 lost too: nothing left.

@@ -57,10 +57,12 @@ deadline = time.monotonic() + 20
 while time.monotonic() < deadline and health("/health/ready")[0] == 200:
     time.sleep(0.1)
 status, body = health("/health/ready")
-want = "model 'tiny-a' cannot be served: every accelerator holding it is lost (a0)"
+want = "model 'tiny-a' cannot be served: every accelerator holding it is lost for good (a0)"
 check(status == 503 and body == {"status": "not_ready", "reason": want}, f"/health/ready after a: {status} {body}", srv)
 check(health("/health") == (200, {"status": "ok"}), "/health after a: ok (tiny-b can be served)", srv)
-status, body = completion("tiny-a")
+status, headers, raw = srv.post("/v1/completions", {"model": "tiny-a", "prompt": [1, 2, 3], "max_tokens": 4})
+body = json.loads(raw)
+check("Retry-After" not in headers, f"no Retry-After for an executor lost for good: {headers}", srv)
 check(status == 503 and body["error"]["message"] == want and body["error"]["code"] == "model_unavailable",
       f"tiny-a after a: {status} {body}", srv)
 status, body = completion("tiny-b")
