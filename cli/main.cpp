@@ -1,9 +1,12 @@
 // slicesched: the command-line front end.
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <iostream>
 #include <string>
 
 #include "commands.hpp"
@@ -250,40 +253,54 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "slicesched: %s (see --help)\n", e.what());
     return 2;
   }
-  try {
-    if (simulate->parsed()) return slicesched::cli::simulate(sim);
-    if (explain->parsed()) return slicesched::cli::explain(explain_opt);
-    if (sweep->parsed()) return slicesched::cli::sweep(sweep_opt);
-    if (sweep_merge->parsed()) return slicesched::cli::sweep_merge(merge_opt);
-    if (plan->parsed()) return slicesched::cli::plan(plan_opt);
-    if (serve->parsed() || executor->parsed() || devices->parsed() || calibrate->parsed() || bench_ovh->parsed() ||
-        bench_acc->parsed()) {
-      // LibTorch, CUDA and Python are mapped only here (cli/live_runtime.hpp).
-      std::string error;
-      const slicesched::cli::LiveCommands* live = slicesched::cli::live_commands(error);
-      if (live == nullptr) throw slicesched::cli::CommandError(error);
-      if (serve->parsed()) return live->serve(serve_opt);
-      if (executor->parsed()) return live->executor(exec_opt);
-      if (devices->parsed()) return live->devices();
-      if (calibrate->parsed()) return live->calibrate(cal_opt);
-      if (bench_ovh->parsed()) return live->bench_overhead(ovh_opt);
-      return live->bench_accuracy(acc_opt);
+  // A command's figures on a stdout that could not take them (a full disk,
+  // a closed pipe) are lost: that is a failure, not exit 0.
+  auto stdout_ok = [](int rc) {
+    std::cout.flush();
+    errno = 0;
+    const bool flushed = std::fflush(stdout) == 0;
+    if (flushed && !std::ferror(stdout) && std::cout.good()) return rc;
+    // (an earlier write's error leaves no errno to name)
+    std::fprintf(stderr, "slicesched: standard output: write failed (%s)\n",
+                 errno ? std::strerror(errno) : "disk full, or a closed pipe?");
+    return rc == 0 ? 2 : rc;
+  };
+  return stdout_ok([&]() -> int {
+    try {
+      if (simulate->parsed()) return slicesched::cli::simulate(sim);
+      if (explain->parsed()) return slicesched::cli::explain(explain_opt);
+      if (sweep->parsed()) return slicesched::cli::sweep(sweep_opt);
+      if (sweep_merge->parsed()) return slicesched::cli::sweep_merge(merge_opt);
+      if (plan->parsed()) return slicesched::cli::plan(plan_opt);
+      if (serve->parsed() || executor->parsed() || devices->parsed() || calibrate->parsed() || bench_ovh->parsed() ||
+          bench_acc->parsed()) {
+        // LibTorch, CUDA and Python are mapped only here (cli/live_runtime.hpp).
+        std::string error;
+        const slicesched::cli::LiveCommands* live = slicesched::cli::live_commands(error);
+        if (live == nullptr) throw slicesched::cli::CommandError(error);
+        if (serve->parsed()) return live->serve(serve_opt);
+        if (executor->parsed()) return live->executor(exec_opt);
+        if (devices->parsed()) return live->devices();
+        if (calibrate->parsed()) return live->calibrate(cal_opt);
+        if (bench_ovh->parsed()) return live->bench_overhead(ovh_opt);
+        return live->bench_accuracy(acc_opt);
+      }
+      if (validate->parsed()) return slicesched::cli::validate(val_opt);
+      if (bench_roof->parsed()) {
+        roof_opt.command_line = "slicesched";
+        for (int i = 1; i < argc; ++i) roof_opt.command_line += std::string(" ") + argv[i];
+        return slicesched::cli::bench_roofline(roof_opt);
+      }
+      if (bench_sim->parsed()) return slicesched::cli::bench_simulator(sim_opt);
+      if (bench_sched->parsed()) return slicesched::cli::bench_scheduler(sched_opt);
+    } catch (const slicesched::cli::CommandError& e) {
+      // The one place a command's failure is printed (cli/fail.cppm).
+      std::fprintf(stderr, "slicesched: %s\n", e.what());
+      return e.status;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "slicesched: %s\n", e.what());
+      return 2;
     }
-    if (validate->parsed()) return slicesched::cli::validate(val_opt);
-    if (bench_roof->parsed()) {
-      roof_opt.command_line = "slicesched";
-      for (int i = 1; i < argc; ++i) roof_opt.command_line += std::string(" ") + argv[i];
-      return slicesched::cli::bench_roofline(roof_opt);
-    }
-    if (bench_sim->parsed()) return slicesched::cli::bench_simulator(sim_opt);
-    if (bench_sched->parsed()) return slicesched::cli::bench_scheduler(sched_opt);
-  } catch (const slicesched::cli::CommandError& e) {
-    // The one place a command's failure is printed (cli/fail.cppm).
-    std::fprintf(stderr, "slicesched: %s\n", e.what());
-    return e.status;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "slicesched: %s\n", e.what());
-    return 2;
-  }
-  return 0;
+    return 0;
+  }());
 }
