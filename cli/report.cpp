@@ -414,7 +414,11 @@ nlohmann::json ground_truth_json(const std::vector<TruthPlayed>& played) {
     t["truth"] = p.truth;
     t["source"] = p.source;
     t["datasheet"] = p.datasheet;
-    if (!p.roofline_models.empty()) t["roofline_models"] = p.roofline_models;
+    if (!p.roofline_models.empty()) {
+      t["roofline_models"] = p.roofline_models;
+      t["roofline_source"] = p.roofline_source;
+    }
+    if (!p.profile_unplayed.empty()) t["profile_unplayed"] = p.profile_unplayed;
     if (p.tp > 1) {
       t["tp"] = p.tp;
       t["all_reduce"] = p.all_reduce;

@@ -146,6 +146,12 @@ Result<std::unique_ptr<GroundTruth>> make_ground_truth(const ExperimentConfig& c
 std::vector<TruthPlayed> truth_played(const ExperimentConfig& cfg, const Truths& truths) {
   namespace fs = std::filesystem;
   auto file = [](const std::string& path) { return fs::path(path).filename().string(); };
+  // The roofline fit a type plays: its own table's, unless the config names one.
+  auto roofline_file = [&](const std::string& type) {
+    const AcceleratorType* sheet = find_type(cfg.accelerator_types, type);
+    const bool own = !cfg.ground_truth.roofline_given && sheet && !sheet->roofline_fit.empty();
+    return file(own ? sheet->roofline_fit : cfg.ground_truth.roofline_fit);
+  };
   std::vector<TruthPlayed> out;
   for (const auto& a : cfg.accelerators) {
     const std::string type = a.tp > 1 ? a.type + "/tp" + std::to_string(a.tp) : a.type;
@@ -168,11 +174,20 @@ std::vector<TruthPlayed> truth_played(const ExperimentConfig& cfg, const Truths&
         for (std::size_t i = 0; i < truths.typed->layers_tp.size(); ++i)
           if (truths.typed->layers_tp[i].first == a.tp) p.source = file(cfg.ground_truth.layers_tp_csvs.at(i));
       p.roofline_models = cfg.ground_truth.off_profile_models;
+      if (!p.roofline_models.empty() && truths.typed) {
+        p.roofline_source = roofline_file(a.type);
+        p.fit = fit_for(*truths.typed, a.type);
+        // No model of the config is the one the profile measured: every
+        // operator plays the roofline, whatever the type.
+        if (p.roofline_models.size() >= cfg.models.size()) {
+          p.truth = "roofline";
+          p.profile_unplayed = std::exchange(p.source, std::exchange(p.roofline_source, ""));
+          p.roofline_models.clear();
+        }
+      }
     } else {
       p.truth = "roofline";
-      const AcceleratorType* sheet = find_type(cfg.accelerator_types, a.type);
-      const bool own = !cfg.ground_truth.roofline_given && sheet && !sheet->roofline_fit.empty();
-      p.source = file(own ? sheet->roofline_fit : cfg.ground_truth.roofline_fit);
+      p.source = roofline_file(a.type);
       p.fit = fit_for(*truths.typed, a.type);
     }
     out.push_back(std::move(p));
@@ -184,7 +199,9 @@ std::string roofline_fallback_line(const std::vector<TruthPlayed>& played, const
   std::string types, source, per_type, profile;
   bool one_source = true;
   for (const auto& p : played) {
-    if (p.truth == "roofline" && p.tp == 1) {
+    // (A type the profile measured plays the roofline when no model is the
+    // one it measured: profile_scope_lines says so.)
+    if (p.truth == "roofline" && p.tp == 1 && p.profile_unplayed.empty()) {
       types += (types.empty() ? "" : ", ") + p.type + (p.datasheet != p.type ? " (" + p.datasheet + ")" : "");
       one_source = one_source && (source.empty() || source == p.source);
       source = p.source;

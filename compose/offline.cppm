@@ -47,14 +47,21 @@ Result<Truths> load_truths(const ExperimentConfig& cfg);
 // efficiencies `fit`, read from `source`). Types are those of the config's
 // cluster as written there, in order of first appearance.
 struct TruthPlayed {
-  std::string type;                // as the cluster names it ("H100")
-  std::string datasheet;           // the type's own name where a table knows it ("H100-SXM"), else the name
-  std::string truth;               // "profile", "calibrated" or "roofline"
-  std::string source;              // the file behind it (file name only: summaries stay the same across checkouts)
-  std::optional<RooflineFit> fit;  // roofline only
+  std::string type;       // as the cluster names it ("H100")
+  std::string datasheet;  // the type's own name where a table knows it ("H100-SXM"), else the name
+  std::string truth;      // "profile", "calibrated" or "roofline"
+  std::string source;     // the file behind it (file name only: summaries stay the same across checkouts)
+  // The roofline's efficiencies where it plays: "roofline", or "profile"
+  // with roofline_models.
+  std::optional<RooflineFit> fit;
   // "profile" only: models the profile did not measure (their shape is not
-  // ground_truth.layers_model's), which play the roofline here too.
+  // ground_truth.layers_model's), which play the roofline here too, with
+  // `fit` from `roofline_source`.
   std::vector<std::string> roofline_models;
+  std::string roofline_source;
+  // "roofline" on a type the profile measured, because no model of the
+  // config is the one it measured: the profile's file name.
+  std::string profile_unplayed;
   // A tensor-parallel group (tp > 1, type "NAME/tpN"): what its all-reduces
   // play (the profile's file name, or "ring over link class 'L'").
   int tp = 1;

@@ -601,6 +601,8 @@ TEST_CASE("a model of another shape than the profile's plays the roofline, said 
   REQUIRE(p.size() == 1);
   CHECK(p[0].truth == "profile");
   CHECK(p[0].roofline_models == std::vector<std::string>{"qwen"});
+  CHECK(p[0].roofline_source == "roofline-fit.toml");  // and the efficiencies qwen plays
+  CHECK(p[0].fit.has_value());
   CHECK(profile_scope_lines(*cfg) ==
         std::vector<std::string>{
             "ground truth: model 'qwen' plays the roofline on every type (efficiencies from roofline-fit.toml or the "
@@ -612,6 +614,16 @@ TEST_CASE("a model of another shape than the profile's plays the roofline, said 
                              {{"model.hidden", "2048"}});
   REQUIRE(renamed.ok());
   CHECK(renamed->ground_truth.off_profile_models == std::vector<std::string>{"llama3-8b"});
+  // Then no model plays the profile: the H100 plays the roofline, and says
+  // which fit and that the profile went unplayed (it said "profile").
+  const auto all_off = played(*renamed);
+  REQUIRE(all_off.size() == 1);
+  CHECK(all_off[0].truth == "roofline");
+  CHECK(all_off[0].source == "roofline-fit.toml");
+  CHECK(all_off[0].profile_unplayed == "llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv");
+  CHECK(all_off[0].roofline_models.empty());
+  REQUIRE(all_off[0].fit);
+  CHECK(roofline_fallback_line(all_off, "llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv").empty());
   // An empty name is not a model.
   auto bare = load_config(two, {{"ground_truth.layers_model", "\"\""}});
   REQUIRE_FALSE(bare.ok());
