@@ -95,10 +95,11 @@ Result<std::vector<ProfileRow>> read_profile_rows(const std::string& path, const
         return InvalidArgument(in.at(row.line,
                                      "expected layer_name and four numbers (input, kv_cache, tp_size, "
                                      "latency(ns))"));
-      // (as the simulator reads them: a measured time in [0, one hour])
-      if (ns < 0 || ns > 3.6e12)
+      // (as the simulator reads them: a measured time in (0, one hour]; a 0
+      // is a failed measurement, and a MAPE against it means nothing)
+      if (!(ns > 0) || ns > 3.6e12)
         return InvalidArgument(in.at(
-            row.line, "latency(ns) is " + std::string(f[ns_c]) + ", expected a time in [0, 3.6e12] ns (one hour)"));
+            row.line, "latency(ns) is " + std::string(f[ns_c]) + ", expected a time in (0, 3.6e12] ns (one hour)"));
       if (t != tp || kv != 0) continue;
       const std::string name(f[name_c]);
       const auto l = sublayer_from_name(name);
@@ -168,9 +169,9 @@ Result<std::vector<ProfileRow>> read_profile_rows(const std::string& path, const
         if (!vidur_work(op, s, n, w)) continue;
         if (!number(f[c], ms))
           return InvalidArgument(in.at(row.line, "time_stats." + op + ".median: expected a number"));
-        if (ms < 0 || ms > 3.6e6)
+        if (!(ms > 0) || ms > 3.6e6)
           return InvalidArgument(in.at(row.line, "time_stats." + op + ".median is " + std::string(f[c]) +
-                                                     ", expected a time in [0, 3.6e6] ms (one hour)"));
+                                                     ", expected a time in (0, 3.6e6] ms (one hour)"));
         rows.push_back({op, w, 1, n, ms * 1e-3, type});
       }
     }

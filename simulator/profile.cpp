@@ -141,7 +141,11 @@ Result<LayerProfile> LayerProfile::parse(std::string_view csv, std::string_view 
     // (an operator measured at over an hour is not a measurement; far
     // larger values would overflow the simulated clock)
     if (*ns > 3.6e12) return InvalidArgument(r.bad_field(row, col[4], "at most 3.6e12 ns (one hour)"));
+    // (no kernel takes no time: a 0 is a failed measurement, and played it
+    // makes a layer free)
+    if (*ns <= 0) return InvalidArgument(r.bad_field(row, col[4], "> 0 ns (a measured time)"));
     tp_seen.insert(*tp);
+    // (rows of ops no template op uses, as add, are skipped)
     auto it = rows.find(row.fields[col[0]]);
     if ((!its_own && *tp != tp_size) || *kv != 0 || it == rows.end()) continue;
     it->second.emplace_back(*tokens, *ns * 1e-9);

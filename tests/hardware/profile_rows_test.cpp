@@ -74,6 +74,11 @@ TEST_CASE("profile rows: errors name the file and the line") {
   CHECK(error_of(bad_tokens) == bad_tokens + ":2: expected numeric num_tokens and num_tensor_parallel_workers");
   const std::string bad_time = write("time.csv", kVidurHeader + "32,1,4096,slow\n");
   CHECK(error_of(bad_time) == bad_time + ":2: time_stats.mlp_up_proj.median: expected a number");
+  // A time of 0 is no measurement (an all-zero profile printed a MAPE of 0).
+  const std::string zero = write("zero.csv", kVidurHeader + "32,1,4096,0\n");
+  CHECK(error_of(zero) == zero + ":2: time_stats.mlp_up_proj.median is 0, expected a time in (0, 3.6e6] ms (one hour)");
+  const std::string zero_ns = write("zero_ns.csv", "layer_name,input,kv_cache,tp_size,latency(ns)\nq_proj,16,0,1,0\n");
+  CHECK(error_of(zero_ns) == zero_ns + ":2: latency(ns) is 0, expected a time in (0, 3.6e12] ns (one hour)");
   const std::string wrong_model = write("embd.csv", kVidurHeader + "32,1,8192,0.5\n");
   CHECK(error_of(wrong_model) == wrong_model + ":2: n_embd is 8192, the model's is 4096 (hidden size)");
   // Llama-2-7B's rows (n_embd 4096 too) against Llama-3-8B's shapes: its

@@ -90,6 +90,10 @@ TEST_CASE("profile errors: layer table") {
         "final_layernorm, lm_head)");
   CHECK(layers_error(all_ops("lm_head")).starts_with("t.csv: op 'lm_head' has no rows with tp_size 1 and kv_cache 0"));
   CHECK(layers_error(kLayersHeader) == "t.csv: no rows with tp_size 1 (the file has tp_size none: no data rows)");
+  // A time of 0 is a failed measurement (found by an outside probe: an
+  // all-zero profile simulated TTFTs of 0 s).
+  CHECK(layers_error(all_ops("", "0")) == "t.csv:2: column 'latency(ns)' is '0', expected > 0 ns (a measured time)");
+  REQUIRE(LayerProfile::parse(all_ops() + "q_proj,1,5,1,900\nq_proj,2,0,1,150\n", "t.csv").ok());
 
   auto tp2 = LayerProfile::load(kLayersH100, 2);
   CHECK(error_of(tp2) == kLayersH100.string() + ": no rows with tp_size 2 (the file has tp_size 1)");
