@@ -345,10 +345,17 @@ TEST_CASE("tensor parallelism: what each group plays is said, and a size no file
   REQUIRE(other.ok());
   auto other_truths = load_truths(*other);
   REQUIRE(other_truths.ok());
-  const auto other_lines = tp_group_lines(truth_played(*other, *other_truths));
+  // With no model the table measured, the pair plays the roofline alone,
+  // and says so (it said it played the table "for the model it measured").
+  const auto other_played = truth_played(*other, *other_truths);
+  const auto other_lines = tp_group_lines(other_played);
   REQUIRE(other_lines.size() == 1);
-  CHECK(other_lines[0].find("(one rank's layers, measured) for the model it measured, and the roofline for "
-                            "'llama2-7b', its all-reduces") != std::string::npos);
+  CHECK(other_lines[0].find(" plays the roofline at one rank's shapes (efficiencies from ") != std::string::npos);
+  const auto pair =
+      std::find_if(other_played.begin(), other_played.end(), [](const TruthPlayed& p) { return p.tp == 2; });
+  REQUIRE(pair != other_played.end());
+  CHECK(pair->truth == "roofline");
+  CHECK(pair->profile_unplayed == "llmservingsim_H100_Llama-3.1-8B_tp2_layers.csv");
 }
 
 TEST_CASE("tensor parallelism: layers_tp mistakes are one line naming the key and the file",
