@@ -449,11 +449,12 @@ Status Gmg::check_memory(std::span<const OpId> ops, std::span<const AccelId> acc
   for (std::size_t k = 0; k < ops.size(); ++k) {
     const OpRecord& r = ops_[ops[k]];
     MemoryNeed& n = needs.at(accels[k]);
-    n.bytes += r.out_bytes + r.retained_bytes;
+    const std::int64_t c = copies(accels[k]);
+    n.bytes += r.out_bytes * c + r.retained_bytes;
     n.workspace = std::max(n.workspace, r.workspace_bytes);
     for (std::uint32_t e = r.first_in; e != kNoEdge; e = edges_[e].next_in) {
       const Edge& edge = edges_[e];
-      if (accel_of(edge.src) != accels[k]) needs.at(accels[k]).bytes += edge.bytes;
+      if (accel_of(edge.src) != accels[k]) needs.at(accels[k]).bytes += edge.bytes * c;
       // Alone, the batch still holds what it takes over until it is done.
       if (alone && edge.retained && ops_[edge.src].retained_held) needs.at(ops_[edge.src].accel).bytes += edge.bytes;
     }
@@ -467,6 +468,7 @@ BatchMemory Gmg::batch_memory(std::span<const OpId> ops) const {
   for (std::size_t k = 0; k < ops.size(); ++k) {
     const OpRecord& r = ops_[ops[k]];
     m.bytes.push_back(r.out_bytes + r.retained_bytes);
+    m.out.push_back(r.out_bytes);
     m.workspace.push_back(r.workspace_bytes);
     m.first_input.push_back(static_cast<std::uint32_t>(m.inputs.size()));
     for (std::uint32_t e = r.first_in; e != kNoEdge; e = edges_[e].next_in) {
@@ -492,11 +494,12 @@ Status Gmg::check_memory(const BatchMemory& m, std::span<const AccelId> accels, 
   for (std::size_t k = 0; k < m.ops.size(); ++k) {
     const AccelId here = accels[k];
     if (!n || n->a != here) n = &needs.at(here);
-    n->bytes += m.bytes[k];
+    const std::int64_t c = copies(here);
+    n->bytes += m.bytes[k] + m.out[k] * (c - 1);
     n->workspace = std::max(n->workspace, m.workspace[k]);
     for (std::uint32_t i = m.first_input[k]; i < m.first_input[k + 1]; ++i) {
       const BatchMemory::Input& in = m.inputs[i];
-      if ((in.producer != BatchMemory::kOutside ? accels[in.producer] : in.at) != here) n->bytes += in.bytes;
+      if ((in.producer != BatchMemory::kOutside ? accels[in.producer] : in.at) != here) n->bytes += in.bytes * c;
     }
   }
   return memory_verdict(needs, m.ops, accels, over, false, issued);
@@ -604,7 +607,8 @@ Status Gmg::issue(OpId id, AccelId accel, Nanos t) {
   advance_clock(t);
   // Reserve what the executor will allocate: output, workspace, retained
   // state, and a receive buffer for every remote input.
-  hbm_[accel].transient += r.out_bytes + r.workspace_bytes;
+  const std::int64_t c = copies(accel);
+  hbm_[accel].transient += r.out_bytes * c + r.workspace_bytes;
   r.output_held = true;
   if (r.retained_bytes > 0) {
     hbm_[accel].retained += r.retained_bytes;
@@ -616,7 +620,7 @@ Status Gmg::issue(OpId id, AccelId accel, Nanos t) {
   for (std::uint32_t e = r.first_in; e != kNoEdge; e = edges_[e].next_in) {
     const OpId src = edges_[e].src;
     OpRecord& p = ops_[src];
-    if (p.accel != accel) hbm_[accel].transient += edges_[e].bytes;
+    if (p.accel != accel) hbm_[accel].transient += edges_[e].bytes * c;
     if (--p.unscheduled_succs == 0) frontier_remove(frontier_s_, &FrontierPos::s, src);
     rows_[src].unscheduled_succs = p.unscheduled_succs;
   }
@@ -630,8 +634,8 @@ Status Gmg::issue(OpId id, AccelId accel, Nanos t) {
 void Gmg::maybe_free_output(OpId id) {
   OpRecord& r = ops_[id];
   if (r.state == OpState::kDone && r.output_held && r.pending_succs == 0) {
-    hbm_[r.accel].transient -= r.out_bytes;
-    done_resident_[r.accel] -= r.out_bytes;
+    hbm_[r.accel].transient -= r.out_bytes * copies(r.accel);
+    done_resident_[r.accel] -= r.out_bytes * copies(r.accel);
     r.output_held = false;
     rows_[id].output_held = false;
     note_release(id, Release::Value::kOutput);
@@ -670,14 +674,15 @@ Status Gmg::complete(OpId id, Nanos t, Nanos measured) {
   rows_[id].since = t;
   --issued_;
   issued_ops_.erase(std::lower_bound(issued_ops_.begin(), issued_ops_.end(), id));
-  done_resident_[r.accel] += (r.output_held ? r.out_bytes : 0) + (r.retained_held ? r.retained_bytes : 0);
+  done_resident_[r.accel] +=
+      (r.output_held ? r.out_bytes * copies(r.accel) : 0) + (r.retained_held ? r.retained_bytes : 0);
   advance_clock(t);
   if (t > last_done_[r.accel]) last_done_[r.accel] = t;
   hbm_[r.accel].transient -= r.workspace_bytes;
   for (std::uint32_t e = r.first_in; e != kNoEdge; e = edges_[e].next_in) {
     const Edge& edge = edges_[e];
     OpRecord& p = ops_[edge.src];
-    if (p.accel != r.accel) hbm_[r.accel].transient -= edge.bytes;
+    if (p.accel != r.accel) hbm_[r.accel].transient -= edge.bytes * copies(r.accel);
     if (edge.retained && p.retained_held) {
       // The consumer took the state over (e.g. a KV cache grown in place).
       hbm_[p.accel].retained -= p.retained_bytes;

@@ -201,8 +201,10 @@ struct BatchMemory {
     std::int64_t bytes;
   };
   std::vector<OpId> ops;
-  std::vector<std::int64_t> bytes, workspace;  // per op: output + retained state; its workspace
-  std::vector<std::uint32_t> first_input;      // per op and one past the last: its inputs in `inputs`
+  // Per op: output + retained state; its output alone (held once per GPU
+  // of a tensor-parallel group, Gmg::copies); its workspace.
+  std::vector<std::int64_t> bytes, out, workspace;
+  std::vector<std::uint32_t> first_input;  // per op and one past the last: its inputs in `inputs`
   std::vector<Input> inputs;
 };
 
@@ -212,6 +214,12 @@ class Gmg {
 
   inline const TemplateRegistry& templates() const { return *templates_; }
   inline const AcceleratorSet& accels() const { return *accels_; }
+  // How many copies of an operator's output, and of each input it
+  // receives, `accel` holds: every GPU of a tensor-parallel group holds the
+  // whole rows (1 on a plain accelerator), as the executors allocate them.
+  inline std::int64_t copies(AccelId accel) const {
+    return accel < accels_->size() ? accels_->type_tp(accels_->type(accel)) : 1;
+  }
 
   // Makes the weights of every operator of `tmpl` resident on `accel` (or of
   // one operator, by name). Issuing an operator that has weights onto an
