@@ -435,7 +435,7 @@ Gmg::MemoryNeed& Gmg::MemoryNeeds::at(AccelId a) {
 }
 
 Status Gmg::check_memory(std::span<const OpId> ops, std::span<const AccelId> accels, AccelId* over, bool alone,
-                         const IssuedWorkspaces* issued) const {
+                         const IssuedWorkspaces* issued, std::span<const std::int64_t> kept) const {
   // Per accelerator of the batch (a handful: a small list, not a map):
   // what it adds besides workspaces, and its largest workspace. One
   // operator runs at a time on an accelerator, so only one workspace is
@@ -459,7 +459,7 @@ Status Gmg::check_memory(std::span<const OpId> ops, std::span<const AccelId> acc
       if (alone && edge.retained && ops_[edge.src].retained_held) needs.at(ops_[edge.src].accel).bytes += edge.bytes;
     }
   }
-  return memory_verdict(needs, ops, accels, over, alone, issued);
+  return memory_verdict(needs, ops, accels, over, alone, issued, kept);
 }
 
 BatchMemory Gmg::batch_memory(std::span<const OpId> ops) const {
@@ -506,7 +506,8 @@ Status Gmg::check_memory(const BatchMemory& m, std::span<const AccelId> accels, 
 }
 
 Status Gmg::memory_verdict(const MemoryNeeds& needs, std::span<const OpId> ops, std::span<const AccelId> accels,
-                           AccelId* over, bool alone, const IssuedWorkspaces* issued) const {
+                           AccelId* over, bool alone, const IssuedWorkspaces* issued,
+                           std::span<const std::int64_t> kept) const {
   auto refuse = [&](AccelId a, std::int64_t bytes, std::int64_t free) {
     if (over) *over = a;
     OpId first = ops.front();
@@ -523,12 +524,13 @@ Status Gmg::memory_verdict(const MemoryNeeds& needs, std::span<const OpId> ops, 
   for (std::size_t i = 0; i < needs.n_few + needs.more.size(); ++i) {
     const MemoryNeed& n = i < needs.n_few ? needs.few[i] : needs.more[i - needs.n_few];
     const AccelId a = n.a;
+    const std::int64_t keep = !alone && a < kept.size() ? kept[a] : 0;
     if (!alone && issued && a < issued->room.size()) {
       // The round's table: held + bytes > cap, as below, read as
       // bytes > cap - held from one entry.
       const IssuedWorkspaces::Room& r = issued->room[a];
       const std::int64_t bytes = n.bytes + std::max(n.workspace, r.largest);
-      if (bytes > r.free) return refuse(a, bytes, r.free);
+      if (bytes + keep > r.free) return refuse(a, bytes, r.free);
       continue;
     }
     // What the accelerator holds or reserved, its issued operators'
@@ -544,7 +546,7 @@ Status Gmg::memory_verdict(const MemoryNeeds& needs, std::span<const OpId> ops, 
       held = hbm_[a].total() - issued_ws;
     }
     const std::int64_t cap = accels_->hbm_bytes(a), bytes = n.bytes + workspace;
-    if (held + bytes > cap) return refuse(a, bytes, cap - held);
+    if (held + bytes + keep > cap) return refuse(a, bytes, cap - held);
   }
   return Status::Ok();
 }

@@ -273,8 +273,12 @@ class Gmg {
   // `issued`, when given, is issued_workspaces() of this snapshot: a
   // caller checking many placements of one batch builds it once (the check
   // is then a handful of lookups, not a pass over every issued operator).
+  // `kept`, when given (indexed by accelerator; shorter: 0 past its end),
+  // is memory the batch may not take there besides what is held: the
+  // scheduler keeps it for higher-priority sequences' next iterations.
   Status check_memory(std::span<const OpId> ops, std::span<const AccelId> accels, AccelId* over = nullptr,
-                      bool alone = false, const struct IssuedWorkspaces* issued = nullptr) const;
+                      bool alone = false, const struct IssuedWorkspaces* issued = nullptr,
+                      std::span<const std::int64_t> kept = {}) const;
   // The same check (not `alone`) from the batch's reservations read once:
   // the same result, status message and `over` as check_memory(m.ops,
   // accels, over, false, issued), without reading the GMG's operators
@@ -389,7 +393,8 @@ class Gmg {
     MemoryNeed& at(AccelId a);
   };
   Status memory_verdict(const MemoryNeeds& needs, std::span<const OpId> ops, std::span<const AccelId> accels,
-                        AccelId* over, bool alone, const IssuedWorkspaces* issued) const;
+                        AccelId* over, bool alone, const IssuedWorkspaces* issued,
+                        std::span<const std::int64_t> kept = {}) const;
   OpId alloc_op();
   std::uint32_t add_edge(OpId src, OpId dst, std::int64_t bytes, bool retained);
   // An operator's place in each frontier (kNoEdge: not in it).

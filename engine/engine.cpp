@@ -1,5 +1,6 @@
 module;
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -41,9 +42,10 @@ class Watching {
  public:
   Watching(std::vector<Tenant>& tenants, Scheduler& scheduler, std::span<EngineObserver* const>& slot,
            std::span<EngineObserver* const> observers, std::vector<RequestEvent>& events,
-           Scheduler::DecisionFn on_decision)
+           Scheduler::DecisionFn on_decision, Scheduler::KeptSource kept, std::int32_t top)
       : tenants_(tenants), scheduler_(scheduler), slot_(slot) {
     slot_ = observers;
+    scheduler_.keep_for(std::move(kept), top);
     const bool iterations =
         std::any_of(observers.begin(), observers.end(), [](const EngineObserver* o) { return o->iterations(); });
     for (Tenant& t : tenants_) t.set_events(observers.empty() ? nullptr : &events, iterations);
@@ -52,6 +54,7 @@ class Watching {
   ~Watching() {
     for (Tenant& t : tenants_) t.set_events(nullptr, false);
     scheduler_.on_decision({});
+    scheduler_.keep_for({}, INT32_MIN);
     slot_ = {};
   }
   Watching(const Watching&) = delete;
@@ -344,8 +347,26 @@ Result<bool> Engine::fail_out_of_memory(Nanos now, OomFail which) {
 }
 
 Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
-  const Watching watching(tenants_, scheduler_, observers_, observers, request_events_,
-                          [this](const Gmg& gmg, const Decision& d) { on_decision(gmg, d); });
+  // Tenants of more than one priority: what the higher ones' running
+  // sequences will take next is kept from the lower ones (Scheduler::keep_for).
+  std::int32_t top = INT32_MIN;
+  bool mixed = false;
+  for (const Tenant& t : tenants_) {
+    mixed = mixed || (top != INT32_MIN && t.spec().priority != top);
+    top = std::max(top, t.spec().priority);
+  }
+  Scheduler::KeptSource kept;
+  if (mixed)
+    kept = [this](std::vector<Scheduler::Kept>& out) {
+      for (const Tenant& t : tenants_) {
+        running_kv_.clear();
+        t.running_kv(gmg_, running_kv_);
+        for (const auto& [a, bytes] : running_kv_) out.push_back({a, t.spec().priority, bytes});
+      }
+    };
+  const Watching watching(
+      tenants_, scheduler_, observers_, observers, request_events_,
+      [this](const Gmg& gmg, const Decision& d) { on_decision(gmg, d); }, std::move(kept), top);
   std::vector<Feedback> feedback;
   Nanos now = backend_.now();
   const bool plans = backend_.wants_plans();

@@ -170,6 +170,7 @@ class Engine {
     Nanos at = -1, predicted_start = -1, predicted_finish = -1;
   };
   std::vector<Issued> issued_;
+  std::vector<std::pair<AccelId, std::int64_t>> running_kv_;  // (Scheduler::keep_for's source)
 };
 
 }  // namespace slicesched

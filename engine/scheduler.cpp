@@ -421,6 +421,38 @@ void Scheduler::close_budget_period(Nanos now) {
   budget_full_since_ = -1;
 }
 
+void Scheduler::keep_for(KeptSource source, std::int32_t top) {
+  kept_source_ = std::move(source);
+  kept_top_ = top;
+  kept_loaded_ = false;
+}
+
+std::int64_t Scheduler::fill_kept_bytes(std::span<const AccelId> accels, std::int32_t priority) {
+  if (!kept_source_ || kept_top_ <= priority) return 0;
+  if (!kept_loaded_) {  // once a call, and only when a lower priority asks
+    kept_.clear();
+    kept_source_(kept_);
+    std::sort(kept_.begin(), kept_.end(), [](const Kept& x, const Kept& y) { return x.accel < y.accel; });
+    kept_loaded_ = true;
+  }
+  if (kept_.empty()) return 0;
+  std::int64_t total = 0;
+  for (AccelId a : accels) {
+    if (a >= kept_bytes_.size()) kept_bytes_.resize(a + 1u, 0);
+    if (kept_bytes_[a] != 0) continue;  // (an accelerator the pick names twice)
+    auto it = std::lower_bound(kept_.begin(), kept_.end(), a, [](const Kept& k, AccelId x) { return k.accel < x; });
+    for (; it != kept_.end() && it->accel == a; ++it)
+      if (it->priority > priority) kept_bytes_[a] += it->bytes;
+    total += kept_bytes_[a];
+  }
+  return total;
+}
+
+void Scheduler::clear_kept_bytes(std::span<const AccelId> accels) {
+  for (AccelId a : accels)
+    if (a < kept_bytes_.size()) kept_bytes_[a] = 0;
+}
+
 void Scheduler::count_oom_wait(const Gmg& gmg, const Batch& batch) {
   if (oom_waited_.insert(gmg.op(batch.ops.front()).instance).second) ++stats_.oom_waits;
 }
@@ -444,6 +476,7 @@ bool continues_iteration(const Gmg& gmg, const Batch& batch) {
 
 Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
   std::vector<OpId> issued;
+  kept_loaded_ = false;  // (what runs changed since the last call)
   gmg.advance_clock(now);
   // A held period ends when the budget has room again or nothing waits.
   if (gmg.issued_count() < opt_.issued_budget || gmg.unscheduled_frontier().empty()) close_budget_period(now);
@@ -530,14 +563,31 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
           waited = a >= gmg.accels().size() ? "unknown accelerator " + std::to_string(a)
                                             : "accelerator " + gmg.accels()[a].name + " is lost";
         }
+      // Nor may it take what higher-priority sequences running there will
+      // take next (kept): checked in the same pass, and apart only when
+      // that is what it is short of.
+      const std::span<const AccelId> at = cands[*pick].accel;
+      const bool keep = waited.empty() && fill_kept_bytes(at, batch.priority) > 0 && !continues_iteration(gmg, batch);
       AccelId over = kNoAccel;
       if (waited.empty())
-        if (Status m = gmg.check_memory(batch.ops, cands[*pick].accel, &over); !m.ok()) {
-          memory = true;
-          short_of.push_back(over);
+        if (Status m =
+                gmg.check_memory(batch.ops, at, &over, false, nullptr,
+                                 keep ? std::span<const std::int64_t>(kept_bytes_) : std::span<const std::int64_t>());
+            !m.ok()) {
           count_oom_wait(gmg, batch);
-          waited = m.message();
+          if (keep) m = gmg.check_memory(batch.ops, at, &over);
+          if (m.ok()) {
+            const AccelId a = over < gmg.accels().size() ? over : at.front();
+            waited = "HBM on " + gmg.accels()[a].name +
+                     " is kept for the next iterations of higher-priority sequences running there (" +
+                     std::to_string(kept_bytes_[a]) + " bytes of KV cache)";
+          } else {
+            memory = true;
+            short_of.push_back(over);
+            waited = m.message();
+          }
         }
+      if (keep) clear_kept_bytes(at);
       // Except the rest of an iteration under way: held back, it keeps its
       // memory for good (an iteration is preempted only before it starts),
       // and a batch of one operator at a time (batch_cap = 1) deadlocked.

@@ -5,9 +5,11 @@
 // PlacementPolicy pick, and issue. Repeats until the issued-operator budget
 // is reached, the frontier is empty, or the policy defers.
 module;
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -127,8 +129,35 @@ class Scheduler {
   // deferred), on the scheduler's thread; null: nobody listens.
   using DecisionFn = std::function<void(const Gmg&, const Decision&)>;
   void on_decision(DecisionFn fn) { on_decision_ = std::move(fn); }
+  // The KV caches of sequences still running (Tenant::running_kv), with
+  // their tenant's priority: a batch of lower priority may not take as
+  // much HBM again where they are (their next iterations will), unless it
+  // continues an iteration under way. Otherwise a preempted low-priority
+  // iteration came back in the gap between two high-priority steps and
+  // made each wait for it. `source` appends them; it is called at most
+  // once per schedule() call, when a batch below `top` (the highest
+  // priority any tenant has) is checked. Null: nothing is kept.
+  struct Kept {
+    AccelId accel;
+    std::int32_t priority;
+    std::int64_t bytes;
+  };
+  using KeptSource = std::function<void(std::vector<Kept>&)>;
+  void keep_for(KeptSource source, std::int32_t top);
 
  private:
+  // kept_, sorted by accelerator, loaded from kept_source_ once a call;
+  // kept_bytes_ is per accelerator, filled for one pick's accelerators
+  // and cleared after.
+  KeptSource kept_source_;
+  std::vector<Kept> kept_;
+  bool kept_loaded_ = false;
+  std::vector<std::int64_t> kept_bytes_;
+  std::int32_t kept_top_ = INT32_MIN;
+  // The HBM kept on `accels` from a batch of `priority` (0: none), filled
+  // into kept_bytes_; clear_kept_bytes(accels) undoes it.
+  std::int64_t fill_kept_bytes(std::span<const AccelId> accels, std::int32_t priority);
+  void clear_kept_bytes(std::span<const AccelId> accels);
   Batch collect(const Gmg& gmg, OpId seed, std::size_t cap) const;
   std::vector<std::pair<InstanceId, std::size_t>> limited_;  // limit_batches
   void count_oom_wait(const Gmg& gmg, const Batch& batch);

@@ -755,6 +755,14 @@ void Tenant::on_accelerator_lost(AccelId a, const Gmg& gmg) {
         if (gmg.contains(kv) && gmg.op(kv).accel == a) l.cache_lost = true;
 }
 
+void Tenant::running_kv(const Gmg& gmg, std::vector<std::pair<AccelId, std::int64_t>>& out) const {
+  for (const Lane& l : lanes_) {
+    if (l.running.empty() || l.cache_lost) continue;
+    for (OpId kv : l.kv_ops)
+      if (gmg.contains(kv) && gmg.op(kv).retained_held) out.emplace_back(gmg.op(kv).accel, gmg.op(kv).retained_bytes);
+  }
+}
+
 Result<std::size_t> Tenant::fail_instance(InstanceId instance, const std::string& reason, Gmg& gmg, Nanos t) {
   Lane* lane = unstarted(instance, gmg);
   if (!lane) lane = stuck(instance, gmg);

@@ -165,6 +165,11 @@ class Tenant {
   // Accelerator `a` is lost: the lanes whose KV caches were (in part)
   // there know it (a swap or hand-off of them would copy what is gone).
   void on_accelerator_lost(AccelId a, const Gmg& gmg);
+  // Appends (accelerator, bytes) for the KV cache of each lane with
+  // sequences still running, where the GMG holds it: its next iteration
+  // takes it over and reserves about as much again there, so the
+  // scheduler keeps that much from lower priorities.
+  void running_kv(const Gmg& gmg, std::vector<std::pair<AccelId, std::int64_t>>& out) const;
   // The waiting or stuck iteration `instance` cannot run anywhere (every
   // placement needs a lost accelerator): its sequences fail with `reason`.
   // Returns how many failed (0: no such iteration here).
