@@ -463,6 +463,10 @@ static nlohmann::json memory_summary(const PolicyRun& r) {
     m["swapped_sequences"] = r.swapped_sequences;
     m["swapped_gib"] = round6(static_cast<double>(r.swapped_bytes) / (1024.0 * 1024.0 * 1024.0));
   }
+  // Likewise only where riders ride (co_batch): riders that left an
+  // iteration for room, each recomputing what it held later (not counted
+  // as preemptions, which take whole iterations back).
+  if (r.riders) m["rider_evictions"] = r.rider_evictions;
   // Likewise only where a tenant has prefill lanes.
   if (r.prefill_lanes) {
     m["handed_off_sequences"] = r.handed_off;

@@ -106,6 +106,8 @@ Result<PolicyRun> run_recorded(const ExperimentConfig& cfg, PolicyParts& parts, 
   r.handed_off = result->handed_off;
   r.handoff_bytes = result->handoff_bytes;
   r.prefill_lanes = result->prefill_lanes;
+  r.rider_evictions = result->rider_evictions;
+  r.riders = result->riders;
   r.memory = result->memory;
   r.offered = parts.offered;
   r.requests_beyond_window = parts.requests_beyond_window;

@@ -71,6 +71,8 @@ struct PolicyRun {
   std::size_t handed_off = 0;  // (EngineResult) when prefill_lanes
   std::int64_t handoff_bytes = 0;
   bool prefill_lanes = false;
+  std::size_t rider_evictions = 0;  // (EngineResult) when riders
+  bool riders = false;
   MemoryStats memory;
   std::vector<PluginRecord> plugins;  // every plugin it ran, with what its calls cost
   std::vector<OfferedLoad> offered;

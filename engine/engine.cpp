@@ -583,6 +583,8 @@ EngineResult Engine::so_far(Nanos now) const {
     result.handed_off += t.handed_off();
     result.handoff_bytes += t.handoff_bytes();
     result.prefill_lanes = result.prefill_lanes || t.spec().prefill_lanes > 0;
+    result.rider_evictions += t.rider_evictions();
+    result.riders = result.riders || t.hosts_riders();
     result.swap_mode = result.swap_mode || t.spec().preemption == TenantSpec::Preemption::kSwap;
     if (t.kv_budget() < t.spec().kv_budget_tokens) result.kv_budgets_learnt.emplace_back(t.spec().name, t.kv_budget());
   }

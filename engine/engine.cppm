@@ -86,6 +86,10 @@ struct EngineResult {
   std::size_t handed_off = 0;
   std::int64_t handoff_bytes = 0;
   bool prefill_lanes = false;
+  // Cross-tenant batches: riders that left an iteration for room (each
+  // recomputes what it held later), and whether any tenant hosts riders.
+  std::size_t rider_evictions = 0;
+  bool riders = false;
   MemoryStats memory;  // the backend's (ground truth offline)
 };
 

@@ -250,6 +250,8 @@ class Tenant {
   // rider sequence-iterations this tenant ran.
   std::size_t rider_evictions() const { return rider_evictions_; }
   std::size_t rider_steps() const { return rider_steps_; }
+  // Whether other tenants' sequences ride in this tenant's iterations.
+  bool hosts_riders() const { return !sources_.empty(); }
   // Iterations preempted, and the sequences they held.
   std::size_t preemptions() const { return preemptions_; }
   std::size_t preempted_sequences() const { return preempted_sequences_; }

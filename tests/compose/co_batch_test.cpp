@@ -88,6 +88,10 @@ TEST_CASE("co_batch: offline rides in the online batches, leaves for online room
   const Tenant& offline = tenant(*parts, "offline0");
   CHECK(host.rider_steps() > 0);
   CHECK(host.rider_evictions() > 0);
+  // The run reports them (summary.json memory.rider_evictions): an outside
+  // probe found riders evicted with no count anywhere.
+  CHECK(run.riders);
+  CHECK(run.rider_evictions == host.rider_evictions());
   CHECK(offline.rider_steps() == 0);  // (it runs no iteration of its own)
   // Every offline request that finished in the window has every token; the
   // evicted ones resumed and finished too.
