@@ -79,8 +79,8 @@ CalibrationProfile snapshot(const EstimatorSet& est, const TemplateRegistry& tem
     } else {
       if (row.kind >= names.size() || row.type >= accels.type_count()) continue;
       const Names& n = names[row.kind];
-      p.ops.push_back(
-          {n.tmpl, n.op, accels.type_name(row.type), n.features, row.coefficients, row.samples, row.mape_pct});
+      p.ops.push_back({n.tmpl, n.op, accels.type_name(row.type), n.features, row.coefficients, row.samples,
+                       row.mape_pct, row.feature_max});
     }
   }
   // Pairs that moved nothing have no fit; "*" -> "*" stands in for them:
@@ -127,6 +127,8 @@ std::string calibration_text(const CalibrationProfile& p) {
                         {"coefficients", o.coefficients},
                         {"samples", o.samples},
                         {"mape_pct", o.mape_pct}});
+  for (std::size_t i = 0; i < p.ops.size(); ++i)
+    if (!p.ops[i].feature_max.empty()) j["ops"][i]["feature_max"] = p.ops[i].feature_max;
   j["transfers"] = nlohmann::json::array();
   for (const auto& t : p.transfers)
     j["transfers"].push_back({{"src", t.src},
@@ -209,6 +211,17 @@ Result<CalibrationProfile> read_calibration(const std::string& path) {
       }
       op.samples = o.value("samples", std::uint64_t{0});
       op.mape_pct = o.value("mape_pct", 0.0);
+      if (o.contains("feature_max")) {
+        const nlohmann::json& m = o["feature_max"];
+        if (!m.is_array() || m.size() != op.coefficients.size())
+          return InvalidArgument(where + ".feature_max: expected one number per coefficient (" +
+                                 std::to_string(op.coefficients.size()) + ")");
+        for (const auto& v : m) {
+          if (!number(v) || v.get<double>() < 0)
+            return InvalidArgument(where + ".feature_max: expected finite numbers >= 0");
+          op.feature_max.push_back(v.get<double>());
+        }
+      }
       p.ops.push_back(std::move(op));
     }
     const auto& transfers = j.at("transfers");

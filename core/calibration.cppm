@@ -43,6 +43,11 @@ struct CalibrationProfile {
     std::vector<double> coefficients;
     std::uint64_t samples = 0;
     double mape_pct = 0;
+    // The largest value of each feature the fit was measured at (empty:
+    // not recorded, a profile written before it was). Past it a term with a
+    // negative coefficient would make a larger operator faster, so the
+    // calibrated ground truth holds such a term at its value here.
+    std::vector<double> feature_max;
   };
   struct Transfer {
     std::string src, dst;

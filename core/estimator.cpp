@@ -53,6 +53,7 @@ void LinearEstimator::observe(std::span<const double> x, double y) {
   assert(x.size() == n_);
   if (x.size() != n_ || !std::isfinite(y) || y <= 0 || !all_finite(x)) return;
 
+  for (std::size_t j = 0; j < n_; ++j) xmax_[j] = std::max(xmax_[j], x[j]);
   // Score before learning: that is what makes the MAPE prequential.
   const double err = std::abs(predict(x) - y) / y;
   err_sum_ += err;
@@ -342,7 +343,8 @@ std::vector<EstimatorSet::ReportRow> EstimatorSet::report() const {
     const LinearEstimator& e = ests_[static_cast<std::size_t>(est)];
     if (e.samples() == 0) return nullptr;
     rows.push_back({std::move(what), e.samples(), e.mape_pct(),
-                    std::vector<double>(e.coefficients().begin(), e.coefficients().end()), e.recent_mape_pct()});
+                    std::vector<double>(e.coefficients().begin(), e.coefficients().end()), e.recent_mape_pct(),
+                    std::vector<double>(e.feature_max().begin(), e.feature_max().end())});
     return &rows.back();
   };
   for (std::size_t k = 0; k < kind_priors_.size(); ++k)

@@ -62,6 +62,9 @@ class LinearEstimator {
   std::span<const double> coefficients() const { return {beta_.data(), n_}; }
   std::span<const double> prior() const { return {prior_.data(), n_}; }
   std::uint64_t samples() const { return samples_; }
+  // The largest value of each feature among the samples learnt from (0
+  // for one never seen): the edge of what the fit was measured on.
+  std::span<const double> feature_max() const { return {xmax_.data(), n_}; }
   // Prequential mean absolute percentage error: each sample is scored
   // against the model *before* it learns from that sample, so this is an
   // honest out-of-sample figure (the first sample is scored against the
@@ -78,6 +81,7 @@ class LinearEstimator {
 
   std::size_t n_ = 0;
   std::array<double, kMaxFeatures> beta_{};
+  std::array<double, kMaxFeatures> xmax_{};
   std::array<double, kMaxFeatures> prior_{};
   // Column j is fitted as g_j = beta_j * scale_[j], with scale_[j] = |x_j|/y
   // of the first sample where x_j != 0, so that sample's scaled row is all
@@ -182,6 +186,7 @@ class EstimatorSet {
     double mape_pct;
     std::vector<double> coefficients;  // ops: per feature; transfers: {sec_per_byte, fixed_sec}
     double recent_mape_pct;
+    std::vector<double> feature_max;  // ops: LinearEstimator::feature_max
     bool transfer = false;
     OpKindId kind = 0;         // ops
     AccelTypeId type = 0;      // ops

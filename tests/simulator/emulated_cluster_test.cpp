@@ -444,6 +444,7 @@ TEST_CASE("calibration profiles round-trip and drive a calibrated ground truth",
   CHECK(op->coefficients[1] == Approx(5e-4).epsilon(1e-6));
   CHECK(op->samples == 50);
   CHECK(op->features == std::vector<std::string>{"n", "1"});
+  CHECK(op->feature_max == std::vector<double>{50, 1});  // the largest n it was measured at
   const auto* link = back->find_transfer("a0", "a1");
   REQUIRE(link);
   CHECK(link->sec_per_byte == Approx(1e-9).epsilon(1e-6));
@@ -460,6 +461,46 @@ TEST_CASE("calibration profiles round-trip and drive a calibrated ground truth",
   std::ofstream(path) << R"({"format": "other"})";
   CHECK(read_calibration(path).status().message() == path + ": expected \"format\": \"slicesched-calibration/2\"");
   std::filesystem::remove(path);
+}
+
+TEST_CASE("a calibrated fit past the sizes it was measured at never makes a larger operator faster",
+          "[emulated][calibration]") {
+  // An outside probe: calibrate fitted llama-tiny's layers on prompts of up
+  // to 64 tokens with a negative tokens x context coefficient, and simulate
+  // played 8,000-token prompts at 0.1 ms. Past feature_max such a term
+  // holds its value there; within it, the fit is played as it is.
+  auto reg = std::make_shared<TemplateRegistry>();
+  TemplateBuilder b("mm");
+  b.op("x")
+      .output({{Expr::constant(8)}, DType::kI8})
+      .features({b.dim("n"), b.dim("n") * b.dim("n"), Expr::constant(1)})
+      .prior({1e-6, 1e-9, 1e-3});
+  const TemplateId t = reg->add(std::move(b).build().value()).value();
+  auto accels = cluster(1);
+  CalibrationProfile profile;
+  profile.ops.push_back({"mm", "x", "gpu", {"n", "n*n", "1"}, {1e-6, -1e-9, 1e-5}, 10, 1.0, {64, 4096, 1}});
+  CalibratedGroundTruth truth(profile, *accels, 1, 0.0, 0.0);
+  Gmg gmg(reg, accels);
+  auto seconds = [&](std::int64_t n) {
+    const OpId x = gmg.instantiate({t, {{"n", n}}, {}, 0, 0}).value().ops[0];
+    REQUIRE(gmg.issue(x, 0, 0).ok());
+    return truth.op_seconds(gmg, x).value();
+  };
+  CHECK(seconds(32) == Approx(1e-6 * 32 - 1e-9 * 32 * 32 + 1e-5).epsilon(1e-12));  // within: as fitted
+  double before = seconds(64);
+  for (std::int64_t n : {128, 1000, 2000, 8000, 100000}) {
+    const double now = seconds(n);
+    CHECK(now == Approx(1e-6 * static_cast<double>(n) - 1e-9 * 4096 + 1e-5).epsilon(1e-12));
+    CHECK(now > before);
+    before = now;
+  }
+  // A profile without feature_max (written before it was recorded) is
+  // played as it is.
+  profile.ops[0].feature_max.clear();
+  CalibratedGroundTruth old(profile, *accels, 1, 0.0, 0.0);
+  const OpId x = gmg.instantiate({t, {{"n", 1000}}, {}, 0, 0}).value().ops[0];
+  REQUIRE(gmg.issue(x, 0, 0).ok());
+  CHECK(old.op_seconds(gmg, x).value() == Approx(1e-6 * 1000 - 1e-9 * 1e6 + 1e-5).epsilon(1e-12));
 }
 
 TEST_CASE("a profile of a run that moved nothing stands in its links' prior for every pair",
@@ -506,6 +547,16 @@ TEST_CASE("calibration profiles say which features their fits multiply", "[emula
     "ops": [{"template": "llama3-8b", "op": "head", "type": "gpu", "coefficients": [1e-6, 1e-4]}]})");
   REQUIRE(!unnamed.ok());
   CHECK(unnamed.status().message() == path + ": ops[0].features: expected one name per coefficient (2)");
+  auto bad_max = read(R"({"format": "slicesched-calibration/2", "transfers": [],
+    "ops": [{"template": "llama3-8b", "op": "head", "type": "gpu", "features": ["sequences", "1"],
+             "coefficients": [1e-6, 1e-4], "feature_max": [-3, 1]}]})");
+  REQUIRE(!bad_max.ok());
+  CHECK(bad_max.status().message() == path + ": ops[0].feature_max: expected finite numbers >= 0");
+  auto short_max = read(R"({"format": "slicesched-calibration/2", "transfers": [],
+    "ops": [{"template": "llama3-8b", "op": "head", "type": "gpu", "features": ["sequences", "1"],
+             "coefficients": [1e-6, 1e-4], "feature_max": [3]}]})");
+  REQUIRE(!short_max.ok());
+  CHECK(short_max.status().message() == path + ": ops[0].feature_max: expected one number per coefficient (2)");
   auto short_names = read(R"({"format": "slicesched-calibration/2", "transfers": [],
     "ops": [{"template": "llama3-8b", "op": "head", "type": "gpu", "features": ["sequences"],
              "coefficients": [1e-6, 1e-4]}]})");
