@@ -190,7 +190,8 @@ int main(int argc, char** argv) {
       "data", val_opt.data,
       "Published measurements CSV (default: TensorRT-LLM's A100 tables, data/validation/trtllm_a100.csv)");
   validate->add_option("--efficiencies", val_opt.efficiencies,
-                       "Fit file (default: configs/accelerators/roofline-fit.toml)");
+                       "Fit file for every row (default: each type's own, as its table names it, e.g. "
+                       "roofline-fit-a100.toml for the A100; else configs/accelerators/roofline-fit.toml)");
   validate->add_option("--accelerators", val_opt.accelerator_dir,
                        "Folder of accelerator type tables the rows play (floors use the shipped ones)");
   validate->add_option("--iteration-overhead-us", val_opt.iteration_overhead_us, "Fixed cost per iteration")

@@ -13,6 +13,8 @@ module;
 
 module slicesched.simulator.validation;
 import slicesched.core.files;
+import slicesched.core.graph;
+import slicesched.models.model;
 import slicesched.simulator.roofline_truth;
 
 namespace slicesched {
@@ -33,17 +35,53 @@ std::vector<std::string> split(const std::string& line) {
 const char* const kColumns[] = {"source", "version",      "model",         "precision", "gpu",
                                 "batch",  "input_tokens", "output_tokens", "metric",    "value"};
 
-// Parameters from the weights (every weight element once).
-double parameters(const Model& m) {
-  return static_cast<double>(m.weight_bytes()) / static_cast<double>(m.shape().elem_bytes);
+// What of the weights an iteration must read, in bytes: every decoder
+// layer's, and the head's (final norm and LM head; with tied embeddings the
+// table, wherever the template keeps it). The embedding table is not read
+// whole: an iteration gathers one row per new token.
+struct WeightSplit {
+  double layers = 0, head = 0, table = 0;
+};
+WeightSplit split_of(const Model& m) {
+  const DenseShape sh = m.shape();
+  const GraphTemplate t = m.make_template();
+  WeightSplit w;
+  w.table = static_cast<double>(sh.vocab * sh.hidden * sh.elem_bytes);
+  double embed = 0;
+  for (std::size_t i = 0; i < m.ops().size() && i < t.ops().size(); ++i) {
+    const auto bytes = static_cast<double>(t.ops()[i].weight_bytes);
+    if (m.ops()[i].role == OpRole::kEmbed)
+      embed += bytes;
+    else if (m.ops()[i].role == OpRole::kHead)
+      w.head += bytes;
+    else
+      w.layers += bytes;
+  }
+  // Tied: the head's matrix is the table the embedding op holds.
+  if (w.head < w.table && embed >= w.table) w.head += w.table;
+  return w;
 }
 
-// The floor of one iteration: its new tokens' FLOPs at peak, the weights and
-// the KV cache it attends to at peak bandwidth.
-double floor_seconds(const AcceleratorType& d, const Model& m, double tokens, double context) {
-  const double flops = 2 * parameters(m) * tokens;
-  const double bytes = static_cast<double>(m.weight_bytes()) + static_cast<double>(m.kv_bytes_per_token()) * context;
+// The floor of one iteration of `tokens` new tokens over `sequences`
+// sequences: the FLOPs of every layer for each token and of the LM head for
+// each sequence's last token at peak; the layers' and head's weights, the
+// gathered embedding rows and the KV cache it attends to at peak bandwidth.
+double floor_seconds(const AcceleratorType& d, const Model& m, const WeightSplit& w, double tokens, double sequences,
+                     double context) {
+  const DenseShape sh = m.shape();
+  const double elem = static_cast<double>(sh.elem_bytes);
+  const double flops = 2 * (w.layers / elem) * tokens + 2 * (w.table / elem) * sequences;
+  const double bytes = w.layers + w.head + tokens * static_cast<double>(sh.hidden) * elem +
+                       static_cast<double>(m.kv_bytes_per_token()) * context;
   return std::max(flops / d.peak_flops, bytes / d.hbm_bytes_per_s);
+}
+
+DecodeStep decode_step(const AcceleratorType& played, const RooflineFit& fit, const AcceleratorType& datasheet,
+                       const Model& model, const WeightSplit& w, std::int64_t sequences, std::int64_t context) {
+  const IterationDims d{sequences, sequences, context, context};
+  return {roofline_iteration_seconds(played, fit, model, d),
+          floor_seconds(datasheet, model, w, static_cast<double>(sequences), static_cast<double>(sequences),
+                        static_cast<double>(context))};
 }
 
 // Adds one iteration's roofline time to `kinds`, per kind of work.
@@ -131,9 +169,7 @@ Result<std::vector<PublishedRow>> read_published(const std::string& path) {
 
 DecodeStep decode_step(const AcceleratorType& played, const RooflineFit& fit, const AcceleratorType& datasheet,
                        const Model& model, std::int64_t sequences, std::int64_t context) {
-  const IterationDims d{sequences, sequences, context, context};
-  return {roofline_iteration_seconds(played, fit, model, d),
-          floor_seconds(datasheet, model, static_cast<double>(sequences), static_cast<double>(context))};
+  return decode_step(played, fit, datasheet, model, split_of(model), sequences, context);
 }
 
 StaticBatch replay_static_batch(const AcceleratorType& played, const RooflineFit& fit, const AcceleratorType& datasheet,
@@ -144,13 +180,15 @@ StaticBatch replay_static_batch(const AcceleratorType& played, const RooflineFit
   const double per_step = fixed.per_iteration_s + static_cast<double>(batch) * fixed.per_sequence_s;
   b.prefill_s = roofline_iteration_seconds(played, fit, model, prefill) + per_step +
                 static_cast<double>(batch) * fixed.per_request_s;
-  b.floor_prefill_s = floor_seconds(datasheet, model, static_cast<double>(batch * input_tokens), 0);
+  const WeightSplit w = split_of(model);
+  b.floor_prefill_s =
+      floor_seconds(datasheet, model, w, static_cast<double>(batch * input_tokens), static_cast<double>(batch), 0);
   add_kinds(played, fit, model, prefill, b.kind_s);
   b.fixed_s = per_step + static_cast<double>(batch) * fixed.per_request_s;
   // Decode step k (1 .. output - 1) runs the token step k - 1 sampled; each
   // sequence attends to its input_tokens + k - 1 cached tokens.
   for (std::int64_t k = 1; k < output_tokens; ++k) {
-    const DecodeStep s = decode_step(played, fit, datasheet, model, batch, batch * (input_tokens + k - 1));
+    const DecodeStep s = decode_step(played, fit, datasheet, model, w, batch, batch * (input_tokens + k - 1));
     b.decode_s += s.simulated_s + per_step;
     b.fixed_s += per_step;
     const std::int64_t context = batch * (input_tokens + k - 1);
