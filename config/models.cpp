@@ -9,6 +9,7 @@ module;
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 module slicesched.config;
@@ -379,11 +380,19 @@ Status resolve_profile_models(ExperimentConfig& cfg) {
       g.off_profile_models.push_back(m.name);
     if (s.elem_bytes >= 4) float32.push_back(&m);
   }
-  if (g.roofline_fit.empty() && g.needs_roofline())
-    g.roofline_fit =
+  if (g.roofline_fit.empty() && g.needs_roofline()) {
+    // The general fit beside the cluster's type tables, else the shipped
+    // one: a type table of one's own elsewhere has no fit beside it (it was
+    // looked for there only, and the error named ground_truth.roofline, a
+    // key the config did not set).
+    std::string beside =
         default_roofline_fit(cfg.accelerator_types.empty()
                                  ? default_accelerator_dir()
                                  : std::filesystem::path(cfg.accelerator_types.front().source).parent_path().string());
+    std::error_code ec;
+    if (!std::filesystem::exists(beside, ec)) beside = default_roofline_fit(default_accelerator_dir());
+    g.roofline_fit = std::move(beside);
+  }
   // A float32 model computes at the type's plain FP32 rate wherever it
   // plays the roofline: that type's table must give it. (accelerator_types
   // holds each table the cluster names, once.)

@@ -108,6 +108,24 @@ TEST_CASE("a valid minimal config loads with defaults", "[config]") {
   CHECK(cfg->ground_truth.layers_csv == (p.parent_path() / "l.csv").string());
 }
 
+TEST_CASE("a type table of one's own, with no fit beside it, plays the shipped general fit", "[config]") {
+  // An outside probe: the general fit was looked for beside the type table
+  // only, and the error named ground_truth.roofline, a key the config did
+  // not set.
+  const fs::path dir = fs::temp_directory_path() / ("slicesched_own_types_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(kRoot / "configs" / "accelerators" / "H100-SXM.toml", dir / "Mine.toml",
+                fs::copy_options::overwrite_existing);
+  const fs::path p = dir / "own_type.toml";
+  std::ofstream(p) << replace(replace(base(), "type = \"H100\"", "type = \"" + (dir / "Mine.toml").string() + "\""),
+                              "layers = \"l.csv\"\ntransfers = \"t.csv\"\n", "");
+  auto cfg = load_config(p.string());
+  INFO(cfg.status().message());
+  REQUIRE(cfg.ok());
+  CHECK(cfg->ground_truth.roofline_fit == (kRoot / "configs" / "accelerators" / "roofline-fit.toml").string());
+  fs::remove_all(dir);
+}
+
 TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
   CHECK(load_error(replace(base(), "name = \"t\"", "name = \"t")).find(":1:") == 0);
   CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = -1")) ==
