@@ -110,7 +110,9 @@ int bench_roofline(const BenchRooflineOptions& opt) {
       o["compute"] = fit[kind].compute;
       o["memory"] = fit[kind].memory;
       o["overhead_us"] = fit[kind].overhead_s * 1e6;
-      o["overlap_p"] = std::isfinite(fit[kind].overlap_p) ? nlohmann::json(fit[kind].overlap_p) : nlohmann::json("inf");
+      // null: infinity, the plain max(tc, tm) (a number either way, as
+      // mape_pct's NaN; it was the string "inf" beside numbers).
+      o["overlap_p"] = std::isfinite(fit[kind].overlap_p) ? nlohmann::json(fit[kind].overlap_p) : nlohmann::json();
       o["sm_bytes_per_cycle"] = fit[kind].sm_bytes_per_cycle;
       o["sm_flops_per_cycle"] = fit[kind].sm_flops_per_cycle;
     }
