@@ -25,7 +25,9 @@ Result<Truths> load_truths(const ExperimentConfig& cfg) {
   Truths truths;
   if (!cfg.ground_truth.present)
     return InvalidArgument(
-        cfg.path + ": this command needs a [ground_truth] section (measured profiles or a calibration profile)");
+        cfg.path +
+        ": this command needs a [ground_truth] section (measured profiles, a calibration profile, or "
+        "an empty [ground_truth] for the roofline from each type's datasheet)");
   if (!cfg.ground_truth.calibrated.empty()) {
     auto cal = read_profile(cfg, "ground_truth.calibrated", cfg.ground_truth.calibrated);
     if (!cal.ok()) return cal.status();

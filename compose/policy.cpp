@@ -119,9 +119,8 @@ Status build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, Polic
     }
     if (truncated) {
       p.requests_truncated += truncated;
-      std::fprintf(stderr,
-                   "slicesched: tenant '%s': %zu request(s) cut to model '%s''s context window of %lld tokens\n",
-                   tc.name.c_str(), truncated, mc.name.c_str(), static_cast<long long>(ctx_window));
+      note_once("slicesched: tenant '" + tc.name + "': " + std::to_string(truncated) + " request(s) cut to model '" +
+                mc.name + "''s context window of " + std::to_string(ctx_window) + " tokens");
     }
     // Instances deal the one stream round-robin.
     const auto instances = static_cast<std::size_t>(instances_of(p.policy, tc));

@@ -3,7 +3,9 @@ module;
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,13 @@ import slicesched.core.graph;
 
 namespace slicesched {
 
+void note_once(const std::string& line) {
+  static std::mutex mu;
+  static std::set<std::string> printed;
+  std::lock_guard lock(mu);
+  if (printed.insert(line).second) std::fprintf(stderr, "%s\n", line.c_str());
+}
+
 Result<Trace> make_stream(const TenantConfig& t, std::uint64_t seed, double window_s) {
   const StreamConfig& s = t.stream;
   switch (s.kind) {
@@ -20,8 +29,8 @@ Result<Trace> make_stream(const TenantConfig& t, std::uint64_t seed, double wind
       auto trace = read_trace(s.path, s.trace);
       if (!trace.ok()) return Status(trace.status().code(), "tenant '" + t.name + "': " + trace.status().message());
       if (trace->skipped_lines > 0)
-        std::fprintf(stderr, "slicesched: tenant '%s': skipped %zu corrupt line(s) of %s (first: %s)\n", t.name.c_str(),
-                     trace->skipped_lines, s.path.c_str(), trace->first_skipped.c_str());
+        note_once("slicesched: tenant '" + t.name + "': skipped " + std::to_string(trace->skipped_lines) +
+                  " corrupt line(s) of " + s.path + " (first: " + trace->first_skipped + ")");
       return std::move(trace).value();
     }
     case StreamConfig::Kind::kConstant:

@@ -24,6 +24,10 @@ export namespace slicesched {
 // all of it), the rest counted in Trace::beyond_cut: what arrives after the
 // window is never replayed.
 Result<Trace> make_stream(const TenantConfig& t, std::uint64_t seed, double window_s = -1);
+// Prints `line` (and a newline) on stderr unless this process printed it
+// already: every policy builds its streams, and a note about one (lines
+// skipped, requests cut) read twice with two policies. Thread-safe.
+void note_once(const std::string& line);
 Result<std::shared_ptr<AcceleratorSet>> make_cluster(const ExperimentConfig& cfg);
 // The config's model, built (make_model).
 Result<std::shared_ptr<const DenseDecoder>> build_model(const ModelConfig& m);

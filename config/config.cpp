@@ -154,10 +154,21 @@ class Table {
            "expected a number > 0 and <= " + fmt(hi) + ", or " + fmt(sentinel) + " " + meaning + ", got " + fmt(v));
     return v;
   }
+  // ", got VALUE" for a value of the wrong type, so the line shows what was
+  // written ("" for one it cannot show in a word).
+  static std::string got(const toml::node* n) {
+    if (auto s = n->value_exact<std::string>()) return ", got \"" + *s + "\"";
+    if (auto d = n->value_exact<double>()) return ", got " + fmt(*d);
+    if (auto i = n->value_exact<std::int64_t>()) return ", got " + std::to_string(*i);
+    if (auto b = n->value_exact<bool>()) return std::string(", got ") + (*b ? "true" : "false");
+    if (n->is_array()) return ", got an array";
+    if (n->is_table()) return ", got a table";
+    return "";
+  }
   // The number at `n` (an integer counts), or a one-line error.
   double finite(const toml::node* n, const std::string& key) const {
     auto v = n->value<double>();
-    if (!v) fail(n, key, "expected a number");
+    if (!v) fail(n, key, "expected a number" + got(n));
     if (!std::isfinite(*v)) fail(n, key, "expected a finite number, got " + fmt(*v));
     return *v;
   }
@@ -169,7 +180,7 @@ class Table {
       return fallback;
     }
     auto v = n->value_exact<std::int64_t>();
-    if (!v) fail(n, key, "expected an integer");
+    if (!v) fail(n, key, "expected an integer" + got(n));
     if (*v < lo || *v > hi)
       fail(
           n, key,
@@ -180,7 +191,7 @@ class Table {
     const toml::node* n = node(key);
     if (!n) return fallback;
     if (auto v = n->value_exact<bool>()) return *v;
-    fail(n, key, "expected true or false");
+    fail(n, key, "expected true or false" + got(n));
   }
   const toml::array* array(const std::string& key, bool required) {
     const toml::node* n = node(key);

@@ -131,7 +131,7 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
   CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = -1")) ==
         ":4: cluster.accelerators[0].hbm_gib: expected a number > 0 and <= 1000000, got -1");
   CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = \"80\"")) ==
-        ":4: cluster.accelerators[0].hbm_gib: expected a number");
+        ":4: cluster.accelerators[0].hbm_gib: expected a number, got \"80\"");
   CHECK(load_error(replace(base(), "[ground_truth]", "[ground_truht]")) ==
         ":5: ground_truht: unknown key (did you mean 'ground_truth'? known here: cluster, duration_s, estimators, "
         "faults, ground_truth, hosts, live, model, models, name, plugins, policies, seed, serve, slo_baseline, "
@@ -153,7 +153,7 @@ TEST_CASE("config errors name the file, line and key", "[config][bad-input]") {
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nlanes = { on = 0 }")) ==
         ":13: policies[0].lanes.on: expected an integer in [1, 1024], got 0");
   CHECK(load_error(replace(base(), "name = \"p\"", "name = \"p\"\nco_batch = { riders = {}, keep_riders = 1 }")) ==
-        ":13: policies[0].co_batch.keep_riders: expected true or false");
+        ":13: policies[0].co_batch.keep_riders: expected true or false, got 1");
   CHECK(
       load_error(replace(base(), "name = \"p\"", "name = \"p\"\nco_batch = { riders = {}, rides_only = [\"on\"] }")) ==
       ":13: policies[0].co_batch.rides_only: expected tenants named in riders, got 'on'");
@@ -226,7 +226,7 @@ TEST_CASE("range errors state the bound they enforce", "[config][bad-input]") {
   std::ofstream(tiny) << replace(base(), "hbm_gib = 80", "hbm_gib = 1e-7");
   CHECK(load_config(tiny.string()).ok());
   CHECK(load_error(replace(base(), "hbm_gib = 80", "hbm_gib = \"80\"")) ==
-        ":4: cluster.accelerators[0].hbm_gib: expected a number");
+        ":4: cluster.accelerators[0].hbm_gib: expected a number, got \"80\"");
 }
 
 TEST_CASE("a what-if's scope is the component by default, the cluster on request", "[config]") {
