@@ -118,6 +118,9 @@ std::optional<ApiError> parse_generation(const json& body, const ServedModel& mo
     return v == body.end() || v->is_null() || *v == def;
   };
   if (!is_default("n", 1)) return bad("n", "only 1 completion per request is supported");
+  // (OpenAI's end-user id: a string, or nothing)
+  if (const auto u = body.find("user"); u != body.end() && !u->is_null() && !u->is_string())
+    return bad("user", "expected a string, got " + u->dump());
   if (const auto lb = body.find("logit_bias"); lb != body.end() && !lb->is_null() && !lb->empty())
     return bad("logit_bias", "not supported");
 

@@ -259,6 +259,12 @@ TEST_CASE("api: chat requests render the model's template, none is a 400 saying 
   auto bad = parse_chat(R"({"model": "texty", "messages": [{"content": "x"}]})", ms);
   REQUIRE(std::holds_alternative<ApiError>(bad));
   CHECK(std::get<ApiError>(bad).message == "messages[0].role: required (system, user, assistant, ...)");
+  // `user` is OpenAI's end-user id, a string (an integer was taken; found by
+  // an outside probe).
+  auto user = parse_chat(
+      R"({"model": "texty", "messages": [{"role": "user", "content": "bad"}], "max_tokens": 2, "user": 5})", ms);
+  REQUIRE(std::holds_alternative<ApiError>(user));
+  CHECK(std::get<ApiError>(user).message == "user: expected a string, got 5");
   auto top = parse_chat(
       R"({"model": "texty", "messages": [{"role": "user", "content": "a"}], "max_tokens": 1, "top_logprobs": 2})", ms);
   REQUIRE(std::holds_alternative<ApiError>(top));
