@@ -129,7 +129,7 @@ Result<std::unique_ptr<HttpFront>> HttpFront::open(const ExperimentConfig& cfg, 
       if (Status st = check_chat_template(tmpl.value()->text); !st.ok())
         return Status(st.code(), tmpl.value()->source + ": " + st.message());
       served.chat_template = [t = std::make_shared<const ChatTemplate>(std::move(*tmpl.value()))](
-                                 const nlohmann::json& messages) -> Result<std::string> {
+                                 const nlohmann::ordered_json& messages) -> Result<std::string> {
         return render_chat_template(t->text, messages.dump(), t->bos, t->eos);
       };
     }

@@ -16,7 +16,7 @@ namespace slicesched::serving {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 ApiError bad(std::string param, std::string message) {
   return ApiError{.status = 400, .message = std::move(message), .param = std::move(param)};

@@ -48,7 +48,7 @@ struct ServedModel {
   // model's chat template (tokenizer_config.json's chat_template, or
   // --chat-template), a generation prompt appended. Null: the model has no
   // template, and chat completions are refused saying so. Thread-safe.
-  std::function<Result<std::string>(const nlohmann::json& messages)> chat_template;
+  std::function<Result<std::string>(const nlohmann::ordered_json& messages)> chat_template;
 };
 
 // An error as the client sees it: the HTTP status and OpenAI's error body
@@ -86,7 +86,7 @@ struct CompletionRequest {
 // the first bad one (a 400 naming the field and its range). `chat`: the
 // chat endpoint's names (logprobs is a boolean, top_logprobs the count).
 // Fields that would be silently ignored are refused.
-std::optional<ApiError> parse_generation(const nlohmann::json& body, const ServedModel& model, bool chat,
+std::optional<ApiError> parse_generation(const nlohmann::ordered_json& body, const ServedModel& model, bool chat,
                                          GenerationOptions& gen);
 
 // A chat completion request (messages rendered with the model's chat
@@ -97,25 +97,25 @@ std::variant<CompletionRequest, ApiError> parse_chat(std::string_view body, std:
 // Sampling and stop fields go through parse_generation; what we do not
 // support (n > 1, best_of > 1, echo, suffix, logit_bias, ...) is refused
 // unless it is the default.
-std::variant<CompletionRequest, ApiError> parse_completion(const nlohmann::json& body,
+std::variant<CompletionRequest, ApiError> parse_completion(const nlohmann::ordered_json& body,
                                                            std::span<const ServedModel> models);
 // The same from the body's text (malformed JSON is a 400).
 std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body, std::span<const ServedModel> models);
 
-nlohmann::json error_body(const ApiError& e);
+nlohmann::ordered_json error_body(const ApiError& e);
 
 // `body` as JSON text, bytes that are not UTF-8 (a path or header from the
 // client, generated text ending inside a character) replaced by U+FFFD
 // rather than thrown: what every response and stored line is written with.
-std::string dump_text(const nlohmann::json& body);
+std::string dump_text(const nlohmann::ordered_json& body);
 
 // A whole completion: `tokens` generated for a prompt of `prompt_tokens`.
 // `text` is the decoded output ("" without a decode hook); the ids are in
 // choices[0].token_ids either way.
-nlohmann::json completion_body(const std::string& id, std::int64_t created, const std::string& model,
+nlohmann::ordered_json completion_body(const std::string& id, std::int64_t created, const std::string& model,
                                std::int64_t prompt_tokens, std::span<const std::int64_t> tokens,
                                const std::string& text, const char* finish_reason = "length",
-                               const nlohmann::json& logprobs = nullptr);
+                               const nlohmann::ordered_json& logprobs = nullptr);
 
 // Log-probabilities in the completions shape ({tokens, token_logprobs,
 // top_logprobs, text_offset}) and the chat shape ({content: [{token,
@@ -124,28 +124,28 @@ nlohmann::json completion_body(const std::string& id, std::int64_t created, cons
 // string lengths do), from `text_offset` on: where the tokens before ended.
 // `end` (when given) receives where these tokens end: where the next
 // stream event's offsets start.
-nlohmann::json completion_logprobs(const ServedModel& model, std::span<const std::int64_t> tokens,
+nlohmann::ordered_json completion_logprobs(const ServedModel& model, std::span<const std::int64_t> tokens,
                                    std::span<const TokenLogprob> lp, std::size_t text_offset = 0,
                                    std::size_t* end = nullptr);
-nlohmann::json chat_logprobs(const ServedModel& model, std::span<const std::int64_t> tokens,
+nlohmann::ordered_json chat_logprobs(const ServedModel& model, std::span<const std::int64_t> tokens,
                              std::span<const TokenLogprob> lp);
 
 // The chat shapes: a whole chat.completion, and one chat.completion.chunk
 // (a delta with `content`, the first with the role; the last with
 // finish_reason; usage when given).
-nlohmann::json chat_body(const std::string& id, std::int64_t created, const std::string& model,
+nlohmann::ordered_json chat_body(const std::string& id, std::int64_t created, const std::string& model,
                          std::int64_t prompt_tokens, std::span<const std::int64_t> tokens, const std::string& text,
-                         const char* finish_reason, const nlohmann::json& logprobs = nullptr);
-nlohmann::json chat_chunk_body(const std::string& id, std::int64_t created, const std::string& model,
-                               const nlohmann::json& delta, const nlohmann::json& finish_reason = nullptr,
-                               const nlohmann::json& logprobs = nullptr);
+                         const char* finish_reason, const nlohmann::ordered_json& logprobs = nullptr);
+nlohmann::ordered_json chat_chunk_body(const std::string& id, std::int64_t created, const std::string& model,
+                               const nlohmann::ordered_json& delta, const nlohmann::ordered_json& finish_reason = nullptr,
+                               const nlohmann::ordered_json& logprobs = nullptr);
 
 // One server-sent event's JSON of a stream: one token (finish_reason null),
 // or the last event (no token, finish_reason "length", with usage).
-nlohmann::json chunk_body(const std::string& id, std::int64_t created, const std::string& model,
+nlohmann::ordered_json chunk_body(const std::string& id, std::int64_t created, const std::string& model,
                           std::span<const std::int64_t> tokens, const std::string& text,
-                          const nlohmann::json& logprobs = nullptr);
-nlohmann::json final_chunk_body(const std::string& id, std::int64_t created, const std::string& model,
+                          const nlohmann::ordered_json& logprobs = nullptr);
+nlohmann::ordered_json final_chunk_body(const std::string& id, std::int64_t created, const std::string& model,
                                 std::int64_t prompt_tokens, std::int64_t completion_tokens,
                                 const char* finish_reason = "length");
 
@@ -211,9 +211,9 @@ class StopWatch {
 // (404 naming those served), and the fields completions and chat share,
 // checked into `r` once its prompt is set.
 namespace slicesched::serving {
-std::variant<nlohmann::json, ApiError> json_object_body(std::string_view text);
-std::variant<std::size_t, ApiError> find_model(const nlohmann::json& body, std::span<const ServedModel> models);
-std::optional<ApiError> parse_common(const nlohmann::json& body, const ServedModel& m, bool chat, CompletionRequest& r);
+std::variant<nlohmann::ordered_json, ApiError> json_object_body(std::string_view text);
+std::variant<std::size_t, ApiError> find_model(const nlohmann::ordered_json& body, std::span<const ServedModel> models);
+std::optional<ApiError> parse_common(const nlohmann::ordered_json& body, const ServedModel& m, bool chat, CompletionRequest& r);
 // Refuses a text far longer than any prompt `model` takes before the whole
 // of it is tokenized (a 16-MB prompt held the tokenizer, and with it every
 // other text request, for 11 s): past 16 bytes per token of the model's

@@ -23,7 +23,7 @@ namespace slicesched::serving {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // How often the runner looks for lines when nobody woke it.
 constexpr auto kPoll = std::chrono::milliseconds(200);

@@ -23,7 +23,7 @@ namespace slicesched::serving {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 ApiError bad(const std::string& param, const std::string& message) {
   return ApiError{.status = 400, .message = param + ": " + message, .param = param};

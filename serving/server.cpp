@@ -38,7 +38,7 @@ namespace slicesched::serving {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // How often a waiting handler looks whether the server stopped.
 constexpr auto kWaitSlice = std::chrono::milliseconds(100);

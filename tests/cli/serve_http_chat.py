@@ -176,6 +176,9 @@ for chosen, top in zip(lp.token_logprobs, lp.top_logprobs):
     vals = list(top.values())
     check(abs(chosen - max(vals)) < 1e-6, "greedy: the chosen token is the most likely (%g vs %g)" % (chosen, max(vals)),
           srv)
+    # Most likely first, as OpenAI's and vLLM's (the keys came in text order:
+    # found by an outside probe).
+    check(vals == sorted(vals, reverse=True), "top_logprobs most likely first: %s" % top, srv)
     check(sum(math.exp(v) for v in vals) <= 1 + 1e-6 and chosen <= 0, "the alternatives' mass is at most 1", srv)
 c = client.chat.completions.create(model="tiny-qwen", messages=messages, max_tokens=4, logprobs=True,
                                    top_logprobs=3)

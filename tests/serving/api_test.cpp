@@ -18,7 +18,7 @@ import slicesched.core.sampling;
 
 using namespace slicesched;
 using namespace slicesched::serving;
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
