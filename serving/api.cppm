@@ -113,9 +113,9 @@ std::string dump_text(const nlohmann::ordered_json& body);
 // `text` is the decoded output ("" without a decode hook); the ids are in
 // choices[0].token_ids either way.
 nlohmann::ordered_json completion_body(const std::string& id, std::int64_t created, const std::string& model,
-                               std::int64_t prompt_tokens, std::span<const std::int64_t> tokens,
-                               const std::string& text, const char* finish_reason = "length",
-                               const nlohmann::ordered_json& logprobs = nullptr);
+                                       std::int64_t prompt_tokens, std::span<const std::int64_t> tokens,
+                                       const std::string& text, const char* finish_reason = "length",
+                                       const nlohmann::ordered_json& logprobs = nullptr);
 
 // Log-probabilities in the completions shape ({tokens, token_logprobs,
 // top_logprobs, text_offset}) and the chat shape ({content: [{token,
@@ -125,29 +125,31 @@ nlohmann::ordered_json completion_body(const std::string& id, std::int64_t creat
 // `end` (when given) receives where these tokens end: where the next
 // stream event's offsets start.
 nlohmann::ordered_json completion_logprobs(const ServedModel& model, std::span<const std::int64_t> tokens,
-                                   std::span<const TokenLogprob> lp, std::size_t text_offset = 0,
-                                   std::size_t* end = nullptr);
+                                           std::span<const TokenLogprob> lp, std::size_t text_offset = 0,
+                                           std::size_t* end = nullptr);
 nlohmann::ordered_json chat_logprobs(const ServedModel& model, std::span<const std::int64_t> tokens,
-                             std::span<const TokenLogprob> lp);
+                                     std::span<const TokenLogprob> lp);
 
 // The chat shapes: a whole chat.completion, and one chat.completion.chunk
 // (a delta with `content`, the first with the role; the last with
 // finish_reason; usage when given).
 nlohmann::ordered_json chat_body(const std::string& id, std::int64_t created, const std::string& model,
-                         std::int64_t prompt_tokens, std::span<const std::int64_t> tokens, const std::string& text,
-                         const char* finish_reason, const nlohmann::ordered_json& logprobs = nullptr);
+                                 std::int64_t prompt_tokens, std::span<const std::int64_t> tokens,
+                                 const std::string& text, const char* finish_reason,
+                                 const nlohmann::ordered_json& logprobs = nullptr);
 nlohmann::ordered_json chat_chunk_body(const std::string& id, std::int64_t created, const std::string& model,
-                               const nlohmann::ordered_json& delta, const nlohmann::ordered_json& finish_reason = nullptr,
-                               const nlohmann::ordered_json& logprobs = nullptr);
+                                       const nlohmann::ordered_json& delta,
+                                       const nlohmann::ordered_json& finish_reason = nullptr,
+                                       const nlohmann::ordered_json& logprobs = nullptr);
 
 // One server-sent event's JSON of a stream: one token (finish_reason null),
 // or the last event (no token, finish_reason "length", with usage).
 nlohmann::ordered_json chunk_body(const std::string& id, std::int64_t created, const std::string& model,
-                          std::span<const std::int64_t> tokens, const std::string& text,
-                          const nlohmann::ordered_json& logprobs = nullptr);
+                                  std::span<const std::int64_t> tokens, const std::string& text,
+                                  const nlohmann::ordered_json& logprobs = nullptr);
 nlohmann::ordered_json final_chunk_body(const std::string& id, std::int64_t created, const std::string& model,
-                                std::int64_t prompt_tokens, std::int64_t completion_tokens,
-                                const char* finish_reason = "length");
+                                        std::int64_t prompt_tokens, std::int64_t completion_tokens,
+                                        const char* finish_reason = "length");
 
 // The text of `tokens` for `model` ("" without a decode hook).
 std::string decode(const ServedModel& model, std::span<const std::int64_t> tokens);
@@ -213,7 +215,8 @@ class StopWatch {
 namespace slicesched::serving {
 std::variant<nlohmann::ordered_json, ApiError> json_object_body(std::string_view text);
 std::variant<std::size_t, ApiError> find_model(const nlohmann::ordered_json& body, std::span<const ServedModel> models);
-std::optional<ApiError> parse_common(const nlohmann::ordered_json& body, const ServedModel& m, bool chat, CompletionRequest& r);
+std::optional<ApiError> parse_common(const nlohmann::ordered_json& body, const ServedModel& m, bool chat,
+                                     CompletionRequest& r);
 // Refuses a text far longer than any prompt `model` takes before the whole
 // of it is tokenized (a 16-MB prompt held the tokenizer, and with it every
 // other text request, for 11 s): past 16 bytes per token of the model's
