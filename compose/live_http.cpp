@@ -60,15 +60,13 @@ std::vector<std::string> accel_names(const ExperimentConfig& cfg) {
 
 }  // namespace
 
-void HttpFront::LostObserver::on_accelerator(AccelId a, bool down, Nanos t) {
-  std::optional<std::chrono::steady_clock::time_point> back;
-  if (down && a < windows.size())
-    for (const auto& [from, to] : windows[a])
-      if (from <= t && t < to) back = std::chrono::steady_clock::now() + std::chrono::nanoseconds(to - t);
+void HttpFront::LostObserver::on_accelerator(AccelId a, bool down, Nanos t, Nanos back) {
+  std::optional<std::chrono::steady_clock::time_point> due;
+  if (down && back >= t) due = std::chrono::steady_clock::now() + std::chrono::nanoseconds(back - t);
   std::lock_guard lk(lost->mu);
   if (a >= lost->accel.size()) return;
   lost->accel[a] = down;
-  lost->back[a] = back;
+  lost->back[a] = due;
 }
 
 HttpFront::HttpFront(const ExperimentConfig& cfg, std::vector<std::string> accels)
@@ -76,16 +74,6 @@ HttpFront::HttpFront(const ExperimentConfig& cfg, std::vector<std::string> accel
   lost_->accel.assign(cfg.accelerators.size(), false);
   lost_->back.assign(cfg.accelerators.size(), std::nullopt);
   lost_observer_.lost = lost_;
-  lost_observer_.windows.resize(cfg.accelerators.size());
-  // On the run's clock, as the engine plays them (compose/policy.cpp):
-  // time_scale compresses a fault as it does arrivals.
-  const auto run_ns = [&](double stream_s) { return static_cast<Nanos>(stream_s / cfg.live.time_scale * 1e9); };
-  for (const FaultConfig& f : cfg.faults) {
-    if (!(f.duration_s > 0)) continue;  // for good
-    for (AccelId a = 0; a < cfg.accelerators.size(); ++a)
-      if (cfg.accelerators[a].name == f.accelerator)
-        lost_observer_.windows[a].emplace_back(run_ns(f.at_s), run_ns(f.at_s + f.duration_s));
-  }
   observers_[0] = &metrics_;
   observers_[1] = &lost_observer_;
 }

@@ -77,10 +77,7 @@ class HttpFront {
   // threads read under the lock).
   struct LostObserver final : EngineObserver {
     std::shared_ptr<Lost> lost;
-    // Per accelerator, the [[faults]] windows that end, [from, to) in ns
-    // of the run's clock.
-    std::vector<std::vector<std::pair<Nanos, Nanos>>> windows;
-    void on_accelerator(AccelId a, bool down, Nanos t) override;
+    void on_accelerator(AccelId a, bool down, Nanos t, Nanos back) override;
   };
   std::vector<serving::ModelDown> models_down() const;
 

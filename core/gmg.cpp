@@ -636,8 +636,9 @@ Status Gmg::issue(OpId id, AccelId accel, Nanos t) {
 void Gmg::maybe_free_output(OpId id) {
   OpRecord& r = ops_[id];
   if (r.state == OpState::kDone && r.output_held && r.pending_succs == 0) {
-    hbm_[r.accel].transient -= r.out_bytes * copies(r.accel);
-    done_resident_[r.accel] -= r.out_bytes * copies(r.accel);
+    const std::int64_t held = r.out_bytes * copies(r.accel);
+    hbm_[r.accel].transient -= held;
+    done_resident_[r.accel] -= held;
     r.output_held = false;
     rows_[id].output_held = false;
     note_release(id, Release::Value::kOutput);

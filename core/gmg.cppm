@@ -307,6 +307,7 @@ class Gmg {
   }
   inline bool is_down(AccelId a) const { return down_[a] != 0; }
   inline bool any_down() const { return down_count_ > 0; }
+  inline std::size_t down_count() const { return down_count_; }
   // Marks an issued operator done at `t` after running `measured` ns.
   Status complete(OpId op, Nanos t, Nanos measured);
   // Records that the cross-accelerator copy src -> dst landed at `t`.

@@ -81,18 +81,17 @@ Status Engine::apply_faults(Nanos now) {
     if (f.accel >= gmg_.accels().size())
       return InvalidArgument("engine: a fault names accelerator " + std::to_string(f.accel) + ", which does not exist");
     if (!f.down) {
-      if (gmg_.is_down(f.accel)) --down_count_;
       gmg_.set_down(f.accel, false);
       if (Status s = backend_.restore_accelerator(f.accel); !s.ok()) return s;
       drop_lost(lost_names_, gmg_.accels()[f.accel].name);
-      for (EngineObserver* o : observers_) o->on_accelerator(f.accel, false, now);
+      for (EngineObserver* o : observers_) o->on_accelerator(f.accel, false, now, -1);
       continue;
     }
     if (Status s = lose(f.accel, now); !s.ok()) return s;
   }
   // Every accelerator down and none coming back: the same end as when the
   // backend finds them all gone.
-  if (down_count_ == gmg_.accels().size() &&
+  if (gmg_.down_count() == gmg_.accels().size() &&
       std::none_of(opt_.faults.begin() + static_cast<std::ptrdiff_t>(next_fault_), opt_.faults.end(),
                    [](const FaultEvent& f) { return !f.down; }))
     return all_lost(now);
@@ -100,7 +99,7 @@ Status Engine::apply_faults(Nanos now) {
 }
 
 Result<bool> Engine::fail_lost(Nanos now) {
-  if (down_count_ == 0 || returns_pending()) return false;
+  if (!gmg_.any_down() || returns_pending()) return false;
   for (const Deferral& d : scheduler_.last_deferrals()) {
     if (!d.lost) continue;
     auto n = tenants_[d.tenant].fail_instance(
@@ -114,6 +113,12 @@ Result<bool> Engine::fail_lost(Nanos now) {
     return true;
   }
   return false;
+}
+
+Nanos Engine::return_at(AccelId a) const {
+  const auto it = std::find_if(opt_.faults.begin() + static_cast<std::ptrdiff_t>(next_fault_), opt_.faults.end(),
+                               [&](const FaultEvent& f) { return !f.down && f.accel == a; });
+  return it == opt_.faults.end() ? -1 : it->at;
 }
 
 bool Engine::returns_pending() const {
@@ -133,7 +138,6 @@ Status Engine::all_lost(Nanos now) {
 Status Engine::lose(AccelId a, Nanos now) {
   if (a >= gmg_.accels().size())
     return InvalidArgument("engine: the backend lost accelerator " + std::to_string(a) + ", which does not exist");
-  if (!gmg_.is_down(a)) ++down_count_;
   for (Tenant& t : tenants_) t.on_accelerator_lost(a, gmg_);
   gmg_.set_down(a, true);  // (a fault on one already down is the backend's to refuse)
   std::vector<Feedback> lost;
@@ -141,7 +145,7 @@ Status Engine::lose(AccelId a, Nanos now) {
   drop_lost(lost_names_, gmg_.accels()[a].name);
   if (!lost_names_.empty()) lost_names_ += ", ";
   lost_names_ += gmg_.accels()[a].name + " at " + std::to_string(static_cast<double>(now) / 1e9) + " s";
-  for (EngineObserver* o : observers_) o->on_accelerator(a, true, now);
+  for (EngineObserver* o : observers_) o->on_accelerator(a, true, now, return_at(a));
   for (const Feedback& x : lost)
     if (Status s = apply(x); !s.ok()) return s;
   flush_requests();
@@ -499,7 +503,7 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
       else if (f.value())
         continue;
     }
-    if (next < 0 && down_count_ > 0) {
+    if (next < 0 && gmg_.any_down()) {
       // Nothing left can run what waits: its placements need a lost
       // accelerator. Those requests fail, with the reason; a server keeps
       // serving what it still can (its health says what it cannot).
@@ -542,7 +546,7 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
     // Losses the backend finds are for good: with every accelerator gone
     // nothing can ever run again, and the run ends as a failure, saying so
     // (what was unfinished fails with the same reason).
-    if (!found.empty() && down_count_ == gmg_.accels().size()) return all_lost(now);
+    if (!found.empty() && gmg_.down_count() == gmg_.accels().size()) return all_lost(now);
     for (const Feedback& f : feedback)
       if (Status s = apply(f); !s.ok()) return s;
     flush_requests();

@@ -124,6 +124,8 @@ class Engine {
   // Whether a configured fault yet to come brings back an accelerator that
   // is lost now: then a batch that fits nowhere may fit after it.
   bool returns_pending() const;
+  // When a configured fault yet to come brings `a` back, -1 if none does.
+  Nanos return_at(AccelId a) const;
   // A batch only a lost accelerator could take (Deferral::lost), with
   // none of the lost coming back: its iteration's requests fail now, as
   // the loss's. Whether one did.
@@ -164,8 +166,7 @@ class Engine {
   Backend& backend_;
   EngineOptions opt_;
   std::size_t next_fault_ = 0, lost_ops_ = 0, oom_failed_ = 0, fault_failed_ = 0;
-  std::string lost_names_;      // "gpu3 at 600.000 s, ..." for failure reasons
-  std::size_t down_count_ = 0;  // accelerators lost now
+  std::string lost_names_;  // "gpu3 at 600.000 s, ..." for failure reasons
   std::span<EngineObserver* const> observers_;
   std::vector<RequestEvent> request_events_;
   // Per OpId (slots are reused; rewritten at each issue): when it was

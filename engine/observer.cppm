@@ -81,8 +81,9 @@ class EngineObserver {
   virtual void on_request(const RequestEvent& /*e*/, const RequestRecord& /*record*/) {}
   // Accelerator `a` was lost at `now` (`lost`: a configured fault, or an
   // executor the backend found gone) or came back (`lost` false: a fault's
-  // duration ended). A server's health follows these.
-  virtual void on_accelerator(AccelId /*a*/, bool /*lost*/, Nanos /*now*/) {}
+  // duration ended). `back`: when lost, the time it comes back (a fault's
+  // return still to come), -1 for good. A server's health follows these.
+  virtual void on_accelerator(AccelId /*a*/, bool /*lost*/, Nanos /*now*/, Nanos /*back*/) {}
   // Whether this observer wants kIteration request events (one per request
   // per iteration: the most numerous kind, so only on request).
   virtual bool iterations() const { return false; }

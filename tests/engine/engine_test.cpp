@@ -224,7 +224,7 @@ Run run_engine(const std::string& arbiter, const json& arbiter_args, MakeEstimat
   TimelineRecorder timeline(std::numeric_limits<Nanos>::max());
   struct Accelerators final : EngineObserver {
     std::vector<std::pair<AccelId, bool>>* seen = nullptr;
-    void on_accelerator(AccelId a, bool lost, Nanos) override {
+    void on_accelerator(AccelId a, bool lost, Nanos, Nanos) override {
       if (seen) seen->emplace_back(a, lost);
     }
   } accelerators;
