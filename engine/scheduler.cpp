@@ -567,7 +567,8 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
       // take next (kept): checked in the same pass, and apart only when
       // that is what it is short of.
       const std::span<const AccelId> at = cands[*pick].accel;
-      const bool keep = waited.empty() && fill_kept_bytes(at, batch.priority) > 0 && !continues_iteration(gmg, batch);
+      const std::int64_t kept = waited.empty() ? fill_kept_bytes(at, batch.priority) : 0;
+      const bool keep = kept > 0 && !continues_iteration(gmg, batch);
       AccelId over = kNoAccel;
       if (waited.empty())
         if (Status m =
@@ -587,7 +588,7 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
             waited = m.message();
           }
         }
-      if (keep) clear_kept_bytes(at);
+      if (kept > 0) clear_kept_bytes(at);  // (filled, whether or not it binds)
       // Except the rest of an iteration under way: held back, it keeps its
       // memory for good (an iteration is preempted only before it starts),
       // and a batch of one operator at a time (batch_cap = 1) deadlocked.
