@@ -421,6 +421,9 @@ Result<EngineResult> Engine::run(std::span<EngineObserver* const> observers) {
     if (stop == 0)
       for (Tenant& t : tenants_)
         if (t.lends()) t.deliver_arrivals(now);
+    for (Tenant& t : tenants_) t.clear_memory_waits();
+    for (const Deferral& d : scheduler_.last_deferrals())
+      if (d.memory && !d.simulated) tenants_[d.tenant].note_memory_wait(d.instance);
     for (Tenant& t : tenants_) {
       if (stop == 0) t.deliver_arrivals(now);
       if (opt_.inbox) t.drop_abandoned(now);

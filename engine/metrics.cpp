@@ -128,9 +128,12 @@ void finish_slo(RunMetrics& m, double threshold_s) {
 
 namespace {
 
+// A figure that is not a number (an offered rate over a window of 0 s) is
+// none: null in summary.json.
 template <typename T>
 std::optional<double> real(T v) {
-  return static_cast<double>(v);
+  const auto d = static_cast<double>(v);
+  return std::isfinite(d) ? std::optional<double>(d) : std::nullopt;
 }
 
 // The order of the sweep columns (sweep.csv's header; sweep.json checks

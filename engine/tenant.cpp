@@ -218,9 +218,16 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
     for (const Lane& l : lanes_)
       for (const Seq& q : l.running) seats -= seated_as_own(q);
   }
+  // An iteration of ours waits for its pinned accelerators' HBM
+  // (note_memory_wait): nothing new starts until it runs.
+  bool memory_short = false;
+  for (const Lane& l : lanes_)
+    memory_short = memory_short || (l.in_flight && std::find(memory_waits_.begin(), memory_waits_.end(), l.instance) !=
+                                                       memory_waits_.end());
   // Of `o`'s requests: this tenant's own, or a peer's.
   auto fits = [&](const Tenant& o, std::size_t request) {
     const RequestRecord& r = o.records_[request];
+    if (memory_short) return false;
     return seats > 0 && (kv_after + r.input_tokens + r.output_tokens <= kv_budget() || kv_after == 0);
   };
   // The head of `o`'s queue joins the lane, taking `step` tokens of this

@@ -217,6 +217,18 @@ class Tenant {
   // Whether fail_out_of_memory would shed sequences of `instance` (an
   // iteration not started, of several sequences) rather than fail one.
   bool can_shed(InstanceId instance, const Gmg& gmg);
+  // The iterations of this tenant that waited for HBM at the engine's last
+  // scheduling round with a pinned placement (a static policy's: all it can
+  // do is wait for its accelerators). While one of them is still in flight,
+  // no lane starts a new sequence (a prompt, a peer's prompt or a cache back
+  // from host memory): sequences under way go on and finish, freeing what
+  // the waiting iteration needs. Admitting more took each bit of HBM as it
+  // freed, and with several lanes the waiting iteration, the larger one,
+  // never ran (vLLM's scheduler likewise admits nothing while its running
+  // sequences lack KV blocks). An iteration preempted meanwhile no longer
+  // holds anything back.
+  void clear_memory_waits() { memory_waits_.clear(); }
+  void note_memory_wait(InstanceId instance) { memory_waits_.push_back(instance); }
   // The KV budget admission keeps to: kv_budget_tokens, or less once an
   // iteration did not fit the HBM (fail_out_of_memory).
   std::int64_t kv_budget() const { return std::min(spec_.kv_budget_tokens, kv_cap_); }
@@ -355,6 +367,7 @@ class Tenant {
   std::vector<Tenant*> sources_;
   std::vector<const Tenant*> hosts_;  // the tenants this one's requests ride in
   bool lends_ = false, rides_only_ = false, keep_riders_ = false;
+  std::vector<InstanceId> memory_waits_;  // note_memory_wait
   IterationCost rider_cost_;
   double rider_slowdown_ = -1;
   std::size_t rider_evictions_ = 0, rider_steps_ = 0;
