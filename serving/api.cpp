@@ -32,12 +32,12 @@ std::variant<std::vector<std::int64_t>, ApiError> token_ids(const json& a, const
       return bad("prompt",
                  "prompt: one prompt per request (a list of prompts is not supported; send one request each)");
     if (!v.is_number_integer())
-      return bad("prompt", "prompt[" + std::to_string(i) + "]: expected an integer token id, got " + v.dump());
+      return bad("prompt", "prompt[" + std::to_string(i) + "]: expected an integer token id, got " + brief(v));
     // (an id past int64 is unsigned in JSON: named as sent, never wrapped)
     const bool huge = v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(INT64_MAX);
     const std::int64_t id = huge ? -1 : v.get<std::int64_t>();
     if (huge || id < 0 || id >= m.vocab)
-      return bad("prompt", "prompt[" + std::to_string(i) + "]: token id " + v.dump() + " is outside model '" + m.name +
+      return bad("prompt", "prompt[" + std::to_string(i) + "]: token id " + brief(v) + " is outside model '" + m.name +
                                "''s vocabulary [0, " + std::to_string(m.vocab) + ")");
     ids.push_back(id);
   }
@@ -71,6 +71,37 @@ std::optional<ApiError> refuse_overlong_text(std::string_view text, const Served
 
 std::string dump_text(const json& body) { return body.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+std::string brief(const json& value) {
+  std::string s = dump_text(value);  // (bodies deeper than kMaxJsonDepth never parse)
+  constexpr std::size_t kMax = 60;
+  if (s.size() <= kMax) return s;
+  std::size_t cut = kMax;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // (whole characters)
+  return s.substr(0, cut) + "... (" + std::to_string(s.size()) + " characters)";
+}
+
+std::optional<std::string> too_deep(std::string_view text) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        return "the JSON nests arrays and objects more than " + std::to_string(kMaxJsonDepth) + " levels deep";
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
 std::variant<std::size_t, ApiError> find_model(const json& body, std::span<const ServedModel> models) {
   const auto model = body.find("model");
   if (model == body.end() || !model->is_string()) return bad("model", "model: required (a string)");
@@ -94,7 +125,7 @@ std::optional<ApiError> parse_common(const json& body, const ServedModel& m, boo
   for (const char* key : {"max_tokens", "max_completion_tokens"})
     if (const auto mt = body.find(key); mt != body.end() && !mt->is_null()) {
       if (!mt->is_number_integer() || mt->get<std::int64_t>() < 1)
-        return bad(key, std::string(key) + ": expected an integer >= 1, got " + mt->dump());
+        return bad(key, std::string(key) + ": expected an integer >= 1, got " + brief(*mt));
       r.max_tokens = mt->get<std::int64_t>();
     }
   // (saturating: max_tokens near 2^63 wrapped the sum negative, past both
@@ -120,7 +151,7 @@ std::optional<ApiError> parse_common(const json& body, const ServedModel& m, boo
                                  std::to_string(m.request_tokens_max) +
                                  " tokens one request may hold on this server (its tenants' kv_budget_tokens)");
   if (const auto s = body.find("stream"); s != body.end() && !s->is_null()) {
-    if (!s->is_boolean()) return bad("stream", "stream: expected true or false, got " + s->dump());
+    if (!s->is_boolean()) return bad("stream", "stream: expected true or false, got " + brief(*s));
     r.stream = s->get<bool>();
   }
   if (const auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
@@ -171,7 +202,7 @@ std::variant<CompletionRequest, ApiError> parse_completion(const json& body, std
     if (auto* e = std::get_if<ApiError>(&checked)) return *e;
     r.prompt = std::get<std::vector<std::int64_t>>(std::move(checked));
   } else {
-    return bad("prompt", "prompt: expected a list of token ids or a string, got " + prompt->dump());
+    return bad("prompt", "prompt: expected a list of token ids or a string, got " + brief(*prompt));
   }
   // What would change the reply's shape must be the default.
   auto is_default = [&](const char* key, const json& def) {
@@ -188,6 +219,7 @@ std::variant<CompletionRequest, ApiError> parse_completion(const json& body, std
 std::variant<json, ApiError> json_object_body(std::string_view text) {
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos)
     return bad("", "the request body is empty: expected a JSON object, sent with its Content-Length");
+  if (auto deep = too_deep(text)) return bad("", "the request body: " + *deep);
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad("", "the request body is not valid JSON");
   if (!j.is_object()) return bad("", "the request body must be a JSON object");

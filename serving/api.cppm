@@ -108,6 +108,14 @@ nlohmann::ordered_json error_body(const ApiError& e);
 // client, generated text ending inside a character) replaced by U+FFFD
 // rather than thrown: what every response and stored line is written with.
 std::string dump_text(const nlohmann::ordered_json& body);
+// A value as an error message quotes it: at most about 60 characters of it
+// (a 1.5-MB string came back whole in a one-line message).
+std::string brief(const nlohmann::ordered_json& value);
+// JSON text nested deeper than kMaxJsonDepth arrays and objects: a message
+// saying so, before it is parsed (a 300-KB body of 150,000 nested arrays
+// overflowed the stack printing or walking it, and stopped the server).
+inline constexpr int kMaxJsonDepth = 64;
+std::optional<std::string> too_deep(std::string_view text);
 
 // A whole completion: `tokens` generated for a prompt of `prompt_tokens`.
 // `text` is the decoded output ("" without a decode hook); the ids are in
@@ -193,6 +201,11 @@ class StopWatch {
   bool watches_text() const { return !stop_.empty(); }
   const std::string& text() const { return text_; }
   std::size_t settled() const;
+  // The output ended (its length, or the server's end): the text the
+  // decoder held back, a character still incomplete and what came with it,
+  // joins it, cut at a stop string found there. (Held back for good, a
+  // stop string that never matched cost a reply its last characters.)
+  void end();
 
  private:
   const ServedModel& model_;

@@ -49,6 +49,7 @@ class BatchRunner::Sink final : public RequestSink {
   void on_end(std::int64_t prompt_tokens, std::int64_t, const std::string& error, Nanos) override {
     e_.prompt_tokens = prompt_tokens;
     e_.error = error;
+    watch_.end();
     e_.finish_reason = watch_.finish_reason();
     e_.text =
         watch_.watches_text() ? watch_.text() : decode(*e_.served, std::span(e_.tokens).first(watch_.text_tokens()));

@@ -69,10 +69,10 @@ std::optional<ApiError> number(const json& body, const char* key, double lo, dou
                                const std::string& range, double& out) {
   const auto v = body.find(key);
   if (v == body.end() || v->is_null()) return std::nullopt;
-  if (!v->is_number()) return bad(key, "expected a number " + range + ", got " + v->dump());
+  if (!v->is_number()) return bad(key, "expected a number " + range + ", got " + brief(*v));
   const double x = v->get<double>();
   if (!std::isfinite(x) || (lo_open ? x <= lo : x < lo) || (hi_open ? x >= hi : x > hi))
-    return bad(key, "expected a number " + range + ", got " + v->dump());
+    return bad(key, "expected a number " + range + ", got " + brief(*v));
   out = x;
   return std::nullopt;
 }
@@ -81,11 +81,11 @@ std::optional<ApiError> integer(const json& body, const char* key, std::int64_t 
                                 const std::string& range, std::int64_t& out) {
   const auto v = body.find(key);
   if (v == body.end() || v->is_null()) return std::nullopt;
-  if (!v->is_number_integer()) return bad(key, "expected an integer " + range + ", got " + v->dump());
+  if (!v->is_number_integer()) return bad(key, "expected an integer " + range + ", got " + brief(*v));
   if (v->is_number_unsigned() && v->get<std::uint64_t>() > static_cast<std::uint64_t>(hi))
-    return bad(key, "expected an integer " + range + ", got " + v->dump());
+    return bad(key, "expected an integer " + range + ", got " + brief(*v));
   const std::int64_t x = v->get<std::int64_t>();
-  if (x < lo || x > hi) return bad(key, "expected an integer " + range + ", got " + v->dump());
+  if (x < lo || x > hi) return bad(key, "expected an integer " + range + ", got " + brief(*v));
   out = x;
   return std::nullopt;
 }
@@ -93,7 +93,7 @@ std::optional<ApiError> integer(const json& body, const char* key, std::int64_t 
 std::optional<ApiError> boolean(const json& body, const char* key, bool& out) {
   const auto v = body.find(key);
   if (v == body.end() || v->is_null()) return std::nullopt;
-  if (!v->is_boolean()) return bad(key, "expected true or false, got " + v->dump());
+  if (!v->is_boolean()) return bad(key, "expected true or false, got " + brief(*v));
   out = v->get<bool>();
   return std::nullopt;
 }
@@ -120,7 +120,7 @@ std::optional<ApiError> parse_generation(const json& body, const ServedModel& mo
   if (!is_default("n", 1)) return bad("n", "only 1 completion per request is supported");
   // (OpenAI's end-user id: a string, or nothing)
   if (const auto u = body.find("user"); u != body.end() && !u->is_null() && !u->is_string())
-    return bad("user", "expected a string, got " + u->dump());
+    return bad("user", "expected a string, got " + brief(*u));
   if (const auto lb = body.find("logit_bias"); lb != body.end() && !lb->is_null() && !lb->empty())
     return bad("logit_bias", "not supported");
 
@@ -140,12 +140,12 @@ std::optional<ApiError> parse_generation(const json& body, const ServedModel& mo
     // be another name of seed -1.
     if (!s->is_number_integer() ||
         (s->is_number_unsigned() && s->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)))
-      return bad("seed", "expected an integer in [-2^63, 2^63 - 1], got " + s->dump());
+      return bad("seed", "expected an integer in [-2^63, 2^63 - 1], got " + brief(*s));
     p.seed = static_cast<std::uint64_t>(s->get<std::int64_t>());
   } else {
     // No seed: a fresh one per request (its draws differ from another's).
     static std::atomic<std::uint64_t> counter{0};
-    p.seed = std::hash<std::string_view>{}(body.dump()) ^ (++counter * 0x9E3779B97F4A7C15ull) ^
+    p.seed = (++counter * 0x9E3779B97F4A7C15ull) ^
              static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   }
   if (chat) {
@@ -165,7 +165,7 @@ std::optional<ApiError> parse_generation(const json& body, const ServedModel& mo
   if (const auto s = body.find("stop"); s != body.end() && !s->is_null()) {
     auto add = [&](const json& v) -> std::optional<ApiError> {
       if (!v.is_string() || v.get<std::string>().empty())
-        return bad("stop", "expected a non-empty string or a list of them, got " + v.dump());
+        return bad("stop", "expected a non-empty string or a list of them, got " + brief(v));
       gen.stop.push_back(v.get<std::string>());
       return std::nullopt;
     };
@@ -182,10 +182,10 @@ std::optional<ApiError> parse_generation(const json& body, const ServedModel& mo
                              "stop_token_ids");
   }
   if (const auto s = body.find("stop_token_ids"); s != body.end() && !s->is_null()) {
-    if (!s->is_array()) return bad("stop_token_ids", "expected a list of token ids, got " + s->dump());
+    if (!s->is_array()) return bad("stop_token_ids", "expected a list of token ids, got " + brief(*s));
     for (const json& v : *s) {
       if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= model.vocab)
-        return bad("stop_token_ids", "expected token ids in [0, " + std::to_string(model.vocab) + "), got " + v.dump());
+        return bad("stop_token_ids", "expected token ids in [0, " + std::to_string(model.vocab) + "), got " + brief(v));
       gen.stop_token_ids.push_back(v.get<std::int64_t>());
     }
   }

@@ -123,6 +123,7 @@ class Completion final : public RequestSink {
   void on_end(std::int64_t prompt, std::int64_t, const std::string& err, Nanos) override {
     {
       std::lock_guard lk(mu);
+      watch.end();
       ended = true;
       error = err;
       prompt_tokens = prompt;
@@ -703,6 +704,17 @@ void HttpServer::Impl::routes() {
     if (body_method && t_conn && !req.has_header("Content-Length") &&
         req.get_header_value("Transfer-Encoding").find("chunked") == std::string::npos)
       t_conn->unstated_body = t_conn->close = true;
+    // A GET (or HEAD, DELETE) with a body: httplib does not read it, so it
+    // was read as the next request on the connection (a completion sent
+    // inside a GET /health's body ran, past a proxy that guards /v1/ only).
+    // Refused, and the connection closes unread.
+    if (!body_method && ((req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0") ||
+                         req.has_header("Transfer-Encoding")))
+      return refuse(rejected_bad,
+                    ApiError{.message = req.method + " with a body (Content-Length or Transfer-Encoding): "
+                                                     "expected none on this method",
+                             .param = "Content-Length",
+                             .code = "bad_http_request"});
     // Two lengths that disagree (which one a proxy took is unknowable).
     if (const std::size_t n = req.get_header_value_count("Content-Length"); n > 1)
       for (std::size_t i = 1; i < n; ++i)
@@ -1229,6 +1241,10 @@ std::variant<std::vector<BatchLine>, ApiError> HttpServer::Impl::parse_jsonl(con
     ++number;
     if (!text.empty() && text.back() == '\r') text.pop_back();
     if (text.find_first_not_of(" \t") == std::string::npos) continue;
+    if (auto deep = too_deep(text)) {
+      bad(*deep);
+      continue;
+    }
     json j = json::parse(text, nullptr, false);
     if (j.is_discarded()) {
       bad("not valid JSON");
@@ -1310,6 +1326,7 @@ void HttpServer::Impl::upload(const httplib::Request& req, httplib::Response& re
 }
 
 void HttpServer::Impl::create_batch(const httplib::Request& req, httplib::Response& res) {
+  if (auto deep = too_deep(req.body)) return reply_error(res, ApiError{.message = "the request body: " + *deep});
   json j = json::parse(req.body, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     return reply_error(res, ApiError{.message = "the request body must be a JSON object"});

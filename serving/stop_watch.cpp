@@ -43,6 +43,20 @@ bool StopWatch::add(std::int64_t token) {
   return stopped_;
 }
 
+void StopWatch::end() {
+  if (stopped_ || !decoder_) return;
+  const std::size_t before = text_.size();
+  text_ += decoder_->flush(std::span(tokens_).first(text_tokens_));
+  const std::size_t from = before > longest_stop_ ? before - longest_stop_ : 0;
+  std::size_t cut = std::string::npos;
+  for (const std::string& s : stop_)
+    if (const std::size_t at = text_.find(s, from); at != std::string::npos) cut = std::min(cut, at);
+  if (cut != std::string::npos) {
+    text_.resize(cut);
+    stopped_ = true;
+  }
+}
+
 std::size_t StopWatch::settled() const {
   if (stopped_) return text_.size();
   // Hold back what a stop string could still begin with, at a character boundary.

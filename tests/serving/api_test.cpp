@@ -179,6 +179,25 @@ TEST_CASE("api: malformed requests are 400s naming the field", "[serving][api]")
   CHECK(e.message == "prompt (64 tokens) + max_tokens (1) exceeds model 'llama-tiny''s context window of 64 tokens");
 }
 
+// Found by an outside probe: 150,000 nested arrays in max_tokens (a 300-KB
+// body) overflowed the stack printing the value into the 400 and stopped
+// the server; a 1.5-MB string came back whole in the message.
+TEST_CASE("api: a body nested too deep is a 400, and a value quoted in a message is cut short", "[serving][api]") {
+  const std::string deep = std::string(150000, '[') + std::string(150000, ']');
+  ApiError e = error_of(R"({"model": "llama-tiny", "prompt": [1], "max_tokens": )" + deep + "}");
+  CHECK(e.status == 400);
+  CHECK(e.message == "the request body: the JSON nests arrays and objects more than 64 levels deep");
+  // 64 levels still parse (and are refused for what they are).
+  const std::string ok64 = std::string(63, '[') + std::string(63, ']');
+  CHECK(error_of(R"({"model": "llama-tiny", "prompt": [1], "max_tokens": )" + ok64 + "}")
+            .message.starts_with("max_tokens: expected an integer >= 1, got [[[["));
+  // Brackets inside strings do not count.
+  CHECK(!too_deep(R"({"a": ")" + std::string(100, '[') + R"(\""})").has_value());
+  e = error_of(R"({"model": "llama-tiny", "prompt": [1], "max_tokens": ")" + std::string(1500000, 'x') + "\"}");
+  CHECK(e.message ==
+        "max_tokens: expected an integer >= 1, got \"" + std::string(59, 'x') + "... (1500002 characters)");
+}
+
 TEST_CASE("api: sampling fields are parsed, absent ones greedy", "[serving][api]") {
   const auto r = ok(R"({"model": "texty", "prompt": [1], "max_tokens": 3, "temperature": 0.7, "top_p": 0.9,
                         "top_k": -1, "min_p": 0.05, "seed": 11, "presence_penalty": 0.5, "frequency_penalty": -0.5,
@@ -241,6 +260,54 @@ TEST_CASE("api: a stop watch ends output at EOS, stop ids and stop strings", "[s
   CHECK(by_text.text() == "ab");
   CHECK(by_text.settled() == 2);
   CHECK(by_text.finish_reason() == std::string("stop"));
+}
+
+// Found by an outside probe: with any stop string, even one never found, a
+// reply that ended by its length lost the characters the stream decoder
+// still held (an incomplete one, and what was decoded with it).
+TEST_CASE("api: a stop watch's text at the end is all the tokens' text", "[serving][api]") {
+  // Letters, but id 1 is the first half of a character: decoded last, U+FFFD.
+  class Halves final : public Tokenizer {
+   public:
+    std::vector<std::int64_t> encode(std::string_view) const override { return {}; }
+    std::string decode(std::span<const std::int64_t> ids) const override {
+      std::string s;
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        s += ids[i] == 1   ? (i + 1 < ids.size() && ids[i + 1] == 2 ? "\xE6\x97\xA5" : "\xEF\xBF\xBD")
+             : ids[i] == 2 ? (i > 0 && ids[i - 1] == 1 ? "" : "\xEF\xBF\xBD")
+                           : std::string(1, static_cast<char>('a' + ids[i]));
+      return s;
+    }
+    std::int64_t vocab_size() const override { return 11; }
+    std::int64_t bos_id() const override { return -1; }
+    std::int64_t eos_id() const override { return -1; }
+    const std::string& path() const override { return path_; }
+
+   private:
+    std::string path_ = "halves";
+  };
+  ServedModel m{.name = "halves", .vocab = 11, .context_window = 100, .online = {0}};
+  m.tokenizer.tokenizer = std::make_shared<Halves>();
+  GenerationOptions never;
+  never.stop = {"QQ"};
+  StopWatch w(m, never);
+  for (std::int64_t t : {3, 1, 2, 4, 1}) CHECK(!w.add(t));  // "d日e" and half a character
+  CHECK(w.text() ==
+        "d\xE6\x97\xA5"
+        "e");  // (held: the next token may complete it)
+  w.end();
+  CHECK(w.text() ==
+        "d\xE6\x97\xA5"
+        "e\xEF\xBF\xBD");  // what the reply says without a stop string
+  CHECK(w.finish_reason() == std::string("length"));
+  // A stop string that only the released text completes still ends it.
+  GenerationOptions replacement;
+  replacement.stop = {"\xEF\xBF\xBD"};
+  StopWatch r(m, replacement);
+  for (std::int64_t t : {3, 4, 1}) CHECK(!r.add(t));
+  r.end();
+  CHECK(r.text() == "de");
+  CHECK(r.finish_reason() == std::string("stop"));
 }
 
 TEST_CASE("api: chat requests render the model's template, none is a 400 saying so", "[serving][api]") {
