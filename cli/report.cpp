@@ -493,10 +493,11 @@ nlohmann::json policy_summary(const PolicyRun& r) {
   // policies that run it, so differences in throughput are the policy's.
   double offered_rps = 0, offered_tps = 0;
   for (const OfferedLoad& o : r.offered) {
+    auto rate = [](double v) { return std::isfinite(v) ? nlohmann::json(round6(v)) : nlohmann::json(nullptr); };
     p["offered"][o.tenant] = {{"requests", o.requests},
-                              {"requests_per_s", round6(o.requests_per_s())},
-                              {"input_tokens_per_s", round6(o.input_tokens_per_s())},
-                              {"output_tokens_per_s", round6(o.output_tokens_per_s())}};
+                              {"requests_per_s", rate(o.requests_per_s())},
+                              {"input_tokens_per_s", rate(o.input_tokens_per_s())},
+                              {"output_tokens_per_s", rate(o.output_tokens_per_s())}};
     offered_rps += o.requests_per_s();
     offered_tps += o.output_tokens_per_s();
   }

@@ -10,6 +10,7 @@
 module;
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -43,9 +44,16 @@ struct OfferedLoad {
   std::size_t requests = 0;
   std::int64_t input_tokens = 0, output_tokens = 0;
   double window_s = 0;  // duration_s, or the stream's span without a window
-  double requests_per_s() const { return window_s > 0 ? static_cast<double>(requests) / window_s : 0; }
-  double input_tokens_per_s() const { return window_s > 0 ? static_cast<double>(input_tokens) / window_s : 0; }
-  double output_tokens_per_s() const { return window_s > 0 ? static_cast<double>(output_tokens) / window_s : 0; }
+  // Per second of the window; NaN (no rate: summary.json's null) when
+  // something arrived in a window of 0 s (one request, no duration_s).
+  double requests_per_s() const { return rate(static_cast<double>(requests)); }
+  double input_tokens_per_s() const { return rate(static_cast<double>(input_tokens)); }
+  double output_tokens_per_s() const { return rate(static_cast<double>(output_tokens)); }
+
+ private:
+  double rate(double n) const {
+    return window_s > 0 ? n / window_s : n == 0 ? 0 : std::numeric_limits<double>::quiet_NaN();
+  }
 };
 
 // One plugin a policy runs: its extension point ("placement policy"),

@@ -8,6 +8,7 @@ module;
 #include <cstring>
 #include <filesystem>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -52,13 +53,38 @@ Result<std::string> read_text(const std::filesystem::path& path) {
   return text;
 }
 
+namespace {
+
+// A field in double quotes: this reader splits at every comma and keeps
+// quotes, so a quoted name matched nothing and its rows were passed over.
+std::optional<std::size_t> quoted(const std::vector<std::string_view>& fields) {
+  for (std::size_t i = 0; i < fields.size(); ++i)
+    if (fields[i].starts_with('"')) return i;
+  return std::nullopt;
+}
+
+std::string quoted_message(const std::vector<std::string_view>& fields, std::size_t i) {
+  return "field " + std::to_string(i + 1) + " (" + std::string(fields[i].substr(0, 40)) +
+         ") is in quotes: expected plain comma-separated values, without quoting";
+}
+
+}  // namespace
+
 Result<CsvReader> CsvReader::open(std::string_view text, std::string_view source) {
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // a UTF-8 byte-order mark, as spreadsheets write
   CsvReader r(text, std::string(source));
   std::string_view line;
   while (r.next_line(line)) {
     if (trim(line).empty()) continue;
     std::vector<std::string_view> fields;
     split_fields(line, fields);
+    if (auto q = quoted(fields)) return InvalidArgument(r.at(r.line_, quoted_message(fields, *q)));
+    for (std::size_t i = 0; i < fields.size(); ++i)
+      for (std::size_t j = i + 1; j < fields.size(); ++j)
+        if (!fields[i].empty() && fields[i] == fields[j])
+          return InvalidArgument(r.at(r.line_, "column '" + std::string(fields[i]) + "' appears twice (fields " +
+                                                   std::to_string(i + 1) + " and " + std::to_string(j + 1) +
+                                                   "): expected each column once"));
     r.header_.assign(fields.begin(), fields.end());
     r.header_line_ = r.line_;
     return r;
@@ -91,6 +117,7 @@ Result<bool> CsvReader::next(CsvRow& row) {
     if (trim(line).empty()) continue;
     row.line = line_;
     split_fields(line, row.fields);
+    if (auto q = quoted(row.fields)) return InvalidArgument(at(line_, quoted_message(row.fields, *q)));
     if (row.fields.size() != header_.size()) {
       return InvalidArgument(at(line_, "expected " + std::to_string(header_.size()) +
                                            " fields as in the header, found " + std::to_string(row.fields.size())));
@@ -105,7 +132,11 @@ Result<std::int64_t> CsvReader::integer(const CsvRow& row, std::size_t col, std:
   std::int64_t v = 0;
   const auto [end, ec] = std::from_chars(f.data(), f.data() + f.size(), v);
   if (f.empty() || ec != std::errc() || end != f.data() + f.size() || v < min) {
-    return InvalidArgument(bad_field(row, col, "an integer >= " + std::to_string(min)));
+    // (a count past 2^63 - 1 overflows: saying ">= 1" of it misled)
+    const std::string range = ec == std::errc::result_out_of_range
+                                  ? "an integer in [" + std::to_string(min) + ", 9223372036854775807]"
+                                  : "an integer >= " + std::to_string(min);
+    return InvalidArgument(bad_field(row, col, range));
   }
   return v;
 }

@@ -181,6 +181,13 @@ Result<LayerProfile> LayerProfile::parse(std::string_view csv, std::string_view 
                              join(head_ops()) + ")"));
       }
       curves.push_back(op_curve(std::move(pts)));
+      // One count says nothing of how the op grows with tokens: every
+      // prompt would have cost the same, short or long.
+      if (curves.back().x.size() < 2)
+        return InvalidArgument(r.at("op '" + std::string(op) + "' is measured at one token count only (" +
+                                    std::to_string(static_cast<std::int64_t>(curves.back().x.front())) + ", tp_size " +
+                                    std::to_string(tp_size) +
+                                    "): expected rows at two or more counts, to tell how its time grows with tokens"));
     }
     *targets[g] = sum_curves(curves);
   }

@@ -156,6 +156,10 @@ Status parse(const std::string& path, std::string_view text, trace_detail::Sink&
     line = trace_detail::trim(line);
     if (line.empty()) continue;
     if (line.front() == '{') return trace_detail::read_mooncake_jsonl(text, sink);
+    if (line.front() == '[')
+      return InvalidArgument(path + ":" + std::to_string(1 + std::count(text.data(), line.data(), '\n')) +
+                             ": a JSON array: expected JSON lines (one object per line, as Mooncake's trace) or a CSV "
+                             "with a header");
     return trace_detail::is_burstgpt_header(line) ? trace_detail::read_burstgpt_csv(text, sink)
                                                   : trace_detail::read_azure_csv(text, sink);
   }
@@ -192,12 +196,16 @@ Result<Trace> read_trace(const std::string& path, const TraceOptions& opt) {
   }
 
   // Input is in time order, so the last kept request ends the span.
-  const std::int64_t window = duration > 0 ? duration : kept.back().ticks;
+  std::int64_t window = duration > 0 ? duration : kept.back().ticks;
   if (const std::int64_t shift = ticks_of(opt.time_shift_s); shift != 0) {
     if (window == 0) {
       return InvalidArgument(path + ": option time_shift_s needs a window longer than 0 s, but every kept request is " +
                              "at the same instant");
     }
+    // The whole trace repeats after its span and one mean gap between
+    // arrivals: rotated by its span alone, the last request landed on the
+    // first (requests 10 s apart arrived together).
+    if (duration <= 0) window += window / static_cast<std::int64_t>(kept.size() - 1);
     if (const std::int64_t s = (shift % window + window) % window; s != 0) {
       // Rotation leaves two runs, each still in file order: the requests
       // that stay (moved later by s) and those that wrap to the front. A

@@ -608,6 +608,23 @@ TEST_CASE("config: a measured profile's type is a known table's, or an accelerat
   fs::remove(p);
   INFO((cfg.ok() ? std::string() : cfg.status().message()));
   CHECK(cfg.ok());  // X9 has no table, but the accelerators that name it play the profile
+  if (cfg.ok()) CHECK(cfg->ground_truth.hbm_bytes_per_s == 3350e9);  // (no table: the H100's)
+  // The profile's decode attention reads its cache at the measured type's
+  // bandwidth (found by an outside probe: an A100 profile read it at the
+  // H100's 3,350 GB/s); hbm_gbps, given, wins.
+  for (const auto& [lines, want] :
+       std::vector<std::pair<std::string, double>>{{"layers_type = \"A100\"\n", 2039e9},
+                                                   {"layers_type = \"H100-SXM\"\n", 3350e9},
+                                                   {"layers_type = \"A100\"\nhbm_gbps = 1000\n", 1000e9}}) {
+    std::string a100 = base();
+    a100.replace(a100.find("[ground_truth]\n"), 15, "[ground_truth]\n" + lines);
+    std::ofstream(p) << a100;
+    auto c = load_config(p.string());
+    fs::remove(p);
+    INFO(lines << (c.ok() ? std::string() : c.status().message()));
+    REQUIRE(c.ok());
+    CHECK(c->ground_truth.hbm_bytes_per_s == want);
+  }
   std::string typo = base();
   typo.replace(typo.find("[ground_truth]\n"), 15, "[ground_truth]\nlayers_type = \"Z100\"\n");
   CHECK_THAT(load_error(typo), Catch::StartsWith(":6: ground_truth.layers_type: unknown accelerator type 'Z100'"));

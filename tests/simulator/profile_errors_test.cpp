@@ -24,7 +24,8 @@ std::string all_ops(std::string_view skip = "", std::string_view latency = "100"
   std::string s = kLayersHeader;
   for (auto ops : {LayerProfile::layer_ops(), LayerProfile::embed_ops(), LayerProfile::head_ops()}) {
     for (auto op : ops) {
-      if (op != skip) s += std::string(op) + ",1,0,1," + std::string(latency) + "\n";
+      if (op != skip)
+        for (const char* n : {"1", "2"}) s += std::string(op) + "," + n + ",0,1," + std::string(latency) + "\n";
     }
   }
   return s;
@@ -94,6 +95,25 @@ TEST_CASE("profile errors: layer table") {
   // all-zero profile simulated TTFTs of 0 s).
   CHECK(layers_error(all_ops("", "0")) == "t.csv:2: column 'latency(ns)' is '0', expected > 0 ns (a measured time)");
   REQUIRE(LayerProfile::parse(all_ops() + "q_proj,1,5,1,900\nq_proj,2,0,1,150\n", "t.csv").ok());
+  // As spreadsheets and pandas write it: a byte-order mark is read past; a
+  // quoted field or a column named twice is refused (both were read wrong).
+  REQUIRE(LayerProfile::parse("\xEF\xBB\xBF" + all_ops(), "t.csv").ok());
+  CHECK(layers_error("layer_name,input,kv_cache,tp_size,latency(ns)\n\"q_proj\",1,0,1,100\n") ==
+        "t.csv:2: field 1 (\"q_proj\") is in quotes: expected plain comma-separated values, without quoting");
+  CHECK(layers_error("layer_name,input,kv_cache,tp_size,latency(ns),latency(ns)\nq_proj,1,0,1,100,200\n") ==
+        "t.csv:1: column 'latency(ns)' appears twice (fields 5 and 6): expected each column once");
+  CHECK(layers_error(kLayersHeader + "q_proj,99999999999999999999,0,1,100\n") ==
+        "t.csv:2: column 'input' is '99999999999999999999', expected an integer in [1, 9223372036854775807]");
+  // One count cannot tell how an op grows (found by an outside probe: every
+  // prompt, 100 or 3,000 tokens, took the same 68.5 ms).
+  std::string one = kLayersHeader;
+  for (auto ops : {LayerProfile::layer_ops(), LayerProfile::embed_ops(), LayerProfile::head_ops()})
+    for (auto op : ops)
+      one +=
+          std::string(op) + (op == "attn" ? ",512,0,1,100\n" : ",512,0,1,100\n" + std::string(op) + ",1024,0,1,200\n");
+  CHECK(layers_error(one) ==
+        "t.csv: op 'attn' is measured at one token count only (512, tp_size 1): expected rows at two or more counts, "
+        "to tell how its time grows with tokens");
 
   auto tp2 = LayerProfile::load(kLayersH100, 2);
   CHECK(error_of(tp2) == kLayersH100.string() + ": no rows with tp_size 2 (the file has tp_size 1)");

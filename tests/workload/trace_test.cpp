@@ -285,14 +285,36 @@ TEST_CASE("time_shift rotates the window with wrap-around, ties stay in file ord
   CHECK(arrivals(*t) == std::vector<double>{0.75, 0.75, 1, 1.5, 1.75, 2.375});
   CHECK(t->window_s == 2.5);
 
-  // Without a duration the window is the span (6.25 s): the last request
-  // wraps onto the first one's instant, after it.
+  // Without a duration the trace repeats after its span (6.25 s) and one
+  // mean gap (6.25 / 6 s): the last request wraps to the gap's end before
+  // the first one's new place (it landed on that instant, found by an
+  // outside probe), and nothing wraps at a shift within the gap.
   opt = {};
+  opt.time_shift_s = 2;
+  t = read_trace(kWindowCsv, opt);
+  REQUIRE(t.ok());
+  REQUIRE(t->requests.size() == 7);
+  CHECK(t->requests[0].arrival_s == Approx(0.9583334).margin(1e-9));
+  const std::vector<double> at = arrivals(*t);
+  CHECK(std::vector<double>(at.begin() + 1, at.end()) == std::vector<double>{2, 3, 3.5, 4.75, 6.5, 6.5});
+  CHECK(inputs(*t) == std::vector<std::int64_t>{700, 100, 200, 300, 400, 500, 600});
+  CHECK(t->window_s == Approx(7.2916666).margin(1e-9));
   opt.time_shift_s = 1;
   t = read_trace(kWindowCsv, opt);
   REQUIRE(t.ok());
-  CHECK(arrivals(*t) == std::vector<double>{1, 1, 2, 2.5, 3.75, 5.5, 5.5});
-  CHECK(inputs(*t) == std::vector<std::int64_t>{100, 700, 200, 300, 400, 500, 600});
+  CHECK(arrivals(*t) == std::vector<double>{1, 2, 2.5, 3.75, 5.5, 5.5, 7.25});
+}
+
+TEST_CASE("a trace written as one JSON array is refused as such", "[trace][jsonl][bad-input]") {
+  // (found by an outside probe: it was blamed on a missing CSV column)
+  TempDir dir;
+  const std::string path =
+      dir.write("array.jsonl", "\n[{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 2}]\n");
+  Result<Trace> t = read_trace(path);
+  REQUIRE_FALSE(t.ok());
+  CHECK(t.status().message() == path +
+                                    ":2: a JSON array: expected JSON lines (one object per line, as Mooncake's trace) "
+                                    "or a CSV with a header");
 }
 
 TEST_CASE("JSONL is chosen by content: timestamps in ms, extra keys ignored", "[trace][jsonl]") {
