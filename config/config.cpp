@@ -790,9 +790,9 @@ void read_ground_truth(Table& root, ExperimentConfig& cfg, const std::string& fi
       // The bandwidth the profile's decode attention reads its cache at,
       // unless hbm_gbps says: the measured type's (an A100 profile read
       // at the H100's 3,350 GB/s was 2 % fast end to end).
-      if (const AcceleratorType* t = lt.empty() ? nullptr : find_type(cfg.accelerator_types, lt))
-        layers_hbm = t->hbm_bytes_per_s;
-      if (!lt.empty() && !in_cluster && !find_type(cfg.accelerator_types, lt)) {
+      const AcceleratorType* known = lt.empty() ? nullptr : find_type(cfg.accelerator_types, lt);
+      if (known) layers_hbm = known->hbm_bytes_per_s;
+      if (!lt.empty() && !in_cluster && !known) {
         // A type no table knows and no accelerator has (a misspelling, most
         // likely) would leave the measured profile playing for none, said
         // only in a warning; a known type the cluster lacks is a choice

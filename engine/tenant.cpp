@@ -221,9 +221,10 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
   // An iteration of ours waits for its pinned accelerators' HBM
   // (note_memory_wait): nothing new starts until it runs.
   bool memory_short = false;
-  for (const Lane& l : lanes_)
-    memory_short = memory_short || (l.in_flight && std::find(memory_waits_.begin(), memory_waits_.end(), l.instance) !=
-                                                       memory_waits_.end());
+  if (!memory_waits_.empty())
+    for (const Lane& l : lanes_)
+      memory_short = memory_short || (l.in_flight && std::find(memory_waits_.begin(), memory_waits_.end(),
+                                                               l.instance) != memory_waits_.end());
   // Of `o`'s requests: this tenant's own, or a peer's.
   auto fits = [&](const Tenant& o, std::size_t request) {
     const RequestRecord& r = o.records_[request];

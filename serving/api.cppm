@@ -208,6 +208,8 @@ class StopWatch {
   void end();
 
  private:
+  void cut_at_stop(std::size_t before);
+
   const ServedModel& model_;
   std::vector<std::string> stop_;
   std::vector<std::int64_t> stop_ids_;

@@ -19,6 +19,19 @@ StopWatch::StopWatch(const ServedModel& model, const GenerationOptions& gen)
   if (!stop_.empty()) decoder_ = std::make_unique<StreamDecoder>(model_);
 }
 
+// A stop string may start in text already seen, up to its length back
+// from `before` (the text's length before what was just added).
+void StopWatch::cut_at_stop(std::size_t before) {
+  const std::size_t from = before > longest_stop_ ? before - longest_stop_ : 0;
+  std::size_t cut = std::string::npos;
+  for (const std::string& s : stop_)
+    if (const std::size_t at = text_.find(s, from); at != std::string::npos) cut = std::min(cut, at);
+  if (cut != std::string::npos) {
+    text_.resize(cut);
+    stopped_ = true;
+  }
+}
+
 bool StopWatch::add(std::int64_t token) {
   if (stopped_) return true;
   tokens_.push_back(token);
@@ -31,15 +44,7 @@ bool StopWatch::add(std::int64_t token) {
   if (!decoder_) return false;
   const std::size_t before = text_.size();
   text_ += decoder_->next(tokens_);
-  // A stop string may start in text already seen, up to its length back.
-  const std::size_t from = before > longest_stop_ ? before - longest_stop_ : 0;
-  std::size_t cut = std::string::npos;
-  for (const std::string& s : stop_)
-    if (const std::size_t at = text_.find(s, from); at != std::string::npos) cut = std::min(cut, at);
-  if (cut != std::string::npos) {
-    text_.resize(cut);
-    stopped_ = true;
-  }
+  cut_at_stop(before);
   return stopped_;
 }
 
@@ -47,14 +52,7 @@ void StopWatch::end() {
   if (stopped_ || !decoder_) return;
   const std::size_t before = text_.size();
   text_ += decoder_->flush(std::span(tokens_).first(text_tokens_));
-  const std::size_t from = before > longest_stop_ ? before - longest_stop_ : 0;
-  std::size_t cut = std::string::npos;
-  for (const std::string& s : stop_)
-    if (const std::size_t at = text_.find(s, from); at != std::string::npos) cut = std::min(cut, at);
-  if (cut != std::string::npos) {
-    text_.resize(cut);
-    stopped_ = true;
-  }
+  cut_at_stop(before);
 }
 
 std::size_t StopWatch::settled() const {
