@@ -102,6 +102,21 @@ Result<bool> Engine::fail_lost(Nanos now) {
   if (!gmg_.any_down() || returns_pending()) return false;
   for (const Deferral& d : scheduler_.last_deferrals()) {
     if (!d.lost) continue;
+    if (d.live_placeable && tenants_[d.tenant].can_shed(d.instance, gmg_)) {
+      // The accelerators left hold the weights but not this batch even
+      // alone (it fit only spread over one now lost): as with one that fits
+      // nowhere, fewer sequences (a smaller KV budget) may fit there. One
+      // sequence that still cannot fails below, as the loss's.
+      auto n = tenants_[d.tenant].fail_out_of_memory(
+          d.instance, "out of memory on what is left (lost: " + lost_names_ + ")", gmg_, now, false);
+      if (!n.ok())
+        return Status(n.status().code(), "tenant '" + tenants_[d.tenant].spec().name + "': " + n.status().message());
+      if (n.value().acted) {
+        backend_.drop_iteration(d.instance);  // its plan never runs
+        flush_requests();
+        return true;
+      }
+    }
     auto n = tenants_[d.tenant].fail_instance(
         d.instance, "no placement left that can run it (lost: " + lost_names_ + ")", gmg_, now);
     if (!n.ok())

@@ -128,7 +128,11 @@ class Engine {
   Nanos return_at(AccelId a) const;
   // A batch only a lost accelerator could take (Deferral::lost), with
   // none of the lost coming back: its iteration's requests fail now, as
-  // the loss's. Whether one did.
+  // the loss's; but where the accelerators left hold the weights and lack
+  // only the HBM (Deferral::live_placeable), an iteration of several
+  // sequences is first shed to fewer, as one that fits nowhere is
+  // (fail_out_of_memory): one sequence that still cannot fit fails as the
+  // loss's. Whether one did.
   Result<bool> fail_lost(Nanos now);
   // Hands what was pushed to the inbox to its tenants (closing it first on
   // a drain); fails on a request for a tenant that does not exist.

@@ -627,12 +627,26 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
     auto considered = [&](std::size_t c) {
       return cands[c].accel.size() == batch.ops.size() && (!pick || c == *pick || policy_.needs_simulation());
     };
+    // Whether every operator may go where candidate c puts it, down or not
+    // (an accelerator that is lost may come back; one without the weights
+    // never holds them).
+    auto holds_weights = [&](std::size_t c) {
+      for (std::size_t i = 0; i < batch.ops.size(); ++i) {
+        const OpId op = batch.ops[i];
+        const AccelId a = cands[c].accel[i];
+        if (!gmg.accels().contains(a) || (gmg.op(op).weight_bytes != 0 && !gmg.weights_on(gmg.op(op).kind, a)))
+          return false;
+      }
+      return true;
+    };
     // Does not fit even with the cluster to itself: waiting will not help.
+    // Only candidates that can take the batch count: an accelerator with
+    // room to spare but without the model's weights is no place to wait for.
     bool never = false;
     if (memory) {
       never = true;
       for (std::size_t c = 0; c < cands.size() && never; ++c)
-        if (considered(c)) never = !gmg.check_memory(batch.ops, cands[c].accel, nullptr, true).ok();
+        if (considered(c) && holds_weights(c)) never = !gmg.check_memory(batch.ops, cands[c].accel, nullptr, true).ok();
     }
     if (memory)
       for (AccelId a : short_of) reserved_for.push_back({a, batch.priority});
@@ -644,7 +658,7 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
       deferred.push_back(seed);
       // Only a lost accelerator could take it: some candidate needs one,
       // and none of the others holds the batch even alone.
-      bool any_down = false, live_fit = false;
+      bool any_down = false, live_fit = false, live_placeable = false;
       auto down_in = [&](std::size_t c) {
         for (AccelId a : cands[c].accel)
           if (a < gmg.accels().size() && gmg.is_down(a)) return true;
@@ -657,6 +671,7 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
         bool placeable = true;
         for (std::size_t i = 0; i < batch.ops.size() && placeable; ++i)
           placeable = gmg.placeable(batch.ops[i], cands[c].accel[i]);
+        live_placeable = live_placeable || placeable;
         live_fit = placeable && gmg.check_memory(batch.ops, cands[c].accel, nullptr, true).ok();
       }
       Deferral d{.tenant = batch.tenant,
@@ -667,6 +682,7 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
                  .memory = memory,
                  .never = never,
                  .lost = any_down && !live_fit,
+                 .live_placeable = live_placeable,
                  .reason = std::move(waited),
                  .instance = gmg.op(batch.ops.front()).instance,
                  .short_of = std::move(short_of)};

@@ -95,6 +95,11 @@ struct Deferral {
   // policy: its pick) needs one, or holds it on none of the accelerators
   // left even alone.
   bool lost = false;
+  // With `lost`: some candidate on the accelerators left could take it but
+  // for their HBM (they hold the weights). Then fewer sequences, or fewer
+  // operators at a time, may fit there: not a request lost with the
+  // accelerator.
+  bool live_placeable = false;
   std::string reason;
   InstanceId instance = 0;        // the instance of the batch's first operator
   std::vector<AccelId> short_of;  // when `memory`: the accelerators short of HBM
