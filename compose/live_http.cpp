@@ -192,9 +192,10 @@ Status HttpFront::start(LiveSession& session) {
         if (tc.name == tenants[t].name || tc.name == base) range = {tc.request_priority_min, tc.request_priority_max};
       m.online_priorities.push_back(range);
     }
-    // A request must fit every tenant that may run it.
-    if (m.request_tokens_max == 0 || tenants[t].kv_budget_tokens < m.request_tokens_max)
-      m.request_tokens_max = tenants[t].kv_budget_tokens;
+    // A request goes to a tenant whose KV budget holds it: past the largest,
+    // none does (refused at parsing); the others are chosen among.
+    (tenants[t].online ? m.online_tokens_max : m.offline_tokens_max).push_back(tenants[t].kv_budget_tokens);
+    m.request_tokens_max = std::max(m.request_tokens_max, tenants[t].kv_budget_tokens);
   }
   std::vector<std::string> model_of;
   std::vector<std::int64_t> kv_budget;
@@ -214,7 +215,21 @@ Status HttpFront::start(LiveSession& session) {
       const serving::ServedModel& m = models_[r.model];
       if (m.offline.empty())
         return serving::ApiError{.message = "model '" + m.name + "' has no offline tenant in the served policy"};
-      const std::uint32_t tenant = m.offline[next_offline_++ % m.offline.size()];
+      // In turn, among those whose KV budget holds the line.
+      const std::int64_t total = static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens;
+      std::size_t k = 0;
+      while (k < m.offline.size() &&
+             !serving::ServedModel::holds(m.offline_tokens_max, (next_offline_ + k) % m.offline.size(), total))
+        ++k;
+      if (k == m.offline.size())
+        return serving::ApiError{.message = "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" +
+                                            std::to_string(r.max_tokens) +
+                                            ") exceeds what any offline tenant of model '" + m.name +
+                                            "' may hold (their kv_budget_tokens)",
+                                 .param = "max_tokens"};
+      const std::size_t pick = (next_offline_ + k) % m.offline.size();
+      next_offline_ = pick + 1;
+      const std::uint32_t tenant = m.offline[pick];
       return serving::Routed{LiveRequest{tenant, std::move(r.prompt), r.max_tokens, nullptr, r.gen.sampling}, &m,
                              r.gen};
     };

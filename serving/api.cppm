@@ -29,15 +29,24 @@ struct ServedModel {
   std::string name;
   std::int64_t vocab = 0;           // valid token ids are [0, vocab)
   std::int64_t context_window = 0;  // prompt + output tokens one request may hold
-  // The most prompt + output tokens one request may hold here (the serving
-  // tenants' KV budget; 0: no bound beyond the context window). A request
-  // past it could never be placed and would stop the engine.
+  // The most prompt + output tokens one request may hold here: the largest
+  // KV budget of the tenants that serve it (0: no bound beyond the context
+  // window). A request past it fits none of them, refused at parsing; one
+  // that fits only some goes to those (online_tokens_max, offline_tokens_max).
   std::int64_t request_tokens_max = 0;
   // The longest prompt one request may send ([serve] max_prompt_tokens;
   // 0: no bound but the above), refused at admission.
   std::int64_t max_prompt_tokens = 0;
   ModelTokenizer tokenizer;  // text in and out (none: token ids only)
   std::vector<std::uint32_t> online, offline;
+  // Per online / offline tenant (parallel to `online` / `offline`): the most
+  // prompt + output tokens one request may hold there (its kv_budget_tokens).
+  // Shorter than its list: the tenants past its end take any request.
+  std::vector<std::int64_t> online_tokens_max, offline_tokens_max;
+  // Whether tenant list `tokens_max`'s k-th takes a request of `total` tokens.
+  static bool holds(const std::vector<std::int64_t>& tokens_max, std::size_t k, std::int64_t total) {
+    return k >= tokens_max.size() || tokens_max[k] <= 0 || total <= tokens_max[k];
+  }
   // Per online tenant (parallel to `online`): the request priorities it
   // takes, inclusive ([[tenants]] request_priorities). Empty: all take all.
   std::vector<std::pair<std::int64_t, std::int64_t>> online_priorities;

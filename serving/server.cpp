@@ -1011,24 +1011,36 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   const ServedModel& model = models[r.model];
   std::vector<std::int64_t> loads;
   for (const auto& t : tenant_inflight) loads.push_back(t->load());
-  // The tenants that take the request's priority; the least loaded of them.
+  // The tenants that take the request's priority and whose KV budget holds
+  // it; the least loaded of them.
   std::vector<std::uint32_t> takers;
   std::string ranges;
+  bool by_priority = false;
+  // (parse_completion refused a sum past request_tokens_max, so no overflow)
+  const std::int64_t total = static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens;
   for (std::size_t i = 0; i < model.online.size(); ++i) {
-    if (i >= model.online_priorities.size()) {
-      takers.push_back(model.online[i]);
-      continue;
+    if (i < model.online_priorities.size()) {
+      const auto [lo, hi] = model.online_priorities[i];
+      ranges += (ranges.empty() ? "" : ", ") + ("[" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      if (r.gen.priority < lo || r.gen.priority > hi) continue;
     }
-    const auto [lo, hi] = model.online_priorities[i];
-    ranges += (ranges.empty() ? "" : ", ") + ("[" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    if (r.gen.priority >= lo && r.gen.priority <= hi) takers.push_back(model.online[i]);
+    by_priority = true;
+    if (ServedModel::holds(model.online_tokens_max, i, total)) takers.push_back(model.online[i]);
   }
-  if (!model.online.empty() && takers.empty())
+  if (!model.online.empty() && !by_priority)
     return reply_error(res, ApiError{.status = 400,
                                      .message = "priority: no tenant of model '" + model.name + "' takes priority " +
                                                 std::to_string(r.gen.priority) + " (its online tenants take " + ranges +
                                                 ": [[tenants]] request_priorities)",
                                      .param = "priority"});
+  if (!model.online.empty() && takers.empty())
+    return reply_error(
+        res, ApiError{.status = 400,
+                      .message = "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" +
+                                 std::to_string(r.max_tokens) + ") exceeds what the tenants of model '" + model.name +
+                                 "' that take priority " + std::to_string(r.gen.priority) +
+                                 " may hold (their kv_budget_tokens)",
+                      .param = "max_tokens"});
   const int tenant = HttpServer::pick_tenant(takers, loads);
   if (tenant < 0)
     return reply_error(res,

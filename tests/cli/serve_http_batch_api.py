@@ -1,4 +1,4 @@
-"""Request priorities, vLLM's metric names and the Batch API's cancel,
+"""Request priorities and the KV budget of the tenant that takes one, vLLM's metric names and the Batch API's cancel,
 listing, expiry, metadata and file list/delete, through the `openai` client
 against `serve --listen` (tests/cli/serve_priority.toml: two online tenants
 taking priorities [-100, 0] and [1, 100], an offline one for batches).
@@ -83,6 +83,23 @@ check(stopped.finish_reason == "stop" and greedy.finish_reason == "length"
       and metric(text, "vllm:request_success_total", model_name="llama-tiny", finished_reason="stop") == 1
       and metric(text, "vllm:request_success_total", model_name="llama-tiny", finished_reason="length") == 6,
       "a stop token on the last allowed token: 'stop' in the reply and in vllm:request_success_total", srv)
+
+# ---- KV budgets: a request goes to a tenant whose budget holds it ----
+# 'urgent' holds 24 tokens a request, 'background' and 'batch' the default:
+# a 30-token request is refused at priority -5 and served at 7 (it was
+# refused at both, and so were the 67-token batch lines below, by the
+# smallest budget of any tenant).
+try:
+    client.completions.create(model="llama-tiny", prompt=list(range(1, 21)), max_tokens=10,
+                              extra_body={"priority": -5})
+    check(False, "a request past the budget of every tenant taking its priority is refused", srv)
+except openai.BadRequestError as e:
+    check("exceeds what the tenants of model 'llama-tiny' that take priority -5 may hold" in e.body["message"]
+          and e.body["param"] == "max_tokens",
+          "20 + 10 tokens at priority -5 (urgent holds 24): 400 naming the budgets (%s)" % e.body["message"], srv)
+big = client.completions.create(model="llama-tiny", prompt=list(range(1, 21)), max_tokens=10,
+                                extra_body={"priority": 7})
+check(big.usage.completion_tokens == 10, "20 + 10 tokens at priority 7 run on 'background'", srv)
 
 # ---- an upload with several bad lines names every one ----
 bad = "\n".join([
