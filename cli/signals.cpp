@@ -66,6 +66,7 @@ void StopSignals::on_signal(int sig) {
   if (s == nullptr) return;
   s->signal_.store(sig);
   const int n = s->stop_.fetch_add(1) + 1;
+  if (n == 1 && s->opt_.first_cancels) s->stop_.fetch_add(1);
   s->wake_.fetch_add(1);
   if (n >= 2 && s->opt_.second_kills) {
     set_default(sig);

@@ -163,6 +163,7 @@ int simulate(const SimulateOptions& opt) {
     // never under its own).
     const StopSignals signals(
         {.second_kills = true,
+         .first_cancels = true,
          .first_line = "\nslicesched: stopping: each run ends at its next event (a plugin still deciding returns "
                        "first); Ctrl-C again to stop now\n"});
     const auto t0 = std::chrono::steady_clock::now();

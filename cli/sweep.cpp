@@ -252,6 +252,7 @@ int sweep(const SweepOptions& opt) {
   // second signal stops the process at once.
   const StopSignals signals(
       {.second_kills = true,
+       .first_cancels = true,
        .first_line = "\nslicesched: stopping: each run ends at its next event (a plugin still deciding returns "
                      "first); Ctrl-C again to stop now\n"});
   const int jobs = opt.jobs > 0 ? opt.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
