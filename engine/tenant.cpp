@@ -316,6 +316,7 @@ Result<bool> Tenant::start(Lane& lane, Gmg& gmg) {
       if (Status s = gmg.release_retained(op); !s.ok()) return s;
     lane.kv_ops.clear();
     lane.kv_tokens = 0;
+    lane.cache_lost = false;  // (whatever of it was lost is dropped with it)
     if (tokens == 0) return false;
   }
   const GraphTemplate& tmpl = gmg.templates().get(tmpl_);
@@ -487,15 +488,19 @@ void Tenant::hand_off(Lane& lane, const Gmg& gmg, Nanos t) {
   for (const Seq& s : lane.running) (s.prefill ? keep : go).push_back(s);
   if (go.empty()) return;
   if (lane.cache_lost) {
-    // What it would hand off went with an accelerator: each queues again
-    // first and prefills what it holds, as a lost iteration's do.
-    for (auto s = go.rbegin(); s != go.rend(); ++s) {
+    // What it would hand off went with an accelerator, and so did the part
+    // of the prompts still prefilling (chunked) that they built on it: each
+    // queues again first and prefills what it holds, as a lost iteration's
+    // do. The lane is left empty, so its next start drops the lost cache
+    // (kept, a chunk under way took it over and every hand-off after was
+    // rebuilt: nothing finished after a 10-ms fault).
+    for (auto s = lane.running.rbegin(); s != lane.running.rend(); ++s) {
       Tenant& o = own(*s);
-      ++o.rebuilt_;
+      o.rebuilt_ += s->context > 0;
       o.redo_[s->request] = o.records_[s->request].generated;
       o.waiting_.push_front(s->request);
     }
-    lane.running = std::move(keep);
+    lane.running.clear();
     return;
   }
   const double per_token = bytes_per_token(lane.kv_ops, lane.kv_tokens, gmg);
