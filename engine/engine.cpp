@@ -102,11 +102,34 @@ Result<bool> Engine::fail_lost(Nanos now) {
   if (!gmg_.any_down() || returns_pending()) return false;
   for (const Deferral& d : scheduler_.last_deferrals()) {
     if (!d.lost) continue;
-    if (d.live_placeable && tenants_[d.tenant].can_shed(d.instance, gmg_)) {
+    if (cut_for_memory_.contains(d.instance)) {
+      // Cut because it fit nowhere even alone, lost accelerators included:
+      // out of memory, whatever was lost since.
+      auto n = tenants_[d.tenant].fail_out_of_memory(
+          d.instance, "out of memory: its iteration needs more HBM than any of its placements has beside the weights",
+          gmg_, now, true);
+      if (!n.ok())
+        return Status(n.status().code(), "tenant '" + tenants_[d.tenant].spec().name + "': " + n.status().message());
+      if (!n.value().acted) continue;
+      backend_.drop_iteration(d.instance);  // its plan never runs
+      oom_failed_ += n.value().failed;
+      flush_requests();
+      return true;
+    }
+    const bool shed = d.live_placeable && tenants_[d.tenant].can_shed(d.instance, gmg_);
+    if (d.live_placeable && !shed && d.ops > 1) {
       // The accelerators left hold the weights but not this batch even
-      // alone (it fit only spread over one now lost): as with one that fits
-      // nowhere, fewer sequences (a smaller KV budget) may fit there. One
-      // sequence that still cannot fails below, as the loss's.
+      // alone (it fit only on, or spread over, one now lost): a few
+      // operators at a time may fit there, each layer group's KV cache on
+      // another accelerator left.
+      scheduler_.limit_batches(d.instance, d.ops / 2);
+      cut_for_loss_.insert(d.instance);
+      return true;
+    }
+    if (shed) {
+      // As with one that fits nowhere, fewer sequences (a smaller KV
+      // budget) may fit there. One sequence that still cannot fails below,
+      // as the loss's.
       auto n = tenants_[d.tenant].fail_out_of_memory(
           d.instance, "out of memory on what is left (lost: " + lost_names_ + ")", gmg_, now, false);
       if (!n.ok())
@@ -345,6 +368,20 @@ Result<bool> Engine::fail_out_of_memory(Nanos now, OomFail which) {
     // issued already, so failing here failed a request only sometimes.
     if (d.never && d.ops > 1 && !tenants_[d.tenant].can_shed(d.instance, gmg_)) {
       scheduler_.limit_batches(d.instance, d.ops / 2);
+      cut_for_memory_.insert(d.instance);
+      return true;
+    }
+    // Cut smaller because only a lost accelerator held it whole, and still
+    // short: it fails as the loss's, not as memory (it would have run there).
+    if (which == OomFail::kAny && cut_for_loss_.contains(d.instance)) {
+      auto n = tenants_[d.tenant].fail_instance(
+          d.instance, "no placement left that can run it (lost: " + lost_names_ + ")", gmg_, now);
+      if (!n.ok())
+        return Status(n.status().code(), "tenant '" + tenants_[d.tenant].spec().name + "': " + n.status().message());
+      if (n.value() == 0) continue;
+      backend_.drop_iteration(d.instance);  // its plan never runs
+      fault_failed_ += n.value();
+      flush_requests();
       return true;
     }
     const std::string why = d.never

@@ -8,6 +8,7 @@ module;
 #include <functional>
 #include <span>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -130,9 +131,11 @@ class Engine {
   // none of the lost coming back: its iteration's requests fail now, as
   // the loss's; but where the accelerators left hold the weights and lack
   // only the HBM (Deferral::live_placeable), an iteration of several
-  // sequences is first shed to fewer, as one that fits nowhere is
-  // (fail_out_of_memory): one sequence that still cannot fit fails as the
-  // loss's. Whether one did.
+  // sequences is first shed to fewer, and one of several operators cut
+  // into smaller batches (which may fit over several accelerators left), as
+  // one that fits nowhere is (fail_out_of_memory); what still cannot fit
+  // fails as the loss's. One cut because it fit nowhere is left to
+  // fail_out_of_memory. Whether one did.
   Result<bool> fail_lost(Nanos now);
   // Hands what was pushed to the inbox to its tenants (closing it first on
   // a drain); fails on a request for a tenant that does not exist.
@@ -170,6 +173,11 @@ class Engine {
   Backend& backend_;
   EngineOptions opt_;
   std::size_t next_fault_ = 0, lost_ops_ = 0, oom_failed_ = 0, fault_failed_ = 0;
+  // Iterations whose batches were cut smaller (Scheduler::limit_batches):
+  // because they fit nowhere even alone, or because they fit alone only
+  // where an accelerator is lost. One that still cannot run fails for the
+  // cause it was cut for: out of memory, or the loss.
+  std::unordered_set<InstanceId> cut_for_memory_, cut_for_loss_;
   std::string lost_names_;  // "gpu3 at 600.000 s, ..." for failure reasons
   std::span<EngineObserver* const> observers_;
   std::vector<RequestEvent> request_events_;

@@ -19,6 +19,8 @@ batches wait for memory.
 5. The same as 3 under swap preemption (swapped-out sequences were neither).
 6. A request only a lost accelerator could run fails at once, as the loss's
    (it waited for the window's end, or failed as out of memory).
+7. A request that fits nowhere, lost accelerators included, fails out of
+   memory, not as the loss's.
 """
 import csv
 import json
@@ -285,6 +287,42 @@ if entry["memory"]["oom_failed_requests"] or not lost or entry["faults"]["failed
     fail("a request only the lost gpu0 could hold: %d failed as lost, faults.failed_requests %d, "
          "memory.oom_failed_requests %d" % (lost, entry["faults"]["failed_requests"],
                                             entry["memory"]["oom_failed_requests"]))
+# 7. Two 15.3-GiB H100s and 7,000-token prompts (found by an outside probe,
+# sixteenth session): no request fits even with both GPUs, so each fails out
+# of memory; with g0 lost at 5 s, those arriving after were blamed on the
+# loss ("no placement left", faults.failed_requests). They fail out of
+# memory still.
+never_fits = """name = "never_fits"
+seed = 5
+duration_s = 20
+[model]
+name = "llama3-8b"
+groups = 2
+[cluster]
+link_classes = [{ name = "nvlink", bandwidth_gbps = 300.0, latency_us = 5.0 }]
+accelerators = [{ name_prefix = "g", count = 2, type = "H100", hbm_gib = 15.3 }]
+[ground_truth]
+[[faults]]
+accelerator = "g0"
+at_s = 5
+[[tenants]]
+name = "long"
+stream = { poisson_rate = 1.0, duration_s = 20, input_tokens = 7000, output_tokens = 20 }
+[[policies]]
+name = "SliceScheduler"
+tenants = ["long"]
+placement = { plugin = "simulation-guided" }
+partition_sets = [{ plugin = "singles" }, { plugin = "pairs" }]
+"""
+out = run("never_fits", never_fits)
+entry = summary(out)["policies"]["SliceScheduler"]
+reqs = rows(out, "slicescheduler")
+blamed = [r["id"] for r in reqs if not r["error"].startswith("out of memory")]
+if blamed or entry["faults"]["failed_requests"] or entry["memory"]["oom_failed_requests"] != len(reqs):
+    fail("requests that fit nowhere, a GPU lost: %d not failed out of memory (e.g. %s), faults.failed_requests %d, "
+         "memory.oom_failed_requests %d of %d" % (len(blamed), blamed[:3], entry["faults"]["failed_requests"],
+                                                 entry["memory"]["oom_failed_requests"], len(reqs)))
+
 print("ok: a fault to come changes nothing, the pair left after a loss serves, every request of a run that lost "
       "everything ends (swapped ones too), a prompt that fits alone never fails behind a finished cache, and a "
-      "request only a lost accelerator could run fails at once as the loss's")
+      "request only a lost accelerator could run fails at once as the loss's, one that fits nowhere as out of memory")
