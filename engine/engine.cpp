@@ -318,13 +318,14 @@ Result<bool> Engine::preempt(bool stalled) {
     std::uint32_t tenant = 0;
     std::int32_t priority = 0;
     InstanceId instance = 0;
+    bool own = false;  // of the tenant whose batch waits
   };
   std::optional<Victim> victim;
   const std::vector<char> busy = stalled ? std::vector<char>() : issued_on();  // (stalled: nothing is)
-  auto consider = [&](std::uint32_t t, InstanceId instance) {
+  auto consider = [&](std::uint32_t t, InstanceId instance, bool own = false) {
     const std::int32_t p = tenants_[t].spec().priority;
     if (!victim || p < victim->priority || (p == victim->priority && instance > victim->instance))
-      victim = Victim{t, p, instance};
+      victim = Victim{t, p, instance, own};
   };
   for (std::uint32_t t = 0; t < tenants_.size(); ++t) {
     if (stalled) {
@@ -342,10 +343,12 @@ Result<bool> Engine::preempt(bool stalled) {
       const bool lower = d.priority == top && tenants_[t].spec().priority < top;
       for (AccelId a : d.short_of)
         if (lower || !busy[a])
-          if (auto i = tenants_[t].preemptable(gmg_, a)) consider(t, *i);
+          if (auto i = tenants_[t].preemptable(gmg_, a)) consider(t, *i, t == d.tenant);
     }
   }
   if (!victim) return false;
+  // One lane of a tenant preempted for another: it admitted more than fits.
+  if (victim->own) tenants_[victim->tenant].learn_kv_budget();
   auto n = tenants_[victim->tenant].preempt(victim->instance, gmg_);
   if (!n.ok())
     return Status(n.status().code(), "tenant '" + tenants_[victim->tenant].spec().name + "': " + n.status().message());

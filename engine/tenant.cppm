@@ -230,8 +230,14 @@ class Tenant {
   void clear_memory_waits() { memory_waits_.clear(); }
   void note_memory_wait(InstanceId instance) { memory_waits_.push_back(instance); }
   // The KV budget admission keeps to: kv_budget_tokens, or less once an
-  // iteration did not fit the HBM (fail_out_of_memory).
+  // iteration did not fit the HBM (fail_out_of_memory, learn_kv_budget).
   std::int64_t kv_budget() const { return std::min(spec_.kv_budget_tokens, kv_cap_); }
+  // This tenant's own iterations hold the HBM one of them waits for (the
+  // engine preempts one lane's for another's): its KV budget drops below
+  // what its lanes hold now, so it admits no more than that again. Without
+  // it, a backlog (after a fault) was admitted whole, over the HBM, and
+  // the lanes preempted each other's decodes for good.
+  void learn_kv_budget() { kv_cap_ = std::max<std::int64_t>(1, std::min(kv_cap_, kv_held(false) - 1)); }
   // Cross-tenant batches. `owner` (another tenant of the same model, which
   // must outlive this one and be driven by the same engine) lends its
   // waiting requests to this tenant's iterations (see the file comment).
