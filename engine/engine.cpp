@@ -140,17 +140,21 @@ Result<bool> Engine::fail_lost(Nanos now) {
         return true;
       }
     }
-    auto n = tenants_[d.tenant].fail_instance(
-        d.instance, "no placement left that can run it (lost: " + lost_names_ + ")", gmg_, now);
-    if (!n.ok())
-      return Status(n.status().code(), "tenant '" + tenants_[d.tenant].spec().name + "': " + n.status().message());
-    if (n.value() == 0) continue;
-    backend_.drop_iteration(d.instance);  // its plan never runs
-    fault_failed_ += n.value();
-    flush_requests();
-    return true;
+    if (auto f = fail_as_lost(d, now); !f.ok() || f.value()) return f;
   }
   return false;
+}
+
+Result<bool> Engine::fail_as_lost(const Deferral& d, Nanos now) {
+  auto n = tenants_[d.tenant].fail_instance(d.instance, "no placement left that can run it (lost: " + lost_names_ + ")",
+                                            gmg_, now);
+  if (!n.ok())
+    return Status(n.status().code(), "tenant '" + tenants_[d.tenant].spec().name + "': " + n.status().message());
+  if (n.value() == 0) return false;
+  backend_.drop_iteration(d.instance);  // its plan never runs
+  fault_failed_ += n.value();
+  flush_requests();
+  return true;
 }
 
 Nanos Engine::return_at(AccelId a) const {
@@ -377,15 +381,8 @@ Result<bool> Engine::fail_out_of_memory(Nanos now, OomFail which) {
     // Cut smaller because only a lost accelerator held it whole, and still
     // short: it fails as the loss's, not as memory (it would have run there).
     if (which == OomFail::kAny && cut_for_loss_.contains(d.instance)) {
-      auto n = tenants_[d.tenant].fail_instance(
-          d.instance, "no placement left that can run it (lost: " + lost_names_ + ")", gmg_, now);
-      if (!n.ok())
-        return Status(n.status().code(), "tenant '" + tenants_[d.tenant].spec().name + "': " + n.status().message());
-      if (n.value() == 0) continue;
-      backend_.drop_iteration(d.instance);  // its plan never runs
-      fault_failed_ += n.value();
-      flush_requests();
-      return true;
+      if (auto f = fail_as_lost(d, now); !f.ok() || f.value()) return f;
+      continue;
     }
     const std::string why = d.never
                                 ? "out of memory: its iteration needs more HBM than any of its " +

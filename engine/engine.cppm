@@ -134,9 +134,12 @@ class Engine {
   // sequences is first shed to fewer, and one of several operators cut
   // into smaller batches (which may fit over several accelerators left), as
   // one that fits nowhere is (fail_out_of_memory); what still cannot fit
-  // fails as the loss's. One cut because it fit nowhere is left to
-  // fail_out_of_memory. Whether one did.
+  // fails as the loss's. One cut because it fit nowhere, the lost
+  // accelerators included, fails out of memory. Whether one did.
   Result<bool> fail_lost(Nanos now);
+  // Fails the sequences of deferred batch `d`'s iteration (not started, or
+  // stuck part way) as the loss's. Whether it did.
+  Result<bool> fail_as_lost(const Deferral& d, Nanos now);
   // Hands what was pushed to the inbox to its tenants (closing it first on
   // a drain); fails on a request for a tenant that does not exist.
   Status take_inbox(Nanos now, int stop);
