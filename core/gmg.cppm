@@ -252,9 +252,12 @@ class Gmg {
   // holds the op's weights). check_issue(ops, accels).ok() is
   // check_batch(ops).ok() and placeable(ops[k], accels[k]) for every k.
   Status check_batch(std::span<const OpId> ops) const;
-  inline bool placeable(OpId op, AccelId accel) const {
-    return accels_->contains(accel) && !down_[accel] &&
-           (ops_[op].weight_bytes == 0 || weights_on(ops_[op].kind, accel));
+  inline bool placeable(OpId op, AccelId accel) const { return holds_weights(op, accel) && !down_[accel]; }
+  // The same but for the accelerator being up: whether op may ever go there
+  // (a lost accelerator may come back; one without the weights never holds
+  // them).
+  inline bool holds_weights(OpId op, AccelId accel) const {
+    return accels_->contains(accel) && (ops_[op].weight_bytes == 0 || weights_on(ops_[op].kind, accel));
   }
   // Whether the GMG's HBM account holds the batch: what issuing ops[k]
   // onto accels[k] reserves (outputs, retained state and a receive buffer

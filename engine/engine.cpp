@@ -105,16 +105,12 @@ Result<bool> Engine::fail_lost(Nanos now) {
     if (cut_for_memory_.contains(d.instance)) {
       // Cut because it fit nowhere even alone, lost accelerators included:
       // out of memory, whatever was lost since.
-      auto n = tenants_[d.tenant].fail_out_of_memory(
-          d.instance, "out of memory: its iteration needs more HBM than any of its placements has beside the weights",
-          gmg_, now, true);
-      if (!n.ok())
-        return Status(n.status().code(), "tenant '" + tenants_[d.tenant].spec().name + "': " + n.status().message());
-      if (!n.value().acted) continue;
-      backend_.drop_iteration(d.instance);  // its plan never runs
-      oom_failed_ += n.value().failed;
-      flush_requests();
-      return true;
+      if (auto f = fail_as_oom(
+              d, "out of memory: its iteration needs more HBM than any of its placements has beside the weights", now,
+              true);
+          !f.ok() || f.value())
+        return f;
+      continue;
     }
     const bool shed = d.live_placeable && tenants_[d.tenant].can_shed(d.instance, gmg_);
     if (d.live_placeable && !shed && d.ops > 1) {
@@ -130,19 +126,24 @@ Result<bool> Engine::fail_lost(Nanos now) {
       // As with one that fits nowhere, fewer sequences (a smaller KV
       // budget) may fit there. One sequence that still cannot fails below,
       // as the loss's.
-      auto n = tenants_[d.tenant].fail_out_of_memory(
-          d.instance, "out of memory on what is left (lost: " + lost_names_ + ")", gmg_, now, false);
-      if (!n.ok())
-        return Status(n.status().code(), "tenant '" + tenants_[d.tenant].spec().name + "': " + n.status().message());
-      if (n.value().acted) {
-        backend_.drop_iteration(d.instance);  // its plan never runs
-        flush_requests();
-        return true;
-      }
+      if (auto f = fail_as_oom(d, "out of memory on what is left (lost: " + lost_names_ + ")", now, false);
+          !f.ok() || f.value())
+        return f;
     }
     if (auto f = fail_as_lost(d, now); !f.ok() || f.value()) return f;
   }
   return false;
+}
+
+Result<bool> Engine::fail_as_oom(const Deferral& d, const std::string& why, Nanos now, bool started_too) {
+  auto n = tenants_[d.tenant].fail_out_of_memory(d.instance, why, gmg_, now, started_too);
+  if (!n.ok())
+    return Status(n.status().code(), "tenant '" + tenants_[d.tenant].spec().name + "': " + n.status().message());
+  if (!n.value().acted) return false;
+  backend_.drop_iteration(d.instance);  // its plan never runs
+  oom_failed_ += n.value().failed;
+  flush_requests();
+  return true;
 }
 
 Result<bool> Engine::fail_as_lost(const Deferral& d, Nanos now) {
@@ -390,14 +391,7 @@ Result<bool> Engine::fail_out_of_memory(Nanos now, OomFail which) {
                             : d.reason.empty() ? "out of memory: its iteration fits the HBM of none of its " +
                                                      std::to_string(d.candidates) + " candidate placement(s)"
                                                : "out of memory: " + d.reason;
-    auto n = tenants_[d.tenant].fail_out_of_memory(d.instance, why, gmg_, now, which == OomFail::kAny);
-    if (!n.ok())
-      return Status(n.status().code(), "tenant '" + tenants_[d.tenant].spec().name + "': " + n.status().message());
-    if (!n.value().acted) continue;
-    backend_.drop_iteration(d.instance);  // its plan never runs
-    oom_failed_ += n.value().failed;
-    flush_requests();
-    return true;
+    if (auto f = fail_as_oom(d, why, now, which == OomFail::kAny); !f.ok() || f.value()) return f;
   }
   return false;
 }

@@ -140,6 +140,9 @@ class Engine {
   // Fails the sequences of deferred batch `d`'s iteration (not started, or
   // stuck part way) as the loss's. Whether it did.
   Result<bool> fail_as_lost(const Deferral& d, Nanos now);
+  // Tenant::fail_out_of_memory on `d`'s iteration with reason `why` (several
+  // sequences queue again, one fails), its plan dropped. Whether it acted.
+  Result<bool> fail_as_oom(const Deferral& d, const std::string& why, Nanos now, bool started_too);
   // Hands what was pushed to the inbox to its tenants (closing it first on
   // a drain); fails on a request for a tenant that does not exist.
   Status take_inbox(Nanos now, int stop);

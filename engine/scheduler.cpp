@@ -627,16 +627,10 @@ Result<std::vector<OpId>> Scheduler::schedule(Gmg& gmg, Nanos now) {
     auto considered = [&](std::size_t c) {
       return cands[c].accel.size() == batch.ops.size() && (!pick || c == *pick || policy_.needs_simulation());
     };
-    // Whether every operator may go where candidate c puts it, down or not
-    // (an accelerator that is lost may come back; one without the weights
-    // never holds them).
+    // Whether every operator may go where candidate c puts it, down or not.
     auto holds_weights = [&](std::size_t c) {
-      for (std::size_t i = 0; i < batch.ops.size(); ++i) {
-        const OpId op = batch.ops[i];
-        const AccelId a = cands[c].accel[i];
-        if (!gmg.accels().contains(a) || (gmg.op(op).weight_bytes != 0 && !gmg.weights_on(gmg.op(op).kind, a)))
-          return false;
-      }
+      for (std::size_t i = 0; i < batch.ops.size(); ++i)
+        if (!gmg.holds_weights(batch.ops[i], cands[c].accel[i])) return false;
       return true;
     };
     // Does not fit even with the cluster to itself: waiting will not help.

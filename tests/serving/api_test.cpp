@@ -3,10 +3,12 @@
 // field; text needs a tokenizer; token ids are checked against the vocab.
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -43,6 +45,24 @@ class Letters final : public Tokenizer {
 
  private:
   std::string path_ = "letters";
+};
+
+// A decode-only tokenizer of 11 ids (no BOS, no EOS, encodes nothing) whose
+// text is `decode`'s: for the cases that need one odd piece.
+class DecodeOnly final : public Tokenizer {
+ public:
+  DecodeOnly(std::string name, std::function<std::string(std::span<const std::int64_t>)> decode)
+      : path_(std::move(name)), decode_(std::move(decode)) {}
+  std::vector<std::int64_t> encode(std::string_view) const override { return {}; }
+  std::string decode(std::span<const std::int64_t> ids) const override { return decode_(ids); }
+  std::int64_t vocab_size() const override { return 11; }
+  std::int64_t bos_id() const override { return -1; }
+  std::int64_t eos_id() const override { return -1; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::string path_;
+  std::function<std::string(std::span<const std::int64_t>)> decode_;
 };
 
 std::vector<ServedModel> models() {
@@ -266,28 +286,17 @@ TEST_CASE("api: a stop watch ends output at EOS, stop ids and stop strings", "[s
 // reply that ended by its length lost the characters the stream decoder
 // still held (an incomplete one, and what was decoded with it).
 TEST_CASE("api: a stop watch's text at the end is all the tokens' text", "[serving][api]") {
-  // Letters, but id 1 is the first half of a character: decoded last, U+FFFD.
-  class Halves final : public Tokenizer {
-   public:
-    std::vector<std::int64_t> encode(std::string_view) const override { return {}; }
-    std::string decode(std::span<const std::int64_t> ids) const override {
-      std::string s;
-      for (std::size_t i = 0; i < ids.size(); ++i)
-        s += ids[i] == 1   ? (i + 1 < ids.size() && ids[i + 1] == 2 ? "\xE6\x97\xA5" : "\xEF\xBF\xBD")
-             : ids[i] == 2 ? (i > 0 && ids[i - 1] == 1 ? "" : "\xEF\xBF\xBD")
-                           : std::string(1, static_cast<char>('a' + ids[i]));
-      return s;
-    }
-    std::int64_t vocab_size() const override { return 11; }
-    std::int64_t bos_id() const override { return -1; }
-    std::int64_t eos_id() const override { return -1; }
-    const std::string& path() const override { return path_; }
-
-   private:
-    std::string path_ = "halves";
-  };
+  // Letters, but id 1 is the first half of a character (id 2 its second):
+  // decoded last, U+FFFD.
   ServedModel m{.name = "halves", .vocab = 11, .context_window = 100, .online = {0}};
-  m.tokenizer.tokenizer = std::make_shared<Halves>();
+  m.tokenizer.tokenizer = std::make_shared<DecodeOnly>("halves", [](std::span<const std::int64_t> ids) {
+    std::string s;
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      s += ids[i] == 1   ? (i + 1 < ids.size() && ids[i + 1] == 2 ? "\xE6\x97\xA5" : "\xEF\xBF\xBD")
+           : ids[i] == 2 ? (i > 0 && ids[i - 1] == 1 ? "" : "\xEF\xBF\xBD")
+                         : std::string(1, static_cast<char>('a' + ids[i]));
+    return s;
+  });
   GenerationOptions never;
   never.stop = {"QQ"};
   StopWatch w(m, never);
@@ -371,25 +380,13 @@ TEST_CASE("api: log-probabilities name every top token, by id where there is no 
 
 TEST_CASE("api: text_offset counts characters, not bytes, from where the tokens before ended", "[serving][api]") {
   // Letters, but id 1 spells "é" (2 bytes) and id 2 "€" (3 bytes).
-  class Accents final : public Tokenizer {
-   public:
-    std::vector<std::int64_t> encode(std::string_view) const override { return {}; }
-    std::string decode(std::span<const std::int64_t> ids) const override {
-      std::string s;
-      for (auto id : ids)
-        s += id == 1 ? "\xC3\xA9" : id == 2 ? "\xE2\x82\xAC" : std::string(1, static_cast<char>('a' + id));
-      return s;
-    }
-    std::int64_t vocab_size() const override { return 11; }
-    std::int64_t bos_id() const override { return -1; }
-    std::int64_t eos_id() const override { return -1; }
-    const std::string& path() const override { return path_; }
-
-   private:
-    std::string path_ = "accents";
-  };
   ServedModel m{.name = "accents", .vocab = 11, .context_window = 100, .online = {0}};
-  m.tokenizer.tokenizer = std::make_shared<Accents>();
+  m.tokenizer.tokenizer = std::make_shared<DecodeOnly>("accents", [](std::span<const std::int64_t> ids) {
+    std::string s;
+    for (auto id : ids)
+      s += id == 1 ? "\xC3\xA9" : id == 2 ? "\xE2\x82\xAC" : std::string(1, static_cast<char>('a' + id));
+    return s;
+  });
   const std::int64_t out[] = {1, 2, 0, 1};
   const std::vector<TokenLogprob> lp(4, TokenLogprob{-1.0, {}});
   // "é€aé": a client slicing the text by these offsets (Python's str, as
