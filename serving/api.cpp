@@ -116,6 +116,13 @@ std::variant<std::size_t, ApiError> find_model(const json& body, std::span<const
                   .code = "model_not_found"};
 }
 
+std::int64_t default_max_tokens(bool chat, std::int64_t prompt, std::int64_t tokens_max) {
+  constexpr std::int64_t kOpenAiDefault = 16;
+  if (tokens_max <= 0) return kOpenAiDefault;
+  const std::int64_t room = std::max<std::int64_t>(1, tokens_max - prompt);
+  return chat ? room : std::min(kOpenAiDefault, room);
+}
+
 std::optional<ApiError> parse_common(const json& body, const ServedModel& m, bool chat, CompletionRequest& r) {
   if (r.prompt.empty()) return bad("prompt", "prompt: empty (at least one token)");
   if (m.max_prompt_tokens > 0 && static_cast<std::int64_t>(r.prompt.size()) > m.max_prompt_tokens)
@@ -127,10 +134,20 @@ std::optional<ApiError> parse_common(const json& body, const ServedModel& m, boo
       if (!mt->is_number_integer() || mt->get<std::int64_t>() < 1)
         return bad(key, std::string(key) + ": expected an integer >= 1, got " + brief(*mt));
       r.max_tokens = mt->get<std::int64_t>();
+      r.max_tokens_given = true;
     }
+  const auto prompt = static_cast<std::int64_t>(r.prompt.size());
+  if (!r.max_tokens_given) {
+    // What one request may hold here: the context window, within the
+    // largest KV budget of the model's tenants (the server shrinks it to
+    // the budgets of those that take the request's priority).
+    std::int64_t tokens_max = m.context_window;
+    if (m.request_tokens_max > 0 && (tokens_max <= 0 || m.request_tokens_max < tokens_max))
+      tokens_max = m.request_tokens_max;
+    r.max_tokens = default_max_tokens(chat, prompt, tokens_max);
+  }
   // (saturating: max_tokens near 2^63 wrapped the sum negative, past both
   // checks below, and the request ran on past the context window)
-  const auto prompt = static_cast<std::int64_t>(r.prompt.size());
   const std::int64_t total = r.max_tokens > std::numeric_limits<std::int64_t>::max() - prompt
                                  ? std::numeric_limits<std::int64_t>::max()
                                  : prompt + r.max_tokens;

@@ -81,10 +81,22 @@ struct GenerationOptions {
   std::int64_t priority = 0;  // lower runs earlier (vLLM's); picks the tenant
 };
 
+// The output tokens a request that names none gets: a chat completion
+// may fill what is left of `tokens_max` (the context window, or a KV
+// budget) after its prompt, as OpenAI's and vLLM's (max_model_len -
+// prompt) do; a completion takes 16 (OpenAI's default), or less where
+// less is left (vLLM's min of the two). At least 1 (the prompt alone too
+// long is refused by what checks the sum); `tokens_max` <= 0: no bound (a
+// chat then takes 16 too).
+std::int64_t default_max_tokens(bool chat, std::int64_t prompt, std::int64_t tokens_max);
+
 struct CompletionRequest {
   std::size_t model = 0;  // index into the served models
   std::vector<std::int64_t> prompt;
-  std::int64_t max_tokens = 16;  // OpenAI's default
+  // Output tokens. Not given (max_tokens_given false): parse_common's
+  // default, which the server may shrink to a tenant's KV budget.
+  std::int64_t max_tokens = 16;
+  bool max_tokens_given = false;
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage
   bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM's): usage in every event

@@ -26,7 +26,8 @@ ApiError bad(std::string param, std::string message) {
 }
 
 // The messages as the template reads them: each {role, content} with
-// content a string (a list of text parts is joined; other parts refused).
+// content a string (a list of text parts is joined, a newline between;
+// other parts refused).
 std::variant<json, ApiError> messages_of(const json& body) {
   const auto ms = body.find("messages");
   if (ms == body.end() || !ms->is_array() || ms->empty())
@@ -44,11 +45,14 @@ std::variant<json, ApiError> messages_of(const json& body) {
     if (content == m.end() || content->is_null()) {
       msg["content"] = "";
     } else if (content->is_array()) {
+      // One part after another, a newline between (as vLLM joins them for
+      // a template that reads a string).
       std::string text;
       for (const json& part : *content) {
         if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
             !part["text"].is_string())
           return bad("messages", at + ".content: only text parts ({\"type\": \"text\", \"text\": ...}) are supported");
+        if (&part != &content->front()) text += '\n';
         text += part["text"].get<std::string>();
       }
       msg["content"] = text;

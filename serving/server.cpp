@@ -1016,16 +1016,30 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   std::vector<std::uint32_t> takers;
   std::string ranges;
   bool by_priority = false;
-  // (parse_completion refused a sum past request_tokens_max, so no overflow)
-  const std::int64_t total = static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens;
-  for (std::size_t i = 0; i < model.online.size(); ++i) {
-    if (i < model.online_priorities.size()) {
-      const auto [lo, hi] = model.online_priorities[i];
-      ranges += (ranges.empty() ? "" : ", ") + ("[" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-      if (r.gen.priority < lo || r.gen.priority > hi) continue;
+  std::int64_t budget_max = 0;  // the largest KV budget of those that take the priority
+  const auto prompt = static_cast<std::int64_t>(r.prompt.size());
+  auto collect = [&] {
+    takers.clear();
+    ranges.clear();
+    // (parse_completion refused a sum past request_tokens_max, so no overflow)
+    const std::int64_t total = prompt + r.max_tokens;
+    for (std::size_t i = 0; i < model.online.size(); ++i) {
+      if (i < model.online_priorities.size()) {
+        const auto [lo, hi] = model.online_priorities[i];
+        ranges += (ranges.empty() ? "" : ", ") + ("[" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+        if (r.gen.priority < lo || r.gen.priority > hi) continue;
+      }
+      by_priority = true;
+      if (i < model.online_tokens_max.size()) budget_max = std::max(budget_max, model.online_tokens_max[i]);
+      if (ServedModel::holds(model.online_tokens_max, i, total)) takers.push_back(model.online[i]);
     }
-    by_priority = true;
-    if (ServedModel::holds(model.online_tokens_max, i, total)) takers.push_back(model.online[i]);
+  };
+  collect();
+  // A default max_tokens sized to the model's largest budget, held by no
+  // tenant of this priority: the room theirs leave instead.
+  if (!r.max_tokens_given && takers.empty() && budget_max > prompt) {
+    r.max_tokens = default_max_tokens(chat, prompt, budget_max);
+    collect();
   }
   if (!model.online.empty() && !by_priority)
     return reply_error(res, ApiError{.status = 400,

@@ -100,6 +100,13 @@ except openai.BadRequestError as e:
 big = client.completions.create(model="llama-tiny", prompt=list(range(1, 21)), max_tokens=10,
                                 extra_body={"priority": 7})
 check(big.usage.completion_tokens == 10, "20 + 10 tokens at priority 7 run on 'background'", srv)
+# Without max_tokens, the default (16) is shrunk to what the budget of a
+# tenant taking the priority leaves (it was refused: 20 + 16 > 24).
+fit = client.completions.create(model="llama-tiny", prompt=list(range(1, 21)),
+                                extra_body={"priority": -5, "ignore_eos": True})
+check(fit.usage.completion_tokens == 4 and fit.choices[0].finish_reason == "length",
+      "20 tokens and no max_tokens at priority -5: the 4 urgent's budget leaves (%d, %s)"
+      % (fit.usage.completion_tokens, fit.choices[0].finish_reason), srv)
 
 # ---- an upload with several bad lines names every one ----
 bad = "\n".join([

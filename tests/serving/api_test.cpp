@@ -347,6 +347,65 @@ TEST_CASE("api: chat requests render the model's template, none is a 400 saying 
   CHECK(std::get<ApiError>(top).message == "top_logprobs: needs \"logprobs\": true");
 }
 
+TEST_CASE("api: without max_tokens a chat fills the room left, a completion takes 16 or what is left",
+          "[serving][api]") {
+  // Found by reading what OpenAI and vLLM do: a chat without max_tokens was
+  // cut at 16 tokens (finish_reason "length"), and a completion whose prompt
+  // left fewer than 16 was refused; both now take the room that is left.
+  auto ms = models();
+  ms[1].request_tokens_max = 0;  // texty: context window 100 alone
+  ms[1].chat_template = [](const json& messages) -> Result<std::string> {
+    return messages.back()["content"].get<std::string>();
+  };
+  auto chat = [&](const std::string& body) {
+    auto r = parse_chat(body, ms);
+    if (auto* e = std::get_if<ApiError>(&r)) FAIL(e->message);
+    return std::get<CompletionRequest>(r);
+  };
+  const auto room = chat(R"({"model": "texty", "messages": [{"role": "user", "content": "bad"}]})");
+  CHECK(room.max_tokens == 97);
+  CHECK_FALSE(room.max_tokens_given);
+  const auto given = chat(R"({"model": "texty", "messages": [{"role": "user", "content": "bad"}], "max_tokens": 5})");
+  CHECK(given.max_tokens == 5);
+  CHECK(given.max_tokens_given);
+  // null is "not given", as OpenAI's.
+  CHECK(
+      chat(R"({"model": "texty", "messages": [{"role": "user", "content": "bad"}], "max_tokens": null})").max_tokens ==
+      97);
+  // Within the largest KV budget too.
+  ms[1].request_tokens_max = 40;
+  CHECK(chat(R"({"model": "texty", "messages": [{"role": "user", "content": "bad"}]})").max_tokens == 37);
+  // A completion: 16, or the 5 its 59-token prompt leaves of llama-tiny's 64.
+  std::string ids = "1";
+  for (int i = 1; i < 59; ++i) ids += ", 1";
+  CHECK(ok(R"({"model": "llama-tiny", "prompt": [1, 2, 3]})").max_tokens == 16);
+  CHECK(ok(R"({"model": "llama-tiny", "prompt": [)" + ids + "]}").max_tokens == 5);
+  // Named, it is what the client asked, and refused past the window.
+  CHECK(error_of(R"({"model": "llama-tiny", "max_tokens": 6, "prompt": [)" + ids + "]}").param == "max_tokens");
+  // A prompt that fills the window is refused either way, naming the prompt.
+  std::string full = ids;
+  for (int i = 59; i < 64; ++i) full += ", 1";
+  CHECK(error_of(R"({"model": "llama-tiny", "prompt": [)" + full + "]}").param == "prompt");
+  CHECK(default_max_tokens(true, 10, 0) == 16);
+  CHECK(default_max_tokens(false, 10, 12) == 2);
+  CHECK(default_max_tokens(true, 12, 12) == 1);
+}
+
+TEST_CASE("api: a chat's text parts are joined with a newline between", "[serving][api]") {
+  auto ms = models();
+  ms[1].request_tokens_max = 0;
+  std::string seen;
+  ms[1].chat_template = [&seen](const json& messages) -> Result<std::string> {
+    seen = messages.back()["content"].get<std::string>();
+    return std::string("ab");
+  };
+  auto r = parse_chat(
+      R"({"model": "texty", "max_tokens": 1, "messages": [{"role": "user", "content": [{"type": "text", "text": "ab"}, {"type": "text", "text": "cd"}]}]})",
+      ms);
+  REQUIRE(std::holds_alternative<CompletionRequest>(r));
+  CHECK(seen == "ab\ncd");
+}
+
 TEST_CASE("api: text goes through the model's tokenizer, and back", "[serving][api]") {
   const auto r = ok(R"({"model": "texty", "prompt": "bad", "max_tokens": 3})");
   CHECK(r.model == 1);
