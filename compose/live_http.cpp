@@ -216,11 +216,24 @@ Status HttpFront::start(LiveSession& session) {
       if (m.offline.empty())
         return serving::ApiError{.message = "model '" + m.name + "' has no offline tenant in the served policy"};
       // In turn, among those whose KV budget holds the line.
-      const std::int64_t total = static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens;
-      std::size_t k = 0;
-      while (k < m.offline.size() &&
-             !serving::ServedModel::holds(m.offline_tokens_max, (next_offline_ + k) % m.offline.size(), total))
-        ++k;
+      const auto prompt = static_cast<std::int64_t>(r.prompt.size());
+      auto first_holding = [&] {
+        std::size_t k = 0;
+        while (k < m.offline.size() &&
+               !serving::ServedModel::holds(m.offline_tokens_max, (next_offline_ + k) % m.offline.size(),
+                                            prompt + r.max_tokens))
+          ++k;
+        return k;
+      };
+      std::size_t k = first_holding();
+      // A default max_tokens none holds: the room the largest budget leaves.
+      if (k == m.offline.size() && !r.max_tokens_given && !m.offline_tokens_max.empty()) {
+        const std::int64_t budget = *std::max_element(m.offline_tokens_max.begin(), m.offline_tokens_max.end());
+        if (budget > prompt) {
+          r.max_tokens = serving::default_max_tokens(false, prompt, budget);
+          k = first_holding();
+        }
+      }
       if (k == m.offline.size())
         return serving::ApiError{.message = "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" +
                                             std::to_string(r.max_tokens) +

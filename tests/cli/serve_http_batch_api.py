@@ -185,5 +185,18 @@ try:
     check(False, "a deleted file is 404", srv)
 except openai.NotFoundError:
     print("ok: a deleted file is 404")
+
+# ---- a batch line without max_tokens takes what the offline budget leaves ----
+# 'batch' holds 70 tokens a request: a 60-token prompt gets 10, not 16 (it
+# was refused: 60 + 16 > 70).
+line = json.dumps({"custom_id": "room", "method": "POST", "url": "/v1/completions",
+                   "body": {"model": "llama-tiny", "prompt": list(range(1, 61)), "ignore_eos": True}})
+f3 = client.files.create(file=("room.jsonl", io.BytesIO(line.encode())), purpose="batch")
+b3 = client.batches.create(input_file_id=f3.id, endpoint="/v1/completions", completion_window="24h")
+b3 = wait_batch(lambda: client.batches.retrieve(b3.id), lambda x: x.status in ("completed", "failed"), "ended")
+out = [json.loads(x) for x in client.files.content(b3.output_file_id).text.splitlines()] if b3.output_file_id else []
+check(b3.status == "completed" and len(out) == 1 and out[0]["response"]["body"]["usage"]["completion_tokens"] == 10,
+      "a 60-token line without max_tokens under a 70-token budget: 10 tokens (%s, %s)"
+      % (b3.status, out[0]["response"]["body"]["usage"] if out else "no output"), srv)
 check(srv.stop() == 0, "SIGTERM drains and exits 0", srv)
-print("ok: priority, vLLM metrics, batch cancel/expiry/list/metadata, files list/delete")
+print("ok: priority, vLLM metrics, batch cancel/expiry/list/metadata, files list/delete, default max_tokens")
