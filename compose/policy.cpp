@@ -108,10 +108,11 @@ Status build_tenants(const ExperimentConfig& cfg, const BuildOptions& opt, Polic
     const ModelConfig& mc = model_of(cfg, tc);
     const auto model_index = static_cast<std::size_t>(&mc - cfg.models.data());
     const std::int64_t ctx_window = p.models.of(p.tmpls[model_index])->context_window();
+    // (Those past the window are not replayed: neither refused nor counted.)
     std::size_t truncated = 0;
     for (std::size_t i = 0; i < stream.requests.size(); ++i) {
       Request& r = stream.requests[i];
-      if (r.input_tokens + r.output_tokens <= ctx_window) continue;
+      if (r.input_tokens + r.output_tokens <= ctx_window || (window > 0 && r.arrival_s >= window)) continue;
       if (!mc.truncate_overflow) return over_window(cfg, tc, mc, i, r, ctx_window);
       r.output_tokens = std::min<std::int64_t>(r.output_tokens, ctx_window - 1);
       r.input_tokens = ctx_window - r.output_tokens;
