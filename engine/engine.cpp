@@ -391,7 +391,10 @@ Result<bool> Engine::fail_out_of_memory(Nanos now, OomFail which) {
                             : d.reason.empty() ? "out of memory: its iteration fits the HBM of none of its " +
                                                      std::to_string(d.candidates) + " candidate placement(s)"
                                                : "out of memory: " + d.reason;
-    if (auto f = fail_as_oom(d, why, now, which == OomFail::kAny); !f.ok() || f.value()) return f;
+    // One that can never fit fails now even stuck part way (its first
+    // operators ran, cut to one at a time): it waited for every other
+    // accelerator to go idle, counted as unfinished meanwhile.
+    if (auto f = fail_as_oom(d, why, now, which == OomFail::kAny || d.never); !f.ok() || f.value()) return f;
   }
   return false;
 }

@@ -1,0 +1,36 @@
+# tests/cli/never_fits_started.toml: every request of `off` fails out of
+# memory in the window, within a second of its arrival, though `on` keeps
+# the other GPU busy throughout.
+execute_process(COMMAND ${SLICESCHED} simulate ${CONFIG} --out ${OUT}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc STREQUAL "0")
+  message(FATAL_ERROR "simulate failed (${rc}): ${out}${err}")
+endif()
+file(READ ${OUT}/summary.json j)
+string(JSON failed GET "${j}" policies Static requests_failed)
+string(JSON oom GET "${j}" policies Static memory oom_failed_requests)
+file(STRINGS ${OUT}/requests_static.csv rows REGEX ",off,")
+set(late 0)
+foreach(row IN LISTS rows)
+  string(REPLACE "," ";" f "${row}")
+  list(GET f 2 arrival)
+  list(GET f 7 done)
+  if(done STREQUAL "")
+    math(EXPR late "${late} + 1")
+  else()
+    # (CMake's math is integer only: compare in microseconds)
+    string(REGEX REPLACE "\\..*" "" a "${arrival}")
+    string(REGEX REPLACE "\\..*" "" d "${done}")
+    math(EXPR wait "${d} - ${a}")
+    if(wait GREATER 1)
+      math(EXPR late "${late} + 1")
+    endif()
+  endif()
+endforeach()
+list(LENGTH rows n)
+if(NOT failed EQUAL 5 OR NOT oom EQUAL 5 OR NOT late EQUAL 0 OR NOT n EQUAL 5)
+  message(FATAL_ERROR "Static: ${failed} requests failed (${oom} out of memory) and ${late} of ${n} of `off` "
+                      "unfinished or failed more than a second after arriving; expected all 5 failed out of memory "
+                      "at once (0 failed and 5 unfinished when a started iteration waited for the other GPU to idle)")
+endif()
+message(STATUS "Static: all ${failed} requests of `off` failed out of memory at once")
