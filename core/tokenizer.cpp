@@ -26,13 +26,17 @@ std::string piece_bytes(std::string_view piece) {
   return out;
 }
 
-Result<std::vector<std::int64_t>> ModelTokenizer::encode_prompt(std::string_view text) const {
-  if (!tokenizer) return FailedPrecondition(absent);
+std::vector<std::int64_t> Tokenizer::encode_prompt(std::string_view text) const {
   std::vector<std::int64_t> ids;
-  if (tokenizer->bos_id() >= 0) ids.push_back(tokenizer->bos_id());
-  const std::vector<std::int64_t> body = tokenizer->encode(text);
+  if (bos_id() >= 0) ids.push_back(bos_id());
+  const std::vector<std::int64_t> body = encode(text);
   ids.insert(ids.end(), body.begin(), body.end());
   return ids;
+}
+
+Result<std::vector<std::int64_t>> ModelTokenizer::encode_prompt(std::string_view text) const {
+  if (!tokenizer) return FailedPrecondition(absent);
+  return tokenizer->encode_prompt(text);
 }
 
 Result<std::vector<std::int64_t>> ModelTokenizer::encode(std::string_view text) const {

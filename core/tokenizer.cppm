@@ -37,6 +37,11 @@ class Tokenizer {
     const std::int64_t one[] = {id};
     return decode(one);
   }
+  // A text prompt's ids as the model's own tokenizer makes them by default
+  // (Hugging Face's add_special_tokens=True, which vLLM's completions use):
+  // BOS first only where the tokenizer adds one. Same threading and
+  // failure as encode. Default: bos_id() (if any), then encode().
+  virtual std::vector<std::int64_t> encode_prompt(std::string_view text) const;
   virtual std::int64_t vocab_size() const = 0;
   virtual std::int64_t bos_id() const = 0;  // -1: none
   virtual std::int64_t eos_id() const = 0;  // -1: none
@@ -56,10 +61,10 @@ struct ModelTokenizer {
   std::shared_ptr<const Tokenizer> tokenizer;  // null: none
   std::string absent;                          // when null: one line saying why and what to do
   bool has_text() const { return tokenizer != nullptr; }
-  // A text prompt's ids with the tokenizer's BOS first, as Hugging Face's
-  // tokenizers do by default for these models (vLLM too), so text and the
-  // same ids sent as a list give the same tokens. FailedPrecondition(absent)
-  // without a tokenizer.
+  // A text prompt's ids as its tokenizer makes them by default
+  // (Tokenizer::encode_prompt: BOS first where it adds one, as Hugging
+  // Face's and vLLM's), so text and the same ids sent as a list give the
+  // same tokens. FailedPrecondition(absent) without a tokenizer.
   Result<std::vector<std::int64_t>> encode_prompt(std::string_view text) const;
   // The ids of `text` alone (a chat template's text names its special
   // tokens itself). FailedPrecondition(absent) without a tokenizer.

@@ -232,14 +232,17 @@ bool byte_level_decoder(const nlohmann::json& d) {
 class HfTokenizer final : public Tokenizer {
  public:
   // Takes the references; called with the GIL held.
-  HfTokenizer(std::string path, PyObject* tok, std::int64_t vocab, std::int64_t bos, std::int64_t eos)
-      : path_(std::move(path)), tok_(tok), vocab_(vocab), bos_(bos), eos_(eos) {
+  // `add_bos`: tokenizer_config.json's add_bos_token (-1: absent).
+  HfTokenizer(std::string path, PyObject* tok, std::int64_t vocab, std::int64_t bos, std::int64_t eos, int add_bos)
+      : path_(std::move(path)), tok_(tok), vocab_(vocab), bos_(bos), eos_(eos), add_bos_(add_bos) {
     encode_kw_.reset(Py_BuildValue("{s:O}", "add_special_tokens", Py_False));
+    prompt_kw_.reset(Py_BuildValue("{s:O}", "add_special_tokens", Py_True));
     decode_kw_.reset(Py_BuildValue("{s:O}", "skip_special_tokens", Py_False));
     encode_.reset(PyObject_GetAttrString(tok_.get(), "encode"));
     decode_.reset(PyObject_GetAttrString(tok_.get(), "decode"));
     id_to_token_.reset(PyObject_GetAttrString(tok_.get(), "id_to_token"));
-    if (!encode_kw_ || !decode_kw_ || !encode_ || !decode_ || !id_to_token_) throw std::runtime_error(python_error());
+    if (!encode_kw_ || !prompt_kw_ || !decode_kw_ || !encode_ || !decode_ || !id_to_token_)
+      throw std::runtime_error(python_error());
     // Its decoder, from the file's own JSON: how a piece spells its bytes.
     Ref json(PyObject_CallMethod(tok_.get(), "to_str", nullptr));
     const char* text = json ? PyUnicode_AsUTF8(json.get()) : nullptr;
@@ -250,16 +253,30 @@ class HfTokenizer final : public Tokenizer {
 
   ~HfTokenizer() override {
     Gil gil;
-    encode_.reset(), decode_.reset(), id_to_token_.reset(), encode_kw_.reset(), decode_kw_.reset(), tok_.reset();
+    encode_.reset(), decode_.reset(), id_to_token_.reset(), encode_kw_.reset(), prompt_kw_.reset(), decode_kw_.reset(),
+        tok_.reset();
   }
 
-  std::vector<std::int64_t> encode(std::string_view text) const override {
+  std::vector<std::int64_t> encode(std::string_view text) const override { return encode_with(text, encode_kw_); }
+
+  // What the file's post-processor adds (transformers' default for a
+  // PreTrainedTokenizerFast), BOS then as add_bos_token says where the
+  // config sets it (as LlamaTokenizerFast rebuilds its post-processor).
+  std::vector<std::int64_t> encode_prompt(std::string_view text) const override {
+    std::vector<std::int64_t> ids = encode_with(text, prompt_kw_);
+    const bool has_bos = bos_ >= 0 && !ids.empty() && ids.front() == bos_;
+    if (add_bos_ == 1 && bos_ >= 0 && !has_bos) ids.insert(ids.begin(), bos_);
+    if (add_bos_ == 0 && has_bos) ids.erase(ids.begin());
+    return ids;
+  }
+
+  std::vector<std::int64_t> encode_with(std::string_view text, const Ref& kw) const {
     Gil gil;
     // "replace": bytes that are not UTF-8 become U+FFFD, which a byte-level
     // model spells and others map to their unknown token.
     Ref str(PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace"));
     Ref args(str ? PyTuple_Pack(1, str.get()) : nullptr);
-    Ref enc(args ? PyObject_Call(encode_.get(), args.get(), encode_kw_.get()) : nullptr);
+    Ref enc(args ? PyObject_Call(encode_.get(), args.get(), kw.get()) : nullptr);
     Ref ids(enc ? PyObject_GetAttrString(enc.get(), "ids") : nullptr);
     Ref seq(ids ? PySequence_Fast(ids.get(), "Encoding.ids is not a sequence") : nullptr);
     if (!seq) throw std::runtime_error(path_ + ": encode: " + python_error());
@@ -332,8 +349,9 @@ class HfTokenizer final : public Tokenizer {
 
  private:
   std::string path_;
-  Ref tok_, encode_, decode_, id_to_token_, encode_kw_, decode_kw_;
+  Ref tok_, encode_, decode_, id_to_token_, encode_kw_, prompt_kw_, decode_kw_;
   std::int64_t vocab_, bos_, eos_;
+  int add_bos_;
   bool byte_level_ = false;
 };
 
@@ -355,6 +373,7 @@ Result<std::shared_ptr<const Tokenizer>> load_hf_tokenizer(const std::string& fi
   // tokenizer_config.json beside it, and so do we (before starting Python,
   // so a bad config costs nothing).
   std::string specials[2];
+  int add_bos = -1;  // (absent: what the post-processor adds)
   const fs::path config_file = fs::path(file).parent_path() / "tokenizer_config.json";
   std::error_code ec;
   if (fs::exists(config_file, ec)) {
@@ -371,6 +390,11 @@ Result<std::shared_ptr<const Tokenizer>> load_hf_tokenizer(const std::string& fi
       auto s = special_token(config, keys[i], config_file.string());
       if (!s.ok()) return s.status();
       specials[i] = std::move(s).value();
+    }
+    if (const auto a = config.find("add_bos_token"); a != config.end() && !a->is_null()) {
+      if (!a->is_boolean())
+        return InvalidArgument(config_file.string() + ": add_bos_token: expected true or false, got " + a->dump());
+      add_bos = a->get<bool>() ? 1 : 0;
     }
   }
 
@@ -396,7 +420,8 @@ Result<std::shared_ptr<const Tokenizer>> load_hf_tokenizer(const std::string& fi
     if (ids[i] == -1 && PyErr_Occurred()) return InvalidArgument(file + ": token_to_id: " + python_error());
   }
   try {
-    return std::shared_ptr<const Tokenizer>(std::make_shared<HfTokenizer>(file, tok.release(), vocab, ids[0], ids[1]));
+    return std::shared_ptr<const Tokenizer>(
+        std::make_shared<HfTokenizer>(file, tok.release(), vocab, ids[0], ids[1], add_bos));
   } catch (const std::exception& e) {
     return Internal(file + ": " + e.what());
   }

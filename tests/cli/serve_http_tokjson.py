@@ -3,8 +3,9 @@ checkpoint (ctest fixture tiny_checkpoint) gets a byte-level BPE
 tokenizer.json and tokenizer_config.json trained here by Python's
 `tokenizers` (tests/tokenizer/make_tokenizer_json.py), no tokenizer.model,
 and `serve --listen` takes text through the openai client. The prompt's
-ids are as many as Python's tokenizers' after the BOS tokenizer_config.json
-names, the same prompt sent as ids gives the same tokens, and the reply's
+ids are transformers' (PreTrainedTokenizerFast: no BOS, as the tokenizer.json adds
+none though tokenizer_config.json names one; it was always added), the same
+prompt sent as ids gives the same tokens, and the reply's
 text is Python's decode of those tokens. (The tiny model's random weights
 mostly repeat one token whatever the prompt, so the ids themselves are
 compared with Python's in ctest tokenizer_json, on the same C++ encode.)
@@ -35,18 +36,23 @@ vocab = tok.get_vocab_size(with_added_tokens=True)
 bos = tok.token_to_id("<s>")
 
 prompt = "the scheduler places tokens, naïve café"
-ids = [bos] + tok.encode(prompt, add_special_tokens=False).ids
+# (tokenizer_config.json's tokenizer_class, built as transformers builds it)
+from transformers import PreTrainedTokenizerFast  # noqa: E402
+ids = PreTrainedTokenizerFast(tokenizer_file=os.path.join(ckpt, "tokenizer.json"), bos_token="<s>",
+                              eos_token="</s>")(prompt).input_ids
+check(ids == tok.encode(prompt, add_special_tokens=False).ids and bos not in ids,
+      "transformers adds no BOS to this tokenizer's prompts", None)
 
 srv = Server(slicesched, os.path.join(ckpt, "serve.toml"))
 client = openai.OpenAI(base_url=srv.url + "/v1", api_key="none")
 r = client.completions.create(model="tiny-qwen", prompt=prompt, max_tokens=24)
 check(r.usage.prompt_tokens == len(ids),
-      "the text prompt is BOS + tokenizers' %d ids (usage says %d)" % (len(ids) - 1, r.usage.prompt_tokens), srv)
+      "the text prompt is transformers' %d ids (usage says %d)" % (len(ids), r.usage.prompt_tokens), srv)
 tokens = r.choices[0].model_extra["token_ids"]
 check(len(tokens) == 24, "24 tokens generated", srv)
 by_ids = client.completions.create(model="tiny-qwen", prompt=ids, max_tokens=24)
 check(by_ids.choices[0].model_extra["token_ids"] == tokens,
-      "the same prompt as tokenizers' ids (BOS first) gives the same tokens", srv)
+      "the same prompt as transformers' ids gives the same tokens", srv)
 known = [t for t in tokens if t < vocab]
 want = tok.decode(known, skip_special_tokens=False)
 check(len(known) >= 8 and r.choices[0].text and r.choices[0].text == want,

@@ -14,7 +14,7 @@ import os
 import random
 import sys
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
@@ -50,6 +50,32 @@ expected = {
 expected["cases"].append({"decode_ids": [expected["bos_id"]] + expected["cases"][0]["ids"] + [expected["eos_id"]],
                           "text": tok.decode([expected["bos_id"]] + expected["cases"][0]["ids"] + [expected["eos_id"]],
                                              skip_special_tokens=False)})
+# A text prompt's ids (add_special_tokens=True, what transformers and vLLM
+# send): this file has no post-processor, so no BOS though the config names
+# one. Variants in subfolders: BOS from add_bos_token in the config; from a
+# post-processor (Llama-3's way); and a post-processor's BOS that the
+# config's add_bos_token false takes away (LlamaTokenizerFast's rebuild).
+prompt = texts[2]
+expected["prompt_text"] = prompt
+expected["prompts"] = {"": tok.encode(prompt).ids}
+with_bos = Tokenizer.from_str(tok.to_str())
+with_bos.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", expected["bos_id"])])
+variants = {"bos_config": (tok, True), "bos_post": (with_bos, None), "bos_off": (with_bos, False)}
+for name, (t, add_bos) in variants.items():
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    t.save(os.path.join(d, "tokenizer.json"))
+    config = {"bos_token": "<s>", "eos_token": "</s>", "tokenizer_class": "LlamaTokenizerFast"}
+    if add_bos is not None:
+        config["add_bos_token"] = add_bos
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f)
+    ids = t.encode(prompt).ids
+    if add_bos is True and ids[:1] != [expected["bos_id"]]:
+        ids = [expected["bos_id"]] + ids
+    if add_bos is False and ids[:1] == [expected["bos_id"]]:
+        ids = ids[1:]
+    expected["prompts"][name] = ids
 with open(os.path.join(out, "expected.json"), "w") as f:
     json.dump(expected, f, ensure_ascii=False)
 print("wrote %s/tokenizer.json (%d ids)" % (out, expected["vocab_size"]))

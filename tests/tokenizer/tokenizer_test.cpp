@@ -240,6 +240,21 @@ TEST_CASE("a tokenizer.json encodes and decodes as Python's tokenizers does", "[
     }
   }
   CHECK(encoded == 4);
+  // A text prompt gets BOS only where the tokenizer adds one: its
+  // post-processor, or add_bos_token in its config (found by an outside
+  // probe: BOS was always added, so a checkpoint that names a bos_token but
+  // does not add it served another prompt than transformers and vLLM).
+  const std::string prompt = want["prompt_text"].get<std::string>();
+  for (const auto& [variant, ids] : want["prompts"].items()) {
+    INFO(variant);
+    auto v = load_tokenizer(json_dir() + (variant.empty() ? "" : "/" + variant) + "/tokenizer.json");
+    REQUIRE(v.ok());
+    CHECK(v.value()->encode_prompt(prompt) == ids.get<std::vector<std::int64_t>>());
+  }
+  CHECK(want["prompts"][""].get<std::vector<std::int64_t>>().front() != t.bos_id());
+  CHECK(want["prompts"]["bos_config"].get<std::vector<std::int64_t>>().front() == t.bos_id());
+  CHECK(want["prompts"]["bos_post"].get<std::vector<std::int64_t>>().front() == t.bos_id());
+  CHECK(want["prompts"]["bos_off"].get<std::vector<std::int64_t>>().front() != t.bos_id());
   const std::vector<std::int64_t> bad = {1, t.vocab_size()};
   CHECK_THROWS_AS(t.decode(bad), std::out_of_range);
   CHECK_THROWS_WITH(t.decode(bad), Catch::Contains("token id " + std::to_string(t.vocab_size()) + " is outside"));
