@@ -237,7 +237,10 @@ class HfTokenizer final : public Tokenizer {
       : path_(std::move(path)), tok_(tok), vocab_(vocab), bos_(bos), eos_(eos), add_bos_(add_bos) {
     encode_kw_.reset(Py_BuildValue("{s:O}", "add_special_tokens", Py_False));
     prompt_kw_.reset(Py_BuildValue("{s:O}", "add_special_tokens", Py_True));
-    decode_kw_.reset(Py_BuildValue("{s:O}", "skip_special_tokens", Py_False));
+    // Special tokens (BOS, EOS, chat markers) are not in a reply's text: vLLM's
+    // default (skip_special_tokens), and what sentencepiece does with its
+    // control pieces.
+    decode_kw_.reset(Py_BuildValue("{s:O}", "skip_special_tokens", Py_True));
     encode_.reset(PyObject_GetAttrString(tok_.get(), "encode"));
     decode_.reset(PyObject_GetAttrString(tok_.get(), "decode"));
     id_to_token_.reset(PyObject_GetAttrString(tok_.get(), "id_to_token"));

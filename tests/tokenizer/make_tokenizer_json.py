@@ -49,7 +49,7 @@ expected = {
 }
 expected["cases"].append({"decode_ids": [expected["bos_id"]] + expected["cases"][0]["ids"] + [expected["eos_id"]],
                           "text": tok.decode([expected["bos_id"]] + expected["cases"][0]["ids"] + [expected["eos_id"]],
-                                             skip_special_tokens=False)})
+                                             skip_special_tokens=True)})
 # A text prompt's ids (add_special_tokens=True, what transformers and vLLM
 # send): this file has no post-processor, so no BOS though the config names
 # one. Variants in subfolders: BOS from add_bos_token in the config; from a

@@ -235,11 +235,14 @@ TEST_CASE("a tokenizer.json encodes and decodes as Python's tokenizers does", "[
       CHECK(t.decode(ids) == text);  // byte-level BPE round-trips, non-ASCII too
       ++encoded;
     } else {
-      // Special tokens are kept in the text (skip_special_tokens=False).
+      // Special tokens are not in the text (skip_special_tokens=True, vLLM's
+      // default; they were kept: an outside probe found "<s>" in a reply).
       CHECK(t.decode(c["decode_ids"].get<std::vector<std::int64_t>>()) == text);
     }
   }
   CHECK(encoded == 4);
+  const std::vector<std::int64_t> specials = {t.bos_id(), t.eos_id()};
+  CHECK(t.decode(specials).empty());
   // A text prompt gets BOS only where the tokenizer adds one: its
   // post-processor, or add_bos_token in its config (found by an outside
   // probe: BOS was always added, so a checkpoint that names a bos_token but
