@@ -715,6 +715,16 @@ void HttpServer::Impl::routes() {
                                                      "expected none on this method",
                              .param = "Content-Length",
                              .code = "bad_http_request"});
+    // Both a length and a transfer coding: a proxy in front may have taken
+    // either, and what it forwards after the body is then read as another
+    // request (smuggled). RFC 9112 6.1: the connection must close after it;
+    // refused, and closed unread.
+    if (req.has_header("Content-Length") && req.has_header("Transfer-Encoding"))
+      return refuse(rejected_bad,
+                    ApiError{.message = "Content-Length and Transfer-Encoding together: the request states its "
+                                        "length twice; send one",
+                             .param = "Transfer-Encoding",
+                             .code = "bad_http_request"});
     // Two lengths that disagree (which one a proxy took is unknowable).
     if (const std::size_t n = req.get_header_value_count("Content-Length"); n > 1)
       for (std::size_t i = 1; i < n; ++i)

@@ -129,6 +129,22 @@ def main():  # noqa: C901
     head, _, body = resp.partition(b"\r\n\r\n")
     check(not resp or (head.startswith(b"HTTP/1.1 200") and b'"token_ids"' in body),
           f"a half-closed client gets nothing or a whole reply, not {resp[:120]!r}", srv)
+    # Content-Length and Transfer-Encoding together, and a second request
+    # behind: one answer, then the connection closes (RFC 9112 6.1), never
+    # an answer to what rode in the body (an outside probe got a 200 for it).
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+              b"0\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    resp = b""
+    try:
+        while chunk := s.recv(65536):
+            resp += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    s.close()
+    check(resp.startswith(b"HTTP/1.1 400") and resp.count(b"HTTP/1.1 ") == 1,
+          f"a smuggled request behind Content-Length + Transfer-Encoding is not answered ({resp.count(b'HTTP/1.1 ')} "
+          f"answers: {resp[:80]!r})", srv)
     status, _, body = srv.get("/v1/models")
     check(status == 200 and json.loads(body)["data"][0]["id"] == "llama-tiny",
           "the server still answers after every bad input", srv)
