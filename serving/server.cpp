@@ -1235,12 +1235,18 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
               send(last);
             }
           } else {
-            send(final_chunk_body(id, created, model.name, prompt_tokens, static_cast<std::int64_t>(sent), finish));
+            // The finish event carries the usage, unless include_usage
+            // asked for it in an event of its own: then once, there (a
+            // client adding up every event's usage counted it twice).
+            json f = final_chunk_body(id, created, model.name, prompt_tokens, static_cast<std::int64_t>(sent), finish);
             if (usage_chunk) {
-              json u =
-                  final_chunk_body(id, created, model.name, prompt_tokens, static_cast<std::int64_t>(sent), finish);
+              json u = f;
+              if (!every_usage) f["usage"] = nullptr;  // (continuous: every event has it)
+              send(f);
               u["choices"] = json::array();
               send(u);
+            } else {
+              send(f);
             }
           }
         }

@@ -55,6 +55,17 @@ check(len(token_events) == 6 and all(len(c["choices"][0]["token_ids"]) == 1 for 
       "one event per token (6)", srv)
 check(chunks[-1]["choices"][0]["finish_reason"] == "length" and chunks[-1]["usage"]["completion_tokens"] == 6,
       "the last event has finish_reason and usage", srv)
+# With include_usage, the usage is said once, in its own event (OpenAI's):
+# it was in the finish event too, and a client that adds up the usage of
+# every event counted it twice (an outside probe).
+code, body = curl("-N", srv.url + "/v1/completions", "-H", "Content-Type: application/json", "-d",
+                  '{"model": "llama-tiny", "prompt": [5, 6], "max_tokens": 6, "stream": true, '
+                  '"stream_options": {"include_usage": true}}')
+chunks = [json.loads(e[len("data: "):]) for e in body.strip().split("\n\n")[:-1]]
+said = [c for c in chunks if c.get("usage")]
+check(code == 200 and len(said) == 1 and said[0]["choices"] == [] and said[0]["usage"]["completion_tokens"] == 6
+      and chunks[-2]["choices"][0]["finish_reason"] == "length",
+      "include_usage: the usage once, in the last event, with no choices (%d events with usage)" % len(said), srv)
 
 # Bad requests: one-line OpenAI-style errors.
 for body, want_code, want in [
