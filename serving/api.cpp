@@ -151,22 +151,28 @@ std::optional<ApiError> parse_common(const json& body, const ServedModel& m, boo
   const std::int64_t total = r.max_tokens > std::numeric_limits<std::int64_t>::max() - prompt
                                  ? std::numeric_limits<std::int64_t>::max()
                                  : prompt + r.max_tokens;
+  // Named for what must change: the prompt where it leaves no room for one
+  // token, else max_tokens; a max_tokens the client did not send is not
+  // named at all.
+  const std::string where = chat ? "messages" : "prompt";
+  auto over = [&](std::int64_t bound, const std::string& what) {
+    const bool prompt_alone = prompt >= bound;
+    return bad(prompt_alone ? where : "max_tokens",
+               !r.max_tokens_given
+                   ? "prompt (" + std::to_string(prompt) + " tokens) leaves no room for output in " + what
+                   : "prompt (" + std::to_string(prompt) + " tokens) + max_tokens (" + std::to_string(r.max_tokens) +
+                         ") exceeds " + what);
+  };
   if (m.context_window > 0 && total > m.context_window) {
-    // Named for what must change: the prompt where it leaves no room for
-    // one token, else max_tokens (OpenAI's code either way).
-    const bool prompt_alone = static_cast<std::int64_t>(r.prompt.size()) >= m.context_window;
-    ApiError e =
-        bad(prompt_alone ? (chat ? "messages" : "prompt") : "max_tokens",
-            "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" + std::to_string(r.max_tokens) +
-                ") exceeds model '" + m.name + "''s context window of " + std::to_string(m.context_window) + " tokens");
-    e.code = "context_length_exceeded";
+    ApiError e = over(m.context_window,
+                      "model '" + m.name + "''s context window of " + std::to_string(m.context_window) + " tokens");
+    e.code = "context_length_exceeded";  // (OpenAI's code either way)
     return e;
   }
   if (m.request_tokens_max > 0 && total > m.request_tokens_max)
-    return bad("max_tokens", "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" +
-                                 std::to_string(r.max_tokens) + ") exceeds the " +
-                                 std::to_string(m.request_tokens_max) +
-                                 " tokens one request may hold on this server (its tenants' kv_budget_tokens)");
+    return over(m.request_tokens_max, "the " + std::to_string(m.request_tokens_max) +
+                                          " tokens one request may hold on this server (its tenants' "
+                                          "kv_budget_tokens)");
   if (const auto s = body.find("stream"); s != body.end() && !s->is_null()) {
     if (!s->is_boolean()) return bad("stream", "stream: expected true or false, got " + brief(*s));
     r.stream = s->get<bool>();

@@ -1057,14 +1057,19 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                                                 std::to_string(r.gen.priority) + " (its online tenants take " + ranges +
                                                 ": [[tenants]] request_priorities)",
                                      .param = "priority"});
-  if (!model.online.empty() && takers.empty())
+  if (!model.online.empty() && takers.empty()) {
+    // (As parse_common: a max_tokens the client did not send is not named.)
+    const std::string what = "what the tenants of model '" + model.name + "' that take priority " +
+                             std::to_string(r.gen.priority) + " may hold (their kv_budget_tokens)";
+    const bool prompt_alone = budget_max > 0 && prompt >= budget_max;
     return reply_error(
         res, ApiError{.status = 400,
-                      .message = "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" +
-                                 std::to_string(r.max_tokens) + ") exceeds what the tenants of model '" + model.name +
-                                 "' that take priority " + std::to_string(r.gen.priority) +
-                                 " may hold (their kv_budget_tokens)",
-                      .param = "max_tokens"});
+                      .message = !r.max_tokens_given ? "prompt (" + std::to_string(prompt) +
+                                                           " tokens) leaves no room for output in " + what
+                                                     : "prompt (" + std::to_string(prompt) + " tokens) + max_tokens (" +
+                                                           std::to_string(r.max_tokens) + ") exceeds " + what,
+                      .param = prompt_alone ? (chat ? "messages" : "prompt") : "max_tokens"});
+  }
   const int tenant = HttpServer::pick_tenant(takers, loads);
   if (tenant < 0)
     return reply_error(res,

@@ -107,6 +107,15 @@ fit = client.completions.create(model="llama-tiny", prompt=list(range(1, 21)),
 check(fit.usage.completion_tokens == 4 and fit.choices[0].finish_reason == "length",
       "20 tokens and no max_tokens at priority -5: the 4 urgent's budget leaves (%d, %s)"
       % (fit.usage.completion_tokens, fit.choices[0].finish_reason), srv)
+# A prompt that fills that budget alone: refused naming the prompt, not a
+# max_tokens the client never sent.
+try:
+    client.completions.create(model="llama-tiny", prompt=list(range(1, 25)), extra_body={"priority": -5})
+    check(False, "a prompt that fills every budget of its priority is refused", srv)
+except openai.BadRequestError as e:
+    check(e.body["param"] == "prompt" and "leaves no room for output" in e.body["message"]
+          and "max_tokens" not in e.body["message"],
+          "24 tokens and no max_tokens at priority -5: 400 naming the prompt (%s)" % e.body["message"], srv)
 
 # ---- an upload with several bad lines names every one ----
 bad = "\n".join([

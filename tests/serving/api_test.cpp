@@ -385,7 +385,11 @@ TEST_CASE("api: without max_tokens a chat fills the room left, a completion take
   // A prompt that fills the window is refused either way, naming the prompt.
   std::string full = ids;
   for (int i = 59; i < 64; ++i) full += ", 1";
-  CHECK(error_of(R"({"model": "llama-tiny", "prompt": [)" + full + "]}").param == "prompt");
+  const ApiError no_room = error_of(R"({"model": "llama-tiny", "prompt": [)" + full + "]}");
+  CHECK(no_room.param == "prompt");
+  // (naming no max_tokens the client did not send; it said "+ max_tokens (16)")
+  CHECK(no_room.message ==
+        "prompt (64 tokens) leaves no room for output in model 'llama-tiny''s context window of 64 tokens");
   CHECK(default_max_tokens(true, 10, 0) == 16);
   CHECK(default_max_tokens(false, 10, 12) == 2);
   CHECK(default_max_tokens(true, 12, 12) == 1);
