@@ -230,7 +230,6 @@ int sweep(const SweepOptions& opt) {
   const auto opened = value_or_fail(open_experiment(opt.config, {.prior = false}));
   const ExperimentConfig* const base = &opened->cfg;
   const PluginRegistries& plugins = opened->plugins;
-  const bool made_out = check_out(opt.out);
 
   const auto grid = planning::expand(axes);
   // (a shard past the points would run nothing and write an empty table)
@@ -245,6 +244,8 @@ int sweep(const SweepOptions& opt) {
   std::vector<PreparedPoint> points;
   for (const auto& p : mine) points.push_back(prepare_point(opt.config, {}, p, axes, opt.policies, plugins));
   print_ground_truth(points, axes);
+  // (after the points: a bad one made an empty --out folder)
+  const bool made_out = check_out(opt.out);
 
   // Ctrl-C (SIGINT) or SIGTERM: the runs end at their next event and
   // nothing is written (rows cut short would look complete); an --out
@@ -323,9 +324,9 @@ int sweep_merge(const SweepMergeOptions& opt) {
     shards.push_back(std::move(t).value());
     names.push_back(path);
   }
-  check_out(opt.out);
   auto merged = planning::merge(std::move(shards), names);
   if (!merged.ok()) fail(merged.status().message());
+  check_out(opt.out);
   print_table(merged.value());
   const bool drawn = write_outputs(opt.out, merged.value(), false);
   std::printf("\nmerged %zu shard(s) into %s/sweep.csv, sweep.json and plots/%s\n", opt.dirs.size(), opt.out.c_str(),
