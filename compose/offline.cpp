@@ -208,8 +208,8 @@ std::string roofline_fallback_line(const std::vector<TruthPlayed>& played, const
       one_source = one_source && (source.empty() || source == p.source);
       source = p.source;
       per_type += (per_type.empty() ? "" : ", ") + p.source + " for " + p.type;
-    } else if (p.truth == "profile") {
-      profile = p.source;
+    } else if (p.truth == "profile" && p.tp == 1) {
+      profile = p.source;  // (a tp group's profile is not what a tp-1 type skipped)
     }
   }
   if (types.empty()) return "";

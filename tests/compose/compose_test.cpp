@@ -575,6 +575,16 @@ TEST_CASE("a profile that no type of the cluster plays is named in the fallback 
         "ground truth: A100 (A100-80GB) plays the roofline (datasheet peaks, efficiencies from "
         "roofline-fit-a100.toml), not the measured profile llmservingsim_H100_Llama-3.1-8B_tp1_layers.csv "
         "(ground_truth.layers_type names another type)");
+  // A tensor-parallel group that plays its own profile (layers_tp) is not
+  // the profile the A100 skipped: the line names the tp-1 one (an outside
+  // probe saw the tp-2 file named).
+  auto with_tp = p;
+  with_tp.push_back(TruthPlayed{.type = "H100/tp2",
+                                .datasheet = "H100-SXM",
+                                .truth = "profile",
+                                .source = "llmservingsim_H100_Llama-3.1-8B_tp2_layers.csv",
+                                .tp = 2});
+  CHECK(roofline_fallback_line(with_tp) == roofline_fallback_line(p));
 }
 
 TEST_CASE("a type named by its table's file plays what its name would", "[compose][ground_truth]") {
