@@ -216,11 +216,12 @@ class GuardedEstimator final : public Estimator {
                     std::to_string(dst));
     return s;
   }
+  // A failure it returns names it (it was told as the placement policy's).
   Status observe_op(OpKindId kind, AccelTypeId type, std::span<const double> features, double seconds) override {
-    return call(who_, use_, [&] { return inner_->observe_op(kind, type, features, seconds); });
+    return named(call(who_, use_, [&] { return inner_->observe_op(kind, type, features, seconds); }));
   }
   Status observe_transfer(AccelId src, AccelId dst, std::uint64_t bytes, double seconds) override {
-    return call(who_, use_, [&] { return inner_->observe_transfer(src, dst, bytes, seconds); });
+    return named(call(who_, use_, [&] { return inner_->observe_transfer(src, dst, bytes, seconds); }));
   }
   const EstimatorSet* linear() const override {
     return call(who_, nullptr, [&] { return inner_->linear(); });
@@ -230,6 +231,7 @@ class GuardedEstimator final : public Estimator {
   }
 
  private:
+  Status named(Status s) const { return s.ok() ? s : Status(s.code(), who_ + ": " + s.message()); }
   [[noreturn]] void refuse(double s, const std::string& what) const {
     char b[32];
     std::snprintf(b, sizeof b, "%g", s);

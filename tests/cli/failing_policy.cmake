@@ -54,6 +54,12 @@ elseif(MODE STREQUAL "estimator_huge")
   set(plugin "{plugin=\"huge-estimator\"}")
   set(extra "--set" "policies.Failing.placement={plugin=\"simulation-guided\"}")
   set(cause "policy 'Failing': estimator 'huge-estimator' predicted 1e\\+07 s for operator kind [0-9]+ on accelerator type [0-9]+ \\(expected seconds, from 0 to 1e6\\)")
+elseif(MODE STREQUAL "estimator_refuses")
+  # A failure its observe_op returns names the estimator (an outside probe
+  # saw it told as the placement policy's).
+  set(key "policies.Failing.estimator")
+  set(plugin "{plugin=\"refuses-observation\"}")
+  set(cause "policy 'Failing' \\(placement 'static'\\): estimator 'refuses-observation': observe_op\\(\\) refused on purpose")
 else()
   message(FATAL_ERROR "unknown MODE '${MODE}'")
 endif()

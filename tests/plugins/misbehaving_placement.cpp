@@ -126,6 +126,17 @@ class HugeEstimator final : public Estimator {
   Status observe_transfer(AccelId, AccelId, std::uint64_t, double) override { return Status::Ok(); }
 };
 
+// Predicts fine, but refuses what it is told: the failure names it.
+class RefusesObservation final : public Estimator {
+ public:
+  double predict_op(OpKindId, AccelTypeId, std::span<const double>) const override { return 1e-3; }
+  double predict_transfer(AccelId, AccelId, std::uint64_t) const override { return 1e-6; }
+  Status observe_op(OpKindId, AccelTypeId, std::span<const double>, double) override {
+    return FailedPrecondition("observe_op() refused on purpose");
+  }
+  Status observe_transfer(AccelId, AccelId, std::uint64_t, double) override { return Status::Ok(); }
+};
+
 class ThrowsSelect final : public TransferArbiter {
  public:
   void select(std::span<const TransferIntent>, std::span<const std::uint8_t>, std::span<const std::uint8_t>,
@@ -152,6 +163,7 @@ Status register_more(PluginRegistries& r) {
   for (Status s : {add<ThrowsInt>(r.placement, "throws-int"), add<InvalidPick>(r.placement, "invalid-pick"),
                    add<ThrowsCandidates>(r.partition, "throws-candidates"), add<ThrowsBind>(r.partition, "throws-bind"),
                    add<NanEstimator>(r.estimator, "nan-estimator"), add<HugeEstimator>(r.estimator, "huge-estimator"),
+                   add<RefusesObservation>(r.estimator, "refuses-observation"),
                    add<UnknownAccelerator>(r.partition, "unknown-accelerator"),
                    add<ThrowsSelect>(r.arbiter, "throws-select"), add<NeverStarts>(r.arbiter, "never-starts")})
     if (!s.ok()) return s;
