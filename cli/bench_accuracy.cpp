@@ -180,6 +180,12 @@ struct Mape {
 int bench_accuracy(const BenchAccuracyOptions& opt) {
   ExperimentConfig cfg = value_or_fail(load_config(opt.config));
   if (opt.time_scale) cfg.live.time_scale = *opt.time_scale;
+  // Its calibration runs in this process (calibrate refuses [[hosts]]: its
+  // copies between hosts would be fitted as in-process ones).
+  if (!cfg.hosts.empty())
+    fail_in(cfg.path,
+            "[[hosts]]: bench accuracy calibrates in this process, not on the config's executors; run it "
+            "with a config without [[hosts]]");
   {
     // What fails below is said of the config (check_in, fail_in: one line, printed by main).
     check_in(cfg.path, check_devices(cfg));

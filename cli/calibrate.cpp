@@ -28,6 +28,14 @@ namespace slicesched::cli {
 int calibrate(const CalibrateOptions& opt) {
   auto cfg = load_config(opt.config);
   if (!cfg.ok()) fail(cfg.status().message());
+  // It times every accelerator in this process: a config's executors are
+  // not reached, and its copies between hosts (ZeroMQ pulls) would be fitted
+  // as in-process copies, silently (an outside probe).
+  if (!cfg->hosts.empty())
+    fail_in(cfg->path,
+            "[[hosts]]: calibrate times operators and copies in this process, not on the config's "
+            "executors; calibrate with a config without [[hosts]] on a machine like theirs, and give "
+            "serve the profile ([estimators] prior)");
   {
     check_in(cfg->path, check_weights_fit(cfg.value()));
     std::string names;
