@@ -245,6 +245,7 @@ std::string chrome_trace(const PolicyRun& r, double seconds) {
       tid = it->second;
       what = "transfer";
     }
+    if (x.lost) what = "lost";  // (no work came of it: not a finished operator)
     std::string args = fmt::format(R"("op":{})", x.op);
     if (x.predicted_start >= 0 && x.predicted_finish >= 0)
       fmt::format_to(std::back_inserter(args), R"(,"predicted_start_us":{},"predicted_finish_us":{})",

@@ -230,7 +230,13 @@ Status Engine::apply(const Feedback& f) {
   for (EngineObserver* o : observers_) o->on_feedback(gmg_, f);
   if (f.start >= 0 && !observers_.empty()) {
     const OpRecord& r = gmg_.op(f.op);
-    RunRecord rec{.op = f.op, .tenant = r.tenant, .start = f.start, .finish = f.t, .kind = r.kind, .failed = f.failed};
+    RunRecord rec{.op = f.op,
+                  .tenant = r.tenant,
+                  .start = f.start,
+                  .finish = f.t,
+                  .kind = r.kind,
+                  .failed = f.failed,
+                  .lost = f.lost};
     if (f.kind == Feedback::Kind::kTransfer) {
       rec.accel = f.from;
       rec.to = f.to;

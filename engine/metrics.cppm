@@ -51,9 +51,11 @@ class IntervalRecorder final : public EngineObserver {
  public:
   explicit IntervalRecorder(std::size_t accelerators) : per_(accelerators) {}
   void on_finish(const RunRecord& r) override { add(r); }
-  // Keeps `r` when it is an operator on a known accelerator.
+  // Keeps `r` when it is an operator on a known accelerator, not lost: a
+  // lost one's time is no work (live, it ran on until the loss was found:
+  // an executor killed 1 s in showed 3 s busy; an outside probe).
   void add(const RunRecord& r) {
-    if (r.to == kNoAccel && r.accel < per_.size()) per_[r.accel].push_back({r.start, r.finish});
+    if (r.to == kNoAccel && !r.lost && r.accel < per_.size()) per_[r.accel].push_back({r.start, r.finish});
   }
   const std::vector<std::vector<std::pair<Nanos, Nanos>>>& intervals() const { return per_; }
   // Each accelerator's intervals in order of start (then finish), in place.

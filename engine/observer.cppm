@@ -36,6 +36,9 @@ struct RunRecord {
   // e.g. a static policy, or past the what-if's horizon).
   Nanos issued = -1, predicted_start = -1, predicted_finish = -1;
   bool failed = false;  // ended in a failure (lost with its accelerator, or a live error)
+  // Lost with its accelerator (or executor): nothing came of it, and it
+  // ended when the loss was found, which live can be seconds after it died.
+  bool lost = false;
 };
 
 // One scheduling round of the scheduler (the paper's Algorithm 1): the

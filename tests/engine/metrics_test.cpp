@@ -121,6 +121,23 @@ TEST_CASE("metrics: utilization over time sums operator time per 10 s bin throug
   CHECK(compute_metrics("p", r.requests, rec, {true}).busy_bins_s == m.busy_bins_s);
 }
 
+TEST_CASE("metrics: an operator lost with its accelerator is no busy time", "[engine][metrics]") {
+  // gpu0 ran [0, 2] and then an operator from 2 s that was lost, found at
+  // 5 s (live, an executor found dead after its timeout): 2 s busy, not 5
+  // (an outside probe saw a killed executor's GPU 3 s busy).
+  EngineResult r;
+  r.requests = {request(0, 0.0, 1.0, 10.0, 2)};
+  RunRecord lost{.op = 2, .tenant = 0, .accel = 0, .start = 2 * kS, .finish = 5 * kS, .failed = true, .lost = true};
+  const std::vector<RunRecord> log = {{1, 0, 0, kNoAccel, 0, 2 * kS}, lost};
+  IntervalRecorder rec(1);
+  for (const RunRecord& x : log) rec.on_finish(x);
+  const RunMetrics m = compute_metrics("p", r.requests, rec, {true});
+  CHECK(m.accel_busy_s.at(0) == Approx(2));
+  lost.lost = false;  // (a live error, not a loss: the device did run it)
+  rec.on_finish(lost);
+  CHECK(compute_metrics("p", r.requests, rec, {true}).accel_busy_s.at(0) == Approx(5));
+}
+
 TEST_CASE("metrics: percentiles interpolate between sorted values, and an empty run is all zeros",
           "[engine][metrics]") {
   struct Row {
