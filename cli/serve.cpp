@@ -9,10 +9,12 @@
 // jobs (compose/live_http, serving/), and a drain also stops accepting them.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "commands.hpp"
@@ -43,6 +45,8 @@ int serve(const ServeOptions& opt) {
       value_or_fail(open_experiment(opt.config, {.seed = opt.seed, .one_policy = true, .policy = opt.policy}));
   const ExperimentConfig& cfg = opened->cfg;
   const PolicyConfig& policy = *opened->policy;
+  std::error_code ec;
+  const bool out_existed = opt.out && std::filesystem::exists(*opt.out, ec);
   if (opt.out) check_out(*opt.out, {policy.name}, opt.explain);
 
   StopSignals signals({.first_line = "\nslicesched: draining (admitted requests finish); Ctrl-C or SIGTERM again to "
@@ -50,7 +54,12 @@ int serve(const ServeOptions& opt) {
                        .later_line = "\nslicesched: cancelling\n"});
   // Stopped by a signal (e.g. while waiting for an executor): as a shell
   // reports a process it ended.
-  auto failed = [&](const Status& s) { fail(s.message(), signals.count() >= 1 ? 128 + signals.last() : 2); };
+  // An --out folder this made and nothing was written to goes again.
+  auto failed = [&](const Status& s) {
+    std::error_code e;
+    if (opt.out && !out_existed && std::filesystem::is_empty(*opt.out, e)) std::filesystem::remove(*opt.out, e);
+    fail(s.message(), signals.count() >= 1 ? 128 + signals.last() : 2);
+  };
   LiveOptions lopt{.stop = &signals.stop(), .wake = &signals.wake(), .explain = opt.explain};
   // Executor children first (they load their weights while this one
   // builds the policy); gone, whatever way serve ends.
@@ -106,6 +115,7 @@ int serve(const ServeOptions& opt) {
   RecordOptions ro;
   ro.timeline_s = opt.out ? opt.trace_seconds : -1;  // (only the Chrome trace reads it)
   if (!front) ro.progress = progress_printer(policy.name);
+  ro.keep_failed = true;  // (what it served before a failure is written, marked failed, as simulate does)
   auto run = session->run(ro, front ? front->observers() : std::span<EngineObserver* const>{});
   // Whatever way the run ended: batch results that arrived are written,
   // and every waiting client is answered, before the server goes.
@@ -114,6 +124,22 @@ int serve(const ServeOptions& opt) {
   if (!stopped.ok()) failed(stopped);
   std::vector<PolicyRun> runs;
   runs.push_back(std::move(run).value());
+  if (!runs[0].error.empty()) {
+    // Failed part way (a plugin threw, every executor lost, a deadlock):
+    // summary.json says so, with the requests as they were, the CSVs and
+    // the trace; a server's clients were answered above.
+    signals.restore();
+    const std::string error = runs[0].error;
+    std::vector<PolicyRun> none;
+    if (opt.out)
+      report(cfg, none,
+             {.out = opt.out,
+              .trace_seconds = opt.trace_seconds,
+              .explain = opt.explain,
+              .slo = SloBasis{std::nullopt, "the run failed"},
+              .failed = &runs});
+    failed(FailedPrecondition(error));
+  }
   if (deadline.expired()) {
     std::size_t cancelled = 0;
     for (const auto& r : runs[0].requests) cancelled += r.error == kCancelledError;
