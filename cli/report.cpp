@@ -441,9 +441,16 @@ nlohmann::json ground_truth_json(const std::vector<TruthPlayed>& played) {
 // HBM pressure: what waited, what was preempted or failed, and the most
 // the ground truth (or the live devices) ever held against the budget.
 static nlohmann::json memory_summary(const PolicyRun& r) {
-  double peak_gib = 0, peak_fraction = 0;
+  double peak_gib = 0, peak_fraction = 0, peak_per_gpu = 0;
   for (std::size_t a = 0; a < r.memory.peak.size() && a < r.memory.budget.size(); ++a) {
     peak_gib = std::max(peak_gib, static_cast<double>(r.memory.peak[a]) / (1024.0 * 1024.0 * 1024.0));
+    // What one GPU held: a tensor-parallel group's account plus every
+    // rank's copies, over its GPUs (as accelerators_<policy>.csv says; the
+    // group's whole account read as one GPU's 138 GiB on 80-GiB GPUs).
+    const std::int64_t copies = a < r.accel_copies.size() ? r.accel_copies[a] : 0;
+    const int gpus = a < r.accel_gpus.size() ? std::max(1, r.accel_gpus[a]) : 1;
+    peak_per_gpu =
+        std::max(peak_per_gpu, static_cast<double>(r.memory.peak[a] + copies) / gpus / (1024.0 * 1024.0 * 1024.0));
     if (r.memory.budget[a] > 0)
       peak_fraction =
           std::max(peak_fraction, static_cast<double>(r.memory.peak[a]) / static_cast<double>(r.memory.budget[a]));
@@ -455,6 +462,7 @@ static nlohmann::json memory_summary(const PolicyRun& r) {
                       {"preempted_sequences", r.preempted_sequences},
                       {"oom_failed_requests", r.oom_failed_requests},
                       {"peak_hbm_gib", round6(peak_gib)},
+                      {"peak_hbm_gib_per_gpu", round6(peak_per_gpu)},
                       {"peak_hbm_fraction", round6(peak_fraction)}};
   // Only where a budget was lowered (as for swaps below: other summaries
   // keep their keys).

@@ -18,5 +18,13 @@ foreach(case "32.1294;0" "32.1372;0" "32.1450;100")
   elseif(want_done EQUAL 100 AND NOT done EQUAL 1)
     message(FATAL_ERROR "hbm_gib ${hbm}: done ${done}; expected both requests served")
   endif()
-  message(STATUS "hbm_gib ${hbm}: done ${done}, ${oom} out of memory")
+  # summary.json's peak per GPU: within each GPU's HBM (its peak_hbm_gib
+  # is the group's account, four GPUs' worth: over 80 GiB here).
+  string(JSON per_gpu GET "${j}" policies Static memory peak_hbm_gib_per_gpu)
+  string(JSON group GET "${j}" policies Static memory peak_hbm_gib)
+  if(per_gpu GREATER hbm OR NOT group GREATER hbm)
+    message(FATAL_ERROR "hbm_gib ${hbm}: peak_hbm_gib_per_gpu ${per_gpu}, peak_hbm_gib ${group}; expected the first "
+                        "within one GPU's HBM and the second the group's")
+  endif()
+  message(STATUS "hbm_gib ${hbm}: done ${done}, ${oom} out of memory, peak ${per_gpu} GiB a GPU")
 endforeach()
