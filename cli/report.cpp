@@ -190,7 +190,10 @@ std::string chrome_trace(const PolicyRun& r, double seconds) {
   std::vector<std::string> tenants;
   for (const auto& t : r.tenant_names) tenants.push_back(quoted(t));
   std::string out = R"({"displayTimeUnit":"ms","traceEvents":[)";
-  bool first = true;
+  // The process is the policy (Perfetto showed "Process 1").
+  fmt::format_to(std::back_inserter(out), R"({{"args":{{"name":{}}},"name":"process_name","ph":"M","pid":1}})",
+                 quoted(r.name));
+  bool first = false;
   // Lanes are shown in `order`: each accelerator, its predicted lane right
   // after it, then the links, then the scheduler.
   auto lane = [&](int tid, const std::string& name, long order) {

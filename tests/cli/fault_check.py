@@ -39,6 +39,9 @@ slug = re.sub(r"[^a-z0-9]", "_", policy.lower())
 with open(os.path.join(out, "trace_%s.json" % slug)) as f:
     trace = json.load(f)["traceEvents"]
 lanes = {e["tid"]: e["args"]["name"] for e in trace if e.get("ph") == "M" and e.get("name") == "thread_name"}
+# The process is named for the policy (Perfetto showed "Process 1").
+if [e["args"]["name"] for e in trace if e.get("name") == "process_name"] != [policy]:
+    fail("the trace does not name its process %r" % policy)
 lost = [tid for tid, name in lanes.items() if name == accel]
 if not lost:
     fail("the trace has no lane named %r" % accel)
