@@ -64,6 +64,18 @@ def request_bytes(spec):
     return (head + f"Content-Type: application/json\r\n{sized}\r\n").encode() + data
 
 
+def read_to_close(s):
+    """What the server sends on socket s until it closes (or resets, or times out); s is closed."""
+    resp = b""
+    try:
+        while chunk := s.recv(65536):
+            resp += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    s.close()
+    return resp
+
+
 def matches(line, expected):
     pos = 0
     for piece in expected.split("..."):
@@ -119,13 +131,7 @@ def main():  # noqa: C901
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
               b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
     s.shutdown(socket.SHUT_WR)
-    resp = b""
-    try:
-        while chunk := s.recv(65536):
-            resp += chunk
-    except (socket.timeout, ConnectionResetError):
-        pass
-    s.close()
+    resp = read_to_close(s)
     head, _, body = resp.partition(b"\r\n\r\n")
     check(not resp or (head.startswith(b"HTTP/1.1 200") and b'"token_ids"' in body),
           f"a half-closed client gets nothing or a whole reply, not {resp[:120]!r}", srv)
@@ -135,13 +141,7 @@ def main():  # noqa: C901
     s = socket.create_connection(("127.0.0.1", port), timeout=30)
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
               b"0\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
-    resp = b""
-    try:
-        while chunk := s.recv(65536):
-            resp += chunk
-    except (socket.timeout, ConnectionResetError):
-        pass
-    s.close()
+    resp = read_to_close(s)
     check(resp.startswith(b"HTTP/1.1 400") and resp.count(b"HTTP/1.1 ") == 1,
           f"a smuggled request behind Content-Length + Transfer-Encoding is not answered ({resp.count(b'HTTP/1.1 ')} "
           f"answers: {resp[:80]!r})", srv)
