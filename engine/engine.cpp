@@ -261,6 +261,13 @@ Status Engine::apply(const Feedback& f) {
   const AccelTypeId type = gmg_.accels().type(r.accel);
   const std::uint32_t tenant = r.tenant;
   if (Status s = gmg_.complete(f.op, f.t, f.measured); !s.ok()) return s;
+  // Lost, it made no state: what it reserved to retain goes now. (Its lane
+  // drops the iteration when the last operator's loss arrives, and releases
+  // only what is done by then: a lost operator's feedback after it left its
+  // KV cache held on the accelerator for good, and requests that fit failed
+  // out of memory there after it came back; an outside probe.)
+  if (f.lost && r.retained_held && !r.retained_attached)
+    if (Status s = gmg_.release_retained(f.op); !s.ok()) return s;
   // A failed operator's time says nothing about the model.
   if (!f.failed)
     if (Status s = est_.observe_op(kind, type, gmg_.features(f.op), static_cast<double>(f.measured) / 1e9); !s.ok())
