@@ -24,13 +24,32 @@ namespace fs = std::filesystem;
 class SentencePiece final : public Tokenizer {
  public:
   SentencePiece(std::string path, std::unique_ptr<sentencepiece::SentencePieceProcessor> sp)
-      : path_(std::move(path)), sp_(std::move(sp)) {}
+      : path_(std::move(path)), sp_(std::move(sp)) {
+    for (int i = 0; i < sp_->GetPieceSize(); ++i)
+      if (sp_->IsControl(i) || sp_->IsUnknown(i))
+        if (const std::string& p = sp_->IdToPiece(i); !p.empty()) specials_.emplace_back(p, i);
+  }
 
+  // A special piece written in the text ("<s>", "</s>", "<unk>": a chat
+  // template's BOS) is that id, and the text between them is encoded a
+  // stretch at a time, as transformers' LlamaTokenizer splits it (and vLLM
+  // with it). sentencepiece alone spelled "<s>" as "<", "s", ">" pieces, so a
+  // Llama-2 or Mistral chat lost its BOS (an outside probe).
   std::vector<std::int64_t> encode(std::string_view text) const override {
-    std::vector<int> ids;
-    // sentencepiece fails only on an unloaded model; this one is loaded.
-    if (auto st = sp_->Encode(text, &ids); !st.ok()) throw std::runtime_error(path_ + ": encode: " + st.ToString());
-    return {ids.begin(), ids.end()};
+    std::vector<std::int64_t> out;
+    while (!text.empty()) {
+      std::size_t at = std::string_view::npos, len = 0;
+      int id = -1;
+      for (const auto& [piece, i] : specials_)
+        if (const std::size_t p = text.find(piece);
+            p != std::string_view::npos && (p < at || (p == at && piece.size() > len)))
+          at = p, len = piece.size(), id = i;
+      encode_plain(text.substr(0, at), out);
+      if (at == std::string_view::npos) break;
+      out.push_back(id);
+      text.remove_prefix(at + len);
+    }
+    return out;
   }
 
   std::string decode(std::span<const std::int64_t> ids) const override {
@@ -64,8 +83,17 @@ class SentencePiece final : public Tokenizer {
   const std::string& path() const override { return path_; }
 
  private:
+  void encode_plain(std::string_view text, std::vector<std::int64_t>& out) const {
+    if (text.empty()) return;
+    std::vector<int> ids;
+    // sentencepiece fails only on an unloaded model; this one is loaded.
+    if (auto st = sp_->Encode(text, &ids); !st.ok()) throw std::runtime_error(path_ + ": encode: " + st.ToString());
+    out.insert(out.end(), ids.begin(), ids.end());
+  }
+
   std::string path_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::vector<std::pair<std::string, int>> specials_;  // control and unknown pieces, by their text
 };
 
 }  // namespace

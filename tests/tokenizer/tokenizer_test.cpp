@@ -85,6 +85,15 @@ TEST_CASE("a trained sentencepiece model encodes and decodes", "[tokenizer]") {
   CHECK(t.encode("").empty());
   CHECK(t.bos_id() >= 0);
   CHECK(t.eos_id() >= 0);
+  // "<s>" and "</s>" written in the text (a chat template's) are BOS and
+  // EOS, the text around them encoded a stretch at a time (transformers'
+  // LlamaTokenizer; they were spelled out as pieces: an outside probe).
+  std::vector<std::int64_t> split = {t.bos_id()};
+  split.insert(split.end(), ids.begin(), ids.end());
+  split.push_back(t.eos_id());
+  split.insert(split.end(), ids.begin(), ids.end());
+  CHECK(t.encode("<s>" + text + "</s>" + text) == split);
+  CHECK(t.encode("</s>") == std::vector<std::int64_t>{t.eos_id()});
   const std::vector<std::int64_t> bad = {ids[0], t.vocab_size()};
   CHECK_THROWS_WITH(t.decode(bad), Catch::Contains("token id " + std::to_string(t.vocab_size()) + " is outside"));
 
