@@ -715,6 +715,26 @@ void HttpServer::Impl::routes() {
                                                      "expected none on this method",
                              .param = "Content-Length",
                              .code = "bad_http_request"});
+    // A header name with whitespace in it ("Transfer-Encoding : chunked"):
+    // RFC 9112 5.1 says refuse it; a proxy may read the header this one
+    // ignored (here the length was taken, past a transfer coding).
+    for (const auto& [name, value] : req.headers)
+      if (name.find_first_of(" \t") != std::string::npos)
+        return refuse(rejected_bad, ApiError{.message = "the header name '" + name.substr(0, 40) +
+                                                        "' has whitespace in it (RFC 9112 5.1): refused",
+                                             .param = name.substr(0, 40),
+                                             .code = "bad_http_request"});
+    // A transfer coding this server reads is "chunked", once: another
+    // (or chunked then identity) left the body to the timeout, or was
+    // read as chunked though the last coding said otherwise.
+    if (req.has_header("Transfer-Encoding") &&
+        (req.get_header_value_count("Transfer-Encoding") > 1 || req.get_header_value("Transfer-Encoding") != "chunked"))
+      return refuse(rejected_bad,
+                    ApiError{.message = "Transfer-Encoding: expected \"chunked\" (once), got '" +
+                                        req.get_header_value("Transfer-Encoding").substr(0, 40) + "'" +
+                                        (req.get_header_value_count("Transfer-Encoding") > 1 ? " and more" : ""),
+                             .param = "Transfer-Encoding",
+                             .code = "bad_http_request"});
     // Both a length and a transfer coding: a proxy in front may have taken
     // either, and what it forwards after the body is then read as another
     // request (smuggled). RFC 9112 6.1: the connection must close after it;
