@@ -232,9 +232,11 @@ bool byte_level_decoder(const nlohmann::json& d) {
 class HfTokenizer final : public Tokenizer {
  public:
   // Takes the references; called with the GIL held.
-  // `add_bos`: tokenizer_config.json's add_bos_token (-1: absent).
-  HfTokenizer(std::string path, PyObject* tok, std::int64_t vocab, std::int64_t bos, std::int64_t eos, int add_bos)
-      : path_(std::move(path)), tok_(tok), vocab_(vocab), bos_(bos), eos_(eos), add_bos_(add_bos) {
+  // `add_bos`, `add_eos`: tokenizer_config.json's add_bos_token and
+  // add_eos_token (-1: absent).
+  HfTokenizer(std::string path, PyObject* tok, std::int64_t vocab, std::int64_t bos, std::int64_t eos, int add_bos,
+              int add_eos)
+      : path_(std::move(path)), tok_(tok), vocab_(vocab), bos_(bos), eos_(eos), add_bos_(add_bos), add_eos_(add_eos) {
     encode_kw_.reset(Py_BuildValue("{s:O}", "add_special_tokens", Py_False));
     prompt_kw_.reset(Py_BuildValue("{s:O}", "add_special_tokens", Py_True));
     // Special tokens (BOS, EOS, chat markers) are not in a reply's text: vLLM's
@@ -263,13 +265,17 @@ class HfTokenizer final : public Tokenizer {
   std::vector<std::int64_t> encode(std::string_view text) const override { return encode_with(text, encode_kw_); }
 
   // What the file's post-processor adds (transformers' default for a
-  // PreTrainedTokenizerFast), BOS then as add_bos_token says where the
-  // config sets it (as LlamaTokenizerFast rebuilds its post-processor).
+  // PreTrainedTokenizerFast), BOS and EOS then as add_bos_token and
+  // add_eos_token say where the config sets them (as LlamaTokenizerFast
+  // rebuilds its post-processor).
   std::vector<std::int64_t> encode_prompt(std::string_view text) const override {
     std::vector<std::int64_t> ids = encode_with(text, prompt_kw_);
     const bool has_bos = bos_ >= 0 && !ids.empty() && ids.front() == bos_;
     if (add_bos_ == 1 && bos_ >= 0 && !has_bos) ids.insert(ids.begin(), bos_);
     if (add_bos_ == 0 && has_bos) ids.erase(ids.begin());
+    const bool has_eos = eos_ >= 0 && !ids.empty() && ids.back() == eos_;
+    if (add_eos_ == 1 && eos_ >= 0 && !has_eos) ids.push_back(eos_);
+    if (add_eos_ == 0 && has_eos && ids.size() > 1) ids.pop_back();
     return ids;
   }
 
@@ -354,7 +360,7 @@ class HfTokenizer final : public Tokenizer {
   std::string path_;
   Ref tok_, encode_, decode_, id_to_token_, encode_kw_, prompt_kw_, decode_kw_;
   std::int64_t vocab_, bos_, eos_;
-  int add_bos_;
+  int add_bos_, add_eos_;
   bool byte_level_ = false;
 };
 
@@ -376,7 +382,7 @@ Result<std::shared_ptr<const Tokenizer>> load_hf_tokenizer(const std::string& fi
   // tokenizer_config.json beside it, and so do we (before starting Python,
   // so a bad config costs nothing).
   std::string specials[2];
-  int add_bos = -1;  // (absent: what the post-processor adds)
+  int add_bos = -1, add_eos = -1;  // (absent: what the post-processor adds)
   const fs::path config_file = fs::path(file).parent_path() / "tokenizer_config.json";
   std::error_code ec;
   if (fs::exists(config_file, ec)) {
@@ -394,11 +400,12 @@ Result<std::shared_ptr<const Tokenizer>> load_hf_tokenizer(const std::string& fi
       if (!s.ok()) return s.status();
       specials[i] = std::move(s).value();
     }
-    if (const auto a = config.find("add_bos_token"); a != config.end() && !a->is_null()) {
-      if (!a->is_boolean())
-        return InvalidArgument(config_file.string() + ": add_bos_token: expected true or false, got " + a->dump());
-      add_bos = a->get<bool>() ? 1 : 0;
-    }
+    for (auto [key, flag] : {std::pair{"add_bos_token", &add_bos}, std::pair{"add_eos_token", &add_eos}})
+      if (const auto a = config.find(key); a != config.end() && !a->is_null()) {
+        if (!a->is_boolean())
+          return InvalidArgument(config_file.string() + ": " + key + ": expected true or false, got " + a->dump());
+        *flag = a->get<bool>() ? 1 : 0;
+      }
   }
 
   const Interpreter& it = interpreter();
@@ -424,7 +431,7 @@ Result<std::shared_ptr<const Tokenizer>> load_hf_tokenizer(const std::string& fi
   }
   try {
     return std::shared_ptr<const Tokenizer>(
-        std::make_shared<HfTokenizer>(file, tok.release(), vocab, ids[0], ids[1], add_bos));
+        std::make_shared<HfTokenizer>(file, tok.release(), vocab, ids[0], ids[1], add_bos, add_eos));
   } catch (const std::exception& e) {
     return Internal(file + ": " + e.what());
   }

@@ -60,7 +60,8 @@ expected["prompt_text"] = prompt
 expected["prompts"] = {"": tok.encode(prompt).ids}
 with_bos = Tokenizer.from_str(tok.to_str())
 with_bos.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", expected["bos_id"])])
-variants = {"bos_config": (tok, True), "bos_post": (with_bos, None), "bos_off": (with_bos, False)}
+variants = {"bos_config": (tok, True), "bos_post": (with_bos, None), "bos_off": (with_bos, False),
+            "bos_eos_config": (tok, True)}
 for name, (t, add_bos) in variants.items():
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
@@ -68,6 +69,8 @@ for name, (t, add_bos) in variants.items():
     config = {"bos_token": "<s>", "eos_token": "</s>", "tokenizer_class": "LlamaTokenizerFast"}
     if add_bos is not None:
         config["add_bos_token"] = add_bos
+    if name == "bos_eos_config":  # (add_eos_token too: EOS last, as LlamaTokenizerFast's post-processor)
+        config["add_eos_token"] = True
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
         json.dump(config, f)
     ids = t.encode(prompt).ids
@@ -75,6 +78,8 @@ for name, (t, add_bos) in variants.items():
         ids = [expected["bos_id"]] + ids
     if add_bos is False and ids[:1] == [expected["bos_id"]]:
         ids = ids[1:]
+    if name == "bos_eos_config":
+        ids = ids + [expected["eos_id"]]
     expected["prompts"][name] = ids
 with open(os.path.join(out, "expected.json"), "w") as f:
     json.dump(expected, f, ensure_ascii=False)

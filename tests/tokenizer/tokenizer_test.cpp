@@ -267,6 +267,7 @@ TEST_CASE("a tokenizer.json encodes and decodes as Python's tokenizers does", "[
   CHECK(want["prompts"]["bos_config"].get<std::vector<std::int64_t>>().front() == t.bos_id());
   CHECK(want["prompts"]["bos_post"].get<std::vector<std::int64_t>>().front() == t.bos_id());
   CHECK(want["prompts"]["bos_off"].get<std::vector<std::int64_t>>().front() != t.bos_id());
+  CHECK(want["prompts"]["bos_eos_config"].get<std::vector<std::int64_t>>().back() == t.eos_id());
   const std::vector<std::int64_t> bad = {1, t.vocab_size()};
   CHECK_THROWS_AS(t.decode(bad), std::out_of_range);
   CHECK_THROWS_WITH(t.decode(bad), Catch::Contains("token id " + std::to_string(t.vocab_size()) + " is outside"));
