@@ -33,22 +33,12 @@ inline AccelId contiguous_member(std::span<const AccelId> members, std::size_t i
 // runs where its weights are. Where every member holds every weight (the
 // usual case) this is the rule above.
 // Written over `c`, reusing its buffers.
-// `whole`: by each operator's place in its whole iteration (its template),
-// not in the batch: a batch that is part of an iteration (batch_cap, or an
-// iteration cut smaller for memory) goes where the whole iteration would.
-// Where a batch is the whole iteration the two are the same.
-void contiguous_candidate_into(const AccelGroup& group, const Gmg& gmg, const Batch& batch, Candidate& c,
-                               bool whole = false) {
+void contiguous_candidate_into(const AccelGroup& group, const Gmg& gmg, const Batch& batch, Candidate& c) {
   const std::size_t n = batch.ops.size();
   c.label = group.label;
   c.accel.clear();
   for (std::size_t i = 0; i < n; ++i) {
     AccelId a = contiguous_member(group.members, i, n);
-    if (whole && gmg.contains(batch.ops[i])) {
-      const OpRecord& r = gmg.op(batch.ops[i]);
-      const std::size_t ops = gmg.templates().get(r.tmpl).ops().size();
-      if (r.tmpl_op < ops) a = contiguous_member(group.members, r.tmpl_op, ops);
-    }
     // Only missing weights move an operator: a lost member keeps its
     // operators (the placement waits for it, or fails them, as before).
     const OpId op = batch.ops[i];
@@ -62,10 +52,10 @@ void contiguous_candidate_into(const AccelGroup& group, const Gmg& gmg, const Ba
   }
 }
 
-Candidate contiguous_candidate(const AccelGroup& group, const Gmg& gmg, const Batch& batch, bool whole = false) {
+Candidate contiguous_candidate(const AccelGroup& group, const Gmg& gmg, const Batch& batch) {
   Candidate c;
   c.accel.reserve(batch.ops.size());
-  contiguous_candidate_into(group, gmg, batch, c, whole);
+  contiguous_candidate_into(group, gmg, batch, c);
   return c;
 }
 

@@ -95,17 +95,12 @@ std::vector<Candidate> ExplicitGroups::candidates(const Gmg& gmg, const Batch& b
   if (&gmg.accels() != bound_to_ || gmg.accels().size() != bound_size_) (void)bind(gmg.accels());
   std::vector<Candidate> out;
   if (!bound_ok_) return out;
-  // A group is a fixed home: each operator goes to the member the whole
-  // iteration puts it on, however the iteration is batched. An iteration
-  // cut to one operator at a time for memory put every operator on the
-  // first member of a pair, which could not hold them, while the second
-  // held nothing (an outside probe).
   if (auto pinned = tenants_.find(batch.tenant); pinned != tenants_.end()) {
     out.reserve(pinned->second.size());
-    for (std::size_t g : pinned->second) out.push_back(contiguous_candidate(groups_[g], gmg, batch, true));
+    for (std::size_t g : pinned->second) out.push_back(contiguous_candidate(groups_[g], gmg, batch));
   } else {
     out.reserve(groups_.size());
-    for (const AccelGroup& g : groups_) out.push_back(contiguous_candidate(g, gmg, batch, true));
+    for (const AccelGroup& g : groups_) out.push_back(contiguous_candidate(g, gmg, batch));
   }
   return out;
 }

@@ -1,6 +1,6 @@
 # Runs CONFIG and requires POLICY to finish at least MIN_DONE requests and
 # fail none (tests/cli/model_elsewhere.toml, fault_pairs_tight.toml,
-# lost_big_gpu.toml, prefill_lanes_fault.toml, faults_back_to_back.toml, fault_leak.toml, pair_cut.toml: what
+# lost_big_gpu.toml, prefill_lanes_fault.toml, faults_back_to_back.toml, fault_leak.toml: what
 # each pins down is in its header; BEFORE says what the old build did).
 execute_process(COMMAND ${SLICESCHED} simulate ${CONFIG} --out ${OUT} --slo-threshold 2
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
