@@ -148,6 +148,15 @@ std::string requests_csv(const PolicyRun& r) {
   return o.str();
 }
 
+// What each GPU of accelerator `a` held at its peak, in bytes: a
+// tensor-parallel group's account plus every rank's copies, over its GPUs
+// (each holds an equal share); an accelerator's own peak otherwise.
+double peak_bytes_per_gpu(const PolicyRun& r, std::size_t a) {
+  const std::int64_t copies = a < r.accel_copies.size() ? r.accel_copies[a] : 0;
+  const int gpus = a < r.accel_gpus.size() ? std::max(1, r.accel_gpus[a]) : 1;
+  return static_cast<double>(r.memory.peak[a] + copies) / gpus;
+}
+
 std::string accelerators_csv(const PolicyRun& r) {
   std::ostringstream o;
   // The HBM columns per accelerator: summary.json's peak_hbm_gib and
@@ -164,10 +173,7 @@ std::string accelerators_csv(const PolicyRun& r) {
     if (a < r.memory.budget.size()) o << static_cast<double>(r.memory.budget[a]) / kGiB;
     const int gpus = a < r.accel_gpus.size() ? r.accel_gpus[a] : 1;
     o << ',' << gpus << ',';
-    if (a < r.memory.peak.size()) {
-      const std::int64_t copies = a < r.accel_copies.size() ? r.accel_copies[a] : 0;
-      o << static_cast<double>(r.memory.peak[a] + copies) / gpus / kGiB;
-    }
+    if (a < r.memory.peak.size()) o << peak_bytes_per_gpu(r, a) / kGiB;
     o << '\n';
   }
   return o.str();
@@ -193,17 +199,14 @@ std::string chrome_trace(const PolicyRun& r, double seconds) {
   // The process is the policy (Perfetto showed "Process 1").
   fmt::format_to(std::back_inserter(out), R"({{"args":{{"name":{}}},"name":"process_name","ph":"M","pid":1}})",
                  quoted(r.name));
-  bool first = false;
   // Lanes are shown in `order`: each accelerator, its predicted lane right
   // after it, then the links, then the scheduler.
   auto lane = [&](int tid, const std::string& name, long order) {
     fmt::format_to(std::back_inserter(out),
-                   R"({}{{"args":{{"name":{}}},"name":"thread_name","ph":"M","pid":1,"tid":{}}})", first ? "" : ",",
-                   quoted(name), tid);
+                   R"(,{{"args":{{"name":{}}},"name":"thread_name","ph":"M","pid":1,"tid":{}}})", quoted(name), tid);
     fmt::format_to(std::back_inserter(out),
                    R"(,{{"args":{{"sort_index":{}}},"name":"thread_sort_index","ph":"M","pid":1,"tid":{}}})", order,
                    tid);
-    first = false;
   };
   std::map<std::pair<AccelId, AccelId>, int> link_lane;
   const int n = static_cast<int>(r.accel_names.size());
@@ -254,10 +257,9 @@ std::string chrome_trace(const PolicyRun& r, double seconds) {
       fmt::format_to(std::back_inserter(args), R"(,"predicted_start_us":{},"predicted_finish_us":{})",
                      static_cast<double>(x.predicted_start) / 1e3, static_cast<double>(x.predicted_finish) / 1e3);
     fmt::format_to(std::back_inserter(out),
-                   R"({}{{"args":{{{}}},"cat":"{}","dur":{},"name":{},"ph":"X","pid":1,"tid":{},"ts":{}}})",
-                   first ? "" : ",", args, what, static_cast<double>(x.finish - x.start) / 1e3, tenants[x.tenant], tid,
+                   R"(,{{"args":{{{}}},"cat":"{}","dur":{},"name":{},"ph":"X","pid":1,"tid":{},"ts":{}}})", args, what,
+                   static_cast<double>(x.finish - x.start) / 1e3, tenants[x.tenant], tid,
                    static_cast<double>(x.start) / 1e3);
-    first = false;
   }
   // Each tenant's host link: a hand-off's or a swap's copy to host memory,
   // then the copy back, as two slices.
@@ -274,9 +276,9 @@ std::string chrome_trace(const PolicyRun& r, double seconds) {
     for (int back = 0; back < (c.start + c.copy <= r.host_copies_until ? 2 : 1); ++back)
       fmt::format_to(
           std::back_inserter(out),
-          R"({}{{"args":{{"bytes":{},"sequences":{},"direction":"{}"}},"cat":"host_copy","dur":{},"name":"{} {}","ph":"X","pid":1,"tid":{},"ts":{}}})",
-          first ? "" : ",", c.bytes, c.sequences, back ? "from host" : "to host", static_cast<double>(c.copy) / 1e3,
-          what, back ? "back" : "out", tid, static_cast<double>(c.start + back * c.copy) / 1e3);
+          R"(,{{"args":{{"bytes":{},"sequences":{},"direction":"{}"}},"cat":"host_copy","dur":{},"name":"{} {}","ph":"X","pid":1,"tid":{},"ts":{}}})",
+          c.bytes, c.sequences, back ? "from host" : "to host", static_cast<double>(c.copy) / 1e3, what,
+          back ? "back" : "out", tid, static_cast<double>(c.start + back * c.copy) / 1e3);
   }
   out += "]}";
   return out;
@@ -447,13 +449,9 @@ static nlohmann::json memory_summary(const PolicyRun& r) {
   double peak_gib = 0, peak_fraction = 0, peak_per_gpu = 0;
   for (std::size_t a = 0; a < r.memory.peak.size() && a < r.memory.budget.size(); ++a) {
     peak_gib = std::max(peak_gib, static_cast<double>(r.memory.peak[a]) / (1024.0 * 1024.0 * 1024.0));
-    // What one GPU held: a tensor-parallel group's account plus every
-    // rank's copies, over its GPUs (as accelerators_<policy>.csv says; the
-    // group's whole account read as one GPU's 138 GiB on 80-GiB GPUs).
-    const std::int64_t copies = a < r.accel_copies.size() ? r.accel_copies[a] : 0;
-    const int gpus = a < r.accel_gpus.size() ? std::max(1, r.accel_gpus[a]) : 1;
-    peak_per_gpu =
-        std::max(peak_per_gpu, static_cast<double>(r.memory.peak[a] + copies) / gpus / (1024.0 * 1024.0 * 1024.0));
+    // What one GPU held, as accelerators_<policy>.csv says (a group's
+    // whole account read as one GPU's 138 GiB on 80-GiB GPUs).
+    peak_per_gpu = std::max(peak_per_gpu, peak_bytes_per_gpu(r, a) / (1024.0 * 1024.0 * 1024.0));
     if (r.memory.budget[a] > 0)
       peak_fraction =
           std::max(peak_fraction, static_cast<double>(r.memory.peak[a]) / static_cast<double>(r.memory.budget[a]));

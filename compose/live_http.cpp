@@ -226,14 +226,10 @@ Status HttpFront::start(LiveSession& session) {
         return k;
       };
       std::size_t k = first_holding();
-      // A default max_tokens none holds: the room the largest budget leaves.
-      if (k == m.offline.size() && !r.max_tokens_given && !m.offline_tokens_max.empty()) {
-        const std::int64_t budget = *std::max_element(m.offline_tokens_max.begin(), m.offline_tokens_max.end());
-        if (budget > prompt) {
-          r.max_tokens = serving::default_max_tokens(false, prompt, budget);
-          k = first_holding();
-        }
-      }
+      if (k == m.offline.size() && !m.offline_tokens_max.empty() &&
+          serving::refit_default_max_tokens(
+              r, false, *std::max_element(m.offline_tokens_max.begin(), m.offline_tokens_max.end())))
+        k = first_holding();
       if (k == m.offline.size())
         return serving::ApiError{.message = "prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" +
                                             std::to_string(r.max_tokens) +

@@ -123,6 +123,13 @@ std::int64_t default_max_tokens(bool chat, std::int64_t prompt, std::int64_t tok
   return chat ? room : std::min(kOpenAiDefault, room);
 }
 
+bool refit_default_max_tokens(CompletionRequest& r, bool chat, std::int64_t budget) {
+  const auto prompt = static_cast<std::int64_t>(r.prompt.size());
+  if (r.max_tokens_given || budget <= prompt) return false;
+  r.max_tokens = default_max_tokens(chat, prompt, budget);
+  return true;
+}
+
 std::optional<ApiError> parse_common(const json& body, const ServedModel& m, bool chat, CompletionRequest& r) {
   if (r.prompt.empty()) return bad("prompt", "prompt: empty (at least one token)");
   if (m.max_prompt_tokens > 0 && static_cast<std::int64_t>(r.prompt.size()) > m.max_prompt_tokens)

@@ -90,6 +90,13 @@ struct GenerationOptions {
 // chat then takes 16 too).
 std::int64_t default_max_tokens(bool chat, std::int64_t prompt, std::int64_t tokens_max);
 
+struct CompletionRequest;
+// A request whose max_tokens is the default, sized to the model's largest
+// KV budget, that no tenant which may take it holds: its default again
+// within `budget`, the largest budget of those tenants (<= 0: none known).
+// Whether it changed (then route it again).
+bool refit_default_max_tokens(CompletionRequest& r, bool chat, std::int64_t budget);
+
 struct CompletionRequest {
   std::size_t model = 0;  // index into the served models
   std::vector<std::int64_t> prompt;

@@ -1065,12 +1065,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     }
   };
   collect();
-  // A default max_tokens sized to the model's largest budget, held by no
-  // tenant of this priority: the room theirs leave instead.
-  if (!r.max_tokens_given && takers.empty() && budget_max > prompt) {
-    r.max_tokens = default_max_tokens(chat, prompt, budget_max);
-    collect();
-  }
+  if (takers.empty() && refit_default_max_tokens(r, chat, budget_max)) collect();
   if (!model.online.empty() && !by_priority)
     return reply_error(res, ApiError{.status = 400,
                                      .message = "priority: no tenant of model '" + model.name + "' takes priority " +

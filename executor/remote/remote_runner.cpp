@@ -288,10 +288,9 @@ Result<std::vector<std::int64_t>> RemoteRunner::connect_all(const std::vector<st
                        " s (is `slicesched executor --host " + hosts_[e].host + "` running there?)");
     }
     auto m = hellos[e].get();
-    // (a message it could not parse says `who` already: said once)
-    if (!m.ok())
-      return m.status().message().starts_with(who) ? Aborted(m.status().message())
-                                                   : Aborted(who + ": " + m.status().message());
+    // (the channel's failures name the executor themselves, as reply_body
+    // passes them on)
+    if (!m.ok()) return m.status();
     auto b = json::parse(m->body, nullptr, false);
     if (b.is_discarded()) return Aborted(who + " sent a malformed reply");
     if (m->type == wire::Type::kError || !b.value("ok", false))
